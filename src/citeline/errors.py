@@ -1,0 +1,78 @@
+"""One error hierarchy for the whole library.
+
+Each error says what went wrong, for which document or request, and what to do. Every class carries the
+HTTP status a future API returns for it and the exit code the CLI returns, so shells never guess.
+"""
+
+from __future__ import annotations
+
+
+class CitelineError(Exception):
+    """Base of every error citeline raises on purpose."""
+
+    http_status: int = 500
+    exit_code: int = 1
+
+
+class ConfigError(CitelineError):
+    """A setting is missing, malformed or contradicts another."""
+
+    http_status = 500
+    exit_code = 78  # EX_CONFIG
+
+
+class InvalidRequestError(CitelineError):
+    """A request (search, ingest options) is malformed; the message says which field and why."""
+
+    http_status = 422
+    exit_code = 2
+
+
+class NotFoundError(CitelineError):
+    """A document, chunk or namespace that was asked for does not exist."""
+
+    http_status = 404
+    exit_code = 4
+
+
+class LoadError(CitelineError):
+    """A source could not be turned into pages. Always names the source and the reason."""
+
+    http_status = 422
+    exit_code = 65  # EX_DATAERR
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(f"{source}: {reason}")
+        self.source = source
+        self.reason = reason
+
+
+class UnsupportedTypeError(LoadError):
+    """The source's type is not one citeline can load."""
+
+    http_status = 415
+
+
+class EmbeddingError(CitelineError):
+    """The embedding model could not be loaded or run."""
+
+    http_status = 503
+    exit_code = 69  # EX_UNAVAILABLE
+
+
+class ModelMismatchError(CitelineError):
+    """A query would compare vectors from two different embedding models."""
+
+    http_status = 409
+    exit_code = 3
+
+
+class StoreError(CitelineError):
+    """The database could not be reached, started or migrated."""
+
+    http_status = 503
+    exit_code = 69
+
+
+class ExtensionMissingError(StoreError):
+    """The PostgreSQL server lacks pgvector."""

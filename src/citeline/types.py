@@ -1,0 +1,62 @@
+"""The values that flow between pipeline stages: load -> pages -> split -> chunks.
+
+Plain frozen dataclasses so every stage can be used and tested on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A heading that starts at character ``start`` of its page's text."""
+
+    start: int
+    heading: str
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """The cleaned text of one page (1-based ``number``) of a source.
+
+    ``sections`` lists the headings that start on this page, in order. ``records``, when set, marks
+    spans of ``text`` that must each become exactly one chunk (CSV rows), as ``(start, end)`` pairs.
+    """
+
+    number: int
+    text: str
+    sections: tuple[Section, ...] = ()
+    records: tuple[tuple[int, int], ...] | None = None
+
+
+@dataclass(slots=True)
+class LoadedSource:
+    """A source being loaded: its type and title now, its pages lazily.
+
+    ``pages`` is an iterator so a long PDF is never held in memory whole; it may raise
+    :class:`citeline.errors.LoadError` while being consumed.
+    """
+
+    content_type: str
+    title: str
+    pages: Iterator[Page]
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkDraft:
+    """A chunk before it is embedded: its text and where it came from.
+
+    ``start`` and ``end`` are character offsets into the text of page ``page``, so
+    ``page.text[start:end] == text`` always holds. ``section`` is the heading in force at ``start``
+    (the last heading started at or before it, carried over from earlier pages).
+    """
+
+    index: int
+    text: str
+    page: int
+    start: int
+    end: int
+    section: str | None = None
