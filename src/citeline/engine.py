@@ -1,0 +1,169 @@
+"""``Citeline``: the library's front door. Every shell (CLI, and later API and workers) goes through it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import sqlalchemy as sa
+
+from citeline.embed import get_embedder
+from citeline.embed.base import Embedder
+from citeline.errors import InvalidRequestError, NotFoundError
+from citeline.ingest import IngestOptions, Ingestor, IngestResult, ProgressCallback, discover, remove_unused_files
+from citeline.retrieve.search import Hit, SearchRequest, Timings, hybrid_search
+from citeline.settings import Settings
+from citeline.store import catalog
+from citeline.store.analyzer import Analyzer
+from citeline.store.catalog import DocumentInfo
+from citeline.store.database import connect
+
+
+class Citeline:
+    """One namespace of one store, with its embedder. Open it, use it, close it (or use ``with``).
+
+    The database and the embedding model are opened on first use, so a command that needs neither
+    (``--help``) stays fast.
+    """
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self.analyzer = Analyzer()
+        self._engine: sa.Engine | None = None
+        self._embedder: Embedder | None = None
+
+    @property
+    def engine(self) -> sa.Engine:
+        if self._engine is None:
+            self._engine = connect(self.settings)
+        return self._engine
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = get_embedder(
+                self.settings.embedding_model,
+                batch_size=self.settings.embed_batch_size,
+                threads=self.settings.embed_threads,
+            )
+        return self._embedder
+
+    @property
+    def files_dir(self) -> Path:
+        return self.settings.data_dir.expanduser().resolve() / "files"
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    def __enter__(self) -> Citeline:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- ingest ---------------------------------------------------------------------------------
+
+    def ingest(
+        self,
+        paths: Iterable[str | Path],
+        options: IngestOptions | None = None,
+        *,
+        progress: ProgressCallback | None = None,
+        allow_private_urls: bool = False,
+    ) -> list[IngestResult]:
+        """Ingest files, folders (recursively) and URLs; one result per source, failures included."""
+        return self.ingestor(allow_private_urls=allow_private_urls).ingest_paths(
+            discover(paths), options or IngestOptions(), progress
+        )
+
+    def ingestor(self, *, allow_private_urls: bool = False) -> Ingestor:
+        """An :class:`Ingestor` bound to this store and embedder, for sources built in memory."""
+        return Ingestor(
+            self.engine,
+            self.embedder,
+            self.analyzer,
+            files_dir=self.files_dir,
+            chunk_size=self.settings.chunk_size,
+            chunk_overlap=self.settings.chunk_overlap,
+            allow_private_urls=allow_private_urls,
+        )
+
+    # -- search ---------------------------------------------------------------------------------
+
+    def search(self, request: SearchRequest | str, *, timings: Timings | None = None) -> list[Hit]:
+        """Hybrid search; see :class:`SearchRequest` for the knobs."""
+        if isinstance(request, str):
+            request = SearchRequest(query=request)
+        if not request.query.strip():
+            raise InvalidRequestError("the search query is empty")
+        t0 = time.perf_counter()
+        vector = self.embedder.embed([request.query])[0]
+        if timings is not None:
+            timings.embed = (time.perf_counter() - t0) * 1e3
+        with self.engine.begin() as conn:
+            return hybrid_search(
+                conn,
+                request,
+                vector,
+                model=self.embedder.model_id,
+                analyzer=self.analyzer,
+                settings=self.settings,
+                timings=timings,
+            )
+
+    # -- catalog --------------------------------------------------------------------------------
+
+    def documents(self) -> list[DocumentInfo]:
+        """Every document version in the catalog."""
+        with self.engine.connect() as conn:
+            return catalog.list_documents(conn)
+
+    def document(self, ref: str) -> DocumentInfo:
+        """A document by id or unambiguous id prefix."""
+        with self.engine.connect() as conn:
+            try:
+                return catalog.get_document(conn, uuid.UUID(ref))
+            except ValueError:
+                matches = catalog.find_documents(conn, ref)
+        if not matches:
+            raise NotFoundError(f"no document with id {ref!r}")
+        if len(matches) > 1:
+            raise InvalidRequestError(f"id prefix {ref!r} matches {len(matches)} documents; give more of it")
+        return matches[0]
+
+    def delete(self, ref: str) -> list[DocumentInfo]:
+        """Delete a document (every version of its source) with its chunks, vectors, postings and files."""
+        doc = self.document(ref)
+        with self.engine.begin() as conn:
+            removed = catalog.delete_document(conn, doc.id)
+        remove_unused_files(self.engine, {Path(d.file_path) for d in removed if d.file_path})
+        return removed
+
+    def chunks(self, document: DocumentInfo) -> Sequence[dict[str, Any]]:
+        """The chunks of one version, in order (for ``docs show``)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT id, chunk_index, page, start_offset, end_offset, section, text FROM chunks "
+                    "WHERE document_id = :id ORDER BY chunk_index"
+                ),
+                {"id": document.id},
+            )
+            return [dict(r._mapping) for r in rows]
+
+    def stats(self) -> dict[str, Any]:
+        """Counts over the namespace."""
+        with self.engine.connect() as conn:
+            out = catalog.stats(conn)
+        out["namespace"] = self.settings.namespace
+        out["embedding_model"] = self.settings.embedding_model
+        out["mode"] = "external" if self.settings.database_url else "embedded"
+        return out

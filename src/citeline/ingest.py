@@ -1,0 +1,421 @@
+"""The ingestion pipeline: source -> pages -> chunks -> vectors -> one atomic version in the store.
+
+Sources stream through one shared buffer of chunks, so many small documents are embedded in full
+batches and a long one never sits in memory whole. A version's chunks are written while it is
+inactive (invisible to search) and it becomes visible in a single commit (:func:`catalog.activate`):
+readers see all of a version or none of it. Chunk texts already embedded by the same model are
+reused, never embedded twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+
+from citeline.embed.base import Embedder
+from citeline.errors import CitelineError, InvalidRequestError, LoadError
+from citeline.load import SUPPORTED_SUFFIXES, load
+from citeline.retrieve.filters import normalise_category
+from citeline.split import split
+from citeline.store import catalog
+from citeline.store.analyzer import Analyzer
+from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
+from citeline.store.vectors import ensure_index
+from citeline.types import ChunkDraft, LoadedSource, Page
+
+log = logging.getLogger(__name__)
+
+#: Chunks embedded per call: large enough for the embedder to group texts of similar length.
+EMBED_BATCH = 256
+
+
+class Outcome(StrEnum):
+    ADDED = "added"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+    RELABELLED = "relabelled"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """How to ingest: labels for the documents, and chunking (``None`` means the settings' default)."""
+
+    scopes: tuple[str, ...] = ()
+    category: str | None = None
+    tags: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    uploaded_by: str | None = None
+    chunk_size: int | None = None
+    chunk_overlap: int | None = None
+
+    def labels(self) -> Labels:
+        return Labels(
+            scopes=self.scopes,
+            category=normalise_category(self.category) if self.category else None,
+            tags=self.tags,
+            metadata=self.metadata,
+            uploaded_by=self.uploaded_by,
+        )
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What happened to one source."""
+
+    source: str
+    outcome: Outcome
+    document: DocumentInfo | None = None
+    chunks: int = 0
+    embedded: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "outcome": self.outcome.value,
+            "document_id": str(self.document.id) if self.document else None,
+            "version": self.document.version if self.document else None,
+            "chunks": self.chunks,
+            "embedded": self.embedded,
+            "seconds": round(self.seconds, 3),
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Source:
+    """Something to ingest: its identity, its content hash and how to load it.
+
+    Files and URLs become sources through :func:`file_source`; other callers (the evaluation, later
+    the API) can build one from text in memory.
+    """
+
+    label: str
+    uri: str
+    name: str
+    content_hash: str
+    open: Callable[[], LoadedSource]
+    stored_file: Path | None = None
+
+
+ProgressCallback = Callable[[IngestResult], None]
+"""Called with each source's result as soon as it is known."""
+
+
+def discover(paths: Iterable[str | Path]) -> list[str]:
+    """Expand folders (recursively, supported types only, hidden files skipped) and keep files and URLs."""
+    found: list[str] = []
+    for item in paths:
+        text = str(item)
+        path = Path(text)
+        if not _is_url(text) and path.is_dir():
+            for child in sorted(path.rglob("*")):
+                rel = child.relative_to(path)
+                if (
+                    child.is_file()
+                    and child.suffix.lower() in SUPPORTED_SUFFIXES
+                    and not any(part.startswith(".") for part in rel.parts)
+                ):
+                    found.append(str(child))
+        else:
+            found.append(text)
+    return found
+
+
+def _is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False) -> Source:
+    """A file or URL as a source. Raises :class:`LoadError` for a missing or unsupported file.
+
+    A file's original is kept under ``files_dir``, named by its content hash.
+    """
+    if _is_url(text):
+        name = text.rstrip("/").rsplit("/", 1)[-1] or text
+        # A URL's content is known only once fetched; its address stands for it.
+        return Source(
+            text,
+            text,
+            name,
+            hashlib.sha256(text.encode()).hexdigest(),
+            lambda: load(text, allow_private=allow_private_urls),
+        )
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise LoadError(text, "file not found")
+    if path.is_dir():
+        raise LoadError(text, "is a directory, not a file")
+    if path.suffix.lower() not in SUPPORTED_SUFFIXES:
+        load(path)  # raises the loader's UnsupportedTypeError, which lists what is supported
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    content = digest.hexdigest()
+    stored = files_dir / content[:2] / f"{content}{path.suffix.lower()}"
+    if not stored.exists():
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        partial = stored.with_name(stored.name + ".part")
+        shutil.copyfile(path, partial)
+        partial.replace(stored)
+    resolved = path.resolve()
+    return Source(text, resolved.as_uri(), resolved.name, content, lambda: load(path), stored)
+
+
+@dataclass
+class _Job:
+    """A version being built."""
+
+    source: Source
+    doc: DocumentInfo
+    started: float
+    loaded: LoadedSource | None = None
+    pages: int = 0
+    chunks: int = 0
+    embedded: int = 0
+    pending: int = 0
+    exhausted: bool = False
+
+
+class Ingestor:
+    """Ingests sources into one store with one embedder."""
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        embedder: Embedder,
+        analyzer: Analyzer,
+        *,
+        files_dir: Path,
+        chunk_size: int,
+        chunk_overlap: int,
+        allow_private_urls: bool = False,
+    ) -> None:
+        self.engine = engine
+        self.embedder = embedder
+        self.analyzer = analyzer
+        self.files_dir = files_dir
+        self.chunk_size = chunk_size
+        self.chunk_overlap = chunk_overlap
+        self.allow_private_urls = allow_private_urls
+        self._index_ready = False
+
+    def ingest_paths(
+        self, paths: Iterable[str], options: IngestOptions, progress: ProgressCallback | None = None
+    ) -> list[IngestResult]:
+        """Ingest files and URLs. Never raises for bad input: each failure is a result."""
+        results: list[IngestResult] = []
+        sources: list[Source] = []
+        for text in paths:
+            try:
+                sources.append(file_source(text, self.files_dir, allow_private_urls=self.allow_private_urls))
+            except CitelineError as exc:
+                uri = text if _is_url(text) else Path(text).expanduser().resolve().as_uri()
+                result = self._record_failure(text, uri, Path(text).name, options.labels(), None, str(exc), time.perf_counter())
+                results.append(result)
+                if progress:
+                    progress(result)
+        results.extend(self.ingest(sources, options, progress))
+        return results
+
+    def ingest(
+        self, sources: Iterable[Source], options: IngestOptions, progress: ProgressCallback | None = None
+    ) -> list[IngestResult]:
+        """Ingest sources, batching the chunks of consecutive sources through the embedder together."""
+        size = options.chunk_size or self.chunk_size
+        overlap = options.chunk_overlap if options.chunk_overlap is not None else self.chunk_overlap
+        if not 0 <= overlap < size:
+            raise InvalidRequestError(
+                f"chunk overlap must be at least 0 and below the chunk size ({size}), got {overlap}"
+            )
+        labels = options.labels()
+        results: list[IngestResult] = []
+
+        def report(result: IngestResult) -> None:
+            results.append(result)
+            if progress:
+                progress(result)
+
+        buffer: list[tuple[_Job, ChunkRow]] = []
+        open_jobs: list[_Job] = []
+        for source in sources:
+            job = self._begin(source, labels, size, overlap, report)
+            if job is None:
+                continue
+            open_jobs.append(job)
+            try:
+                for draft in self._drafts(job, size, overlap):
+                    buffer.append((job, self._row(draft)))
+                    job.pending += 1
+                    if len(buffer) >= EMBED_BATCH:
+                        self._flush(buffer, open_jobs, labels, report)
+                job.exhausted = True
+            except CitelineError as exc:
+                self._drop(job, buffer, open_jobs, labels, str(exc), report)
+            except Exception as exc:  # a bug or I/O fault in one source must not stop the batch
+                log.exception("ingesting %s failed", source.label)
+                self._drop(job, buffer, open_jobs, labels, f"{source.label}: {type(exc).__name__}: {exc}", report)
+            self._finish_ready(open_jobs, labels, report)
+        self._flush(buffer, open_jobs, labels, report)
+        return results
+
+    def _begin(
+        self,
+        source: Source,
+        labels: Labels,
+        size: int,
+        overlap: int,
+        report: Callable[[IngestResult], None],
+    ) -> _Job | None:
+        started = time.perf_counter()
+        spec = VersionSpec(source.content_hash, self.embedder.model_id, size, overlap)
+        with self.engine.begin() as conn:
+            doc, start = catalog.begin_version(conn, source_uri=source.uri, name=source.name, spec=spec, labels=labels)
+            if not self._index_ready:
+                ensure_index(conn, self.embedder.model_id, self.embedder.dimension)
+                self._index_ready = True
+        if start is not VersionStart.CREATED:
+            outcome = Outcome.RELABELLED if start is VersionStart.RELABELLED else Outcome.UNCHANGED
+            report(IngestResult(source.label, outcome, doc, doc.vector_count, 0, time.perf_counter() - started))
+            return None
+        return _Job(source, doc, started)
+
+    def _drafts(self, job: _Job, size: int, overlap: int) -> Iterator[ChunkDraft]:
+        job.loaded = job.source.open()
+
+        def counted(pages: Iterator[Page]) -> Iterator[Page]:
+            for page in pages:
+                job.pages += 1
+                yield page
+
+        yield from split(counted(job.loaded.pages), chunk_size=size, chunk_overlap=overlap)
+
+    def _row(self, draft: ChunkDraft) -> ChunkRow:
+        counts = self.analyzer.term_counts(draft.text)
+        return ChunkRow(
+            chunk_index=draft.index,
+            text=draft.text,
+            page=draft.page,
+            start=draft.start,
+            end=draft.end,
+            section=draft.section,
+            terms=dict(counts),
+            token_count=sum(counts.values()),
+        )
+
+    def _flush(
+        self,
+        buffer: list[tuple[_Job, ChunkRow]],
+        open_jobs: list[_Job],
+        labels: Labels,
+        report: Callable[[IngestResult], None],
+    ) -> None:
+        """Embed the buffered chunks (reusing known vectors) and write them to their versions."""
+        if buffer:
+            model = self.embedder.model_id
+            rows = [row for _, row in buffer]
+            try:
+                with self.engine.connect() as conn:
+                    known = catalog.cached_vectors(conn, model, [r.text_hash for r in rows])
+                todo = [i for i, r in enumerate(rows) if r.text_hash not in known]
+                vectors = np.empty((len(rows), self.embedder.dimension), dtype=np.float32)
+                if todo:
+                    vectors[todo] = self.embedder.embed([rows[i].text for i in todo])
+                for i, row in enumerate(rows):
+                    if row.text_hash in known:
+                        vectors[i] = known[row.text_hash]
+                fresh = set(todo)
+                by_job: dict[int, list[int]] = {}
+                for i, (job, _) in enumerate(buffer):
+                    by_job.setdefault(id(job), []).append(i)
+                for idxs in by_job.values():
+                    job = buffer[idxs[0]][0]
+                    with self.engine.begin() as conn:
+                        catalog.insert_chunks(conn, job.doc, model, [rows[i] for i in idxs], vectors[idxs])
+                    job.chunks += len(idxs)
+                    job.embedded += sum(1 for i in idxs if i in fresh)
+                    job.pending -= len(idxs)
+            except CitelineError as exc:
+                jobs = {id(job): job for job, _ in buffer}
+                buffer.clear()
+                for job in jobs.values():
+                    self._drop(job, buffer, open_jobs, labels, str(exc), report)
+            buffer.clear()
+        self._finish_ready(open_jobs, labels, report)
+
+    def _finish_ready(
+        self, open_jobs: list[_Job], labels: Labels, report: Callable[[IngestResult], None]
+    ) -> None:
+        """Swap in every version whose chunks are all stored."""
+        for job in [j for j in open_jobs if j.exhausted and j.pending == 0]:
+            open_jobs.remove(job)
+            assert job.loaded is not None
+            if job.chunks == 0:
+                self._drop(job, [], open_jobs, labels, f"{job.source.label}: no text to index", report)
+                continue
+            with self.engine.begin() as conn:
+                doc = catalog.activate(
+                    conn,
+                    job.doc,
+                    title=job.loaded.title or job.source.name,
+                    content_type=job.loaded.content_type,
+                    file_path=str(job.source.stored_file) if job.source.stored_file else None,
+                    page_count=job.pages,
+                    duration_ms=(time.perf_counter() - job.started) * 1e3,
+                )
+            outcome = Outcome.ADDED if doc.version == 1 else Outcome.UPDATED
+            report(IngestResult(job.source.label, outcome, doc, job.chunks, job.embedded, time.perf_counter() - job.started))
+
+    def _drop(
+        self,
+        job: _Job,
+        buffer: list[tuple[_Job, ChunkRow]],
+        open_jobs: list[_Job],
+        labels: Labels,
+        reason: str,
+        report: Callable[[IngestResult], None],
+    ) -> None:
+        buffer[:] = [(j, r) for j, r in buffer if j is not job]
+        if job in open_jobs:
+            open_jobs.remove(job)
+        src = job.source
+        report(self._record_failure(src.label, src.uri, src.name, labels, job.doc, reason, job.started))
+        if src.stored_file is not None:
+            remove_unused_files(self.engine, [src.stored_file])
+
+    def _record_failure(
+        self,
+        label: str,
+        uri: str,
+        name: str,
+        labels: Labels,
+        doc: DocumentInfo | None,
+        reason: str,
+        started: float,
+    ) -> IngestResult:
+        with self.engine.begin() as conn:
+            failed = catalog.record_failure(
+                conn, source_uri=uri, name=name, reason=reason, labels=labels, doc_id=doc.id if doc else None
+            )
+        return IngestResult(label, Outcome.FAILED, failed, seconds=time.perf_counter() - started, error=reason)
+
+
+def remove_unused_files(engine: sa.Engine, paths: Iterable[Path]) -> None:
+    """Delete stored originals that no version refers to any more."""
+    for path in paths:
+        with engine.connect() as conn:
+            if not catalog.file_in_use(conn, str(path)):
+                path.unlink(missing_ok=True)

@@ -1,0 +1,1 @@
+"""Retrieval: dense and keyword search under the same filters, fused into one ranking."""

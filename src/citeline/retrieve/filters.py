@@ -1,0 +1,81 @@
+"""Search filters, compiled to SQL over the ``documents`` table (alias ``d``).
+
+They are applied inside each index query, before any top-k cut, so truncation can neither hide an
+in-scope hit nor let an out-of-scope one through.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def normalise_category(category: str) -> str:
+    """``/Engineering//Security/`` -> ``Engineering/Security``: categories are slash-separated paths."""
+    return "/".join(part.strip() for part in category.split("/") if part.strip())
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which documents a search may return. Empty fields do not filter.
+
+    ``scopes``: a document is in scope when it is universal (has no scopes) or shares one with these.
+    ``category``: the category itself or any below it (``Engineering`` matches ``Engineering/Security``).
+    ``tags_any`` / ``tags_all``: the document carries at least one / all of these tags.
+    ``metadata``: every key equals the given value in the document's metadata.
+    """
+
+    scopes: tuple[str, ...] = ()
+    category: str | None = None
+    tags_any: tuple[str, ...] = ()
+    tags_all: tuple[str, ...] = ()
+    document_ids: tuple[uuid.UUID, ...] = ()
+    content_types: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (
+            self.scopes
+            or self.category
+            or self.tags_any
+            or self.tags_all
+            or self.document_ids
+            or self.content_types
+            or self.metadata
+        )
+
+    def sql(self) -> tuple[str, dict[str, Any]]:
+        """A boolean SQL condition on ``d`` (always including ``d.is_active``) and its parameters."""
+        conds = ["d.is_active"]
+        params: dict[str, Any] = {}
+        if self.scopes:
+            conds.append("(cardinality(d.scopes) = 0 OR d.scopes && CAST(:f_scopes AS text[]))")
+            params["f_scopes"] = list(self.scopes)
+        if self.category:
+            cat = normalise_category(self.category)
+            conds.append("(d.category = :f_cat OR d.category LIKE :f_cat_below ESCAPE '\\')")
+            params["f_cat"] = cat
+            params["f_cat_below"] = _like_escape(cat) + "/%"
+        if self.tags_any:
+            conds.append("d.tags && CAST(:f_tags_any AS text[])")
+            params["f_tags_any"] = list(self.tags_any)
+        if self.tags_all:
+            conds.append("d.tags @> CAST(:f_tags_all AS text[])")
+            params["f_tags_all"] = list(self.tags_all)
+        if self.document_ids:
+            conds.append("d.id = ANY(CAST(:f_ids AS uuid[]))")
+            params["f_ids"] = list(self.document_ids)
+        if self.content_types:
+            conds.append("d.content_type = ANY(CAST(:f_types AS text[]))")
+            params["f_types"] = list(self.content_types)
+        if self.metadata:
+            conds.append("d.metadata @> CAST(:f_meta AS jsonb)")
+            params["f_meta"] = json.dumps(self.metadata)
+        return " AND ".join(conds), params
+
+
+def _like_escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

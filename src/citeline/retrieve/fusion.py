@@ -1,0 +1,49 @@
+"""Fusing the dense and keyword rankings into one.
+
+Both modes take the two candidate lists and return a fused score per chunk; higher is better.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+def reciprocal_rank(
+    rankings: Sequence[Sequence[int]], *, k: int = 60, weights: Sequence[float] | None = None
+) -> dict[int, float]:
+    """Reciprocal rank fusion (Cormack et al., 2009): ``sum(w / (k + rank))`` with 1-based ranks."""
+    weights = weights or [1.0] * len(rankings)
+    scores: dict[int, float] = {}
+    for ranking, weight in zip(rankings, weights, strict=True):
+        for rank, item in enumerate(ranking, start=1):
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
+    return scores
+
+
+def min_max(scores: Mapping[int, float]) -> dict[int, float]:
+    """Scale scores to [0, 1] over the candidates; all-equal scores become 1."""
+    if not scores:
+        return {}
+    lo, hi = min(scores.values()), max(scores.values())
+    if hi == lo:
+        return dict.fromkeys(scores, 1.0)
+    return {key: (value - lo) / (hi - lo) for key, value in scores.items()}
+
+
+def weighted(
+    semantic: Mapping[int, float],
+    keyword: Mapping[int, float],
+    source: Mapping[int, float],
+    *,
+    w_semantic: float,
+    w_keyword: float,
+    w_source: float,
+) -> dict[int, float]:
+    """Weighted score fusion as in the medical search: min-max-normalised similarity and BM25, plus a
+    per-source boost in [0, 1]. A candidate missing from one list scores 0 for it."""
+    sem, kw = min_max(semantic), min_max(keyword)
+    keys = set(semantic) | set(keyword)
+    return {
+        key: w_semantic * sem.get(key, 0.0) + w_keyword * kw.get(key, 0.0) + w_source * source.get(key, 0.0)
+        for key in keys
+    }

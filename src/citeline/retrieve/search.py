@@ -1,0 +1,181 @@
+"""Hybrid search: dense and BM25 candidates under the same filters, fused, thresholded, cut to top-k."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from numpy.typing import NDArray
+
+from citeline.errors import InvalidRequestError, ModelMismatchError
+from citeline.retrieve.filters import Filters
+from citeline.retrieve.fusion import reciprocal_rank, weighted
+from citeline.settings import Fusion, Settings
+from citeline.store.analyzer import Analyzer
+from citeline.store.keyword import keyword_search
+from citeline.store.vectors import dense_search, to_pgvector
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One search. Unset numbers fall back to the settings."""
+
+    query: str
+    filters: Filters = field(default_factory=Filters)
+    top_k: int | None = None
+    distance_threshold: float | None = None
+    fusion: Fusion | None = None
+    candidates: int | None = None
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved chunk, where it comes from, and how each ranking scored it."""
+
+    chunk_id: int
+    document_id: uuid.UUID
+    document_name: str
+    title: str | None
+    version: int
+    content_type: str | None
+    page: int
+    start: int
+    end: int
+    section: str | None
+    chunk_index: int
+    total_chunks: int | None
+    text: str
+    distance: float
+    similarity: float
+    keyword_score: float
+    fused_score: float
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["document_id"] = str(self.document_id)
+        return out
+
+
+@dataclass
+class Timings:
+    """Milliseconds spent per stage of the last search."""
+
+    embed: float = 0.0
+    dense: float = 0.0
+    keyword: float = 0.0
+    fuse: float = 0.0
+    fetch: float = 0.0
+
+
+def check_models(conn: sa.Connection, model: str, filters: Filters) -> None:
+    """Refuse a search whose documents were embedded by another model than the query's."""
+    where, params = filters.sql()
+    others = conn.execute(
+        sa.text(f"SELECT DISTINCT d.embedding_model FROM documents d WHERE {where} AND d.embedding_model <> :m"),
+        {**params, "m": model},
+    ).scalars().all()
+    if others:
+        raise ModelMismatchError(
+            f"the query would be embedded with {model}, but documents in this search were embedded with "
+            f"{', '.join(sorted(others))}. Set CITELINE_EMBEDDING_MODEL to that model, or re-ingest the "
+            "documents with the current one."
+        )
+
+
+def hybrid_search(
+    conn: sa.Connection,
+    request: SearchRequest,
+    query_vector: NDArray[np.float32],
+    *,
+    model: str,
+    analyzer: Analyzer,
+    settings: Settings,
+    timings: Timings | None = None,
+) -> list[Hit]:
+    """Run ``request`` and return at most top-k hits, best first."""
+    top_k = request.top_k or settings.top_k
+    if top_k < 1:
+        raise InvalidRequestError(f"top_k must be at least 1, got {top_k}")
+    threshold = request.distance_threshold if request.distance_threshold is not None else settings.distance_threshold
+    if threshold is not None and not 0 <= threshold <= 2:
+        raise InvalidRequestError(f"distance_threshold is a cosine distance in [0, 2], got {threshold}")
+    depth = max(request.candidates or settings.candidates, top_k)
+    fusion = request.fusion or settings.fusion
+    timings = timings or Timings()
+    where, params = request.filters.sql()
+    check_models(conn, model, request.filters)
+
+    t0 = time.perf_counter()
+    dense = dense_search(
+        conn,
+        query_vector,
+        model=model,
+        where=where,
+        params=params,
+        limit=depth,
+        ef_search=settings.hnsw_ef_search,
+        exact_below=settings.exact_search_below,
+        filtered=not request.filters.is_empty,
+    )
+    t1 = time.perf_counter()
+    keyword = keyword_search(conn, analyzer.term_counts(request.query), where=where, params=params, limit=depth)
+    t2 = time.perf_counter()
+
+    candidates = {cid for cid, _ in dense} | {cid for cid, _ in keyword}
+    rows = _fetch(conn, candidates, query_vector)
+    t3 = time.perf_counter()
+    kw_scores = dict(keyword)
+    if fusion is Fusion.RECIPROCAL_RANK:
+        fused = reciprocal_rank([[c for c, _ in dense], [c for c, _ in keyword]], k=settings.rrf_k)
+    else:
+        boosts = {cid: settings.source_boost.get(row["content_type"] or "", 0.5) for cid, row in rows.items()}
+        fused = weighted(
+            {cid: 1.0 - row["distance"] for cid, row in rows.items()},
+            kw_scores,
+            boosts,
+            w_semantic=settings.weight_semantic,
+            w_keyword=settings.weight_keyword,
+            w_source=settings.weight_source,
+        )
+    ranked = sorted(fused.items(), key=lambda item: (-item[1], item[0]))
+    hits: list[Hit] = []
+    for cid, score in ranked:
+        row = rows.get(cid)
+        if row is None:  # deleted between the index queries and the fetch
+            continue
+        if threshold is not None and row["distance"] > threshold:
+            continue
+        hits.append(
+            Hit(
+                **row,
+                similarity=1.0 - row["distance"],
+                keyword_score=kw_scores.get(cid, 0.0),
+                fused_score=score,
+            )
+        )
+        if len(hits) == top_k:
+            break
+    t4 = time.perf_counter()
+    timings.dense, timings.keyword = (t1 - t0) * 1e3, (t2 - t1) * 1e3
+    timings.fetch, timings.fuse = (t3 - t2) * 1e3, (t4 - t3) * 1e3
+    return hits
+
+
+def _fetch(conn: sa.Connection, ids: set[int], query: NDArray[np.float32]) -> dict[int, dict[str, Any]]:
+    if not ids:
+        return {}
+    result = conn.execute(
+        sa.text(
+            "SELECT c.id AS chunk_id, c.document_id, d.name AS document_name, d.title, c.version, "
+            "d.content_type, c.page, c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, "
+            "c.total_chunks, c.text, (c.embedding <=> CAST(:q AS vector)) AS distance "
+            "FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "WHERE c.id = ANY(:ids) AND d.is_active"
+        ),
+        {"ids": list(ids), "q": to_pgvector(query)},
+    )
+    return {row.chunk_id: dict(row._mapping) for row in result}

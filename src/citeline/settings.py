@@ -1,0 +1,87 @@
+"""All of citeline's settings in one object, read from ``CITELINE_*`` environment variables or ``.env``.
+
+The object is passed down explicitly; no module reads the environment on its own.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+NAMESPACE_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+
+
+class Fusion(StrEnum):
+    """How dense and keyword rankings are combined."""
+
+    RECIPROCAL_RANK = "rrf"
+    WEIGHTED = "weighted"
+
+
+class Settings(BaseSettings):
+    """citeline's configuration. Every field can be set as ``CITELINE_<FIELD>``."""
+
+    model_config = SettingsConfigDict(env_prefix="CITELINE_", env_file=".env", extra="ignore")
+
+    data_dir: Path = Field(
+        default=Path("citeline-data"),
+        description="Where the embedded PostgreSQL and stored original files live.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="postgresql:// URL of an external server with pgvector; unset means embedded mode.",
+    )
+    namespace: str = Field(
+        default="default",
+        description="Independent collection of documents (one PostgreSQL schema each).",
+    )
+
+    embedding_model: str = Field(default="onnx:all-MiniLM-L6-v2", description="provider:model string.")
+    embed_batch_size: Annotated[int, Field(ge=1, le=1024)] = 32
+    embed_threads: Annotated[int, Field(ge=0, le=256, description="0 means all cores.")] = 0
+
+    chunk_size: Annotated[int, Field(ge=50, le=20_000)] = 1000
+    chunk_overlap: Annotated[int, Field(ge=0, le=10_000)] = 150
+
+    fusion: Fusion = Fusion.RECIPROCAL_RANK
+    rrf_k: Annotated[int, Field(ge=1)] = 60
+    weight_semantic: Annotated[float, Field(ge=0)] = 0.6
+    weight_keyword: Annotated[float, Field(ge=0)] = 0.2
+    weight_source: Annotated[float, Field(ge=0)] = 0.2
+    source_boost: dict[str, float] = Field(
+        default_factory=lambda: {
+            "application/pdf": 1.0,
+            "text/markdown": 1.0,
+            "text/html": 0.8,
+            "text/plain": 0.8,
+            "text/csv": 0.5,
+        },
+        description="Per content type, in [0, 1]; used by weighted fusion.",
+    )
+    candidates: Annotated[int, Field(ge=1, le=10_000)] = 100
+    top_k: Annotated[int, Field(ge=1, le=10_000)] = 10
+    distance_threshold: Annotated[float | None, Field(ge=0, le=2)] = None
+    hnsw_ef_search: Annotated[int, Field(ge=1, le=1000)] = 100
+    exact_search_below: Annotated[int, Field(ge=0)] = 20_000
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_is_identifier(cls, value: str) -> str:
+        if not NAMESPACE_PATTERN.match(value):
+            raise ValueError(
+                f"namespace {value!r} must start with a lowercase letter and hold only a-z, 0-9 and _ "
+                "(at most 41 characters)"
+            )
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _url_is_postgres(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+            raise ValueError("database_url must be a postgresql:// URL")
+        return value

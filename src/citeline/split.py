@@ -1,0 +1,217 @@
+"""Split pages into chunks with a recursive character splitter that streams page by page.
+
+Each region of a page (the whole text, or each CSV record) is cut into *pieces*: a region that fits
+in ``chunk_size`` is one piece; a larger one is cut at blank lines, then line breaks, then sentence
+ends, then whitespace, then every few characters, going one level finer only for the parts that
+still do not fit. Neighbouring pieces are then merged greedily into chunks of at most ``chunk_size``
+characters, each chunk after the first reaching back up to ``chunk_overlap`` characters into the
+previous one.
+
+Pieces and chunks are ``(start, end)`` offsets into the page text with surrounding whitespace moved
+outside them, so a chunk's text is always ``page.text[start:end]`` and never blank.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator
+
+from citeline.errors import InvalidRequestError
+from citeline.types import ChunkDraft, Page
+
+__all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "split"]
+
+DEFAULT_CHUNK_SIZE = 1000
+"""Characters per chunk unless the caller asks otherwise."""
+
+DEFAULT_CHUNK_OVERLAP = 150
+"""Characters each chunk repeats from the end of the one before it, unless the caller asks otherwise."""
+
+_Span = tuple[int, int]
+_Cuts = Callable[[str, int, int], Iterator[int]]
+
+_PARAGRAPH = re.compile(r"\n[^\S\n]*\n")
+_LINE = re.compile(r"\n")
+# A terminator, with any closing quotes or brackets (escaped to keep this file ASCII-readable),
+# that whitespace follows; or a CJK full stop, which needs none since those scripts put no space
+# between sentences.
+_CLOSERS = r"\"'\u201d\u2019)\]\u300d\u300f\uff09"
+_SENTENCE = re.compile(rf"[.?!][{_CLOSERS}]*(?=\s)|[\u3002\uff01\uff1f]+[{_CLOSERS}]*")
+_WHITESPACE = re.compile(r"\s+")
+_NON_SPACE = re.compile(r"\S")
+_WORD_START = re.compile(r"(?<=\s)\S")
+
+# Lower-case words that a period follows without ending the sentence ("et al." ends in "al").
+_ABBREVIATIONS = frozenset(
+    {
+        "al", "approx", "ca", "cf", "ch", "co", "corp", "dept", "dr", "eq", "eqs", "fig", "figs",
+        "inc", "jr", "ltd", "mr", "mrs", "ms", "p", "pp", "prof", "ref", "refs", "sec", "sr", "st",
+        "tab", "vol", "vs",
+    }
+)  # fmt: skip
+# "e.g", "i.e", "U.S", "Ph.D": letters with inner periods; or one capital letter, an initial.
+_DOTTED_OR_INITIAL = re.compile(r"(?:[^\W\d_]{1,2}\.)+[^\W\d_]{1,2}|[A-Z]")
+_OPENING_PUNCTUATION = "([{\"'\u201c\u2018"
+# An abbreviation is never longer than this, so only this much text before a period is examined.
+_ABBREVIATION_WINDOW = 12
+
+
+def split(pages: Iterable[Page], *, chunk_size: int, chunk_overlap: int) -> Iterator[ChunkDraft]:
+    """Cut ``pages`` into chunks of at most ``chunk_size`` characters, lazily, in page order.
+
+    Pages are consumed one at a time and chunks are yielded as soon as they are known, so a long
+    document never sits in memory whole. Chunks never cross a page; ``index`` runs from 0 across all
+    pages. Each chunk after the first of a page (or of a CSV record) starts up to ``chunk_overlap``
+    characters before the end of the previous one, at the start of a word. When a page has
+    ``records``, each record becomes one chunk (several if it is longer than ``chunk_size``) and text
+    outside the records is ignored.
+
+    Raises :class:`InvalidRequestError` at once if ``chunk_size`` or ``chunk_overlap`` is out of
+    range, and :class:`ValueError` while iterating if a page's record lies outside its text.
+    """
+    if chunk_size < 1:
+        raise InvalidRequestError(f"chunk_size must be at least 1 character, got {chunk_size}")
+    if not 0 <= chunk_overlap < chunk_size:
+        raise InvalidRequestError(
+            f"chunk_overlap must be at least 0 and less than chunk_size ({chunk_size}), got {chunk_overlap}"
+        )
+    return _split(pages, chunk_size, chunk_overlap)
+
+
+def _split(pages: Iterable[Page], size: int, overlap: int) -> Iterator[ChunkDraft]:
+    index = 0
+    carried: str | None = None
+    for page in pages:
+        text = page.text
+        sections = sorted(page.sections, key=lambda section: section.start)
+        section_starts = [section.start for section in sections]
+        regions = page.records if page.records is not None else ((0, len(text)),)
+        for region_start, region_end in regions:
+            if not 0 <= region_start <= region_end <= len(text):
+                raise ValueError(
+                    f"page {page.number}: record ({region_start}, {region_end}) is not a span of its "
+                    f"{len(text)}-character text"
+                )
+            for start, end in _chunk_spans(text, region_start, region_end, size, overlap):
+                in_force = bisect_right(section_starts, start)
+                yield ChunkDraft(
+                    index=index,
+                    text=text[start:end],
+                    page=page.number,
+                    start=start,
+                    end=end,
+                    section=sections[in_force - 1].heading if in_force else carried,
+                )
+                index += 1
+        if sections:
+            carried = sections[-1].heading
+
+
+def _chunk_spans(text: str, start: int, end: int, size: int, overlap: int) -> Iterator[_Span]:
+    """Merge the pieces of ``text[start:end]`` greedily into overlapping chunks of at most ``size``."""
+    chunk: _Span | None = None
+    previous: _Span | None = None
+    for piece_start, piece_end in _pieces(text, start, end, 0, size, size - overlap):
+        if chunk is not None:
+            if piece_end - chunk[0] <= size:
+                chunk = (chunk[0], piece_end)
+                continue
+            yield chunk
+            previous = chunk
+        if previous is None or overlap == 0:
+            chunk = (piece_start, piece_end)
+        else:
+            chunk = (_overlap_start(text, previous, piece_start, piece_end, size, overlap), piece_end)
+    if chunk is not None:
+        yield chunk
+
+
+def _overlap_start(
+    text: str, previous: _Span, piece_start: int, piece_end: int, size: int, overlap: int
+) -> int:
+    """Where a chunk whose first new piece is ``text[piece_start:piece_end]`` should start.
+
+    As far back as ``overlap`` allows, but after the previous chunk's start (so starts strictly
+    increase) and no further back than leaves room for the piece; then forward to a word start.
+    """
+    previous_start, previous_end = previous
+    earliest = max(previous_end - overlap, previous_start + 1, piece_end - size)
+    if earliest >= previous_end:
+        return piece_start
+    word = _WORD_START.search(text, earliest, previous_end)
+    if word is not None:
+        return word.start()
+    # No word starts in the overlap: only if the previous chunk already had to cut through a word
+    # (text without whitespace) may the overlap start inside that word; otherwise there is none.
+    cut_through_word = not text[previous_end - 1].isspace() and not text[previous_end].isspace()
+    return earliest if cut_through_word else piece_start
+
+
+def _pieces(text: str, start: int, end: int, level: int, size: int, stride: int) -> Iterator[_Span]:
+    """Yield whitespace-trimmed spans, each at most ``size`` long, covering ``text[start:end]``.
+
+    Separators are tried from ``level`` on; a part that fits in ``size`` is never cut further. Text
+    without whitespace is cut every ``stride`` characters, which leaves the merge room for overlap.
+    """
+    start, end = _strip(text, start, end)
+    if end - start <= size:
+        if start < end:
+            yield start, end
+        return
+    for depth in range(level, len(_CUTTERS)):
+        cuts = _CUTTERS[depth](text, start, end)
+        first = next(cuts, None)
+        if first is None:
+            continue
+        yield from _pieces(text, start, first, depth + 1, size, stride)
+        previous = first
+        for cut in cuts:
+            yield from _pieces(text, previous, cut, depth + 1, size, stride)
+            previous = cut
+        yield from _pieces(text, previous, end, depth + 1, size, stride)
+        return
+    for offset in range(start, end, stride):
+        yield offset, min(offset + stride, end)
+
+
+def _strip(text: str, start: int, end: int) -> _Span:
+    """Shrink ``(start, end)`` past leading and trailing whitespace; empty if it is all whitespace."""
+    first = _NON_SPACE.search(text, start, end)
+    if first is None:
+        return end, end
+    while text[end - 1].isspace():
+        end -= 1
+    return first.start(), end
+
+
+def _separator_cuts(pattern: re.Pattern[str]) -> _Cuts:
+    def cuts(text: str, start: int, end: int) -> Iterator[int]:
+        for match in pattern.finditer(text, start, end):
+            yield match.end()
+
+    return cuts
+
+
+def _sentence_cuts(text: str, start: int, end: int) -> Iterator[int]:
+    for match in _SENTENCE.finditer(text, start, end):
+        period = match.start()
+        if text[period] == "." and _is_abbreviation(text[max(start, period - _ABBREVIATION_WINDOW) : period]):
+            continue
+        yield match.end()
+
+
+def _is_abbreviation(before_period: str) -> bool:
+    """Whether the word ending ``before_period`` is one a period follows mid-sentence."""
+    if not before_period or before_period[-1].isspace():
+        return False
+    word = before_period.split()[-1].lstrip(_OPENING_PUNCTUATION)
+    return word.lower() in _ABBREVIATIONS or _DOTTED_OR_INITIAL.fullmatch(word) is not None
+
+
+_CUTTERS: tuple[_Cuts, ...] = (
+    _separator_cuts(_PARAGRAPH),
+    _separator_cuts(_LINE),
+    _sentence_cuts,
+    _separator_cuts(_WHITESPACE),
+)

@@ -1,0 +1,89 @@
+"""Text to keyword terms, used the same way when indexing and when querying.
+
+Ordinary words are lowercased, stop words dropped and Snowball-stemmed. Technical tokens are kept
+whole and unstemmed: hyphenated terms and acronyms (``LDL-C``, ``FH``, ``BMI``) and tokens mixing
+letters and digits (``COVID-19``, ``p53``); their parts are indexed too, so ``LDL cholesterol``
+still matches ``LDL-C``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import Stemmer
+
+# Words joined by hyphens, slashes or apostrophes stay one token; a leading sign or decimals stay on numbers.
+_TOKEN = re.compile(r"[^\W_]+(?:[-'’/.][^\W_]+)*", re.UNICODE)
+_JOINERS = re.compile(r"[-'’/.]")
+_POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)
+
+ENGLISH_STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further had
+    has have having he her here hers herself him himself his how i if in into is it its itself just
+    me more most my myself no nor not now of off on once only or other our ours ourselves out over own
+    same she should so some such than that the their theirs them themselves then there these they this
+    those through to too under until up very was we were what when where which while who whom why
+    will with would you your yours yourself yourselves""".split()
+)
+
+
+@dataclass(frozen=True)
+class Analyzer:
+    """A keyword analyzer. Each step can be switched off, and the stop list extended per index."""
+
+    lowercase: bool = True
+    stem: bool = True
+    stop_words: bool = True
+    keep_technical: bool = True
+    extra_stop_words: frozenset[str] = field(default_factory=frozenset)
+    language: str = "english"
+
+    @cached_property
+    def _stemmer(self) -> Stemmer.Stemmer:
+        return Stemmer.Stemmer(self.language)
+
+    @cached_property
+    def _stops(self) -> frozenset[str]:
+        base = ENGLISH_STOP_WORDS if self.stop_words else frozenset()
+        return base | {w.lower() for w in self.extra_stop_words}
+
+    def terms(self, text: str) -> list[str]:
+        """The terms of ``text``, in order, with repeats (a term's count is its frequency)."""
+        out: list[str] = []
+        stops = self._stops
+        for match in _TOKEN.finditer(text):
+            token = _POSSESSIVE.sub("", match.group())
+            if self.lowercase:
+                token = token.lower()
+            if self.keep_technical and _is_technical(match.group()):
+                out.append(token)
+                parts = [p for p in _JOINERS.split(token) if p and p.lower() not in stops]
+                if len(parts) > 1:
+                    out.extend(self._stem(p) for p in parts)
+                continue
+            for word in _JOINERS.split(token) if not self.keep_technical else (token,):
+                if word and word.lower() not in stops:
+                    out.append(self._stem(word))
+        return out
+
+    def term_counts(self, text: str) -> Counter[str]:
+        """Each term of ``text`` with its frequency."""
+        return Counter(self.terms(text))
+
+    def _stem(self, word: str) -> str:
+        return str(self._stemmer.stemWord(word)) if self.stem else word
+
+
+def _is_technical(token: str) -> bool:
+    """Acronyms, hyphenated compounds and letter-digit mixes: exact terms a reader searches for verbatim."""
+    if any(c in token for c in "-/") and len(token) > 2:
+        return True
+    upper = sum(c.isupper() for c in token)
+    if upper >= 2 and upper * 2 >= sum(c.isalpha() for c in token):
+        return True
+    has_digit = any(c.isdigit() for c in token)
+    return has_digit and any(c.isalpha() for c in token)

@@ -1,0 +1,151 @@
+"""The catalog's tables, as SQLAlchemy 2 models. Alembic migrations create them; this module describes them.
+
+A ``Document`` row is one *version* of a source. Readers only ever see the active version of each
+source; a new version is filled invisibly and swapped in by one transaction. Chunks, their vectors and
+their keyword postings hang off a version with ``ON DELETE CASCADE``, so deleting a version can leave
+nothing behind.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Status(StrEnum):
+    """Where a document version is in its life."""
+
+    PENDING = "pending"
+    QUEUED = "queued"
+    PROCESSING = "processing"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Document(Base):
+    __tablename__ = "documents"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(Text)
+    title: Mapped[str | None] = mapped_column(Text)
+    source_uri: Mapped[str] = mapped_column(Text)
+    content_type: Mapped[str | None] = mapped_column(String(100))
+    file_path: Mapped[str | None] = mapped_column(Text)
+    content_hash: Mapped[str | None] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    is_active: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    status: Mapped[str] = mapped_column(String(20), server_default=Status.PENDING.value)
+    error: Mapped[str | None] = mapped_column(Text)
+    duration_ms: Mapped[float | None] = mapped_column(Float)
+    processed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    page_count: Mapped[int | None] = mapped_column(Integer)
+    vector_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    embedding_model: Mapped[str | None] = mapped_column(Text)
+    chunk_size: Mapped[int | None] = mapped_column(Integer)
+    chunk_overlap: Mapped[int | None] = mapped_column(Integer)
+    category: Mapped[str | None] = mapped_column(Text)
+    tags: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default=text("'{}'"))
+    uploaded_by: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('pending', 'queued', 'processing', 'completed', 'failed')", name="documents_status"
+        ),
+        # At most one visible version per source.
+        Index("documents_one_active", "source_uri", unique=True, postgresql_where=text("is_active")),
+        Index("documents_source_version", "source_uri", "version", unique=True),
+        Index("documents_scopes", "scopes", postgresql_using="gin"),
+        Index("documents_tags", "tags", postgresql_using="gin"),
+    )
+
+
+class Chunk(Base):
+    __tablename__ = "chunks"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    document_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("documents.id", ondelete="CASCADE")
+    )
+    version: Mapped[int] = mapped_column(Integer)
+    chunk_index: Mapped[int] = mapped_column(Integer)
+    total_chunks: Mapped[int | None] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    text_hash: Mapped[str] = mapped_column(String(64))
+    page: Mapped[int] = mapped_column(Integer)
+    start_offset: Mapped[int] = mapped_column(Integer)
+    end_offset: Mapped[int] = mapped_column(Integer)
+    section: Mapped[str | None] = mapped_column(Text)
+    # Untyped so vectors of any model fit; each model gets its own partial HNSW index over a cast to
+    # its dimension (see vectors.ensure_index), which is also what keeps vector spaces apart.
+    embedding: Mapped[Any] = mapped_column(Vector())
+    embedding_model: Mapped[str] = mapped_column(Text)
+    token_count: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (
+        Index("chunks_document", "document_id", "chunk_index"),
+        Index("chunks_model_hash", "embedding_model", "text_hash"),
+    )
+
+
+class Posting(Base):
+    """One keyword entry: term ``term`` occurs ``tf`` times in chunk ``chunk_id`` of length ``dl``.
+
+    ``document_id`` and ``dl`` are copies (immutable for a chunk's life) so BM25 can be scored from
+    the term index alone, joining only the small documents table for filters.
+    """
+
+    __tablename__ = "postings"
+
+    chunk_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("chunks.id", ondelete="CASCADE"), primary_key=True
+    )
+    term: Mapped[str] = mapped_column(Text, primary_key=True)
+    tf: Mapped[int] = mapped_column(Integer)
+    dl: Mapped[int] = mapped_column(Integer)
+    document_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+
+    __table_args__ = (
+        Index("postings_term", "term", postgresql_include=["chunk_id", "tf", "dl", "document_id"]),
+    )
+
+
+class CorpusStats(Base):
+    """Totals over the active chunks, kept in step by the transactions that change them (BM25 needs N, avgdl)."""
+
+    __tablename__ = "corpus_stats"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    chunk_count: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    token_total: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+
+    __table_args__ = (CheckConstraint("id = 1", name="corpus_stats_single_row"),)

@@ -1,0 +1,106 @@
+"""Dense search over pgvector: one partial HNSW index per embedding model, exact scans for narrow filters.
+
+Vectors of every model share the ``chunks.embedding`` column; each model gets an HNSW index over a
+cast to its dimension, restricted to its own rows. A query names its model, so it can only ever be
+compared with vectors of the same space.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from numpy.typing import NDArray
+
+# Ask the ANN index for more candidates while rows fail the filters (pgvector >= 0.8): filtered
+# queries still fill k without falling back to a full scan.
+_ITERATIVE = "SET LOCAL hnsw.iterative_scan = relaxed_order"
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def index_name(model: str) -> str:
+    return "chunks_hnsw_" + hashlib.sha1(model.encode()).hexdigest()[:12]
+
+
+def ensure_index(conn: sa.Connection, model: str, dimension: int) -> None:
+    """Create the model's HNSW index (cosine) if it does not exist yet."""
+    name = index_name(model)
+    exists = conn.execute(
+        sa.text("SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = :n"), {"n": name}
+    ).first()
+    if exists:
+        return
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:n))"), {"n": name})
+    conn.execute(
+        sa.text(
+            f"CREATE INDEX IF NOT EXISTS {name} ON chunks USING hnsw "
+            f"((embedding::vector({int(dimension)})) vector_cosine_ops) "
+            f"WITH (m = 16, ef_construction = 64) WHERE embedding_model = {_literal(model)}"
+        )
+    )
+
+
+def to_pgvector(vector: NDArray[np.float32]) -> str:
+    return "[" + ",".join(f"{x:.7g}" for x in vector.tolist()) + "]"
+
+
+def dense_search(
+    conn: sa.Connection,
+    query: NDArray[np.float32],
+    *,
+    model: str,
+    where: str,
+    params: dict[str, Any],
+    limit: int,
+    ef_search: int,
+    exact_below: int,
+    filtered: bool,
+) -> list[tuple[int, float]]:
+    """The ``limit`` nearest active chunks to ``query`` that satisfy ``where``: ``(chunk_id, distance)``.
+
+    When the filter leaves at most ``exact_below`` chunks, they are scanned exactly (cheap, and no
+    approximate index can miss one); otherwise the HNSW index is walked with iterative scanning.
+    """
+    dim = int(query.shape[0])
+    cast = f"c.embedding::vector({dim})"
+    bind = {**params, "q": to_pgvector(query), "lim": limit, "m": model}
+    if filtered:
+        doc_ids, in_scope = conn.execute(
+            sa.text(
+                f"SELECT coalesce(array_agg(d.id), '{{}}'), coalesce(sum(d.vector_count), 0) "
+                f"FROM documents d WHERE {where} AND d.embedding_model = :m"
+            ),
+            bind,
+        ).one()
+        if int(in_scope) <= exact_below:
+            if not doc_ids:
+                return []
+            # Ordering by the uncast expression keeps the planner off the ANN index: this scan is exact.
+            rows = conn.execute(
+                sa.text(
+                    "SELECT c.id, c.embedding <=> CAST(:q AS vector) AS distance FROM chunks c "
+                    "WHERE c.document_id = ANY(CAST(:ids AS uuid[])) AND c.embedding_model = :m "
+                    "ORDER BY distance LIMIT :lim"
+                ),
+                {**bind, "ids": list(doc_ids)},
+            ).all()
+            return [(int(r[0]), float(r[1])) for r in rows]
+    conn.execute(sa.text(_ITERATIVE))
+    conn.execute(sa.text(f"SET LOCAL hnsw.ef_search = {max(int(ef_search), limit)}"))
+    rows = conn.execute(
+        sa.text(
+            f"WITH nearest AS MATERIALIZED ("
+            f"SELECT c.id, {cast} <=> CAST(:q AS vector({dim})) AS distance "
+            f"FROM chunks c JOIN documents d ON d.id = c.document_id "
+            f"WHERE c.embedding_model = {_literal(model)} AND {where} "
+            f"ORDER BY {cast} <=> CAST(:q AS vector({dim})) LIMIT :lim"
+            f") SELECT id, distance FROM nearest ORDER BY distance"
+        ),
+        bind,
+    ).all()
+    return [(int(r[0]), float(r[1])) for r in rows]
