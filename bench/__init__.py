@@ -1,0 +1,1 @@
+"""citeline's benchmarks: run with ``make bench`` (``python -m bench.run``)."""

@@ -1,0 +1,178 @@
+"""``make bench``: embedder throughput, end-to-end ingest throughput, hybrid search latency at 100k chunks.
+
+Figures are medians over repeats, and ratios are measured side by side in one run: these machines are
+small (2 cores) and noisy, so absolute numbers move between runs while ratios hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import resource
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+
+from citeline.engine import Citeline
+from citeline.eval.metrics import percentile
+from citeline.ingest import IngestOptions, Source
+from citeline.retrieve.filters import Filters
+from citeline.retrieve.search import SearchRequest, Timings
+from citeline.settings import Settings
+from citeline.store import catalog
+from citeline.store.catalog import ChunkRow, Labels, VersionSpec
+from citeline.store.vectors import ensure_index, index_name
+from citeline.types import LoadedSource, Page
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+SCIFACT = SHARED / "eval" / "scifact"
+
+
+def chunk_texts(n: int) -> list[str]:
+    """The fixed chunk set: the first ``n`` SciFact abstracts as ``title + blank line + text``."""
+    out: list[str] = []
+    with (SCIFACT / "corpus.jsonl").open(encoding="utf-8") as fh:
+        for line in fh:
+            item = json.loads(line)
+            out.append(f"{item['title']}\n\n{item['text']}")
+            if len(out) == n:
+                break
+    return out
+
+
+def bench_ingest(settings: Settings, texts: list[str], repeat: int) -> dict[str, float]:
+    """End-to-end ingest (split, analyse, embed, COPY, swap) of the texts as one document each."""
+    rates = []
+    for _ in range(repeat):
+        ns = Settings(**{**settings.model_dump(), "namespace": f"bench_ingest_{uuid.uuid4().hex[:8]}"})
+        with Citeline(ns) as cl:
+            cl.embedder.embed(["warm up"])
+            sources = [
+                Source(
+                    f"t{i}",
+                    f"bench://{i}",
+                    f"t{i}",
+                    hashlib.sha256(t.encode()).hexdigest(),
+                    lambda t=t: LoadedSource("text/plain", "t", iter([Page(1, t)])),
+                )
+                for i, t in enumerate(texts)
+            ]
+            # Chunks as large as the texts, so each text is exactly one chunk, as in the bare embedder run.
+            start = time.perf_counter()
+            results = cl.ingestor().ingest(sources, IngestOptions(chunk_size=20_000, chunk_overlap=0))
+            elapsed = time.perf_counter() - start
+            chunks = sum(r.chunks for r in results)
+            assert chunks == len(texts), f"expected one chunk per text, got {chunks}"
+            rates.append(chunks / elapsed)
+            with cl.engine.begin() as conn:
+                conn.execute(sa.text(f"DROP SCHEMA citeline_{ns.namespace} CASCADE"))
+    return {"ingest_chunks_per_s": statistics.median(rates)}
+
+
+def build_search_corpus(cl: Citeline, size: int, scopes: int) -> None:
+    """``size`` chunks from real SciFact texts and vectors, repeated with jittered vectors.
+
+    Documents hold 100 chunks; one in ``scopes + 1`` is universal, the rest spread over ``scopes`` scopes.
+    """
+    with cl.engine.connect() as conn:
+        have = conn.execute(sa.text("SELECT chunk_count FROM corpus_stats")).scalar_one()
+    if have >= size:
+        return
+    base = chunk_texts(2000)
+    print(f"building a {size:,}-chunk search corpus (once; kept in namespace {cl.settings.namespace})", file=sys.stderr)
+    vectors = cl.embedder.embed(base)
+    model, dim = cl.embedder.model_id, cl.embedder.dimension
+    rng = np.random.default_rng(7)
+    rows_base = [
+        ChunkRow(0, t, 1, 0, len(t), None, dict(c), sum(c.values()))
+        for t in base
+        for c in [cl.analyzer.term_counts(t)]
+    ]
+    with cl.engine.begin() as conn:
+        conn.execute(sa.text(f"DROP INDEX IF EXISTS {index_name(model)}"))
+    per_doc = 100
+    for d in range(size // per_doc):
+        scope = [] if d % (scopes + 1) == 0 else [f"scope-{d % (scopes + 1)}"]
+        picks = rng.integers(0, len(base), per_doc)
+        jitter = rng.normal(0, 0.02, (per_doc, dim)).astype(np.float32)
+        vecs = vectors[picks] + jitter
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        rows = [
+            ChunkRow(i, rows_base[p].text, 1, 0, len(rows_base[p].text), None, rows_base[p].terms, rows_base[p].token_count)
+            for i, p in enumerate(picks)
+        ]
+        with cl.engine.begin() as conn:
+            spec = VersionSpec(uuid.uuid4().hex, model, 1000, 150)
+            doc, _ = catalog.begin_version(conn, source_uri=f"bench://doc/{d}", name=f"doc-{d}", spec=spec, labels=Labels(scopes=tuple(scope)))
+            catalog.insert_chunks(conn, doc, model, rows, vecs)
+            catalog.activate(conn, doc, title=f"doc {d}", content_type="text/plain", file_path=None, page_count=1, duration_ms=0)
+    with cl.engine.begin() as conn:
+        conn.execute(sa.text("SET maintenance_work_mem = '1GB'"))
+        ensure_index(conn, model, dim)
+        conn.execute(sa.text("ANALYZE"))
+
+
+def bench_search(settings: Settings, size: int, queries: int, scopes: int) -> dict[str, float]:
+    ns = Settings(**{**settings.model_dump(), "namespace": f"bench_search_{size}"})
+    with Citeline(ns) as cl:
+        build_search_corpus(cl, size, scopes)
+        qs = [json.loads(l)["text"] for l in (SCIFACT / "queries.jsonl").open(encoding="utf-8")][:queries]
+        out: dict[str, float] = {}
+        for label, filters in (("unfiltered", Filters()), ("scoped", Filters(scopes=("scope-3",)))):
+            totals, dense, keyword = [], [], []
+            for q in qs[:10]:
+                cl.search(SearchRequest(q, filters=filters))  # warm caches
+            for q in qs:
+                t = Timings()
+                start = time.perf_counter()
+                cl.search(SearchRequest(q, filters=filters), timings=t)
+                totals.append((time.perf_counter() - start) * 1e3)
+                dense.append(t.dense)
+                keyword.append(t.keyword)
+            out[f"search_{label}_p50_ms"] = percentile(totals, 50)
+            out[f"search_{label}_p99_ms"] = percentile(totals, 99)
+            out[f"search_{label}_dense_p50_ms"] = percentile(dense, 50)
+            out[f"search_{label}_keyword_p50_ms"] = percentile(keyword, 50)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--chunks", type=int, default=1000, help="size of the fixed chunk set")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--search-size", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["embed", "ingest", "search"])
+    args = parser.parse_args(argv)
+    settings = Settings()
+    report: dict[str, Any] = {}
+    texts = chunk_texts(args.chunks)
+    if "embed" not in args.skip:
+        from bench.embedder import run as run_embedder
+
+        report.update(run_embedder(SCIFACT / "corpus.jsonl", args.chunks, args.repeat))
+    if "ingest" not in args.skip:
+        report.update(bench_ingest(settings, texts, args.repeat))
+        bare = report.get("citeline_chunks_per_s")
+        if bare:
+            report["ingest_vs_bare_embedder"] = report["ingest_chunks_per_s"] / bare
+    if "search" not in args.skip:
+        report.update(bench_search(settings, args.search_size, args.queries, scopes=9))
+    report["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    width = max(len(k) for k in report)
+    for key, value in report.items():
+        print(f"{key:<{width}}  {value:.3f}" if isinstance(value, float) else f"{key:<{width}}  {value}")
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    random.seed(0)
+    main()

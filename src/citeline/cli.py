@@ -1,0 +1,316 @@
+"""The ``citeline`` command: a thin shell over :class:`citeline.engine.Citeline`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from citeline.engine import Citeline
+from citeline.errors import CitelineError, InvalidRequestError
+from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
+from citeline.retrieve.filters import Filters
+from citeline.retrieve.search import SearchRequest
+from citeline.settings import Fusion, Settings
+
+app = typer.Typer(help="citeline: ingest documents, search them, answer with citations.", no_args_is_help=True)
+docs_app = typer.Typer(help="List, show and delete documents.", no_args_is_help=True)
+app.add_typer(docs_app, name="docs")
+
+console = Console()
+err = Console(stderr=True)
+
+T = TypeVar("T")
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    data_dir: Annotated[Path | None, typer.Option(help="Data directory (CITELINE_DATA_DIR).")] = None,
+    namespace: Annotated[str | None, typer.Option(help="Namespace (CITELINE_NAMESPACE).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what happens.")] = False,
+) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    overrides: dict[str, Any] = {}
+    if data_dir is not None:
+        overrides["data_dir"] = data_dir
+    if namespace is not None:
+        overrides["namespace"] = namespace
+    ctx.obj = overrides
+
+
+def _settings(ctx: typer.Context, **more: Any) -> Settings:
+    try:
+        return Settings(**{**(ctx.obj or {}), **more})
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] invalid setting: {exc}")
+        raise typer.Exit(78) from exc
+
+
+@contextmanager
+def _citeline(ctx: typer.Context, **more: Any) -> Iterator[Citeline]:
+    """Open the library; turn its errors into a message and the error's exit code."""
+    try:
+        with Citeline(_settings(ctx, **more)) as cl:
+            yield cl
+    except CitelineError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(exc.exit_code) from exc
+
+
+def _guard(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except CitelineError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(exc.exit_code) from exc
+
+
+def _parse_metadata(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidRequestError(f"metadata must be KEY=VALUE, got {pair!r}")
+        out[key] = value
+    return out
+
+
+@app.command()
+def ingest(
+    ctx: typer.Context,
+    paths: Annotated[list[str], typer.Argument(help="Files, folders (recursively) or http(s) URLs.")],
+    scope: Annotated[list[str], typer.Option("--scope", "-s", help="Scope (repeatable); none = universal.")] = [],  # noqa: B006
+    category: Annotated[str | None, typer.Option(help="Category path, e.g. Engineering/Security.")] = None,
+    tag: Annotated[list[str], typer.Option("--tag", "-t", help="Tag (repeatable).")] = [],  # noqa: B006
+    meta: Annotated[list[str], typer.Option("--meta", help="Metadata KEY=VALUE (repeatable).")] = [],  # noqa: B006
+    chunk_size: Annotated[int | None, typer.Option(help="Characters per chunk.")] = None,
+    chunk_overlap: Annotated[int | None, typer.Option(help="Characters shared by neighbouring chunks.")] = None,
+    allow_private_urls: Annotated[bool, typer.Option(help="Allow URLs on loopback/private networks.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per source.")] = False,
+) -> None:
+    """Ingest documents: PDF, text, Markdown, HTML (file or URL) and CSV."""
+    options = _guard(
+        lambda: IngestOptions(
+            scopes=tuple(scope),
+            category=category,
+            tags=tuple(tag),
+            metadata=_parse_metadata(meta),
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+        )
+    )
+    sources = discover(paths)
+    if not sources:
+        err.print("[yellow]nothing to ingest:[/yellow] no supported files under " + ", ".join(paths))
+        raise typer.Exit(1)
+    with _citeline(ctx) as cl:
+        results: list[IngestResult] = []
+        progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            disable=as_json or not err.is_terminal,
+            transient=True,
+        )
+        with progress:
+            task = progress.add_task("ingesting", total=len(sources))
+
+            def on_result(result: IngestResult) -> None:
+                progress.advance(task)
+                if as_json:
+                    console.print_json(json.dumps(result.as_dict()))
+                else:
+                    progress.console.print(_describe(result), highlight=False)
+
+            cl.embedder  # load the model before the clock of the first file starts  # noqa: B018
+            results = cl.ingest(sources, options, progress=on_result, allow_private_urls=allow_private_urls)
+    failed = sum(r.outcome is Outcome.FAILED for r in results)
+    if not as_json:
+        counts = {o: sum(r.outcome is o for r in results) for o in Outcome}
+        summary = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n)
+        err.print(f"{len(results)} sources: {summary}; {sum(r.chunks for r in results if r.outcome in (Outcome.ADDED, Outcome.UPDATED))} chunks stored")
+    if failed:
+        raise typer.Exit(65)
+
+
+def _describe(result: IngestResult) -> str:
+    colour = {
+        Outcome.ADDED: "green",
+        Outcome.UPDATED: "green",
+        Outcome.UNCHANGED: "dim",
+        Outcome.RELABELLED: "cyan",
+        Outcome.FAILED: "red",
+    }[result.outcome]
+    if result.outcome is Outcome.FAILED:
+        return f"[{colour}]failed[/{colour}]     {result.error}"
+    doc = result.document
+    assert doc is not None
+    detail = {
+        Outcome.UNCHANGED: "content unchanged, nothing to do",
+        Outcome.RELABELLED: "content unchanged, labels updated",
+    }.get(result.outcome, f"v{doc.version}, {doc.page_count} pages, {result.chunks} chunks ({result.embedded} embedded) in {result.seconds:.1f}s")
+    return f"[{colour}]{result.outcome.value:<10}[/{colour}] {result.source}: {detail}"
+
+
+@app.command()
+def search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    scope: Annotated[list[str], typer.Option("--scope", "-s", help="Only documents in this scope (or universal).")] = [],  # noqa: B006
+    category: Annotated[str | None, typer.Option(help="Only this category or below it.")] = None,
+    tag: Annotated[list[str], typer.Option("--tag", "-t", help="Documents with any of these tags.")] = [],  # noqa: B006
+    all_tags: Annotated[list[str], typer.Option("--all-tags", help="Documents with all of these tags.")] = [],  # noqa: B006
+    content_type: Annotated[list[str], typer.Option("--type", help="Only these content types, e.g. application/pdf.")] = [],  # noqa: B006
+    meta: Annotated[list[str], typer.Option("--meta", help="Metadata KEY=VALUE that must match.")] = [],  # noqa: B006
+    top_k: Annotated[int | None, typer.Option("--top-k", "-k", help="How many hits.")] = None,
+    threshold: Annotated[float | None, typer.Option(help="Largest cosine distance kept (0..2).")] = None,
+    fusion: Annotated[Fusion | None, typer.Option(help="How to fuse dense and keyword rankings.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Hits as JSON.")] = False,
+) -> None:
+    """Hybrid search (dense + BM25) with filters applied inside the index queries."""
+    request = _guard(
+        lambda: SearchRequest(
+            query=query,
+            filters=Filters(
+                scopes=tuple(scope),
+                category=category,
+                tags_any=tuple(tag),
+                tags_all=tuple(all_tags),
+                content_types=tuple(content_type),
+                metadata=_parse_metadata(meta),
+            ),
+            top_k=top_k,
+            distance_threshold=threshold,
+            fusion=fusion,
+        )
+    )
+    with _citeline(ctx) as cl:
+        hits = cl.search(request)
+    if as_json:
+        console.print_json(json.dumps([h.as_dict() for h in hits]))
+        return
+    if not hits:
+        console.print("no hits")
+        return
+    for rank, hit in enumerate(hits, start=1):
+        where = f"{hit.document_name} p.{hit.page}" + (f" § {hit.section}" if hit.section else "")
+        console.print(
+            f"[bold][{rank}][/bold] {where}  [dim]v{hit.version} chunk {hit.chunk_id} "
+            f"chars {hit.start}-{hit.end}  similarity {hit.similarity:.3f}  bm25 {hit.keyword_score:.2f}  "
+            f"fused {hit.fused_score:.4f}[/dim]",
+            highlight=False,
+        )
+        snippet = " ".join(hit.text.split())
+        console.print("    " + (snippet[:300] + ("…" if len(snippet) > 300 else "")), highlight=False, markup=False)
+
+
+@docs_app.command("list")
+def docs_list(
+    ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False
+) -> None:
+    """Every document version: active, failed and in progress."""
+    with _citeline(ctx) as cl:
+        docs = cl.documents()
+    if as_json:
+        console.print_json(json.dumps([d.as_dict() for d in docs], default=str))
+        return
+    table = Table("id", "name", "v", "status", "chunks", "type", "scopes", "category", "tags")
+    for d in docs:
+        status = d.status + ("" if d.is_active or d.status != "completed" else " (inactive)")
+        table.add_row(
+            str(d.id)[:8],
+            d.name,
+            str(d.version),
+            status if d.status != "failed" else f"[red]failed[/red]: {d.error}",
+            str(d.vector_count),
+            d.content_type or "",
+            ",".join(d.scopes) or "(universal)",
+            d.category or "",
+            ",".join(d.tags),
+        )
+    console.print(table)
+
+
+@docs_app.command("show")
+def docs_show(
+    ctx: typer.Context,
+    doc_id: Annotated[str, typer.Argument(help="Document id (or a unique prefix).")],
+    chunks: Annotated[bool, typer.Option(help="Also print the chunks.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
+) -> None:
+    """One document's catalog entry."""
+    with _citeline(ctx) as cl:
+        doc = cl.document(doc_id)
+        rows = cl.chunks(doc) if chunks else []
+    data = doc.as_dict()
+    if as_json:
+        if chunks:
+            data["chunks"] = rows
+        console.print_json(json.dumps(data, default=str))
+        return
+    for key, value in data.items():
+        console.print(f"[bold]{key:>16}[/bold]  {value}", highlight=False)
+    for row in rows:
+        console.print(f"\n[bold]#{row['chunk_index']}[/bold] p.{row['page']} chars {row['start_offset']}-{row['end_offset']}"
+                      + (f" § {row['section']}" if row["section"] else ""))
+        console.print(row["text"], markup=False, highlight=False)
+
+
+@docs_app.command("delete")
+def docs_delete(
+    ctx: typer.Context,
+    doc_id: Annotated[str, typer.Argument(help="Document id (or a unique prefix).")],
+) -> None:
+    """Delete a document: all its versions, chunks, vectors, keyword entries and stored file."""
+    with _citeline(ctx) as cl:
+        removed = cl.delete(doc_id)
+    console.print(f"deleted {removed[0].name} ({len(removed)} version{'s' if len(removed) != 1 else ''})")
+
+
+@app.command()
+def stats(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False) -> None:
+    """Counts over the namespace: documents by status and type, chunks, postings, size."""
+    with _citeline(ctx) as cl:
+        data = cl.stats()
+    if as_json:
+        console.print_json(json.dumps(data))
+        return
+    for key, value in data.items():
+        console.print(f"[bold]{key:>20}[/bold]  {value}", highlight=False)
+
+
+@app.command("eval")
+def eval_command(
+    ctx: typer.Context,
+    folder: Annotated[Path, typer.Argument(help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv.")],
+    split_name: Annotated[str, typer.Option("--split", help="qrels file name without .tsv.")] = "test",
+    limit: Annotated[int | None, typer.Option(help="Only the first N queries.")] = None,
+    fusion: Annotated[Fusion | None, typer.Option(help="Fusion mode to evaluate.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="End with one JSON line of metrics.")] = False,
+) -> None:
+    """Evaluate retrieval on a BEIR-format folder: nDCG@10, recall@10/100, MRR@10, latency p50/p99."""
+    from citeline.eval.beir import evaluate, load_beir
+
+    data = _guard(lambda: load_beir(folder, split=split_name))
+    # A BEIR corpus gets its own namespace unless one was named, so it never mixes with real documents.
+    with _citeline(ctx, namespace=(ctx.obj or {}).get("namespace", data.namespace)) as cl:
+        report = evaluate(cl, data, limit=limit, fusion=fusion, console=err)
+    table = Table("metric", "value")
+    for key, value in report.items():
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    (err if as_json else console).print(table)
+    if as_json:
+        sys.stdout.write(json.dumps(report) + "\n")

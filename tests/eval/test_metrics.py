@@ -1,0 +1,38 @@
+"""Ranking metrics against values worked out by hand."""
+
+import math
+
+import pytest
+
+from citeline.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
+
+QRELS = {"a": 1, "c": 1}
+RANKED = ["b", "a", "d", "c"]
+
+
+def test_ndcg_by_hand() -> None:
+    dcg = 1 / math.log2(3) + 1 / math.log2(5)
+    idcg = 1 / math.log2(2) + 1 / math.log2(3)
+    assert ndcg_at(RANKED, QRELS, 10) == pytest.approx(dcg / idcg)
+    assert ndcg_at(RANKED, QRELS, 2) == pytest.approx((1 / math.log2(3)) / idcg)
+    assert ndcg_at(["a", "c"], QRELS, 10) == pytest.approx(1.0)
+    assert ndcg_at(["x"], QRELS, 10) == 0.0
+
+
+def test_graded_relevance_uses_linear_gain() -> None:
+    assert ndcg_at(["b", "a"], {"a": 1, "b": 2}, 10) == pytest.approx(1.0)
+    expected = (1 + 2 / math.log2(3)) / (2 + 1 / math.log2(3))
+    assert ndcg_at(["a", "b"], {"a": 1, "b": 2}, 10) == pytest.approx(expected)
+
+
+def test_recall_and_mrr_by_hand() -> None:
+    assert recall_at(RANKED, QRELS, 2) == 0.5
+    assert recall_at(RANKED, QRELS, 4) == 1.0
+    assert mrr_at(RANKED, QRELS, 10) == 0.5
+    assert mrr_at(RANKED, QRELS, 1) == 0.0
+
+
+def test_percentile_interpolates() -> None:
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([5.0], 99) == 5.0
+    assert percentile(list(range(101)), 99) == 99

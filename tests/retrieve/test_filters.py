@@ -1,0 +1,114 @@
+"""Filters are part of the index queries: scope rules, and top-k never hiding or leaking anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from citeline.engine import Citeline
+from citeline.errors import InvalidRequestError, ModelMismatchError
+from citeline.ingest import IngestOptions
+from citeline.retrieve.filters import Filters
+from citeline.retrieve.search import SearchRequest
+from citeline.settings import Fusion, Settings
+from tests.conftest import write
+
+QUERY = "insulin dose adjustment for type 2 diabetes"
+
+
+@pytest.fixture
+def corpus(cl: Citeline, tmp_path: Path) -> Citeline:
+    """Thirty near-copies of the answer in scope ``cardiology``, one weaker match in ``diabetes``, one universal."""
+    noisy = [
+        write(tmp_path / f"cardio-{i:02}.txt", f"Insulin dose adjustment for type 2 diabetes, note {i}.")
+        for i in range(30)
+    ]
+    cl.ingest(noisy, IngestOptions(scopes=("cardiology",), category="Clinical/Cardiology", tags=("noise",)))
+    cl.ingest(
+        [write(tmp_path / "diabetes.txt", "Titrate basal insulin by two units every three days until fasting glucose is in range.")],
+        IngestOptions(scopes=("diabetes",), category="Clinical/Endocrine", tags=("insulin", "protocol"), metadata={"lang": "en"}),
+    )
+    cl.ingest(
+        [write(tmp_path / "universal.md", "# Hand hygiene\n\nWash hands before handling insulin pens.")],
+        IngestOptions(category="Clinical", tags=("insulin",), metadata={"lang": "fr"}),
+    )
+    return cl
+
+
+def _names(cl: Citeline, **kwargs: object) -> list[str]:
+    request = SearchRequest(QUERY, **kwargs)  # type: ignore[arg-type]
+    return [h.document_name for h in cl.search(request)]
+
+
+def test_unfiltered_search_sees_everything(corpus: Citeline) -> None:
+    names = _names(corpus, top_k=50)
+    assert len(names) == 32 and "diabetes.txt" in names and "universal.md" in names
+
+
+@pytest.mark.parametrize("exact_below", [0, 1_000_000], ids=["hnsw-iterative", "exact-scan"])
+def test_top_k_never_hides_an_in_scope_hit(corpus: Citeline, exact_below: int) -> None:
+    corpus.settings = corpus.settings.model_copy(update={"exact_search_below": exact_below})
+    names = _names(corpus, filters=Filters(scopes=("diabetes",)), top_k=2)
+    assert sorted(names) == ["diabetes.txt", "universal.md"]
+
+
+def test_universal_documents_are_found_from_every_scope(corpus: Citeline) -> None:
+    for scope in ("cardiology", "diabetes", "a-scope-nobody-has"):
+        assert "universal.md" in _names(corpus, filters=Filters(scopes=(scope,)), top_k=50)
+    assert _names(corpus, filters=Filters(scopes=("a-scope-nobody-has",)), top_k=50) == ["universal.md"]
+
+
+def test_scoped_documents_stay_in_their_scope(corpus: Citeline) -> None:
+    names = _names(corpus, filters=Filters(scopes=("cardiology",)), top_k=50)
+    assert "diabetes.txt" not in names and len(names) == 31
+
+
+def test_category_matches_itself_and_below(corpus: Citeline) -> None:
+    assert _names(corpus, filters=Filters(category="Clinical/Endocrine")) == ["diabetes.txt"]
+    assert len(_names(corpus, filters=Filters(category="Clinical"), top_k=50)) == 32
+    assert _names(corpus, filters=Filters(category="Clin")) == []
+
+
+def test_tags_any_all_metadata_type_and_ids(corpus: Citeline) -> None:
+    assert sorted(_names(corpus, filters=Filters(tags_any=("insulin",)))) == ["diabetes.txt", "universal.md"]
+    assert _names(corpus, filters=Filters(tags_all=("insulin", "protocol"))) == ["diabetes.txt"]
+    assert _names(corpus, filters=Filters(metadata={"lang": "fr"})) == ["universal.md"]
+    assert _names(corpus, filters=Filters(content_types=("text/markdown",))) == ["universal.md"]
+    doc = next(d for d in corpus.documents() if d.name == "diabetes.txt")
+    assert _names(corpus, filters=Filters(document_ids=(doc.id,))) == ["diabetes.txt"]
+
+
+def test_distance_threshold_drops_far_hits(corpus: Citeline) -> None:
+    near = corpus.search(SearchRequest(QUERY, top_k=50, distance_threshold=0.3))
+    assert near and all(h.distance <= 0.3 for h in near)
+    assert len(near) < 32
+
+
+def test_weighted_fusion_ranks_by_the_weighted_sum(corpus: Citeline) -> None:
+    hits = corpus.search(SearchRequest(QUERY, top_k=5, fusion=Fusion.WEIGHTED))
+    assert [h.fused_score for h in hits] == sorted((h.fused_score for h in hits), reverse=True)
+    assert hits[0].document_name.startswith("cardio-")
+
+
+def test_bad_requests_say_what_is_wrong(corpus: Citeline) -> None:
+    with pytest.raises(InvalidRequestError, match="empty"):
+        corpus.search("   ")
+    with pytest.raises(InvalidRequestError, match=r"\[0, 2\]"):
+        corpus.search(SearchRequest(QUERY, distance_threshold=3.0))
+
+
+def test_search_refuses_to_mix_embedding_models(corpus: Citeline) -> None:
+    import sqlalchemy as sa
+
+    with corpus.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE documents SET embedding_model = 'onnx:another-model' WHERE name = 'universal.md'"))
+    with pytest.raises(ModelMismatchError, match="another-model"):
+        corpus.search(QUERY)
+    # A search that cannot reach the other model's documents is fine.
+    assert _names(corpus, filters=Filters(scopes=("diabetes",), category="Clinical/Endocrine")) == ["diabetes.txt"]
+
+
+def test_settings_reject_bad_namespaces(data_dir: Path) -> None:
+    with pytest.raises(ValueError, match="namespace"):
+        Settings(data_dir=data_dir, namespace="Robert'); DROP TABLE")

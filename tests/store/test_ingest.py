@@ -1,0 +1,180 @@
+"""Ingestion into the catalog: versions, unchanged content, atomic swaps, deletes and bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pypdf
+import sqlalchemy as sa
+
+from citeline.engine import Citeline
+from citeline.ingest import IngestOptions, Outcome
+from citeline.retrieve.search import SearchRequest
+from citeline.store import catalog
+from tests.conftest import PDFS, write
+
+GUIDE = """# Pumps
+
+## Priming
+
+Before first use, prime the centrifugal pump by filling the casing with water until it overflows
+at the vent plug. A dry pump destroys its mechanical seal within seconds.
+
+## Storage
+
+Drain the pump completely before winter storage so that frost cannot crack the volute.
+"""
+
+
+def _counts(cl: Citeline) -> tuple[int, int, int]:
+    with cl.engine.connect() as conn:
+        return tuple(  # type: ignore[return-value]
+            conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one() for t in ("documents", "chunks", "postings")
+        )
+
+
+def test_markdown_is_stored_with_pages_offsets_and_sections(cl: Citeline, tmp_path: Path) -> None:
+    path = write(tmp_path / "pump.md", GUIDE)
+    [result] = cl.ingest([path])
+    assert result.outcome is Outcome.ADDED
+    doc = result.document
+    assert doc is not None and doc.is_active and doc.status == "completed"
+    assert doc.content_type == "text/markdown" and doc.version == 1 and doc.vector_count == result.chunks
+    assert doc.embedding_model == "onnx:all-MiniLM-L6-v2"
+    assert doc.file_path is not None and Path(doc.file_path).read_bytes() == path.read_bytes()
+
+    hits = cl.search("how do I prime the pump before first use?")
+    top = hits[0]
+    assert "prime the centrifugal pump" in top.text
+    assert top.page == 1 and top.section in {"Priming", "Pumps"}
+    assert top.total_chunks == doc.vector_count and top.document_name == "pump.md"
+    page_text = GUIDE  # one page: the cleaned text of an already clean file
+    assert page_text[top.start : top.end] == top.text
+    assert 0 < top.similarity <= 1 and abs(top.similarity - (1 - top.distance)) < 1e-9
+    assert top.keyword_score > 0 and top.fused_score > 0
+
+
+def test_unchanged_content_is_a_no_op_and_new_labels_are_applied_in_place(cl: Citeline, tmp_path: Path) -> None:
+    path = write(tmp_path / "pump.md", GUIDE)
+    [first] = cl.ingest([path])
+    before = _counts(cl)
+    [again] = cl.ingest([path])
+    assert again.outcome is Outcome.UNCHANGED and again.embedded == 0
+    assert again.document is not None and first.document is not None
+    assert again.document.id == first.document.id and again.document.version == 1
+    assert _counts(cl) == before
+
+    [relabelled] = cl.ingest([path], IngestOptions(scopes=("journey-a",), tags=("pumps",)))
+    assert relabelled.outcome is Outcome.RELABELLED
+    assert relabelled.document is not None and relabelled.document.scopes == ["journey-a"]
+    assert _counts(cl) == before
+
+
+def test_changed_file_becomes_a_new_version_that_replaces_the_old(cl: Citeline, tmp_path: Path) -> None:
+    path = write(tmp_path / "pump.md", GUIDE)
+    [first] = cl.ingest([path])
+    write(path, GUIDE.replace("winter storage", "long-term storage in a heated shed"))
+    [second] = cl.ingest([path])
+    assert second.outcome is Outcome.UPDATED
+    assert second.document is not None and first.document is not None
+    assert second.document.version == 2
+    # Unchanged chunks reuse their vectors: only the edited chunk is embedded again.
+    assert second.embedded < second.chunks
+    docs = cl.documents()
+    assert [(d.version, d.is_active) for d in docs] == [(2, True)]
+    with cl.engine.connect() as conn:
+        orphans = conn.execute(
+            sa.text("SELECT count(*) FROM chunks WHERE document_id = :id"), {"id": first.document.id}
+        ).scalar_one()
+    assert orphans == 0
+    texts = " ".join(h.text for h in cl.search("heated shed storage"))
+    assert "heated shed" in texts and "winter storage" not in texts
+
+
+def test_a_version_is_invisible_until_swapped_in(cl: Citeline, tmp_path: Path) -> None:
+    path = write(tmp_path / "pump.md", GUIDE)
+    cl.ingest([path])
+    ingestor = cl.ingestor()
+    # Build version 2 by hand up to, but not including, the swap.
+    from citeline.ingest import file_source
+
+    write(path, GUIDE.replace("Drain the pump", "Flush the impeller with glycol"))
+    source = file_source(str(path), cl.files_dir)
+    job = ingestor._begin(source, IngestOptions().labels(), 1000, 150, lambda r: None)
+    assert job is not None
+    rows = [ingestor._row(d) for d in ingestor._drafts(job, 1000, 150)]
+    vectors = cl.embedder.embed([r.text for r in rows])
+    with cl.engine.begin() as conn:
+        catalog.insert_chunks(conn, job.doc, cl.embedder.model_id, rows, vectors)
+
+    assert "glycol" not in " ".join(h.text for h in cl.search("flush the impeller with glycol", ))
+    with cl.engine.begin() as conn:
+        catalog.activate(conn, job.doc, title="t", content_type="text/markdown", file_path=None, page_count=1, duration_ms=1)
+    assert "glycol" in cl.search(SearchRequest("flush the impeller with glycol", top_k=1))[0].text
+
+
+def test_a_failed_new_version_leaves_the_old_one_serving(cl: Citeline, tmp_path: Path) -> None:
+    path = write(tmp_path / "notes.txt", "The relief valve opens at 6 bar.")
+    [first] = cl.ingest([path])
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 4)
+    [failed] = cl.ingest([path])
+    assert failed.outcome is Outcome.FAILED and failed.error and "notes.txt" in failed.error
+    assert "binary" in failed.error
+    active = [d for d in cl.documents() if d.is_active]
+    assert first.document is not None and [d.id for d in active] == [first.document.id]
+    assert "6 bar" in cl.search("relief valve pressure")[0].text
+
+
+def test_bad_inputs_are_reported_by_name_and_the_batch_goes_on(cl: Citeline, tmp_path: Path) -> None:
+    good = write(tmp_path / "good.md", GUIDE)
+    empty = write(tmp_path / "empty.txt", "   \n")
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(bytes(range(256)) * 8)
+    unsupported = write(tmp_path / "table.xlsx", "not really")
+    encrypted = tmp_path / "secret.pdf"
+    writer = pypdf.PdfWriter(clone_from=PDFS / "multicol_latex_pypdf_sample.pdf")
+    writer.encrypt("hunter2")
+    with encrypted.open("wb") as fh:
+        writer.write(fh)
+    missing = tmp_path / "missing.pdf"
+    scanned = PDFS / "scanned_docling_ocr_test.pdf"
+
+    results = cl.ingest([missing, empty, binary, unsupported, encrypted, scanned, good])
+    by_name = {Path(r.source).name: r for r in results}
+    assert by_name["good.md"].outcome is Outcome.ADDED
+    reasons = {name: r.error or "" for name, r in by_name.items() if r.outcome is Outcome.FAILED}
+    assert set(reasons) == {"missing.pdf", "empty.txt", "binary.txt", "table.xlsx", "secret.pdf", scanned.name}
+    for name, reason in reasons.items():
+        assert name in reason, reason
+    assert "file not found" in reasons["missing.pdf"]
+    assert "empty" in reasons["empty.txt"]
+    assert "binary" in reasons["binary.txt"]
+    assert ".xlsx" in reasons["table.xlsx"]
+    assert "encrypted" in reasons["secret.pdf"].lower() or "password" in reasons["secret.pdf"].lower()
+    assert "no text layer (scanned?)" in reasons[scanned.name]
+    failed = {d.name: d for d in cl.documents() if d.status == "failed"}
+    assert set(failed) == set(reasons)
+    assert all(d.error and not d.is_active and d.vector_count == 0 for d in failed.values())
+    assert cl.search("prime the pump")[0].document_name == "good.md"
+
+
+def test_delete_leaves_no_chunk_posting_vector_or_file(cl: Citeline, tmp_path: Path) -> None:
+    path = write(tmp_path / "pump.md", GUIDE)
+    [result] = cl.ingest([path])
+    assert result.document is not None and result.document.file_path
+    stored = Path(result.document.file_path)
+    assert stored.exists()
+    cl.delete(str(result.document.id)[:8])
+    assert _counts(cl) == (0, 0, 0)
+    assert not stored.exists()
+    assert cl.stats()["chunks"] == 0
+    assert cl.search("prime the pump") == []
+
+
+def test_pdf_pages_are_kept(cl: Citeline) -> None:
+    [result] = cl.ingest([PDFS / "multicol_federal_register_2020-17221.pdf"])
+    assert result.outcome is Outcome.ADDED and result.document is not None
+    assert result.document.page_count == 15
+    with cl.engine.connect() as conn:
+        pages = conn.execute(sa.text("SELECT DISTINCT page FROM chunks ORDER BY page")).scalars().all()
+    assert pages[0] == 1 and pages[-1] == 15 and len(pages) >= 12
