@@ -63,7 +63,8 @@ def split(pages: Iterable[Page], *, chunk_size: int, chunk_overlap: int) -> Iter
     Pages are consumed one at a time and chunks are yielded as soon as they are known, so a long
     document never sits in memory whole. Chunks never cross a page; ``index`` runs from 0 across all
     pages. Each chunk after the first of a page (or of a CSV record) starts up to ``chunk_overlap``
-    characters before the end of the previous one, at the start of a word. When a page has
+    characters before the end of the previous one, at the start of a word; the overlap is shorter,
+    or none, when no word starts in it or the chunk's first new piece leaves no room. When a page has
     ``records``, each record becomes one chunk (several if it is longer than ``chunk_size``) and text
     outside the records is ignored.
 
@@ -111,32 +112,32 @@ def _split(pages: Iterable[Page], size: int, overlap: int) -> Iterator[ChunkDraf
 def _chunk_spans(text: str, start: int, end: int, size: int, overlap: int) -> Iterator[_Span]:
     """Merge the pieces of ``text[start:end]`` greedily into overlapping chunks of at most ``size``."""
     chunk: _Span | None = None
-    previous: _Span | None = None
+    previous_end: int | None = None
     for piece_start, piece_end in _pieces(text, start, end, 0, size, size - overlap):
         if chunk is not None:
             if piece_end - chunk[0] <= size:
                 chunk = (chunk[0], piece_end)
                 continue
             yield chunk
-            previous = chunk
-        if previous is None or overlap == 0:
-            chunk = (piece_start, piece_end)
-        else:
-            chunk = (_overlap_start(text, previous, piece_start, piece_end, size, overlap), piece_end)
+            previous_end = chunk[1]
+        chunk_start = piece_start
+        if previous_end is not None:
+            chunk_start = _overlap_start(text, previous_end, piece_start, piece_end, size, overlap)
+        chunk = (chunk_start, piece_end)
     if chunk is not None:
         yield chunk
 
 
 def _overlap_start(
-    text: str, previous: _Span, piece_start: int, piece_end: int, size: int, overlap: int
+    text: str, previous_end: int, piece_start: int, piece_end: int, size: int, overlap: int
 ) -> int:
     """Where a chunk whose first new piece is ``text[piece_start:piece_end]`` should start.
 
-    As far back as ``overlap`` allows, but after the previous chunk's start (so starts strictly
-    increase) and no further back than leaves room for the piece; then forward to a word start.
+    As far back as ``overlap`` allows but no further than leaves room for the piece, then forward to
+    a word start. The piece did not fit in the previous chunk, so leaving room for it also keeps the
+    new chunk starting after the previous one.
     """
-    previous_start, previous_end = previous
-    earliest = max(previous_end - overlap, previous_start + 1, piece_end - size)
+    earliest = max(previous_end - overlap, piece_end - size)
     if earliest >= previous_end:
         return piece_start
     word = _WORD_START.search(text, earliest, previous_end)
@@ -149,7 +150,7 @@ def _overlap_start(
 
 
 def _pieces(text: str, start: int, end: int, level: int, size: int, stride: int) -> Iterator[_Span]:
-    """Yield whitespace-trimmed spans, each at most ``size`` long, covering ``text[start:end]``.
+    """Yield whitespace-trimmed spans, each at most ``size`` long, covering all non-blank text.
 
     Separators are tried from ``level`` on; a part that fits in ``size`` is never cut further. Text
     without whitespace is cut every ``stride`` characters, which leaves the merge room for overlap.

@@ -1,0 +1,375 @@
+"""The splitter: pages in, chunks with exact page offsets out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from citeline.errors import InvalidRequestError
+from citeline.split import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split
+from citeline.types import ChunkDraft, Page, Section
+
+
+def texts(pages: list[Page], *, chunk_size: int, chunk_overlap: int = 0) -> list[str]:
+    return [chunk.text for chunk in split(pages, chunk_size=chunk_size, chunk_overlap=chunk_overlap)]
+
+
+def test_chunks_know_their_page_and_exact_offsets_across_pages() -> None:
+    pages = [Page(1, "Alpha beta.\n\nGamma delta epsilon.\n"), Page(2, "\n  Omega.  ")]
+
+    chunks = list(split(pages, chunk_size=20, chunk_overlap=0))
+
+    assert chunks == [
+        ChunkDraft(index=0, text="Alpha beta.", page=1, start=0, end=11),
+        ChunkDraft(index=1, text="Gamma delta epsilon.", page=1, start=13, end=33),
+        ChunkDraft(index=2, text="Omega.", page=2, start=3, end=9),
+    ]
+
+
+def test_a_page_that_fits_is_one_chunk_without_its_surrounding_whitespace() -> None:
+    page = Page(7, "\n\n  One short page.\n\nWith two paragraphs.\t\n")
+
+    (chunk,) = split([page], chunk_size=100, chunk_overlap=10)
+
+    assert (chunk.page, chunk.start, chunk.end) == (7, 4, 41)
+    assert chunk.text == "One short page.\n\nWith two paragraphs."
+
+
+def test_indexes_run_on_across_pages_and_blank_pages_yield_nothing() -> None:
+    pages = [Page(1, "one two three four"), Page(2, " \n\t\n "), Page(3, ""), Page(4, "five six seven")]
+
+    chunks = list(split(pages, chunk_size=9, chunk_overlap=0))
+
+    assert [chunk.index for chunk in chunks] == list(range(len(chunks)))
+    assert [(chunk.page, chunk.text) for chunk in chunks] == [
+        (1, "one two"),
+        (1, "three"),
+        (1, "four"),
+        (4, "five six"),
+        (4, "seven"),
+    ]
+
+
+def test_a_paragraph_break_is_preferred_to_a_sentence_end() -> None:
+    # Cutting at sentences would fill the first chunk with "...\n\nFive six." instead.
+    page = Page(1, "One two. Three four.\n\nFive six. Seven eight.")
+
+    assert texts([page], chunk_size=40) == ["One two. Three four.", "Five six. Seven eight."]
+
+
+def test_a_line_break_is_preferred_to_a_sentence_end() -> None:
+    page = Page(1, "Aa. Bb.\nCc. Dd. Ee.")
+
+    assert texts([page], chunk_size=15) == ["Aa. Bb.", "Cc. Dd. Ee."]
+
+
+def test_a_sentence_end_is_preferred_to_a_space() -> None:
+    # Cutting at spaces would fill the first chunk with "One two three. Four five".
+    page = Page(1, "One two three. Four five six seven.")
+
+    assert texts([page], chunk_size=25) == ["One two three.", "Four five six seven."]
+
+
+def test_sentences_end_at_question_and_exclamation_marks_and_after_closing_quotes() -> None:
+    page = Page(1, 'Is it so? Yes! He said "no." Then left.')
+
+    assert texts([page], chunk_size=13) == ["Is it so?", "Yes!", 'He said "no."', "Then left."]
+
+
+def test_a_space_is_preferred_to_cutting_inside_a_word() -> None:
+    assert texts([Page(1, "alpha beta gamma")], chunk_size=11) == ["alpha beta", "gamma"]
+
+
+def test_text_without_whitespace_is_cut_into_characters() -> None:
+    assert texts([Page(1, "abcdefghij")], chunk_size=4) == ["abcd", "efgh", "ij"]
+
+
+def test_a_sentence_too_long_for_a_chunk_is_cut_at_spaces_and_merged_with_its_neighbours() -> None:
+    page = Page(1, "Short one. This sentence is far too long to fit. Tail.")
+
+    assert texts([page], chunk_size=20) == [
+        "Short one. This",
+        "sentence is far too",
+        "long to fit. Tail.",
+    ]
+
+
+def test_small_pieces_are_merged_greedily_keeping_the_text_between_them() -> None:
+    page = Page(1, "One.\n\nTwo.\n\nThree.\n\nFour.")
+
+    assert texts([page], chunk_size=16) == ["One.\n\nTwo.", "Three.\n\nFour."]
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("See e.g.", " the appendix for details."),
+        ("That is, i.e.", " the same result again."),
+        ("As shown in Fig.", " 3 the value rises."),
+        ("Smith et al.", " reported it first."),
+        ("Dr.", " Jones measured it twice."),
+        ("The ratio was 3.", "5 on average."),
+        ("Made in the U.S.", " by the company."),
+        ("Written by J.", " R. R. Tolkien."),
+    ],
+)
+def test_abbreviations_initials_and_decimals_do_not_end_a_sentence(before: str, after: str) -> None:
+    # Sized so that a sentence end after ``before`` would merge ``before`` into the first chunk.
+    opening = "Opening words here."
+    sentence = before + after
+    size = max(len(sentence), len(opening) + 1 + len(before))
+
+    assert texts([Page(1, f"{opening} {sentence}")], chunk_size=size) == [opening, sentence]
+
+
+def test_each_chunk_reaches_back_by_the_overlap_to_a_word_start() -> None:
+    page = Page(1, "aaa bbb ccc ddd eee fff ggg hhh")
+
+    chunks = list(split([page], chunk_size=15, chunk_overlap=7))
+
+    assert [chunk.text for chunk in chunks] == ["aaa bbb ccc ddd", "ccc ddd eee fff", "eee fff ggg hhh"]
+    assert [chunk.start for chunk in chunks] == [0, 8, 16]
+
+
+def test_the_overlap_snaps_forward_rather_than_cutting_a_word() -> None:
+    # Seven characters back from "ddd"'s end is the middle of "ccc": the overlap starts at "ddd".
+    page = Page(1, "aaa bbb ccc ddd eee fff ggg hhh")
+
+    assert texts([page], chunk_size=15, chunk_overlap=6) == [
+        "aaa bbb ccc ddd",
+        "ddd eee fff ggg",
+        "ggg hhh",
+    ]
+
+
+def test_the_overlap_is_empty_when_no_whole_word_fits_in_it() -> None:
+    page = Page(1, "extraordinary circumstances prevail")
+
+    assert texts([page], chunk_size=27, chunk_overlap=5) == ["extraordinary circumstances", "prevail"]
+
+
+def test_the_overlap_shrinks_so_that_a_piece_that_fits_stays_whole() -> None:
+    page = Page(1, "aaaa bbbb\n\ncccc dddd")
+
+    assert texts([page], chunk_size=9, chunk_overlap=4) == ["aaaa bbbb", "cccc dddd"]
+
+
+def test_text_without_whitespace_overlaps_by_characters() -> None:
+    assert texts([Page(1, "abcdefghij")], chunk_size=4, chunk_overlap=1) == ["abc", "cdef", "fghi", "ij"]
+
+
+def test_chunks_never_overlap_into_the_previous_page() -> None:
+    pages = [Page(1, "one two three"), Page(2, "four five six")]
+
+    chunks = list(split(pages, chunk_size=9, chunk_overlap=8))
+
+    assert [(chunk.page, chunk.text) for chunk in chunks] == [
+        (1, "one two"),
+        (1, "two three"),
+        (2, "four five"),
+        (2, "five six"),
+    ]
+
+
+def test_the_section_in_force_at_a_chunks_start_is_carried_across_pages() -> None:
+    pages = [
+        Page(1, "Preface.\n\nIntroduction text.", sections=(Section(10, "Introduction"),)),
+        Page(2, "Still introducing.\n\nMethods text.", sections=(Section(20, "Methods"),)),
+        Page(3, "Last words."),
+    ]
+
+    chunks = list(split(pages, chunk_size=18, chunk_overlap=0))
+
+    assert [(chunk.page, chunk.text, chunk.section) for chunk in chunks] == [
+        (1, "Preface.", None),
+        (1, "Introduction text.", "Introduction"),
+        (2, "Still introducing.", "Introduction"),
+        (2, "Methods text.", "Methods"),
+        (3, "Last words.", "Methods"),
+    ]
+
+
+def test_a_chunk_takes_the_last_section_started_at_or_before_its_start() -> None:
+    page = Page(1, "# A\n# B\nBody.", sections=(Section(0, "A"), Section(4, "B"), Section(8, "Body")))
+
+    (whole,) = split([page], chunk_size=100, chunk_overlap=0)
+
+    assert whole.section == "A"
+    assert [chunk.section for chunk in split([page], chunk_size=5, chunk_overlap=0)] == ["A", "B", "Body"]
+
+
+def test_each_record_becomes_exactly_one_chunk_and_text_outside_records_is_ignored() -> None:
+    text = "id,name\n1,alpha\n 2,beta \n3,\n"
+    page = Page(1, text, records=((8, 15), (16, 24), (25, 28)))
+
+    chunks = list(split([page], chunk_size=100, chunk_overlap=10))
+
+    assert [(chunk.text, chunk.start, chunk.end) for chunk in chunks] == [
+        ("1,alpha", 8, 15),
+        ("2,beta", 17, 23),
+        ("3,", 25, 27),
+    ]
+
+
+def test_a_record_longer_than_the_chunk_size_is_split_within_its_span() -> None:
+    text = "before\nrow one two three four\nafter"
+    page = Page(1, text, records=((7, 29),))
+
+    chunks = list(split([page], chunk_size=10, chunk_overlap=4))
+
+    assert [chunk.text for chunk in chunks] == ["row one", "one two", "two three", "four"]
+    assert all(chunk.start >= 7 and chunk.end <= 29 for chunk in chunks)
+
+
+def test_blank_records_and_pages_with_no_records_yield_no_chunks() -> None:
+    pages = [Page(1, "a,b\n   \n", records=((4, 7),)), Page(2, "ignored", records=())]
+
+    assert list(split(pages, chunk_size=10, chunk_overlap=0)) == []
+
+
+def test_a_record_outside_its_page_is_reported() -> None:
+    page = Page(3, "a,b", records=((0, 9),))
+
+    with pytest.raises(ValueError, match=r"page 3: record \(0, 9\)"):
+        list(split([page], chunk_size=10, chunk_overlap=0))
+
+
+def test_pages_are_consumed_one_at_a_time() -> None:
+    consumed: list[int] = []
+
+    def pages() -> Iterator[Page]:
+        for number in range(1, 4):
+            consumed.append(number)
+            yield Page(number, f"Page {number} text.")
+
+    chunks = split(pages(), chunk_size=100, chunk_overlap=0)
+
+    assert consumed == []
+    assert next(chunks).page == 1
+    assert consumed == [1]
+
+
+@pytest.mark.parametrize(
+    ("chunk_size", "chunk_overlap", "message"),
+    [
+        (0, 0, "chunk_size must be at least 1 character, got 0"),
+        (-10, 0, "chunk_size must be at least 1 character, got -10"),
+        (100, -1, r"chunk_overlap must be at least 0 and less than chunk_size \(100\), got -1"),
+        (100, 100, r"chunk_overlap must be at least 0 and less than chunk_size \(100\), got 100"),
+        (100, 250, r"chunk_overlap must be at least 0 and less than chunk_size \(100\), got 250"),
+    ],
+)
+def test_out_of_range_sizes_are_refused_before_any_page_is_read(
+    chunk_size: int, chunk_overlap: int, message: str
+) -> None:
+    def pages() -> Iterator[Page]:
+        pytest.fail("a page was read")
+        yield Page(1, "never")
+
+    with pytest.raises(InvalidRequestError, match=message):
+        split(pages(), chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+
+
+def test_the_defaults_are_a_valid_request() -> None:
+    assert 0 <= DEFAULT_CHUNK_OVERLAP < DEFAULT_CHUNK_SIZE
+    page = Page(1, "word " * 1000)
+    chunks = list(split([page], chunk_size=DEFAULT_CHUNK_SIZE, chunk_overlap=DEFAULT_CHUNK_OVERLAP))
+    assert max(len(chunk.text) for chunk in chunks) <= DEFAULT_CHUNK_SIZE
+
+
+# Property tests: random text made of the characters and tokens the rules care about.
+
+_TOKENS = [
+    "a", "word", "Longerword", "e.g.", "Fig.", "Dr.", "al.", "3.5", "U.S.", "x" * 30, "\u4f60\u597d",
+    " ", "  ", "\t", "\u00a0", "\n", "\n\n", "\n \n", ".", "?", "!", '."', "\u3002",
+]  # fmt: skip
+_page_text = st.one_of(
+    st.lists(st.sampled_from(_TOKENS), max_size=80).map("".join),
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=200),
+)
+
+
+@st.composite
+def _sizes(draw: st.DrawFn) -> tuple[int, int]:
+    chunk_size = draw(st.integers(min_value=1, max_value=60))
+    return chunk_size, draw(st.integers(min_value=0, max_value=chunk_size - 1))
+
+
+def _assert_chunk_invariants(
+    pages: list[Page], chunks: list[ChunkDraft], chunk_size: int, chunk_overlap: int
+) -> None:
+    by_number = {page.number: page for page in pages}
+    assert [chunk.index for chunk in chunks] == list(range(len(chunks)))
+    assert [chunk.page for chunk in chunks] == sorted(chunk.page for chunk in chunks)
+    for chunk in chunks:
+        text = by_number[chunk.page].text
+        assert text[chunk.start : chunk.end] == chunk.text
+        assert 1 <= len(chunk.text) <= chunk_size
+        assert chunk.text == chunk.text.strip()
+    for before, after in pairwise(chunks):
+        if before.page != after.page or after.start >= before.end:
+            continue
+        assert before.start < after.start
+        assert before.end < after.end
+        assert before.end - after.start <= chunk_overlap
+        text = by_number[after.page].text
+        if not text[after.start - 1].isspace():
+            # Only a word the previous chunk already cut may be cut again by the overlap.
+            assert not text[before.end - 1].isspace()
+            assert not text[before.end].isspace()
+            assert not any(char.isspace() for char in text[after.start : before.end])
+
+
+def _uncovered(text: str, spans: list[tuple[int, int]], chunks: list[ChunkDraft]) -> list[int]:
+    covered = {position for chunk in chunks for position in range(chunk.start, chunk.end)}
+    return [
+        position
+        for start, end in spans
+        for position in range(start, end)
+        if not text[position].isspace() and position not in covered
+    ]
+
+
+@settings(max_examples=400)
+@given(page_texts=st.lists(_page_text, min_size=1, max_size=4), sizes=_sizes())
+def test_any_text_splits_into_bounded_exact_chunks_covering_every_character(
+    page_texts: list[str], sizes: tuple[int, int]
+) -> None:
+    chunk_size, chunk_overlap = sizes
+    pages = [Page(number, text) for number, text in enumerate(page_texts, start=1)]
+
+    chunks = list(split(pages, chunk_size=chunk_size, chunk_overlap=chunk_overlap))
+
+    _assert_chunk_invariants(pages, chunks, chunk_size, chunk_overlap)
+    for page in pages:
+        on_page = [chunk for chunk in chunks if chunk.page == page.number]
+        assert _uncovered(page.text, [(0, len(page.text))], on_page) == []
+
+
+@st.composite
+def _page_with_records(draw: st.DrawFn) -> Page:
+    text = draw(_page_text)
+    bounds = sorted(draw(st.lists(st.integers(0, len(text)), max_size=10)))
+    return Page(1, text, records=tuple(zip(bounds[::2], bounds[1::2], strict=False)))
+
+
+@settings(max_examples=300)
+@given(page=_page_with_records(), sizes=_sizes())
+def test_records_split_into_chunks_within_each_record_covering_it(page: Page, sizes: tuple[int, int]) -> None:
+    chunk_size, chunk_overlap = sizes
+    assert page.records is not None
+
+    chunks = list(split([page], chunk_size=chunk_size, chunk_overlap=chunk_overlap))
+
+    _assert_chunk_invariants([page], chunks, chunk_size, chunk_overlap)
+    for start, end in page.records:
+        inside = [chunk for chunk in chunks if start <= chunk.start and chunk.end <= end]
+        assert _uncovered(page.text, [(start, end)], inside) == []
+        record = page.text[start:end].strip()
+        if record and len(record) <= chunk_size:
+            assert [chunk.text for chunk in inside] == [record]
+    assert all(any(s <= c.start and c.end <= e for s, e in page.records) for c in chunks)
