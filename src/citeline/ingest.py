@@ -23,7 +23,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from citeline.embed.base import Embedder
-from citeline.errors import CitelineError, InvalidRequestError, LoadError
+from citeline.errors import CitelineError, InvalidRequestError, LoadError, UnsupportedTypeError
 from citeline.load import SUPPORTED_SUFFIXES, load
 from citeline.retrieve.filters import normalise_category
 from citeline.split import split
@@ -158,8 +158,10 @@ def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False)
         raise LoadError(text, "file not found")
     if path.is_dir():
         raise LoadError(text, "is a directory, not a file")
-    if path.suffix.lower() not in SUPPORTED_SUFFIXES:
-        load(path)  # raises the loader's UnsupportedTypeError, which lists what is supported
+    if path.suffix and path.suffix.lower() not in SUPPORTED_SUFFIXES:
+        raise UnsupportedTypeError(
+            text, f"unsupported file type {path.suffix!r}; supported: {', '.join(SUPPORTED_SUFFIXES)}"
+        )
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):

@@ -13,7 +13,15 @@ import unicodedata
 # "filled" to a keyword index. Only these are expanded; full NFKC would also rewrite superscripts,
 # fractions and full-width forms, which carry meaning.
 _LIGATURES = str.maketrans(
-    {"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl", "\ufb05": "st", "\ufb06": "st"}
+    {
+        "\ufb00": "ff",
+        "\ufb01": "fi",
+        "\ufb02": "fl",
+        "\ufb03": "ffi",
+        "\ufb04": "ffl",
+        "\ufb05": "st",
+        "\ufb06": "st",
+    }
 )
 _LINE_BREAKS = re.compile(r"\r\n|[\r\v\f\x85\u2028\u2029]")
 # C0 and C1 controls except tab and newline, plus invisible characters that only get in the way of

@@ -1,0 +1,92 @@
+"""Load: turn a source (a file or an http(s) URL) into cleaned pages.
+
+``load(source)`` picks the loader by file extension (or, for a file without one, by its first bytes)
+and returns a :class:`~citeline.types.LoadedSource` whose pages are read lazily. Problems visible up
+front (missing file, unsupported type, unreadable, encrypted or scanned PDF, empty or binary text) raise
+:class:`~citeline.errors.LoadError` from ``load`` itself; later ones raise it while the pages are read.
+"""
+
+from __future__ import annotations
+
+import re
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from citeline.errors import LoadError, UnsupportedTypeError
+from citeline.load.html import load_html_file, load_url
+from citeline.load.pdf import load_pdf
+from citeline.load.table import load_csv
+from citeline.load.text import load_markdown, load_text
+from citeline.types import LoadedSource
+
+__all__ = ["SUPPORTED_SUFFIXES", "load", "load_url"]
+
+_LOADERS: dict[str, Callable[[Path], LoadedSource]] = {
+    ".pdf": load_pdf,
+    ".txt": load_text,
+    ".md": load_markdown,
+    ".markdown": load_markdown,
+    ".html": load_html_file,
+    ".htm": load_html_file,
+    ".csv": load_csv,
+    ".tsv": load_csv,
+}
+SUPPORTED_SUFFIXES: tuple[str, ...] = tuple(sorted(_LOADERS))
+"""File extensions :func:`load` accepts (lower case, with the dot)."""
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_SNIFF_BYTES = 1024
+
+
+def _sniff(path: Path) -> Callable[[Path], LoadedSource]:
+    """Choose a loader for a file without an extension from its first bytes."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(_SNIFF_BYTES)
+    except OSError as exc:
+        raise LoadError(str(path), f"cannot read file ({exc.strerror or exc})") from exc
+    if b"%PDF-" in head:
+        return load_pdf
+    start = head.lstrip().lower()
+    if start.startswith((b"<!doctype html", b"<html")):
+        return load_html_file
+    return load_text
+
+
+def load(source: str | Path, *, allow_private: bool = False) -> LoadedSource:
+    """Load ``source``, a file path or an http(s) URL, as a :class:`LoadedSource`.
+
+    Supported files: PDF, plain text, Markdown, HTML and CSV/TSV (see :data:`SUPPORTED_SUFFIXES`); a
+    file with no extension is recognised from its content. A ``str`` of the form ``scheme://...`` is a
+    URL; only http and https are fetched, and hosts on loopback, private, link-local, multicast or
+    reserved addresses are refused unless ``allow_private`` is true.
+
+    Raises :class:`UnsupportedTypeError` for an unsupported extension or URL scheme, and
+    :class:`LoadError` (naming the source and the reason) for everything else that goes wrong.
+    """
+    if isinstance(source, str) and _URL.match(source):
+        return load_url(source, allow_private=allow_private)
+    path = Path(source)
+    name = str(source)
+    try:
+        info = path.stat()
+    except FileNotFoundError as exc:
+        raise LoadError(name, "file not found") from exc
+    except PermissionError as exc:
+        raise LoadError(name, "permission denied") from exc
+    except OSError as exc:
+        raise LoadError(name, f"cannot read file ({exc.strerror or exc})") from exc
+    if stat.S_ISDIR(info.st_mode):
+        raise LoadError(name, "is a directory, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise LoadError(name, "not a regular file")
+    suffix = path.suffix.lower()
+    loader = _LOADERS.get(suffix)
+    if loader is None and suffix:
+        raise UnsupportedTypeError(
+            name, f"unsupported file type {suffix!r}; supported: {', '.join(SUPPORTED_SUFFIXES)}"
+        )
+    if info.st_size == 0:
+        raise LoadError(name, "empty file")
+    return (loader or _sniff(path))(path)

@@ -1,0 +1,96 @@
+"""HTML sources, from a file or a URL: the main text only, with its headings as sections.
+
+trafilatura finds the main content (dropping scripts, styles, navigation, footers) and renders it as
+Markdown, so headings are found by the same code as in Markdown files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from citeline.errors import LoadError
+from citeline.load.text import markdown_page
+from citeline.load.url import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, fetch
+from citeline.types import LoadedSource
+
+_HTML_MEDIA_TYPES = ("text/html", "application/xhtml+xml")
+
+
+def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSource:
+    # Imported on first use: trafilatura and lxml take a noticeable time to import.
+    import trafilatura
+
+    # Parsed once, then shared by the title lookup, the metadata and the main-text extraction.
+    tree = trafilatura.load_html(html)
+    if tree is None:
+        raise LoadError(source, "not HTML (no markup could be parsed)")
+    title = " ".join((tree.findtext(".//title") or "").split())
+    document = trafilatura.extract_metadata(tree)
+    meta_title = " ".join((getattr(document, "title", None) or "").split())
+    metadata: dict[str, str] = {}
+    for key in ("author", "date", "sitename", "url"):
+        value = getattr(document, key, None)
+        if isinstance(value, str) and value.strip():
+            metadata[key] = " ".join(value.split())
+    markdown = trafilatura.extract(
+        tree, output_format="markdown", include_comments=False, include_tables=True, include_images=False
+    )
+    if not markdown or not markdown.strip():
+        raise LoadError(
+            source, "no main text found in the HTML (empty, only navigation, or built by JavaScript)"
+        )
+    page, heading = markdown_page(markdown)
+    return LoadedSource(
+        content_type="text/html",
+        title=title or meta_title or heading or fallback_title,
+        pages=iter([page]),
+        metadata=metadata,
+    )
+
+
+def load_html_file(path: Path) -> LoadedSource:
+    """Load a saved HTML page: its main text as one page, headings as sections.
+
+    The title is the page's ``<title>``, else a title from its metadata (``og:title`` and the like),
+    else its first level-1 heading, else the file stem. Raises :class:`LoadError` when the page has no
+    extractable main text.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise LoadError(str(path), f"cannot read file ({exc.strerror or exc})") from exc
+    if not data.strip():
+        raise LoadError(str(path), "empty file")
+    # Bytes, not text: trafilatura reads the page's own <meta charset> to decode it.
+    return _extract(str(path), data, path.stem)
+
+
+def load_url(
+    url: str,
+    *,
+    allow_private: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> LoadedSource:
+    """Fetch an http(s) URL and load it as an HTML page (see :func:`load_html_file`).
+
+    Hosts that resolve to loopback, private, link-local, multicast or reserved addresses are refused
+    unless ``allow_private`` is true. ``metadata["url"]`` is the final URL after redirects. Raises
+    :class:`LoadError` for a refused host, a failed or slow fetch, a body over ``max_bytes`` or a
+    response that is not HTML.
+    """
+    response = fetch(url, allow_private=allow_private, timeout=timeout, max_bytes=max_bytes)
+    if response.media_type not in _HTML_MEDIA_TYPES:
+        raise LoadError(url, f"not an HTML page (the server sent {response.media_type})")
+    html: str | bytes = response.body
+    if response.charset:
+        # An unknown charset label is left to the page's own <meta charset>.
+        with contextlib.suppress(LookupError):
+            html = response.body.decode(response.charset, errors="replace")
+    parts = urlsplit(response.url)
+    fallback_title = parts.path.rstrip("/").rsplit("/", 1)[-1] or parts.hostname or response.url
+    loaded = _extract(url, html, fallback_title)
+    loaded.metadata["url"] = response.url
+    return loaded

@@ -1,0 +1,223 @@
+"""Plain text (.txt) and Markdown (.md, .markdown) sources, and the text decoding other loaders share."""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import charset_normalizer
+
+from citeline.errors import LoadError
+from citeline.load.clean import clean_text
+from citeline.types import LoadedSource, Page, Section
+
+_BOMS = (
+    # UTF-32 first: its little-endian mark begins with UTF-16's.
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# Text may carry a stray control character or two; binary data decoded as text is full of them.
+_MAX_CONTROL_RATIO = 0.01
+_STRAY_CONTROLS = 2
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+# How far (in charset-normalizer's "chaos" percentage points) cp1252 may trail the best guess and
+# still win; see _decode.
+_CP1252_SLACK = 10.0
+
+
+def _decode(data: bytes) -> str | None:
+    """Decode ``data``, or return ``None`` when no text encoding fits."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(encoding)
+            except UnicodeDecodeError:
+                return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    matches = charset_normalizer.from_bytes(data)
+    best = matches.best()
+    if best is None:
+        return None
+    # On short Western text charset-normalizer ranks the single-byte Latin code pages almost at
+    # random (café comes back as UTF-16, "Le cœur" as mac_latin2). cp1252 is what such files nearly
+    # always are, so it wins whenever it is a plausible reading at all.
+    for match in matches:
+        plausible = match.percent_chaos <= best.percent_chaos + _CP1252_SLACK
+        if plausible and "cp1252" in match.could_be_from_charset:
+            try:
+                return data.decode("cp1252")
+            except UnicodeDecodeError:
+                break
+    return str(best)
+
+
+def read_text_file(path: Path) -> str:
+    """Read ``path`` and decode it to text, detecting the encoding.
+
+    Raises :class:`LoadError` for unreadable files, binary content and files with no visible text.
+    """
+    source = str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise LoadError(source, f"cannot read file ({exc.strerror or exc})") from exc
+    if not data.strip():
+        raise LoadError(source, "empty file")
+    text = _decode(data)
+    if text is None or len(_CONTROL.findall(text)) > max(_STRAY_CONTROLS, _MAX_CONTROL_RATIO * len(text)):
+        raise LoadError(source, "binary content, not text")
+    if not text.strip():
+        raise LoadError(source, "empty file")
+    return text
+
+
+def load_text(path: Path) -> LoadedSource:
+    """Load a plain-text file: one page, or one page per form feed (``\\f``) as printers paginate.
+
+    The title is the file stem.
+    """
+    text = read_text_file(path)
+    parts = text.split("\f")
+    # A final form feed ends the last page; it does not start an empty one.
+    if len(parts) > 1 and not parts[-1].strip():
+        parts.pop()
+    return LoadedSource(content_type="text/plain", title=path.stem, pages=_text_pages(parts))
+
+
+def _text_pages(parts: list[str]) -> Iterator[Page]:
+    for number, part in enumerate(parts, start=1):
+        yield Page(number=number, text=clean_text(part))
+
+
+class Heading(NamedTuple):
+    """A Markdown heading found in a text: its level (1-6) and where it starts."""
+
+    level: int
+    section: Section
+
+
+_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*")
+_SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*")
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+_FENCE_CLOSE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*")
+# Lines that cannot be the text of a setext heading, so a "---" under them is a rule or list syntax.
+_NOT_PARAGRAPH = re.compile(r" {0,3}(?:[-+*>]|\d+[.)])(?:[ \t]|$)| {4}|\t")
+_INLINE_MARKUP = re.compile(r"(\*{1,3}|_{1,3}|`+)(\S(?:.*?\S)?)\1")
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+
+
+def _heading_text(raw: str) -> str:
+    text = _LINK.sub(r"\1", raw)
+    text = _INLINE_MARKUP.sub(r"\2", text)
+    return " ".join(text.split())
+
+
+def find_headings(text: str) -> list[Heading]:
+    """Return the ATX (``# Title``) and setext (``Title`` over ``===``) headings of Markdown ``text``.
+
+    Each section starts at the first character of its heading's line, so
+    ``text[section.start:]`` begins with that line. Headings inside fenced code blocks are ignored.
+    """
+    headings: list[Heading] = []
+    fence: str | None = None
+    # Start offset and lines of the paragraph being read, which a setext underline turns into a heading.
+    paragraph_start: int | None = None
+    paragraph: list[str] = []
+    offset = 0
+    for line in text.split("\n"):
+        start, offset = offset, offset + len(line) + 1
+        if fence is not None:
+            closing = _FENCE_CLOSE.fullmatch(line)
+            if closing and closing.group(1)[0] == fence[0] and len(closing.group(1)) >= len(fence):
+                fence = None
+            continue
+        fence_match = _FENCE.match(line)
+        if fence_match:
+            fence, paragraph_start, paragraph = fence_match.group(1), None, []
+            continue
+        atx = _ATX.fullmatch(line)
+        setext = _SETEXT.fullmatch(line)
+        if atx:
+            heading = _heading_text(atx.group(2) or "")
+            if heading:
+                headings.append(Heading(len(atx.group(1)), Section(start, heading)))
+            paragraph_start, paragraph = None, []
+        elif setext and paragraph_start is not None:
+            heading = _heading_text(" ".join(paragraph))
+            level = 1 if setext.group(1)[0] == "=" else 2
+            headings.append(Heading(level, Section(paragraph_start, heading)))
+            paragraph_start, paragraph = None, []
+        elif setext or not line.strip() or (paragraph_start is None and _NOT_PARAGRAPH.match(line)):
+            # Blank lines end a paragraph; so do an underline with no paragraph above it (a thematic
+            # break) and a list item, quote or indented code line where a paragraph would start.
+            paragraph_start, paragraph = None, []
+        else:
+            if paragraph_start is None:
+                paragraph_start = start
+            paragraph.append(line)
+    return headings
+
+
+_FRONT_MATTER = re.compile(r"---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|$)", re.DOTALL)
+_FRONT_MATTER_PAIR = re.compile(r"([A-Za-z_][\w-]*)[ \t]*:[ \t]*(.*?)[ \t]*")
+
+
+def split_front_matter(text: str) -> tuple[dict[str, str], str]:
+    """Split a leading YAML front-matter block (``---`` ... ``---``) off Markdown ``text``.
+
+    Returns its simple ``key: value`` pairs (nested values and lists are skipped) and the body after
+    it. Text that does not open with such a block, whose first line is a ``key:`` pair, comes back
+    whole with no pairs.
+    """
+    match = _FRONT_MATTER.match(text)
+    if match is None:
+        return {}, text
+    lines = (match.group(1) or "").splitlines()
+    if lines and not _FRONT_MATTER_PAIR.fullmatch(lines[0]):
+        return {}, text
+    pairs: dict[str, str] = {}
+    for line in lines:
+        pair = _FRONT_MATTER_PAIR.fullmatch(line)
+        if pair is None:
+            continue
+        value = pair.group(2)
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if value and value[0] not in "[{|>&*#":
+            pairs[pair.group(1)] = value
+    return pairs, text[match.end() :]
+
+
+def markdown_page(text: str) -> tuple[Page, str | None]:
+    """Clean Markdown ``text`` into page 1 with its headings as sections.
+
+    Returns the page and the text of its first level-1 heading, if any. The Markdown is kept as
+    written (cleaning aside) so the sections point at the heading lines themselves.
+    """
+    cleaned = clean_text(text)
+    headings = find_headings(cleaned)
+    title = next((h.section.heading for h in headings if h.level == 1), None)
+    return Page(number=1, text=cleaned, sections=tuple(h.section for h in headings)), title
+
+
+def load_markdown(path: Path) -> LoadedSource:
+    """Load a Markdown file as one page whose headings are its sections.
+
+    Front matter is not body text: its ``key: value`` pairs become ``metadata``. The title is the
+    front matter's ``title``, else the first level-1 heading, else the file stem.
+    """
+    metadata, body = split_front_matter(read_text_file(path).replace("\r\n", "\n"))
+    if not body.strip():
+        raise LoadError(str(path), "empty file (front matter only)" if metadata else "empty file")
+    page, heading = markdown_page(body)
+    title = metadata.get("title") or heading or path.stem
+    return LoadedSource(content_type="text/markdown", title=title, pages=iter([page]), metadata=metadata)

@@ -1,0 +1,44 @@
+"""Cleaning: what every loader does to text before a page exists."""
+
+from __future__ import annotations
+
+import pytest
+
+from citeline.load.clean import clean_inline, clean_text
+
+
+def test_words_broken_across_a_line_break_are_rejoined() -> None:
+    assert clean_text("exam-\nple") == "example"
+
+
+def test_rejoined_word_keeps_the_rest_of_the_line_on_the_next_line() -> None:
+    assert clean_text("a good exam-\nple of it\nnext") == "a good example\nof it\nnext"
+
+
+@pytest.mark.parametrize("text", ["LDL-C levels", "LDL-\nC", "COVID-\n19", "well-known"])
+def test_real_hyphenated_compounds_are_kept(text: str) -> None:
+    assert clean_text(text) == text
+
+
+def test_soft_hyphens_vanish_and_rejoin_at_a_line_break() -> None:
+    assert clean_text("con\u00adsider re\u00ad\nport") == "consider report"
+
+
+def test_line_endings_are_normalised() -> None:
+    assert clean_text("a\r\nb\rc\u2028d") == "a\nb\nc\nd"
+
+
+def test_nul_and_control_characters_are_removed() -> None:
+    assert clean_text("a\x00b\x07c\x1bd\ufeffe\tf") == "abcde\tf"
+
+
+def test_blank_line_runs_collapse_to_one_and_trailing_spaces_go() -> None:
+    assert clean_text("\n\none  \n \n\n\t\ntwo\u00a0\n\n") == "one\n\ntwo"
+
+
+def test_ligatures_are_expanded() -> None:
+    assert clean_text("\ufb01lled \ufb02ow o\ufb03ce") == "filled flow office"
+
+
+def test_clean_inline_folds_everything_onto_one_line() -> None:
+    assert clean_inline("  two\r\nlines\x00 and\ttabs ") == "two lines and tabs"

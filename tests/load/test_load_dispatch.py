@@ -1,0 +1,70 @@
+"""load(): choosing a loader and refusing what cannot be loaded, before any content is read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from citeline.errors import LoadError, UnsupportedTypeError
+from citeline.load import SUPPORTED_SUFFIXES, load
+
+
+def test_supported_suffixes_cover_every_kind() -> None:
+    assert set(SUPPORTED_SUFFIXES) == {".pdf", ".txt", ".md", ".markdown", ".html", ".htm", ".csv", ".tsv"}
+
+
+def test_missing_file_is_named_with_the_reason(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.pdf"
+    with pytest.raises(LoadError) as caught:
+        load(missing)
+    assert caught.value.source == str(missing)
+    assert caught.value.reason == "file not found"
+    assert str(missing) in str(caught.value)
+
+
+def test_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(LoadError, match="is a directory"):
+        load(tmp_path)
+
+
+def test_unsupported_suffix_names_it_and_lists_the_supported_ones(tmp_path: Path) -> None:
+    path = tmp_path / "slides.PPTX"
+    path.write_bytes(b"PK\x03\x04")
+    with pytest.raises(UnsupportedTypeError) as caught:
+        load(path)
+    assert "'.pptx'" in caught.value.reason
+    assert all(suffix in caught.value.reason for suffix in SUPPORTED_SUFFIXES)
+
+
+@pytest.mark.parametrize("name", ["a.pdf", "a.txt", "a.md", "a.html", "a.csv", "noext"])
+def test_zero_byte_files_are_empty(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.touch()
+    with pytest.raises(LoadError) as caught:
+        load(path)
+    assert caught.value.reason == "empty file"
+
+
+def test_suffix_is_matched_case_insensitively(tmp_path: Path) -> None:
+    path = tmp_path / "NOTES.TXT"
+    path.write_text("shouting file name")
+    assert load(path).content_type == "text/plain"
+
+
+def test_file_without_suffix_is_recognised_by_content(tmp_path: Path, pdf_dir: Path) -> None:
+    pdf = tmp_path / "report"
+    pdf.write_bytes((pdf_dir / "multicol_latex_pypdf_sample.pdf").read_bytes())
+    html = tmp_path / "page"
+    html.write_text("<!DOCTYPE html><html><head><title>T</title></head><body><p>Body text.</p></body></html>")
+    text = tmp_path / "README"
+    text.write_text("Just some words.")
+    assert load(pdf).content_type == "application/pdf"
+    assert load(html).content_type == "text/html"
+    assert load(text).content_type == "text/plain"
+
+
+def test_string_and_path_sources_are_equivalent(tmp_path: Path) -> None:
+    path = tmp_path / "a.txt"
+    path.write_text("same")
+    assert next(load(str(path)).pages) == next(load(path).pages)

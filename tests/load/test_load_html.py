@@ -1,0 +1,173 @@
+"""HTML files and URLs: main text only, headings as sections, and the private-address guard."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from citeline.errors import LoadError, UnsupportedTypeError
+from citeline.load import load
+from citeline.load.html import load_url
+
+ARTICLE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>Cholesterol explained</title>
+<style>body { color: red } .stylerule { }</style>
+<script>var tracking = "SCRIPTCONTENT";</script></head>
+<body>
+<nav><ul><li><a href="/">Home</a></li><li><a href="/navlink">Navigation link</a></li></ul></nav>
+<main><article>
+<h1>Understanding LDL-C</h1>
+<p>Low-density lipoprotein cholesterol, written LDL-C, is measured in a routine blood test and
+reported in millimoles per litre in most of Europe.</p>
+<h2>Why it matters</h2>
+<p>High levels are associated with a higher risk of heart disease over many years, which is why
+guidelines recommend regular testing for adults over forty.</p>
+</article></main>
+<footer>Copyright 2024 Example Health. All rights reserved.</footer>
+</body></html>
+"""
+
+
+def test_html_file_keeps_main_text_and_headings(tmp_path: Path) -> None:
+    path = tmp_path / "ldl.html"
+    path.write_text(ARTICLE, encoding="utf-8")
+    source = load(path)
+    page = next(source.pages)
+    assert source.content_type == "text/html"
+    assert source.title == "Cholesterol explained"
+    assert "routine blood test" in page.text
+    for boilerplate in ("SCRIPTCONTENT", "stylerule", "Navigation link"):
+        assert boilerplate not in page.text
+    assert [section.heading for section in page.sections] == ["Understanding LDL-C", "Why it matters"]
+    assert page.text[page.sections[1].start :].startswith("## Why it matters")
+
+
+def test_html_without_main_text_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "shell.htm"
+    path.write_text("<html><head><title>App</title><script>render()</script></head><body></body></html>")
+    with pytest.raises(LoadError, match="no main text"):
+        load(path)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://localhost/",
+        "http://127.0.0.1:8080/admin",
+        "http://2130706433/",  # 127.0.0.1 written as one number
+        "http://[::1]/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://10.1.2.3/",
+        "http://192.168.0.1/",
+        "https://172.16.5.4/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fe80::1]/",
+        "http://224.0.0.1/",
+        "http://240.0.0.1/",
+        "http://0.0.0.0/",
+        "http://100.64.0.1/",
+    ],
+)
+def test_private_and_special_addresses_are_refused(url: str) -> None:
+    with pytest.raises(LoadError, match="refusing to fetch") as caught:
+        load(url)
+    assert caught.value.source == url
+    assert "allow_private=True" in caught.value.reason
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com/file.html", "file:///etc/passwd", "gopher://x/"])
+def test_only_http_and_https_urls_are_accepted(url: str) -> None:
+    with pytest.raises(UnsupportedTypeError, match="only http and https"):
+        load(url)
+
+
+class _Site(http.server.BaseHTTPRequestHandler):
+    requests: list[str] = []  # noqa: RUF012 -- one server per test, reset by the fixture
+
+    def do_GET(self) -> None:
+        self.requests.append(self.path)
+        if self.path == "/moved":
+            self.send_response(302)
+            self.send_header("Location", "/article")
+            self.end_headers()
+            return
+        routes = {
+            "/article": ("text/html; charset=utf-8", ARTICLE.encode()),
+            "/data.json": ("application/json", b'{"a": 1}'),
+            "/huge": ("text/html", b"<p>" + b"word " * 50_000 + b"</p>"),
+            "/huge-unannounced": ("text/html", b"<p>" + b"word " * 50_000 + b"</p>"),
+        }
+        if self.path not in routes:
+            self.send_error(404, "Not Found")
+            return
+        content_type, body = routes[self.path]
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        if self.path != "/huge-unannounced":
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Keep test output quiet."""
+
+
+@pytest.fixture
+def site() -> Iterator[str]:
+    _Site.requests = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Site)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_local_server_is_refused_without_being_contacted(site: str) -> None:
+    with pytest.raises(LoadError, match=r"127\.0\.0\.1 is a loopback address"):
+        load(f"{site}/article")
+    assert _Site.requests == []
+
+
+def test_fetch_with_allow_private(site: str) -> None:
+    source = load(f"{site}/article", allow_private=True)
+    page = next(source.pages)
+    assert source.content_type == "text/html"
+    assert source.title == "Cholesterol explained"
+    assert source.metadata["url"] == f"{site}/article"
+    assert "routine blood test" in page.text
+    assert "Navigation link" not in page.text
+    assert [section.heading for section in page.sections] == ["Understanding LDL-C", "Why it matters"]
+
+
+def test_redirects_are_followed(site: str) -> None:
+    source = load(f"{site}/moved", allow_private=True)
+    assert source.metadata["url"] == f"{site}/article"
+    assert _Site.requests == ["/moved", "/article"]
+
+
+def test_http_errors_name_the_status(site: str) -> None:
+    with pytest.raises(LoadError, match="HTTP error 404"):
+        load(f"{site}/nothing-here", allow_private=True)
+
+
+def test_non_html_responses_are_refused(site: str) -> None:
+    with pytest.raises(LoadError, match=r"not an HTML page \(the server sent application/json\)"):
+        load(f"{site}/data.json", allow_private=True)
+
+
+@pytest.mark.parametrize("path", ["/huge", "/huge-unannounced"])
+def test_responses_over_the_size_cap_are_refused(site: str, path: str) -> None:
+    with pytest.raises(LoadError, match="page too large"):
+        load_url(f"{site}{path}", allow_private=True, max_bytes=10_000)
+
+
+def test_unreachable_port_fails_cleanly(site: str) -> None:
+    with pytest.raises(LoadError, match="cannot fetch"):
+        load_url("http://127.0.0.1:9/", allow_private=True, timeout=2)

@@ -1,0 +1,98 @@
+"""Markdown: headings become sections at exact offsets; front matter becomes metadata."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from citeline.errors import LoadError
+from citeline.load import load
+
+DOC = """\
+---
+title: "Lipid guide"
+author: A. Writer
+tags: [a, b]
+---
+Intro paragraph before any heading.
+
+# Lipids and You
+
+Some text about LDL-C.
+
+Setext Heading
+==============
+
+More text.
+
+## Second *level* ##
+
+```python
+# a comment, not a heading
+x = 1
+```
+
+Sub heading
+-----------
+
+Last words.
+
+---
+
+    # indented code, not a heading
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "guide.md") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_headings_become_sections_at_their_lines(tmp_path: Path) -> None:
+    page = next(load(_write(tmp_path, DOC)).pages)
+    assert [section.heading for section in page.sections] == [
+        "Lipids and You",
+        "Setext Heading",
+        "Second level",
+        "Sub heading",
+    ]
+    lines = ["# Lipids and You", "Setext Heading\n=====", "## Second *level* ##", "Sub heading\n-----"]
+    for section, line in zip(page.sections, lines, strict=True):
+        assert page.text[section.start :].startswith(line)
+
+
+def test_front_matter_is_metadata_not_text(tmp_path: Path) -> None:
+    source = load(_write(tmp_path, DOC))
+    page = next(source.pages)
+    assert source.content_type == "text/markdown"
+    assert source.metadata == {"title": "Lipid guide", "author": "A. Writer"}
+    assert page.text.startswith("Intro paragraph before any heading.")
+    assert "author:" not in page.text
+
+
+def test_title_is_front_matter_title_then_first_h1_then_stem(tmp_path: Path) -> None:
+    assert load(_write(tmp_path, DOC)).title == "Lipid guide"
+    body = DOC.split("---\n", 2)[2]
+    assert load(_write(tmp_path, body)).title == "Lipids and You"
+    assert load(_write(tmp_path, "## Only a level two\n\ntext\n", "notes.markdown")).title == "notes"
+
+
+def test_markdown_is_cleaned_before_offsets_are_taken(tmp_path: Path) -> None:
+    path = tmp_path / "crlf.md"
+    path.write_bytes(b"Intro   \r\n\r\n\r\n\r\n# Head\x00ing\r\n\r\nAn exam-\r\nple.\r\n")
+    page = next(load(path).pages)
+    assert page.text == "Intro\n\n# Heading\n\nAn example."
+    assert page.sections[0].heading == "Heading"
+    assert page.text[page.sections[0].start :].startswith("# Heading")
+
+
+def test_thematic_break_is_not_a_heading(tmp_path: Path) -> None:
+    page = next(load(_write(tmp_path, "Para one.\n\n---\n\n- item\n---\nEnd.\n")).pages)
+    assert page.sections == ()
+
+
+def test_front_matter_only_file_is_empty(tmp_path: Path) -> None:
+    with pytest.raises(LoadError, match="empty file"):
+        load(_write(tmp_path, "---\ntitle: Nothing else\n---\n\n"))

@@ -1,0 +1,166 @@
+"""PDF loading on the real fixtures: pages, reading order, failures and memory."""
+
+from __future__ import annotations
+
+import gc
+import io
+import re
+import tracemalloc
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pypdf
+import pytest
+
+from citeline.errors import LoadError
+from citeline.load import load
+from citeline.load.pdf import NO_TEXT_LAYER
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def test_federal_register_has_fifteen_numbered_pages(pdf_dir: Path) -> None:
+    source = load(pdf_dir / "multicol_federal_register_2020-17221.pdf")
+    pages = list(source.pages)
+    assert source.content_type == "application/pdf"
+    assert [page.number for page in pages] == list(range(1, 16))
+    assert source.metadata["pages"] == "15"
+    assert all(page.text for page in pages)
+    assert "Investigation of the accident has been completed by the Indonesian authorities" in _squash(
+        pages[1].text
+    )
+
+
+def test_pages_is_a_lazy_iterator(pdf_dir: Path) -> None:
+    source = load(pdf_dir / "multicol_latex_pypdf_sample.pdf")
+    assert isinstance(source.pages, Iterator)
+    assert next(source.pages).number == 1
+    assert [page.number for page in source.pages] == [2, 3]
+
+
+def test_two_column_latex_reads_down_each_column(pdf_dir: Path) -> None:
+    first = next(load(pdf_dir / "multicol_latex_pypdf_sample.pdf").pages)
+    text = _squash(first.text)
+    # Starts at the foot of the left column and ends at the head of the right one.
+    assert (
+        "Vivamus viverra fermentum felis. Donec nonummy pellentesque ante. Phasellus adipiscing semper elit."
+        in text
+    )
+    # "adip-/iscing" is hyphenated at a line end in the PDF.
+    assert "consectetuer adipiscing elit. Ut purus elit, vestibulum ut, placerat ac, adipiscing vitae" in text
+    assert text.index("Curabitur dictum gravida mauris") < text.index("Quisque ullamcorper placerat ipsum")
+
+
+def test_rotated_table_rows_come_out_whole(pdf_dir: Path) -> None:
+    text = next(load(pdf_dir / "odd_nics_rotated_table.pdf").pages).text
+    assert "State / Territory Permit Handgun Long Gun *Other **Multiple Admin" in text
+    assert "Florida 15,907 50,796 28,981 2,268 1,957 121 8 9 0 2,248 1,135" in text
+
+
+def test_line_numbers_do_not_split_transcript_sentences(pdf_dir: Path) -> None:
+    text = _squash(next(load(pdf_dir / "odd_scotus_transcript_p1.pdf").pages).text)
+    assert "The above-entitled matter came on for oral argument before the Supreme Court" in text
+
+
+def test_title_is_the_metadata_title(pdf_dir: Path) -> None:
+    assert load(pdf_dir / "manual_faa_amt_handbook_sample.pdf").title == "AMT General Handbook"
+
+
+def test_title_falls_back_to_the_stem_when_missing_or_a_file_name(pdf_dir: Path) -> None:
+    # The transcript's metadata title is "10811.exe".
+    assert load(pdf_dir / "odd_scotus_transcript_p1.pdf").title == "odd_scotus_transcript_p1"
+    assert load(pdf_dir / "multicol_latex_pypdf_sample.pdf").title == "multicol_latex_pypdf_sample"
+
+
+@pytest.mark.parametrize("name", ["scanned_docling_ocr_test.pdf", "scanned_docling_ocr_test_rotated_90.pdf"])
+def test_scanned_pdf_fails_up_front(pdf_dir: Path, name: str) -> None:
+    with pytest.raises(LoadError) as caught:
+        load(pdf_dir / name)
+    assert caught.value.reason == NO_TEXT_LAYER == "no text layer (scanned?)"
+
+
+def _encrypted_copy(plain: Path, target: Path, user_password: str) -> Path:
+    writer = pypdf.PdfWriter(clone_from=plain)
+    writer.encrypt(user_password=user_password, owner_password="owner-secret", algorithm="AES-256")
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    target.write_bytes(buffer.getvalue())
+    return target
+
+
+def test_password_protected_pdf_is_refused(make_pdf: Callable[..., Path], tmp_path: Path) -> None:
+    locked = _encrypted_copy(make_pdf(), tmp_path / "locked.pdf", user_password="secret")
+    with pytest.raises(LoadError, match="encrypted PDF") as caught:
+        load(locked)
+    assert caught.value.source == str(locked)
+
+
+def test_pdf_encrypted_without_an_open_password_loads(make_pdf: Callable[..., Path], tmp_path: Path) -> None:
+    restricted = _encrypted_copy(
+        make_pdf(text="Readable text."), tmp_path / "restricted.pdf", user_password=""
+    )
+    assert next(load(restricted).pages).text == "Readable text."
+
+
+def test_truncated_pdf_is_reported_corrupt(pdf_dir: Path, tmp_path: Path) -> None:
+    data = (pdf_dir / "multicol_latex_pypdf_sample.pdf").read_bytes()
+    truncated = tmp_path / "truncated.pdf"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(LoadError, match="corrupt or truncated PDF"):
+        load(truncated)
+
+
+def test_text_named_pdf_is_not_a_pdf(tmp_path: Path) -> None:
+    fake = tmp_path / "fake.pdf"
+    fake.write_text("Just a note, saved with the wrong extension.\n")
+    with pytest.raises(LoadError) as caught:
+        load(fake)
+    assert caught.value.reason == "not a PDF file (no %PDF header)"
+
+
+def test_page_without_pdfium_text_is_read_by_the_fallback(make_pdf: Callable[..., Path]) -> None:
+    # pypdfium2 reads only text inside the page box; pypdf reads the whole content stream.
+    path = make_pdf(text="Beyond the page edge", at=(500, 500), size=(200, 200))
+    assert next(load(path).pages).text == "Beyond the page edge"
+
+
+def test_errors_found_while_iterating_raise_load_error(make_pdf: Callable[..., Path]) -> None:
+    path = make_pdf()
+    source = load(path)
+    path.unlink()
+    with pytest.raises(LoadError, match="file not found"):
+        next(source.pages)
+
+
+def _peak_traced_bytes(path: Path) -> tuple[int, int]:
+    """Peak Python allocation while reading every page of ``path``, and its longest page's length."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        longest = max(len(page.text) for page in load(path).pages)
+        return tracemalloc.get_traced_memory()[1], longest
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_stays_flat_as_page_count_grows(pdf_dir: Path, tmp_path: Path) -> None:
+    fifteen = pdf_dir / "multicol_federal_register_2020-17221.pdf"
+    three = pdf_dir / "multicol_latex_pypdf_sample.pdf"
+    # The same fifteen pages ten times over, sharing fonts as a real long document does.
+    reader = pypdf.PdfReader(fifteen)
+    writer = pypdf.PdfWriter()
+    for _ in range(10):
+        for page in reader.pages:
+            writer.add_page(page)
+    long_pdf = tmp_path / "long.pdf"
+    with long_pdf.open("wb") as file:
+        writer.write(file)
+    _peak_traced_bytes(three)  # warm up imports and caches
+    peaks = {path.name: _peak_traced_bytes(path) for path in (three, fifteen, long_pdf)}
+    per_char = {name: peak / longest for name, (peak, longest) in peaks.items()}
+    # Peak memory follows the longest page, not the number of pages: ten times the pages, same peak.
+    assert peaks["long.pdf"][0] < 1.25 * peaks[fifteen.name][0]
+    assert per_char[fifteen.name] < 1.5 * per_char[three.name]
+    assert per_char["long.pdf"] < 1.5 * per_char[three.name]

@@ -1,0 +1,67 @@
+"""CSV and TSV: one record per row, each with its exact span in the page text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from citeline.errors import LoadError
+from citeline.load import load
+
+
+def _write(tmp_path: Path, text: str, name: str = "people.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8", newline="")
+    return path
+
+
+def test_rows_render_as_named_fields_with_record_spans(tmp_path: Path) -> None:
+    source = load(_write(tmp_path, "name,city,age\r\nAda,London,36\r\nAlan,,41\r\n"))
+    page = next(source.pages)
+    assert source.content_type == "text/csv"
+    assert source.title == "people"
+    assert page.number == 1
+    assert page.text == "name: Ada; city: London; age: 36\nname: Alan; age: 41"
+    assert page.records is not None
+    assert [page.text[start:end] for start, end in page.records] == [
+        "name: Ada; city: London; age: 36",
+        "name: Alan; age: 41",
+    ]
+
+
+def test_semicolon_delimiter_is_sniffed_and_quotes_respected(tmp_path: Path) -> None:
+    text = 'product;note\n"Widget";"cheap; cheerful, and\nsmall"\nGadget;plain\n'
+    page = next(load(_write(tmp_path, text)).pages)
+    assert page.text == "product: Widget; note: cheap; cheerful, and small\nproduct: Gadget; note: plain"
+
+
+def test_tsv_uses_tabs(tmp_path: Path) -> None:
+    page = next(load(_write(tmp_path, "a\tb\n1, 2\t3\n", "data.tsv")).pages)
+    assert page.text == "a: 1, 2; b: 3"
+
+
+def test_ragged_rows_are_handled(tmp_path: Path) -> None:
+    page = next(load(_write(tmp_path, "a,b\n1\n2,3,4,5\n,,\n6,7\n")).pages)
+    assert page.text == "a: 1\na: 2; b: 3; column 3: 4; column 4: 5\na: 6; b: 7"
+    assert page.records is not None
+    assert len(page.records) == 3
+
+
+def test_header_only_csv_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(LoadError) as caught:
+        load(_write(tmp_path, "name,city\n\n,\n"))
+    assert caught.value.reason == "no data rows (header only)"
+
+
+def test_blank_csv_is_empty(tmp_path: Path) -> None:
+    with pytest.raises(LoadError) as caught:
+        load(_write(tmp_path, "\n\n  \n"))
+    assert caught.value.reason == "empty file"
+
+
+def test_binary_csv_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "blob.csv"
+    path.write_bytes(bytes(range(256)) * 8)
+    with pytest.raises(LoadError, match="binary content, not text"):
+        load(path)

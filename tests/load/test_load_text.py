@@ -1,0 +1,76 @@
+"""Plain text: decoding, binary and empty files, form-feed pages."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from citeline.errors import LoadError
+from citeline.load import load
+
+SAMPLE = "Café naïve résumé — “quoted” façade, 10 € please.\nStraße über Ärger.\n"
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "cp1252"])
+def test_encodings_are_detected(tmp_path: Path, encoding: str) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(SAMPLE.encode(encoding))
+    source = load(path)
+    assert source.content_type == "text/plain"
+    assert source.title == "notes"
+    assert next(source.pages).text == SAMPLE.strip()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Le cœur a ses raisons. Café crème, déjà vu, été à Paris.", "café", "Größere Änderungen, sagte er."],
+)
+def test_short_latin1_text_decodes_as_cp1252(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "short.txt"
+    path.write_bytes(text.encode("cp1252"))
+    assert next(load(path).pages).text == text
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        random.Random(7).randbytes(4096),
+        b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\x00\x00\x00\x10\x08\x06\x00\x00\x00\x1f\xf3\xffa",
+        b"plain start\x00\x00\x00\x01\x02\x03\x00\x00\x00" * 20,
+    ],
+    ids=["random", "png", "nul-riddled"],
+)
+def test_binary_content_is_refused(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "image.txt"
+    path.write_bytes(data)
+    with pytest.raises(LoadError) as caught:
+        load(path)
+    assert caught.value.reason == "binary content, not text"
+
+
+def test_whitespace_only_file_is_empty(tmp_path: Path) -> None:
+    path = tmp_path / "blank.txt"
+    path.write_text(" \n\t\n\r\n")
+    with pytest.raises(LoadError) as caught:
+        load(path)
+    assert caught.value.reason == "empty file"
+
+
+def test_form_feeds_split_pages(tmp_path: Path) -> None:
+    path = tmp_path / "printout.txt"
+    path.write_text("first page\fsecond page\f\fa fourth\f\n")
+    pages = list(load(path).pages)
+    assert [(page.number, page.text) for page in pages] == [
+        (1, "first page"),
+        (2, "second page"),
+        (3, ""),
+        (4, "a fourth"),
+    ]
+
+
+def test_text_is_cleaned(tmp_path: Path) -> None:
+    path = tmp_path / "scan.txt"
+    path.write_bytes(b"An exam-\r\nple of LDL-C.   \r\n\r\n\r\n\r\nNext\x00 para.")
+    assert next(load(path).pages).text == "An example\nof LDL-C.\n\nNext para."
