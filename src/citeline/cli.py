@@ -89,7 +89,8 @@ def _parse_metadata(pairs: list[str]) -> dict[str, str]:
 def ingest(
     ctx: typer.Context,
     paths: Annotated[list[str], typer.Argument(help="Files, folders (recursively) or http(s) URLs.")],
-    scope: Annotated[list[str], typer.Option("--scope", "-s", help="Scope (repeatable); none = universal.")] = [],  # noqa: B006
+    scope: Annotated[list[str], typer.Option("--scope", "-s", help="Scope (repeatable). Unset: keep the current ones.")] = [],  # noqa: B006
+    universal: Annotated[bool, typer.Option(help="Remove all scopes: visible from every scope.")] = False,
     category: Annotated[str | None, typer.Option(help="Category path, e.g. Engineering/Security.")] = None,
     tag: Annotated[list[str], typer.Option("--tag", "-t", help="Tag (repeatable).")] = [],  # noqa: B006
     meta: Annotated[list[str], typer.Option("--meta", help="Metadata KEY=VALUE (repeatable).")] = [],  # noqa: B006
@@ -101,10 +102,10 @@ def ingest(
     """Ingest documents: PDF, text, Markdown, HTML (file or URL) and CSV."""
     options = _guard(
         lambda: IngestOptions(
-            scopes=tuple(scope),
+            scopes=() if universal else (tuple(scope) or None),
             category=category,
-            tags=tuple(tag),
-            metadata=_parse_metadata(meta),
+            tags=tuple(tag) or None,
+            metadata=_parse_metadata(meta) or None,
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
         )

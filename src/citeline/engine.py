@@ -54,7 +54,8 @@ class Citeline:
 
     @property
     def files_dir(self) -> Path:
-        return self.settings.data_dir.expanduser().resolve() / "files"
+        # One folder per namespace: a file's presence is decided by that namespace's catalog alone.
+        return self.settings.data_dir.expanduser().resolve() / "files" / self.settings.namespace
 
     def close(self) -> None:
         if self._engine is not None:

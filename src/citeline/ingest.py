@@ -14,7 +14,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -49,12 +49,15 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True)
 class IngestOptions:
-    """How to ingest: labels for the documents, and chunking (``None`` means the settings' default)."""
+    """How to ingest: labels for the documents, and chunking (``None`` means the settings' default).
 
-    scopes: tuple[str, ...] = ()
+    A label left ``None`` keeps the value the source's current version has (none, for a new source).
+    """
+
+    scopes: tuple[str, ...] | None = None
     category: str | None = None
-    tags: tuple[str, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] | None = None
+    metadata: dict[str, Any] | None = None
     uploaded_by: str | None = None
     chunk_size: int | None = None
     chunk_overlap: int | None = None
@@ -369,6 +372,7 @@ class Ingestor:
                 self._drop(job, [], open_jobs, labels, f"{job.source.label}: no text to index", report)
                 continue
             with self.engine.begin() as conn:
+                previous_files = catalog.version_files(conn, job.source.uri)
                 doc = catalog.activate(
                     conn,
                     job.doc,
@@ -378,6 +382,7 @@ class Ingestor:
                     page_count=job.pages,
                     duration_ms=(time.perf_counter() - job.started) * 1e3,
                 )
+            remove_unused_files(self.engine, [Path(f) for f in previous_files])
             outcome = Outcome.ADDED if doc.version == 1 else Outcome.UPDATED
             report(IngestResult(job.source.label, outcome, doc, job.chunks, job.embedded, time.perf_counter() - job.started))
 

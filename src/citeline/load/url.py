@@ -82,7 +82,7 @@ def _vetted_addresses(host: str, port: int, allow_private: bool) -> list[tuple[A
             if reason:
                 raise _AddressRefusedError(
                     f"refusing to fetch from {host}: {address} is {reason}; "
-                    "pass allow_private=True to load from your own network"
+                    "pass allow_private=True (CLI: --allow-private-urls) to load from your own network"
                 )
     return [info for info in infos if info[0] in (socket.AF_INET, socket.AF_INET6)]
 

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
-from pgvector.psycopg import register_vector
 
 from citeline.errors import NotFoundError
 from citeline.store.models import Status
@@ -92,13 +91,27 @@ class VersionSpec:
 
 @dataclass(frozen=True)
 class Labels:
-    """The descriptive fields of a document, which can change without re-embedding it."""
+    """The descriptive fields of a document, which can change without re-embedding it.
 
-    scopes: tuple[str, ...] = ()
+    ``None`` means "keep what the source's current version has" (nothing, for a new source), so
+    re-ingesting a folder without naming its scopes can never turn scoped documents universal.
+    """
+
+    scopes: tuple[str, ...] | None = None
     category: str | None = None
-    tags: tuple[str, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] | None = None
+    metadata: dict[str, Any] | None = None
     uploaded_by: str | None = None
+
+    def over(self, current: DocumentInfo | None) -> Labels:
+        """These labels, with unset fields taken from ``current``."""
+        return Labels(
+            scopes=self.scopes if self.scopes is not None else tuple(current.scopes if current else ()),
+            category=self.category if self.category is not None else (current.category if current else None),
+            tags=self.tags if self.tags is not None else tuple(current.tags if current else ()),
+            metadata=self.metadata if self.metadata is not None else dict(current.metadata if current else {}),
+            uploaded_by=self.uploaded_by if self.uploaded_by is not None else (current.uploaded_by if current else None),
+        )
 
 
 @dataclass(frozen=True)
@@ -153,6 +166,7 @@ def begin_version(
     """
     _lock_source(conn, source_uri)
     current = active_version(conn, source_uri)
+    labels = labels.over(current)
     if current is not None and (
         current.content_hash == spec.content_hash
         and current.embedding_model == spec.embedding_model
@@ -199,6 +213,7 @@ def record_failure(
     the active version, if any, is left untouched.
     """
     _lock_source(conn, source_uri)
+    labels = labels.over(active_version(conn, source_uri))
     if doc_id is None:
         version = conn.execute(
             sa.text("SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = :s"),
@@ -256,7 +271,6 @@ def insert_chunks(
         return
     raw = conn.connection.driver_connection
     assert raw is not None
-    register_vector(raw)
     ids = [
         r[0]
         for r in conn.execute(
@@ -400,6 +414,16 @@ def list_documents(conn: sa.Connection) -> list[DocumentInfo]:
     return [_row_to_info(r) for r in rows]
 
 
+def version_files(conn: sa.Connection, source_uri: str) -> list[str]:
+    """Stored originals referred to by any version of a source."""
+    return list(
+        conn.execute(
+            sa.text("SELECT DISTINCT file_path FROM documents WHERE source_uri = :s AND file_path IS NOT NULL"),
+            {"s": source_uri},
+        ).scalars()
+    )
+
+
 def file_in_use(conn: sa.Connection, file_path: str) -> bool:
     """Whether any version still refers to a stored original."""
     return conn.execute(sa.text("SELECT 1 FROM documents WHERE file_path = :f LIMIT 1"), {"f": file_path}).first() is not None
@@ -445,10 +469,10 @@ def stats(conn: sa.Connection) -> dict[str, Any]:
 
 def _labels_differ(doc: DocumentInfo, labels: Labels) -> bool:
     return (
-        sorted(doc.scopes) != sorted(labels.scopes)
+        sorted(doc.scopes) != sorted(labels.scopes or ())
         or doc.category != labels.category
-        or sorted(doc.tags) != sorted(labels.tags)
-        or doc.metadata != labels.metadata
+        or sorted(doc.tags) != sorted(labels.tags or ())
+        or doc.metadata != (labels.metadata or {})
     )
 
 
@@ -465,8 +489,8 @@ def _set_labels(conn: sa.Connection, doc_id: uuid.UUID, labels: Labels) -> None:
 def _label_params(labels: Labels) -> dict[str, Any]:
     return {
         "cat": labels.category,
-        "tags": sorted(set(labels.tags)),
-        "scopes": sorted(set(labels.scopes)),
-        "meta": json.dumps(labels.metadata),
+        "tags": sorted(set(labels.tags or ())),
+        "scopes": sorted(set(labels.scopes or ())),
+        "meta": json.dumps(labels.metadata or {}),
         "by": labels.uploaded_by,
     }

@@ -6,6 +6,8 @@ import logging
 from pathlib import Path
 
 import sqlalchemy as sa
+from pgvector.psycopg import register_vector
+from sqlalchemy import event
 from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Engine, make_url
@@ -56,6 +58,10 @@ def connect(settings: Settings) -> Engine:
             command.upgrade(cfg, "head")
     except OperationalError as exc:
         raise StoreError(f"cannot reach PostgreSQL at {_safe(url)}: {exc.orig}") from exc
+    # Only now does the vector type surely exist: from here on every pooled connection knows it,
+    # so vectors read back (cached embeddings) are arrays, not strings.
+    engine.dispose()
+    event.listen(engine, "connect", lambda dbapi_conn, _record: register_vector(dbapi_conn))
     return engine
 
 
