@@ -87,7 +87,10 @@ def build_search_corpus(cl: Citeline, size: int, scopes: int) -> None:
     if have >= size:
         return
     base = chunk_texts(2000)
-    print(f"building a {size:,}-chunk search corpus (once; kept in namespace {cl.settings.namespace})", file=sys.stderr)
+    print(
+        f"building a {size:,}-chunk search corpus (once; kept in namespace {cl.settings.namespace})",
+        file=sys.stderr,
+    )
     vectors = cl.embedder.embed(base)
     model, dim = cl.embedder.model_id, cl.embedder.dimension
     rng = np.random.default_rng(7)
@@ -106,14 +109,37 @@ def build_search_corpus(cl: Citeline, size: int, scopes: int) -> None:
         vecs = vectors[picks] + jitter
         vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
         rows = [
-            ChunkRow(i, rows_base[p].text, 1, 0, len(rows_base[p].text), None, rows_base[p].terms, rows_base[p].token_count)
+            ChunkRow(
+                i,
+                rows_base[p].text,
+                1,
+                0,
+                len(rows_base[p].text),
+                None,
+                rows_base[p].terms,
+                rows_base[p].token_count,
+            )
             for i, p in enumerate(picks)
         ]
         with cl.engine.begin() as conn:
             spec = VersionSpec(uuid.uuid4().hex, model, 1000, 150)
-            doc, _ = catalog.begin_version(conn, source_uri=f"bench://doc/{d}", name=f"doc-{d}", spec=spec, labels=Labels(scopes=tuple(scope)))
+            doc, _ = catalog.begin_version(
+                conn,
+                source_uri=f"bench://doc/{d}",
+                name=f"doc-{d}",
+                spec=spec,
+                labels=Labels(scopes=tuple(scope)),
+            )
             catalog.insert_chunks(conn, doc, model, rows, vecs)
-            catalog.activate(conn, doc, title=f"doc {d}", content_type="text/plain", file_path=None, page_count=1, duration_ms=0)
+            catalog.activate(
+                conn,
+                doc,
+                title=f"doc {d}",
+                content_type="text/plain",
+                file_path=None,
+                page_count=1,
+                duration_ms=0,
+            )
     with cl.engine.begin() as conn:
         conn.execute(sa.text("SET maintenance_work_mem = '1GB'"))
         ensure_index(conn, model, dim)
@@ -124,7 +150,8 @@ def bench_search(settings: Settings, size: int, queries: int, scopes: int) -> di
     ns = Settings(**{**settings.model_dump(), "namespace": f"bench_search_{size}"})
     with Citeline(ns) as cl:
         build_search_corpus(cl, size, scopes)
-        qs = [json.loads(l)["text"] for l in (SCIFACT / "queries.jsonl").open(encoding="utf-8")][:queries]
+        lines = (SCIFACT / "queries.jsonl").open(encoding="utf-8")
+        qs = [json.loads(line)["text"] for line in lines][:queries]
         out: dict[str, float] = {}
         for label, filters in (("unfiltered", Filters()), ("scoped", Filters(scopes=("scope-3",)))):
             totals, dense, keyword = [], [], []

@@ -12,7 +12,14 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from citeline.engine import Citeline
@@ -22,7 +29,9 @@ from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Fusion, Settings
 
-app = typer.Typer(help="citeline: ingest documents, search them, answer with citations.", no_args_is_help=True)
+app = typer.Typer(
+    help="citeline: ingest documents, search them, answer with citations.", no_args_is_help=True
+)
 docs_app = typer.Typer(help="List, show and delete documents.", no_args_is_help=True)
 app.add_typer(docs_app, name="docs")
 
@@ -39,7 +48,9 @@ def main(
     namespace: Annotated[str | None, typer.Option(help="Namespace (CITELINE_NAMESPACE).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what happens.")] = False,
 ) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     overrides: dict[str, Any] = {}
     if data_dir is not None:
         overrides["data_dir"] = data_dir
@@ -89,14 +100,20 @@ def _parse_metadata(pairs: list[str]) -> dict[str, str]:
 def ingest(
     ctx: typer.Context,
     paths: Annotated[list[str], typer.Argument(help="Files, folders (recursively) or http(s) URLs.")],
-    scope: Annotated[list[str], typer.Option("--scope", "-s", help="Scope (repeatable). Unset: keep the current ones.")] = [],  # noqa: B006
+    scope: Annotated[
+        list[str], typer.Option("--scope", "-s", help="Scope (repeatable). Unset: keep the current ones.")
+    ] = [],  # noqa: B006
     universal: Annotated[bool, typer.Option(help="Remove all scopes: visible from every scope.")] = False,
     category: Annotated[str | None, typer.Option(help="Category path, e.g. Engineering/Security.")] = None,
     tag: Annotated[list[str], typer.Option("--tag", "-t", help="Tag (repeatable).")] = [],  # noqa: B006
     meta: Annotated[list[str], typer.Option("--meta", help="Metadata KEY=VALUE (repeatable).")] = [],  # noqa: B006
     chunk_size: Annotated[int | None, typer.Option(help="Characters per chunk.")] = None,
-    chunk_overlap: Annotated[int | None, typer.Option(help="Characters shared by neighbouring chunks.")] = None,
-    allow_private_urls: Annotated[bool, typer.Option(help="Allow URLs on loopback/private networks.")] = False,
+    chunk_overlap: Annotated[
+        int | None, typer.Option(help="Characters shared by neighbouring chunks.")
+    ] = None,
+    allow_private_urls: Annotated[
+        bool, typer.Option(help="Allow URLs on loopback/private networks.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per source.")] = False,
 ) -> None:
     """Ingest documents: PDF, text, Markdown, HTML (file or URL) and CSV."""
@@ -139,10 +156,13 @@ def ingest(
             cl.embedder  # load the model before the clock of the first file starts  # noqa: B018
             results = cl.ingest(sources, options, progress=on_result, allow_private_urls=allow_private_urls)
     failed = sum(r.outcome is Outcome.FAILED for r in results)
+    stored = sum(r.chunks for r in results if r.outcome in (Outcome.ADDED, Outcome.UPDATED))
     if not as_json:
         counts = {o: sum(r.outcome is o for r in results) for o in Outcome}
         summary = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n)
-        err.print(f"{len(results)} sources: {summary}; {sum(r.chunks for r in results if r.outcome in (Outcome.ADDED, Outcome.UPDATED))} chunks stored")
+        err.print(
+            f"{len(results)} sources: {summary}; {stored} chunks stored"
+        )
     if failed:
         raise typer.Exit(65)
 
@@ -162,7 +182,11 @@ def _describe(result: IngestResult) -> str:
     detail = {
         Outcome.UNCHANGED: "content unchanged, nothing to do",
         Outcome.RELABELLED: "content unchanged, labels updated",
-    }.get(result.outcome, f"v{doc.version}, {doc.page_count} pages, {result.chunks} chunks ({result.embedded} embedded) in {result.seconds:.1f}s")
+    }.get(
+        result.outcome,
+        f"v{doc.version}, {doc.page_count} pages, {result.chunks} chunks "
+        f"({result.embedded} embedded) in {result.seconds:.1f}s",
+    )
     return f"[{colour}]{result.outcome.value:<10}[/{colour}] {result.source}: {detail}"
 
 
@@ -170,11 +194,15 @@ def _describe(result: IngestResult) -> str:
 def search(
     ctx: typer.Context,
     query: Annotated[str, typer.Argument(help="What to look for.")],
-    scope: Annotated[list[str], typer.Option("--scope", "-s", help="Only documents in this scope (or universal).")] = [],  # noqa: B006
+    scope: Annotated[
+        list[str], typer.Option("--scope", "-s", help="Only documents in this scope (or universal).")
+    ] = [],  # noqa: B006
     category: Annotated[str | None, typer.Option(help="Only this category or below it.")] = None,
     tag: Annotated[list[str], typer.Option("--tag", "-t", help="Documents with any of these tags.")] = [],  # noqa: B006
     all_tags: Annotated[list[str], typer.Option("--all-tags", help="Documents with all of these tags.")] = [],  # noqa: B006
-    content_type: Annotated[list[str], typer.Option("--type", help="Only these content types, e.g. application/pdf.")] = [],  # noqa: B006
+    content_type: Annotated[
+        list[str], typer.Option("--type", help="Only these content types, e.g. application/pdf.")
+    ] = [],  # noqa: B006
     meta: Annotated[list[str], typer.Option("--meta", help="Metadata KEY=VALUE that must match.")] = [],  # noqa: B006
     top_k: Annotated[int | None, typer.Option("--top-k", "-k", help="How many hits.")] = None,
     threshold: Annotated[float | None, typer.Option(help="Largest cosine distance kept (0..2).")] = None,
@@ -215,7 +243,9 @@ def search(
             highlight=False,
         )
         snippet = " ".join(hit.text.split())
-        console.print("    " + (snippet[:300] + ("…" if len(snippet) > 300 else "")), highlight=False, markup=False)
+        console.print(
+            "    " + (snippet[:300] + ("…" if len(snippet) > 300 else "")), highlight=False, markup=False
+        )
 
 
 @docs_app.command("list")
@@ -265,8 +295,11 @@ def docs_show(
     for key, value in data.items():
         console.print(f"[bold]{key:>16}[/bold]  {value}", highlight=False)
     for row in rows:
-        console.print(f"\n[bold]#{row['chunk_index']}[/bold] p.{row['page']} chars {row['start_offset']}-{row['end_offset']}"
-                      + (f" § {row['section']}" if row["section"] else ""))
+        console.print(
+            f"\n[bold]#{row['chunk_index']}[/bold] p.{row['page']} "
+            f"chars {row['start_offset']}-{row['end_offset']}"
+            + (f" § {row['section']}" if row["section"] else "")
+        )
         console.print(row["text"], markup=False, highlight=False)
 
 
@@ -282,7 +315,9 @@ def docs_delete(
 
 
 @app.command()
-def stats(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False) -> None:
+def stats(
+    ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False
+) -> None:
     """Counts over the namespace: documents by status and type, chunks, postings, size."""
     with _citeline(ctx) as cl:
         data = cl.stats()

@@ -14,7 +14,14 @@ import sqlalchemy as sa
 from citeline.embed import get_embedder
 from citeline.embed.base import Embedder
 from citeline.errors import InvalidRequestError, NotFoundError
-from citeline.ingest import IngestOptions, Ingestor, IngestResult, ProgressCallback, discover, remove_unused_files
+from citeline.ingest import (
+    IngestOptions,
+    Ingestor,
+    IngestResult,
+    ProgressCallback,
+    discover,
+    remove_unused_files,
+)
 from citeline.retrieve.search import Hit, SearchRequest, Timings, hybrid_search
 from citeline.settings import Settings
 from citeline.store import catalog

@@ -229,7 +229,9 @@ class Ingestor:
                 sources.append(file_source(text, self.files_dir, allow_private_urls=self.allow_private_urls))
             except CitelineError as exc:
                 uri = text if _is_url(text) else Path(text).expanduser().resolve().as_uri()
-                result = self._record_failure(text, uri, Path(text).name, options.labels(), None, str(exc), time.perf_counter())
+                result = self._record_failure(
+                    text, uri, Path(text).name, options.labels(), None, str(exc), time.perf_counter()
+                )
                 results.append(result)
                 if progress:
                     progress(result)
@@ -272,7 +274,9 @@ class Ingestor:
                 self._drop(job, buffer, open_jobs, labels, str(exc), report)
             except Exception as exc:  # a bug or I/O fault in one source must not stop the batch
                 log.exception("ingesting %s failed", source.label)
-                self._drop(job, buffer, open_jobs, labels, f"{source.label}: {type(exc).__name__}: {exc}", report)
+                self._drop(
+                    job, buffer, open_jobs, labels, f"{source.label}: {type(exc).__name__}: {exc}", report
+                )
             self._finish_ready(open_jobs, labels, report)
         self._flush(buffer, open_jobs, labels, report)
         return results
@@ -288,13 +292,17 @@ class Ingestor:
         started = time.perf_counter()
         spec = VersionSpec(source.content_hash, self.embedder.model_id, size, overlap)
         with self.engine.begin() as conn:
-            doc, start = catalog.begin_version(conn, source_uri=source.uri, name=source.name, spec=spec, labels=labels)
+            doc, start = catalog.begin_version(
+                conn, source_uri=source.uri, name=source.name, spec=spec, labels=labels
+            )
             if not self._index_ready:
                 ensure_index(conn, self.embedder.model_id, self.embedder.dimension)
                 self._index_ready = True
         if start is not VersionStart.CREATED:
             outcome = Outcome.RELABELLED if start is VersionStart.RELABELLED else Outcome.UNCHANGED
-            report(IngestResult(source.label, outcome, doc, doc.vector_count, 0, time.perf_counter() - started))
+            report(
+                IngestResult(source.label, outcome, doc, doc.vector_count, 0, time.perf_counter() - started)
+            )
             return None
         return _Job(source, doc, started)
 
@@ -384,7 +392,16 @@ class Ingestor:
                 )
             remove_unused_files(self.engine, [Path(f) for f in previous_files])
             outcome = Outcome.ADDED if doc.version == 1 else Outcome.UPDATED
-            report(IngestResult(job.source.label, outcome, doc, job.chunks, job.embedded, time.perf_counter() - job.started))
+            report(
+                IngestResult(
+                    job.source.label,
+                    outcome,
+                    doc,
+                    job.chunks,
+                    job.embedded,
+                    time.perf_counter() - job.started,
+                )
+            )
 
     def _drop(
         self,
@@ -417,7 +434,9 @@ class Ingestor:
             failed = catalog.record_failure(
                 conn, source_uri=uri, name=name, reason=reason, labels=labels, doc_id=doc.id if doc else None
             )
-        return IngestResult(label, Outcome.FAILED, failed, seconds=time.perf_counter() - started, error=reason)
+        return IngestResult(
+            label, Outcome.FAILED, failed, seconds=time.perf_counter() - started, error=reason
+        )
 
 
 def remove_unused_files(engine: sa.Engine, paths: Iterable[Path]) -> None:

@@ -82,6 +82,8 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _url_is_postgres(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        if value is not None and not value.startswith(
+            ("postgresql://", "postgres://", "postgresql+psycopg://")
+        ):
             raise ValueError("database_url must be a postgresql:// URL")
         return value

@@ -19,15 +19,25 @@ QUERY = "insulin dose adjustment for type 2 diabetes"
 
 @pytest.fixture
 def corpus(cl: Citeline, tmp_path: Path) -> Citeline:
-    """Thirty near-copies of the answer in scope ``cardiology``, one weaker match in ``diabetes``, one universal."""
+    """Thirty near-copies of the answer scoped ``cardiology``, a weaker one in ``diabetes``, a universal."""
     noisy = [
         write(tmp_path / f"cardio-{i:02}.txt", f"Insulin dose adjustment for type 2 diabetes, note {i}.")
         for i in range(30)
     ]
     cl.ingest(noisy, IngestOptions(scopes=("cardiology",), category="Clinical/Cardiology", tags=("noise",)))
     cl.ingest(
-        [write(tmp_path / "diabetes.txt", "Titrate basal insulin by two units every three days until fasting glucose is in range.")],
-        IngestOptions(scopes=("diabetes",), category="Clinical/Endocrine", tags=("insulin", "protocol"), metadata={"lang": "en"}),
+        [
+            write(
+                tmp_path / "diabetes.txt",
+                "Titrate basal insulin by two units every three days until fasting glucose is in range.",
+            )
+        ],
+        IngestOptions(
+            scopes=("diabetes",),
+            category="Clinical/Endocrine",
+            tags=("insulin", "protocol"),
+            metadata={"lang": "en"},
+        ),
     )
     cl.ingest(
         [write(tmp_path / "universal.md", "# Hand hygiene\n\nWash hands before handling insulin pens.")],
@@ -102,11 +112,15 @@ def test_search_refuses_to_mix_embedding_models(corpus: Citeline) -> None:
     import sqlalchemy as sa
 
     with corpus.engine.begin() as conn:
-        conn.execute(sa.text("UPDATE documents SET embedding_model = 'onnx:another-model' WHERE name = 'universal.md'"))
+        conn.execute(
+            sa.text("UPDATE documents SET embedding_model = 'onnx:another-model' WHERE name = 'universal.md'")
+        )
     with pytest.raises(ModelMismatchError, match="another-model"):
         corpus.search(QUERY)
     # A search that cannot reach the other model's documents is fine.
-    assert _names(corpus, filters=Filters(scopes=("diabetes",), category="Clinical/Endocrine")) == ["diabetes.txt"]
+    assert _names(corpus, filters=Filters(scopes=("diabetes",), category="Clinical/Endocrine")) == [
+        "diabetes.txt"
+    ]
 
 
 def test_settings_reject_bad_namespaces(data_dir: Path) -> None:

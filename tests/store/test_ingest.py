@@ -29,7 +29,8 @@ Drain the pump completely before winter storage so that frost cannot crack the v
 def _counts(cl: Citeline) -> tuple[int, int, int]:
     with cl.engine.connect() as conn:
         return tuple(  # type: ignore[return-value]
-            conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one() for t in ("documents", "chunks", "postings")
+            conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one()
+            for t in ("documents", "chunks", "postings")
         )
 
 
@@ -54,7 +55,9 @@ def test_markdown_is_stored_with_pages_offsets_and_sections(cl: Citeline, tmp_pa
     assert top.keyword_score > 0 and top.fused_score > 0
 
 
-def test_unchanged_content_is_a_no_op_and_new_labels_are_applied_in_place(cl: Citeline, tmp_path: Path) -> None:
+def test_unchanged_content_is_a_no_op_and_new_labels_are_applied_in_place(
+    cl: Citeline, tmp_path: Path
+) -> None:
     path = write(tmp_path / "pump.md", GUIDE)
     [first] = cl.ingest([path])
     before = _counts(cl)
@@ -72,9 +75,10 @@ def test_unchanged_content_is_a_no_op_and_new_labels_are_applied_in_place(cl: Ci
 
 def test_changed_file_becomes_a_new_version_that_replaces_the_old(cl: Citeline, tmp_path: Path) -> None:
     path = write(tmp_path / "pump.md", GUIDE)
-    [first] = cl.ingest([path])
+    small = IngestOptions(chunk_size=200, chunk_overlap=0)
+    [first] = cl.ingest([path], small)
     write(path, GUIDE.replace("winter storage", "long-term storage in a heated shed"))
-    [second] = cl.ingest([path])
+    [second] = cl.ingest([path], small)
     assert second.outcome is Outcome.UPDATED
     assert second.document is not None and first.document is not None
     assert second.document.version == 2
@@ -107,9 +111,22 @@ def test_a_version_is_invisible_until_swapped_in(cl: Citeline, tmp_path: Path) -
     with cl.engine.begin() as conn:
         catalog.insert_chunks(conn, job.doc, cl.embedder.model_id, rows, vectors)
 
-    assert "glycol" not in " ".join(h.text for h in cl.search("flush the impeller with glycol", ))
+    assert "glycol" not in " ".join(
+        h.text
+        for h in cl.search(
+            "flush the impeller with glycol",
+        )
+    )
     with cl.engine.begin() as conn:
-        catalog.activate(conn, job.doc, title="t", content_type="text/markdown", file_path=None, page_count=1, duration_ms=1)
+        catalog.activate(
+            conn,
+            job.doc,
+            title="t",
+            content_type="text/markdown",
+            file_path=None,
+            page_count=1,
+            duration_ms=1,
+        )
     assert "glycol" in cl.search(SearchRequest("flush the impeller with glycol", top_k=1))[0].text
 
 
@@ -143,7 +160,14 @@ def test_bad_inputs_are_reported_by_name_and_the_batch_goes_on(cl: Citeline, tmp
     by_name = {Path(r.source).name: r for r in results}
     assert by_name["good.md"].outcome is Outcome.ADDED
     reasons = {name: r.error or "" for name, r in by_name.items() if r.outcome is Outcome.FAILED}
-    assert set(reasons) == {"missing.pdf", "empty.txt", "binary.txt", "table.xlsx", "secret.pdf", scanned.name}
+    assert set(reasons) == {
+        "missing.pdf",
+        "empty.txt",
+        "binary.txt",
+        "table.xlsx",
+        "secret.pdf",
+        scanned.name,
+    }
     for name, reason in reasons.items():
         assert name in reason, reason
     assert "file not found" in reasons["missing.pdf"]

@@ -101,7 +101,13 @@ def evaluate(
     total = sum(1 for _ in data.corpus_path.open(encoding="utf-8"))
     counts = dict.fromkeys(Outcome, 0)
     t0 = time.perf_counter()
-    with Progress(*Progress.get_default_columns()[:-1], MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
+    with Progress(
+        *Progress.get_default_columns()[:-1],
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         task = progress.add_task("ingesting corpus", total=total)
 
         def on_result(result: Any) -> None:
@@ -115,11 +121,15 @@ def evaluate(
 
     query_ids = list(data.queries)[:limit] if limit else list(data.queries)
     ndcg10, rec10, rec100, mrr10, latencies = [], [], [], [], []
-    with Progress(BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
+    with Progress(
+        BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True
+    ) as progress:
         task = progress.add_task("queries", total=len(query_ids))
         for qid in query_ids:
             start = time.perf_counter()
-            hits = cl.search(SearchRequest(data.queries[qid], top_k=CHUNK_DEPTH, candidates=CHUNK_DEPTH, fusion=fusion))
+            hits = cl.search(
+                SearchRequest(data.queries[qid], top_k=CHUNK_DEPTH, candidates=CHUNK_DEPTH, fusion=fusion)
+            )
             latencies.append((time.perf_counter() - start) * 1e3)
             ranked: list[str] = []
             seen: set[str] = set()

@@ -74,10 +74,17 @@ class Timings:
 def check_models(conn: sa.Connection, model: str, filters: Filters) -> None:
     """Refuse a search whose documents were embedded by another model than the query's."""
     where, params = filters.sql()
-    others = conn.execute(
-        sa.text(f"SELECT DISTINCT d.embedding_model FROM documents d WHERE {where} AND d.embedding_model <> :m"),
-        {**params, "m": model},
-    ).scalars().all()
+    others = (
+        conn.execute(
+            sa.text(
+                "SELECT DISTINCT d.embedding_model FROM documents d "
+                f"WHERE {where} AND d.embedding_model <> :m"
+            ),
+            {**params, "m": model},
+        )
+        .scalars()
+        .all()
+    )
     if others:
         raise ModelMismatchError(
             f"the query would be embedded with {model}, but documents in this search were embedded with "
@@ -100,7 +107,9 @@ def hybrid_search(
     top_k = request.top_k or settings.top_k
     if top_k < 1:
         raise InvalidRequestError(f"top_k must be at least 1, got {top_k}")
-    threshold = request.distance_threshold if request.distance_threshold is not None else settings.distance_threshold
+    threshold = (
+        request.distance_threshold if request.distance_threshold is not None else settings.distance_threshold
+    )
     if threshold is not None and not 0 <= threshold <= 2:
         raise InvalidRequestError(f"distance_threshold is a cosine distance in [0, 2], got {threshold}")
     depth = max(request.candidates or settings.candidates, top_k)
@@ -122,7 +131,9 @@ def hybrid_search(
         filtered=not request.filters.is_empty,
     )
     t1 = time.perf_counter()
-    keyword = keyword_search(conn, analyzer.term_counts(request.query), where=where, params=params, limit=depth)
+    keyword = keyword_search(
+        conn, analyzer.term_counts(request.query), where=where, params=params, limit=depth
+    )
     t2 = time.perf_counter()
 
     candidates = {cid for cid, _ in dense} | {cid for cid, _ in keyword}

@@ -13,7 +13,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -109,8 +109,12 @@ class Labels:
             scopes=self.scopes if self.scopes is not None else tuple(current.scopes if current else ()),
             category=self.category if self.category is not None else (current.category if current else None),
             tags=self.tags if self.tags is not None else tuple(current.tags if current else ()),
-            metadata=self.metadata if self.metadata is not None else dict(current.metadata if current else {}),
-            uploaded_by=self.uploaded_by if self.uploaded_by is not None else (current.uploaded_by if current else None),
+            metadata=self.metadata
+            if self.metadata is not None
+            else dict(current.metadata if current else {}),
+            uploaded_by=self.uploaded_by
+            if self.uploaded_by is not None
+            else (current.uploaded_by if current else None),
         )
 
 
@@ -246,7 +250,7 @@ def record_failure(
 def cached_vectors(
     conn: sa.Connection, model: str, text_hashes: Sequence[str]
 ) -> dict[str, NDArray[np.float32]]:
-    """Vectors already computed by ``model`` for any of these chunk texts: unchanged text is never re-embedded."""
+    """Vectors ``model`` already computed for any of these chunk texts: no text is embedded twice."""
     if not text_hashes:
         return {}
     rows = conn.execute(
@@ -256,7 +260,8 @@ def cached_vectors(
         ),
         {"m": model, "h": list(set(text_hashes))},
     ).all()
-    return {h: np.asarray(v, dtype=np.float32) for h, v in rows}
+    # pgvector's loader gives Vector objects (recent releases) or arrays (older ones).
+    return {h: np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32) for h, v in rows}
 
 
 def insert_chunks(
@@ -328,7 +333,10 @@ def activate(
         {"id": document.id},
     ).one()
     count, tokens = int(totals[0]), int(totals[1])
-    conn.execute(sa.text("UPDATE chunks SET total_chunks = :n WHERE document_id = :id"), {"n": count, "id": document.id})
+    conn.execute(
+        sa.text("UPDATE chunks SET total_chunks = :n WHERE document_id = :id"),
+        {"n": count, "id": document.id},
+    )
     _retire_others(conn, document.source_uri, keep=document.id)
     conn.execute(
         sa.text(
@@ -377,7 +385,9 @@ def _retire_others(conn: sa.Connection, source_uri: str, keep: uuid.UUID | None)
     if active is not None and active[0] != keep:
         _bump_totals(conn, -int(active[1]), -int(active[2]))
     conn.execute(
-        sa.text("DELETE FROM documents WHERE source_uri = :s AND (CAST(:keep AS uuid) IS NULL OR id <> :keep)"),
+        sa.text(
+            "DELETE FROM documents WHERE source_uri = :s AND (CAST(:keep AS uuid) IS NULL OR id <> :keep)"
+        ),
         {"s": source_uri, "keep": keep},
     )
 
@@ -385,7 +395,8 @@ def _retire_others(conn: sa.Connection, source_uri: str, keep: uuid.UUID | None)
 def _bump_totals(conn: sa.Connection, chunks: int, tokens: int) -> None:
     conn.execute(
         sa.text(
-            "UPDATE corpus_stats SET chunk_count = chunk_count + :c, token_total = token_total + :t WHERE id = 1"
+            "UPDATE corpus_stats SET chunk_count = chunk_count + :c, "
+            "token_total = token_total + :t WHERE id = 1"
         ),
         {"c": chunks, "t": tokens},
     )
@@ -393,7 +404,9 @@ def _bump_totals(conn: sa.Connection, chunks: int, tokens: int) -> None:
 
 def get_document(conn: sa.Connection, doc_id: uuid.UUID) -> DocumentInfo:
     """One version by id; :class:`NotFoundError` if there is none."""
-    row = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = :id"), {"id": doc_id}).first()
+    row = conn.execute(
+        sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = :id"), {"id": doc_id}
+    ).first()
     if row is None:
         raise NotFoundError(f"no document with id {doc_id}")
     return _row_to_info(row)
@@ -418,7 +431,9 @@ def version_files(conn: sa.Connection, source_uri: str) -> list[str]:
     """Stored originals referred to by any version of a source."""
     return list(
         conn.execute(
-            sa.text("SELECT DISTINCT file_path FROM documents WHERE source_uri = :s AND file_path IS NOT NULL"),
+            sa.text(
+                "SELECT DISTINCT file_path FROM documents WHERE source_uri = :s AND file_path IS NOT NULL"
+            ),
             {"s": source_uri},
         ).scalars()
     )
@@ -426,7 +441,12 @@ def version_files(conn: sa.Connection, source_uri: str) -> list[str]:
 
 def file_in_use(conn: sa.Connection, file_path: str) -> bool:
     """Whether any version still refers to a stored original."""
-    return conn.execute(sa.text("SELECT 1 FROM documents WHERE file_path = :f LIMIT 1"), {"f": file_path}).first() is not None
+    return (
+        conn.execute(
+            sa.text("SELECT 1 FROM documents WHERE file_path = :f LIMIT 1"), {"f": file_path}
+        ).first()
+        is not None
+    )
 
 
 def stats(conn: sa.Connection) -> dict[str, Any]:
@@ -451,7 +471,8 @@ def stats(conn: sa.Connection) -> dict[str, Any]:
     size = conn.execute(
         sa.text(
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
         )
     ).scalar_one()
     return {

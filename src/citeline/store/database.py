@@ -6,10 +6,10 @@ import logging
 from pathlib import Path
 
 import sqlalchemy as sa
-from pgvector.psycopg import register_vector
-from sqlalchemy import event
 from alembic import command
 from alembic.config import Config
+from pgvector.psycopg import register_vector
+from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError, ProgrammingError
 

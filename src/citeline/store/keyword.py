@@ -26,7 +26,7 @@ def keyword_search(
     k1: float = K1,
     b: float = B,
 ) -> list[tuple[int, float]]:
-    """The ``limit`` best BM25 matches for ``terms`` among chunks that satisfy ``where``: ``(chunk_id, score)``.
+    """The ``limit`` best BM25 matches among chunks that satisfy ``where``, as ``(chunk_id, score)``.
 
     A query term repeated in the query counts once per repetition, as in Lucene.
     """

@@ -140,7 +140,7 @@ class Posting(Base):
 
 
 class CorpusStats(Base):
-    """Totals over the active chunks, kept in step by the transactions that change them (BM25 needs N, avgdl)."""
+    """Totals over the active chunks (BM25's N and avgdl), kept in step by the transactions changing them."""
 
     __tablename__ = "corpus_stats"
 

@@ -31,7 +31,8 @@ def ensure_index(conn: sa.Connection, model: str, dimension: int) -> None:
     """Create the model's HNSW index (cosine) if it does not exist yet."""
     name = index_name(model)
     exists = conn.execute(
-        sa.text("SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = :n"), {"n": name}
+        sa.text("SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = :n"),
+        {"n": name},
     ).first()
     if exists:
         return

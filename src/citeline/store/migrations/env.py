@@ -1,4 +1,4 @@
-"""Alembic environment: always run by citeline itself with a connection already bound to the namespace schema."""
+"""Alembic environment: run by citeline itself, with a connection bound to the namespace's schema."""
 
 from __future__ import annotations
 

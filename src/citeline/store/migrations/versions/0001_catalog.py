@@ -50,7 +50,11 @@ def upgrade() -> None:
         ),
     )
     op.create_index(
-        "documents_one_active", "documents", ["source_uri"], unique=True, postgresql_where=sa.text("is_active")
+        "documents_one_active",
+        "documents",
+        ["source_uri"],
+        unique=True,
+        postgresql_where=sa.text("is_active"),
     )
     op.create_index("documents_source_version", "documents", ["source_uri", "version"], unique=True)
     op.create_index("documents_scopes", "documents", ["scopes"], postgresql_using="gin")

