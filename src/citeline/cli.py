@@ -35,8 +35,16 @@ app = typer.Typer(
 docs_app = typer.Typer(help="List, show and delete documents.", no_args_is_help=True)
 app.add_typer(docs_app, name="docs")
 
-console = Console()
-err = Console(stderr=True)
+# soft_wrap: long paths and messages stay on one line, so they can be grepped and copied.
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+def _print_json(data: Any) -> None:
+    """Plain JSON on stdout, one document per line: for pipes and programs, no colour or wrapping."""
+    sys.stdout.write(json.dumps(data, default=str) + "\n")
+    sys.stdout.flush()
+
 
 T = TypeVar("T")
 
@@ -149,7 +157,7 @@ def ingest(
             def on_result(result: IngestResult) -> None:
                 progress.advance(task)
                 if as_json:
-                    console.print_json(json.dumps(result.as_dict()))
+                    _print_json(result.as_dict())
                 else:
                     progress.console.print(_describe(result), highlight=False)
 
@@ -160,9 +168,7 @@ def ingest(
     if not as_json:
         counts = {o: sum(r.outcome is o for r in results) for o in Outcome}
         summary = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n)
-        err.print(
-            f"{len(results)} sources: {summary}; {stored} chunks stored"
-        )
+        err.print(f"{len(results)} sources: {summary}; {stored} chunks stored")
     if failed:
         raise typer.Exit(65)
 
@@ -229,7 +235,7 @@ def search(
     with _citeline(ctx) as cl:
         hits = cl.search(request)
     if as_json:
-        console.print_json(json.dumps([h.as_dict() for h in hits]))
+        _print_json([h.as_dict() for h in hits])
         return
     if not hits:
         console.print("no hits")
@@ -256,7 +262,7 @@ def docs_list(
     with _citeline(ctx) as cl:
         docs = cl.documents()
     if as_json:
-        console.print_json(json.dumps([d.as_dict() for d in docs], default=str))
+        _print_json([d.as_dict() for d in docs])
         return
     table = Table("id", "name", "v", "status", "chunks", "type", "scopes", "category", "tags")
     for d in docs:
@@ -290,7 +296,7 @@ def docs_show(
     if as_json:
         if chunks:
             data["chunks"] = rows
-        console.print_json(json.dumps(data, default=str))
+        _print_json(data)
         return
     for key, value in data.items():
         console.print(f"[bold]{key:>16}[/bold]  {value}", highlight=False)
@@ -322,7 +328,7 @@ def stats(
     with _citeline(ctx) as cl:
         data = cl.stats()
     if as_json:
-        console.print_json(json.dumps(data))
+        _print_json(data)
         return
     for key, value in data.items():
         console.print(f"[bold]{key:>20}[/bold]  {value}", highlight=False)
@@ -349,4 +355,8 @@ def eval_command(
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     (err if as_json else console).print(table)
     if as_json:
-        sys.stdout.write(json.dumps(report) + "\n")
+        _print_json(report)
+
+
+if __name__ == "__main__":
+    app()

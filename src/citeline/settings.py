@@ -48,7 +48,8 @@ class Settings(BaseSettings):
     chunk_size: Annotated[int, Field(ge=50, le=20_000)] = 1000
     chunk_overlap: Annotated[int, Field(ge=0, le=10_000)] = 150
 
-    fusion: Fusion = Fusion.RECIPROCAL_RANK
+    # Measured on SciFact (citeline eval): weighted 0.730 nDCG@10, reciprocal rank 0.719.
+    fusion: Fusion = Fusion.WEIGHTED
     rrf_k: Annotated[int, Field(ge=1)] = 60
     weight_semantic: Annotated[float, Field(ge=0)] = 0.6
     weight_keyword: Annotated[float, Field(ge=0)] = 0.2

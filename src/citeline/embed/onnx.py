@@ -149,41 +149,17 @@ class OnnxEmbedder:
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=self.max_tokens)
         self._tokenizer = tokenizer
-        self._session = self._open_session(files.model.path)
+        self._session = _open_session(self.model_id, files.model.path)
+        inputs = {i.name for i in self._session.get_inputs()}
+        # BERT exports differ on whether token types are an input; all texts here are one segment.
+        self._token_types = "token_type_ids" in inputs
+        self._output = [self._session.get_outputs()[0].name]
         # Workers beyond the first only pay off when a call has several runs to share out.
         self._pool = (
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="citeline-embed")
             if threads > 1
             else None
         )
-
-    def _open_session(self, path: Path) -> Any:
-        # Imported here: it costs a tenth of a second that commands without a model should not pay.
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Parallelism comes from concurrent runs (see the module docstring), so each run keeps to its
-        # calling thread.
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        try:
-            session = ort.InferenceSession(
-                str(path), sess_options=options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:
-            raise EmbeddingError(f"{self.model_id}: onnxruntime cannot load {path}: {exc}") from exc
-        inputs = {i.name for i in session.get_inputs()}
-        outputs = session.get_outputs()
-        if not {"input_ids", "attention_mask"} <= inputs or len(outputs[0].shape) != 3:
-            raise EmbeddingError(
-                f"{self.model_id}: {path} is not a token-embedding model (inputs {sorted(inputs)}, "
-                f"first output shape {outputs[0].shape})"
-            )
-        self._token_types = "token_type_ids" in inputs
-        self._output = [outputs[0].name]
-        return session
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed ``texts`` as an ``(len(texts), dimension)`` float32 array of L2-normalised rows, in order.
@@ -246,6 +222,28 @@ class OnnxEmbedder:
         pooled /= lengths[:, None].astype(np.float32)
         pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         return pooled
+
+
+def _open_session(model_id: str, path: Path) -> Any:
+    # Imported here: it costs a tenth of a second that commands without a model should not pay.
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Parallelism comes from concurrent runs (see the module docstring), so each run keeps to its
+    # calling thread.
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise EmbeddingError(f"{model_id}: onnxruntime cannot load {path}: {exc}") from exc
+    outputs = session.get_outputs()
+    # Pooling below expects per-token vectors (batch, tokens, dim), not an already pooled output.
+    if len(outputs[0].shape) != 3:
+        raise EmbeddingError(f"{model_id}: {path} outputs {outputs[0].shape}, not per-token vectors")
+    return session
 
 
 register_provider("onnx", OnnxEmbedder)

