@@ -150,5 +150,5 @@ def test_processes_share_one_embedded_server(settings: Settings, tmp_path: Path)
     for proc in procs:
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err.decode()
-    code, out, _ = _run(settings, "docs", "list", "--json")
+    _, out, _ = _run(settings, "docs", "list", "--json")
     assert sorted(d["name"] for d in json.loads(out)) == [f"doc{i}.txt" for i in range(4)]

@@ -451,18 +451,18 @@ def file_in_use(conn: sa.Connection, file_path: str) -> bool:
 
 def stats(conn: sa.Connection) -> dict[str, Any]:
     """Counts over the catalog, for ``citeline stats``."""
-    by_status = dict(
+    by_status: dict[str, int] = dict(
         conn.execute(sa.text("SELECT status, count(*) FROM documents GROUP BY status ORDER BY status")).all()
     )
     totals = conn.execute(sa.text("SELECT chunk_count, token_total FROM corpus_stats WHERE id = 1")).one()
-    models = dict(
+    models: dict[str, int] = dict(
         conn.execute(
             sa.text(
                 "SELECT embedding_model, count(*) FROM documents WHERE is_active GROUP BY embedding_model"
             )
         ).all()
     )
-    types = dict(
+    types: dict[str, int] = dict(
         conn.execute(
             sa.text("SELECT content_type, count(*) FROM documents WHERE is_active GROUP BY content_type")
         ).all()

