@@ -68,7 +68,8 @@ class Settings(BaseSettings):
     top_k: Annotated[int, Field(ge=1, le=10_000)] = 10
     distance_threshold: Annotated[float | None, Field(ge=0, le=2)] = None
     hnsw_ef_search: Annotated[int, Field(ge=1, le=1000)] = 100
-    exact_search_below: Annotated[int, Field(ge=0)] = 20_000
+    # Below this many in-filter chunks an exact scan beats walking HNSW (measured ~3.5 us a vector here).
+    exact_search_below: Annotated[int, Field(ge=0)] = 2_000
 
     @field_validator("namespace")
     @classmethod
