@@ -232,7 +232,8 @@ def search(
             fusion=fusion,
         )
     )
-    with _citeline(ctx) as cl:
+    # One query per process: PostgreSQL scores BM25 directly rather than loading the in-memory index.
+    with _citeline(ctx, keyword_index="sql") as cl:
         hits = cl.search(request)
     if as_json:
         _print_json([h.as_dict() for h in hits])

@@ -28,6 +28,7 @@ from citeline.store import catalog
 from citeline.store.analyzer import Analyzer
 from citeline.store.catalog import DocumentInfo
 from citeline.store.database import connect
+from citeline.store.keyword import KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
 
 
 class Citeline:
@@ -42,6 +43,9 @@ class Citeline:
         self.analyzer = Analyzer()
         self._engine: sa.Engine | None = None
         self._embedder: Embedder | None = None
+        self.keyword_index: KeywordIndex = (
+            MemoryKeywordIndex() if self.settings.keyword_index == "memory" else SqlKeywordIndex()
+        )
 
     @property
     def engine(self) -> sa.Engine:
@@ -123,6 +127,7 @@ class Citeline:
                 vector,
                 model=self.embedder.model_id,
                 analyzer=self.analyzer,
+                keyword_index=self.keyword_index,
                 settings=self.settings,
                 timings=timings,
             )

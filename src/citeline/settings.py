@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -63,6 +63,13 @@ class Settings(BaseSettings):
             "text/csv": 0.5,
         },
         description="Per content type, in [0, 1]; used by weighted fusion.",
+    )
+    keyword_index: Literal["memory", "sql"] = Field(
+        default="memory",
+        description=(
+            "memory: BM25 arrays in the process, loaded on first search and kept in step with the "
+            "catalog (fast; for servers and long runs). sql: scored by PostgreSQL per query (no warm-up)."
+        ),
     )
     candidates: Annotated[int, Field(ge=1, le=10_000)] = 100
     top_k: Annotated[int, Field(ge=1, le=10_000)] = 10

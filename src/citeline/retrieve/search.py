@@ -16,7 +16,7 @@ from citeline.retrieve.filters import Filters
 from citeline.retrieve.fusion import reciprocal_rank, weighted
 from citeline.settings import Fusion, Settings
 from citeline.store.analyzer import Analyzer
-from citeline.store.keyword import keyword_search
+from citeline.store.keyword import KeywordIndex
 from citeline.store.vectors import dense_search, to_pgvector
 
 
@@ -100,6 +100,7 @@ def hybrid_search(
     *,
     model: str,
     analyzer: Analyzer,
+    keyword_index: KeywordIndex,
     settings: Settings,
     timings: Timings | None = None,
 ) -> list[Hit]:
@@ -131,8 +132,13 @@ def hybrid_search(
         filtered=not request.filters.is_empty,
     )
     t1 = time.perf_counter()
-    keyword = keyword_search(
-        conn, analyzer.term_counts(request.query), where=where, params=params, limit=depth
+    keyword = keyword_index.search(
+        conn,
+        analyzer.term_counts(request.query),
+        where=where,
+        params=params,
+        filtered=not request.filters.is_empty,
+        limit=depth,
     )
     t2 = time.perf_counter()
 

@@ -356,6 +356,7 @@ def activate(
         },
     )
     _bump_totals(conn, count, tokens)
+    _log(conn, document.id, added=True)
     return get_document(conn, document.id)
 
 
@@ -384,11 +385,19 @@ def _retire_others(conn: sa.Connection, source_uri: str, keep: uuid.UUID | None)
     ).first()
     if active is not None and active[0] != keep:
         _bump_totals(conn, -int(active[1]), -int(active[2]))
+        _log(conn, active[0], added=False)
     conn.execute(
         sa.text(
             "DELETE FROM documents WHERE source_uri = :s AND (CAST(:keep AS uuid) IS NULL OR id <> :keep)"
         ),
         {"s": source_uri, "keep": keep},
+    )
+
+
+def _log(conn: sa.Connection, doc_id: uuid.UUID, *, added: bool) -> None:
+    """Record a visibility change for in-process keyword indexes (see keyword.MemoryKeywordIndex)."""
+    conn.execute(
+        sa.text("INSERT INTO keyword_log (document_id, added) VALUES (:id, :a)"), {"id": doc_id, "a": added}
     )
 
 
