@@ -31,9 +31,12 @@ QUERIES = [
 ]
 
 
+NO_FILTERS = Filters()
+
+
 def _both(
-    cl: Citeline, memory: MemoryKeywordIndex, query: str, filters: Filters = Filters()
-) -> tuple[list, list]:
+    cl: Citeline, memory: MemoryKeywordIndex, query: str, filters: Filters = NO_FILTERS
+) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     where, params = filters.sql()
     terms = cl.analyzer.term_counts(query)
     with cl.engine.connect() as conn:
