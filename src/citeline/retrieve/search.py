@@ -143,56 +143,72 @@ def hybrid_search(
     t2 = time.perf_counter()
 
     candidates = {cid for cid, _ in dense} | {cid for cid, _ in keyword}
-    rows = _fetch(conn, candidates, query_vector)
-    t3 = time.perf_counter()
+    scored = _distances(conn, candidates, query_vector)
     kw_scores = dict(keyword)
     if fusion is Fusion.RECIPROCAL_RANK:
         fused = reciprocal_rank([[c for c, _ in dense], [c for c, _ in keyword]], k=settings.rrf_k)
     else:
-        boosts = {cid: settings.source_boost.get(row["content_type"] or "", 0.5) for cid, row in rows.items()}
         fused = weighted(
-            {cid: 1.0 - row["distance"] for cid, row in rows.items()},
+            {cid: 1.0 - distance for cid, (distance, _) in scored.items()},
             kw_scores,
-            boosts,
+            {cid: settings.source_boost.get(ctype or "", 0.5) for cid, (_, ctype) in scored.items()},
             w_semantic=settings.weight_semantic,
             w_keyword=settings.weight_keyword,
             w_source=settings.weight_source,
         )
-    ranked = sorted(fused.items(), key=lambda item: (-item[1], item[0]))
-    hits: list[Hit] = []
-    for cid, score in ranked:
-        row = rows.get(cid)
-        if row is None:  # deleted between the index queries and the fetch
-            continue
-        if threshold is not None and row["distance"] > threshold:
-            continue
-        hits.append(
-            Hit(
-                **row,
-                similarity=1.0 - row["distance"],
-                keyword_score=kw_scores.get(cid, 0.0),
-                fused_score=score,
-            )
+    ranked = [
+        (cid, score)
+        for cid, score in sorted(fused.items(), key=lambda item: (-item[1], item[0]))
+        # A chunk missing from ``scored`` was retired between the index queries and now.
+        if cid in scored and (threshold is None or scored[cid][0] <= threshold)
+    ][:top_k]
+    t3 = time.perf_counter()
+    rows = _fetch(conn, [cid for cid, _ in ranked])
+    hits = [
+        Hit(
+            **rows[cid],
+            distance=scored[cid][0],
+            similarity=1.0 - scored[cid][0],
+            keyword_score=kw_scores.get(cid, 0.0),
+            fused_score=score,
         )
-        if len(hits) == top_k:
-            break
+        for cid, score in ranked
+        if cid in rows
+    ]
     t4 = time.perf_counter()
     timings.dense, timings.keyword = (t1 - t0) * 1e3, (t2 - t1) * 1e3
-    timings.fetch, timings.fuse = (t3 - t2) * 1e3, (t4 - t3) * 1e3
+    timings.fuse, timings.fetch = (t3 - t2) * 1e3, (t4 - t3) * 1e3
     return hits
 
 
-def _fetch(conn: sa.Connection, ids: set[int], query: NDArray[np.float32]) -> dict[int, dict[str, Any]]:
+def _distances(
+    conn: sa.Connection, ids: set[int], query: NDArray[np.float32]
+) -> dict[int, tuple[float, str | None]]:
+    """Cosine distance to the query and content type of every candidate, whichever list it came from."""
+    if not ids:
+        return {}
+    result = conn.execute(
+        sa.text(
+            "SELECT c.id, (c.embedding <=> CAST(:q AS vector)), d.content_type "
+            "FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(:ids) AND d.is_active"
+        ),
+        {"ids": list(ids), "q": to_pgvector(query)},
+    )
+    return {int(r[0]): (float(r[1]), r[2]) for r in result}
+
+
+def _fetch(conn: sa.Connection, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """The stored fields of the chunks that made the cut."""
     if not ids:
         return {}
     result = conn.execute(
         sa.text(
             "SELECT c.id AS chunk_id, c.document_id, d.name AS document_name, d.title, c.version, "
             "d.content_type, c.page, c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, "
-            "c.total_chunks, c.text, (c.embedding <=> CAST(:q AS vector)) AS distance "
+            "c.total_chunks, c.text "
             "FROM chunks c JOIN documents d ON d.id = c.document_id "
             "WHERE c.id = ANY(:ids) AND d.is_active"
         ),
-        {"ids": list(ids), "q": to_pgvector(query)},
+        {"ids": ids},
     )
     return {row.chunk_id: dict(row._mapping) for row in result}
