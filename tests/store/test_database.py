@@ -1,0 +1,51 @@
+"""Opening the store: external servers by URL, and a clear error when pgvector is missing."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from citeline.engine import Citeline
+from citeline.errors import ExtensionMissingError, StoreError
+from citeline.settings import Settings
+from citeline.store.database import _ensure_pgvector, schema_name
+from citeline.store.server import embedded_url
+from tests.conftest import write
+
+
+def test_external_mode_uses_the_given_url(data_dir: Path, tmp_path: Path) -> None:
+    # A server we started ourselves, reached only through its postgresql:// URL, as a user's would be.
+    url = embedded_url(data_dir).replace("postgresql+psycopg://", "postgresql://", 1)
+    settings = Settings(
+        data_dir=tmp_path / "files-only", database_url=url, namespace=f"x_{uuid.uuid4().hex[:8]}"
+    )
+    with Citeline(settings) as cl:
+        cl.ingest([write(tmp_path / "a.txt", "External servers hold the catalog too.")])
+        assert cl.search("external catalog")[0].document_name == "a.txt"
+        assert cl.stats()["mode"] == "external"
+        with cl.engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema_name(settings.namespace)}" CASCADE'))
+    assert not (tmp_path / "files-only" / "pg").exists()  # no embedded server was started there
+
+
+def test_unreachable_server_is_a_store_error(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, database_url="postgresql://nobody@127.0.0.1:1/none")
+    with pytest.raises(
+        StoreError, match=r"cannot reach PostgreSQL at postgresql\+psycopg://nobody@127\.0\.0\.1:1"
+    ):
+        Citeline(settings).engine  # noqa: B018
+
+
+def test_missing_pgvector_is_explained(data_dir: Path) -> None:
+    engine = sa.create_engine(embedded_url(data_dir))
+    with engine.connect() as conn:
+        # Ask as if the server had no such extension: a database where the name is hidden.
+        conn.execute(sa.text("CREATE TEMP VIEW pg_available_extensions AS SELECT 'x'::name AS name"))
+        conn.execute(sa.text("CREATE TEMP VIEW pg_extension AS SELECT 'x'::name AS extname"))
+        conn.execute(sa.text("SET search_path = pg_temp, pg_catalog"))
+        with pytest.raises(ExtensionMissingError, match="does not have the pgvector extension"):
+            _ensure_pgvector(conn, engine)
+    engine.dispose()
