@@ -181,31 +181,36 @@ def begin_version(
             _set_labels(conn, current.id, labels)
             return get_document(conn, current.id), VersionStart.RELABELLED
         return current, VersionStart.UNCHANGED
-    version = conn.execute(
-        sa.text("SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = :s"),
-        {"s": source_uri},
-    ).scalar_one()
+    doc_id = _insert_version(conn, source_uri, name, Status.PROCESSING, labels, spec)
+    return get_document(conn, doc_id), VersionStart.CREATED
+
+
+def _insert_version(
+    conn: sa.Connection, source_uri: str, name: str, status: Status, labels: Labels, spec: VersionSpec | None
+) -> uuid.UUID:
+    """A new, inactive version row numbered after every earlier one of the source."""
     doc_id = uuid.uuid4()
     conn.execute(
         sa.text(
             "INSERT INTO documents (id, name, source_uri, content_hash, version, status, embedding_model, "
             "chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by) VALUES "
-            "(:id, :name, :s, :h, :v, :st, :m, :cs, :co, :cat, :tags, :scopes, CAST(:meta AS jsonb), :by)"
+            "(:id, :name, :s, :h, "
+            "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = :s), "
+            ":st, :m, :cs, :co, :cat, :tags, :scopes, CAST(:meta AS jsonb), :by)"
         ),
         {
             "id": doc_id,
             "name": name,
             "s": source_uri,
-            "h": spec.content_hash,
-            "v": version,
-            "st": Status.PROCESSING.value,
-            "m": spec.embedding_model,
-            "cs": spec.chunk_size,
-            "co": spec.chunk_overlap,
+            "h": spec.content_hash if spec else None,
+            "st": status.value,
+            "m": spec.embedding_model if spec else None,
+            "cs": spec.chunk_size if spec else None,
+            "co": spec.chunk_overlap if spec else None,
             **_label_params(labels),
         },
     )
-    return get_document(conn, doc_id), VersionStart.CREATED
+    return doc_id
 
 
 def record_failure(
@@ -219,19 +224,7 @@ def record_failure(
     _lock_source(conn, source_uri)
     labels = labels.over(active_version(conn, source_uri))
     if doc_id is None:
-        version = conn.execute(
-            sa.text("SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = :s"),
-            {"s": source_uri},
-        ).scalar_one()
-        doc_id = uuid.uuid4()
-        conn.execute(
-            sa.text(
-                "INSERT INTO documents (id, name, source_uri, version, status, category, tags, scopes, "
-                "metadata, uploaded_by) VALUES (:id, :name, :s, :v, 'failed', :cat, :tags, :scopes, "
-                "CAST(:meta AS jsonb), :by)"
-            ),
-            {"id": doc_id, "name": name, "s": source_uri, "v": version, **_label_params(labels)},
-        )
+        doc_id = _insert_version(conn, source_uri, name, Status.FAILED, labels, None)
     conn.execute(sa.text("DELETE FROM chunks WHERE document_id = :id"), {"id": doc_id})
     conn.execute(
         sa.text(
