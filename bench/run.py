@@ -77,6 +77,45 @@ def bench_ingest(settings: Settings, texts: list[str], repeat: int) -> dict[str,
     return {"ingest_chunks_per_s": statistics.median(rates)}
 
 
+def bench_memory(settings: Settings) -> dict[str, float]:
+    """Peak Python allocations while ingesting PDFs of 3, 15 and 150 pages: flat means bounded by the
+    embed batch and the longest page, not by the page count. (Native memory of PDFium and onnxruntime
+    is not traced; the loader's RSS per page is measured in bench/pdf_extractors.py.)"""
+    import tempfile
+    import tracemalloc
+
+    import pypdf
+
+    pdfs = SHARED / "fixtures" / "pdfs"
+    fifteen = pdfs / "multicol_federal_register_2020-17221.pdf"
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        long_pdf = Path(tmp) / "federal_register_x10.pdf"
+        writer = pypdf.PdfWriter()
+        for _ in range(10):
+            for page in pypdf.PdfReader(fifteen).pages:
+                writer.add_page(page)
+        with long_pdf.open("wb") as fh:
+            writer.write(fh)
+        ns = Settings(**{**settings.model_dump(), "namespace": f"bench_mem_{uuid.uuid4().hex[:8]}"})
+        with Citeline(ns) as cl:
+            cl.ingest([pdfs / "multicol_latex_pypdf_sample.pdf"])  # warm up model, imports, pools
+            for label, path in (
+                ("3p", pdfs / "multicol_latex_pypdf_sample.pdf"),
+                ("15p", fifteen),
+                ("150p", long_pdf),
+            ):
+                # chunk_size differs from the warm-up so the 3-page file is ingested again, not skipped
+                tracemalloc.start()
+                [result] = cl.ingest([path], IngestOptions(chunk_size=999))
+                out[f"ingest_pdf_{label}_python_peak_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
+                tracemalloc.stop()
+                out[f"ingest_pdf_{label}_chunks"] = float(result.chunks)
+            with cl.engine.begin() as conn:
+                conn.execute(sa.text(f"DROP SCHEMA citeline_{ns.namespace} CASCADE"))
+    return out
+
+
 def build_search_corpus(cl: Citeline, size: int, scopes: int) -> None:
     """``size`` chunks from real SciFact texts and vectors, repeated with jittered vectors.
 
@@ -177,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--search-size", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["embed", "ingest", "search"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["embed", "ingest", "memory", "search"])
     args = parser.parse_args(argv)
     settings = Settings()
     report: dict[str, Any] = {}
@@ -191,6 +230,8 @@ def main(argv: list[str] | None = None) -> None:
         bare = report.get("citeline_chunks_per_s")
         if bare:
             report["ingest_vs_bare_embedder"] = report["ingest_chunks_per_s"] / bare
+    if "memory" not in args.skip:
+        report.update(bench_memory(settings))
     if "search" not in args.skip:
         report.update(bench_search(settings, args.search_size, args.queries, scopes=9))
     report["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
