@@ -152,3 +152,9 @@ def test_processes_share_one_embedded_server(settings: Settings, tmp_path: Path)
         assert proc.returncode == 0, err.decode()
     _, out, _ = _run(settings, "docs", "list", "--json")
     assert sorted(d["name"] for d in json.loads(out)) == [f"doc{i}.txt" for i in range(4)]
+
+
+def test_universal_and_scope_contradict(settings: Settings, tmp_path: Path) -> None:
+    path = write(tmp_path / "a.txt", "text")
+    code, _, err = _run(settings, "ingest", str(path), "--universal", "--scope", "x")
+    assert code == 2 and "--universal" in err

@@ -125,6 +125,9 @@ def ingest(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per source.")] = False,
 ) -> None:
     """Ingest documents: PDF, text, Markdown, HTML (file or URL) and CSV."""
+    if universal and scope:
+        err.print("[red]error:[/red] --universal removes all scopes; it cannot be combined with --scope")
+        raise typer.Exit(2)
     options = _guard(
         lambda: IngestOptions(
             scopes=() if universal else (tuple(scope) or None),

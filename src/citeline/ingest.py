@@ -293,7 +293,12 @@ class Ingestor:
         spec = VersionSpec(source.content_hash, self.embedder.model_id, size, overlap)
         with self.engine.begin() as conn:
             doc, start = catalog.begin_version(
-                conn, source_uri=source.uri, name=source.name, spec=spec, labels=labels
+                conn,
+                source_uri=source.uri,
+                name=source.name,
+                spec=spec,
+                labels=labels,
+                file_path=str(source.stored_file) if source.stored_file else None,
             )
             if not self._index_ready:
                 ensure_index(conn, self.embedder.model_id, self.embedder.dimension)

@@ -202,3 +202,14 @@ def test_pdf_pages_are_kept(cl: Citeline) -> None:
     with cl.engine.connect() as conn:
         pages = conn.execute(sa.text("SELECT DISTINCT page FROM chunks ORDER BY page")).scalars().all()
     assert pages[0] == 1 and pages[-1] == 15 and len(pages) >= 12
+
+
+def test_an_original_still_needed_by_another_source_is_kept(cl: Citeline, tmp_path: Path) -> None:
+    a = write(tmp_path / "a.md", GUIDE)
+    cl.ingest([a])
+    b = write(tmp_path / "b.md", GUIDE)  # same content as a's first version
+    write(a, GUIDE + "\nAppendix: torque values.\n")
+    results = cl.ingest([a, b])
+    assert [r.outcome for r in results] == [Outcome.UPDATED, Outcome.ADDED]
+    for doc in cl.documents():
+        assert doc.file_path is not None and Path(doc.file_path).exists(), doc.name

@@ -84,7 +84,7 @@ def get_embedder(spec: str, *, batch_size: int = 32, threads: int = 0) -> Embedd
     if factory is None:
         raise ConfigError(
             f"unknown embedding provider {provider!r} in {spec!r}; known providers: "
-            f"{', '.join(sorted(_PROVIDERS)) or 'none'} (e.g. {_EXAMPLE})"
+            f"{', '.join(sorted(_PROVIDERS))} (e.g. {_EXAMPLE})"
         )
     key = (spec, batch_size, threads or available_cores())
     with _CACHE_LOCK:

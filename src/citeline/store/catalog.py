@@ -162,6 +162,7 @@ def begin_version(
     name: str,
     spec: VersionSpec,
     labels: Labels,
+    file_path: str | None = None,
 ) -> tuple[DocumentInfo, VersionStart]:
     """Start a new version of ``source_uri``, or recognise that its content is unchanged.
 
@@ -182,6 +183,10 @@ def begin_version(
             return get_document(conn, current.id), VersionStart.RELABELLED
         return current, VersionStart.UNCHANGED
     doc_id = _insert_version(conn, source_uri, name, Status.PROCESSING, labels, spec)
+    # Recorded now, not at the swap, so no one removes the stored original while this version is built.
+    conn.execute(
+        sa.text("UPDATE documents SET file_path = :f WHERE id = :id"), {"f": file_path, "id": doc_id}
+    )
     return get_document(conn, doc_id), VersionStart.CREATED
 
 
@@ -229,6 +234,7 @@ def record_failure(
     conn.execute(
         sa.text(
             "UPDATE documents SET status = 'failed', error = :e, is_active = false, vector_count = 0, "
+            "file_path = NULL, "
             "processed_at = now(), updated_at = now() WHERE id = :id"
         ),
         {"e": reason, "id": doc_id},
@@ -387,8 +393,14 @@ def _retire_others(conn: sa.Connection, source_uri: str, keep: uuid.UUID | None)
     )
 
 
+#: Held from a keyword_log insert to its commit, so log order is commit order: a reader that has
+#: seen entry n has seen every entry before it.
+_LOG_LOCK = 0x0C17E106
+
+
 def _log(conn: sa.Connection, doc_id: uuid.UUID, *, added: bool) -> None:
     """Record a visibility change for in-process keyword indexes (see keyword.MemoryKeywordIndex)."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOG_LOCK})
     conn.execute(
         sa.text("INSERT INTO keyword_log (document_id, added) VALUES (:id, :a)"), {"id": doc_id, "a": added}
     )

@@ -139,6 +139,7 @@ class MemoryKeywordIndex:
         self._reset()
 
     def _reset(self) -> None:
+        self._loaded = False
         self._seq = 0
         self._vocab: dict[str, int] = {}
         self._chunk_ids = np.empty(0, dtype=np.int64)
@@ -208,9 +209,9 @@ class MemoryKeywordIndex:
     def _sync(self, conn: sa.Connection) -> None:
         """Replay the log since the last sync; on first use, load everything active."""
         last = conn.execute(sa.text("SELECT coalesce(max(seq), 0) FROM keyword_log")).scalar_one()
-        if last == self._seq:
+        if self._loaded and last == self._seq:
             return
-        if self._seq == 0 or last < self._seq:
+        if not self._loaded or last < self._seq:
             self._reset()
             entries = [
                 (d, True) for d in conn.execute(sa.text("SELECT id FROM documents WHERE is_active")).scalars()
@@ -238,6 +239,7 @@ class MemoryKeywordIndex:
         for start in range(0, len(fresh), 200):
             self._load(conn, fresh[start : start + 200])
         self._seq = int(last)
+        self._loaded = True
         if len(self._segments) > self.MAX_SEGMENTS or (self._alive.size and self._alive.mean() < 0.5):
             self._compact()
 

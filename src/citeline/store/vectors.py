@@ -70,6 +70,7 @@ def dense_search(
     dim = int(query.shape[0])
     cast = f"c.embedding::vector({dim})"
     bind = {**params, "q": to_pgvector(query), "lim": limit, "m": model}
+    in_scope = 0
     if filtered:
         doc_ids, in_scope = conn.execute(
             sa.text(
@@ -91,8 +92,18 @@ def dense_search(
                 {**bind, "ids": list(doc_ids)},
             ).all()
             return [(int(r[0]), float(r[1])) for r in rows]
-    conn.execute(sa.text(_ITERATIVE))
-    conn.execute(sa.text(f"SET LOCAL hnsw.ef_search = {max(int(ef_search), limit)}"))
+    # A filter keeping a share p of the chunks needs about limit / p index tuples to fill the limit;
+    # pgvector stops at hnsw.max_scan_tuples (20,000 by default), so raise it for narrow filters.
+    budget = 20_000
+    if filtered and in_scope:
+        total = conn.execute(sa.text("SELECT chunk_count FROM corpus_stats WHERE id = 1")).scalar_one()
+        budget = min(max(budget, 4 * limit * int(total) // int(in_scope)), 2_000_000)
+    conn.execute(
+        sa.text(
+            f"{_ITERATIVE}; SET LOCAL hnsw.ef_search = {max(int(ef_search), limit)}; "
+            f"SET LOCAL hnsw.max_scan_tuples = {budget}"
+        )
+    )
     rows = conn.execute(
         sa.text(
             f"WITH nearest AS MATERIALIZED ("
