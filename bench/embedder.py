@@ -95,7 +95,7 @@ def _timed(embed: Embed, texts: list[str]) -> tuple[float, npt.NDArray[np.float3
 
 def _peak_rss_mb(texts: list[str], threads: int) -> float:
     get_embedder(SPEC, threads=threads).embed(texts)
-    # VmHWM, not getrusage: a child's ru_maxrss starts from its parent's peak at fork time.
+    # VmHWM, not getrusage: a spawned child's ru_maxrss inherits its parent's peak.
     status = Path("/proc/self/status").read_text()
     return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
 

