@@ -142,8 +142,7 @@ def hybrid_search(
     )
     t2 = time.perf_counter()
 
-    candidates = {cid for cid, _ in dense} | {cid for cid, _ in keyword}
-    scored = _distances(conn, candidates, query_vector)
+    scored = _distances(conn, dict(dense), {cid for cid, _ in keyword}, query_vector)
     kw_scores = dict(keyword)
     if fusion is Fusion.RECIPROCAL_RANK:
         fused = reciprocal_rank([[c for c, _ in dense], [c for c, _ in keyword]], k=settings.rrf_k)
@@ -182,19 +181,24 @@ def hybrid_search(
 
 
 def _distances(
-    conn: sa.Connection, ids: set[int], query: NDArray[np.float32]
+    conn: sa.Connection, dense: dict[int, float], keyword: set[int], query: NDArray[np.float32]
 ) -> dict[int, tuple[float, str | None]]:
-    """Cosine distance to the query and content type of every candidate, whichever list it came from."""
+    """Cosine distance and content type of every candidate still active.
+
+    Dense hits bring their distance; only keyword-only hits need it computed.
+    """
+    ids = set(dense) | keyword
     if not ids:
         return {}
     result = conn.execute(
         sa.text(
-            "SELECT c.id, (c.embedding <=> CAST(:q AS vector)), d.content_type "
-            "FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(:ids) AND d.is_active"
+            "SELECT c.id, CASE WHEN c.id = ANY(:todo) THEN c.embedding <=> CAST(:q AS vector) END, "
+            "d.content_type FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "WHERE c.id = ANY(:ids) AND d.is_active"
         ),
-        {"ids": list(ids), "q": to_pgvector(query)},
+        {"ids": list(ids), "todo": list(keyword - dense.keys()), "q": to_pgvector(query)},
     )
-    return {int(r[0]): (float(r[1]), r[2]) for r in result}
+    return {int(r[0]): (float(r[1]) if r[1] is not None else dense[r[0]], r[2]) for r in result}
 
 
 def _fetch(conn: sa.Connection, ids: list[int]) -> dict[int, dict[str, Any]]:

@@ -326,6 +326,7 @@ def activate(
     Retires (deletes, with their chunks) every other version of the source and keeps the corpus totals
     in step.
     """
+    _lock_log(conn)
     _lock_source(conn, document.source_uri)
     totals = conn.execute(
         sa.text("SELECT count(*), coalesce(sum(token_count), 0) FROM chunks WHERE document_id = :id"),
@@ -362,6 +363,7 @@ def activate(
 def delete_document(conn: sa.Connection, doc_id: uuid.UUID) -> list[DocumentInfo]:
     """Delete a document: every version of its source, with all chunks, vectors and postings."""
     doc = get_document(conn, doc_id)
+    _lock_log(conn)
     _lock_source(conn, doc.source_uri)
     removed = [
         _row_to_info(r)
@@ -398,9 +400,15 @@ def _retire_others(conn: sa.Connection, source_uri: str, keep: uuid.UUID | None)
 _LOG_LOCK = 0x0C17E106
 
 
+def _lock_log(conn: sa.Connection) -> None:
+    """Take the log lock. Transactions that write the log take it before any source lock, so two of
+    them can never wait for each other's locks."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOG_LOCK})
+
+
 def _log(conn: sa.Connection, doc_id: uuid.UUID, *, added: bool) -> None:
     """Record a visibility change for in-process keyword indexes (see keyword.MemoryKeywordIndex)."""
-    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOG_LOCK})
+    _lock_log(conn)
     conn.execute(
         sa.text("INSERT INTO keyword_log (document_id, added) VALUES (:id, :a)"), {"id": doc_id, "a": added}
     )
