@@ -14,14 +14,16 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
+from numpy.typing import NDArray
 
 from citeline.embed.base import Embedder
 from citeline.errors import CitelineError, InvalidRequestError, LoadError, UnsupportedTypeError
@@ -194,6 +196,29 @@ class _Job:
     embedded: int = 0
     pending: int = 0
     exhausted: bool = False
+    failed: bool = False
+
+
+@dataclass
+class _Batch:
+    """Chunks sent to the embedder: ``todo`` indexes the ones not found in ``known``."""
+
+    items: list[tuple[_Job, ChunkRow]]
+    known: dict[str, NDArray[np.float32]]
+    todo: list[int]
+    vectors: Future[NDArray[np.float32]]
+
+
+@dataclass
+class _Run:
+    """The state of one :meth:`Ingestor.ingest` call."""
+
+    labels: Labels
+    report: Callable[[IngestResult], None]
+    buffer: list[tuple[_Job, ChunkRow]] = field(default_factory=list)
+    open_jobs: list[_Job] = field(default_factory=list)
+    in_flight: _Batch | None = None
+    embedding: ThreadPoolExecutor | None = None
 
 
 class Ingestor:
@@ -257,29 +282,29 @@ class Ingestor:
             if progress:
                 progress(result)
 
-        buffer: list[tuple[_Job, ChunkRow]] = []
-        open_jobs: list[_Job] = []
-        for source in sources:
-            job = self._begin(source, labels, size, overlap, report)
-            if job is None:
-                continue
-            open_jobs.append(job)
-            try:
-                for draft in self._drafts(job, size, overlap):
-                    buffer.append((job, self._row(draft)))
-                    job.pending += 1
-                    if len(buffer) >= EMBED_BATCH:
-                        self._flush(buffer, open_jobs, labels, report)
-                job.exhausted = True
-            except CitelineError as exc:
-                self._drop(job, buffer, open_jobs, labels, str(exc), report)
-            except Exception as exc:  # a bug or I/O fault in one source must not stop the batch
-                log.exception("ingesting %s failed", source.label)
-                self._drop(
-                    job, buffer, open_jobs, labels, f"{source.label}: {type(exc).__name__}: {exc}", report
-                )
-            self._finish_ready(open_jobs, labels, report)
-        self._flush(buffer, open_jobs, labels, report)
+        run = _Run(labels, report)
+        with ThreadPoolExecutor(1, thread_name_prefix="citeline-embed") as embedding:
+            run.embedding = embedding
+            for source in sources:
+                job = self._begin(source, labels, size, overlap, report)
+                if job is None:
+                    continue
+                run.open_jobs.append(job)
+                try:
+                    for draft in self._drafts(job, size, overlap):
+                        run.buffer.append((job, self._row(draft)))
+                        job.pending += 1
+                        if len(run.buffer) >= EMBED_BATCH:
+                            self._flush(run)
+                    job.exhausted = True
+                except CitelineError as exc:
+                    self._drop(job, run, str(exc))
+                except Exception as exc:  # a bug or I/O fault in one source must not stop the batch
+                    log.exception("ingesting %s failed", source.label)
+                    self._drop(job, run, f"{source.label}: {type(exc).__name__}: {exc}")
+                self._finish_ready(run)
+            self._flush(run)
+            self._flush(run)  # the second call writes what the first one sent to the embedder
         return results
 
     def _begin(
@@ -335,58 +360,68 @@ class Ingestor:
             token_count=sum(counts.values()),
         )
 
-    def _flush(
-        self,
-        buffer: list[tuple[_Job, ChunkRow]],
-        open_jobs: list[_Job],
-        labels: Labels,
-        report: Callable[[IngestResult], None],
-    ) -> None:
-        """Embed the buffered chunks (reusing known vectors) and write them to their versions."""
-        if buffer:
-            model = self.embedder.model_id
-            rows = [row for _, row in buffer]
-            try:
-                with self.engine.connect() as conn:
-                    known = catalog.cached_vectors(conn, model, [r.text_hash for r in rows])
-                todo = [i for i, r in enumerate(rows) if r.text_hash not in known]
-                vectors = np.empty((len(rows), self.embedder.dimension), dtype=np.float32)
-                if todo:
-                    vectors[todo] = self.embedder.embed([rows[i].text for i in todo])
-                for i, row in enumerate(rows):
-                    if row.text_hash in known:
-                        vectors[i] = known[row.text_hash]
-                fresh = set(todo)
-                by_job: dict[int, list[int]] = {}
-                for i, (job, _) in enumerate(buffer):
-                    by_job.setdefault(id(job), []).append(i)
-                with self._tx() as conn:
-                    for idxs in by_job.values():
-                        job = buffer[idxs[0]][0]
-                        catalog.insert_chunks(conn, job.doc, model, [rows[i] for i in idxs], vectors[idxs])
-                for idxs in by_job.values():
-                    job = buffer[idxs[0]][0]
-                    job.chunks += len(idxs)
-                    job.embedded += sum(1 for i in idxs if i in fresh)
-                    job.pending -= len(idxs)
-            except CitelineError as exc:
-                jobs = {id(job): job for job, _ in buffer}
-                buffer.clear()
-                for job in jobs.values():
-                    self._drop(job, buffer, open_jobs, labels, str(exc), report)
-            buffer.clear()
-        self._finish_ready(open_jobs, labels, report)
+    def _flush(self, run: _Run) -> None:
+        """Send the buffered chunks to the embedder, then write the batch sent before this one.
 
-    def _finish_ready(
-        self, open_jobs: list[_Job], labels: Labels, report: Callable[[IngestResult], None]
-    ) -> None:
+        Embedding one batch while the previous one is written (and the next one loaded and split)
+        keeps the embedder busy; it is the slowest stage by far.
+        """
+        sent = self._send(run) if run.buffer else None
+        if run.in_flight is not None:
+            self._write(run, run.in_flight)
+        run.in_flight = sent
+        self._finish_ready(run)
+
+    def _send(self, run: _Run) -> _Batch:
+        items, run.buffer = run.buffer, []
+        rows = [row for _, row in items]
+        with self.engine.connect() as conn:
+            known = catalog.cached_vectors(conn, self.embedder.model_id, [r.text_hash for r in rows])
+        todo = [i for i, r in enumerate(rows) if r.text_hash not in known]
+        assert run.embedding is not None
+        future = run.embedding.submit(self.embedder.embed, [rows[i].text for i in todo])
+        return _Batch(items, known, todo, future)
+
+    def _write(self, run: _Run, batch: _Batch) -> None:
+        """Store an embedded batch; a failure fails the versions it belongs to, not the whole run."""
+        model = self.embedder.model_id
+        items = [(i, job, row) for i, (job, row) in enumerate(batch.items) if not job.failed]
+        try:
+            vectors = np.empty((len(batch.items), self.embedder.dimension), dtype=np.float32)
+            if batch.todo:
+                vectors[batch.todo] = batch.vectors.result()
+            for i, (_, row) in enumerate(batch.items):
+                if row.text_hash in batch.known:
+                    vectors[i] = batch.known[row.text_hash]
+            by_job: dict[int, list[int]] = {}
+            for i, job, _ in items:
+                by_job.setdefault(id(job), []).append(i)
+            with self._tx() as conn:
+                for idxs in by_job.values():
+                    job = batch.items[idxs[0]][0]
+                    catalog.insert_chunks(
+                        conn, job.doc, model, [batch.items[i][1] for i in idxs], vectors[idxs]
+                    )
+        except CitelineError as exc:
+            for job in {id(job): job for _, job, _ in items}.values():
+                self._drop(job, run, str(exc))
+            return
+        fresh = set(batch.todo)
+        for i, job, _ in items:
+            job.chunks += 1
+            job.embedded += i in fresh
+            job.pending -= 1
+
+    def _finish_ready(self, run: _Run) -> None:
         """Swap in every version whose chunks are all stored, in one transaction."""
-        ready = sorted((j for j in open_jobs if j.exhausted and j.pending == 0), key=lambda j: j.source.uri)
+        ready = sorted(
+            (j for j in run.open_jobs if j.exhausted and j.pending == 0), key=lambda j: j.source.uri
+        )
+        for job in [j for j in ready if j.chunks == 0]:
+            self._drop(job, run, f"{job.source.label}: no text to index")
         for job in ready:
-            open_jobs.remove(job)
-        empty = [j for j in ready if j.chunks == 0]
-        for job in empty:
-            self._drop(job, [], open_jobs, labels, f"{job.source.label}: no text to index", report)
+            if job in run.open_jobs:
+                run.open_jobs.remove(job)
         ready = [j for j in ready if j.chunks]
         if not ready:
             return
@@ -410,7 +445,7 @@ class Ingestor:
         for job, doc in done:
             outcome = Outcome.ADDED if doc.version == 1 else Outcome.UPDATED
             elapsed = time.perf_counter() - job.started
-            report(IngestResult(job.source.label, outcome, doc, job.chunks, job.embedded, elapsed))
+            run.report(IngestResult(job.source.label, outcome, doc, job.chunks, job.embedded, elapsed))
 
     @contextmanager
     def _tx(self) -> Iterator[sa.Connection]:
@@ -423,20 +458,16 @@ class Ingestor:
             conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
             yield conn
 
-    def _drop(
-        self,
-        job: _Job,
-        buffer: list[tuple[_Job, ChunkRow]],
-        open_jobs: list[_Job],
-        labels: Labels,
-        reason: str,
-        report: Callable[[IngestResult], None],
-    ) -> None:
-        buffer[:] = [(j, r) for j, r in buffer if j is not job]
-        if job in open_jobs:
-            open_jobs.remove(job)
+    def _drop(self, job: _Job, run: _Run, reason: str) -> None:
+        """Fail one version: forget its buffered chunks, record the reason, release its original."""
+        job.failed = True
+        run.buffer[:] = [(j, r) for j, r in run.buffer if j is not job]
+        if job in run.open_jobs:
+            run.open_jobs.remove(job)
         src = job.source
-        report(self._record_failure(src.label, src.uri, src.name, labels, job.doc, reason, job.started))
+        run.report(
+            self._record_failure(src.label, src.uri, src.name, run.labels, job.doc, reason, job.started)
+        )
         if src.stored_file is not None:
             remove_unused_files(self.engine, [src.stored_file])
 
