@@ -172,24 +172,35 @@ class Analyzer:
         base = ENGLISH_STOP_WORDS if self.stop_words else frozenset()
         return base | {w.lower() for w in self.extra_stop_words}
 
+    @cached_property
+    def _cache(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
     def terms(self, text: str) -> list[str]:
         """The terms of ``text``, in order, with repeats (a term's count is its frequency)."""
         out: list[str] = []
-        stops = self._stops
+        cache = self._cache
         for match in _TOKEN.finditer(text):
-            token = _POSSESSIVE.sub("", match.group())
-            if self.lowercase:
-                token = token.lower()
-            if self.keep_technical and _is_technical(match.group()):
-                out.append(token)
-                parts = [p for p in _JOINERS.split(token) if p and p.lower() not in stops]
-                if len(parts) > 1:
-                    out.extend(self._stem(p) for p in parts)
-                continue
-            for word in _JOINERS.split(token) if not self.keep_technical else (token,):
-                if word and word.lower() not in stops:
-                    out.append(self._stem(word))
+            token = match.group()
+            found = cache.get(token)
+            if found is None:
+                found = self._token_terms(token)
+                # Text repeats its vocabulary: caching per token makes analysis several times faster.
+                if len(cache) < _CACHE_LIMIT:
+                    cache[token] = found
+            out.extend(found)
         return out
+
+    def _token_terms(self, raw: str) -> tuple[str, ...]:
+        stops = self._stops
+        token = _POSSESSIVE.sub("", raw)
+        if self.lowercase:
+            token = token.lower()
+        if self.keep_technical and _is_technical(raw):
+            parts = [p for p in _JOINERS.split(token) if p and p.lower() not in stops]
+            return (token, *(self._stem(p) for p in parts)) if len(parts) > 1 else (token,)
+        words = _JOINERS.split(token) if not self.keep_technical else (token,)
+        return tuple(self._stem(w) for w in words if w and w.lower() not in stops)
 
     def term_counts(self, text: str) -> Counter[str]:
         """Each term of ``text`` with its frequency."""
@@ -199,8 +210,13 @@ class Analyzer:
         return str(self._stemmer.stemWord(word)) if self.stem else word
 
 
+_CACHE_LIMIT = 500_000
+
+
 def _is_technical(token: str) -> bool:
     """Acronyms, hyphenated compounds and letter-digit mixes: exact terms a reader searches for verbatim."""
+    if token.isalpha() and (token.islower() or token.istitle()):
+        return False
     if any(c in token for c in "-/") and len(token) > 2:
         return True
     upper = sum(c.isupper() for c in token)
