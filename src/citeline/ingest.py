@@ -494,7 +494,7 @@ class Ingestor:
 
 def remove_unused_files(engine: sa.Engine, paths: Iterable[Path]) -> None:
     """Delete stored originals that no version refers to any more."""
-    for path in paths:
-        with engine.connect() as conn:
+    with engine.connect() as conn:
+        for path in paths:
             if not catalog.file_in_use(conn, str(path)):
                 path.unlink(missing_ok=True)

@@ -182,24 +182,27 @@ def begin_version(
             _set_labels(conn, current.id, labels)
             return get_document(conn, current.id), VersionStart.RELABELLED
         return current, VersionStart.UNCHANGED
-    doc_id = _insert_version(conn, source_uri, name, Status.PROCESSING, labels, spec)
-    # Recorded now, not at the swap, so no one removes the stored original while this version is built.
-    conn.execute(
-        sa.text("UPDATE documents SET file_path = :f WHERE id = :id"), {"f": file_path, "id": doc_id}
-    )
+    # file_path is recorded now, not at the swap, so nobody removes the original while this version is built.
+    doc_id = _insert_version(conn, source_uri, name, Status.PROCESSING, labels, spec, file_path)
     return get_document(conn, doc_id), VersionStart.CREATED
 
 
 def _insert_version(
-    conn: sa.Connection, source_uri: str, name: str, status: Status, labels: Labels, spec: VersionSpec | None
+    conn: sa.Connection,
+    source_uri: str,
+    name: str,
+    status: Status,
+    labels: Labels,
+    spec: VersionSpec | None,
+    file_path: str | None = None,
 ) -> uuid.UUID:
     """A new, inactive version row numbered after every earlier one of the source."""
     doc_id = uuid.uuid4()
     conn.execute(
         sa.text(
-            "INSERT INTO documents (id, name, source_uri, content_hash, version, status, embedding_model, "
-            "chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by) VALUES "
-            "(:id, :name, :s, :h, "
+            "INSERT INTO documents (id, name, source_uri, file_path, content_hash, version, status, "
+            "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by) "
+            "VALUES (:id, :name, :s, :fp, :h, "
             "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = :s), "
             ":st, :m, :cs, :co, :cat, :tags, :scopes, CAST(:meta AS jsonb), :by)"
         ),
@@ -207,6 +210,7 @@ def _insert_version(
             "id": doc_id,
             "name": name,
             "s": source_uri,
+            "fp": file_path,
             "h": spec.content_hash if spec else None,
             "st": status.value,
             "m": spec.embedding_model if spec else None,
