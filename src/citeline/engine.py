@@ -22,7 +22,7 @@ from citeline.ingest import (
     discover,
     remove_unused_files,
 )
-from citeline.retrieve.search import Hit, SearchRequest, Timings, hybrid_search
+from citeline.retrieve.search import Hit, SearchRequest, Timings, fetch_hits, hybrid_search
 from citeline.settings import Settings
 from citeline.store import catalog
 from citeline.store.analyzer import Analyzer
@@ -131,6 +131,15 @@ class Citeline:
                 settings=self.settings,
                 timings=timings,
             )
+
+    def fetch(self, chunk_ids: Sequence[int], query: str | None = None) -> list[Hit]:
+        """Chunks by id, in the order given (inactive or unknown ids are skipped).
+
+        With ``query``, each hit carries its cosine distance to the query.
+        """
+        vector = self.embedder.embed([query])[0] if query else None
+        with self.engine.connect() as conn:
+            return fetch_hits(conn, chunk_ids, vector)
 
     # -- catalog --------------------------------------------------------------------------------
 

@@ -76,3 +76,10 @@ class StoreError(CitelineError):
 
 class ExtensionMissingError(StoreError):
     """The PostgreSQL server lacks pgvector."""
+
+
+class GenerationError(CitelineError):
+    """A language model could not be loaded, reached or run; the message names the provider."""
+
+    http_status = 502
+    exit_code = 69

@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 NAMESPACE_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
@@ -77,6 +77,28 @@ class Settings(BaseSettings):
     hnsw_ef_search: Annotated[int, Field(ge=1, le=1000)] = 100
     # Below this many in-filter chunks an exact scan beats walking HNSW (measured ~3.5 us a vector here).
     exact_search_below: Annotated[int, Field(ge=0)] = 2_000
+
+    # -- answers (answer/, chat/) ---------------------------------------------------------------
+    llm: str = Field(
+        default="local:qwen2.5-coder-0.5b-instruct",
+        description=(
+            "provider:model of the answering model: local:<packaged GGUF>, openai:<model>, "
+            "anthropic:<model>, or extractive (no LLM)."
+        ),
+    )
+    llm_base_url: str | None = Field(
+        default=None, description="Base URL of an OpenAI-compatible server (Ollama, vLLM, llama.cpp...)."
+    )
+    openai_api_key: SecretStr | None = None
+    anthropic_api_key: SecretStr | None = None
+    llm_temperature: Annotated[float, Field(ge=0, le=2)] = 0.0
+    llm_max_tokens: Annotated[int, Field(ge=1, le=32_768)] = 512
+    llm_timeout: Annotated[float, Field(gt=0)] = 120.0
+    llm_threads: Annotated[int, Field(ge=0, le=256, description="0 means all cores.")] = 1
+    llm_context: Annotated[int, Field(ge=512, le=131_072)] = 4096
+    persona: str = Field(default="general", description="System prompt: general, clinical or repair.")
+    answer_passages: Annotated[int, Field(ge=1, le=50)] = 5
+    conversation_ttl_days: Annotated[float, Field(gt=0)] = 30.0
 
     @field_validator("namespace")
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -69,6 +70,7 @@ class Timings:
     keyword: float = 0.0
     fuse: float = 0.0
     fetch: float = 0.0
+    rerank: float = 0.0
 
 
 def check_models(conn: sa.Connection, model: str, filters: Filters) -> None:
@@ -199,6 +201,36 @@ def _distances(
         {"ids": list(ids), "todo": list(keyword - dense.keys()), "q": to_pgvector(query)},
     )
     return {int(r[0]): (float(r[1]) if r[1] is not None else dense[r[0]], r[2]) for r in result}
+
+
+def fetch_hits(
+    conn: sa.Connection, chunk_ids: Sequence[int], query_vector: NDArray[np.float32] | None = None
+) -> list[Hit]:
+    """Chunks by id, in the order given, as hits; ids of chunks no longer active are skipped.
+
+    With ``query_vector`` each hit carries its cosine distance to it (otherwise distance 1.0, similarity 0);
+    keyword and fused scores are 0: these hits were not ranked by a search.
+    """
+    ids = list(dict.fromkeys(chunk_ids))
+    rows = _fetch(conn, ids)
+    distances: dict[int, float] = {}
+    if query_vector is not None and rows:
+        result = conn.execute(
+            sa.text("SELECT id, embedding <=> CAST(:q AS vector) FROM chunks WHERE id = ANY(:ids)"),
+            {"ids": list(rows), "q": to_pgvector(query_vector)},
+        )
+        distances = {int(r[0]): float(r[1]) for r in result}
+    return [
+        Hit(
+            **rows[cid],
+            distance=distances.get(cid, 1.0),
+            similarity=1.0 - distances.get(cid, 1.0),
+            keyword_score=0.0,
+            fused_score=0.0,
+        )
+        for cid in ids
+        if cid in rows
+    ]
 
 
 def _fetch(conn: sa.Connection, ids: list[int]) -> dict[int, dict[str, Any]]:

@@ -1,0 +1,1 @@
+"""The answer stage: evidence in, a streamed answer with verified, numbered citations out."""

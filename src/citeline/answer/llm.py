@@ -1,0 +1,92 @@
+"""The LLM protocol: one small interface every answering model implements.
+
+A provider is chosen by a ``provider:model`` string (``local:qwen2.5-coder-0.5b-instruct``,
+``openai:gpt-4o-mini``, ``anthropic:claude-3-5-haiku-latest``). Providers register a factory under their
+prefix; adding one touches no other module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from citeline.errors import ConfigError
+from citeline.settings import Settings
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message."""
+
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """Per-call generation knobs; defaults come from the settings."""
+
+    temperature: float = 0.0
+    max_tokens: int = 512
+    timeout: float = 120.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> GenerationOptions:
+        return cls(
+            temperature=settings.llm_temperature,
+            max_tokens=settings.llm_max_tokens,
+            timeout=settings.llm_timeout,
+        )
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """A chat model that streams text.
+
+    ``stream`` yields text pieces as the model produces them; joining them gives the whole reply.
+    It raises :class:`citeline.errors.GenerationError` (naming the provider) when the model cannot be
+    reached or fails mid-way.
+    """
+
+    model_id: str
+
+    def stream(self, messages: Sequence[Message], options: GenerationOptions) -> Iterator[str]: ...
+
+    def close(self) -> None: ...
+
+
+def complete(llm: LLM, messages: Sequence[Message], options: GenerationOptions) -> str:
+    """The whole reply at once."""
+    return "".join(llm.stream(messages, options))
+
+
+LLMFactory = Callable[[str, Settings], LLM]
+_PROVIDERS: dict[str, LLMFactory] = {}
+
+
+def register_llm_provider(prefix: str, factory: LLMFactory) -> None:
+    """Make ``prefix:model`` strings resolve to ``factory(model, settings)``."""
+    _PROVIDERS[prefix] = factory
+
+
+def get_llm(spec: str, settings: Settings) -> LLM:
+    """The LLM named by ``spec`` (``provider:model``)."""
+    _register_builtins()
+    prefix, _, model = spec.partition(":")
+    factory = _PROVIDERS.get(prefix)
+    if factory is None:
+        known = ", ".join(sorted([*_PROVIDERS, "extractive"]))
+        raise ConfigError(f"unknown LLM provider {prefix!r} in {spec!r}; known providers: {known}")
+    return factory(model, settings)
+
+
+def _register_builtins() -> None:
+    """Built-in providers register lazily, so importing this module loads no model runtime."""
+    if _PROVIDERS:
+        return
+    from citeline.answer.providers import register_builtins
+
+    register_builtins()
