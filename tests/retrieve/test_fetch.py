@@ -8,7 +8,7 @@ from citeline.engine import Citeline
 from tests.conftest import write
 
 
-def test_chunks_come_back_in_the_order_asked_and_unknown_ids_are_skipped(cl: Citeline, tmp_path: Path) -> None:
+def test_chunks_come_back_in_the_order_asked_and_unknown_ids_skipped(cl: Citeline, tmp_path: Path) -> None:
     write(tmp_path / "a.md", "# Pumps\n\nPrime the centrifugal pump before first use.\n")
     write(tmp_path / "b.md", "# Frost\n\nDrain the volute before winter so frost cannot crack it.\n")
     cl.ingest([tmp_path])
