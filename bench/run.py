@@ -169,15 +169,19 @@ def build_search_corpus(cl: Citeline, size: int, scopes: int) -> None:
                 spec=spec,
                 labels=Labels(scopes=tuple(scope)),
             )
-            catalog.insert_chunks(conn, doc, model, rows, vecs)
+            catalog.insert_chunks(conn, model, [catalog.ChunkGroup(doc, rows, vecs)])
             catalog.activate(
                 conn,
-                doc,
-                title=f"doc {d}",
-                content_type="text/plain",
-                file_path=None,
-                page_count=1,
-                duration_ms=0,
+                [
+                    catalog.Activation(
+                        doc,
+                        title=f"doc {d}",
+                        content_type="text/plain",
+                        file_path=None,
+                        page_count=1,
+                        duration_ms=0,
+                    )
+                ],
             )
     with cl.engine.begin() as conn:
         conn.execute(sa.text("SET maintenance_work_mem = '1GB'"))

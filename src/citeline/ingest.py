@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 #: ingest / bare embedder 0.65 at 512, 0.73-0.77 at 256, 0.80 at 128 and at 64.
 EMBED_BATCH = 128
 
+#: Sources whose versions are started in one transaction: one round of statements for many small
+#: documents instead of one each.
+BEGIN_GROUP = 64
+
 
 class Outcome(StrEnum):
     ADDED = "added"
@@ -221,6 +225,8 @@ class _Run:
     open_jobs: list[_Job] = field(default_factory=list)
     in_flight: _Batch | None = None
     embedding: ThreadPoolExecutor | None = None
+    #: One connection for the run's own statements: no pool checkout (and ping) per transaction.
+    conn: sa.Connection | None = None
 
 
 class Ingestor:
@@ -285,59 +291,60 @@ class Ingestor:
                 progress(result)
 
         run = _Run(labels, report)
-        with ThreadPoolExecutor(1, thread_name_prefix="citeline-embed") as embedding:
-            run.embedding = embedding
-            for source in sources:
-                job = self._begin(source, labels, size, overlap, report)
-                if job is None:
-                    continue
-                run.open_jobs.append(job)
-                try:
-                    for draft in self._drafts(job, size, overlap):
-                        run.buffer.append((job, self._row(draft)))
-                        job.pending += 1
-                        if len(run.buffer) >= EMBED_BATCH:
-                            self._flush(run)
-                    job.exhausted = True
-                except CitelineError as exc:
-                    self._drop(job, run, str(exc))
-                except Exception as exc:  # a bug or I/O fault in one source must not stop the batch
-                    log.exception("ingesting %s failed", source.label)
-                    self._drop(job, run, f"{source.label}: {type(exc).__name__}: {exc}")
-                self._finish_ready(run)
+        with (
+            ThreadPoolExecutor(1, thread_name_prefix="citeline-embed") as embedding,
+            self.engine.connect() as conn,
+        ):
+            run.embedding, run.conn = embedding, conn
+            for group in _groups(sources, BEGIN_GROUP):
+                for job in self._begin(run, group, size, overlap):
+                    run.open_jobs.append(job)
+                    try:
+                        for draft in self._drafts(job, size, overlap):
+                            run.buffer.append((job, self._row(draft)))
+                            job.pending += 1
+                            if len(run.buffer) >= EMBED_BATCH:
+                                self._flush(run)
+                        job.exhausted = True
+                    except CitelineError as exc:
+                        self._drop(job, run, str(exc))
+                    except Exception as exc:  # a bug or I/O fault in one source must not stop the batch
+                        log.exception("ingesting %s failed", job.source.label)
+                        self._drop(job, run, f"{job.source.label}: {type(exc).__name__}: {exc}")
+                    self._finish_ready(run)
             self._flush(run)
             self._flush(run)  # the second call writes what the first one sent to the embedder
         return results
 
-    def _begin(
-        self,
-        source: Source,
-        labels: Labels,
-        size: int,
-        overlap: int,
-        report: Callable[[IngestResult], None],
-    ) -> _Job | None:
+    def _begin(self, run: _Run, sources: list[Source], size: int, overlap: int) -> list[_Job]:
+        """Start versions for a group of sources; report the unchanged and relabelled ones at once."""
         started = time.perf_counter()
-        spec = VersionSpec(source.content_hash, self.embedder.model_id, size, overlap)
-        with self._tx() as conn:
-            doc, start = catalog.begin_version(
-                conn,
-                source_uri=source.uri,
-                name=source.name,
-                spec=spec,
-                labels=labels,
-                file_path=str(source.stored_file) if source.stored_file else None,
+        model = self.embedder.model_id
+        requests = [
+            catalog.VersionRequest(
+                source.uri,
+                source.name,
+                VersionSpec(source.content_hash, model, size, overlap),
+                run.labels,
+                str(source.stored_file) if source.stored_file else None,
             )
+            for source in sources
+        ]
+        with self._tx(run) as conn:
+            begun = catalog.begin_versions(conn, requests)
             if not self._index_ready:
-                ensure_index(conn, self.embedder.model_id, self.embedder.dimension)
+                ensure_index(conn, model, self.embedder.dimension)
                 self._index_ready = True
-        if start is not VersionStart.CREATED:
+        jobs: list[_Job] = []
+        for source, (doc, start) in zip(sources, begun, strict=True):
+            if start is VersionStart.CREATED:
+                jobs.append(_Job(source, doc, started))
+                continue
             outcome = Outcome.RELABELLED if start is VersionStart.RELABELLED else Outcome.UNCHANGED
-            report(
+            run.report(
                 IngestResult(source.label, outcome, doc, doc.vector_count, 0, time.perf_counter() - started)
             )
-            return None
-        return _Job(source, doc, started)
+        return jobs
 
     def _drafts(self, job: _Job, size: int, overlap: int) -> Iterator[ChunkDraft]:
         job.loaded = job.source.open()
@@ -377,7 +384,7 @@ class Ingestor:
     def _send(self, run: _Run) -> _Batch:
         items, run.buffer = run.buffer, []
         rows = [row for _, row in items]
-        with self.engine.connect() as conn:
+        with self._tx(run) as conn:
             known = catalog.cached_vectors(conn, self.embedder.model_id, [r.text_hash for r in rows])
         todo = [i for i, r in enumerate(rows) if r.text_hash not in known]
         assert run.embedding is not None
@@ -398,12 +405,14 @@ class Ingestor:
             by_job: dict[int, list[int]] = {}
             for i, job, _ in items:
                 by_job.setdefault(id(job), []).append(i)
-            with self._tx() as conn:
-                for idxs in by_job.values():
-                    job = batch.items[idxs[0]][0]
-                    catalog.insert_chunks(
-                        conn, job.doc, model, [batch.items[i][1] for i in idxs], vectors[idxs]
-                    )
+            groups = [
+                catalog.ChunkGroup(
+                    batch.items[idxs[0]][0].doc, [batch.items[i][1] for i in idxs], vectors[idxs]
+                )
+                for idxs in by_job.values()
+            ]
+            with self._tx(run) as conn:
+                catalog.insert_chunks(conn, model, groups)
         except CitelineError as exc:
             for job in {id(job): job for _, job, _ in items}.values():
                 self._drop(job, run, str(exc))
@@ -427,38 +436,52 @@ class Ingestor:
         ready = [j for j in ready if j.chunks]
         if not ready:
             return
-        done: list[tuple[_Job, DocumentInfo]] = []
-        previous: list[str] = []
-        with self._tx() as conn:
-            for job in ready:
-                assert job.loaded is not None
-                previous += catalog.version_files(conn, job.source.uri)
-                doc = catalog.activate(
-                    conn,
-                    job.doc,
-                    title=job.loaded.title or job.source.name,
-                    content_type=job.loaded.content_type,
-                    file_path=str(job.source.stored_file) if job.source.stored_file else None,
-                    page_count=job.pages,
-                    duration_ms=(time.perf_counter() - job.started) * 1e3,
-                )
-                done.append((job, doc))
+        with self._tx(run) as conn:
+            previous = catalog.version_files(conn, [job.source.uri for job in ready])
+            docs = catalog.activate(
+                conn,
+                [
+                    catalog.Activation(
+                        job.doc,
+                        title=(job.loaded.title if job.loaded else None) or job.source.name,
+                        content_type=job.loaded.content_type if job.loaded else "",
+                        file_path=str(job.source.stored_file) if job.source.stored_file else None,
+                        page_count=job.pages,
+                        duration_ms=(time.perf_counter() - job.started) * 1e3,
+                    )
+                    for job in ready
+                ],
+            )
         remove_unused_files(self.engine, {Path(f) for f in previous})
-        for job, doc in done:
-            outcome = Outcome.ADDED if doc.version == 1 else Outcome.UPDATED
+        swapped = {doc.id: doc for doc in docs}
+        for job in ready:
             elapsed = time.perf_counter() - job.started
+            doc = swapped.get(job.doc.id)
+            if doc is None:  # the same source twice in one run: its newest copy won
+                run.report(
+                    IngestResult(
+                        job.source.label,
+                        Outcome.UNCHANGED,
+                        job.doc,
+                        seconds=elapsed,
+                        error="superseded by a later copy of the same source in this run",
+                    )
+                )
+                continue
+            outcome = Outcome.ADDED if doc.version == 1 else Outcome.UPDATED
             run.report(IngestResult(job.source.label, outcome, doc, job.chunks, job.embedded, elapsed))
 
     @contextmanager
-    def _tx(self) -> Iterator[sa.Connection]:
-        """A write transaction that does not wait for its commit to reach disk.
+    def _tx(self, run: _Run) -> Iterator[sa.Connection]:
+        """A transaction on the run's connection that does not wait for its commit to reach disk.
 
         Atomicity is unchanged; a crash can lose only the last few commits (under a second), which a
         re-ingest restores. Per-document commits would otherwise each wait for an fsync.
         """
-        with self.engine.begin() as conn:
-            conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
-            yield conn
+        assert run.conn is not None
+        with run.conn.begin():
+            run.conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
+            yield run.conn
 
     def _drop(self, job: _Job, run: _Run, reason: str) -> None:
         """Fail one version: forget its buffered chunks, record the reason, release its original."""
@@ -494,7 +517,24 @@ class Ingestor:
 
 def remove_unused_files(engine: sa.Engine, paths: Iterable[Path]) -> None:
     """Delete stored originals that no version refers to any more."""
+    paths = list(paths)
+    if not paths:
+        return
     with engine.connect() as conn:
         for path in paths:
             if not catalog.file_in_use(conn, str(path)):
                 path.unlink(missing_ok=True)
+
+
+def _groups(sources: Iterable[Source], size: int) -> Iterator[list[Source]]:
+    """Consecutive sources in groups of at most ``size``, a source never twice in one group."""
+    group: list[Source] = []
+    uris: set[str] = set()
+    for source in sources:
+        if len(group) == size or source.uri in uris:
+            yield group
+            group, uris = [], set()
+        group.append(source)
+        uris.add(source.uri)
+    if group:
+        yield group

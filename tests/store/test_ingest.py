@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from citeline.engine import Citeline
 from citeline.ingest import IngestOptions, Outcome
 from citeline.retrieve.search import SearchRequest
+from citeline.split import split
 from citeline.store import catalog
 from tests.conftest import PDFS, write
 
@@ -104,12 +105,16 @@ def test_a_version_is_invisible_until_swapped_in(cl: Citeline, tmp_path: Path) -
 
     write(path, GUIDE.replace("Drain the pump", "Flush the impeller with glycol"))
     source = file_source(str(path), cl.files_dir)
-    job = ingestor._begin(source, IngestOptions().labels(), 1000, 150, lambda r: None)
-    assert job is not None
-    rows = [ingestor._row(d) for d in ingestor._drafts(job, 1000, 150)]
+    spec = catalog.VersionSpec(source.content_hash, cl.embedder.model_id, 1000, 150)
+    with cl.engine.begin() as conn:
+        doc, start = catalog.begin_version(
+            conn, source_uri=source.uri, name=source.name, spec=spec, labels=IngestOptions().labels()
+        )
+    assert start is catalog.VersionStart.CREATED
+    rows = [ingestor._row(d) for d in split(source.open().pages, chunk_size=1000, chunk_overlap=150)]
     vectors = cl.embedder.embed([r.text for r in rows])
     with cl.engine.begin() as conn:
-        catalog.insert_chunks(conn, job.doc, cl.embedder.model_id, rows, vectors)
+        catalog.insert_chunks(conn, cl.embedder.model_id, [catalog.ChunkGroup(doc, rows, vectors)])
 
     assert "glycol" not in " ".join(
         h.text
@@ -120,12 +125,16 @@ def test_a_version_is_invisible_until_swapped_in(cl: Citeline, tmp_path: Path) -
     with cl.engine.begin() as conn:
         catalog.activate(
             conn,
-            job.doc,
-            title="t",
-            content_type="text/markdown",
-            file_path=None,
-            page_count=1,
-            duration_ms=1,
+            [
+                catalog.Activation(
+                    doc,
+                    title="t",
+                    content_type="text/markdown",
+                    file_path=None,
+                    page_count=1,
+                    duration_ms=1,
+                )
+            ],
         )
     assert "glycol" in cl.search(SearchRequest("flush the impeller with glycol", top_k=1))[0].text
 

@@ -136,10 +136,23 @@ class ChunkRow:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
 
+def _source_key(source_uri: str) -> int:
+    return int.from_bytes(hashlib.blake2b(source_uri.encode(), digest_size=8).digest(), "big", signed=True)
+
+
 def _lock_source(conn: sa.Connection, source_uri: str) -> None:
     """Serialise version changes of one source across processes, for the transaction's life."""
-    key = int.from_bytes(hashlib.blake2b(source_uri.encode(), digest_size=8).digest(), "big", signed=True)
-    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _source_key(source_uri)})
+
+
+def _lock_sources(conn: sa.Connection, source_uris: Sequence[str]) -> None:
+    """:func:`_lock_source` for many sources in one round trip, in key order so that two
+    transactions locking overlapping sets can never each hold a lock the other waits for."""
+    keys = sorted({_source_key(u) for u in source_uris})
+    conn.execute(
+        sa.text("SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k"),
+        {"keys": keys},
+    )
 
 
 def _row_to_info(row: sa.Row[Any]) -> DocumentInfo:
@@ -155,6 +168,17 @@ def active_version(conn: sa.Connection, source_uri: str) -> DocumentInfo | None:
     return _row_to_info(row) if row else None
 
 
+@dataclass(frozen=True)
+class VersionRequest:
+    """A source that may need a new version."""
+
+    source_uri: str
+    name: str
+    spec: VersionSpec
+    labels: Labels
+    file_path: str | None = None
+
+
 def begin_version(
     conn: sa.Connection,
     *,
@@ -164,27 +188,87 @@ def begin_version(
     labels: Labels,
     file_path: str | None = None,
 ) -> tuple[DocumentInfo, VersionStart]:
-    """Start a new version of ``source_uri``, or recognise that its content is unchanged.
+    """:func:`begin_versions` for one source."""
+    [out] = begin_versions(conn, [VersionRequest(source_uri, name, spec, labels, file_path)])
+    return out
 
-    When the active version already has this content hash, model and chunking, no version is created:
-    its labels are updated in place if they differ (``RELABELLED``), else nothing changes (``UNCHANGED``).
+
+def begin_versions(
+    conn: sa.Connection, requests: Sequence[VersionRequest]
+) -> list[tuple[DocumentInfo, VersionStart]]:
+    """Start a new version of each source, or recognise that its content is unchanged.
+
+    When a source's active version already has this content hash, model and chunking, no version is
+    created: its labels are updated in place if they differ (``RELABELLED``), else nothing changes
+    (``UNCHANGED``). New versions are inserted in one statement. Each source may appear once.
     """
-    _lock_source(conn, source_uri)
-    current = active_version(conn, source_uri)
-    labels = labels.over(current)
-    if current is not None and (
-        current.content_hash == spec.content_hash
-        and current.embedding_model == spec.embedding_model
-        and current.chunk_size == spec.chunk_size
-        and current.chunk_overlap == spec.chunk_overlap
-    ):
-        if _labels_differ(current, labels):
-            _set_labels(conn, current.id, labels)
-            return get_document(conn, current.id), VersionStart.RELABELLED
-        return current, VersionStart.UNCHANGED
-    # file_path is recorded now, not at the swap, so nobody removes the original while this version is built.
-    doc_id = _insert_version(conn, source_uri, name, Status.PROCESSING, labels, spec, file_path)
-    return get_document(conn, doc_id), VersionStart.CREATED
+    uris = [r.source_uri for r in requests]
+    if len(set(uris)) != len(uris):
+        raise ValueError("begin_versions: a source may appear only once per call")
+    _lock_sources(conn, uris)
+    current = {
+        info.source_uri: info
+        for info in (
+            _row_to_info(r)
+            for r in conn.execute(
+                sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE source_uri = ANY(:s) AND is_active"),
+                {"s": uris},
+            )
+        )
+    }
+    out: dict[str, tuple[DocumentInfo, VersionStart]] = {}
+    create: list[tuple[VersionRequest, Labels]] = []
+    for req in requests:
+        active = current.get(req.source_uri)
+        labels = req.labels.over(active)
+        spec = req.spec
+        if active is not None and (
+            active.content_hash == spec.content_hash
+            and active.embedding_model == spec.embedding_model
+            and active.chunk_size == spec.chunk_size
+            and active.chunk_overlap == spec.chunk_overlap
+        ):
+            if _labels_differ(active, labels):
+                _set_labels(conn, active.id, labels)
+                out[req.source_uri] = (get_document(conn, active.id), VersionStart.RELABELLED)
+            else:
+                out[req.source_uri] = (active, VersionStart.UNCHANGED)
+        else:
+            create.append((req, labels))
+    if create:
+        # file_path is recorded now, not at the swap, so nobody removes the original while the
+        # version is built.
+        rows = [
+            {
+                "id": str(uuid.uuid4()),
+                "name": req.name,
+                "s": req.source_uri,
+                "fp": req.file_path,
+                "h": req.spec.content_hash,
+                "m": req.spec.embedding_model,
+                "cs": req.spec.chunk_size,
+                "co": req.spec.chunk_overlap,
+                **_label_params(labels, as_json=True),
+            }
+            for req, labels in create
+        ]
+        created = conn.execute(
+            sa.text(
+                "INSERT INTO documents (id, name, source_uri, file_path, content_hash, version, status, "
+                "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by) "
+                "SELECT v.id, v.name, v.s, v.fp, v.h, "
+                "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = v.s), "
+                "'processing', v.m, v.cs, v.co, v.cat, v.tags, v.scopes, v.meta, v.by "
+                "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, name text, s text, fp text, "
+                "h text, m text, cs int, co int, cat text, tags text[], scopes text[], meta jsonb, by text) "
+                f"RETURNING {_DOC_COLUMNS}"
+            ),
+            {"rows": json.dumps(rows)},
+        )
+        for r in created:
+            info = _row_to_info(r)
+            out[info.source_uri] = (info, VersionStart.CREATED)
+    return [out[u] for u in uris]
 
 
 def _insert_version(
@@ -195,19 +279,19 @@ def _insert_version(
     labels: Labels,
     spec: VersionSpec | None,
     file_path: str | None = None,
-) -> uuid.UUID:
+) -> DocumentInfo:
     """A new, inactive version row numbered after every earlier one of the source."""
-    doc_id = uuid.uuid4()
-    conn.execute(
+    row = conn.execute(
         sa.text(
             "INSERT INTO documents (id, name, source_uri, file_path, content_hash, version, status, "
             "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by) "
             "VALUES (:id, :name, :s, :fp, :h, "
             "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = :s), "
-            ":st, :m, :cs, :co, :cat, :tags, :scopes, CAST(:meta AS jsonb), :by)"
+            ":st, :m, :cs, :co, :cat, :tags, :scopes, CAST(:meta AS jsonb), :by) "
+            f"RETURNING {_DOC_COLUMNS}"
         ),
         {
-            "id": doc_id,
+            "id": uuid.uuid4(),
             "name": name,
             "s": source_uri,
             "fp": file_path,
@@ -218,8 +302,8 @@ def _insert_version(
             "co": spec.chunk_overlap if spec else None,
             **_label_params(labels),
         },
-    )
-    return doc_id
+    ).one()
+    return _row_to_info(row)
 
 
 def record_failure(
@@ -233,7 +317,7 @@ def record_failure(
     _lock_source(conn, source_uri)
     labels = labels.over(active_version(conn, source_uri))
     if doc_id is None:
-        doc_id = _insert_version(conn, source_uri, name, Status.FAILED, labels, None)
+        doc_id = _insert_version(conn, source_uri, name, Status.FAILED, labels, None).id
     conn.execute(sa.text("DELETE FROM chunks WHERE document_id = :id"), {"id": doc_id})
     conn.execute(
         sa.text(
@@ -267,15 +351,23 @@ def cached_vectors(
     return {h: np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32) for h, v in rows}
 
 
-def insert_chunks(
-    conn: sa.Connection,
-    document: DocumentInfo,
-    model: str,
-    rows: Sequence[ChunkRow],
-    vectors: NDArray[np.float32],
-) -> None:
-    """Append chunks with their vectors and postings to a (still invisible) version, by COPY."""
-    if not rows:
+@dataclass(frozen=True)
+class ChunkGroup:
+    """Chunks of one (still invisible) version, with their vectors, to store in one go."""
+
+    document: DocumentInfo
+    rows: Sequence[ChunkRow]
+    vectors: NDArray[np.float32]
+
+
+def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup]) -> None:
+    """Append chunks with their vectors and postings to (still invisible) versions.
+
+    One id reservation and two COPYs however many versions the chunks belong to: per-version
+    statements were most of the cost of ingesting many small documents.
+    """
+    total = sum(len(g.rows) for g in groups)
+    if not total:
         return
     raw = conn.connection.driver_connection
     assert raw is not None
@@ -283,7 +375,7 @@ def insert_chunks(
         r[0]
         for r in conn.execute(
             sa.text("SELECT nextval(pg_get_serial_sequence('chunks', 'id')) FROM generate_series(1, :n)"),
-            {"n": len(rows)},
+            {"n": total},
         )
     ]
     with raw.cursor() as cur:
@@ -291,77 +383,105 @@ def insert_chunks(
             "COPY chunks (id, document_id, version, chunk_index, text, text_hash, page, start_offset, "
             "end_offset, section, embedding, embedding_model, token_count) FROM STDIN"
         ) as copy:
-            for cid, row, vec in zip(ids, rows, vectors, strict=True):
-                copy.write_row(
-                    (
-                        cid,
-                        document.id,
-                        document.version,
-                        row.chunk_index,
-                        row.text,
-                        row.text_hash,
-                        row.page,
-                        row.start,
-                        row.end,
-                        row.section,
-                        vec,
-                        model,
-                        row.token_count,
+            at = 0
+            for g in groups:
+                doc = g.document
+                for row, vec in zip(g.rows, g.vectors, strict=True):
+                    copy.write_row(
+                        (
+                            ids[at],
+                            doc.id,
+                            doc.version,
+                            row.chunk_index,
+                            row.text,
+                            row.text_hash,
+                            row.page,
+                            row.start,
+                            row.end,
+                            row.section,
+                            vec,
+                            model,
+                            row.token_count,
+                        )
                     )
-                )
+                    at += 1
         with cur.copy("COPY postings (chunk_id, term, tf, dl, document_id) FROM STDIN") as copy:
-            for cid, row in zip(ids, rows, strict=True):
-                for term, tf in row.terms.items():
-                    copy.write_row((cid, term, tf, row.token_count, document.id))
+            at = 0
+            for g in groups:
+                for row in g.rows:
+                    cid, dl, doc_id = ids[at], row.token_count, g.document.id
+                    for term, tf in row.terms.items():
+                        copy.write_row((cid, term, tf, dl, doc_id))
+                    at += 1
 
 
-def activate(
-    conn: sa.Connection,
-    document: DocumentInfo,
-    *,
-    title: str,
-    content_type: str,
-    file_path: str | None,
-    page_count: int,
-    duration_ms: float,
-) -> DocumentInfo:
-    """Swap ``document`` in as its source's visible version, in the caller's transaction.
+@dataclass(frozen=True)
+class Activation:
+    """A fully stored version to swap in, with what was learnt about it while loading."""
 
-    Retires (deletes, with their chunks) every other version of the source and keeps the corpus totals
-    in step.
+    document: DocumentInfo
+    title: str
+    content_type: str
+    file_path: str | None
+    page_count: int
+    duration_ms: float
+
+
+def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[DocumentInfo]:
+    """Swap versions in as their sources' visible versions, in the caller's transaction.
+
+    Retires (deletes, with their chunks) every other version of each source and keeps the corpus
+    totals in step. Set-based: a handful of statements for any number of versions. When one source
+    has several versions here, the newest wins and the others are retired with the rest.
     """
+    if not activations:
+        return []
+    newest: dict[str, Activation] = {}
+    for a in activations:
+        held = newest.get(a.document.source_uri)
+        if held is None or a.document.version > held.document.version:
+            newest[a.document.source_uri] = a
+    chosen = list(newest.values())
+    ids = [a.document.id for a in chosen]
     _lock_log(conn)
-    _lock_source(conn, document.source_uri)
-    totals = conn.execute(
-        sa.text("SELECT count(*), coalesce(sum(token_count), 0) FROM chunks WHERE document_id = :id"),
-        {"id": document.id},
-    ).one()
-    count, tokens = int(totals[0]), int(totals[1])
-    conn.execute(
-        sa.text("UPDATE chunks SET total_chunks = :n WHERE document_id = :id"),
-        {"n": count, "id": document.id},
-    )
-    _retire_others(conn, document.source_uri, keep=document.id)
+    _lock_sources(conn, list(newest))
+    totals = {
+        r[0]: (int(r[1]), int(r[2]))
+        for r in conn.execute(
+            sa.text(
+                "SELECT document_id, count(*), coalesce(sum(token_count), 0) FROM chunks "
+                "WHERE document_id = ANY(:ids) GROUP BY document_id"
+            ),
+            {"ids": ids},
+        )
+    }
+    _retire_others(conn, list(newest), keep=ids)
+    now = datetime.now(UTC)
     conn.execute(
         sa.text(
-            "UPDATE documents SET is_active = true, status = 'completed', error = NULL, title = :t, "
-            "content_type = :ct, file_path = :fp, page_count = :pc, vector_count = :n, duration_ms = :ms, "
-            "processed_at = :now, updated_at = :now WHERE id = :id"
+            "UPDATE documents d SET is_active = true, status = 'completed', error = NULL, title = v.title, "
+            "content_type = v.ct, file_path = v.fp, page_count = v.pc, vector_count = v.n, "
+            "duration_ms = v.ms, processed_at = :now, updated_at = :now "
+            "FROM unnest(CAST(:ids AS uuid[]), CAST(:titles AS text[]), CAST(:cts AS text[]), "
+            "CAST(:fps AS text[]), CAST(:pcs AS int[]), CAST(:ns AS int[]), CAST(:mss AS float8[])) "
+            "AS v(id, title, ct, fp, pc, n, ms) WHERE d.id = v.id"
         ),
         {
-            "t": title,
-            "ct": content_type,
-            "fp": file_path,
-            "pc": page_count,
-            "n": count,
-            "ms": duration_ms,
-            "now": datetime.now(UTC),
-            "id": document.id,
+            "ids": ids,
+            "titles": [a.title for a in chosen],
+            "cts": [a.content_type for a in chosen],
+            "fps": [a.file_path for a in chosen],
+            "pcs": [a.page_count for a in chosen],
+            "ns": [totals.get(i, (0, 0))[0] for i in ids],
+            "mss": [a.duration_ms for a in chosen],
+            "now": now,
         },
     )
-    _bump_totals(conn, count, tokens)
-    _log(conn, document.id, added=True)
-    return get_document(conn, document.id)
+    _bump_totals(conn, sum(c for c, _ in totals.values()), sum(t for _, t in totals.values()))
+    _log(conn, ids, added=True)
+    rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
+    by_id = {r.id: _row_to_info(r) for r in rows}
+    return [by_id[i] for i in ids]
 
 
 def delete_document(conn: sa.Connection, doc_id: uuid.UUID) -> list[DocumentInfo]:
@@ -375,27 +495,27 @@ def delete_document(conn: sa.Connection, doc_id: uuid.UUID) -> list[DocumentInfo
             sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE source_uri = :s"), {"s": doc.source_uri}
         )
     ]
-    _retire_others(conn, doc.source_uri, keep=None)
+    _retire_others(conn, [doc.source_uri], keep=[])
     return removed
 
 
-def _retire_others(conn: sa.Connection, source_uri: str, keep: uuid.UUID | None) -> None:
-    active = conn.execute(
+def _retire_others(conn: sa.Connection, source_uris: Sequence[str], keep: Sequence[uuid.UUID]) -> None:
+    """Delete every version of these sources but ``keep``, taking the visible ones out of the totals."""
+    retired = conn.execute(
         sa.text(
             "SELECT d.id, count(c.id), coalesce(sum(c.token_count), 0) FROM documents d "
             "LEFT JOIN chunks c ON c.document_id = d.id "
-            "WHERE d.source_uri = :s AND d.is_active GROUP BY d.id"
+            "WHERE d.source_uri = ANY(:s) AND d.is_active AND d.id <> ALL(CAST(:keep AS uuid[])) "
+            "GROUP BY d.id"
         ),
-        {"s": source_uri},
-    ).first()
-    if active is not None and active[0] != keep:
-        _bump_totals(conn, -int(active[1]), -int(active[2]))
-        _log(conn, active[0], added=False)
+        {"s": list(source_uris), "keep": list(keep)},
+    ).all()
+    if retired:
+        _bump_totals(conn, -sum(int(r[1]) for r in retired), -sum(int(r[2]) for r in retired))
+        _log(conn, [r[0] for r in retired], added=False)
     conn.execute(
-        sa.text(
-            "DELETE FROM documents WHERE source_uri = :s AND (CAST(:keep AS uuid) IS NULL OR id <> :keep)"
-        ),
-        {"s": source_uri, "keep": keep},
+        sa.text("DELETE FROM documents WHERE source_uri = ANY(:s) AND id <> ALL(CAST(:keep AS uuid[]))"),
+        {"s": list(source_uris), "keep": list(keep)},
     )
 
 
@@ -410,11 +530,17 @@ def _lock_log(conn: sa.Connection) -> None:
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOG_LOCK})
 
 
-def _log(conn: sa.Connection, doc_id: uuid.UUID, *, added: bool) -> None:
-    """Record a visibility change for in-process keyword indexes (see keyword.MemoryKeywordIndex)."""
-    _lock_log(conn)
+def _log(conn: sa.Connection, doc_ids: Sequence[uuid.UUID], *, added: bool) -> None:
+    """Record visibility changes for in-process keyword indexes (see keyword.MemoryKeywordIndex).
+
+    The caller holds the log lock (see :func:`_lock_log`).
+    """
     conn.execute(
-        sa.text("INSERT INTO keyword_log (document_id, added) VALUES (:id, :a)"), {"id": doc_id, "a": added}
+        sa.text(
+            "INSERT INTO keyword_log (document_id, added) "
+            "SELECT id, :a FROM unnest(CAST(:ids AS uuid[])) WITH ORDINALITY AS t(id, i) ORDER BY i"
+        ),
+        {"ids": list(doc_ids), "a": added},
     )
 
 
@@ -453,14 +579,15 @@ def list_documents(conn: sa.Connection) -> list[DocumentInfo]:
     return [_row_to_info(r) for r in rows]
 
 
-def version_files(conn: sa.Connection, source_uri: str) -> list[str]:
-    """Stored originals referred to by any version of a source."""
+def version_files(conn: sa.Connection, source_uris: Sequence[str]) -> list[str]:
+    """Stored originals referred to by any version of these sources."""
     return list(
         conn.execute(
             sa.text(
-                "SELECT DISTINCT file_path FROM documents WHERE source_uri = :s AND file_path IS NOT NULL"
+                "SELECT DISTINCT file_path FROM documents "
+                "WHERE source_uri = ANY(:s) AND file_path IS NOT NULL"
             ),
-            {"s": source_uri},
+            {"s": list(source_uris)},
         ).scalars()
     )
 
@@ -533,11 +660,12 @@ def _set_labels(conn: sa.Connection, doc_id: uuid.UUID, labels: Labels) -> None:
     )
 
 
-def _label_params(labels: Labels) -> dict[str, Any]:
+def _label_params(labels: Labels, *, as_json: bool = False) -> dict[str, Any]:
+    """Labels as statement parameters (``as_json``: as fields of a JSON row, metadata unencoded)."""
     return {
         "cat": labels.category,
         "tags": sorted(set(labels.tags or ())),
         "scopes": sorted(set(labels.scopes or ())),
-        "meta": json.dumps(labels.metadata or {}),
+        "meta": (labels.metadata or {}) if as_json else json.dumps(labels.metadata or {}),
         "by": labels.uploaded_by,
     }

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    UniqueConstraint,
     func,
     text,
 )
@@ -98,7 +99,6 @@ class Chunk(Base):
     )
     version: Mapped[int] = mapped_column(Integer)
     chunk_index: Mapped[int] = mapped_column(Integer)
-    total_chunks: Mapped[int | None] = mapped_column(Integer)
     text: Mapped[str] = mapped_column(Text)
     text_hash: Mapped[str] = mapped_column(String(64))
     page: Mapped[int] = mapped_column(Integer)
@@ -149,3 +149,49 @@ class CorpusStats(Base):
     token_total: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
     __table_args__ = (CheckConstraint("id = 1", name="corpus_stats_single_row"),)
+
+
+class Conversation(Base):
+    """One user's conversation. It expires ``conversation_ttl_days`` after its last message."""
+
+    __tablename__ = "conversations"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    user_id: Mapped[str] = mapped_column(Text)
+    title: Mapped[str | None] = mapped_column(Text)
+    persona: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        Index("conversations_user_updated", "user_id", "updated_at"),
+        Index("conversations_expires", "expires_at"),
+    )
+
+
+class Message(Base):
+    """One message of a turn: the user's question (with the standalone query searched for it) or the answer.
+
+    ``cited_chunk_ids`` lists the chunks an answer cited, in the order of their citation numbers. It has
+    no foreign key: chunks are retired with their versions, and old answers keep their numbers.
+    """
+
+    __tablename__ = "messages"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    turn: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(20))
+    content: Mapped[str] = mapped_column(Text)
+    standalone_query: Mapped[str | None] = mapped_column(Text)
+    cited_chunk_ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger), server_default=text("'{}'"))
+    provider: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        CheckConstraint("role IN ('user', 'assistant')", name="messages_role"),
+        UniqueConstraint("conversation_id", "turn", "role", name="messages_turn_role"),
+    )
