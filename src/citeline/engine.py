@@ -40,7 +40,7 @@ class Citeline:
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
-        self.analyzer = Analyzer()
+        self.analyzer = Analyzer.from_settings(self.settings)
         self._engine: sa.Engine | None = None
         self._embedder: Embedder | None = None
         self.keyword_index: KeywordIndex = (
@@ -50,7 +50,14 @@ class Citeline:
     @property
     def engine(self) -> sa.Engine:
         if self._engine is None:
-            self._engine = connect(self.settings)
+            engine = connect(self.settings)
+            try:
+                with engine.begin() as conn:
+                    catalog.bind_analyzer(conn, self.analyzer.config(), Analyzer().config())
+            except BaseException:
+                engine.dispose()
+                raise
+            self._engine = engine
         return self._engine
 
     @property

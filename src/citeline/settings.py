@@ -71,6 +71,17 @@ class Settings(BaseSettings):
             "catalog (fast; for servers and long runs). sql: scored by PostgreSQL per query (no warm-up)."
         ),
     )
+    # The keyword analyzer of a namespace is fixed by its first ingest (changing it needs a new namespace).
+    keyword_lowercase: bool = True
+    keyword_stem: bool = Field(default=True, description="Snowball-stem ordinary words.")
+    keyword_stop_words: bool = Field(default=True, description="Drop English stop words.")
+    keyword_extra_stop_words: list[str] = Field(
+        default_factory=list, description="Domain stop words, e.g. patient, study, results."
+    )
+    keyword_keep_technical: bool = Field(
+        default=True, description="Keep acronyms and hyphenated terms (LDL-C, FH) whole and unstemmed."
+    )
+    keyword_language: str = Field(default="english", description="Snowball stemmer language.")
     candidates: Annotated[int, Field(ge=1, le=10_000)] = 100
     top_k: Annotated[int, Field(ge=1, le=10_000)] = 10
     distance_threshold: Annotated[float | None, Field(ge=0, le=2)] = None
@@ -89,6 +100,10 @@ class Settings(BaseSettings):
     llm_base_url: str | None = Field(
         default=None, description="Base URL of an OpenAI-compatible server (Ollama, vLLM, llama.cpp...)."
     )
+    anthropic_base_url: str | None = Field(
+        default=None,
+        description="Base URL of an Anthropic Messages API server (a proxy, llama.cpp...); unset: Anthropic.",
+    )
     openai_api_key: SecretStr | None = None
     anthropic_api_key: SecretStr | None = None
     llm_temperature: Annotated[float, Field(ge=0, le=2)] = 0.0
@@ -99,6 +114,13 @@ class Settings(BaseSettings):
     persona: str = Field(default="general", description="System prompt: general, clinical or repair.")
     answer_passages: Annotated[int, Field(ge=1, le=50)] = 5
     conversation_ttl_days: Annotated[float, Field(gt=0)] = 30.0
+    history_chunks: Annotated[int, Field(ge=0, le=50)] = Field(
+        default=4,
+        description=(
+            "Chunks cited earlier in a conversation (most recently cited first) that join a follow-up's "
+            "fresh hits as evidence; 0 turns this off."
+        ),
+    )
 
     @field_validator("namespace")
     @classmethod

@@ -1,6 +1,14 @@
 """Keyword analysis: technical terms stay whole, ordinary words are stemmed, stop words dropped."""
 
+from pathlib import Path
+
+import pytest
+
+from citeline.engine import Citeline
+from citeline.errors import ConfigError
+from citeline.settings import Settings
 from citeline.store.analyzer import Analyzer
+from tests.conftest import write
 
 
 def test_acronyms_and_hyphenated_terms_are_kept_unstemmed_with_their_parts() -> None:
@@ -19,3 +27,30 @@ def test_each_step_can_be_switched_off() -> None:
 
 def test_possessives_are_dropped() -> None:
     assert Analyzer().terms("the patient's chart") == ["patient", "chart"]
+
+
+def test_domain_stop_words_come_from_the_settings() -> None:
+    settings = Settings(keyword_extra_stop_words=["Patient", "study"])
+    assert Analyzer.from_settings(settings).terms("Patients in the study had FH") == ["fh"]
+
+
+def test_an_unknown_stemmer_language_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="klingon"):
+        Analyzer.from_settings(Settings(keyword_language="klingon"))
+
+
+def test_a_namespace_keeps_the_analyzer_it_was_indexed_with(settings: Settings, tmp_path: Path) -> None:
+    with Citeline(settings) as cl:
+        cl.ingest([write(tmp_path / "a.md", "# Pumps\n\nPrime the pumps before running them.\n")])
+    unstemmed = settings.model_copy(update={"keyword_stem": False})
+    with pytest.raises(ConfigError, match="stem"), Citeline(unstemmed) as cl:
+        cl.search("pumps")
+    with Citeline(settings) as cl:  # the settings it was built with still work
+        assert "Prime the pumps" in cl.search("pump")[0].text
+
+
+def test_an_empty_namespace_takes_a_new_analyzer(settings: Settings) -> None:
+    with Citeline(settings) as cl:
+        cl.stats()
+    with Citeline(settings.model_copy(update={"keyword_stem": False})) as cl:
+        assert cl.stats()["chunks"] == 0

@@ -15,6 +15,9 @@ from functools import cached_property
 
 import Stemmer
 
+from citeline.errors import ConfigError
+from citeline.settings import Settings
+
 # Words joined by hyphens, slashes or apostrophes stay one token; a leading sign or decimals stay on numbers.
 _TOKEN = re.compile(r"[^\W_]+(?:[-'\u2019/.][^\W_]+)*", re.UNICODE)
 _JOINERS = re.compile(r"[-'\u2019/.]")
@@ -163,6 +166,36 @@ class Analyzer:
     extra_stop_words: frozenset[str] = field(default_factory=frozenset)
     language: str = "english"
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Analyzer:
+        """The analyzer the ``keyword_*`` settings describe."""
+        if settings.keyword_language not in Stemmer.algorithms():
+            raise ConfigError(
+                f"keyword_language {settings.keyword_language!r} has no Snowball stemmer; "
+                f"choose one of {', '.join(sorted(Stemmer.algorithms()))}"
+            )
+        return cls(
+            lowercase=settings.keyword_lowercase,
+            stem=settings.keyword_stem,
+            stop_words=settings.keyword_stop_words,
+            keep_technical=settings.keyword_keep_technical,
+            extra_stop_words=frozenset(
+                w.strip().lower() for w in settings.keyword_extra_stop_words if w.strip()
+            ),
+            language=settings.keyword_language,
+        )
+
+    def config(self) -> dict[str, object]:
+        """What decides the terms, as JSON: an index built with one config is searched with the same."""
+        return {
+            "lowercase": self.lowercase,
+            "stem": self.stem,
+            "stop_words": self.stop_words,
+            "keep_technical": self.keep_technical,
+            "extra_stop_words": sorted(self.extra_stop_words),
+            "language": self.language,
+        }
+
     @cached_property
     def _stemmer(self) -> Stemmer.Stemmer:
         return Stemmer.Stemmer(self.language)
@@ -171,6 +204,11 @@ class Analyzer:
     def _stops(self) -> frozenset[str]:
         base = ENGLISH_STOP_WORDS if self.stop_words else frozenset()
         return base | {w.lower() for w in self.extra_stop_words}
+
+    @cached_property
+    def _stemmed_stops(self) -> frozenset[str]:
+        # Domain stop words are given as words ("patient") but must also drop their forms ("patients").
+        return frozenset(self._stem(w.lower()) for w in self.extra_stop_words)
 
     @cached_property
     def _cache(self) -> dict[str, tuple[str, ...]]:
@@ -200,7 +238,8 @@ class Analyzer:
             parts = [p for p in _JOINERS.split(token) if p and p.lower() not in stops]
             return (token, *(self._stem(p) for p in parts)) if len(parts) > 1 else (token,)
         words = _JOINERS.split(token) if not self.keep_technical else (token,)
-        return tuple(self._stem(w) for w in words if w and w.lower() not in stops)
+        stems = (self._stem(w) for w in words if w and w.lower() not in stops)
+        return tuple(t for t in stems if t not in self._stemmed_stops)
 
     def term_counts(self, text: str) -> Counter[str]:
         """Each term of ``text`` with its frequency."""

@@ -22,7 +22,7 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
-from citeline.errors import NotFoundError
+from citeline.errors import ConfigError, NotFoundError
 from citeline.store.models import Status
 
 _DOC_COLUMNS = (
@@ -669,3 +669,29 @@ def _label_params(labels: Labels, *, as_json: bool = False) -> dict[str, Any]:
         "meta": (labels.metadata or {}) if as_json else json.dumps(labels.metadata or {}),
         "by": labels.uploaded_by,
     }
+
+
+def bind_analyzer(conn: sa.Connection, config: dict[str, Any], default: dict[str, Any]) -> None:
+    """Fix the namespace's keyword analyzer to ``config``, or refuse one that differs from its index's.
+
+    A namespace indexed before analyzers were recorded was indexed with ``default``.
+    """
+    row = conn.execute(
+        sa.text("SELECT analyzer, chunk_count FROM corpus_stats WHERE id = 1 FOR UPDATE")
+    ).one()
+    stored, chunks = row[0], int(row[1])
+    if stored is None and chunks:
+        stored = default
+    if stored == config and row[0] is not None:
+        return
+    if stored is not None and stored != config and chunks:
+        changed = sorted(k for k in set(stored) | set(config) if stored.get(k) != config.get(k))
+        raise ConfigError(
+            f"this namespace's keyword index was built with a different analyzer ({', '.join(changed)} "
+            f"differ: indexed {json.dumps({k: stored.get(k) for k in changed})}). Use the settings it was "
+            "built with, or a new namespace (CITELINE_NAMESPACE) for the new analyzer."
+        )
+    conn.execute(
+        sa.text("UPDATE corpus_stats SET analyzer = CAST(:a AS jsonb) WHERE id = 1"),
+        {"a": json.dumps(config)},
+    )

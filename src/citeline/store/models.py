@@ -147,6 +147,7 @@ class CorpusStats(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     chunk_count: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     token_total: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    analyzer: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
 
     __table_args__ = (CheckConstraint("id = 1", name="corpus_stats_single_row"),)
 
