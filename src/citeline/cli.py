@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -20,7 +21,8 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
+from rich.table import Column, Table
+from rich.text import Text
 
 from citeline.engine import Citeline
 from citeline.errors import CitelineError, InvalidRequestError
@@ -344,22 +346,67 @@ def eval_command(
     folder: Annotated[Path, typer.Argument(help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv.")],
     split_name: Annotated[str, typer.Option("--split", help="qrels file name without .tsv.")] = "test",
     limit: Annotated[int | None, typer.Option(help="Only the first N queries.")] = None,
-    fusion: Annotated[Fusion | None, typer.Option(help="Fusion mode to evaluate.")] = None,
+    fusion: Annotated[
+        Fusion | None, typer.Option(help="Fusion mode of the current settings (the `default` configuration).")
+    ] = None,
+    compare: Annotated[
+        str | None,
+        typer.Option(
+            help="Configurations to compare, comma-separated: built-in names (default, rrf, weighted, dense, "
+            "keyword, ...) or name=key:value;key:value. Default: the current settings."
+        ),
+    ] = None,
+    per_query: Annotated[
+        Path | None, typer.Option(help="Write one JSON line per query and configuration to this file.")
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option(help="Write a self-contained HTML report to this file.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON line of metrics.")] = False,
 ) -> None:
     """Evaluate retrieval on a BEIR-format folder: nDCG@10, recall@10/100, MRR@10, latency p50/p99."""
-    from citeline.eval.beir import evaluate, load_beir
+    from citeline.eval.beir import METRICS, evaluate, load_beir
+    from citeline.eval.configs import parse_configs
+    from citeline.eval.report import check_writable, write_per_query, write_report
 
     data = _guard(lambda: load_beir(folder, split=split_name))
+    for path in (per_query, report):
+        if path is not None:
+            _guard(partial(check_writable, path))
     # A BEIR corpus gets its own namespace unless one was named, so it never mixes with real documents.
-    with _citeline(ctx, namespace=(ctx.obj or {}).get("namespace", data.namespace)) as cl:
-        report = evaluate(cl, data, limit=limit, fusion=fusion, console=err)
-    table = Table("metric", "value")
-    for key, value in report.items():
-        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
-    (err if as_json else console).print(table)
+    more: dict[str, Any] = {"namespace": (ctx.obj or {}).get("namespace", data.namespace)}
+    if fusion is not None:
+        more["fusion"] = fusion
+    settings = _settings(ctx, **more)
+    # Checked before the store opens, so a mistyped name costs no ingest; no --compare: the settings as set.
+    configs = _guard(lambda: parse_configs(compare, settings)) if compare else None
+    with _citeline(ctx, **more) as cl:
+        evaluation = evaluate(cl, data, configs, limit=limit, console=err)
+        if per_query is not None:
+            write_per_query(evaluation, per_query)
+        if report is not None:
+            write_report(evaluation, report)
+    summary = evaluation.summary()
+    out = err if as_json else console
+    out.print(
+        f"{summary['dataset']}: {summary['queries']} queries in namespace {summary['namespace']}; corpus "
+        f"{summary['corpus_added']} ingested, {summary['corpus_unchanged']} unchanged "
+        f"({summary['ingest_seconds']} s)",
+        markup=False,
+        highlight=False,
+    )
+    table = Table(Column("config", no_wrap=True), "nDCG@10", "R@10", "R@100", "MRR@10", "p50 ms", "p99 ms")
+    for name, figures in summary["configs"].items():
+        table.add_row(
+            Text(name),
+            *(f"{figures[k]:.1f}" if k.startswith("latency") else f"{figures[k]:.4f}" for k in METRICS),
+        )
+    out.print(table)
+    for path, what in ((per_query, "per-query results"), (report, "report")):
+        if path is not None:
+            err.print(f"{what} written to {path}", markup=False, highlight=False)
     if as_json:
-        _print_json(report)
+        _print_json(summary)
 
 
 if __name__ == "__main__":

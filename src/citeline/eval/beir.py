@@ -1,7 +1,8 @@
 """``citeline eval``: ingest a BEIR corpus into its own namespace, run every query, score the ranking.
 
 Each corpus entry becomes one document (title as its section heading); chunk hits are folded into
-document rankings by each document's best chunk, as BEIR scores documents.
+document rankings by each document's best chunk, as BEIR scores documents. Several configurations
+(:mod:`citeline.eval.configs`) can be evaluated in one run over the same stored corpus.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +22,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from citeline.engine import Citeline
 from citeline.errors import InvalidRequestError
+from citeline.eval.configs import Config, is_fixed, make_config
 from citeline.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
 from citeline.ingest import IngestOptions, Outcome, Source
-from citeline.retrieve.search import SearchRequest
-from citeline.settings import Fusion
+from citeline.retrieve.search import SearchRequest, Timings
+from citeline.settings import Settings
 from citeline.types import LoadedSource, Page, Section
 
 #: Chunks fetched per query: enough that 100 distinct documents survive folding chunks into documents.
@@ -87,16 +90,110 @@ def corpus_sources(data: BeirData) -> Iterator[Source]:
             yield Source(doc_id, f"beir://{data.namespace}/{doc_id}", doc_id, digest, opener)
 
 
-def evaluate(
-    cl: Citeline,
-    data: BeirData,
-    *,
-    limit: int | None = None,
-    fusion: Fusion | None = None,
-    console: Console | None = None,
-) -> dict[str, Any]:
-    """Ingest (or reuse) the corpus, run the queries, return the metrics."""
-    console = console or Console(stderr=True)
+#: Stages of a search, as :class:`Timings` names them (query embedding, dense, keyword, fusion, ...).
+STAGES: tuple[str, ...] = tuple(f.name for f in fields(Timings))
+
+
+#: The summary's ranking and latency keys, in the order the command has always printed them.
+METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10", "latency_p50_ms", "latency_p99_ms")
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """One query run under one configuration, scored against its judgements."""
+
+    config: str
+    query_id: str
+    query: str
+    top10: tuple[str, ...]
+    ndcg10: float
+    recall10: float
+    recall100: float
+    mrr10: float
+    #: 1-based rank of the first relevant document in the whole ranking; None if none was retrieved.
+    first_relevant_rank: int | None
+    latency_ms: float
+    stages_ms: Mapping[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        """One line of ``--per-query``."""
+        return {
+            "config": self.config,
+            "query_id": self.query_id,
+            "query": self.query,
+            "ndcg@10": self.ndcg10,
+            "recall@10": self.recall10,
+            "recall@100": self.recall100,
+            "mrr@10": self.mrr10,
+            "first_relevant_rank": self.first_relevant_rank,
+            "top10": list(self.top10),
+            "latency_ms": self.latency_ms,
+            "stages_ms": dict(self.stages_ms),
+        }
+
+
+@dataclass
+class ConfigResult:
+    """Every query's result under one configuration."""
+
+    config: Config
+    queries: list[QueryResult] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, Any]:
+        """Means of the ranking metrics, latency percentiles and the median of each search stage."""
+        n = len(self.queries) or 1
+        latencies = [q.latency_ms for q in self.queries]
+        return {
+            "fusion": self.config.settings.fusion.value,
+            "settings": self.config.describe(),
+            "queries": len(self.queries),
+            "ndcg@10": sum(q.ndcg10 for q in self.queries) / n,
+            "recall@10": sum(q.recall10 for q in self.queries) / n,
+            "recall@100": sum(q.recall100 for q in self.queries) / n,
+            "mrr@10": sum(q.mrr10 for q in self.queries) / n,
+            "latency_p50_ms": percentile(latencies, 50),
+            "latency_p99_ms": percentile(latencies, 99),
+            "stage_p50_ms": {
+                stage: percentile([q.stages_ms.get(stage, 0.0) for q in self.queries], 50) for stage in STAGES
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One run of ``citeline eval``: the corpus ingest and the results of each configuration, in order."""
+
+    dataset: str
+    namespace: str
+    corpus_added: int
+    corpus_unchanged: int
+    ingest_seconds: float
+    results: list[ConfigResult]
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON line of ``citeline eval --json``.
+
+        The first configuration's figures keep the keys the command always had, so scripts reading
+        ``ndcg@10`` go on working; ``configs`` maps every configuration's name to its figures.
+        """
+        first = self.results[0].metrics()
+        return {
+            "dataset": self.dataset,
+            "namespace": self.namespace,
+            "fusion": first["fusion"],
+            "queries": first["queries"],
+            "corpus_added": self.corpus_added,
+            "corpus_unchanged": self.corpus_unchanged,
+            "ingest_seconds": self.ingest_seconds,
+            **{key: first[key] for key in METRICS},
+            "config": self.results[0].config.name,
+            "stage_p50_ms": first["stage_p50_ms"],
+            "configs": {r.config.name: r.metrics() for r in self.results},
+        }
+
+
+def ingest_corpus(cl: Citeline, data: BeirData, console: Console) -> tuple[int, int, float]:
+    """Ingest (or find unchanged) every corpus entry; returns (added, unchanged, seconds)."""
     ingestor = cl.ingestor()
     total = sum(1 for _ in data.corpus_path.open(encoding="utf-8"))
     counts = dict.fromkeys(Outcome, 0)
@@ -107,6 +204,7 @@ def evaluate(
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        disable=not console.is_terminal,
     ) as progress:
         task = progress.add_task("ingesting corpus", total=total)
 
@@ -115,48 +213,109 @@ def evaluate(
             progress.advance(task)
 
         ingestor.ingest(corpus_sources(data), IngestOptions(), on_result)
-    ingest_seconds = time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
     if counts[Outcome.FAILED]:
         console.print(f"[yellow]{counts[Outcome.FAILED]} corpus entries failed to ingest[/yellow]")
+    return (
+        counts[Outcome.ADDED] + counts[Outcome.UPDATED],
+        counts[Outcome.UNCHANGED] + counts[Outcome.RELABELLED],
+        seconds,
+    )
+
+
+@contextmanager
+def _searching_with(cl: Citeline, settings: Settings) -> Iterator[None]:
+    """Search with ``settings`` through the already open store, embedder and keyword index."""
+    saved = cl.settings
+    cl.settings = settings
+    try:
+        yield
+    finally:
+        cl.settings = saved
+
+
+def evaluate(
+    cl: Citeline,
+    data: BeirData,
+    configs: Sequence[Config] | None = None,
+    *,
+    limit: int | None = None,
+    console: Console | None = None,
+) -> Evaluation:
+    """Ingest (or reuse) the corpus, run every query under every configuration, score the rankings.
+
+    Without ``configs`` the current settings are evaluated as one configuration named ``default``.
+    The configurations take turns query by query, so a slow spell of a shared machine falls on all of
+    them alike.
+    """
+    console = console or Console(stderr=True)
+    configs = list(configs) if configs else [make_config("default", {}, cl.settings)]
+    for config in configs:
+        changed = [
+            k
+            for k in Settings.model_fields
+            if is_fixed(k) and getattr(config.settings, k) != getattr(cl.settings, k)
+        ]
+        if changed:
+            raise InvalidRequestError(
+                f"configuration {config.name!r} differs from the open store in {', '.join(changed)}; "
+                "build configurations from the settings of the Citeline that runs them"
+            )
+    added, unchanged, ingest_seconds = ingest_corpus(cl, data, console)
 
     query_ids = list(data.queries)[:limit] if limit else list(data.queries)
-    ndcg10, rec10, rec100, mrr10, latencies = [], [], [], [], []
+    results = [ConfigResult(config) for config in configs]
+    if query_ids:
+        # The first search loads the in-memory keyword index (and any model a configuration needs):
+        # one untimed search per configuration keeps that out of the latencies.
+        for config in configs:
+            with _searching_with(cl, config.settings):
+                cl.search(_request(data.queries[query_ids[0]]))
     with Progress(
-        BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
     ) as progress:
-        task = progress.add_task("queries", total=len(query_ids))
+        task = progress.add_task("queries", total=len(query_ids) * len(configs))
         for qid in query_ids:
-            start = time.perf_counter()
-            hits = cl.search(
-                SearchRequest(data.queries[qid], top_k=CHUNK_DEPTH, candidates=CHUNK_DEPTH, fusion=fusion)
-            )
-            latencies.append((time.perf_counter() - start) * 1e3)
-            ranked: list[str] = []
-            seen: set[str] = set()
-            for hit in hits:
-                if hit.document_name not in seen:
-                    seen.add(hit.document_name)
-                    ranked.append(hit.document_name)
-            relevant = data.qrels[qid]
-            ndcg10.append(ndcg_at(ranked, relevant, 10))
-            rec10.append(recall_at(ranked, relevant, 10))
-            rec100.append(recall_at(ranked, relevant, 100))
-            mrr10.append(mrr_at(ranked, relevant, 10))
-            progress.advance(task)
+            for result in results:
+                timings = Timings()
+                with _searching_with(cl, result.config.settings):
+                    start = time.perf_counter()
+                    hits = cl.search(_request(data.queries[qid]), timings=timings)
+                    latency = (time.perf_counter() - start) * 1e3
+                ranked = list(dict.fromkeys(hit.document_name for hit in hits))
+                result.queries.append(_score(result.config.name, qid, data, ranked, latency, asdict(timings)))
+                progress.advance(task)
+    return Evaluation(
+        data.folder.name, cl.settings.namespace, added, unchanged, round(ingest_seconds, 1), results
+    )
 
-    n = len(query_ids) or 1
-    return {
-        "dataset": data.folder.name,
-        "namespace": cl.settings.namespace,
-        "fusion": (fusion or cl.settings.fusion).value,
-        "queries": len(query_ids),
-        "corpus_added": counts[Outcome.ADDED] + counts[Outcome.UPDATED],
-        "corpus_unchanged": counts[Outcome.UNCHANGED] + counts[Outcome.RELABELLED],
-        "ingest_seconds": round(ingest_seconds, 1),
-        "ndcg@10": sum(ndcg10) / n,
-        "recall@10": sum(rec10) / n,
-        "recall@100": sum(rec100) / n,
-        "mrr@10": sum(mrr10) / n,
-        "latency_p50_ms": percentile(latencies, 50),
-        "latency_p99_ms": percentile(latencies, 99),
-    }
+
+def _request(query: str) -> SearchRequest:
+    # Only top_k is fixed here: everything else (fusion, candidates, threshold...) comes from the
+    # configuration's settings. hybrid_search searches at least top_k deep on each side.
+    return SearchRequest(query, top_k=CHUNK_DEPTH)
+
+
+def _score(
+    config: str, qid: str, data: BeirData, ranked: list[str], latency: float, stages: dict[str, float]
+) -> QueryResult:
+    relevant = data.qrels[qid]
+    first = next((i for i, doc in enumerate(ranked, start=1) if relevant.get(doc, 0) > 0), None)
+    return QueryResult(
+        config=config,
+        query_id=qid,
+        query=data.queries[qid],
+        top10=tuple(ranked[:10]),
+        ndcg10=ndcg_at(ranked, relevant, 10),
+        recall10=recall_at(ranked, relevant, 10),
+        recall100=recall_at(ranked, relevant, 100),
+        mrr10=mrr_at(ranked, relevant, 10),
+        first_relevant_rank=first,
+        latency_ms=latency,
+        stages_ms=stages,
+    )

@@ -1,0 +1,132 @@
+"""Named search configurations for ``citeline eval --compare``.
+
+A configuration is a name and the settings it overrides, e.g. ``rrf -> {"fusion": "rrf"}``. Its settings
+are validated by :class:`~citeline.settings.Settings` itself, so a configuration that names a setting
+works as soon as that setting exists, and nothing here duplicates the settings' rules. Only settings read
+at search time may differ: every configuration of one run searches the same stored corpus through the same
+open store, embedder and keyword index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from citeline.errors import InvalidRequestError
+from citeline.settings import Settings
+
+#: The built-in configurations. ``default`` is the current settings unchanged.
+CONFIGS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "rrf": {"fusion": "rrf"},
+    "weighted": {"fusion": "weighted"},
+    # Weighted fusion with one weight left is that ranking alone: cosine similarity over all candidates.
+    "dense": {"fusion": "weighted", "weight_semantic": 1.0, "weight_keyword": 0.0, "weight_source": 0.0},
+    # BM25 alone. Dense-only candidates score 0 and trail every keyword match (see docs/evaluation.md).
+    "keyword": {"fusion": "weighted", "weight_semantic": 0.0, "weight_keyword": 1.0, "weight_source": 0.0},
+    "rerank": {"reranker": "maxsim"},
+    "mmr": {"mmr_lambda": 0.7},
+}
+
+#: Settings fixed when the corpus is stored or the store is opened; a comparison cannot vary them.
+FIXED_SETTINGS = frozenset({"data_dir", "database_url", "namespace", "chunk_size", "chunk_overlap"})
+#: Whole families of fixed settings: the embedding model and its runtime, and the keyword index and
+#: its analyzer (a namespace is searched with the analyzer it was indexed with).
+FIXED_PREFIXES = ("embed", "keyword_")
+
+
+def is_fixed(setting: str) -> bool:
+    """Whether ``setting`` is decided by the stored corpus or the open store, not per search."""
+    return setting in FIXED_SETTINGS or setting.startswith(FIXED_PREFIXES)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One named configuration: its overrides as given and the full settings they produce."""
+
+    name: str
+    overrides: Mapping[str, Any]
+    settings: Settings = field(repr=False)
+
+    def describe(self) -> dict[str, Any]:
+        """The overridden settings with their validated values, JSON-ready."""
+        return self.settings.model_dump(mode="json", include=set(self.overrides))
+
+
+def missing_settings(overrides: Mapping[str, Any]) -> list[str]:
+    """The keys of ``overrides`` that are not settings of this version of citeline."""
+    return [key for key in overrides if key not in Settings.model_fields]
+
+
+def available_configs() -> list[str]:
+    """Built-in configuration names whose settings all exist in this version."""
+    return [name for name, overrides in CONFIGS.items() if not missing_settings(overrides)]
+
+
+def _names_hint() -> str:
+    hint = f"valid configurations: {', '.join(available_configs())}"
+    waiting = [name for name, overrides in CONFIGS.items() if missing_settings(overrides)]
+    if waiting:
+        hint += f" ({', '.join(waiting)} need settings this version lacks)"
+    return hint + "; or define one as name=key:value;key:value"
+
+
+def make_config(name: str, overrides: Mapping[str, Any], base: Settings) -> Config:
+    """``base`` with ``overrides`` applied and validated; errors name the configuration and the setting."""
+    unknown = missing_settings(overrides)
+    if unknown:
+        raise InvalidRequestError(
+            f"configuration {name!r} sets {', '.join(map(repr, unknown))}, which "
+            f"{'is not a setting' if len(unknown) == 1 else 'are not settings'} of this citeline; "
+            + _names_hint()
+        )
+    fixed = sorted(key for key in overrides if is_fixed(key))
+    if fixed:
+        raise InvalidRequestError(
+            f"configuration {name!r} sets {', '.join(fixed)}, which is fixed when the corpus is stored or "
+            "the store is opened; every configuration of a comparison searches the same stored corpus. "
+            "Run a separate evaluation with --namespace instead."
+        )
+    try:
+        settings = Settings.model_validate({**base.model_dump(), **overrides})
+    except ValidationError as exc:
+        reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise InvalidRequestError(f"configuration {name!r} is invalid: {reasons}") from exc
+    return Config(name, dict(overrides), settings)
+
+
+def parse_configs(spec: str, base: Settings) -> list[Config]:
+    """Configurations from ``--compare``: comma-separated built-in names or ``name=key:value;key:value``.
+
+    Values are strings that the settings convert (``weight_keyword:0.3``, ``fusion:rrf``).
+    """
+    configs: list[Config] = []
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            continue
+        name, sep, body = item.partition("=")
+        name = name.strip()
+        if not name:
+            raise InvalidRequestError(f"configuration {item!r} has no name; write name=key:value;key:value")
+        if sep:
+            overrides: dict[str, Any] = {}
+            for pair in (p.strip() for p in body.split(";")):
+                key, colon, value = pair.partition(":")
+                if not colon or not key.strip():
+                    raise InvalidRequestError(
+                        f"configuration {name!r}: {pair!r} is not key:value (write name=key:value;key:value)"
+                    )
+                overrides[key.strip()] = value.strip()
+        elif name in CONFIGS:
+            overrides = CONFIGS[name]
+        else:
+            raise InvalidRequestError(f"unknown configuration {name!r}; " + _names_hint())
+        if any(c.name == name for c in configs):
+            raise InvalidRequestError(f"configuration {name!r} is named twice in {spec!r}")
+        configs.append(make_config(name, overrides, base))
+    if not configs:
+        raise InvalidRequestError(f"--compare {spec!r} names no configuration; " + _names_hint())
+    return configs

@@ -1,0 +1,113 @@
+"""``citeline eval --compare --per-query --report``, end to end through the command line."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from citeline.cli import app
+from citeline.eval.beir import STAGES
+from citeline.settings import Settings
+from tests.eval.conftest import QUERIES
+
+runner = CliRunner()
+SVG = "{http://www.w3.org/2000/svg}"
+ODD = "x<&>'\""  # a configuration name made of the characters HTML must escape
+
+
+def _run(settings: Settings, *args: str) -> tuple[int, str, str]:
+    result = runner.invoke(
+        app, ["--data-dir", str(settings.data_dir), "--namespace", settings.namespace, "eval", *args]
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_compare_writes_summary_per_query_lines_and_report(
+    settings: Settings, beir_folder: Path, tmp_path: Path
+) -> None:
+    per_query, report = tmp_path / "queries.jsonl", tmp_path / "eval.html"
+    names = ["rrf", "weighted", "dense", "keyword", ODD]
+    code, out, err = _run(
+        settings,
+        str(beir_folder),
+        "--compare",
+        f"rrf,weighted,dense,keyword,{ODD}=fusion:rrf;rrf_k:1",
+        "--per-query",
+        str(per_query),
+        "--report",
+        str(report),
+        "--json",
+    )
+    assert code == 0, err
+
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["config"] == "rrf" and summary["fusion"] == "rrf" and summary["queries"] == 4
+    assert summary["corpus_added"] == 6
+    assert list(summary["configs"]) == names
+    assert summary["ndcg@10"] == summary["configs"]["rrf"]["ndcg@10"]
+    assert summary["configs"][ODD]["settings"] == {"fusion": "rrf", "rrf_k": 1}
+    assert summary["configs"]["dense"]["ndcg@10"] == 1.0
+    assert summary["configs"]["keyword"]["ndcg@10"] < 1.0
+    # The human table went to standard error, one row per configuration.
+    assert all(name in err for name in ("weighted", "dense", "keyword"))
+
+    lines = [json.loads(line) for line in per_query.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == len(names) * len(QUERIES)
+    assert {(r["config"], r["query_id"]) for r in lines} == {(n, q) for n in names for q in QUERIES}
+    by = {(r["config"], r["query_id"]): r for r in lines}
+    assert by[("dense", "q3")]["top10"][0] == "wings" and by[("dense", "q3")]["first_relevant_rank"] == 1
+    assert by[("keyword", "q3")]["top10"][0] == "elevator"
+    assert by[("keyword", "q3")]["first_relevant_rank"] > 1
+    assert by[("keyword", "q3")]["query"] == QUERIES["q3"]
+    for row in lines:
+        assert {"ndcg@10", "recall@100", "latency_ms"} <= set(row)
+        assert set(row["stages_ms"]) == set(STAGES) and row["stages_ms"]["embed"] > 0
+
+    html = report.read_text(encoding="utf-8")
+    assert "<script" not in html and "src=" not in html and "href=" not in html, "nothing to fetch"
+    assert ODD not in html and "x&lt;&amp;&gt;&#x27;&quot;" in html
+    assert "mini &amp; &lt;beir&gt;" in html
+    # Well-formed as XML: every name was escaped, or this would not parse.
+    page = ET.fromstring(html.removeprefix("<!DOCTYPE html>\n"))
+    rows = page.findall(".//table[@id='metrics']/tbody/tr")
+    assert [row[0].text for row in rows] == names
+    assert [float(row[2].text or "") for row in rows] == [
+        pytest.approx(summary["configs"][n]["ndcg@10"], abs=5e-4) for n in names
+    ]
+    ndcg = next(svg for svg in page.iter(f"{SVG}svg") if svg.get("id") == "ndcg")
+    bars = [rect for rect in ndcg.iter(f"{SVG}rect") if rect.get("class") == "bar"]
+    assert [bar.findtext(f"{SVG}title", "").split(": ")[0] for bar in bars] == names
+    widths = [float(bar.get("width", "")) for bar in bars]
+    assert widths[names.index("dense")] == max(widths) > widths[names.index("keyword")]
+    latency = next(svg for svg in page.iter(f"{SVG}svg") if svg.get("id") == "latency")
+    stages = [rect for rect in latency.iter(f"{SVG}rect") if rect.get("class") == "stage"]
+    assert len(stages) == len(names) * len(STAGES)
+    assert len(page.findall(".//table[@id='stages']/tbody/tr")) == len(names)
+
+
+def test_without_compare_the_summary_is_the_current_settings(settings: Settings, beir_folder: Path) -> None:
+    code, out, err = _run(settings, str(beir_folder), "--fusion", "rrf", "--limit", "2", "--json")
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["config"] == "default" and summary["fusion"] == "rrf" and summary["queries"] == 2
+    assert list(summary["configs"]) == ["default"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--compare", "rrf,bm42"], "unknown configuration 'bm42'; valid configurations: default, rrf"),
+        (["--compare", "big=chunk_size:300"], "same stored corpus"),
+        (["--report", "/nonexistent-folder/eval.html"], "the folder /nonexistent-folder does not exist"),
+    ],
+)
+def test_bad_options_stop_before_any_work(
+    settings: Settings, beir_folder: Path, args: list[str], message: str
+) -> None:
+    code, out, err = _run(settings, str(beir_folder), *args)
+    assert code == 2 and message in err
+    assert out == "" and "ingest" not in err
