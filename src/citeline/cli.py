@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
@@ -24,6 +25,8 @@ from rich.progress import (
 from rich.table import Column, Table
 from rich.text import Text
 
+from citeline.answer import Complete, Error, Token
+from citeline.chat.session import ChatSession
 from citeline.engine import Citeline
 from citeline.errors import CitelineError, InvalidRequestError
 from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
@@ -258,6 +261,126 @@ def search(
         console.print(
             "    " + (snippet[:300] + ("…" if len(snippet) > 300 else "")), highlight=False, markup=False
         )
+
+
+def _stream_answer(
+    session: ChatSession, question: str, filters: Filters, *, as_json: bool
+) -> Complete | None:
+    """Ask ``question`` in ``session``, printing the answer as it streams, then its numbered sources."""
+
+    async def run() -> Complete | None:
+        complete: Complete | None = None
+        async for event in session.ask(question, filters=filters):
+            if isinstance(event, Token) and not as_json:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+            elif isinstance(event, Complete):
+                complete = event
+            elif isinstance(event, Error):
+                if event.exception is not None:
+                    raise event.exception
+                raise CitelineError(event.message)
+        return complete
+
+    complete = _guard(lambda: asyncio.run(run()))
+    if complete is None:
+        return None
+    if as_json:
+        _print_json({"conversation_id": str(session.id), **complete.as_dict()})
+        return complete
+    if complete.stream_replaced:
+        console.print(
+            f"\n[yellow]the model's answer was replaced ({complete.fallback_reason}); "
+            "extracted instead:[/yellow]"
+        )
+        console.print(complete.answer, highlight=False, markup=False)
+    else:
+        sys.stdout.write("\n")
+    _print_sources(complete)
+    return complete
+
+
+def _print_sources(complete: Complete) -> None:
+    if complete.citations:
+        console.print("\n[bold]Sources[/bold]")
+    for c in complete.citations:
+        where = f"{c.document_name} p.{c.page}" + (f" § {c.section}" if c.section else "")
+        flag = "" if c.supported else "  [yellow]not backed by this passage[/yellow]"
+        console.print(
+            f"[bold][{c.number}][/bold] {where}  [dim]v{c.version} chunk {c.chunk_id} "
+            f"chars {c.start}-{c.end} support {c.score:.2f}[/dim]{flag}",
+            highlight=False,
+        )
+        console.print("    " + " ".join(c.excerpt.split()), highlight=False, markup=False)
+    for r in complete.removed:
+        console.print(f"[yellow]removed citation [{r.number}]: {r.reason}[/yellow]", highlight=False)
+    for u in complete.unsupported:
+        console.print(f"[yellow]unsupported: {u.text}[/yellow]", highlight=False, markup=False)
+    note = f"answered by {complete.provider}"
+    if complete.fell_back:
+        note += f" (fallback: {complete.fallback_reason})"
+    console.print(f"[dim]{note}[/dim]", highlight=False)
+
+
+@app.command()
+def ask(
+    ctx: typer.Context,
+    question: Annotated[str, typer.Argument(help="The question.")],
+    scope: Annotated[
+        list[str], typer.Option("--scope", "-s", help="Only documents in this scope (or universal).")
+    ] = [],  # noqa: B006
+    category: Annotated[str | None, typer.Option(help="Only this category or below it.")] = None,
+    tag: Annotated[list[str], typer.Option("--tag", "-t", help="Documents with any of these tags.")] = [],  # noqa: B006
+    persona: Annotated[
+        str | None, typer.Option(help="general, clinical or repair (a new conversation's system prompt).")
+    ] = None,
+    conversation: Annotated[
+        str | None, typer.Option("--conversation", "-c", help="Continue this conversation (its id).")
+    ] = None,
+    llm: Annotated[
+        str | None, typer.Option(help="provider:model to answer with, e.g. extractive (CITELINE_LLM).")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The answer and its citations as one JSON object.")
+    ] = False,
+) -> None:
+    """Answer a question from the documents, streamed, each claim citing a numbered source."""
+    filters = Filters(scopes=tuple(scope), category=category, tags_any=tuple(tag))
+    with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
+        session = _guard(lambda: cl.chat(conversation, persona=persona))
+        _stream_answer(session, question, filters, as_json=as_json)
+        if not as_json and conversation is None:
+            err.print(f'[dim]follow up with: citeline ask --conversation {session.id} "..."[/dim]')
+
+
+@app.command()
+def chat(
+    ctx: typer.Context,
+    scope: Annotated[
+        list[str], typer.Option("--scope", "-s", help="Only documents in this scope (or universal).")
+    ] = [],  # noqa: B006
+    category: Annotated[str | None, typer.Option(help="Only this category or below it.")] = None,
+    persona: Annotated[str | None, typer.Option(help="general, clinical or repair.")] = None,
+    conversation: Annotated[
+        str | None, typer.Option("--conversation", "-c", help="Continue this conversation (its id).")
+    ] = None,
+    llm: Annotated[str | None, typer.Option(help="provider:model to answer with (CITELINE_LLM).")] = None,
+) -> None:
+    """An interactive conversation: follow-up questions keep their context and citation numbers."""
+    filters = Filters(scopes=tuple(scope), category=category)
+    with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
+        session = _guard(lambda: cl.chat(conversation, persona=persona))
+        err.print(f"[dim]conversation {session.id}; an empty line or Ctrl-D ends it[/dim]")
+        while True:
+            try:
+                question = input("\n? ").strip()
+            except (EOFError, KeyboardInterrupt):
+                break
+            if not question or question in {"/exit", "/quit"}:
+                break
+            _stream_answer(session, question, filters, as_json=False)
+            if session.last_rewrite is not None and session.last_rewrite.query != question:
+                err.print(f"[dim]searched for: {session.last_rewrite.query}[/dim]")
 
 
 @docs_app.command("list")

@@ -5,15 +5,18 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import sqlalchemy as sa
 
+from citeline.answer.llm import LLM, get_llm
+from citeline.chat.session import LOCAL_USER, ChatSession
 from citeline.embed import get_embedder
 from citeline.embed.base import Embedder
-from citeline.errors import InvalidRequestError, NotFoundError
+from citeline.errors import ConfigError, InvalidRequestError, NotFoundError
 from citeline.ingest import (
     IngestOptions,
     Ingestor,
@@ -22,6 +25,7 @@ from citeline.ingest import (
     discover,
     remove_unused_files,
 )
+from citeline.retrieve.rerank import Reranker, get_reranker, rerank_hits
 from citeline.retrieve.search import Hit, SearchRequest, Timings, fetch_hits, hybrid_search
 from citeline.settings import Settings
 from citeline.store import catalog
@@ -43,6 +47,8 @@ class Citeline:
         self.analyzer = Analyzer.from_settings(self.settings)
         self._engine: sa.Engine | None = None
         self._embedder: Embedder | None = None
+        self._llm: LLM | None = None
+        self._rerankers: dict[str, Reranker | None] = {}
         self.keyword_index: KeywordIndex = (
             MemoryKeywordIndex() if self.settings.keyword_index == "memory" else SqlKeywordIndex()
         )
@@ -75,7 +81,19 @@ class Citeline:
         # One folder per namespace: a file's presence is decided by that namespace's catalog alone.
         return self.settings.data_dir.expanduser().resolve() / "files" / self.settings.namespace
 
+    @property
+    def llm(self) -> LLM | None:
+        """The answering model named by the ``llm`` setting; ``None`` for ``extractive`` (no model)."""
+        if self.settings.llm == "extractive":
+            return None
+        if self._llm is None:
+            self._llm = get_llm(self.settings.llm, self.settings)
+        return self._llm
+
     def close(self) -> None:
+        if self._llm is not None:
+            self._llm.close()
+            self._llm = None
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
@@ -127,8 +145,16 @@ class Citeline:
         vector = self.embedder.embed([request.query])[0]
         if timings is not None:
             timings.embed = (time.perf_counter() - t0) * 1e3
+        reranker = self.reranker(request.rerank)
+        mmr_lambda = request.mmr_lambda if request.mmr_lambda is not None else self.settings.mmr_lambda
+        top_k = request.top_k or self.settings.top_k
+        depth = self.settings.rerank_candidates
+        second_stage = reranker is not None or mmr_lambda is not None
+        if second_stage:
+            # The second stage needs its candidates even when fewer hits are asked for.
+            request = replace(request, top_k=max(top_k, depth))
         with self.engine.begin() as conn:
-            return hybrid_search(
+            hits = hybrid_search(
                 conn,
                 request,
                 vector,
@@ -138,6 +164,38 @@ class Citeline:
                 settings=self.settings,
                 timings=timings,
             )
+            if not second_stage:
+                return hits
+            t1 = time.perf_counter()
+            hits = rerank_hits(
+                conn,
+                hits,
+                query=request.query,
+                query_vector=vector,
+                reranker=reranker,
+                depth=depth,
+                top_k=top_k,
+                mmr_lambda=mmr_lambda,
+            )
+        if timings is not None:
+            timings.rerank = (time.perf_counter() - t1) * 1e3
+        return hits
+
+    def reranker(self, spec: str | None = None) -> Reranker | None:
+        """The reranker named by ``spec`` (a request's), else by the ``reranker`` setting; None for none.
+
+        Loaded once per spec. An unknown spec is an :class:`InvalidRequestError` when a request gave it
+        and a :class:`ConfigError` when the settings did.
+        """
+        name = spec if spec is not None else self.settings.reranker
+        if name not in self._rerankers:
+            try:
+                self._rerankers[name] = get_reranker(name, embedder=self.embedder)
+            except ConfigError as exc:
+                if spec is None:
+                    raise
+                raise InvalidRequestError(f"rerank: {exc}") from exc
+        return self._rerankers[name]
 
     def fetch(self, chunk_ids: Sequence[int], query: str | None = None) -> list[Hit]:
         """Chunks by id, in the order given (inactive or unknown ids are skipped).
@@ -147,6 +205,24 @@ class Citeline:
         vector = self.embedder.embed([query])[0] if query else None
         with self.engine.connect() as conn:
             return fetch_hits(conn, chunk_ids, vector)
+
+    # -- answers ----------------------------------------------------------------------------------
+
+    def chat(
+        self,
+        conversation_id: str | uuid.UUID | None = None,
+        *,
+        user_id: str = LOCAL_USER,
+        persona: str | None = None,
+    ) -> ChatSession:
+        """A conversation to ask questions in: a new one, or ``conversation_id`` of ``user_id``.
+
+        ``persona`` (general, clinical, repair) applies to a new conversation; one being resumed keeps
+        its own. Each :meth:`ChatSession.ask` streams the answer's events and stores the turn.
+        """
+        if conversation_id is None:
+            return ChatSession.start(self, llm=self.llm, user_id=user_id, persona=persona)
+        return ChatSession.resume(self, conversation_id, llm=self.llm, user_id=user_id)
 
     # -- catalog --------------------------------------------------------------------------------
 

@@ -88,6 +88,22 @@ class Settings(BaseSettings):
     hnsw_ef_search: Annotated[int, Field(ge=1, le=1000)] = 100
     # Below this many in-filter chunks an exact scan beats walking HNSW (measured ~3.5 us a vector here).
     exact_search_below: Annotated[int, Field(ge=0)] = 2_000
+    reranker: str = Field(
+        default="prf",
+        description=(
+            "Second stage over the best hybrid hits (retrieve/rerank.py): none; prf (feedback on the "
+            "stored vectors, a few ms); maxsim (best-sentence similarity, embeds sentences per search: "
+            "hundreds of ms); cross-encoder:<local folder> (ONNX model.onnx + tokenizer.json)."
+        ),
+    )
+    rerank_candidates: Annotated[int, Field(ge=1, le=1000)] = Field(
+        default=50, description="How many of the best hybrid hits the reranker and MMR see."
+    )
+    mmr_lambda: Annotated[float | None, Field(ge=0, le=1)] = Field(
+        default=None,
+        description="Maximal marginal relevance over the reranked hits: 1 keeps the order, lower "
+        "values demote near-duplicates; unset means no MMR.",
+    )
 
     # -- answers (answer/, chat/) ---------------------------------------------------------------
     llm: str = Field(
@@ -119,6 +135,15 @@ class Settings(BaseSettings):
         description=(
             "Chunks cited earlier in a conversation (most recently cited first) that join a follow-up's "
             "fresh hits as evidence; 0 turns this off."
+        ),
+    )
+    follow_up_rewrite: Literal["auto", "llm", "heuristic"] = Field(
+        default="auto",
+        description=(
+            "How follow-up questions become standalone search queries: llm (the answering model, its "
+            "query checked, the heuristic as fallback), heuristic (no model call), or auto: the model "
+            "unless it is a packaged local model under 1B parameters (the 0.5B one cost ~4 s per "
+            "follow-up here and had 1 of 4 rewrites accepted), or extractive."
         ),
     )
 

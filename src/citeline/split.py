@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from citeline.errors import InvalidRequestError
 from citeline.types import ChunkDraft, Page
 
-__all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "split"]
+__all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "sentence_ends", "split"]
 
 DEFAULT_CHUNK_SIZE = 1000
 """Characters per chunk unless the caller asks otherwise."""
@@ -192,6 +192,14 @@ def _separator_cuts(pattern: re.Pattern[str]) -> _Cuts:
             yield match.end()
 
     return cuts
+
+
+def sentence_ends(text: str) -> Iterator[int]:
+    """Offsets just past each sentence end in ``text``, as the splitter cuts them (abbreviations skipped).
+
+    The answer stage cuts answers and passages into sentences with it, so both agree with the chunks.
+    """
+    return _sentence_cuts(text, 0, len(text))
 
 
 def _sentence_cuts(text: str, start: int, end: int) -> Iterator[int]:

@@ -83,10 +83,20 @@ def get_llm(spec: str, settings: Settings) -> LLM:
     return factory(model, settings)
 
 
+_builtins_registered = False
+
+
 def _register_builtins() -> None:
-    """Built-in providers register lazily, so importing this module loads no model runtime."""
-    if _PROVIDERS:
+    """Built-in providers register lazily, so importing this module loads no model runtime.
+
+    A provider a user registered under a built-in's prefix keeps precedence.
+    """
+    global _builtins_registered
+    if _builtins_registered:
         return
+    _builtins_registered = True
     from citeline.answer.providers import register_builtins
 
+    custom = dict(_PROVIDERS)
     register_builtins()
+    _PROVIDERS.update(custom)

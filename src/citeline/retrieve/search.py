@@ -31,6 +31,10 @@ class SearchRequest:
     distance_threshold: float | None = None
     fusion: Fusion | None = None
     candidates: int | None = None
+    #: A reranker spec for this search (``none`` turns reranking off); unset uses the ``reranker`` setting.
+    rerank: str | None = None
+    #: Maximal marginal relevance in [0, 1] for this search; unset uses the ``mmr_lambda`` setting.
+    mmr_lambda: float | None = None
 
 
 @dataclass(frozen=True)

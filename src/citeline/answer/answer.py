@@ -1,0 +1,259 @@
+"""Answering: evidence -> prompt -> LLM -> answer -> cite (parse, verify, number) -> a stream of events.
+
+:func:`answer_stream` is the one implementation; :func:`answer` runs it for callers without an event loop.
+
+The model's streaming iterator is synchronous (a local model computes in the calling thread), so it runs
+in a worker thread that hands pieces to the event loop through a queue; embedding (extractive answers,
+citation checks) runs in worker threads too. The loop is never blocked: other requests go on while the
+model thinks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+
+from citeline.answer.citations import (
+    CitationNumbering,
+    CitationRewriter,
+    RemovedCitation,
+    has_cited_statement,
+    verify,
+)
+from citeline.answer.events import AnswerTimings, CitationEvent, Complete, Error, Event, Start, Token
+from citeline.answer.extractive import extractive_answer
+from citeline.answer.llm import LLM, GenerationOptions, Message
+from citeline.answer.prompt import build_prompt
+from citeline.answer.support import VectorCache
+from citeline.embed.base import Embedder
+from citeline.errors import CitelineError, GenerationError
+from citeline.retrieve.search import Hit
+
+EXTRACTIVE = "extractive"
+"""The provider name of answers built without a model."""
+
+EVIDENCE_MISSING = (
+    "No passage in the documents matches this question closely enough, so there is no evidence to "
+    "answer it from."
+)
+"""What citeline says, without calling the model, when retrieval found nothing."""
+
+
+async def answer_stream(
+    question: str,
+    evidence: Sequence[Hit],
+    *,
+    llm: LLM | None,
+    embedder: Embedder,
+    numbering: CitationNumbering,
+    persona: str,
+    options: GenerationOptions,
+    max_evidence_tokens: int | None = None,
+) -> AsyncIterator[Event]:
+    """Answer ``question`` from ``evidence`` (retrieved hits, best first), as a stream of events.
+
+    ``llm`` None means the extractive answerer. ``numbering`` is the conversation's citation numbering;
+    it gains numbers for the chunks this answer cites (and only those: a reply that is thrown away
+    leaves it unchanged). ``embedder`` scores citations and extractive sentences.
+
+    Yields :class:`Start`, :class:`Token` pieces, one :class:`CitationEvent` per citation, then
+    :class:`Complete`; or :class:`Error` once started, if something other than the model fails. A bad
+    request (unknown persona, empty question, too small a budget) raises
+    :class:`~citeline.errors.InvalidRequestError` before anything is yielded.
+    """
+    began = time.perf_counter()
+
+    def elapsed() -> float:
+        return (time.perf_counter() - began) * 1e3
+
+    prompt = build_prompt(question, evidence, persona=persona, max_evidence_tokens=max_evidence_tokens)
+    prompt_ms = elapsed()
+    provider = llm.model_id if llm is not None else EXTRACTIVE
+    yield Start(question=question, passages=prompt.passages, provider=provider)
+    if not prompt.passages:
+        yield Token(EVIDENCE_MISSING)
+        yield _complete(
+            EVIDENCE_MISSING, provider, AnswerTimings(prompt_ms, elapsed(), 0.0, 0.0, elapsed()), missing=True
+        )
+        return
+
+    first_token: float | None = None
+    generation_ms = 0.0
+    removed: tuple[RemovedCitation, ...] = ()
+    failure: str | None = None
+    text = ""
+    try:
+        cache = VectorCache(embedder)
+        if llm is not None:
+            working = numbering.copy()
+            rewriter = CitationRewriter(prompt.passages, working)
+            parts: list[str] = []
+            try:
+                # Closed on the way out, however it is left, so the worker stops at its next piece.
+                async with contextlib.aclosing(_generate(llm, prompt.messages, options)) as pieces:
+                    async for piece in pieces:
+                        shown = rewriter.feed(piece)
+                        if shown:
+                            first_token = first_token if first_token is not None else elapsed()
+                            parts.append(shown)
+                            yield Token(shown)
+                rest = rewriter.finish()
+                if rest:
+                    first_token = first_token if first_token is not None else elapsed()
+                    parts.append(rest)
+                    yield Token(rest)
+            except GenerationError as exc:
+                failure = f"generation failed: {exc}"
+            generation_ms = elapsed() - prompt_ms
+            removed = tuple(rewriter.removed)
+            if failure is None and not rewriter.cited:
+                failure = "the model's reply cited no given passage"
+            if failure is None and not has_cited_statement("".join(parts)):
+                failure = "the model's reply made no statement with a citation"
+            if failure is None:
+                text = "".join(parts)
+                # The same chunks in the same order as the working copy: the caller's numbers match.
+                for chunk_id in rewriter.cited:
+                    numbering.number(chunk_id)
+        streamed = first_token is not None
+        if llm is None or failure is not None:
+            extract = await asyncio.to_thread(extractive_answer, question, prompt.passages, numbering, cache)
+            text = extract.text
+            if not streamed:
+                first_token = elapsed()
+                yield Token(text)
+        verify_start = elapsed()
+        numbered = {n: p for p in prompt.passages if (n := numbering.get(p.chunk_id)) is not None}
+        checked = await asyncio.to_thread(verify, text, numbered, cache)
+        verify_ms = elapsed() - verify_start
+    except CitelineError as exc:
+        yield Error(message=str(exc), exception=exc)
+        return
+    for citation in checked.citations:
+        yield CitationEvent(citation)
+    yield Complete(
+        answer=text,
+        citations=checked.citations,
+        removed=removed,
+        unsupported=checked.unsupported,
+        uncited=checked.uncited,
+        provider=provider if failure is None else EXTRACTIVE,
+        fell_back=failure is not None,
+        fallback_reason=failure,
+        stream_replaced=failure is not None and streamed,
+        evidence_missing=False,
+        timings=AnswerTimings(prompt_ms, first_token, generation_ms, verify_ms, elapsed()),
+    )
+
+
+def answer(
+    question: str,
+    evidence: Sequence[Hit],
+    *,
+    llm: LLM | None,
+    embedder: Embedder,
+    numbering: CitationNumbering,
+    persona: str,
+    options: GenerationOptions,
+    max_evidence_tokens: int | None = None,
+) -> Complete:
+    """:func:`answer_stream` run to the end, for callers without an event loop.
+
+    It starts its own loop, so it cannot be called from inside a running one (use the stream there).
+    An :class:`Error` event is raised as the error it carries.
+    """
+
+    async def run() -> Complete:
+        stream = answer_stream(
+            question,
+            evidence,
+            llm=llm,
+            embedder=embedder,
+            numbering=numbering,
+            persona=persona,
+            options=options,
+            max_evidence_tokens=max_evidence_tokens,
+        )
+        async for event in stream:
+            if isinstance(event, Error):
+                raise event.exception or CitelineError(event.message)
+            if isinstance(event, Complete):
+                return event
+        raise CitelineError(f"the answer to {question!r} ended without completing")
+
+    return asyncio.run(run())
+
+
+def _complete(text: str, provider: str, timings: AnswerTimings, *, missing: bool) -> Complete:
+    return Complete(
+        answer=text,
+        citations=(),
+        removed=(),
+        unsupported=(),
+        uncited=(),
+        provider=provider,
+        fell_back=False,
+        fallback_reason=None,
+        stream_replaced=False,
+        evidence_missing=missing,
+        timings=timings,
+    )
+
+
+async def _generate(
+    llm: LLM, messages: Sequence[Message], options: GenerationOptions
+) -> AsyncGenerator[str, None]:
+    """The model's pieces, produced in a worker thread and awaited here.
+
+    ``options.timeout`` bounds the wait for each piece: a model silent that long is a failed generation.
+    Leaving early (the client went away) tells the worker to stop at its next piece.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, str | BaseException | None]] = asyncio.Queue()
+    stop = threading.Event()
+
+    def put(kind: str, value: str | BaseException | None) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+        except RuntimeError:
+            # The loop has closed: nobody is listening any more.
+            stop.set()
+
+    def work() -> None:
+        try:
+            pieces = llm.stream(messages, options)
+            try:
+                for piece in pieces:
+                    if stop.is_set():
+                        break
+                    put("piece", piece)
+            finally:
+                close = getattr(pieces, "close", None)
+                if callable(close):
+                    close()
+        except BaseException as exc:
+            # Raised again on the event loop, where the caller can handle it.
+            put("error", exc)
+            return
+        put("done", None)
+
+    threading.Thread(target=work, name=f"citeline-llm-{llm.model_id}", daemon=True).start()
+    try:
+        while True:
+            try:
+                kind, value = await asyncio.wait_for(queue.get(), timeout=options.timeout)
+            except TimeoutError:
+                raise GenerationError(
+                    f"{llm.model_id}: no output for {options.timeout:g} s (CITELINE_LLM_TIMEOUT)"
+                ) from None
+            if isinstance(value, BaseException):
+                raise value
+            if kind == "done":
+                return
+            assert isinstance(value, str)
+            yield value
+    finally:
+        stop.set()

@@ -1,0 +1,155 @@
+"""The events an answer streams: Start, then Tokens, then CitationEvents, then Complete (or Error).
+
+Every event has ``as_dict()`` (JSON-ready, with a ``type`` key) for shells that stream them as JSON
+lines or server-sent events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from citeline.answer.citations import Citation, RemovedCitation, UnsupportedSentence
+from citeline.answer.prompt import Passage
+from citeline.errors import CitelineError
+
+
+@dataclass(frozen=True)
+class Start:
+    """The answer begins: the question, the passages given (numbered per turn), who answers."""
+
+    question: str
+    passages: tuple[Passage, ...]
+    provider: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "type": "start",
+            "question": self.question,
+            "provider": self.provider,
+            "passages": [
+                {
+                    "number": p.number,
+                    "chunk_id": p.chunk_id,
+                    "document_id": str(p.hit.document_id),
+                    "document_name": p.hit.document_name,
+                    "title": p.hit.title,
+                    "version": p.hit.version,
+                    "page": p.hit.page,
+                    "start": p.start,
+                    "end": p.end,
+                    "truncated": p.truncated,
+                }
+                for p in self.passages
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class Token:
+    """A piece of answer text, with conversation-wide citation numbers already in place."""
+
+    text: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"type": "token", "text": self.text}
+
+
+@dataclass(frozen=True)
+class CitationEvent:
+    """One verified citation of the answer, sent after the text and before Complete."""
+
+    citation: Citation
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"type": "citation", **self.citation.as_dict()}
+
+
+@dataclass(frozen=True)
+class AnswerTimings:
+    """Milliseconds from the start of the answer (retrieval already done).
+
+    ``first_token`` is when the first Token event was ready (None when none was sent); ``generation`` is
+    the model's whole reply, 0 without a model.
+    """
+
+    prompt: float
+    first_token: float | None
+    generation: float
+    verify: float
+    total: float
+
+
+@dataclass(frozen=True)
+class Complete:
+    """The finished answer.
+
+    ``answer`` is the final text. It equals the Token texts joined, except when ``stream_replaced``:
+    the model had already streamed text when it failed or turned out to cite nothing, and the
+    extractive ``answer`` replaces what was shown. ``fell_back`` says the extractive answerer answered
+    instead of the model, ``fallback_reason`` why. ``evidence_missing`` says no passage was found, so
+    nothing was generated. ``removed`` lists citations the model wrote to passages it was not given;
+    ``unsupported`` the cited sentences their passages do not back; ``uncited`` the claims with no
+    citation.
+    """
+
+    answer: str
+    citations: tuple[Citation, ...]
+    removed: tuple[RemovedCitation, ...]
+    unsupported: tuple[UnsupportedSentence, ...]
+    uncited: tuple[str, ...]
+    provider: str
+    fell_back: bool
+    fallback_reason: str | None
+    stream_replaced: bool
+    evidence_missing: bool
+    timings: AnswerTimings
+
+    @property
+    def cited_chunk_ids(self) -> list[int]:
+        """What a conversation stores for this message: the chunks cited, in order of first citation."""
+        return [c.chunk_id for c in self.citations]
+
+    def as_dict(self) -> dict[str, Any]:
+        first_token = self.timings.first_token
+        return {
+            "type": "complete",
+            "answer": self.answer,
+            "citations": [c.as_dict() for c in self.citations],
+            "removed": [
+                {"number": r.number, "occurrences": r.occurrences, "reason": r.reason} for r in self.removed
+            ],
+            "unsupported": [
+                {"text": u.text, "numbers": list(u.numbers), "score": round(u.score, 4)}
+                for u in self.unsupported
+            ],
+            "uncited": list(self.uncited),
+            "provider": self.provider,
+            "fell_back": self.fell_back,
+            "fallback_reason": self.fallback_reason,
+            "stream_replaced": self.stream_replaced,
+            "evidence_missing": self.evidence_missing,
+            "timings_ms": {
+                "prompt": round(self.timings.prompt, 2),
+                "first_token": None if first_token is None else round(first_token, 2),
+                "generation": round(self.timings.generation, 2),
+                "verify": round(self.timings.verify, 2),
+                "total": round(self.timings.total, 2),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Error:
+    """The answer failed after it started; ``message`` names the request and the reason."""
+
+    message: str
+    exception: CitelineError | None = field(default=None, compare=False, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        status = self.exception.http_status if self.exception is not None else 500
+        return {"type": "error", "message": self.message, "http_status": status}
+
+
+Event = Start | Token | CitationEvent | Complete | Error
+"""Anything an answer stream yields."""

@@ -1,0 +1,163 @@
+"""The ``extractive`` answerer: no language model; the answer is the passages' own best sentences.
+
+Every sentence of every given passage is scored against the question with the support score of
+:mod:`citeline.answer.support` (embedding similarity plus the share of the question's content terms
+the sentence holds). A sentence also inherits a decayed share of the score of the sentence before it
+in its paragraph (:data:`CONTEXT_DECAY`): manuals and papers name a topic, then explain it in sentences
+that share none of the question's words ("Before first use, prime the pump. Open the vent plug and
+fill the casing..."), and those are the answer.
+
+The best few sentences are kept, leaving out near-duplicates (chunks overlap, so the same sentence
+often comes twice) and sentences scoring well below the best one. They are quoted as written, in the
+passage's own order, each followed by its citation, so every claim of the answer is a verbatim, cited
+passage sentence.
+
+It answers when no model is configured, and it is the fallback when generation fails or the model's
+reply cites no given passage.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from citeline.answer.citations import CitationNumbering
+from citeline.answer.prompt import Passage
+from citeline.answer.support import (
+    PassageSentences,
+    VectorCache,
+    combine,
+    content_terms,
+    lexical_overlap,
+)
+
+MAX_SENTENCES = 3
+"""Sentences in an extractive answer, at most."""
+
+RELATIVE_FLOOR = 0.7
+"""A sentence scoring below this share of the best sentence's score is left out."""
+
+CONTEXT_DECAY = 0.8
+"""The share of the previous sentence's score (in the same paragraph) that a sentence inherits."""
+
+DUPLICATE_SIMILARITY = 0.9
+"""Two sentences whose embeddings are at least this similar say the same thing: only the first is kept."""
+
+_CLOSING = re.compile(r"[.!?][\"'\u201d\u2019)]*$")
+_BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
+# Sentences with fewer content terms are headings or fragments ("Priming", "See below").
+_MIN_TERMS = 3
+
+
+@dataclass(frozen=True)
+class Extract:
+    """An extractive answer: its text (with conversation numbers) and the chunks it cites, in order."""
+
+    text: str
+    cited: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    passage: Passage
+    position: int
+    text: str
+    score: float
+
+
+def extractive_answer(
+    question: str,
+    passages: Sequence[Passage],
+    numbering: CitationNumbering,
+    cache: VectorCache,
+    *,
+    max_sentences: int = MAX_SENTENCES,
+) -> Extract:
+    """Answer ``question`` with the best-matching sentences of ``passages``, each cited.
+
+    Citation numbers come from ``numbering``, which gains a number for each chunk cited for the first time.
+    """
+    scored = sorted(
+        _scored(question, passages, cache), key=lambda c: (-c.score, c.passage.number, c.position)
+    )
+    if not scored:
+        return Extract(text="", cited=())
+    floor = scored[0].score * RELATIVE_FLOOR
+    chosen: list[_Sentence] = []
+    for candidate in scored:
+        if len(chosen) == max_sentences or candidate.score < floor:
+            break
+        if not any(_same(candidate.text, other.text, cache) for other in chosen):
+            chosen.append(candidate)
+    # Passages in the order of their best sentence; sentences in the order the passage has them.
+    rank = {id(c.passage): i for i, c in reversed(list(enumerate(chosen)))}
+    chosen.sort(key=lambda c: (rank[id(c.passage)], c.position))
+    cited: list[int] = []
+    sentences: list[str] = []
+    for sentence in chosen:
+        chunk_id = sentence.passage.chunk_id
+        sentences.append(_with_citation(sentence.text, numbering.number(chunk_id)))
+        if chunk_id not in cited:
+            cited.append(chunk_id)
+    return Extract(text=" ".join(sentences), cited=tuple(cited))
+
+
+def _scored(question: str, passages: Sequence[Passage], cache: VectorCache) -> list[_Sentence]:
+    """Every quotable sentence with its score, context included."""
+    split = [(p, PassageSentences.of(p.text)) for p in passages]
+    texts = [s for _, sentences in split for s in sentences.sentences]
+    vectors = cache.matrix([question, *texts])
+    similarity = iter((vectors[1:] @ vectors[0]).tolist())
+    question_terms = content_terms(question)
+    out: list[_Sentence] = []
+    for passage, sentences in split:
+        previous = 0.0
+        for i, (text, (start, _)) in enumerate(zip(sentences.sentences, sentences.spans, strict=True)):
+            own = combine(next(similarity), lexical_overlap(question_terms, content_terms(text)))
+            after_heading = i and sentences.sentences[i - 1].startswith("#")
+            if i and not after_heading and _BLANK_LINE.search(passage.text, sentences.spans[i - 1][1], start):
+                previous = 0.0
+            score = max(own, CONTEXT_DECAY * previous)
+            previous = score
+            quoted = text.removesuffix("\u2026").rstrip()
+            if _quotable(quoted):
+                out.append(_Sentence(passage=passage, position=i, text=quoted, score=score))
+    if not out:
+        # Passages of headings and fragments only: quote them rather than say nothing.
+        out = [
+            _Sentence(passage=p, position=i, text=t, score=0.0)
+            for p, sentences in split
+            for i, t in enumerate(sentences.sentences)
+        ]
+    return out
+
+
+def _quotable(sentence: str) -> bool:
+    # Headings and list introductions ("Do the following:") say nothing on their own; code blocks and
+    # table rows read badly as prose.
+    return (
+        bool(sentence)
+        and not sentence.startswith(("#", "|"))
+        and "```" not in sentence
+        and not sentence.endswith(":")
+        and len(content_terms(sentence)) >= _MIN_TERMS
+    )
+
+
+def _same(a: str, b: str, cache: VectorCache) -> bool:
+    if a.casefold() == b.casefold():
+        return True
+    vectors = cache.matrix([a, b])
+    return float(np.dot(vectors[0], vectors[1])) >= DUPLICATE_SIMILARITY
+
+
+def _with_citation(sentence: str, number: int) -> str:
+    """``sentence`` with ``[number]`` before its closing punctuation: ``Prime the pump [1].``"""
+    body = sentence.rstrip()
+    end = _CLOSING.search(body)
+    if end is None:
+        return f"{body} [{number}]."
+    return f"{body[: end.start()]} [{number}]{end.group()}"

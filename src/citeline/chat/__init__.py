@@ -1,0 +1,1 @@
+"""Conversations: stored turns, follow-up rewriting, cited-chunk memory, and the session that joins them."""

@@ -1,0 +1,340 @@
+"""Follow-up questions rewritten into standalone search queries.
+
+"How often should it be serviced?" means nothing to a search index; after "How do I prime the
+centrifugal pump?" it means "how often should the centrifugal pump be serviced". This module makes
+that query, so retrieval for turn 2 and later finds the topic the user is still talking about.
+
+**Which questions are follow-ups** (:func:`is_follow_up`). Any one of these makes a question lean on
+the conversation:
+
+1. it opens with a continuation: "and", "also", "but", "or", "so", "then", "what about", "how about",
+   "what else", "what if", "same", "more", "tell me more";
+2. it holds a personal pronoun that points back: it, its, they, them, their, he, she, him, her, his...;
+3. it holds a demonstrative (this, that, these, those) that is not directly after a content word, so
+   "is that safe?" and "what does this mean?" count, but "the pump that primes itself" does not;
+4. it is too short to stand alone: at most one content word (a word that is neither a stop word nor a
+   question or filler word), unless that word names something specific (an acronym, a word with digits,
+   or a capitalised word that does not open the question): "what is the cost?" is a follow-up,
+   "what is BM25?" is not.
+
+A question that is none of these passes unchanged; the detector errs towards follow-ups, since adding
+the previous topic to a self-contained question costs less than searching for "it".
+
+**How they are rewritten.** With an LLM configured, the model rewrites the question from the last
+turns (:data:`REWRITE_PROMPT`). Its query is used only if it passes :func:`accept_rewrite`: it keeps
+every content word of the question and brings in at least one word of the conversation that the
+question lacks. Small models often repeat the question, copy an earlier question or the previous
+answer, or drop the topic; each of those fails the check. Without a model, or when it fails, says
+nothing, says too much or fails the check, :func:`heuristic_rewrite` appends the key terms of the
+previous standalone query (its content words not already in the question, in their original form) in
+parentheses: "How often should it be serviced? (prime centrifugal pump)". Since that previous query
+was itself rewritten, the topic carries across several follow-ups.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence, Set
+from dataclasses import dataclass
+from typing import Literal
+
+from citeline.answer.llm import LLM, GenerationOptions, Message, complete
+from citeline.chat.store import Turn
+from citeline.errors import GenerationError
+from citeline.store.analyzer import ENGLISH_STOP_WORDS, Analyzer
+
+_WORD = re.compile(r"[^\W_]+(?:[-'\u2019/.][^\W_]+)*", re.UNICODE)
+# "it's", "that's", "they're": the pronoun is what matters.
+_CONTRACTION = re.compile(r"['\u2019](s|re|ll|d|ve)$")
+_CITATION_MARK = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
+
+CONTINUATIONS = (
+    "what about",
+    "how about",
+    "what else",
+    "what if",
+    "tell me more",
+    "and",
+    "also",
+    "but",
+    "or",
+    "so",
+    "then",
+    "same",
+    "more",
+)
+ANAPHORS = frozenset(
+    [
+        "it",
+        "its",
+        "itself",
+        "they",
+        "them",
+        "their",
+        "theirs",
+        "themselves",
+        "he",
+        "him",
+        "his",
+        "himself",
+        "she",
+        "her",
+        "hers",
+        "herself",
+    ]
+)
+DEMONSTRATIVES = frozenset({"this", "that", "these", "those"})
+# Words that carry no topic: question words, requests, hedges. They are never key terms.
+FILLER = frozenset(
+    [
+        "what",
+        "how",
+        "why",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "tell",
+        "explain",
+        "describe",
+        "please",
+        "give",
+        "show",
+        "list",
+        "mean",
+        "means",
+        "meant",
+        "need",
+        "needs",
+        "want",
+        "wants",
+        "like",
+        "thing",
+        "things",
+        "also",
+        "else",
+        "more",
+        "much",
+        "many",
+        "really",
+        "ok",
+        "okay",
+        "thanks",
+        "thank",
+        "often",
+        "usually",
+        "always",
+        "never",
+        "ever",
+        "still",
+        "already",
+        "exactly",
+        "actually",
+        "generally",
+        "typically",
+        "long",
+        "way",
+        "ways",
+        "kind",
+        "sort",
+        "lot",
+        "lots",
+        "one",
+        "ones",
+        "example",
+        "examples",
+        "yes",
+        "yeah",
+        "possible",
+        "can",
+        "may",
+        "might",
+        "must",
+        "shall",
+        "get",
+        "got",
+        "another",
+    ]
+)
+SHORT_CONTENT_WORDS = 1
+MAX_KEY_TERMS = 8
+HISTORY_TURNS = 3
+ANSWER_CHARS = 400
+
+REWRITE_PROMPT = (
+    "You rewrite the user's last question from a conversation into one standalone search query. "
+    "Resolve every pronoun and ellipsis from the conversation, keep every name, number and technical "
+    "term, and add nothing else. Reply with the query alone, on one line, without quotes or explanation."
+)
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """The query to search for a question, and how it was made.
+
+    ``method``: ``unchanged`` (first turn, or a self-contained question), ``heuristic`` or ``llm``.
+    ``fell_back`` is true when an LLM was configured but its rewrite failed or was unusable.
+    """
+
+    query: str
+    method: Literal["unchanged", "heuristic", "llm"]
+    fell_back: bool = False
+
+
+def rewrite(
+    question: str,
+    history: Sequence[Turn],
+    *,
+    llm: LLM | None,
+    options: GenerationOptions | None = None,
+) -> Rewrite:
+    """The standalone query for ``question``, asked after ``history`` (oldest turn first)."""
+    question = question.strip()
+    if not history or not is_follow_up(question):
+        return Rewrite(question, "unchanged")
+    if llm is not None:
+        query = llm_rewrite(question, history, llm, options or GenerationOptions())
+        if query is not None:
+            return Rewrite(query, "llm")
+    query = heuristic_rewrite(question, [turn.standalone_query for turn in history])
+    return Rewrite(query, "unchanged" if query == question else "heuristic", fell_back=llm is not None)
+
+
+def is_follow_up(question: str) -> bool:
+    """Whether ``question`` leans on earlier turns (the rules are in this module's docstring)."""
+    words = _WORD.findall(question)
+    lowered = [_CONTRACTION.sub("", w.lower()) for w in words]
+    opening = " ".join(lowered[:3])
+    if any(opening == c or opening.startswith(c + " ") for c in CONTINUATIONS):
+        return True
+    if any(w in ANAPHORS for w in lowered):
+        return True
+    for i, word in enumerate(lowered):
+        if word in DEMONSTRATIVES and (i == 0 or not _is_content(lowered[i - 1])):
+            return True
+    content = [(i, words[i]) for i, w in enumerate(lowered) if _is_content(w)]
+    return len(content) <= SHORT_CONTENT_WORDS and not any(_is_specific(w, i) for i, w in content)
+
+
+def heuristic_rewrite(question: str, previous_queries: Sequence[str]) -> str:
+    """``question`` with the key terms of the latest previous query that has any, in parentheses.
+
+    ``previous_queries`` are the standalone queries of earlier turns, oldest first. A question that is
+    not a follow-up, or has nothing to borrow, comes back unchanged.
+    """
+    question = question.strip()
+    if not is_follow_up(question):
+        return question
+    analyzer = _analyzer()
+    have = set(analyzer.terms(question))
+    for previous in reversed(previous_queries):
+        borrowed = key_terms(previous, exclude=have)
+        if borrowed:
+            return f"{question} ({' '.join(borrowed)})"
+    return question
+
+
+def key_terms(text: str, *, exclude: Set[str] = frozenset()) -> list[str]:
+    """The content words of ``text`` in order, once each, at most :data:`MAX_KEY_TERMS`.
+
+    A word whose analyzed terms (stemmed, as the keyword index sees them) are all in ``exclude`` is
+    left out, so "pumps" is not borrowed for a question that already says "pump".
+    """
+    analyzer = _analyzer()
+    seen = set(exclude)
+    out: list[str] = []
+    for word in _WORD.findall(text):
+        if not _is_content(word.lower()):
+            continue
+        terms = analyzer.terms(word)
+        if not terms or all(t in seen for t in terms):
+            continue
+        seen.update(terms)
+        out.append(word)
+        if len(out) == MAX_KEY_TERMS:
+            break
+    return out
+
+
+def llm_rewrite(question: str, history: Sequence[Turn], llm: LLM, options: GenerationOptions) -> str | None:
+    """The model's standalone query, or None when it failed or its reply is unusable or not accepted."""
+    shown = history[-HISTORY_TURNS:]
+    lines = []
+    for turn in shown:
+        lines += [f"User: {turn.question}", f"Assistant: {_shown_answer(turn.answer)}"]
+    prompt = "Conversation:\n" + "\n".join(lines) + f"\n\nLast question: {question}\nStandalone query:"
+    short = GenerationOptions(temperature=0.0, max_tokens=96, timeout=options.timeout)
+    try:
+        reply = complete(llm, [Message("system", REWRITE_PROMPT), Message("user", prompt)], short)
+    except GenerationError:
+        return None
+    query = clean_reply(reply, question)
+    if query is None or not accept_rewrite(query, question, shown):
+        return None
+    return query
+
+
+def accept_rewrite(query: str, question: str, history: Sequence[Turn]) -> bool:
+    """Whether ``query`` is a rewrite of ``question`` that resolved something from ``history``.
+
+    It must keep every content word of the question (analyzed, so "serviced" may become "servicing")
+    and add at least one word that the question lacks and the conversation has (its questions, their
+    standalone queries or its answers).
+    """
+    analyzer = _analyzer()
+    asked = set(analyzer.terms(question))
+    got = set(analyzer.terms(query))
+    kept = {t for word in key_terms(question) for t in analyzer.terms(word)}
+    said = {
+        t
+        for turn in history
+        for text in (turn.question, turn.standalone_query, _shown_answer(turn.answer))
+        for t in analyzer.terms(text)
+    }
+    return kept <= got and bool((got - asked) & said)
+
+
+def clean_reply(reply: str, question: str) -> str | None:
+    """The query in a model's reply: its first line without labels or quotes; None if empty or overlong.
+
+    Overlong means more than :func:`max_query_chars` for the question: a model that starts answering
+    instead of rewriting must not become the search query.
+    """
+    line = next((ln.strip() for ln in reply.strip().splitlines() if ln.strip()), "")
+    line = re.sub(r"^(standalone\s+)?(search\s+)?(query|question)\s*:\s*", "", line, flags=re.IGNORECASE)
+    line = line.strip().strip("\"'`\u201c\u201d").strip()
+    if not line or len(line) > max_query_chars(question):
+        return None
+    return line
+
+
+def _shown_answer(answer: str) -> str:
+    """An earlier answer as the model sees it: one line, no citation marks, at most ANSWER_CHARS."""
+    text = _CITATION_MARK.sub("", " ".join(answer.split()))
+    return text if len(text) <= ANSWER_CHARS else text[:ANSWER_CHARS].rstrip() + "\u2026"
+
+
+def max_query_chars(question: str) -> int:
+    """The longest rewrite accepted for ``question``: room for the topic, not for an answer."""
+    return max(240, 3 * len(question))
+
+
+def _is_content(lowered: str) -> bool:
+    return lowered not in ENGLISH_STOP_WORDS and lowered not in FILLER and lowered not in DEMONSTRATIVES
+
+
+def _is_specific(word: str, position: int) -> bool:
+    return (
+        any(ch.isdigit() for ch in word)
+        or (len(word) > 1 and word.isupper())
+        or (position > 0 and word[:1].isupper())
+    )
+
+
+@functools.cache
+def _analyzer() -> Analyzer:
+    # One shared instance: the analyzer caches stemmed tokens.
+    return Analyzer()

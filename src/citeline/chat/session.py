@@ -1,0 +1,232 @@
+"""A conversation, asked turn by turn: rewrite -> search -> add cited history -> answer -> store the turn.
+
+:class:`ChatSession` holds no conversation state of its own: each :meth:`ChatSession.ask` reads the
+stored turns, so any process (CLI, API replica, worker) can continue any conversation, and citation
+numbers stay conversation-wide because they are rebuilt from what earlier answers cited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from citeline.answer import CitationNumbering, Complete, Event, answer_stream
+from citeline.answer.llm import LLM, GenerationOptions
+from citeline.answer.prompt import system_prompt
+from citeline.chat import store
+from citeline.chat.history import merge, remembered_hits
+from citeline.chat.rewrite import Rewrite, rewrite
+from citeline.chat.store import ConversationInfo, MessageInfo, Turn
+from citeline.errors import InvalidRequestError
+from citeline.retrieve.filters import Filters
+from citeline.retrieve.search import Hit, SearchRequest
+from citeline.settings import Settings
+
+if TYPE_CHECKING:
+    from citeline.engine import Citeline
+
+LOCAL_USER = "local"
+"""The user of a single-user install (the CLI); servers pass their authenticated user's id."""
+
+
+class ChatSession:
+    """One conversation of one user, answered from one :class:`Citeline` namespace.
+
+    ``llm`` answers, and rewrites follow-ups unless the ``follow_up_rewrite`` setting says
+    ``heuristic``; ``None`` means the extractive answerer and the heuristic rewriter. The caller owns
+    ``llm`` and closes it.
+    """
+
+    def __init__(
+        self,
+        cl: Citeline,
+        conversation: ConversationInfo,
+        *,
+        llm: LLM | None,
+        options: GenerationOptions | None = None,
+    ) -> None:
+        self.cl = cl
+        self.conversation = conversation
+        self.llm = llm
+        self.options = options or GenerationOptions.from_settings(cl.settings)
+        self.last_rewrite: Rewrite | None = None
+        """How the latest question was turned into a query (set before its search runs)."""
+
+    @classmethod
+    def start(
+        cls,
+        cl: Citeline,
+        *,
+        llm: LLM | None,
+        user_id: str = LOCAL_USER,
+        persona: str | None = None,
+        title: str | None = None,
+        options: GenerationOptions | None = None,
+    ) -> ChatSession:
+        """A new conversation. Expired conversations of every user are deleted on the way."""
+        persona = persona or cl.settings.persona
+        system_prompt(persona)  # an unknown persona fails now, not at every question
+        with cl.engine.begin() as conn:
+            store.expire_conversations(conn)
+            conversation = store.create_conversation(
+                conn, user_id=user_id, persona=persona, ttl=_ttl(cl), title=title
+            )
+        return cls(cl, conversation, llm=llm, options=options)
+
+    @classmethod
+    def resume(
+        cls,
+        cl: Citeline,
+        conversation_id: str | uuid.UUID,
+        *,
+        llm: LLM | None,
+        user_id: str = LOCAL_USER,
+        options: GenerationOptions | None = None,
+    ) -> ChatSession:
+        """An existing conversation of ``user_id``; another user's is :class:`NotFoundError`."""
+        with cl.engine.connect() as conn:
+            conversation = store.get_conversation(conn, store.parse_id(conversation_id), user_id)
+        return cls(cl, conversation, llm=llm, options=options)
+
+    @property
+    def id(self) -> uuid.UUID:
+        return self.conversation.id
+
+    def messages(self) -> list[MessageInfo]:
+        """The stored messages, oldest first."""
+        with self.cl.engine.connect() as conn:
+            store.get_conversation(conn, self.id, self.conversation.user_id)
+            return store.messages(conn, self.id)
+
+    def history(self) -> list[Turn]:
+        """The completed turns, oldest first."""
+        return store.turns(self.messages())
+
+    async def ask(
+        self, question: str, *, filters: Filters | None = None, top_k: int | None = None
+    ) -> AsyncIterator[Event]:
+        """Answer ``question`` in this conversation, streaming the answer's events.
+
+        ``filters`` (scopes, category, tags...) bound both the search and the earlier-cited chunks that
+        join it; ``top_k`` is the number of fresh passages (default: the ``answer_passages`` setting).
+        The turn is stored before :class:`Complete` is passed on, so a caller that saw it can ask the
+        next question at once. A turn that ends in an error, or that the caller stops reading before
+        :class:`Complete`, is not stored.
+        """
+        question = question.strip()
+        if not question:
+            raise InvalidRequestError(f"the question to conversation {self.id} is empty")
+        filters = filters or Filters()
+        history = await asyncio.to_thread(self.history)
+        rewriter = self.llm if _rewrites_with_llm(self.cl.settings) else None
+        self.last_rewrite = await asyncio.to_thread(
+            rewrite, question, history, llm=rewriter, options=self.options
+        )
+        query = self.last_rewrite.query
+        evidence = await asyncio.to_thread(self.evidence, query, history, filters, top_k)
+        numbering = CitationNumbering.from_chunk_ids(store.citation_order(history))
+        numbered_before = len(numbering)
+        async for event in answer_stream(
+            query,
+            evidence,
+            llm=self.llm,
+            embedder=self.cl.embedder,
+            numbering=numbering,
+            persona=self.conversation.persona,
+            options=self.options,
+        ):
+            if isinstance(event, Complete):
+                cited = _cited_in_number_order(event, numbering, numbered_before)
+                await asyncio.to_thread(self._store, question, query, event, cited)
+            yield event
+
+    def evidence(
+        self, query: str, history: Sequence[Turn], filters: Filters, top_k: int | None = None
+    ) -> list[Hit]:
+        """Fresh hits for ``query`` with the chunks cited in ``history`` slotted in (see chat.history)."""
+        settings = self.cl.settings
+        fresh = self.cl.search(
+            SearchRequest(query=query, filters=filters, top_k=top_k or settings.answer_passages)
+        )
+        cited = store.recently_cited(history)
+        if not cited or settings.history_chunks == 0:
+            return fresh
+        vector = self.cl.embedder.embed([query])[0]
+        with self.cl.engine.connect() as conn:
+            remembered = remembered_hits(
+                conn,
+                cited,
+                vector,
+                model=self.cl.embedder.model_id,
+                filters=filters,
+                limit=settings.history_chunks,
+                exclude={h.chunk_id for h in fresh},
+                max_distance=settings.distance_threshold,
+            )
+        return merge(fresh, remembered)
+
+    def _store(self, question: str, query: str, complete: Complete, cited: list[int]) -> None:
+        user_id = self.conversation.user_id
+        with self.cl.engine.begin() as conn:
+            store.append_turn(
+                conn,
+                self.id,
+                user_id,
+                question=question,
+                standalone_query=query,
+                answer=complete.answer,
+                cited_chunk_ids=cited,
+                provider=complete.provider,
+                ttl=_ttl(self.cl),
+            )
+            # The title and expiry have moved; callers showing them should not see stale ones.
+            self.conversation = store.get_conversation(conn, self.id, user_id)
+
+
+def conversations(cl: Citeline, user_id: str = LOCAL_USER, *, limit: int = 50) -> list[ConversationInfo]:
+    """The user's live conversations, most recently updated first."""
+    with cl.engine.connect() as conn:
+        return store.list_conversations(conn, user_id, limit=limit)
+
+
+def delete_conversation(cl: Citeline, conversation_id: str | uuid.UUID, user_id: str = LOCAL_USER) -> None:
+    """Delete one of the user's conversations with its messages."""
+    with cl.engine.begin() as conn:
+        store.delete_conversation(conn, store.parse_id(conversation_id), user_id)
+
+
+def expire_conversations(cl: Citeline) -> int:
+    """Delete every expired conversation; returns how many (for a periodic worker task)."""
+    with cl.engine.begin() as conn:
+        return store.expire_conversations(conn)
+
+
+def _cited_in_number_order(
+    complete: Complete, numbering: CitationNumbering, numbered_before: int
+) -> list[int]:
+    """What the turn's message stores so that replaying the messages rebuilds ``numbering`` exactly.
+
+    That is the chunks the answer cites, plus any that gained a number during the answer without
+    surviving into its citations: left out, every later number would shift by one on rebuilding.
+    """
+    order = {chunk_id: n for n, chunk_id in enumerate(numbering.chunk_ids)}
+    cited = set(complete.cited_chunk_ids) | set(numbering.chunk_ids[numbered_before:])
+    return sorted(cited, key=order.__getitem__)
+
+
+def _ttl(cl: Citeline) -> timedelta:
+    return timedelta(days=cl.settings.conversation_ttl_days)
+
+
+#: Packaged local models too small to rewrite follow-ups well (see the follow_up_rewrite setting).
+_SMALL_LOCAL_MODELS = ("local:qwen2.5-coder-0.5b-instruct", "local:smollm2-135m-instruct")
+
+
+def _rewrites_with_llm(settings: Settings) -> bool:
+    mode = settings.follow_up_rewrite
+    if mode == "auto":
+        return settings.llm not in _SMALL_LOCAL_MODELS
+    return mode == "llm"

@@ -1,0 +1,90 @@
+"""Answer-stage fixtures: the real packaged embedder, passages from real text, and a scripted model."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from citeline.answer.llm import GenerationOptions, Message
+from citeline.embed import Embedder, get_embedder
+from citeline.errors import GenerationError
+from citeline.retrieve.search import Hit
+from citeline.settings import Settings
+
+# A pump manual, one passage per page, as a search would return them (best first).
+PUMP_PAGES = [
+    "Before first use, prime the pump: open the vent plug on top of the volute and fill the casing "
+    "with clean water until it overflows. Close the vent plug and start the motor.",
+    "Never run the pump dry. Running without water destroys the mechanical seal within seconds and "
+    "voids the warranty.",
+    "In winter, drain the volute through the drain plug so that frost cannot crack the casing.",
+    "The motor is rated 230 V, 50 Hz, 750 W. Connect it to an outlet protected by a residual current device.",
+]
+
+
+def make_hit(chunk_id: int, text: str, *, page: int = 1, start: int = 0, title: str = "Pump manual") -> Hit:
+    """A hit as search returns it, for chunk ``chunk_id`` holding ``text`` at ``start`` of ``page``."""
+    return Hit(
+        chunk_id=chunk_id,
+        document_id=uuid.UUID(int=7),
+        document_name="pump-manual.pdf",
+        title=title,
+        version=2,
+        content_type="application/pdf",
+        page=page,
+        start=start,
+        end=start + len(text),
+        section=None,
+        chunk_index=page - 1,
+        total_chunks=len(PUMP_PAGES),
+        text=text,
+        distance=0.3,
+        similarity=0.7,
+        keyword_score=1.0,
+        fused_score=0.5,
+    )
+
+
+def pump_hits() -> list[Hit]:
+    """The pump manual's pages as hits with chunk ids 101-104 (page n is chunk 100 + n)."""
+    return [make_hit(100 + n, text, page=n, start=10) for n, text in enumerate(PUMP_PAGES, start=1)]
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    return get_embedder(Settings().embedding_model)
+
+
+class ScriptedLLM:
+    """Plays a model's reply: streams ``reply`` in small pieces, then raises ``error`` if one is given.
+
+    It stands in for the model's output only; everything that reads the output is the code under test.
+    ``delay`` seconds pass before each piece, as a model on a busy CPU would take.
+    """
+
+    model_id = "scripted:test"
+
+    def __init__(
+        self, reply: str = "", *, error: GenerationError | None = None, piece: int = 3, delay: float = 0.0
+    ) -> None:
+        self.reply = reply
+        self.error = error
+        self.piece = piece
+        self.delay = delay
+        self.calls: list[list[Message]] = []
+        self.yielded = 0
+
+    def stream(self, messages: Sequence[Message], options: GenerationOptions) -> Iterator[str]:
+        self.calls.append(list(messages))
+        for i in range(0, len(self.reply), self.piece):
+            time.sleep(self.delay)
+            self.yielded += 1
+            yield self.reply[i : i + self.piece]
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,323 @@
+"""Answers as a stream of events: renumbered, cleaned tokens; verified citations; the extractive fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from citeline.answer import (
+    EVIDENCE_MISSING,
+    CitationEvent,
+    CitationNumbering,
+    Complete,
+    Error,
+    Event,
+    Start,
+    Token,
+    answer_stream,
+)
+from citeline.answer.answer import answer
+from citeline.answer.llm import GenerationOptions
+from citeline.embed import Embedder
+from citeline.errors import GenerationError, InvalidRequestError
+from citeline.retrieve.search import Hit
+
+from .conftest import ScriptedLLM, pump_hits
+
+OPTIONS = GenerationOptions(temperature=0.0, max_tokens=256, timeout=30.0)
+PRIME, DRY, FROST, MOTOR = 101, 102, 103, 104
+QUESTION = "How do I prime the pump, and what must I never do?"
+
+
+def run(
+    llm: ScriptedLLM | None,
+    embedder: Embedder,
+    *,
+    evidence: Sequence[Hit] | None = None,
+    numbering: CitationNumbering | None = None,
+    options: GenerationOptions = OPTIONS,
+) -> list[Event]:
+    async def collect() -> list[Event]:
+        return [
+            event
+            async for event in answer_stream(
+                QUESTION,
+                pump_hits() if evidence is None else evidence,
+                llm=llm,
+                embedder=embedder,
+                numbering=CitationNumbering() if numbering is None else numbering,
+                persona="repair",
+                options=options,
+            )
+        ]
+
+    return asyncio.run(collect())
+
+
+def tokens(events: list[Event]) -> str:
+    return "".join(e.text for e in events if isinstance(e, Token))
+
+
+def completed(events: list[Event]) -> Complete:
+    assert isinstance(events[-1], Complete), events[-1]
+    return events[-1]
+
+
+def test_the_stream_shows_conversation_numbers_without_structure_headings_or_references(
+    embedder: Embedder,
+) -> None:
+    model = ScriptedLLM(
+        "## Answer\n\n**Answer:** Open the vent plug and fill the casing with water until it overflows [1]. "
+        "Never run the pump dry, it destroys the seal [2][7].\n\n"
+        "## References\n[1] Pump manual (p. 1)\n[3] Pump manual"
+    )
+    numbering = CitationNumbering([FROST])
+
+    events = run(model, embedder, numbering=numbering)
+
+    assert isinstance(events[0], Start)
+    assert [p.chunk_id for p in events[0].passages] == [PRIME, DRY, FROST, MOTOR]
+    shown = tokens(events)
+    assert shown == (
+        "Open the vent plug and fill the casing with water until it overflows [2]. "
+        "Never run the pump dry, it destroys the seal [3]."
+    )
+    done = completed(events)
+    assert done.answer == shown
+    assert [(c.number, c.chunk_id) for c in done.citations] == [(2, PRIME), (3, DRY)]
+    assert [e.citation for e in events if isinstance(e, CitationEvent)] == list(done.citations)
+    assert all(c.supported for c in done.citations)
+    assert [(r.number, r.occurrences) for r in done.removed] == [(7, 1)]
+    assert (done.provider, done.fell_back, done.stream_replaced, done.evidence_missing) == (
+        "scripted:test",
+        False,
+        False,
+        False,
+    )
+    assert numbering.chunk_ids == [FROST, PRIME, DRY]
+    assert done.cited_chunk_ids == [PRIME, DRY]
+    # Events are ready to be sent as JSON lines or server-sent events.
+    json.dumps([e.as_dict() for e in events])
+
+
+def test_the_model_gets_the_persona_and_the_numbered_evidence(embedder: Embedder) -> None:
+    model = ScriptedLLM("Open the vent plug [1].")
+
+    run(model, embedder)
+
+    [(system, user)] = model.calls
+    assert "repair technician" in system.content
+    assert user.content.startswith("Sources:\n\n[1] Pump manual (p. 1)\n")
+    assert user.content.endswith(f"Question: {QUESTION}")
+
+
+def test_empty_evidence_is_said_plainly_and_never_reaches_the_model(embedder: Embedder) -> None:
+    model = ScriptedLLM("Invented answer [1].")
+
+    events = run(model, embedder, evidence=[])
+
+    assert model.calls == []
+    assert tokens(events) == EVIDENCE_MISSING
+    done = completed(events)
+    assert done.evidence_missing and done.answer == EVIDENCE_MISSING
+    assert done.citations == () and not done.fell_back
+
+
+def test_a_model_error_before_any_output_falls_back_to_a_streamed_extractive_answer(
+    embedder: Embedder,
+) -> None:
+    model = ScriptedLLM(error=GenerationError("local:qwen: model file is corrupt"))
+    numbering = CitationNumbering()
+
+    events = run(model, embedder, numbering=numbering)
+
+    done = completed(events)
+    assert done.fell_back and done.provider == "extractive"
+    assert done.fallback_reason == "generation failed: local:qwen: model file is corrupt"
+    assert not done.stream_replaced and tokens(events) == done.answer
+    assert "open the vent plug on top of the volute and fill the casing" in done.answer
+    assert done.citations and all(c.chunk_id in {PRIME, DRY, FROST, MOTOR} for c in done.citations)
+    assert numbering.chunk_ids == done.cited_chunk_ids
+
+
+def test_a_model_failing_midway_is_replaced_and_leaves_no_numbers_behind(embedder: Embedder) -> None:
+    model = ScriptedLLM(
+        "Drain the volute in winter [3]. Then", error=GenerationError("server closed the connection")
+    )
+    numbering = CitationNumbering()
+
+    events = run(model, embedder, numbering=numbering)
+
+    done = completed(events)
+    assert tokens(events).startswith("Drain the volute in winter [1].")
+    assert done.fell_back and done.stream_replaced
+    assert done.answer != tokens(events)
+    # Only what the final answer cites is numbered: the failed reply's [3] did not keep number 1.
+    assert numbering.chunk_ids == done.cited_chunk_ids
+    assert [c.number for c in done.citations] == list(range(1, len(done.citations) + 1))
+
+
+def test_a_reply_without_a_valid_citation_falls_back_to_extractive(embedder: Embedder) -> None:
+    for reply in ("Prime the pump by filling it with water.", "Prime the pump [7].", "Sources: [1]"):
+        events = run(ScriptedLLM(reply), embedder)
+
+        done = completed(events)
+        assert done.fell_back, reply
+        assert done.fallback_reason == "the model's reply cited no given passage"
+        assert done.citations and done.answer.endswith("].")
+
+
+def test_a_reply_of_citations_alone_falls_back_to_extractive(embedder: Embedder) -> None:
+    events = run(ScriptedLLM("[1]"), embedder)
+
+    done = completed(events)
+    assert done.fell_back
+    assert done.fallback_reason == "the model's reply made no statement with a citation"
+    assert done.stream_replaced and tokens(events) == "[1]"
+
+
+def test_a_silent_model_times_out_into_the_fallback(embedder: Embedder) -> None:
+    model = ScriptedLLM("Open the vent plug [1].", delay=2.0)
+
+    started = time.perf_counter()
+    events = run(model, embedder, options=GenerationOptions(timeout=0.3))
+
+    assert time.perf_counter() - started < 1.9
+    done = completed(events)
+    assert done.fell_back
+    assert (
+        done.fallback_reason == "generation failed: scripted:test: no output for 0.3 s (CITELINE_LLM_TIMEOUT)"
+    )
+
+
+def test_without_a_model_the_extractive_answer_is_the_answer(embedder: Embedder) -> None:
+    events = run(None, embedder)
+
+    done = completed(events)
+    assert isinstance(events[0], Start) and events[0].provider == "extractive"
+    assert done.provider == "extractive" and not done.fell_back
+    assert tokens(events) == done.answer
+    assert done.timings.first_token is not None and done.timings.generation == 0.0
+
+
+def test_the_event_loop_keeps_running_while_the_model_generates(embedder: Embedder) -> None:
+    model = ScriptedLLM("Open the vent plug and fill the casing [1].", piece=4, delay=0.05)
+
+    async def main() -> tuple[int, Complete]:
+        ticks = 0
+        done = asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        task = asyncio.create_task(ticker())
+        events = [
+            e
+            async for e in answer_stream(
+                QUESTION,
+                pump_hits(),
+                llm=model,
+                embedder=embedder,
+                numbering=CitationNumbering(),
+                persona="general",
+                options=OPTIONS,
+            )
+        ]
+        done.set()
+        await task
+        return ticks, completed(events)
+
+    ticks, complete = asyncio.run(main())
+
+    # About 0.55 s of generation: a blocked loop would tick once or twice.
+    assert ticks >= 20
+    assert complete.timings.generation >= 500
+    assert (
+        complete.timings.first_token is not None
+        and complete.timings.first_token < complete.timings.generation
+    )
+
+
+def test_leaving_the_stream_early_stops_the_model(embedder: Embedder) -> None:
+    model = ScriptedLLM(
+        "Open the vent plug and fill the casing with water until it overflows [1]. " * 5, delay=0.02
+    )
+
+    async def main() -> None:
+        stream = answer_stream(
+            QUESTION,
+            pump_hits(),
+            llm=model,
+            embedder=embedder,
+            numbering=CitationNumbering(),
+            persona="general",
+            options=OPTIONS,
+        )
+        async for event in stream:
+            if isinstance(event, Token):
+                break
+        await stream.aclose()
+        await asyncio.sleep(0.2)
+
+    asyncio.run(main())
+    stopped_at = model.yielded
+    time.sleep(0.2)
+
+    assert model.yielded == stopped_at
+    assert stopped_at < len(model.reply) // model.piece
+
+
+def test_the_sync_answer_gives_the_complete_event(embedder: Embedder) -> None:
+    numbering = CitationNumbering([MOTOR])
+
+    done = answer(
+        QUESTION,
+        pump_hits(),
+        llm=ScriptedLLM("Fill the casing with water until it overflows [1]."),
+        embedder=embedder,
+        numbering=numbering,
+        persona="general",
+        options=OPTIONS,
+    )
+
+    assert done.answer == "Fill the casing with water until it overflows [2]."
+    assert numbering.chunk_ids == [MOTOR, PRIME]
+
+
+def test_an_unknown_persona_fails_before_the_stream_starts(embedder: Embedder) -> None:
+    with pytest.raises(InvalidRequestError, match="unknown persona 'poet'"):
+        answer(
+            QUESTION,
+            pump_hits(),
+            llm=ScriptedLLM("x"),
+            embedder=embedder,
+            numbering=CitationNumbering(),
+            persona="poet",
+            options=OPTIONS,
+        )
+
+
+def test_a_failure_after_the_start_is_an_error_event(embedder: Embedder) -> None:
+    class BrokenEmbedder:
+        model_id = "onnx:broken"
+        dimension = 384
+        max_tokens = 256
+
+        def embed(self, texts: Sequence[str]) -> object:
+            from citeline.errors import EmbeddingError
+
+            raise EmbeddingError("onnx:broken: the model session is gone")
+
+    events = run(ScriptedLLM("Open the vent plug [1]."), BrokenEmbedder())  # type: ignore[arg-type]
+
+    assert isinstance(events[0], Start)
+    assert isinstance(events[-1], Error)
+    assert events[-1].message == "onnx:broken: the model session is gone"
+    assert events[-1].as_dict()["http_status"] == 503

@@ -1,0 +1,146 @@
+"""The extractive answerer: the passages' own best sentences, each cited, on real text through real search."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from citeline.answer.citations import MARKER, CitationNumbering, claims
+from citeline.answer.extractive import extractive_answer
+from citeline.answer.prompt import select_passages
+from citeline.answer.support import VectorCache, normalise
+from citeline.embed import Embedder
+from citeline.engine import Citeline
+from tests.conftest import REPO, write
+
+from .conftest import make_hit
+
+MANUAL = """# Centrifugal pump CP-40: operating manual
+
+## Priming
+
+Before first use, prime the pump. Open the vent plug on top of the volute and fill the casing with
+clean water until it overflows. Close the vent plug and start the motor. Priming takes about two minutes.
+
+## Dry running
+
+Never run the pump dry. Running without water destroys the mechanical seal within seconds and voids the
+warranty. If the pump has run dry, replace the seal before the next start.
+
+## Winter storage
+
+In winter, drain the volute through the drain plug so that frost cannot crack the casing. Store the
+pump in a dry room above 5 degrees Celsius.
+
+## Electrical connection
+
+The motor is rated 230 V, 50 Hz, 750 W. Connect it only to an outlet protected by a residual current
+device of 30 mA. Have a qualified electrician check the earth connection once a year.
+"""
+
+
+def ask(
+    cl: Citeline, question: str, numbering: CitationNumbering | None = None
+) -> tuple[str, list[str], dict[int, str]]:
+    """The extractive answer from a real search: its text, its sentences, and each number's passage text."""
+    passages = select_passages(cl.search(question)[:5])
+    numbering = CitationNumbering() if numbering is None else numbering
+    extract = extractive_answer(question, passages, numbering, VectorCache(cl.embedder))
+    by_number = {numbering.number(p.chunk_id): p.text for p in passages if p.chunk_id in extract.cited}
+    return extract.text, [c.text for c in claims(extract.text)], by_number
+
+
+def test_each_sentence_is_quoted_from_the_passage_it_cites(cl: Citeline, tmp_path: Path) -> None:
+    write(tmp_path / "manual.md", MANUAL)
+    cl.ingest([tmp_path])
+
+    text, _, passages = ask(cl, "How do I prime the pump?")
+
+    found = claims(text)
+    assert 1 <= len(found) <= 3
+    for claim in found:
+        [number] = claim.numbers
+        quoted = claim.text.removesuffix(".")
+        assert quoted in normalise(passages[number]), claim
+    assert set(passages) == {n for c in found for n in c.numbers}
+
+
+def test_the_answering_sentences_are_picked_and_other_topics_left_out(cl: Citeline, tmp_path: Path) -> None:
+    write(tmp_path / "manual.md", MANUAL)
+    cl.ingest([tmp_path])
+
+    cases = {
+        # The answer follows the sentence naming the topic and shares no word with the question.
+        "How do I prime the pump?": ("Open the vent plug on top of the volute and fill the casing", "230 V"),
+        "What voltage does the motor need?": ("The motor is rated 230 V, 50 Hz, 750 W", "frost"),
+        "What happens if the pump runs without water?": ("destroys the mechanical seal", "230 V"),
+        "How do I protect the pump from frost?": ("drain the volute through the drain plug", "230 V"),
+    }
+    for question, (expected, unrelated) in cases.items():
+        text, _, _ = ask(cl, question)
+        assert expected in text, (question, text)
+        assert unrelated not in text, (question, text)
+
+
+def test_the_user_guide_answers_the_care_journey_question_from_the_scopes_page(cl: Citeline) -> None:
+    cl.ingest([REPO / "docs" / "scopes.md", REPO / "docs" / "search.md", REPO / "docs" / "ingesting.md"])
+    question = "How do I keep documents of one care journey apart from another?"
+
+    text, sentences, _ = ask(cl, question)
+
+    hits = {h.chunk_id: h for h in cl.search(question)[:5]}
+    numbering = CitationNumbering()
+    passages = select_passages(list(hits.values()))
+    cited = extractive_answer(question, passages, numbering, VectorCache(cl.embedder)).cited
+    assert hits[cited[0]].document_name == "scopes.md"
+    assert any("give each care journey its own scope" in s for s in sentences), text
+
+
+def test_a_sentence_repeated_by_overlapping_chunks_is_quoted_once(embedder: Embedder) -> None:
+    shared = "Close the vent plug and start the motor."
+    first = make_hit(1, f"Fill the casing with clean water until it overflows. {shared}", page=1)
+    second = make_hit(2, f"{shared} Priming takes about two minutes.", page=1, start=60)
+    passages = select_passages([first, second])
+
+    extract = extractive_answer(
+        "When do I start the motor?", passages, CitationNumbering(), VectorCache(embedder)
+    )
+
+    assert extract.text.count("Close the vent plug") == 1
+
+
+def test_headings_code_blocks_and_table_rows_are_not_quoted(embedder: Embedder) -> None:
+    text = (
+        "## Deleting documents\n\n```sh\nciteline docs delete 1e1446a3\n```\n\n"
+        "| Command | Effect |\n| --- | --- |\n| docs delete | removes a document |\n\n"
+        "`docs delete` takes a document id and removes the whole document with its chunks."
+    )
+    extract = extractive_answer(
+        "How do I delete a document?",
+        select_passages([make_hit(1, text)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    assert (
+        extract.text
+        == "`docs delete` takes a document id and removes the whole document with its chunks [1]."
+    )
+
+
+def test_numbers_continue_the_conversation(embedder: Embedder) -> None:
+    hits = [
+        make_hit(1, "Drain the volute before winter so frost cannot crack it."),
+        make_hit(2, "Never run it dry."),
+    ]
+    numbering = CitationNumbering([50, 51, 1])
+
+    extract = extractive_answer(
+        "How do I store the pump in winter?", select_passages(hits), numbering, VectorCache(embedder)
+    )
+
+    assert extract.text == "Drain the volute before winter so frost cannot crack it [3]."
+    assert extract.cited == (1,)
+    assert numbering.chunk_ids == [50, 51, 1]
+    assert MARKER.findall(extract.text) == ["3"]
+    assert re.fullmatch(r".* \[3\]\.", extract.text)

@@ -1,0 +1,213 @@
+"""Follow-up questions become standalone queries; self-contained questions pass unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from citeline.answer.llm import LLM, GenerationOptions, get_llm
+from citeline.chat.rewrite import (
+    MAX_KEY_TERMS,
+    Rewrite,
+    accept_rewrite,
+    clean_reply,
+    heuristic_rewrite,
+    is_follow_up,
+    key_terms,
+    max_query_chars,
+    rewrite,
+)
+from citeline.chat.store import Turn
+from citeline.settings import Settings
+
+PUMP = "How do I prime the centrifugal pump?"
+
+
+def turn(number: int, query: str, answer: str = "Fill the casing with water [1].") -> Turn:
+    return Turn(number=number, question=query, standalone_query=query, answer=answer, cited_chunk_ids=(1,))
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How often should it be serviced?",
+        "What about the impeller?",
+        "And the cost?",
+        "Is that safe for children?",
+        "What does this mean?",
+        "Why?",
+        "What is the warranty?",
+        "Can they be recycled?",
+        "It's leaking, what now?",
+        "how about in winter",
+        "Tell me more",
+    ],
+)
+def test_questions_that_lean_on_the_conversation_are_follow_ups(question: str) -> None:
+    assert is_follow_up(question)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        PUMP,
+        "What is the recommended dose of metformin for adults with kidney disease?",
+        "Which documents mention frost damage to the volute?",
+        "What is BM25?",
+        "What is Kubernetes?",
+        "Does a pump that primes without water need a foot valve?",
+        "Why does a centrifugal pump need priming before first use?",
+    ],
+)
+def test_self_contained_questions_are_not_follow_ups(question: str) -> None:
+    assert not is_follow_up(question)
+
+
+def test_a_follow_up_with_a_pronoun_gets_the_previous_topic() -> None:
+    assert (
+        heuristic_rewrite("How often should it be serviced?", [PUMP])
+        == "How often should it be serviced? (prime centrifugal pump)"
+    )
+
+
+def test_terms_already_in_the_question_are_not_borrowed_again() -> None:
+    # "pumps" is the same keyword as "pump" once stemmed.
+    assert heuristic_rewrite("What about the pumps' impeller?", [PUMP]) == (
+        "What about the pumps' impeller? (prime centrifugal)"
+    )
+
+
+def test_a_self_contained_question_is_unchanged_even_with_history() -> None:
+    question = "What is the recommended dose of metformin for adults?"
+    assert heuristic_rewrite(question, [PUMP]) == question
+    assert rewrite(question, [turn(1, PUMP)], llm=None).method == "unchanged"
+
+
+def test_the_first_question_is_never_rewritten() -> None:
+    result = rewrite("How often should it be serviced?", [], llm=None)
+    assert result.query == "How often should it be serviced?"
+    assert result.method == "unchanged"
+
+
+def test_the_topic_carries_across_several_follow_ups() -> None:
+    first = rewrite("How often should it be serviced?", [turn(1, PUMP)], llm=None)
+    assert first.method == "heuristic"
+    second = rewrite("And what does that cost?", [turn(1, PUMP), turn(2, first.query)], llm=None)
+    assert "centrifugal" in second.query
+    assert "pump" in second.query
+    assert second.query.startswith("And what does that cost?")
+
+
+def test_the_latest_turn_with_a_topic_is_the_one_borrowed_from() -> None:
+    history = [PUMP, "Which fertiliser suits tomato seedlings?", "Thanks!"]
+    assert (
+        heuristic_rewrite("How much of it?", history) == "How much of it? (fertiliser suits tomato seedlings)"
+    )
+
+
+def test_nothing_to_borrow_leaves_the_question_as_asked() -> None:
+    assert heuristic_rewrite("Why?", ["Thanks!", "ok"]) == "Why?"
+
+
+def test_key_terms_keep_their_written_form_order_and_bound() -> None:
+    text = "Does LDL-C lowering with statins reduce COVID-19 mortality in adults over 65 years old"
+    terms = key_terms(text)
+    assert terms[:4] == ["LDL-C", "lowering", "statins", "reduce"]
+    assert len(terms) == MAX_KEY_TERMS
+
+
+def test_a_model_reply_is_reduced_to_the_query_line() -> None:
+    question = "How often should it be serviced?"
+    assert clean_reply(
+        'Standalone query: "How often should a centrifugal pump be serviced?"\n', question
+    ) == ("How often should a centrifugal pump be serviced?")
+    assert clean_reply("\n\n  pump service interval\nBecause the user asked...", question) == (
+        "pump service interval"
+    )
+
+
+def test_an_empty_or_overlong_model_reply_is_refused() -> None:
+    question = "And the cost?"
+    assert clean_reply("   \n", question) is None
+    assert clean_reply('""', question) is None
+    essay = "The cost of servicing a centrifugal pump depends on " + "many factors, " * 30
+    assert len(essay) > max_query_chars(question)
+    assert clean_reply(essay, question) is None
+
+
+def test_a_model_that_cannot_be_reached_leaves_the_heuristic_to_rewrite(tmp_path: Path) -> None:
+    # A real provider pointed at a port where nothing listens: the failure users meet when a server is down.
+    settings = Settings(data_dir=tmp_path, llm_base_url="http://127.0.0.1:1/v1")
+    llm = get_llm("openai:any-model", settings)
+    try:
+        result = rewrite(
+            "How often should it be serviced?", [turn(1, PUMP)], llm=llm, options=GenerationOptions(timeout=5)
+        )
+    finally:
+        llm.close()
+    assert result == Rewrite("How often should it be serviced? (prime centrifugal pump)", "heuristic", True)
+
+
+def test_a_self_contained_question_never_calls_the_model(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, llm_base_url="http://127.0.0.1:1/v1")
+    llm = get_llm("openai:any-model", settings)
+    try:
+        result = rewrite("What is the recommended dose of metformin?", [turn(1, PUMP)], llm=llm)
+    finally:
+        llm.close()
+    # Not a fallback: the unreachable model was never asked.
+    assert result == Rewrite("What is the recommended dose of metformin?", "unchanged", False)
+
+
+# Replies the packaged 0.5B model gave to these follow-ups: the check keeps the one real rewrite.
+SEAL = "What about its mechanical seal?"
+PUMP_ANSWER = "Fill the casing with clean water through the priming plug until water flows from the vent [1]."
+
+
+@pytest.mark.parametrize(
+    ("question", "reply"),
+    [
+        ("How often should it be serviced?", "servicing"),  # resolved nothing
+        (SEAL, "fill the casing with clean water through the priming plug until water flows from the vent"),
+        ("And the cost?", "How do I prime the centrifugal pump?"),  # an earlier question, copied
+        ("How much of it per plant?", "plant size"),  # the topic dropped
+        ("Is that safe for children?", "Is that safe for children?"),  # repeated as asked
+    ],
+)
+def test_a_model_query_that_resolves_nothing_or_loses_the_question_is_refused(
+    question: str, reply: str
+) -> None:
+    history = [turn(1, PUMP, PUMP_ANSWER), turn(2, "Which fertiliser suits tomato seedlings?")]
+    assert not accept_rewrite(reply, question, history)
+
+
+def test_a_model_query_that_keeps_the_question_and_resolves_it_is_accepted() -> None:
+    pump = [turn(1, PUMP, PUMP_ANSWER)]
+    assert accept_rewrite(
+        "Is it safe for children to use a centrifugal pump?", "Is that safe for children?", pump
+    )
+    assert accept_rewrite(
+        "How often should a centrifugal pump be serviced?", "How often should it be serviced?", pump
+    )
+    # The referent may come from the answer alone.
+    metformin = [turn(1, "What does it do?", "Metformin lowers blood glucose [1].")]
+    assert accept_rewrite(
+        "How long does metformin take to work?", "How long does that take to work?", metformin
+    )
+
+
+@pytest.fixture(scope="module")
+def local_llm(data_dir: Path) -> Iterator[LLM]:
+    llm = get_llm("local:qwen2.5-coder-0.5b-instruct", Settings(data_dir=data_dir))
+    yield llm
+    llm.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("question", [SEAL, "Is that safe for children?", "And the cost?"])
+def test_with_the_packaged_model_every_follow_up_carries_the_topic(local_llm: LLM, question: str) -> None:
+    result = rewrite(question, [turn(1, PUMP, PUMP_ANSWER)], llm=local_llm)
+    assert result.method == "llm" or (result.method == "heuristic" and result.fell_back)
+    assert "pump" in result.query.lower()

@@ -1,0 +1,182 @@
+"""A conversation end to end (extractive answers, no model): rewrite, search, history, answer, store."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from citeline.answer import CitationNumbering, Complete, Event, Start
+from citeline.answer.llm import GenerationOptions, get_llm
+from citeline.chat import store
+from citeline.chat.rewrite import Rewrite
+from citeline.chat.session import ChatSession, conversations, delete_conversation
+from citeline.engine import Citeline
+from citeline.errors import InvalidRequestError, NotFoundError
+from citeline.ingest import IngestOptions
+from citeline.retrieve.filters import Filters
+from tests.conftest import write
+
+MANUAL = {
+    "priming.md": (
+        "# Priming\n\nPrime the centrifugal pump before first use: fill the casing with clean water through "
+        "the priming plug until water flows from the vent. A pump that runs dry damages its mechanical seal "
+        "within seconds.\n"
+    ),
+    "service.md": (
+        "# Service intervals\n\nService the centrifugal pump every 500 operating hours: grease the motor "
+        "bearings, check the mechanical seal for drips and clean the suction strainer.\n"
+    ),
+    "frost.md": (
+        "# Frost\n\nBefore winter, drain the pump casing and the volute through the drain plug so that "
+        "frost cannot crack them.\n"
+    ),
+    "bread.md": "# Bread\n\nKnead the dough for ten minutes until it is smooth, then let it rise.\n",
+}
+
+
+@pytest.fixture
+def manual(cl: Citeline, tmp_path: Path) -> Citeline:
+    for name, text in MANUAL.items():
+        write(tmp_path / name, text)
+    cl.ingest([tmp_path])
+    return cl
+
+
+def ask(session: ChatSession, question: str, filters: Filters | None = None) -> list[Event]:
+    async def run() -> list[Event]:
+        return [event async for event in session.ask(question, filters=filters)]
+
+    return asyncio.run(run())
+
+
+def complete(events: list[Event]) -> Complete:
+    last = events[-1]
+    assert isinstance(last, Complete), last
+    return last
+
+
+def test_a_follow_up_is_searched_with_the_previous_topic_and_stored(manual: Citeline) -> None:
+    session = ChatSession.start(manual, llm=None, persona="repair")
+    first = complete(ask(session, "How do I prime the centrifugal pump?"))
+    assert first.provider == "extractive"
+    assert first.citations
+    assert session.last_rewrite == Rewrite("How do I prime the centrifugal pump?", "unchanged")
+
+    events = ask(session, "How often should it be serviced?")
+    rewritten = session.last_rewrite
+    assert rewritten is not None
+    assert rewritten.method == "heuristic"
+    assert "centrifugal pump" in rewritten.query
+    start = events[0]
+    assert isinstance(start, Start)
+    assert start.question == rewritten.query
+    assert "service.md" in {p.hit.document_name for p in start.passages}
+    second = complete(events)
+
+    stored = session.messages()
+    assert [(m.turn, m.role) for m in stored] == [
+        (1, "user"),
+        (1, "assistant"),
+        (2, "user"),
+        (2, "assistant"),
+    ]
+    assert stored[2].content == "How often should it be serviced?"
+    assert stored[2].standalone_query == rewritten.query
+    assert stored[3].content == second.answer
+    assert set(stored[3].cited_chunk_ids) == {c.chunk_id for c in second.citations}
+    assert stored[3].provider == "extractive"
+    assert session.conversation.persona == "repair"
+    assert session.conversation.title == "How do I prime the centrifugal pump?"
+    assert [c.id for c in conversations(manual)] == [session.id]
+
+
+def test_citation_numbers_run_across_turns_and_processes(manual: Citeline) -> None:
+    session = ChatSession.start(manual, llm=None)
+    turns = [
+        complete(ask(session, "How do I prime the centrifugal pump?")),
+        complete(ask(session, "What about its mechanical seal?")),
+    ]
+    # Another process (a fresh session object) continues the same conversation.
+    again = ChatSession.resume(manual, str(session.id), llm=None)
+    turns.append(complete(ask(again, "How do I drain the pump casing before winter?")))
+
+    seen: dict[int, int] = {}
+    for turn in turns:
+        for citation in turn.citations:
+            assert seen.setdefault(citation.chunk_id, citation.number) == citation.number
+    assert sorted(seen.values()) == list(range(1, len(seen) + 1))
+    assert len(seen) > len({c.chunk_id for c in turns[0].citations})
+
+    rebuilt = CitationNumbering.from_chunk_ids(store.citation_order(again.history()))
+    assert {cid: rebuilt.get(cid) for cid in seen} == seen
+
+
+def test_another_user_cannot_continue_or_delete_a_conversation(manual: Citeline) -> None:
+    session = ChatSession.start(manual, llm=None, user_id="ana")
+    complete(ask(session, "How do I prime the centrifugal pump?"))
+    with pytest.raises(NotFoundError):
+        ChatSession.resume(manual, session.id, llm=None, user_id="bob")
+    with pytest.raises(NotFoundError):
+        delete_conversation(manual, session.id, user_id="bob")
+    assert conversations(manual, "bob") == []
+    delete_conversation(manual, session.id, user_id="ana")
+    with pytest.raises(NotFoundError):
+        ChatSession.resume(manual, session.id, llm=None, user_id="ana")
+
+
+def test_the_request_scopes_bound_every_turn(cl: Citeline, tmp_path: Path) -> None:
+    write(tmp_path / "a" / "ward_a.md", "# Ward A\n\nThe infusion pump on ward A is serviced on Mondays.\n")
+    write(tmp_path / "b" / "ward_b.md", "# Ward B\n\nThe infusion pump on ward B is serviced on Fridays.\n")
+    cl.ingest([tmp_path / "a"], IngestOptions(scopes=("ward-a",)))
+    cl.ingest([tmp_path / "b"], IngestOptions(scopes=("ward-b",)))
+    session = ChatSession.start(cl, llm=None)
+    first = complete(ask(session, "When is the infusion pump serviced?", Filters(scopes=("ward-a",))))
+    assert {c.document_name for c in first.citations} == {"ward_a.md"}
+    # The same conversation asked under another scope must not bring ward A's cited passage back.
+    events = ask(session, "And which day is it?", Filters(scopes=("ward-b",)))
+    start = events[0]
+    assert isinstance(start, Start)
+    assert {p.hit.document_name for p in start.passages} == {"ward_b.md"}
+
+
+def test_bad_requests_fail_before_anything_is_stored(manual: Citeline) -> None:
+    with pytest.raises(InvalidRequestError, match="unknown persona 'pirate'"):
+        ChatSession.start(manual, llm=None, persona="pirate")
+    session = ChatSession.start(manual, llm=None)
+    with pytest.raises(InvalidRequestError, match="is empty"):
+        ask(session, "   ")
+    assert session.messages() == []
+
+
+def test_starting_a_conversation_clears_expired_ones(manual: Citeline) -> None:
+    ttl = timedelta(days=manual.settings.conversation_ttl_days)
+    with manual.engine.begin() as conn:
+        long_ago = datetime.now(UTC) - ttl - timedelta(minutes=1)
+        store.create_conversation(conn, user_id="ana", persona="general", ttl=ttl, now=long_ago)
+    session = ChatSession.start(manual, llm=None)
+    with manual.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT id FROM conversations")).scalars().all() == [session.id]
+
+
+@pytest.mark.parametrize("mode", ["llm", "heuristic"])
+def test_the_setting_decides_whether_the_model_rewrites_follow_ups(manual: Citeline, mode: str) -> None:
+    # A real provider whose server is down: answers fall back to extractive, rewrites to the heuristic.
+    settings = manual.settings.model_copy(
+        update={"follow_up_rewrite": mode, "llm_base_url": "http://127.0.0.1:1/v1"}
+    )
+    llm = get_llm("openai:any-model", settings)
+    with Citeline(settings) as cl:
+        try:
+            session = ChatSession.start(cl, llm=llm, options=GenerationOptions(timeout=5))
+            complete(ask(session, "How do I prime the centrifugal pump?"))
+            second = complete(ask(session, "What about its mechanical seal?"))
+        finally:
+            llm.close()
+    assert second.fell_back
+    assert second.provider == "extractive"
+    expected = "What about its mechanical seal? (prime centrifugal pump)"
+    assert session.last_rewrite == Rewrite(expected, "heuristic", fell_back=mode == "llm")
