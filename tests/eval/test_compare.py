@@ -50,7 +50,7 @@ def test_dense_and_keyword_rank_as_their_retrievers_alone(cl: Citeline, beir_fol
 
             # BM25 alone, scored by PostgreSQL (the evaluation itself used the in-memory index).
             bm25 = SqlKeywordIndex().search(
-                conn, cl.analyzer.term_counts(query), where=where, params=params, filtered=False, limit=10
+                conn, cl.analyzer.term_counts(query), where=where, params=params, document_ids=None, limit=10
             )
             assert bm25, f"{qid} shares a word with some document"
             keyword = _ranking(evaluation, "keyword", qid)

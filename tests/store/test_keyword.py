@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from citeline.engine import Citeline
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
+from citeline.retrieve.search import check_models
 from citeline.store.keyword import K1, B, MemoryKeywordIndex, SqlKeywordIndex
 from tests.conftest import write
 
@@ -40,7 +41,9 @@ def _both(
     where, params = filters.sql()
     terms = cl.analyzer.term_counts(query)
     with cl.engine.connect() as conn:
-        args = {"where": where, "params": params, "filtered": not filters.is_empty, "limit": 50}
+        scope = check_models(conn, cl.embedder.model_id, filters)
+        ids = scope.document_ids if scope else None
+        args = {"where": where, "params": params, "document_ids": ids, "limit": 50}
         return SqlKeywordIndex().search(conn, terms, **args), memory.search(conn, terms, **args)
 
 

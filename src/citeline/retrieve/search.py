@@ -77,26 +77,53 @@ class Timings:
     rerank: float = 0.0
 
 
-def check_models(conn: sa.Connection, model: str, filters: Filters) -> None:
-    """Refuse a search whose documents were embedded by another model than the query's."""
+@dataclass(frozen=True)
+class InScope:
+    """What a filtered search may see, read once per search: the active documents of the query's model
+    that pass the filter, how many chunks they hold, and how many the whole corpus holds."""
+
+    document_ids: list[uuid.UUID]
+    chunks: int
+    corpus_chunks: int
+
+
+def check_models(conn: sa.Connection, model: str, filters: Filters) -> InScope | None:
+    """Refuse a search whose documents were embedded by another model than the query's.
+
+    For a filtered search, the same statement also resolves its :class:`InScope`, which the dense and
+    keyword stages then share instead of each reading the documents again.
+    """
     where, params = filters.sql()
-    others = (
-        conn.execute(
+    if filters.is_empty:
+        others = list(
+            conn.execute(
+                sa.text(
+                    "SELECT DISTINCT d.embedding_model FROM documents d "
+                    f"WHERE {where} AND d.embedding_model <> :m"
+                ),
+                {**params, "m": model},
+            ).scalars()
+        )
+        scope = None
+    else:
+        ids, chunks, others, corpus = conn.execute(
             sa.text(
-                "SELECT DISTINCT d.embedding_model FROM documents d "
-                f"WHERE {where} AND d.embedding_model <> :m"
+                "SELECT coalesce(array_agg(d.id) FILTER (WHERE d.embedding_model = :m), '{}'), "
+                "coalesce(sum(d.vector_count) FILTER (WHERE d.embedding_model = :m), 0), "
+                "coalesce(array_agg(DISTINCT d.embedding_model) FILTER (WHERE d.embedding_model <> :m), "
+                "'{}'), (SELECT chunk_count FROM corpus_stats WHERE id = 1) "
+                f"FROM documents d WHERE {where}"
             ),
             {**params, "m": model},
-        )
-        .scalars()
-        .all()
-    )
+        ).one()
+        scope = InScope(list(ids), int(chunks), int(corpus))
     if others:
         raise ModelMismatchError(
             f"the query would be embedded with {model}, but documents in this search were embedded with "
             f"{', '.join(sorted(others))}. Set CITELINE_EMBEDDING_MODEL to that model, or re-ingest the "
             "documents with the current one."
         )
+    return scope
 
 
 def hybrid_search(
@@ -123,7 +150,7 @@ def hybrid_search(
     fusion = request.fusion or settings.fusion
     timings = timings or Timings()
     where, params = request.filters.sql()
-    check_models(conn, model, request.filters)
+    scope = check_models(conn, model, request.filters)
 
     t0 = time.perf_counter()
     dense = dense_search(
@@ -135,7 +162,7 @@ def hybrid_search(
         limit=depth,
         ef_search=settings.hnsw_ef_search,
         exact_below=settings.exact_search_below,
-        filtered=not request.filters.is_empty,
+        scope=(scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None,
     )
     t1 = time.perf_counter()
     keyword = keyword_index.search(
@@ -143,7 +170,7 @@ def hybrid_search(
         analyzer.term_counts(request.query),
         where=where,
         params=params,
-        filtered=not request.filters.is_empty,
+        document_ids=scope.document_ids if scope else None,
         limit=depth,
     )
     t2 = time.perf_counter()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -87,10 +88,14 @@ class KeywordIndex(Protocol):
         *,
         where: str,
         params: dict[str, Any],
-        filtered: bool,
+        document_ids: Sequence[uuid.UUID] | None,
         limit: int,
     ) -> list[tuple[int, float]]:
-        """The ``limit`` best chunks that satisfy ``where``, as ``(chunk_id, score)``, best first."""
+        """The ``limit`` best chunks that satisfy ``where``, as ``(chunk_id, score)``, best first.
+
+        ``document_ids``, for a filtered search, are the documents ``where`` keeps (already resolved
+        by the caller); ``None`` means the search is not filtered.
+        """
         ...
 
 
@@ -107,7 +112,7 @@ class SqlKeywordIndex:
         *,
         where: str,
         params: dict[str, Any],
-        filtered: bool,
+        document_ids: Sequence[uuid.UUID] | None,
         limit: int,
     ) -> list[tuple[int, float]]:
         return keyword_search(conn, terms, where=where, params=params, limit=limit)
@@ -158,16 +163,15 @@ class MemoryKeywordIndex:
         *,
         where: str,
         params: dict[str, Any],
-        filtered: bool,
+        document_ids: Sequence[uuid.UUID] | None,
         limit: int,
     ) -> list[tuple[int, float]]:
         with self._lock:
             self._sync(conn)
             allowed = self._alive
-            if filtered:
-                ids = conn.execute(sa.text(f"SELECT d.id FROM documents d WHERE {where}"), params).scalars()
+            if document_ids is not None:
                 doc_mask = np.zeros(self._next_doc, dtype=bool)
-                doc_mask[[self._docs[i] for i in ids if i in self._docs]] = True
+                doc_mask[[self._docs[i] for i in document_ids if i in self._docs]] = True
                 allowed = self._alive & doc_mask[self._doc_slot]
             return self._score(terms, allowed, limit)
 

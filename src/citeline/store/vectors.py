@@ -8,6 +8,8 @@ compared with vectors of the same space.
 from __future__ import annotations
 
 import hashlib
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -60,26 +62,22 @@ def dense_search(
     limit: int,
     ef_search: int,
     exact_below: int,
-    filtered: bool,
+    scope: tuple[Sequence[uuid.UUID], int, int] | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` nearest active chunks to ``query`` that satisfy ``where``: ``(chunk_id, distance)``.
 
-    When the filter leaves at most ``exact_below`` chunks, they are scanned exactly (cheap, and no
-    approximate index can miss one); otherwise the HNSW index is walked with iterative scanning.
+    ``scope``, for a filtered search, is what the filter leaves: the documents of ``model`` it keeps,
+    their chunk count and the corpus's. When that is at most ``exact_below`` chunks, they are scanned
+    exactly (cheap, and no approximate index can miss one); otherwise the HNSW index is walked with
+    iterative scanning.
     """
     dim = int(query.shape[0])
     cast = f"c.embedding::vector({dim})"
     bind = {**params, "q": to_pgvector(query), "lim": limit, "m": model}
-    in_scope = 0
-    if filtered:
-        doc_ids, in_scope = conn.execute(
-            sa.text(
-                f"SELECT coalesce(array_agg(d.id), '{{}}'), coalesce(sum(d.vector_count), 0) "
-                f"FROM documents d WHERE {where} AND d.embedding_model = :m"
-            ),
-            bind,
-        ).one()
-        if int(in_scope) <= exact_below:
+    in_scope = total = 0
+    if scope is not None:
+        doc_ids, in_scope, total = scope
+        if in_scope <= exact_below:
             if not doc_ids:
                 return []
             # Ordering by the uncast expression keeps the planner off the ANN index: this scan is exact.
@@ -95,9 +93,8 @@ def dense_search(
     # A filter keeping a share p of the chunks needs about limit / p index tuples to fill the limit;
     # pgvector stops at hnsw.max_scan_tuples (20,000 by default), so raise it for narrow filters.
     budget = 20_000
-    if filtered and in_scope:
-        total = conn.execute(sa.text("SELECT chunk_count FROM corpus_stats WHERE id = 1")).scalar_one()
-        budget = min(max(budget, 4 * limit * int(total) // int(in_scope)), 2_000_000)
+    if in_scope:
+        budget = min(max(budget, 4 * limit * total // in_scope), 2_000_000)
     conn.execute(
         sa.text(
             f"{_ITERATIVE}; SET LOCAL hnsw.ef_search = {max(int(ef_search), limit)}; "
