@@ -15,10 +15,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## demo: ingest the user guide (docs/) and search it.
+## demo: ingest the user guide (docs/), search it, and answer a question with the local model.
 demo: install
 	$(BIN)/citeline ingest docs/ --category citeline/guide
 	$(BIN)/citeline search "how do I keep documents of one care journey apart from another?" --top-k 3
+	$(BIN)/citeline ask "how do I keep documents of one care journey apart from another?"
 
 ## test: lint, type-check and run the whole suite against real PostgreSQL and the real model.
 test: install lint typecheck
