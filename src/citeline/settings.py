@@ -88,6 +88,8 @@ class Settings(BaseSettings):
     hnsw_ef_search: Annotated[int, Field(ge=1, le=1000)] = 100
     # Below this many in-filter chunks an exact scan beats walking HNSW (measured ~3.5 us a vector here).
     exact_search_below: Annotated[int, Field(ge=0)] = 2_000
+    # Measured on SciFact (citeline eval, 20 candidates): none 0.730 nDCG@10, prf 0.740, maxsim 0.739 (at
+    # ~1.3 s a search); recall@100 0.961 for all. prf's settings sit on a plateau of 0.735 to 0.740.
     reranker: str = Field(
         default="prf",
         description=(
@@ -97,7 +99,8 @@ class Settings(BaseSettings):
         ),
     )
     rerank_candidates: Annotated[int, Field(ge=1, le=1000)] = Field(
-        default=50, description="How many of the best hybrid hits the reranker and MMR see."
+        default=20,
+        description="How many of the best hybrid hits the reranker and MMR see (prf: 20 beat 10, 30 and 50).",
     )
     mmr_lambda: Annotated[float | None, Field(ge=0, le=1)] = Field(
         default=None,

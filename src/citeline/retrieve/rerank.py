@@ -96,12 +96,12 @@ class RerankerFactory(Protocol):
     def __call__(self, argument: str, *, embedder: Embedder) -> Reranker: ...
 
 
-_PROVIDERS: dict[str, RerankerFactory] = {}
+_PROVIDERS: dict[str, tuple[RerankerFactory, str]] = {}
 
 
-def register_reranker(name: str, factory: RerankerFactory) -> None:
-    """Make specs ``name`` and ``name:<argument>`` resolve to ``factory``."""
-    _PROVIDERS[name] = factory
+def register_reranker(name: str, factory: RerankerFactory, *, usage: str | None = None) -> None:
+    """Make specs ``name`` and ``name:<argument>`` resolve to ``factory``; ``usage`` shows how to write it."""
+    _PROVIDERS[name] = (factory, usage or name)
 
 
 def get_reranker(spec: str, *, embedder: Embedder) -> Reranker | None:
@@ -112,12 +112,10 @@ def get_reranker(spec: str, *, embedder: Embedder) -> Reranker | None:
     name, _, argument = spec.strip().partition(":")
     if name == "none" and not argument:
         return None
-    factory = _PROVIDERS.get(name)
-    if factory is None:
-        raise ConfigError(
-            f"unknown reranker {spec!r}; known: none, "
-            + ", ".join(f"{n}:<folder>" if n == "cross-encoder" else n for n in sorted(_PROVIDERS))
-        )
+    if name not in _PROVIDERS:
+        known = ", ".join(usage for _, (_, usage) in sorted(_PROVIDERS.items()))
+        raise ConfigError(f"unknown reranker {spec!r}; known: none, {known}")
+    factory, _ = _PROVIDERS[name]
     return factory(argument, embedder=embedder)
 
 
@@ -393,7 +391,7 @@ def _no_argument(name: str, build: Callable[[Embedder], Reranker]) -> RerankerFa
 
 register_reranker("prf", _no_argument("prf", lambda _embedder: FeedbackReranker()))
 register_reranker("maxsim", _no_argument("maxsim", lambda embedder: SentenceMaxSimReranker(embedder)))
-register_reranker("cross-encoder", _cross_encoder)
+register_reranker("cross-encoder", _cross_encoder, usage="cross-encoder:<folder>")
 
 
 def _vectors(candidates: Sequence[Candidate]) -> NDArray[np.float64]:
