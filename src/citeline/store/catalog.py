@@ -360,6 +360,13 @@ class ChunkGroup:
     vectors: NDArray[np.float32]
 
 
+#: The chunk columns written by :func:`insert_chunks`, in order, as PostgreSQL types (for binary COPY).
+_CHUNK_COPY_TYPES = (
+    "int8", "uuid", "int4", "int4", "text", "varchar",
+    "int4", "int4", "int4", "text", "vector", "text", "int4",
+)  # fmt: skip
+
+
 def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup]) -> None:
     """Append chunks with their vectors and postings to (still invisible) versions.
 
@@ -379,10 +386,12 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
         )
     ]
     with raw.cursor() as cur:
+        # Binary COPY: vectors go as packed floats instead of being printed and parsed as decimal text.
         with cur.copy(
             "COPY chunks (id, document_id, version, chunk_index, text, text_hash, page, start_offset, "
-            "end_offset, section, embedding, embedding_model, token_count) FROM STDIN"
+            "end_offset, section, embedding, embedding_model, token_count) FROM STDIN (FORMAT BINARY)"
         ) as copy:
+            copy.set_types(_CHUNK_COPY_TYPES)
             at = 0
             for g in groups:
                 doc = g.document
@@ -405,7 +414,9 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
                         )
                     )
                     at += 1
-        with cur.copy("COPY postings (chunk_id, term, tf, dl, document_id) FROM STDIN") as copy:
+        postings = "COPY postings (chunk_id, term, tf, dl, document_id) FROM STDIN (FORMAT BINARY)"
+        with cur.copy(postings) as copy:
+            copy.set_types(("int8", "text", "int4", "int4", "uuid"))
             at = 0
             for g in groups:
                 for row in g.rows:
