@@ -373,3 +373,13 @@ def test_records_split_into_chunks_within_each_record_covering_it(page: Page, si
         if record and len(record) <= chunk_size:
             assert [chunk.text for chunk in inside] == [record]
     assert all(any(s <= c.start and c.end <= e for s, e in page.records) for c in chunks)
+
+
+def test_the_splitter_defaults_are_the_settings_defaults() -> None:
+    from citeline.settings import Settings
+
+    fields = Settings.model_fields
+    assert (
+        fields["chunk_size"].default,
+        fields["chunk_overlap"].default,
+    ) == (DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP)

@@ -22,10 +22,10 @@ from citeline.types import ChunkDraft, Page
 
 __all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "sentence_ends", "split"]
 
-DEFAULT_CHUNK_SIZE = 1000
+DEFAULT_CHUNK_SIZE = 800
 """Characters per chunk unless the caller asks otherwise."""
 
-DEFAULT_CHUNK_OVERLAP = 150
+DEFAULT_CHUNK_OVERLAP = 120
 """Characters each chunk repeats from the end of the one before it, unless the caller asks otherwise."""
 
 _Span = tuple[int, int]
