@@ -2,9 +2,11 @@
 
 Run from the repository root with the project's virtualenv::
 
-    .venv/bin/python -m bench.llm [--models NAME ...] [--threads 1 2] [--repeat 3] [--target 1.5]
+    .venv/bin/python -m bench.llm [--models NAME ...] [--threads 1 2] [--batch-threads N] [--repeat 3]
+        [--target 1.5]
 
-For each packaged model installed (see ``citeline.answer.providers.local.MODELS``) and each thread count,
+For each packaged model installed (see ``citeline.answer.providers.local.MODELS``) and each thread count
+(``--batch-threads`` sets the prompt-reading threads apart from the writing ones),
 the model answers a realistic prompt: a system prompt, five SciFact abstracts of about 200 tokens each as
 numbered evidence, and a SciFact claim as the question (about 1,300 prompt tokens). llama.cpp's own
 timings give prompt processing (tokens/s over the whole prompt) and generation (tokens/s over 64 tokens,
@@ -133,6 +135,7 @@ def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
 def run(
     models: Sequence[str] = tuple(MODELS),
     threads: Sequence[int] = (1, 2),
+    batch_threads: int | None = None,
     repeat: int = 3,
     target_s: float = 1.5,
     data_dir: Path | None = None,
@@ -156,7 +159,9 @@ def run(
             continue
         per_thread: dict[str, Any] = {}
         for count in threads:
-            server = xllamacpp.Server(server_params(path, threads=count, context=context))
+            server = xllamacpp.Server(
+                server_params(path, threads=count, batch_threads=batch_threads, context=context)
+            )
             one_run(server, prompt(1, 50), 4)  # warm-up: first-request allocations
             runs = [one_run(server, realistic, GENERATED) for _ in range(repeat)]
             row: dict[str, Any] = medians(runs)
@@ -220,11 +225,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--batch-threads", type=int, help="threads reading the prompt (default: --threads)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--target", type=float, default=1.5, help="seconds to the first token")
     parser.add_argument("--data-dir", type=Path, default=None, help="where joined models are kept")
     args = parser.parse_args()
-    result = run(args.models, args.threads, args.repeat, args.target, args.data_dir)
+    result = run(args.models, args.threads, args.batch_threads, args.repeat, args.target, args.data_dir)
     print(json.dumps(result, indent=2))
 
 

@@ -1,4 +1,4 @@
-"""``make bench``: embedder throughput, end-to-end ingest throughput, hybrid search latency at 100k chunks.
+"""``make bench``: embedder and ingest throughput, hybrid search latency at 100k chunks, time to first token.
 
 Figures are medians over repeats, and ratios are measured side by side in one run: these machines are
 small (2 cores) and noisy, so absolute numbers move between runs while ratios hold.
@@ -7,6 +7,7 @@ small (2 cores) and noisy, so absolute numbers move between runs while ratios ho
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import random
@@ -21,6 +22,9 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
+from citeline.answer import Complete, Start, Token
+from citeline.answer.llm import GenerationOptions, Message
+from citeline.answer.prompt import approx_tokens
 from citeline.engine import Citeline
 from citeline.eval.metrics import percentile
 from citeline.ingest import IngestOptions, Source
@@ -32,7 +36,8 @@ from citeline.store.catalog import ChunkRow, Labels, VersionSpec
 from citeline.store.vectors import ensure_index, index_name
 from citeline.types import LoadedSource, Page
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
 SCIFACT = SHARED / "eval" / "scifact"
 
 
@@ -226,13 +231,87 @@ def bench_search(settings: Settings, size: int, queries: int, scopes: int) -> di
     return out
 
 
+#: Questions the user guide (docs/*.md) answers, asked by :func:`bench_answer`.
+ANSWER_QUESTIONS = (
+    "How do I keep documents of one care journey apart from another?",
+    "What happens when I ingest a file again without changing it?",
+    "Which file types can citeline ingest?",
+    "How do I use my own PostgreSQL server instead of the embedded one?",
+    "What does citeline do when the documents do not answer the question?",
+)
+
+
+def bench_answer(settings: Settings) -> dict[str, Any]:
+    """Time from the end of retrieval to the first answer token, with the answering model loaded and warm.
+
+    The user guide (docs/*.md) is ingested into a throwaway namespace and each question of
+    ``ANSWER_QUESTIONS`` is asked in a new conversation with the ``llm`` setting's model (by default the
+    packaged local one), read to the end. ``answer_ttft`` is the answer's own first-token time (measured
+    from the start of the answer stage, right after retrieval); ``answer_ttft_cpu`` is this process's CPU
+    time, all threads, from the Start event (sent once the prompt is built) to the first Token: on a
+    shared machine it is the steadier figure. ``answer_evidence_tokens`` is the size of the passages
+    given (characters / 4), which the first-token time grows with. Medians over the questions.
+    """
+    ns = Settings(**{**settings.model_dump(), "namespace": f"bench_answer_{uuid.uuid4().hex[:8]}"})
+    wall: list[float] = []
+    cpu: list[float] = []
+    totals: list[float] = []
+    evidence: list[int] = []
+    fallbacks = 0
+    with Citeline(ns) as cl:
+        cl.ingest(sorted((REPO / "docs").glob("*.md")))
+        cl.search(ANSWER_QUESTIONS[0])  # fills the keyword index
+        llm = cl.llm
+        if llm is not None:  # load the model and make its first-request allocations
+            for _piece in llm.stream([Message("user", "Say yes.")], GenerationOptions(max_tokens=1)):
+                break
+
+        async def ask(question: str) -> tuple[Complete, float, int]:
+            session = cl.chat()
+            cpu_start: float | None = None
+            cpu_first: float | None = None
+            evidence_tokens = 0
+            async for event in session.ask(question):
+                if isinstance(event, Start):
+                    cpu_start = time.process_time()
+                    evidence_tokens = sum(approx_tokens(p.block) for p in event.passages)
+                elif isinstance(event, Token) and cpu_first is None:
+                    cpu_first = time.process_time()
+                elif isinstance(event, Complete):
+                    assert cpu_start is not None and cpu_first is not None, "an answer without a token"
+                    return event, (cpu_first - cpu_start) * 1e3, evidence_tokens
+            raise RuntimeError(f"no answer to {question!r}")
+
+        for question in ANSWER_QUESTIONS:
+            complete, cpu_ms, evidence_tokens = asyncio.run(ask(question))
+            assert complete.timings.first_token is not None
+            wall.append(complete.timings.first_token)
+            cpu.append(cpu_ms)
+            totals.append(complete.timings.total)
+            evidence.append(evidence_tokens)
+            fallbacks += complete.fell_back
+        with cl.engine.begin() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA citeline_{ns.namespace} CASCADE"))
+    return {
+        "answer_llm": ns.llm,
+        "answer_ttft_p50_ms": statistics.median(wall),
+        "answer_ttft_max_ms": max(wall),
+        "answer_ttft_cpu_p50_ms": statistics.median(cpu),
+        "answer_total_p50_ms": statistics.median(totals),
+        "answer_evidence_tokens_p50": statistics.median(evidence),
+        "answer_fallbacks": fallbacks,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--chunks", type=int, default=1000, help="size of the fixed chunk set")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--search-size", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["embed", "ingest", "memory", "search"])
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["embed", "ingest", "memory", "search", "answer"]
+    )
     args = parser.parse_args(argv)
     settings = Settings()
     report: dict[str, Any] = {}
@@ -250,6 +329,8 @@ def main(argv: list[str] | None = None) -> None:
         report.update(bench_memory(settings))
     if "search" not in args.skip:
         report.update(bench_search(settings, args.search_size, args.queries, scopes=9))
+    if "answer" not in args.skip:
+        report.update(bench_answer(settings))
     report["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     width = max(len(k) for k in report)
     for key, value in report.items():

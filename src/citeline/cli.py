@@ -6,11 +6,11 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -33,6 +33,9 @@ from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Fusion, Settings
+
+if TYPE_CHECKING:
+    from citeline.eval.beir import BeirData
 
 app = typer.Typer(
     help="citeline: ingest documents, search them, answer with citations.", no_args_is_help=True
@@ -306,6 +309,8 @@ def _print_sources(complete: Complete) -> None:
     for c in complete.citations:
         where = f"{c.document_name} p.{c.page}" + (f" § {c.section}" if c.section else "")
         flag = "" if c.supported else "  [yellow]not backed by this passage[/yellow]"
+        # Cited by citeline for a sentence the model left uncited (see citeline.answer.attribution).
+        where += " (attributed)" if c.attributed else ""
         console.print(
             f"[bold][{c.number}][/bold] {where}  [dim]v{c.version} chunk {c.chunk_id} "
             f"chars {c.start}-{c.end} support {c.score:.2f}[/dim]{flag}",
@@ -315,7 +320,9 @@ def _print_sources(complete: Complete) -> None:
     for r in complete.removed:
         console.print(f"[yellow]removed citation [{r.number}]: {r.reason}[/yellow]", highlight=False)
     for u in complete.unsupported:
-        console.print(f"[yellow]unsupported: {u.text}[/yellow]", highlight=False, markup=False)
+        console.print(f"unsupported: {u.text}", style="yellow", highlight=False, markup=False)
+    for sentence in complete.uncited:
+        console.print(f"uncited: {sentence}", style="yellow", highlight=False, markup=False)
     note = f"answered by {complete.provider}"
     if complete.fell_back:
         note += f" (fallback: {complete.fallback_reason})"
@@ -486,8 +493,22 @@ def eval_command(
         Path | None, typer.Option(help="Write a self-contained HTML report to this file.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON line of metrics.")] = False,
+    answers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Evaluate answers instead of retrieval: ask the first N claims (qrels order) as questions "
+            "and check their citations.",
+        ),
+    ] = None,
+    llm: Annotated[
+        str | None, typer.Option(help="With --answers: provider:model that answers (CITELINE_LLM).")
+    ] = None,
 ) -> None:
-    """Evaluate retrieval on a BEIR-format folder: nDCG@10, recall@10/100, MRR@10, latency p50/p99."""
+    """Evaluate retrieval on a BEIR-format folder: nDCG@10, recall@10/100, MRR@10, latency p50/p99.
+
+    With --answers, evaluate answers: citations resolved, gold abstract cited, time to first token.
+    """
     from citeline.eval.beir import METRICS, evaluate, load_beir
     from citeline.eval.configs import parse_configs
     from citeline.eval.report import check_writable, write_per_query, write_report
@@ -500,6 +521,10 @@ def eval_command(
     more: dict[str, Any] = {"namespace": (ctx.obj or {}).get("namespace", data.namespace)}
     if fusion is not None:
         more["fusion"] = fusion
+    if answers is not None or llm is not None:
+        given = {"--compare": compare, "--report": report, "--limit": limit}
+        _eval_answers(ctx, data, more, answers, llm, per_query, as_json, given)
+        return
     settings = _settings(ctx, **more)
     # Checked before the store opens, so a mistyped name costs no ingest; no --compare: the settings as set.
     configs = _guard(lambda: parse_configs(compare, settings)) if compare else None
@@ -528,6 +553,49 @@ def eval_command(
     for path, what in ((per_query, "per-query results"), (report, "report")):
         if path is not None:
             err.print(f"{what} written to {path}", markup=False, highlight=False)
+    if as_json:
+        _print_json(summary)
+
+
+def _eval_answers(
+    ctx: typer.Context,
+    data: BeirData,
+    more: dict[str, Any],
+    answers: int | None,
+    llm: str | None,
+    per_query: Path | None,
+    as_json: bool,
+    retrieval_options: Mapping[str, object],
+) -> None:
+    """``eval --answers``: the answer evaluation of :mod:`citeline.eval.answers`."""
+    from citeline.eval.answers import evaluate_answers, summary_table, write_per_claim
+
+    if answers is None:
+        err.print("[red]error:[/red] --llm applies to --answers only")
+        raise typer.Exit(2)
+    conflicting = [name for name, value in retrieval_options.items() if value is not None]
+    if conflicting:
+        err.print(f"[red]error:[/red] --answers cannot be combined with {', '.join(conflicting)}")
+        raise typer.Exit(2)
+    if llm is not None:
+        more = {**more, "llm": llm}
+    with _citeline(ctx, **more) as cl:
+        evaluation = evaluate_answers(cl, data, sample=answers, console=err)
+        if per_query is not None:
+            write_per_claim(evaluation, per_query)
+    summary = evaluation.summary()
+    out = err if as_json else console
+    out.print(
+        f"{summary['dataset']}: {summary['claims']} claims answered by {summary['llm']} "
+        f"(persona {summary['persona']}) in namespace {summary['namespace']}; corpus "
+        f"{summary['corpus_added']} ingested, {summary['corpus_unchanged']} unchanged "
+        f"({summary['ingest_seconds']} s)",
+        markup=False,
+        highlight=False,
+    )
+    out.print(summary_table(summary))
+    if per_query is not None:
+        err.print(f"per-claim results written to {per_query}", markup=False, highlight=False)
     if as_json:
         _print_json(summary)
 

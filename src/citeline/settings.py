@@ -133,9 +133,23 @@ class Settings(BaseSettings):
     llm_max_tokens: Annotated[int, Field(ge=1, le=32_768)] = 512
     llm_timeout: Annotated[float, Field(gt=0)] = 120.0
     llm_threads: Annotated[int, Field(ge=0, le=256, description="0 means all cores.")] = 1
+    llm_batch_threads: Annotated[int, Field(ge=0, le=256)] = Field(
+        default=0,
+        description="Local models: threads that read the prompt (llm_threads write the answer); 0 means "
+        "all cores.",
+    )
+    llm_citation_grammar: bool = Field(
+        default=True,
+        description="Local models: hold the answer to sentences that each end with a citation.",
+    )
     llm_context: Annotated[int, Field(ge=512, le=131_072)] = 4096
     persona: str = Field(default="general", description="System prompt: general, clinical or repair.")
     answer_passages: Annotated[int, Field(ge=1, le=50)] = 5
+    answer_evidence_tokens: Annotated[int, Field(ge=0, le=100_000)] = Field(
+        default=150,
+        description="Tokens of evidence the model reads: each passage's sentences that best match the "
+        "question, within this budget; 0 gives whole passages.",
+    )
     conversation_ttl_days: Annotated[float, Field(gt=0)] = 30.0
     history_chunks: Annotated[int, Field(ge=0, le=50)] = Field(
         default=4,

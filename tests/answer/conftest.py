@@ -75,10 +75,12 @@ class ScriptedLLM:
         self.piece = piece
         self.delay = delay
         self.calls: list[list[Message]] = []
+        self.options: list[GenerationOptions] = []
         self.yielded = 0
 
     def stream(self, messages: Sequence[Message], options: GenerationOptions) -> Iterator[str]:
         self.calls.append(list(messages))
+        self.options.append(options)
         for i in range(0, len(self.reply), self.piece):
             time.sleep(self.delay)
             self.yielded += 1

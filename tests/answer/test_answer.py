@@ -21,7 +21,8 @@ from citeline.answer import (
     answer_stream,
 )
 from citeline.answer.answer import answer
-from citeline.answer.llm import GenerationOptions
+from citeline.answer.llm import AnswerShape, GenerationOptions
+from citeline.answer.prompt import REFUSAL
 from citeline.embed import Embedder
 from citeline.errors import GenerationError, InvalidRequestError
 from citeline.retrieve.search import Hit
@@ -40,6 +41,7 @@ def run(
     evidence: Sequence[Hit] | None = None,
     numbering: CitationNumbering | None = None,
     options: GenerationOptions = OPTIONS,
+    max_evidence_tokens: int | None = None,
 ) -> list[Event]:
     async def collect() -> list[Event]:
         return [
@@ -52,6 +54,7 @@ def run(
                 numbering=CitationNumbering() if numbering is None else numbering,
                 persona="repair",
                 options=options,
+                max_evidence_tokens=max_evidence_tokens,
             )
         ]
 
@@ -111,8 +114,33 @@ def test_the_model_gets_the_persona_and_the_numbered_evidence(embedder: Embedder
 
     [(system, user)] = model.calls
     assert "repair technician" in system.content
-    assert user.content.startswith("Sources:\n\n[1] Pump manual (p. 1)\n")
+    assert user.content.startswith(f"Sources:\n\n[1] Pump manual\n{pump_hits()[0].text}\n\n")
     assert user.content.endswith(f"Question: {QUESTION}")
+    # A model that can hold its reply to cited sentences is told how many passages there are.
+    [options] = model.options
+    assert options.shape == AnswerShape(passages=4, sentences=3, refusal=REFUSAL, not_opening="Source")
+    assert (options.temperature, options.max_tokens, options.timeout) == (0.0, 256, 30.0)
+
+
+def test_with_a_budget_the_model_reads_the_best_sentences_and_citations_resolve_to_whole_chunks(
+    embedder: Embedder,
+) -> None:
+    model = ScriptedLLM("Fill the casing with clean water until it overflows. [1]")
+
+    events = run(model, embedder, max_evidence_tokens=60)
+
+    start = events[0]
+    assert isinstance(start, Start)
+    assert [p.chunk_id for p in start.passages][:2] == [PRIME, DRY]
+    assert all(p.truncated for p in start.passages if len(p.text) > 100)
+    user = model.calls[0][1].content
+    assert "fill the casing with clean water until it overflows" in user
+    assert "residual current device" not in user  # the motor page's best sentence, cut to its share
+    assert start.as_dict()["passages"][0]["shown"] == [
+        [10 + s, 10 + e] for s, e in start.passages[0].shown or ()
+    ]
+    [citation] = completed(events).citations
+    assert (citation.chunk_id, citation.start, citation.end) == (PRIME, 10, 10 + len(pump_hits()[0].text))
 
 
 def test_empty_evidence_is_said_plainly_and_never_reaches_the_model(embedder: Embedder) -> None:
@@ -162,12 +190,15 @@ def test_a_model_failing_midway_is_replaced_and_leaves_no_numbers_behind(embedde
 
 
 def test_a_reply_without_a_valid_citation_falls_back_to_extractive(embedder: Embedder) -> None:
-    for reply in ("Prime the pump by filling it with water.", "Prime the pump [7].", "Sources: [1]"):
+    # Nothing the passages back (or nothing at all) is left once the invalid citations are removed.
+    for reply in ("Aspirin lowers the risk of a heart attack.", "Prime the pump [7].", "Sources: [1]"):
         events = run(ScriptedLLM(reply), embedder)
 
         done = completed(events)
         assert done.fell_back, reply
-        assert done.fallback_reason == "the model's reply cited no given passage"
+        assert done.fallback_reason == (
+            "the model's reply cited no given passage, and no passage backs its sentences"
+        )
         assert done.citations and done.answer.endswith("].")
 
 
@@ -315,9 +346,14 @@ def test_a_failure_after_the_start_is_an_error_event(embedder: Embedder) -> None
 
             raise EmbeddingError("onnx:broken: the model session is gone")
 
-    events = run(ScriptedLLM("Open the vent plug [1]."), BrokenEmbedder())  # type: ignore[arg-type]
+    events = run(ScriptedLLM("Open the vent plug and fill the casing."), BrokenEmbedder())  # type: ignore[arg-type]
 
     assert isinstance(events[0], Start)
     assert isinstance(events[-1], Error)
     assert events[-1].message == "onnx:broken: the model session is gone"
     assert events[-1].as_dict()["http_status"] == 503
+
+    # Focusing the evidence embeds it before anything starts: then the error is all there is.
+    focused = run(ScriptedLLM("x"), BrokenEmbedder(), max_evidence_tokens=60)  # type: ignore[arg-type]
+
+    assert [type(e) for e in focused] == [Error]

@@ -313,3 +313,16 @@ def test_an_uncited_claim_is_reported(embedder: Embedder) -> None:
     checked = verify(reply.text, {numbering.number(p.chunk_id): p for p in passages}, VectorCache(embedder))
 
     assert checked.uncited == ("The seal costs forty euros to replace.",)
+
+
+def test_a_citation_citeline_added_is_marked_attributed(embedder: Embedder) -> None:
+    passages = given_passages()
+    numbering = CitationNumbering()
+    reply = rewrite_citations("Prime the pump before use [1]. Never run it dry [2].", passages, numbering)
+
+    checked = verify(
+        reply.text, {numbering.number(p.chunk_id): p for p in passages}, VectorCache(embedder), attributed={2}
+    )
+
+    assert [(c.number, c.attributed) for c in checked.citations] == [(1, False), (2, True)]
+    assert [c.as_dict()["attributed"] for c in checked.citations] == [False, True]

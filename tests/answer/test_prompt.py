@@ -1,11 +1,11 @@
-"""Prompt assembly: numbered evidence blocks, personas, and the evidence budget."""
+"""Prompt assembly: numbered evidence blocks, personas with a worked example, the passages given."""
 
 from __future__ import annotations
 
 import pytest
 
 from citeline.answer.llm import LLM
-from citeline.answer.prompt import PERSONAS, approx_tokens, build_prompt, select_passages
+from citeline.answer.prompt import PERSONAS, REFUSAL, Passage, approx_tokens, build_prompt, select_passages
 from citeline.errors import InvalidRequestError
 
 from .conftest import PUMP_PAGES, ScriptedLLM, make_hit, pump_hits
@@ -15,51 +15,67 @@ def test_the_scripted_model_implements_the_llm_protocol() -> None:
     assert isinstance(ScriptedLLM("x"), LLM)
 
 
-def test_evidence_is_numbered_blocks_with_title_and_page_then_the_question() -> None:
-    prompt = build_prompt("How do I prime the pump?", pump_hits(), persona="general")
+def test_evidence_is_numbered_blocks_with_title_then_the_question() -> None:
+    prompt = build_prompt("How do I prime the pump?", select_passages(pump_hits()), persona="general")
 
     system, user = prompt.messages
     assert system.role == "system" and user.role == "user"
-    assert user.content.startswith(
-        f"Sources:\n\n[1] Pump manual (p. 1)\n{PUMP_PAGES[0]}\n\n[2] Pump manual (p. 2)\n"
-    )
+    assert user.content.startswith(f"Sources:\n\n[1] Pump manual\n{PUMP_PAGES[0]}\n\n[2] Pump manual\n")
     assert user.content.endswith("\n\nQuestion: How do I prime the pump?")
     assert [(p.number, p.chunk_id) for p in prompt.passages] == [(1, 101), (2, 102), (3, 103), (4, 104)]
     assert prompt.passage(3) is not None and prompt.passage(3).chunk_id == 103  # type: ignore[union-attr]
     assert prompt.passage(0) is None and prompt.passage(5) is None
 
 
+def test_a_focused_passage_shows_its_sentences_on_one_line_with_a_mark_for_each_gap() -> None:
+    text = "Priming\n\nOpen the vent plug.\nFill the casing\nwith water. It weighs 12 kg. Start the motor."
+    hit = make_hit(1, text)
+    vent, fill, start = text.index("Open"), text.index("Fill"), text.index("Start")
+    passage = Passage(number=1, hit=hit, shown=((vent, vent + 19), (fill, fill + 27), (start, len(text))))
+
+    assert passage.truncated
+    assert (
+        passage.block
+        == "[1] Pump manual\nOpen the vent plug. Fill the casing with water. \u2026 Start the motor."
+    )
+    # Whatever the model reads, a citation resolves to the whole chunk.
+    assert (passage.text, passage.start, passage.end) == (text, hit.start, hit.end)
+
+
 def test_the_document_name_stands_in_for_a_missing_title() -> None:
     hit = make_hit(1, "Some text about pumps.")
     untitled = hit.__class__(**{**hit.__dict__, "title": None})
 
-    prompt = build_prompt("pumps?", [untitled], persona="general")
+    prompt = build_prompt("pumps?", select_passages([untitled]), persona="general")
 
-    assert "[1] pump-manual.pdf (p. 1)\n" in prompt.messages[1].content
+    assert "[1] pump-manual.pdf\n" in prompt.messages[1].content
 
 
 def test_a_chunk_retrieved_twice_is_given_once() -> None:
     hits = pump_hits()
 
-    prompt = build_prompt("q", [hits[0], hits[1], hits[0]], persona="general")
+    passages = select_passages([hits[0], hits[1], hits[0]])
 
-    assert [p.chunk_id for p in prompt.passages] == [101, 102]
+    assert [p.chunk_id for p in passages] == [101, 102]
+    assert [p.shown for p in passages] == [None, None]
 
 
 @pytest.mark.parametrize("persona", sorted(PERSONAS))
-def test_every_persona_tells_the_model_to_cite_only_given_numbers_and_admit_gaps(persona: str) -> None:
-    system = build_prompt("q", pump_hits(), persona=persona).messages[0].content
+def test_every_persona_asks_for_cited_sentences_and_the_refusal_and_shows_an_example(persona: str) -> None:
+    system = build_prompt("q", select_passages(pump_hits()), persona=persona).messages[0].content
 
-    assert "[1]" in system
-    assert "use only the numbers shown" in system
-    assert "do not answer the question, say so plainly" in system
-    # Prompt tokens cost time-to-first-token on a small CPU model: the instructions stay short.
-    assert approx_tokens(system) < 110
+    assert "each followed by the number of its source, like [2]; use only the numbers shown" in system
+    assert f"If the sources do not answer it, write: {REFUSAL}" in system
+    # The example answer cites the way a local model's reply is held to: after the full stop.
+    assert system.endswith("Answer: Running without water destroys the seal within seconds. [2]")
+    # The system prompt is the cached prefix of every request: it must not depend on the question.
+    assert system == build_prompt("another question", [], persona=persona).messages[0].content
+    assert approx_tokens(system) < 200
 
 
 def test_personas_differ_where_their_readers_differ() -> None:
     assert "advice" in PERSONAS["clinical"]
-    assert "numbered steps" in PERSONAS["repair"] and "safety warning" in PERSONAS["repair"]
+    assert "step by step" in PERSONAS["repair"] and "safety warning" in PERSONAS["repair"]
     assert "advice" not in PERSONAS["general"]
 
 
@@ -67,54 +83,26 @@ def test_an_unknown_persona_is_refused_with_the_known_ones() -> None:
     with pytest.raises(
         InvalidRequestError, match=r"unknown persona 'lawyer'; known personas: general, clinical, repair"
     ):
-        build_prompt("q", pump_hits(), persona="lawyer")
+        build_prompt("q", select_passages(pump_hits()), persona="lawyer")
 
 
 def test_an_empty_question_is_refused() -> None:
     with pytest.raises(InvalidRequestError, match="question is empty"):
-        build_prompt("  ", pump_hits(), persona="general")
-
-
-def test_the_budget_keeps_the_best_passages_and_truncates_the_last_one_at_a_word() -> None:
-    frost, dry, prime = pump_hits()[2], pump_hits()[1], pump_hits()[0]
-    two_blocks = f"[1] Pump manual (p. 3)\n{frost.text}\n\n[2] Pump manual (p. 2)\n{dry.text}\n\n"
-    budget = approx_tokens(two_blocks) + 40
-
-    passages = select_passages([frost, dry, prime, pump_hits()[3]], max_evidence_tokens=budget)
-
-    assert [p.chunk_id for p in passages] == [103, 102, 101]
-    assert [p.truncated for p in passages] == [False, False, True]
-    last = passages[-1]
-    assert last.text.endswith("\u2026")
-    kept = last.text.removesuffix("\u2026")
-    assert prime.text.startswith(kept) and prime.text[len(kept)] == " "
-    # The span shrinks with the text, so a citation of it points at what the model read.
-    assert (last.start, last.end) == (prime.start, prime.start + len(kept))
-    assert sum(len(p.block) + 2 for p in passages) <= budget * 4
-
-
-def test_a_budget_too_small_for_a_useful_fragment_drops_the_rest() -> None:
-    hits = pump_hits()
-    first = approx_tokens(f"[1] Pump manual (p. 1)\n{PUMP_PAGES[0]}\n\n")
-
-    passages = select_passages(hits, max_evidence_tokens=first + 10)
-
-    assert [p.chunk_id for p in passages] == [101]
-    assert not passages[0].truncated
-
-
-def test_the_best_passage_is_always_given_even_when_it_alone_exceeds_the_budget() -> None:
-    passages = select_passages(pump_hits(), max_evidence_tokens=32)
-
-    assert [p.chunk_id for p in passages] == [101]
-    assert passages[0].truncated
-    assert approx_tokens(passages[0].block) <= 32
-
-
-def test_a_budget_below_the_minimum_is_refused() -> None:
-    with pytest.raises(InvalidRequestError, match="max_evidence_tokens must be at least 32, got 5"):
-        select_passages(pump_hits(), max_evidence_tokens=5)
+        build_prompt("  ", select_passages(pump_hits()), persona="general")
 
 
 def test_no_evidence_gives_no_passages() -> None:
     assert build_prompt("q", [], persona="general").passages == ()
+
+
+def test_a_long_title_is_cut_to_its_first_words_in_the_evidence() -> None:
+    title = "Rare and common variants in multifactorial susceptibility to common diseases in humans"
+    hit = make_hit(1, "Some text about variants.", title=title)
+
+    [passage] = select_passages([hit])
+
+    assert passage.title == "Rare and common variants in multifactorial susceptibility to \u2026"
+    assert passage.block.startswith(
+        "[1] Rare and common variants in multifactorial susceptibility to \u2026\n"
+    )
+    assert passage.hit.title == title  # citations keep the whole title

@@ -15,7 +15,9 @@ import contextlib
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import replace
 
+from citeline.answer.attribution import Attributor
 from citeline.answer.citations import (
     CitationNumbering,
     CitationRewriter,
@@ -24,9 +26,10 @@ from citeline.answer.citations import (
     verify,
 )
 from citeline.answer.events import AnswerTimings, CitationEvent, Complete, Error, Event, Start, Token
+from citeline.answer.evidence import check_evidence_budget, focus_passages
 from citeline.answer.extractive import extractive_answer
-from citeline.answer.llm import LLM, GenerationOptions, Message
-from citeline.answer.prompt import build_prompt
+from citeline.answer.llm import LLM, AnswerShape, GenerationOptions, Message
+from citeline.answer.prompt import EVIDENCE_HEADING, REFUSAL, build_prompt, select_passages
 from citeline.answer.support import VectorCache
 from citeline.embed.base import Embedder
 from citeline.errors import CitelineError, GenerationError
@@ -57,19 +60,37 @@ async def answer_stream(
 
     ``llm`` None means the extractive answerer. ``numbering`` is the conversation's citation numbering;
     it gains numbers for the chunks this answer cites (and only those: a reply that is thrown away
-    leaves it unchanged). ``embedder`` scores citations and extractive sentences.
+    leaves it unchanged). ``embedder`` scores sentences: to focus the evidence, to attribute uncited
+    sentences, to check citations and to pick extractive sentences. ``max_evidence_tokens`` bounds
+    the evidence the model reads (see :mod:`citeline.answer.evidence`); None gives it whole chunks.
 
     Yields :class:`Start`, :class:`Token` pieces, one :class:`CitationEvent` per citation, then
-    :class:`Complete`; or :class:`Error` once started, if something other than the model fails. A bad
-    request (unknown persona, empty question, too small a budget) raises
-    :class:`~citeline.errors.InvalidRequestError` before anything is yielded.
+    :class:`Complete`. When something other than the model fails, an :class:`Error` ends the stream
+    (before :class:`Start` if focusing the evidence failed). A bad request (unknown persona, empty
+    question, too small a budget) raises :class:`~citeline.errors.InvalidRequestError` before anything
+    is yielded.
     """
     began = time.perf_counter()
 
     def elapsed() -> float:
         return (time.perf_counter() - began) * 1e3
 
-    prompt = build_prompt(question, evidence, persona=persona, max_evidence_tokens=max_evidence_tokens)
+    # A bad request fails before anything is yielded: checked before the evidence is focused.
+    build_prompt(question, [], persona=persona)
+    check_evidence_budget(max_evidence_tokens)
+    cache = VectorCache(embedder)
+    try:
+        if llm is None:
+            # The extractive answerer quotes whole chunks and reads no prompt: nothing to focus.
+            passages = select_passages(evidence)
+        else:
+            passages = await asyncio.to_thread(
+                focus_passages, question, evidence, cache, max_tokens=max_evidence_tokens
+            )
+    except CitelineError as exc:
+        yield Error(message=str(exc), exception=exc)
+        return
+    prompt = build_prompt(question, passages, persona=persona)
     prompt_ms = elapsed()
     provider = llm.model_id if llm is not None else EXTRACTIVE
     yield Start(question=question, passages=prompt.passages, provider=provider)
@@ -83,40 +104,57 @@ async def answer_stream(
     first_token: float | None = None
     generation_ms = 0.0
     removed: tuple[RemovedCitation, ...] = ()
+    attributed: frozenset[int] = frozenset()
     failure: str | None = None
     text = ""
     try:
-        cache = VectorCache(embedder)
         if llm is not None:
             working = numbering.copy()
             rewriter = CitationRewriter(prompt.passages, working)
+            attributor = Attributor(prompt.passages, working, cache, never=(REFUSAL,))
             parts: list[str] = []
+            sent = 0  # characters of the reply passed on so far
+            shape = AnswerShape(passages=len(prompt.passages), refusal=REFUSAL, not_opening=EVIDENCE_HEADING)
             try:
                 # Closed on the way out, however it is left, so the worker stops at its next piece.
-                async with contextlib.aclosing(_generate(llm, prompt.messages, options)) as pieces:
+                async with contextlib.aclosing(
+                    _generate(llm, prompt.messages, replace(options, shape=shape))
+                ) as pieces:
                     async for piece in pieces:
                         shown = rewriter.feed(piece)
                         if shown:
-                            first_token = first_token if first_token is not None else elapsed()
+                            # Scoring an uncited sentence embeds it: off the event loop.
+                            shown = await asyncio.to_thread(attributor.feed, shown)
+                        if shown:
                             parts.append(shown)
-                            yield Token(shown)
+                            reply = "".join(parts)
+                            # A refusal is replaced by the extractive answer: not shown while it may be one.
+                            if len(reply) > sent and not _may_be_refusal(reply):
+                                first_token = first_token if first_token is not None else elapsed()
+                                yield Token(reply[sent:])
+                                sent = len(reply)
                 rest = rewriter.finish()
-                if rest:
+                parts.append(await asyncio.to_thread(lambda: attributor.feed(rest) + attributor.finish()))
+                reply = "".join(parts)
+                if len(reply) > sent and reply.strip() != REFUSAL:
                     first_token = first_token if first_token is not None else elapsed()
-                    parts.append(rest)
-                    yield Token(rest)
+                    yield Token(reply[sent:])
+                    sent = len(reply)
             except GenerationError as exc:
                 failure = f"generation failed: {exc}"
             generation_ms = elapsed() - prompt_ms
             removed = tuple(rewriter.removed)
-            if failure is None and not rewriter.cited:
-                failure = "the model's reply cited no given passage"
+            if failure is None and "".join(parts).strip() == REFUSAL:
+                failure = "the model found no answer in the passages"
+            if failure is None and not rewriter.cited and not attributor.attributions:
+                failure = "the model's reply cited no given passage, and no passage backs its sentences"
             if failure is None and not has_cited_statement("".join(parts)):
                 failure = "the model's reply made no statement with a citation"
             if failure is None:
                 text = "".join(parts)
+                attributed = attributor.attributed_numbers
                 # The same chunks in the same order as the working copy: the caller's numbers match.
-                for chunk_id in rewriter.cited:
+                for chunk_id in working.chunk_ids[len(numbering) :]:
                     numbering.number(chunk_id)
         streamed = first_token is not None
         if llm is None or failure is not None:
@@ -127,7 +165,7 @@ async def answer_stream(
                 yield Token(text)
         verify_start = elapsed()
         numbered = {n: p for p in prompt.passages if (n := numbering.get(p.chunk_id)) is not None}
-        checked = await asyncio.to_thread(verify, text, numbered, cache)
+        checked = await asyncio.to_thread(verify, text, numbered, cache, attributed=attributed)
         verify_ms = elapsed() - verify_start
     except CitelineError as exc:
         yield Error(message=str(exc), exception=exc)
@@ -185,6 +223,10 @@ def answer(
         raise CitelineError(f"the answer to {question!r} ended without completing")
 
     return asyncio.run(run())
+
+
+def _may_be_refusal(reply: str) -> bool:
+    return REFUSAL.casefold().startswith(reply.strip().casefold())
 
 
 def _complete(text: str, provider: str, timings: AnswerTimings, *, missing: bool) -> Complete:

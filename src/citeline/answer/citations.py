@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -47,8 +47,8 @@ EXCERPT_CHARS = 300
 
 # Ranges wider than this are taken as their two ends: "[1-2020]" is a year range, not 2,020 citations.
 _MAX_RANGE = 50
-# An uncited sentence with fewer content terms than this is a connective ("In short:"), not a claim.
-_MIN_CLAIM_TERMS = 3
+MIN_CLAIM_TERMS = 3
+"""An uncited sentence with fewer content terms than this is a connective ("In short:"), not a claim."""
 
 # The text a citation group may hold before its closing bracket; anything else means plain text.
 _GROUP_PREFIX = re.compile(r"\[[ \d,;\-\u2013]{0,40}")
@@ -154,7 +154,9 @@ class Citation:
     ``start``/``end`` are the character span of the given passage in its page; ``excerpt`` is the
     passage sentence that best matches the claims citing it, at ``excerpt_start``/``excerpt_end`` in
     the same page. ``score`` is the best support score among those claims; ``supported`` says whether
-    it reaches :data:`~citeline.answer.support.SUPPORT_THRESHOLD`.
+    it reaches :data:`~citeline.answer.support.SUPPORT_THRESHOLD`. ``attributed`` says that citeline,
+    not the model, cited this passage: the model left the sentences citing it uncited, and this
+    passage backs them best (see :mod:`citeline.answer.attribution`).
     """
 
     number: int
@@ -172,6 +174,7 @@ class Citation:
     excerpt_end: int
     score: float
     supported: bool
+    attributed: bool = False
 
     @property
     def download_url(self) -> str:
@@ -195,6 +198,7 @@ class Citation:
             "excerpt_end": self.excerpt_end,
             "score": round(self.score, 4),
             "supported": self.supported,
+            "attributed": self.attributed,
             "download_url": self.download_url,
         }
 
@@ -494,12 +498,19 @@ class Verification:
     uncited: tuple[str, ...]
 
 
-def verify(answer: str, passages: Mapping[int, Passage], cache: VectorCache) -> Verification:
+def verify(
+    answer: str,
+    passages: Mapping[int, Passage],
+    cache: VectorCache,
+    *,
+    attributed: Collection[int] = frozenset(),
+) -> Verification:
     """Score each cited sentence of ``answer`` against the passages it cites and build the citations.
 
-    ``passages`` maps conversation numbers to the passages given this turn. A sentence is unsupported
-    when no passage it cites scores :data:`SUPPORT_THRESHOLD` or more; a sentence with no citation and
-    a few content terms is reported as uncited.
+    ``passages`` maps conversation numbers to the passages given this turn; ``attributed`` holds the
+    numbers that citeline cited and the model did not. A sentence is unsupported when no passage it
+    cites scores :data:`SUPPORT_THRESHOLD` or more; a sentence with no citation and a few content terms
+    is reported as uncited.
     """
     found = claims(answer)
     cited = {n for claim in found for n in claim.numbers if n in passages}
@@ -511,7 +522,7 @@ def verify(answer: str, passages: Mapping[int, Passage], cache: VectorCache) -> 
     for claim in found:
         numbers = [n for n in claim.numbers if n in passages]
         if not numbers:
-            if len(content_terms(claim.text)) >= _MIN_CLAIM_TERMS:
+            if len(content_terms(claim.text)) >= MIN_CLAIM_TERMS:
                 uncited.append(claim.sentence)
             continue
         # Citations with nothing before them ("[1]" as the whole reply) claim nothing: no support.
@@ -527,17 +538,17 @@ def verify(answer: str, passages: Mapping[int, Passage], cache: VectorCache) -> 
             unsupported.append(UnsupportedSentence(text=claim.sentence, numbers=tuple(numbers), score=top))
     order = list(dict.fromkeys(n for claim in found for n in claim.numbers if n in passages))
     return Verification(
-        citations=tuple(_citation(n, passages[n], prepared[n], best[n]) for n in order),
+        citations=tuple(_citation(n, passages[n], prepared[n], best[n], n in attributed) for n in order),
         unsupported=tuple(unsupported),
         uncited=tuple(uncited),
     )
 
 
-def _citation(number: int, passage: Passage, sentences: PassageSentences, result: Support) -> Citation:
+def _citation(
+    number: int, passage: Passage, sentences: PassageSentences, result: Support, attributed: bool
+) -> Citation:
     hit = passage.hit
-    span = sentences.spans[result.best_sentence]
-    limit = passage.end - passage.start
-    start, end = min(span[0], limit), min(span[1], limit)
+    start, end = sentences.spans[result.best_sentence]
     excerpt = normalise(passage.text[start:end])
     if len(excerpt) > EXCERPT_CHARS:
         cut = excerpt.rfind(" ", 0, EXCERPT_CHARS)
@@ -558,4 +569,5 @@ def _citation(number: int, passage: Passage, sentences: PassageSentences, result
         excerpt_end=passage.start + end,
         score=result.score,
         supported=result.score >= SUPPORT_THRESHOLD,
+        attributed=attributed,
     )

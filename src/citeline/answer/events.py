@@ -39,6 +39,10 @@ class Start:
                     "start": p.start,
                     "end": p.end,
                     "truncated": p.truncated,
+                    # What the model read, as page spans: the passage's sentences chosen for the question.
+                    "shown": None
+                    if p.shown is None
+                    else [[p.start + start, p.start + end] for start, end in p.shown],
                 }
                 for p in self.passages
             ],

@@ -3,9 +3,10 @@
 Every sentence of every given passage is scored against the question with the support score of
 :mod:`citeline.answer.support` (embedding similarity plus the share of the question's content terms
 the sentence holds). A sentence also inherits a decayed share of the score of the sentence before it
-in its paragraph (:data:`CONTEXT_DECAY`): manuals and papers name a topic, then explain it in sentences
-that share none of the question's words ("Before first use, prime the pump. Open the vent plug and
-fill the casing..."), and those are the answer.
+in its paragraph (:data:`~citeline.answer.support.CONTEXT_DECAY`, see
+:func:`~citeline.answer.support.question_scores`): manuals and papers name a topic, then explain it
+in sentences that share none of the question's words ("Before first use, prime the pump. Open the
+vent plug and fill the casing..."), and those are the answer.
 
 The best few sentences are kept, leaving out near-duplicates (chunks overlap, so the same sentence
 often comes twice) and sentences scoring well below the best one. They are quoted as written, in the
@@ -26,13 +27,7 @@ import numpy as np
 
 from citeline.answer.citations import CitationNumbering
 from citeline.answer.prompt import Passage
-from citeline.answer.support import (
-    PassageSentences,
-    VectorCache,
-    combine,
-    content_terms,
-    lexical_overlap,
-)
+from citeline.answer.support import PassageSentences, VectorCache, content_terms, question_scores
 
 MAX_SENTENCES = 3
 """Sentences in an extractive answer, at most."""
@@ -40,14 +35,10 @@ MAX_SENTENCES = 3
 RELATIVE_FLOOR = 0.7
 """A sentence scoring below this share of the best sentence's score is left out."""
 
-CONTEXT_DECAY = 0.8
-"""The share of the previous sentence's score (in the same paragraph) that a sentence inherits."""
-
 DUPLICATE_SIMILARITY = 0.9
 """Two sentences whose embeddings are at least this similar say the same thing: only the first is kept."""
 
 _CLOSING = re.compile(r"[.!?][\"'\u201d\u2019)]*$")
-_BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
 # Sentences with fewer content terms are headings or fragments ("Priming", "See below").
 _MIN_TERMS = 3
 
@@ -108,23 +99,12 @@ def extractive_answer(
 def _scored(question: str, passages: Sequence[Passage], cache: VectorCache) -> list[_Sentence]:
     """Every quotable sentence with its score, context included."""
     split = [(p, PassageSentences.of(p.text)) for p in passages]
-    texts = [s for _, sentences in split for s in sentences.sentences]
-    vectors = cache.matrix([question, *texts])
-    similarity = iter((vectors[1:] @ vectors[0]).tolist())
-    question_terms = content_terms(question)
+    scores = question_scores(question, [sentences for _, sentences in split], cache)
     out: list[_Sentence] = []
-    for passage, sentences in split:
-        previous = 0.0
-        for i, (text, (start, _)) in enumerate(zip(sentences.sentences, sentences.spans, strict=True)):
-            own = combine(next(similarity), lexical_overlap(question_terms, content_terms(text)))
-            after_heading = i and sentences.sentences[i - 1].startswith("#")
-            if i and not after_heading and _BLANK_LINE.search(passage.text, sentences.spans[i - 1][1], start):
-                previous = 0.0
-            score = max(own, CONTEXT_DECAY * previous)
-            previous = score
-            quoted = text.removesuffix("\u2026").rstrip()
-            if _quotable(quoted):
-                out.append(_Sentence(passage=passage, position=i, text=quoted, score=score))
+    for (passage, sentences), passage_scores in zip(split, scores, strict=True):
+        for i, (text, score) in enumerate(zip(sentences.sentences, passage_scores, strict=True)):
+            if _quotable(text):
+                out.append(_Sentence(passage=passage, position=i, text=text, score=score))
     if not out:
         # Passages of headings and fragments only: quote them rather than say nothing.
         out = [

@@ -26,12 +26,29 @@ class Message:
 
 
 @dataclass(frozen=True)
+class AnswerShape:
+    """The form a cited answer takes, for providers that can hold their output to it (local models).
+
+    One to ``sentences`` sentences, each ending with a full stop followed by the number of a given
+    passage in brackets (``... within seconds. [2]``, numbers 1 to ``passages``), separated by spaces,
+    and not opening with ``not_opening``; or exactly ``refusal``. Providers that cannot constrain their
+    output ignore it.
+    """
+
+    passages: int
+    sentences: int = 3
+    refusal: str = ""
+    not_opening: str = ""
+
+
+@dataclass(frozen=True)
 class GenerationOptions:
-    """Per-call generation knobs; defaults come from the settings."""
+    """Per-call generation knobs; defaults come from the settings. ``shape``: see :class:`AnswerShape`."""
 
     temperature: float = 0.0
     max_tokens: int = 512
     timeout: float = 120.0
+    shape: AnswerShape | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GenerationOptions:

@@ -1,12 +1,15 @@
 """Prompt assembly: numbered evidence blocks and a system prompt per persona.
 
-Each retrieved passage given to the model gets a per-turn number ``[n]`` that stands for its chunk id
-(the stable source id); the citation stage maps those numbers back to chunks and on to the
-conversation's own numbering. Prompts are kept short on purpose: the default model is a 0.5B one on
-two CPU cores, where every prompt token adds to the time before the first answer token.
+Each passage given to the model gets a per-turn number ``[n]`` that stands for its chunk id (the stable
+source id); the citation stage maps those numbers back to chunks and on to the conversation's own
+numbering. The evidence is laid out as blocks, ``[n] <title>`` then the sentences shown (see
+:mod:`citeline.answer.evidence`), then the question.
 
-The system prompt depends only on the persona and the evidence goes in the user message, so the
-system prefix is the same across requests and a server with a prompt cache can reuse it.
+Prompts are kept short on purpose: the default model is a 0.5B one on two CPU cores, where every prompt
+token adds to the time before the first answer token. The system prompt depends only on the persona and
+the evidence goes in the user message, so the system prefix is the same across requests and the model's
+prompt cache reuses it. That is why it can afford a worked example, which is what makes a 0.5B model
+cite: on 20 SciFact claims its own citations survived in 0 to 1 answers without one, 17 to 18 with it.
 """
 
 from __future__ import annotations
@@ -16,35 +19,53 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from citeline.answer.llm import Message
+from citeline.answer.support import Span, normalise, sentence_spans
 from citeline.errors import InvalidRequestError
 from citeline.retrieve.search import Hit
 
-CHARS_PER_TOKEN = 4
-"""The rough size of a token in English text, used to budget evidence without running a tokenizer."""
+CHARS_PER_TOKEN = 4.6
+"""Characters per token of the default model's tokenizer (Qwen2.5), measured on 300 SciFact chunks
+(sentences alone: 4.58); evidence is budgeted with it, without running a tokenizer."""
 
 MIN_EVIDENCE_TOKENS = 32
-"""The smallest evidence budget accepted: room for one header and a sentence or two."""
+"""The smallest evidence budget accepted: room for one header and a sentence."""
 
-# A truncated passage shorter than this is dropped rather than given: a fragment invites misreading.
-_MIN_TRUNCATED_CHARS = 120
+TITLE_WORDS = 8
+"""A longer title is cut to this many words in the evidence: scientific titles run to 20 words, and
+every passage's header counts against the evidence budget."""
+
+REFUSAL = "The sources do not answer the question."
+"""What the model is told to reply, exactly, when the evidence does not answer the question."""
+
+EVIDENCE_HEADING = "Source"
+"""The word the evidence opens with ("Sources:"); small models echo it, then list the sources back."""
+
 _ELLIPSIS = "\u2026"
 
 _RULES = (
-    "Answer only from the numbered sources. After each claim, cite its source number in brackets, "
-    "like [1] or [1][3]; use only the numbers shown. If the sources do not answer the question, say so "
-    "plainly. Do not list the sources at the end."
+    "Answer with 1 to 3 sentences taken from the numbered sources, each followed by the number of its "
+    f"source, like [2]; use only the numbers shown. If the sources do not answer it, write: {REFUSAL}"
+)
+
+# One worked example, laid out as the real evidence is. The citation follows the full stop, the form
+# a local model's output is held to (see citeline.answer.llm.AnswerShape).
+_EXAMPLE = (
+    "Example:\nSources:\n\n[1] Pump manual\nThe motor is rated 230 V.\n\n[2] Pump manual\n"
+    "Never run the pump dry. Running without water destroys the seal within seconds.\n\n"
+    "Question: What happens if the pump runs dry?\n"
+    "Answer: Running without water destroys the seal within seconds. [2]"
 )
 
 PERSONAS: Mapping[str, str] = {
-    "general": f"You answer questions from documents. {_RULES} Be brief.",
+    "general": f"You answer questions from documents. {_RULES}\n\n{_EXAMPLE}",
     "clinical": (
         f"You summarise clinical evidence for health professionals. {_RULES} Report what the studies "
         "found and their limits, cautiously. Give no advice, diagnosis or dosing beyond what the sources "
-        "state."
+        f"state.\n\n{_EXAMPLE}"
     ),
     "repair": (
-        f"You assist a repair technician, answering from device manuals. {_RULES} Give procedures as "
-        "numbered steps, and put any safety warning from the sources first."
+        f"You assist a repair technician, answering from device manuals. {_RULES} Give procedures step "
+        f"by step, in order, and put any safety warning from the sources first.\n\n{_EXAMPLE}"
     ),
 }
 """The system prompt of each persona, by name."""
@@ -62,34 +83,69 @@ def system_prompt(persona: str) -> str:
 
 @dataclass(frozen=True)
 class Passage:
-    """One passage as given to the model: its per-turn number, its hit, and the text actually shown.
+    """One passage as given to the model: its per-turn number, its hit, and the part of it shown.
 
-    ``start`` and ``end`` are the character span of ``text`` in its page: the hit's own span, or a
-    shorter one when the evidence budget truncated the passage.
+    A citation of the passage resolves to the whole chunk: ``text`` is the chunk's text and
+    ``start``/``end`` its character span in its page. ``shown`` lists the spans of ``text`` (its
+    sentences, in page order) that the model was given when the evidence was focused on the question;
+    None means the model read the whole chunk.
     """
 
     number: int
     hit: Hit
-    text: str
-    start: int
-    end: int
+    shown: tuple[Span, ...] | None = None
 
     @property
     def chunk_id(self) -> int:
         return self.hit.chunk_id
 
     @property
-    def truncated(self) -> bool:
-        return self.end - self.start < self.hit.end - self.hit.start
+    def text(self) -> str:
+        return self.hit.text
 
     @property
-    def header(self) -> str:
-        return f"[{self.number}] {self.hit.title or self.hit.document_name} (p. {self.hit.page})"
+    def start(self) -> int:
+        return self.hit.start
+
+    @property
+    def end(self) -> int:
+        return self.hit.end
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the model was given only some sentences of the chunk."""
+        return self.shown is not None
+
+    @property
+    def title(self) -> str:
+        """The title the model reads: the hit's title (or document name), cut to its first words."""
+        words = (self.hit.title or self.hit.document_name).split()
+        return " ".join(words[:TITLE_WORDS]) + (f" {_ELLIPSIS}" if len(words) > TITLE_WORDS else "")
+
+    @property
+    def shown_text(self) -> str:
+        """What the model reads of the chunk: all of it, or the sentences shown on one line, with `` … ``
+        where sentences were left out."""
+        if self.shown is None:
+            return self.text.strip()
+        ends = {end for _, end in sentence_spans(self.text)}
+        runs: list[str] = []
+        previous_end: int | None = None
+        for start, end in self.shown:
+            gap = "" if previous_end is None else self.text[previous_end:start]
+            if runs and not gap.strip():
+                runs[-1] += gap + self.text[start:end]
+            else:
+                runs.append(self.text[start:end])
+            # A sentence cut short to fit the budget ends with the mark too.
+            runs[-1] += "" if end in ends else _ELLIPSIS
+            previous_end = end
+        return f" {_ELLIPSIS} ".join(normalise(run) for run in runs)
 
     @property
     def block(self) -> str:
-        """The evidence block: ``[n] <title> (p. <page>)`` then the text."""
-        return f"{self.header}\n{self.text}"
+        """The evidence block: ``[n] <title>``, then the text shown on one line."""
+        return f"[{self.number}] {self.title}\n{self.shown_text}"
 
 
 @dataclass(frozen=True)
@@ -110,68 +166,37 @@ class Prompt:
 
 
 def approx_tokens(text: str) -> int:
-    """Tokens in ``text``, estimated as characters / 4."""
+    """Tokens in ``text``, estimated as characters / :data:`CHARS_PER_TOKEN`."""
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
-def select_passages(evidence: Sequence[Hit], max_evidence_tokens: int | None = None) -> list[Passage]:
-    """Number the evidence, best first, and trim it to the budget.
-
-    Repeated chunks are given once. With a budget (in approximate tokens over the evidence blocks),
-    passages are kept in order while they fit; the first that does not fit is truncated at a word
-    boundary (or dropped when too little of it would remain) and the rest are left out. The first
-    passage is always given, truncated if need be.
-    """
-    if max_evidence_tokens is not None and max_evidence_tokens < MIN_EVIDENCE_TOKENS:
-        raise InvalidRequestError(
-            f"max_evidence_tokens must be at least {MIN_EVIDENCE_TOKENS}, got {max_evidence_tokens}"
-        )
-    budget = math.inf if max_evidence_tokens is None else max_evidence_tokens * CHARS_PER_TOKEN
+def select_passages(evidence: Sequence[Hit]) -> list[Passage]:
+    """Number the evidence, best first, each chunk whole; a chunk retrieved twice is given once."""
     passages: list[Passage] = []
     seen: set[int] = set()
     for hit in evidence:
-        if hit.chunk_id in seen:
-            continue
-        seen.add(hit.chunk_id)
-        passage = Passage(number=len(passages) + 1, hit=hit, text=hit.text, start=hit.start, end=hit.end)
-        # Blocks are separated by a blank line.
-        cost = len(passage.block) + 2
-        if cost <= budget:
-            passages.append(passage)
-            budget -= cost
-            continue
-        room = int(budget) - len(passage.header) - 3 - len(_ELLIPSIS)
-        if room >= _MIN_TRUNCATED_CHARS or (not passages and room > 0):
-            passages.append(_truncate(passage, room))
-        break
+        if hit.chunk_id not in seen:
+            seen.add(hit.chunk_id)
+            passages.append(Passage(number=len(passages) + 1, hit=hit))
     return passages
 
 
-def _truncate(passage: Passage, room: int) -> Passage:
-    text = passage.text[:room]
-    cut = text.rfind(" ")
-    if cut > room // 2:
-        text = text[:cut]
-    text = text.rstrip()
-    return Passage(
-        number=passage.number,
-        hit=passage.hit,
-        text=text + _ELLIPSIS,
-        start=passage.start,
-        end=passage.start + len(text),
-    )
+def evidence_text(passages: Sequence[Passage]) -> str:
+    """The evidence as the prompt lays it out: one block per passage."""
+    return "\n\n".join(p.block for p in passages)
 
 
-def build_prompt(
-    question: str, evidence: Sequence[Hit], *, persona: str, max_evidence_tokens: int | None = None
-) -> Prompt:
-    """The system and user messages answering ``question`` from ``evidence`` (best first)."""
+def evidence_chars(passages: Sequence[Passage]) -> int:
+    """The length of :func:`evidence_text`, which the evidence budget counts."""
+    return len(evidence_text(passages))
+
+
+def build_prompt(question: str, passages: Sequence[Passage], *, persona: str) -> Prompt:
+    """The system and user messages answering ``question`` from ``passages`` (numbered, best first)."""
     system = system_prompt(persona)
     if not question.strip():
         raise InvalidRequestError("the question is empty")
-    passages = select_passages(evidence, max_evidence_tokens)
-    sources = "\n\n".join(p.block for p in passages)
-    user = f"Sources:\n\n{sources}\n\nQuestion: {question.strip()}"
+    user = f"{EVIDENCE_HEADING}s:\n\n{evidence_text(passages)}\n\nQuestion: {question.strip()}"
     return Prompt(
         persona=persona,
         messages=(Message("system", system), Message("user", user)),

@@ -44,10 +44,15 @@ SEMANTIC_WEIGHT = 0.8
 SUPPORT_THRESHOLD = 0.44
 """A cited sentence scoring below this against every passage it cites is flagged as unsupported."""
 
+CONTEXT_DECAY = 0.8
+"""The share of the previous sentence's score (in the same paragraph) that a sentence inherits when
+sentences are scored against a question (:func:`question_scores`)."""
+
 _ANALYZER = Analyzer()
 # A line that starts a list item or a heading begins a new sentence even without a full stop before it.
 _ITEM_START = re.compile(r"[^\S\n]*(?:[#>*\u2022\u2013-]|\d{1,3}[.)][^\S\n])")
 _SPACES = re.compile(r"\s+")
+_BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
 # Headings in manuals and PDFs end their line without punctuation and are short.
 _HEADING_MAX_WORDS = 6
 
@@ -174,3 +179,32 @@ def support(claim: str, passage: PassageSentences, cache: VectorCache) -> Suppor
     semantic = float(similarities[best])
     lexical = lexical_overlap(content_terms(claim), passage.terms)
     return Support(score=combine(semantic, lexical), semantic=semantic, lexical=lexical, best_sentence=best)
+
+
+def question_scores(
+    question: str, passages: Sequence[PassageSentences], cache: VectorCache
+) -> list[list[float]]:
+    """How well each sentence of each passage answers ``question``, in context.
+
+    A sentence scores the support score of the question against it, or a decayed share
+    (:data:`CONTEXT_DECAY`) of the score of the sentence before it in its paragraph, whichever is
+    higher: manuals and papers name a topic, then explain it in sentences that share none of the
+    question's words ("Before first use, prime the pump. Open the vent plug and fill the casing...").
+    A markdown heading passes its score on across the blank line after it.
+    """
+    vectors = cache.matrix([question, *(t for p in passages for t in p.sentences)])
+    similarity = iter((vectors[1:] @ vectors[0]).tolist())
+    terms = content_terms(question)
+    out: list[list[float]] = []
+    for passage in passages:
+        scores: list[float] = []
+        previous = 0.0
+        for i, (text, (start, _)) in enumerate(zip(passage.sentences, passage.spans, strict=True)):
+            own = combine(next(similarity), lexical_overlap(terms, content_terms(text)))
+            after_heading = i and passage.sentences[i - 1].startswith("#")
+            if i and not after_heading and _BLANK_LINE.search(passage.text, passage.spans[i - 1][1], start):
+                previous = 0.0
+            previous = max(own, CONTEXT_DECAY * previous)
+            scores.append(previous)
+        out.append(scores)
+    return out

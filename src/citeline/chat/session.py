@@ -137,6 +137,7 @@ class ChatSession:
             numbering=numbering,
             persona=self.conversation.persona,
             options=self.options,
+            max_evidence_tokens=self.cl.settings.answer_evidence_tokens or None,
         ):
             if isinstance(event, Complete):
                 cited = _cited_in_number_order(event, numbering, numbered_before)

@@ -7,8 +7,17 @@ into ``<data_dir>/models/<name>.gguf`` (under a file lock, written to a temporar
 the joined file is checked against a pinned sha256 before every load, so another release cannot slip
 in under the same name. ``docs/answers.md`` records where each model comes from.
 
-Answers repeat: llama.cpp's prompt cache is off (a reused prefix can change the arithmetic and so the
-greedy choice), and sampling has a fixed seed. The chat template is the one stored in the GGUF.
+Answers repeat: sampling has a fixed seed, and the prompt cache, which spares each request the system
+prompt (about 130 of the answer prompt's 300 tokens), is primed so that it always ends right after the
+system prompt (see :meth:`LocalLLM._prime`): a cache ending anywhere else can change a reply. The chat
+template is the one stored in the GGUF.
+
+Prompt reading and writing use separate thread counts (``llm_batch_threads``, ``llm_threads``): reading
+a prompt is one large matrix product per layer that two threads split well, while writing token by
+token makes threads wait on one another, which costs dearly when the cores are busy with other work.
+
+With :class:`~citeline.answer.llm.AnswerShape` in the options (and ``llm_citation_grammar`` on), the
+reply is held to cited sentences by a llama.cpp grammar (:func:`citation_grammar`).
 
 xllamacpp runs llama.cpp's server engine in the process. It always opens its HTTP listener too; here
 that listener is bound to loopback on a random port and guarded by a random key no one is given, so
@@ -21,6 +30,7 @@ import hashlib
 import importlib.metadata
 import os
 import queue
+import re
 import secrets
 import shutil
 import tempfile
@@ -33,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
-from citeline.answer.llm import GenerationOptions, Message
+from citeline.answer.llm import AnswerShape, GenerationOptions, Message
 from citeline.errors import ConfigError, GenerationError
 from citeline.settings import Settings
 
@@ -250,15 +260,29 @@ def _user_model_path(spec: str, raw: str) -> Path:
     return path
 
 
-def threads_for(settings: Settings) -> int:
-    """The number of CPU threads a local model uses: ``llm_threads``, where 0 means every usable core."""
-    if settings.llm_threads > 0:
-        return settings.llm_threads
+def _cores(count: int) -> int:
+    if count > 0:
+        return count
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def server_params(path: Path, *, threads: int, context: int) -> xllamacpp.CommonParams:
-    """llama.cpp's settings for one in-process model: one request at a time, no prompt cache, quiet."""
+def threads_for(settings: Settings) -> int:
+    """CPU threads a local model writes with: ``llm_threads``, where 0 means every usable core."""
+    return _cores(settings.llm_threads)
+
+
+def batch_threads_for(settings: Settings) -> int:
+    """CPU threads a local model reads its prompt with: ``llm_batch_threads``, 0 meaning every usable core."""
+    return _cores(settings.llm_batch_threads)
+
+
+def server_params(
+    path: Path, *, threads: int, context: int, batch_threads: int | None = None
+) -> xllamacpp.CommonParams:
+    """llama.cpp's settings for one in-process model: one request at a time, a prompt cache, quiet.
+
+    ``batch_threads`` (prompt reading) defaults to ``threads`` (writing).
+    """
     import xllamacpp
 
     params = xllamacpp.CommonParams()
@@ -266,8 +290,8 @@ def server_params(path: Path, *, threads: int, context: int) -> xllamacpp.Common
     params.n_ctx = context
     params.n_parallel = 1
     params.cpuparams.n_threads = threads
-    params.cpuparams_batch.n_threads = threads
-    params.cache_prompt = False
+    params.cpuparams_batch.n_threads = batch_threads or threads
+    params.cache_prompt = True
     params.cache_ram_mib = 0
     params.sampling.seed = SEED
     params.offline = True
@@ -281,6 +305,48 @@ def server_params(path: Path, *, threads: int, context: int) -> xllamacpp.Common
     params.n_threads_http = 1
     params.api_keys = [secrets.token_urlsafe(32)]
     return params
+
+
+# What no sentence may hold (but a decimal point): sentence ends, brackets, line breaks, CJK characters.
+_EXCLUDED = r".!?\[\]\r\n\u3000-\u9fff\uff00-\uffef"
+
+
+def citation_grammar(shape: AnswerShape) -> str:
+    """A llama.cpp grammar (GBNF) that holds a reply to ``shape``.
+
+    Within a sentence there is no full stop (but in decimals), question or exclamation mark, bracket or
+    line break: where the model would end a sentence, it has to cite. A 0.5B model rarely writes a
+    citation of its own accord, but given the choice of number after its full stop it mostly picks the
+    passage it drew on. CJK characters are left out too: the small Qwen models drift into Chinese when
+    a sentence is kept from ending. The reply may not open with ``shape.not_opening`` (the word that
+    heads the evidence, which small models echo before listing the sources back).
+    """
+    if shape.passages < 1:
+        raise ValueError(f"an answer shape needs at least one passage to cite, got {shape.passages}")
+    numbers = " | ".join(f'"{n}"' for n in range(1, shape.passages + 1))
+    refusal = shape.refusal.replace("\\", "\\\\").replace('"', '\\"')
+    return "\n".join(
+        [
+            f'root ::= opening body "." cite (" " sentence){{0,{shape.sentences - 1}}}'
+            + (f' | "{refusal}"' if refusal else ""),
+            'sentence ::= first body "." cite',
+            'cite ::= " [" number "]"',
+            f"opening ::= {_not_opening(shape.not_opening)}",
+            rf"first ::= [^ \t#*{_EXCLUDED}]",
+            rf'body ::= ([^{_EXCLUDED}] | [0-9] "." [0-9])*',
+            f"number ::= {numbers}",
+        ]
+    )
+
+
+def _not_opening(word: str) -> str:
+    """A GBNF expression for a sentence start that is not ``word``: its first letters, then another."""
+    if not word:
+        return "first"
+    alternatives = [rf"[^ \t#*{re.escape(word[0])}{_EXCLUDED}]"]
+    for i in range(1, len(word)):
+        alternatives.append(f'"{word[:i]}" [^{re.escape(word[i])}{_EXCLUDED}]')
+    return " | ".join(f"({a})" for a in alternatives)
 
 
 _DONE = object()
@@ -302,6 +368,8 @@ class LocalLLM:
         self.model_id = f"local:{model}"
         self._data_dir = settings.data_dir
         self._threads = threads_for(settings)
+        self._batch_threads = batch_threads_for(settings)
+        self._grammar = settings.llm_citation_grammar
         self._context = settings.llm_context
         self._packaged = MODELS.get(model)
         self._user_path: Path | None = None
@@ -316,6 +384,9 @@ class LocalLLM:
                     _locate(self._packaged, piece)
         self._server: xllamacpp.Server | None = None
         self._lock = threading.Lock()
+        # One request at a time, with the priming of the prompt cache that goes with it.
+        self._serving = threading.Lock()
+        self._primed: str | None = None
 
     def load(self) -> None:
         """Load the model now rather than on the first request (say, when a server starts)."""
@@ -343,7 +414,9 @@ class LocalLLM:
         else:
             assert self._user_path is not None
             path = self._user_path
-        params = server_params(path, threads=self._threads, context=self._context)
+        params = server_params(
+            path, threads=self._threads, batch_threads=self._batch_threads, context=self._context
+        )
         try:
             return xllamacpp.Server(params)
         except Exception as exc:
@@ -365,8 +438,10 @@ class LocalLLM:
             "max_tokens": options.max_tokens,
             "temperature": options.temperature,
             "seed": SEED,
-            "cache_prompt": False,
+            "cache_prompt": True,
         }
+        if options.shape is not None and self._grammar:
+            request["grammar"] = citation_grammar(options.shape)
         pieces: queue.SimpleQueue[object] = queue.SimpleQueue()
         cancelled = threading.Event()
 
@@ -374,13 +449,25 @@ class LocalLLM:
             pieces.put(chunk)
             return cancelled.is_set()  # True tells llama.cpp to stop generating
 
+        system = messages[0].content if messages and messages[0].role == "system" else None
+        if system is None:
+            request["cache_prompt"] = False
+
         def run() -> None:
-            try:
-                server.handle_chat_completions(request, on_chunk)
-            except BaseException as exc:
-                pieces.put(exc)
-            finally:
-                pieces.put(_DONE)
+            with self._serving:
+                try:
+                    if system is not None and self._primed != system:
+                        self._prime(server, system, fresh=True)
+                    server.handle_chat_completions(request, on_chunk)
+                except BaseException as exc:
+                    pieces.put(exc)
+                finally:
+                    pieces.put(_DONE)
+                if system is not None and self._primed == system:
+                    try:
+                        self._prime(server, system, fresh=False)
+                    except Exception:
+                        self._primed = None  # the next request primes from scratch
 
         deadline = time.monotonic() + options.timeout
         # Not a daemon: at interpreter exit Python would kill a daemon thread inside llama.cpp's C++
@@ -404,6 +491,29 @@ class LocalLLM:
         finally:
             # Stops a reply the caller abandoned (or that timed out) at its next token.
             cancelled.set()
+
+    def _prime(self, server: xllamacpp.Server, system: str, *, fresh: bool) -> None:
+        """Leave llama.cpp's cache holding ``system`` and nothing of the last request.
+
+        A reply depends (slightly, through the arithmetic, and sometimes in its words) on where the
+        cached part of its prompt ends. Primed before every request, the cache always ends right after
+        the system prompt, so a prompt always gets the same reply. ``fresh`` computes the system prompt
+        from its first token (when it changed); otherwise the cached copy is kept and only the end of
+        the last request is dropped, which costs a few tokens.
+        """
+        self._primed = None
+        done = server.handle_chat_completions(
+            {
+                "messages": [{"role": "system", "content": system}],
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "seed": SEED,
+                "cache_prompt": not fresh,
+            }
+        )
+        if isinstance(done, dict) and "error" in done:
+            raise GenerationError(f"{self.model_id}: priming the prompt cache failed: {done['error']}")
+        self._primed = system
 
     def _texts(self, chunk: dict[str, Any]) -> Iterator[str]:
         error = chunk.get("error")

@@ -1,0 +1,203 @@
+"""Post-hoc attribution: a sentence the model left uncited gets the citation of the passage that backs it.
+
+Small models often write a sound sentence and forget its ``[n]``, or copy a sentence from one passage and
+cite another. :class:`Attributor` reads the reply as it streams (after
+:class:`~citeline.answer.citations.CitationRewriter`, so numbers are already the conversation's). When
+a sentence that makes a claim (a few content terms) ends without a citation, or with citations none of
+which backs it, it scores the sentence against every passage given this turn with the support score of
+:mod:`citeline.answer.support`; if the best passage reaches
+:data:`~citeline.answer.support.SUPPORT_THRESHOLD`, its number is added to the sentence, before its
+closing punctuation (``... seal [2].``) or after the model's own citation (``... seal. [4] [2]``). The
+model's citations stay, and the check flags those that do not back their sentence. A sentence no
+passage backs is left as it is; the citation check reports it.
+
+Only the closing punctuation of a sentence, and the whitespace after it, wait for the next piece (to
+learn whether the sentence ended, and whether the model cites it after the full stop: ``seal. [2]``);
+everything else is passed on at once. The scores are the ones :func:`~citeline.answer.citations.verify`
+computes again later, so an attributed citation is never flagged as unsupported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from citeline.answer.citations import MARKER, MIN_CLAIM_TERMS, CitationNumbering, claims
+from citeline.answer.prompt import Passage
+from citeline.answer.support import (
+    SUPPORT_THRESHOLD,
+    PassageSentences,
+    VectorCache,
+    content_terms,
+    normalise,
+    sentence_spans,
+    support,
+)
+
+# Where a sentence may end: its closing punctuation (with closing quotes or brackets), or a line break.
+_END = re.compile(r"[.?!][\"'\u201d\u2019)]*|\n")
+_SPACE = re.compile(r"\s*")
+# The start of a citation that may still be completing: wait for it before deciding.
+_OPEN_MARKER = re.compile(r"\[[\d, ]*")
+# Citations as the rewriter writes them, one or more, with the spaces before them.
+_MARKERS = re.compile(r"(?:\s*\[\d+(?:, \d+)*\])+")
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """A sentence of the reply that citeline cited: the passage that backs it best, and how well.
+
+    ``unbacked`` holds the numbers the model cited for the sentence, none of which backs it (empty
+    when the model left it uncited).
+    """
+
+    sentence: str
+    number: int
+    chunk_id: int
+    score: float
+    unbacked: tuple[int, ...] = ()
+
+
+class Attributor:
+    """Adds citations to the supported, uncited sentences of a streamed reply (see the module docstring).
+
+    Sentences in ``never`` (such as the refusal the prompt asks for) are left as they are.
+
+    ``feed`` returns the text that is final so far and ``finish`` the rest; joined, they are the reply
+    with the added citations. ``numbering`` (the answer's working copy, shared with the rewriter) gains a
+    number for each passage cited here for the first time, in order of appearance.
+    """
+
+    def __init__(
+        self,
+        passages: Sequence[Passage],
+        numbering: CitationNumbering,
+        cache: VectorCache,
+        *,
+        threshold: float = SUPPORT_THRESHOLD,
+        never: Collection[str] = (),
+    ) -> None:
+        self._passages = list(passages)
+        self._sentences = [PassageSentences.of(p.text) for p in passages]
+        self.numbering = numbering
+        self._cache = cache
+        self._threshold = threshold
+        self._never = {normalise(s).casefold() for s in never}
+        self.attributions: list[Attribution] = []
+        self._done_text = ""
+        self._pending = ""
+        self._after_citation = False
+        self._cited_by_model: set[int] = set()
+
+    @property
+    def attributed_numbers(self) -> frozenset[int]:
+        """Conversation numbers of the passages this reply cites only through citeline's attributions."""
+        return frozenset({a.number for a in self.attributions} - self._cited_by_model)
+
+    def feed(self, text: str) -> str:
+        self._pending += text
+        out: list[str] = []
+        while self._pending:
+            pending = self._pending
+            if self._after_citation:
+                # A sentence ended, then the model cited it: decide once something else begins.
+                after = _SPACE.match(pending)
+                assert after is not None
+                if after.end() == len(pending) or _OPEN_MARKER.fullmatch(pending, after.end()):
+                    break
+                more = _MARKERS.match(pending)
+                if more is not None:
+                    self._pending = pending[more.end() :]
+                    out.append(self._emit(more.group()))
+                    continue
+                self._after_citation = False
+                out.append(self._close(""))
+                continue
+            end = _END.search(pending)
+            if end is None:
+                self._pending = ""
+                out.append(self._emit(pending))
+                break
+            if end.start() > 0:
+                self._pending = pending[end.start() :]
+                out.append(self._emit(pending[: end.start()]))
+                continue
+            after = _SPACE.match(pending, end.end())
+            assert after is not None
+            if after.end() == len(pending) or _OPEN_MARKER.fullmatch(pending, after.end()):
+                break  # what follows the punctuation has not come yet
+            self._pending = pending[end.end() :]
+            if after.end() == end.end() and end.group() != "\n":
+                out.append(self._emit(end.group()))  # "2.5", "e.g.x": no space, no sentence end
+            else:
+                out.append(self._settle(end.group()))
+        return "".join(out)
+
+    def finish(self) -> str:
+        pending, self._pending = self._pending, ""
+        body = pending.rstrip()
+        punctuation = _END.match(body)
+        if not self._after_citation and punctuation is not None and punctuation.end() == len(body):
+            return self._close(punctuation.group()) + self._emit(pending[len(body) :])
+        # A reply that stops without punctuation (a list item, a cut-off sentence) ends a sentence too.
+        self._after_citation = False
+        return self._emit(body) + self._close("") + self._emit(pending[len(body) :])
+
+    def _settle(self, punctuation: str) -> str:
+        """Pass on ``punctuation``, citing the sentence it ends if it ends one."""
+        rest = self._pending
+        cited_after = _MARKERS.match(rest)
+        if cited_after is not None:
+            # A citation after the full stop belongs to the sentence before it.
+            self._pending = rest[cited_after.end() :]
+            self._after_citation = True
+            return self._emit(punctuation) + self._emit(cited_after.group())
+        if not self._ends_sentence(punctuation, rest):
+            return self._emit(punctuation)
+        return self._close(punctuation)
+
+    def _ends_sentence(self, punctuation: str, rest: str) -> bool:
+        if punctuation == "\n":
+            return True
+        text = self._done_text + punctuation + rest
+        cut = len(self._done_text) + len(punctuation)
+        return any(end == cut for _, end in sentence_spans(text))
+
+    def _close(self, punctuation: str) -> str:
+        """End the current sentence with ``punctuation``, adding a citation first if it needs one."""
+        found = claims(self._done_text + punctuation)
+        sentence = found[-1] if found else None
+        if (
+            sentence is None
+            or len(content_terms(sentence.text)) < MIN_CLAIM_TERMS
+            or sentence.text.casefold() in self._never
+        ):
+            return self._emit(punctuation)
+        scores = [support(sentence.text, sentences, self._cache).score for sentences in self._sentences]
+        index_of = {self.numbering.get(p.chunk_id): i for i, p in enumerate(self._passages)}
+        cited = [index_of[n] for n in sentence.numbers if n in index_of]
+        if any(scores[i] >= self._threshold for i in cited):
+            return self._emit(punctuation)
+        best = max(range(len(scores)), key=lambda i: (scores[i], -i), default=None)
+        if best is None or scores[best] < self._threshold:
+            return self._emit(punctuation)
+        chunk_id = self._passages[best].chunk_id
+        number = self.numbering.number(chunk_id)
+        self.attributions.append(
+            Attribution(
+                sentence=sentence.sentence,
+                number=number,
+                chunk_id=chunk_id,
+                score=scores[best],
+                unbacked=sentence.numbers,
+            )
+        )
+        return self._emit(f" [{number}]", added=True) + self._emit(punctuation)
+
+    def _emit(self, text: str, *, added: bool = False) -> str:
+        if not added:
+            # The rewriter passes each citation on whole, so a marker is never split between calls.
+            self._cited_by_model.update(int(n) for group in MARKER.findall(text) for n in group.split(", "))
+        self._done_text += text
+        return text

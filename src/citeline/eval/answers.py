@@ -1,0 +1,464 @@
+"""``citeline eval --answers``: ask a BEIR data set's claims as questions and check the cited answers.
+
+Each claim becomes ``Is it true that <claim>?`` (:func:`claim_question`) and is asked in a new
+conversation of its own (:meth:`Citeline.chat`, the path users take: search, prompt, model, citations),
+which is deleted afterwards. Per claim the harness records the passages given, what the answer cites,
+who answered (the model, the extractive fallback, or the extractive answerer), and whether every
+citation the reader sees resolves.
+
+**The sample is fixed, with no randomness:** the first ``sample`` claims in the order their judgements
+appear in ``qrels/<split>.tsv`` (claims without a text in ``queries.jsonl`` are skipped). On SciFact's
+test split that is claims 1, 3, 5, 13, 36, ... (ids sorted by claim text, as SciFact ships them).
+
+A displayed citation is a number the reader sees: a ``[n]`` marker in the answer or an entry of its
+sources. It **resolves** when its number has a citation record, that record's chunk is one of the
+passages given this turn, and the chunk is active in the store with the cited document, version and
+page, its span holds the cited span, and the stored text there reads as the citation's excerpt.
+The **gold abstract is cited** when a citation's document is one the judgements mark relevant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from citeline.answer import EXTRACTIVE, Citation, Complete, Error, Passage, Start
+from citeline.answer.citations import MARKER
+from citeline.answer.llm import GenerationOptions, Message
+from citeline.answer.prompt import system_prompt
+from citeline.answer.support import normalise
+from citeline.chat.session import delete_conversation
+from citeline.engine import Citeline
+from citeline.errors import GenerationError, InvalidRequestError
+from citeline.eval.beir import BeirData, ingest_corpus
+from citeline.eval.metrics import percentile
+from citeline.retrieve.search import Hit, SearchRequest
+
+QUESTION_TEMPLATE = "Is it true that {claim}?"
+"""How a claim is asked (see :func:`claim_question`)."""
+
+AnsweredBy = Literal["model", "fallback", "extractive", "nobody"]
+"""Who wrote the answer: the model; the extractive answerer after the model failed or cited nothing;
+the extractive answerer as configured (no model); nobody (the evidence was missing, or an error)."""
+
+_ELLIPSIS = "\u2026"
+# A word keeps its capital when any later character is a capital or a digit: ALDH1, IgA, GATA-3, Fz/PCP.
+_ACRONYM_TAIL = re.compile(r"[A-Z0-9]")
+
+
+def claim_question(claim: str) -> str:
+    """``claim`` asked as a yes/no question: ``Is it true that <claim>?``.
+
+    A trailing period is dropped and the first letter lower-cased, unless the first word is an acronym
+    or a symbol (a capital or digit after its first character): "Aspirin inhibits PGE2." becomes
+    "Is it true that aspirin inhibits PGE2?", "ALDH1 expression ..." keeps its capitals.
+    """
+    text = claim.strip().rstrip(".").rstrip()
+    first = text.split(maxsplit=1)[0] if text else ""
+    if first[:1].isupper() and not _ACRONYM_TAIL.search(first[1:]):
+        text = text[0].lower() + text[1:]
+    return QUESTION_TEMPLATE.format(claim=text)
+
+
+def sample_claims(data: BeirData, sample: int) -> list[str]:
+    """The fixed sample: the first ``sample`` claim ids in judgement-file order that have a text."""
+    if sample < 1:
+        raise InvalidRequestError(f"the answer sample must hold at least one claim, got {sample}")
+    return [qid for qid in data.qrels if qid in data.queries][:sample]
+
+
+@dataclass(frozen=True)
+class AnswerRecord:
+    """One claim asked and answered, with what its answer cites and how that was checked."""
+
+    claim_id: str
+    claim: str
+    question: str
+    #: Documents the judgements mark relevant.
+    gold: tuple[str, ...]
+    #: Document names of the passages given, in prompt order (a document can give several chunks).
+    given: tuple[str, ...]
+    #: Document names of the citations, in citation order.
+    cited: tuple[str, ...]
+    #: Distinct citation numbers the reader sees, and how many of them resolve.
+    displayed: int
+    resolved_count: int
+    #: Why citations did not resolve, one line per failed check.
+    problems: tuple[str, ...]
+    answered_by: AnsweredBy
+    provider: str
+    fallback_reason: str | None
+    #: Citations attributed by citeline to a passage rather than written by the model.
+    attributed: int
+    evidence_missing: bool
+    error: str | None
+    answer: str
+    first_token_ms: float | None
+    #: The answer stage alone, from the end of retrieval.
+    answer_ms: float
+    #: The whole question: search, answer and storing the turn.
+    total_ms: float
+
+    @property
+    def resolved(self) -> bool:
+        """Every displayed citation resolves (vacuously true without citations)."""
+        return self.resolved_count == self.displayed and not self.problems
+
+    @property
+    def gold_given(self) -> bool:
+        return any(doc in self.gold for doc in self.given)
+
+    @property
+    def gold_cited(self) -> bool:
+        return any(doc in self.gold for doc in self.cited)
+
+    @property
+    def model_cited(self) -> int:
+        """Citations the model wrote itself."""
+        return len(self.cited) - self.attributed if self.answered_by == "model" else 0
+
+    @property
+    def uncited(self) -> bool:
+        """An answer was given without a single citation, and not because the evidence was missing."""
+        return not self.cited and not self.evidence_missing and self.error is None
+
+    def as_dict(self) -> dict[str, Any]:
+        """One line of ``--per-query``."""
+        return {
+            "claim_id": self.claim_id,
+            "claim": self.claim,
+            "question": self.question,
+            "gold": list(self.gold),
+            "given": list(self.given),
+            "cited": list(self.cited),
+            "gold_given": self.gold_given,
+            "gold_cited": self.gold_cited,
+            "displayed": self.displayed,
+            "resolved_count": self.resolved_count,
+            "resolved": self.resolved,
+            "problems": list(self.problems),
+            "answered_by": self.answered_by,
+            "provider": self.provider,
+            "fallback_reason": self.fallback_reason,
+            "model_cited": self.model_cited,
+            "attributed": self.attributed,
+            "evidence_missing": self.evidence_missing,
+            "error": self.error,
+            "answer": self.answer,
+            "first_token_ms": self.first_token_ms,
+            "answer_ms": self.answer_ms,
+            "total_ms": self.total_ms,
+        }
+
+
+@dataclass(frozen=True)
+class AnswerEvaluation:
+    """A run of ``citeline eval --answers``: the corpus ingest and one record per claim, in sample order."""
+
+    dataset: str
+    namespace: str
+    llm: str
+    persona: str
+    corpus_added: int
+    corpus_unchanged: int
+    ingest_seconds: float
+    records: list[AnswerRecord]
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON line of ``citeline eval --answers --json``.
+
+        Rates are shares of the claims, except ``citation_resolution_rate`` (of displayed citations;
+        None when none was displayed) and ``fallback_rate`` (of the claims the model was asked).
+        First-token times leave out the claims whose evidence was missing (None when that is all).
+        """
+        records = self.records
+        n = len(records) or 1
+        displayed = sum(r.displayed for r in records)
+        asked_model = [r for r in records if r.answered_by in ("model", "fallback")]
+        # Saying the evidence is missing takes no generation: it would flatter the first-token times.
+        first_tokens = [
+            r.first_token_ms for r in records if r.first_token_ms is not None and not r.evidence_missing
+        ]
+        count: dict[str, int] = {
+            by: sum(r.answered_by == by for r in records) for by in ("model", "fallback", "extractive")
+        }
+        return {
+            "dataset": self.dataset,
+            "namespace": self.namespace,
+            "llm": self.llm,
+            "persona": self.persona,
+            "claims": len(records),
+            "corpus_added": self.corpus_added,
+            "corpus_unchanged": self.corpus_unchanged,
+            "ingest_seconds": self.ingest_seconds,
+            "citations_displayed": displayed,
+            "citations_resolved": sum(r.resolved_count for r in records),
+            "citation_resolution_rate": (
+                sum(r.resolved_count for r in records) / displayed if displayed else None
+            ),
+            "answers_resolved_rate": sum(r.resolved for r in records) / n,
+            "gold_given_rate": sum(r.gold_given for r in records) / n,
+            "gold_cited_rate": sum(r.gold_cited for r in records) / n,
+            "answers_without_citation": sum(r.uncited for r in records),
+            "evidence_missing": sum(r.evidence_missing for r in records),
+            "errors": sum(r.error is not None for r in records),
+            "answered_by_model": count["model"],
+            "answered_by_fallback": count["fallback"],
+            "answered_extractive": count["extractive"],
+            "fallback_rate": count["fallback"] / len(asked_model) if asked_model else 0.0,
+            "citations_by_model": sum(r.model_cited for r in records),
+            "citations_attributed": sum(r.attributed for r in records),
+            "ttft_p50_ms": percentile(first_tokens, 50) if first_tokens else None,
+            "ttft_p90_ms": percentile(first_tokens, 90) if first_tokens else None,
+            "answer_p50_ms": percentile([r.answer_ms for r in records], 50),
+            "total_p50_ms": percentile([r.total_ms for r in records], 50),
+        }
+
+
+def evaluate_answers(
+    cl: Citeline,
+    data: BeirData,
+    *,
+    sample: int = 100,
+    persona: str | None = None,
+    console: Console | None = None,
+) -> AnswerEvaluation:
+    """Ingest (or reuse) the corpus, ask the fixed sample of claims, check every answer's citations.
+
+    The model named by ``cl``'s ``llm`` setting answers (``extractive``: no model), in the persona given
+    (default: the ``persona`` setting). The model is loaded and the keyword index filled before the
+    first claim, so no claim's timings include them.
+    """
+    console = console or Console(stderr=True)
+    persona = persona or cl.settings.persona
+    system_prompt(persona)  # an unknown persona fails before the ingest, not at the first claim
+    claim_ids = sample_claims(data, sample)
+    cl.llm  # an unknown provider fails before the ingest  # noqa: B018
+    added, unchanged, ingest_seconds = ingest_corpus(cl, data, console)
+    _warm_up(cl, claim_question(data.queries[claim_ids[0]]) if claim_ids else "warm up")
+    records: list[AnswerRecord] = []
+    with Progress(
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as progress:
+        task = progress.add_task("claims", total=len(claim_ids))
+        for qid in claim_ids:
+            records.append(_ask_claim(cl, data, qid, persona))
+            progress.advance(task)
+    return AnswerEvaluation(
+        dataset=data.folder.name,
+        namespace=cl.settings.namespace,
+        llm=cl.settings.llm,
+        persona=persona,
+        corpus_added=added,
+        corpus_unchanged=unchanged,
+        ingest_seconds=round(ingest_seconds, 1),
+        records=records,
+    )
+
+
+def _warm_up(cl: Citeline, question: str) -> None:
+    cl.search(SearchRequest(question, top_k=cl.settings.answer_passages))
+    llm = cl.llm
+    if llm is None:
+        return
+    try:
+        for _piece in llm.stream([Message("user", "Say yes.")], GenerationOptions(max_tokens=1)):
+            break
+    except GenerationError:
+        # The claims will meet the same failure and record it (the extractive fallback answers).
+        pass
+
+
+def _ask_claim(cl: Citeline, data: BeirData, qid: str, persona: str) -> AnswerRecord:
+    question = claim_question(data.queries[qid])
+    session = cl.chat(persona=persona)
+
+    async def run() -> tuple[Start | None, Complete | Error | None]:
+        start: Start | None = None
+        async for event in session.ask(question):
+            if isinstance(event, Start):
+                start = event
+            elif isinstance(event, Complete | Error):
+                return start, event
+        return start, None
+
+    began = time.perf_counter()
+    try:
+        start, end = asyncio.run(run())
+        total_ms = (time.perf_counter() - began) * 1e3
+    finally:
+        # Turns that failed are not stored, but the conversation is: it goes either way.
+        delete_conversation(cl, session.id, session.conversation.user_id)
+    passages = start.passages if start is not None else ()
+    gold = tuple(doc for doc, grade in data.qrels[qid].items() if grade > 0)
+    base: dict[str, Any] = {
+        "claim_id": qid,
+        "claim": data.queries[qid],
+        "question": question,
+        "gold": gold,
+        "given": tuple(p.hit.document_name for p in passages),
+        "total_ms": total_ms,
+    }
+    if not isinstance(end, Complete):
+        return AnswerRecord(
+            **base,
+            cited=(),
+            displayed=0,
+            resolved_count=0,
+            problems=(),
+            answered_by="nobody",
+            provider=start.provider if start is not None else cl.settings.llm,
+            fallback_reason=None,
+            attributed=0,
+            evidence_missing=False,
+            error=end.message if end is not None else "the answer stream ended without completing",
+            answer="",
+            first_token_ms=None,
+            answer_ms=0.0,
+        )
+    stored = {hit.chunk_id: hit for hit in cl.fetch([c.chunk_id for c in end.citations])}
+    numbers, problems = check_citations(end, passages, stored)
+    return AnswerRecord(
+        **base,
+        cited=tuple(c.document_name for c in end.citations),
+        displayed=len(numbers),
+        resolved_count=len(numbers) - len({n for n, _ in problems}),
+        problems=tuple(problem for _, problem in problems),
+        answered_by=_answered_by(end),
+        provider=end.provider,
+        fallback_reason=end.fallback_reason,
+        attributed=sum(c.attributed for c in end.citations),
+        evidence_missing=end.evidence_missing,
+        error=None,
+        answer=end.answer,
+        first_token_ms=end.timings.first_token,
+        answer_ms=end.timings.total,
+    )
+
+
+def _answered_by(complete: Complete) -> AnsweredBy:
+    if complete.evidence_missing:
+        return "nobody"
+    if complete.fell_back:
+        return "fallback"
+    return "extractive" if complete.provider == EXTRACTIVE else "model"
+
+
+def check_citations(
+    complete: Complete, passages: Sequence[Passage], stored: Mapping[int, Hit]
+) -> tuple[list[int], list[tuple[int, str]]]:
+    """The citation numbers a reader sees in ``complete`` and the failed checks, as (number, why).
+
+    ``passages`` are the passages given (the :class:`Start` event's); ``stored`` maps chunk ids to the
+    chunks as the store holds them now (:meth:`Citeline.fetch`). See the module docstring for what
+    resolving means.
+    """
+    records = {c.number: c for c in complete.citations}
+    shown = [int(n) for group in MARKER.findall(complete.answer) for n in group.split(", ")]
+    numbers = list(dict.fromkeys([*shown, *records]))
+    given = {p.chunk_id for p in passages}
+    problems: list[tuple[int, str]] = []
+    for number in numbers:
+        citation = records.get(number)
+        if citation is None:
+            problems.append((number, f"[{number}] is in the answer but has no citation record"))
+            continue
+        if number not in shown:
+            problems.append((number, f"[{number}] is listed as a source but not cited in the answer"))
+        if citation.chunk_id not in given:
+            problems.append((number, f"[{number}] cites chunk {citation.chunk_id}, not a passage given"))
+        hit = stored.get(citation.chunk_id)
+        if hit is None:
+            problems.append((number, f"[{number}] cites chunk {citation.chunk_id}, not active in the store"))
+            continue
+        problems.extend((number, f"[{number}] {why}") for why in _mismatches(citation, hit))
+    return numbers, problems
+
+
+def _mismatches(citation: Citation, hit: Hit) -> list[str]:
+    out: list[str] = []
+    where = (citation.document_id, citation.version, citation.page)
+    if where != (hit.document_id, hit.version, hit.page):
+        out.append(
+            f"points to document {citation.document_id} v{citation.version} p.{citation.page}; "
+            f"chunk {hit.chunk_id} is in {hit.document_id} v{hit.version} p.{hit.page}"
+        )
+    if not hit.start <= citation.start <= citation.end <= hit.end:
+        out.append(
+            f"span {citation.start}-{citation.end} is not inside chunk {hit.chunk_id} ({hit.start}-{hit.end})"
+        )
+    if not citation.start <= citation.excerpt_start <= citation.excerpt_end <= citation.end:
+        out.append(f"excerpt {citation.excerpt_start}-{citation.excerpt_end} is outside the cited span")
+        return out
+    stored = normalise(hit.text[citation.excerpt_start - hit.start : citation.excerpt_end - hit.start])
+    if not stored.startswith(citation.excerpt.removesuffix(_ELLIPSIS)):
+        out.append(f"excerpt does not match the stored text at {citation.excerpt_start}")
+    return out
+
+
+def write_per_claim(evaluation: AnswerEvaluation, path: Path) -> int:
+    """One JSON object per claim (see :meth:`AnswerRecord.as_dict`); returns the count."""
+    lines = [json.dumps(r.as_dict()) for r in evaluation.records]
+    try:
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    except OSError as exc:
+        raise InvalidRequestError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    return len(lines)
+
+
+def summary_table(summary: Mapping[str, Any]) -> Table:
+    """The human summary of ``citeline eval --answers``: one row per figure."""
+
+    def rate(key: str) -> str:
+        value = summary[key]
+        return "n/a" if value is None else f"{value:.1%}"
+
+    def ms(key: str) -> str:
+        value = summary[key]
+        return "n/a" if value is None else f"{value:.0f}"
+
+    table = Table("answers", "value")
+    rows = [
+        (
+            "citations resolved",
+            f"{rate('citation_resolution_rate')} "
+            f"({summary['citations_resolved']} of {summary['citations_displayed']})",
+        ),
+        ("answers fully resolved", rate("answers_resolved_rate")),
+        ("gold abstract given", rate("gold_given_rate")),
+        ("gold abstract cited", rate("gold_cited_rate")),
+        ("answers without citation", str(summary["answers_without_citation"])),
+        ("evidence missing", str(summary["evidence_missing"])),
+        ("errors", str(summary["errors"])),
+        (
+            "answered by model / fallback / extractive",
+            f"{summary['answered_by_model']} / {summary['answered_by_fallback']} / "
+            f"{summary['answered_extractive']}",
+        ),
+        ("fallback rate", rate("fallback_rate")),
+        (
+            "citations by model / attributed",
+            f"{summary['citations_by_model']} / {summary['citations_attributed']}",
+        ),
+        ("first token p50 / p90 ms", f"{ms('ttft_p50_ms')} / {ms('ttft_p90_ms')}"),
+        ("answer p50 ms", ms("answer_p50_ms")),
+        ("question p50 ms (with search)", ms("total_p50_ms")),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table

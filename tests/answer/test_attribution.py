@@ -1,0 +1,223 @@
+"""Post-hoc attribution: citeline cites the model's uncited sentences that a given passage backs."""
+
+from __future__ import annotations
+
+import asyncio
+
+from citeline.answer import CitationNumbering, Complete, Event, Token, answer_stream
+from citeline.answer.attribution import Attributor
+from citeline.answer.citations import CitationRewriter
+from citeline.answer.llm import GenerationOptions
+from citeline.answer.prompt import REFUSAL, select_passages
+from citeline.answer.support import SUPPORT_THRESHOLD, VectorCache
+from citeline.embed import Embedder
+
+from .conftest import ScriptedLLM, pump_hits
+
+PRIME, DRY, FROST, MOTOR = 101, 102, 103, 104
+OPTIONS = GenerationOptions(timeout=30.0)
+
+
+def ask(reply: str, embedder: Embedder, numbering: CitationNumbering | None = None) -> tuple[str, Complete]:
+    """The streamed text and the Complete event of ``reply`` played by a scripted model."""
+
+    async def collect() -> list[Event]:
+        return [
+            event
+            async for event in answer_stream(
+                "How do I prime the pump, and what must I never do?",
+                pump_hits(),
+                llm=ScriptedLLM(reply),
+                embedder=embedder,
+                numbering=CitationNumbering() if numbering is None else numbering,
+                persona="general",
+                options=OPTIONS,
+            )
+        ]
+
+    events = asyncio.run(collect())
+    done = events[-1]
+    assert isinstance(done, Complete), done
+    return "".join(e.text for e in events if isinstance(e, Token)), done
+
+
+def attribute(reply: str, embedder: Embedder, *, piece: int = 3) -> tuple[str, Attributor]:
+    """``reply`` rewritten and attributed as it streams, ``piece`` characters at a time."""
+    passages = select_passages(pump_hits())
+    numbering = CitationNumbering()
+    rewriter = CitationRewriter(passages, numbering)
+    attributor = Attributor(passages, numbering, VectorCache(embedder))
+    out = [attributor.feed(rewriter.feed(reply[i : i + piece])) for i in range(0, len(reply), piece)]
+    return "".join(out) + attributor.feed(rewriter.finish()) + attributor.finish(), attributor
+
+
+def test_an_uncited_sentence_gets_the_citation_of_the_passage_that_backs_it(embedder: Embedder) -> None:
+    shown, done = ask(
+        "Fill the casing with clean water until it overflows [1]. Running without water destroys the "
+        "mechanical seal.",
+        embedder,
+    )
+
+    assert (
+        shown
+        == done.answer
+        == (
+            "Fill the casing with clean water until it overflows [1]. Running without water destroys the "
+            "mechanical seal [2]."
+        )
+    )
+    assert not done.fell_back and done.provider == "scripted:test"
+    prime, dry = done.citations
+    assert (prime.chunk_id, prime.attributed) == (PRIME, False)
+    assert (dry.chunk_id, dry.attributed, dry.supported) == (DRY, True, True)
+    assert dry.score >= SUPPORT_THRESHOLD
+    assert dry.as_dict()["attributed"] is True
+    assert done.uncited == () and done.unsupported == ()
+
+
+def test_a_reply_the_model_left_wholly_uncited_is_kept_when_the_passages_back_it(embedder: Embedder) -> None:
+    shown, done = ask(
+        "Open the vent plug and fill the casing with clean water. Never run the pump dry.", embedder
+    )
+
+    assert not done.fell_back
+    assert shown == done.answer
+    assert [(c.chunk_id, c.attributed) for c in done.citations] == [(PRIME, True), (DRY, True)]
+    assert done.answer.endswith("Never run the pump dry [2].")
+
+
+def test_a_sentence_no_passage_backs_stays_uncited_and_is_reported(embedder: Embedder) -> None:
+    _, done = ask(
+        "Fill the casing with clean water until it overflows [1]. The seal costs forty euros to replace.",
+        embedder,
+    )
+
+    assert not done.fell_back
+    assert done.answer.endswith("The seal costs forty euros to replace.")
+    assert done.uncited == ("The seal costs forty euros to replace.",)
+    assert [c.chunk_id for c in done.citations] == [PRIME]
+
+
+def test_only_a_reply_that_still_cites_nothing_falls_back_to_the_extractive_answer(
+    embedder: Embedder,
+) -> None:
+    shown, done = ask("Aspirin lowers the risk of a second heart attack.", embedder)
+
+    assert done.fell_back and done.provider == "extractive"
+    assert done.fallback_reason == (
+        "the model's reply cited no given passage, and no passage backs its sentences"
+    )
+    assert done.stream_replaced and shown == "Aspirin lowers the risk of a second heart attack."
+    assert done.citations and not any(c.attributed for c in done.citations)
+
+
+def test_the_refusal_is_never_shown_nor_attributed_and_the_passages_answer_instead(
+    embedder: Embedder,
+) -> None:
+    shown, done = ask(REFUSAL, embedder)
+
+    assert done.fell_back and done.fallback_reason == "the model found no answer in the passages"
+    assert not done.stream_replaced
+    assert shown == done.answer and REFUSAL not in shown
+    assert done.citations
+
+
+def test_a_passage_the_model_cites_itself_is_not_marked_attributed(embedder: Embedder) -> None:
+    _, done = ask("Never run the pump dry [2]. Running without water destroys the mechanical seal.", embedder)
+
+    assert done.answer.endswith("destroys the mechanical seal [1].")
+    [dry] = done.citations
+    assert (dry.chunk_id, dry.attributed) == (DRY, False)
+
+
+def test_attributed_numbers_continue_the_conversation(embedder: Embedder) -> None:
+    numbering = CitationNumbering([MOTOR, FROST])
+
+    _, done = ask("Never run the pump dry.", embedder, numbering)
+
+    assert done.answer == "Never run the pump dry [3]."
+    assert numbering.chunk_ids == [MOTOR, FROST, DRY]
+    assert [(c.number, c.chunk_id, c.attributed) for c in done.citations] == [(3, DRY, True)]
+
+
+def test_a_citation_after_the_full_stop_is_the_model_s_own(embedder: Embedder) -> None:
+    for piece in (1, 2, 5, 100):
+        text, attributor = attribute(
+            "Running without water destroys the seal. [2] Drain the volute before winter. [3]",
+            embedder,
+            piece=piece,
+        )
+
+        assert text == "Running without water destroys the seal. [1] Drain the volute before winter. [2]", (
+            piece
+        )
+        assert attributor.attributions == []
+
+
+def test_only_the_closing_punctuation_waits_for_the_next_piece(embedder: Embedder) -> None:
+    passages = select_passages(pump_hits())
+    attributor = Attributor(passages, CitationNumbering(), VectorCache(embedder))
+
+    assert attributor.feed("Never run the pump dry") == "Never run the pump dry"
+    assert attributor.feed(".") == ""
+    assert attributor.feed(" ") == ""
+    assert attributor.feed("Then") == " [1]. Then"
+    assert attributor.feed(" drain the volute 2.5 times") == " drain the volute 2.5 times"
+    # The reply ends: so does its last sentence.
+    assert attributor.finish() == " [2]"
+    assert [a.chunk_id for a in attributor.attributions] == [DRY, FROST]
+
+
+def test_list_items_and_a_last_sentence_without_a_full_stop_are_attributed(embedder: Embedder) -> None:
+    text, attributor = attribute(
+        "- Open the vent plug on top of the volute\n- Fill the casing with clean water until it overflows",
+        embedder,
+    )
+
+    assert text == (
+        "- Open the vent plug on top of the volute [1]\n"
+        "- Fill the casing with clean water until it overflows [1]"
+    )
+    assert [a.chunk_id for a in attributor.attributions] == [PRIME, PRIME]
+
+
+def test_abbreviations_decimals_and_connectives_are_not_sentences_to_cite(embedder: Embedder) -> None:
+    text, attributor = attribute("The motor takes e.g. 230 V at 2.5 kW. In short:", embedder)
+
+    assert text == "The motor takes e.g. 230 V at 2.5 kW [1]. In short:"
+    assert [(a.sentence, a.chunk_id) for a in attributor.attributions] == [
+        ("The motor takes e.g. 230 V at 2.5 kW.", MOTOR)
+    ]
+
+
+def test_a_sentence_cited_to_a_passage_that_does_not_back_it_gets_the_one_that_does(
+    embedder: Embedder,
+) -> None:
+    # The 0.5B model copies a sentence from one passage and, now and then, cites another.
+    for reply, expected in (
+        (
+            "In winter, drain the volute so that frost cannot crack the casing. [4]",
+            "In winter, drain the volute so that frost cannot crack the casing. [1] [2]",
+        ),
+        (
+            "In winter, drain the volute so that frost cannot crack the casing [4].",
+            "In winter, drain the volute so that frost cannot crack the casing [1] [2].",
+        ),
+    ):
+        shown, done = ask(reply, embedder)
+
+        assert shown == done.answer == expected
+        motor, frost = done.citations
+        assert (motor.chunk_id, motor.attributed, motor.supported) == (MOTOR, False, False)
+        assert (frost.chunk_id, frost.attributed, frost.supported) == (FROST, True, True)
+        # The sentence is backed by one of its citations now; the model's own is flagged on its own.
+        assert done.unsupported == ()
+
+
+def test_a_sentence_its_own_citation_backs_gets_no_other(embedder: Embedder) -> None:
+    text, attributor = attribute(
+        "In winter, drain the volute so that frost cannot crack the casing. [3]", embedder
+    )
+
+    assert text == "In winter, drain the volute so that frost cannot crack the casing. [1]"
+    assert attributor.attributions == []

@@ -1,0 +1,267 @@
+"""``citeline eval --answers``: claims asked as questions, answered extractively, citations checked.
+
+The corpus is the tiny one of ``conftest.py``; the claims are written for it. Claim ``tea`` is judged
+against an abstract that is not in the corpus, so no search can give it and no answer can cite it.
+The judgements list the claims in another order than ``queries.jsonl``: the sample follows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from rich.console import Console
+from typer.testing import CliRunner
+
+from citeline.answer import Complete, Start
+from citeline.chat.session import conversations
+from citeline.cli import app
+from citeline.engine import Citeline
+from citeline.errors import InvalidRequestError
+from citeline.eval.answers import check_citations, claim_question, evaluate_answers, sample_claims
+from citeline.eval.beir import load_beir
+from citeline.settings import Settings
+from citeline.store.database import schema_name
+from tests.conftest import write
+from tests.eval.conftest import CORPUS
+
+QUIET = Console(quiet=True)
+CLAIMS = {
+    "statins": "Statins lower LDL cholesterol.",
+    "aspirin": "Low-dose aspirin lowers the risk of a second heart attack.",
+    "vitd": "Vitamin D supplements prevent fractures in older people.",
+    "tea": "Green tea extract cures migraine.",
+}
+# claim id -> judged abstract, in the order of the judgement file
+JUDGED = {"aspirin": "aspirin", "tea": "green-tea-trial", "statins": "statins", "vitd": "vitd"}
+
+
+@pytest.fixture
+def claims_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "claims"
+    write(
+        folder / "corpus.jsonl",
+        "\n".join(json.dumps({"_id": i, "title": t, "text": x}) for i, t, x in CORPUS),
+    )
+    write(folder / "queries.jsonl", "\n".join(json.dumps({"_id": q, "text": t}) for q, t in CLAIMS.items()))
+    write(
+        folder / "qrels" / "test.tsv",
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in JUDGED.items()),
+    )
+    return folder
+
+
+@contextmanager
+def _open(settings: Settings, **more: object) -> Iterator[Citeline]:
+    """The test's namespace answered extractively, dropped on the way out."""
+    with Citeline(settings.model_copy(update={"llm": "extractive", **more})) as instance:
+        yield instance
+        with instance.engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(settings.namespace)}" CASCADE'))
+
+
+@pytest.fixture
+def extractive(settings: Settings) -> Iterator[Citeline]:
+    with _open(settings) as cl:
+        yield cl
+
+
+@pytest.mark.parametrize(
+    ("claim", "question"),
+    [
+        (
+            "Aspirin inhibits the production of PGE2.",
+            "Is it true that aspirin inhibits the production of PGE2?",
+        ),
+        (
+            "ALDH1 expression is associated with poorer prognosis.",
+            "Is it true that ALDH1 expression is associated with poorer prognosis?",
+        ),
+        ("IgA binds to FcRn.", "Is it true that IgA binds to FcRn?"),
+        ("GATA-3 is important for HSC function", "Is it true that GATA-3 is important for HSC function?"),
+        (
+            "A deficiency of vitamin B12 raises homocysteine.",
+            "Is it true that a deficiency of vitamin B12 raises homocysteine?",
+        ),
+        (
+            "0-dimensional biomaterials show inductive properties.",
+            "Is it true that 0-dimensional biomaterials show inductive properties?",
+        ),
+        ("Ca2+ levels rise. Cells die.", "Is it true that Ca2+ levels rise. Cells die?"),
+    ],
+)
+def test_claims_are_asked_as_yes_no_questions(claim: str, question: str) -> None:
+    assert claim_question(claim) == question
+
+
+def test_the_sample_is_the_first_claims_in_judgement_order(claims_folder: Path) -> None:
+    data = load_beir(claims_folder)
+    assert sample_claims(data, 3) == ["aspirin", "tea", "statins"]
+    assert sample_claims(data, 100) == list(JUDGED)
+    with pytest.raises(InvalidRequestError, match="at least one claim"):
+        sample_claims(data, 0)
+
+
+def test_extractive_answers_resolve_and_cite_the_gold_abstract_only_when_it_was_given(
+    extractive: Citeline, claims_folder: Path
+) -> None:
+    evaluation = evaluate_answers(extractive, load_beir(claims_folder), sample=4, console=QUIET)
+    assert evaluation.corpus_added == len(CORPUS) and evaluation.llm == "extractive"
+    records = {r.claim_id: r for r in evaluation.records}
+    assert [r.claim_id for r in evaluation.records] == list(JUDGED)
+
+    statins = records["statins"]
+    assert statins.question == "Is it true that statins lower LDL cholesterol?"
+    assert statins.gold == ("statins",) and statins.gold_given and statins.gold_cited
+    for claim in ("statins", "aspirin", "vitd"):
+        assert records[claim].cited == (claim,), "the abstract that states it is the one quoted"
+    tea = records["tea"]
+    assert tea.gold == ("green-tea-trial",)
+    assert len(tea.given) == extractive.settings.answer_passages
+    assert not tea.gold_given and not tea.gold_cited
+    assert tea.cited and not tea.uncited, "an answer is still given, citing what was given"
+    for record in evaluation.records:
+        assert record.answered_by == "extractive" and record.provider == "extractive"
+        assert set(record.cited) <= set(record.given)
+        assert record.displayed == len(record.cited) == record.resolved_count and record.resolved
+        assert record.problems == () and record.error is None and not record.evidence_missing
+        assert record.first_token_ms is not None and 0 < record.first_token_ms <= record.answer_ms
+        assert record.answer_ms < record.total_ms
+    assert conversations(extractive) == [], "each claim's conversation is deleted"
+
+    summary = evaluation.summary()
+    assert summary["claims"] == 4
+    assert summary["citation_resolution_rate"] == 1.0 and summary["answers_resolved_rate"] == 1.0
+    assert summary["citations_displayed"] == sum(len(r.cited) for r in evaluation.records)
+    assert summary["gold_given_rate"] == 0.75
+    assert summary["gold_cited_rate"] == 0.75
+    assert summary["answers_without_citation"] == 0 and summary["evidence_missing"] == 0
+    assert summary["answered_extractive"] == 4 and summary["answered_by_model"] == 0
+    assert summary["fallback_rate"] == 0.0 and summary["citations_by_model"] == 0
+    assert summary["ttft_p50_ms"] <= summary["ttft_p90_ms"]
+
+
+def test_missing_evidence_is_not_counted_as_an_answer_without_citation(
+    settings: Settings, claims_folder: Path
+) -> None:
+    # No chunk is this close to any question, so no passage is given.
+    with _open(settings, distance_threshold=0.01) as cl:
+        evaluation = evaluate_answers(cl, load_beir(claims_folder), sample=2, console=QUIET)
+    for record in evaluation.records:
+        assert record.evidence_missing and record.given == () and record.cited == ()
+        assert record.answered_by == "nobody" and not record.uncited and record.resolved
+    summary = evaluation.summary()
+    assert summary["evidence_missing"] == 2 and summary["answers_without_citation"] == 0
+    assert summary["citations_displayed"] == 0 and summary["citation_resolution_rate"] is None
+    assert summary["ttft_p50_ms"] is None, "saying the evidence is missing is not a first token"
+
+
+def test_citations_that_do_not_resolve_are_caught(extractive: Citeline, claims_folder: Path) -> None:
+    data = load_beir(claims_folder)
+    evaluate_answers(extractive, data, sample=1, console=QUIET)  # ingests the corpus
+    session = extractive.chat()
+
+    async def run() -> tuple[Start, Complete]:
+        events = [event async for event in session.ask(claim_question(CLAIMS["statins"]))]
+        start, end = events[0], events[-1]
+        assert isinstance(start, Start) and isinstance(end, Complete)
+        return start, end
+
+    start, complete = asyncio.run(run())
+    first = complete.citations[0]
+    stored = {hit.chunk_id: hit for hit in extractive.fetch([c.chunk_id for c in complete.citations])}
+    numbers, problems = check_citations(complete, start.passages, stored)
+    assert numbers == [c.number for c in complete.citations] and problems == []
+
+    # A number in the text with no source behind it.
+    numbers, problems = check_citations(
+        replace(complete, answer=complete.answer + " More [9]."), start.passages, stored
+    )
+    assert numbers[-1] == 9 and problems == [(9, "[9] is in the answer but has no citation record")]
+
+    # A source that was not among the passages given.
+    others = tuple(p for p in start.passages if p.chunk_id != first.chunk_id)
+    _, problems = check_citations(complete, others, stored)
+    assert problems == [(first.number, f"[{first.number}] cites chunk {first.chunk_id}, not a passage given")]
+
+    # The wrong page, a span outside the chunk, an excerpt that is not the stored text.
+    for wrong, expected in (
+        (replace(first, page=first.page + 1), "points to document"),
+        (replace(first, end=first.end + 50), "is not inside chunk"),
+        (replace(first, excerpt="Statins raise cholesterol."), "excerpt does not match the stored text"),
+    ):
+        tampered = replace(complete, citations=(wrong, *complete.citations[1:]))
+        _, problems = check_citations(tampered, start.passages, stored)
+        assert [n for n, _ in problems] == [first.number] and expected in problems[0][1]
+
+    # The cited document was deleted after the answer: its chunk no longer resolves.
+    extractive.delete(str(first.document_id))
+    stored = {hit.chunk_id: hit for hit in extractive.fetch([c.chunk_id for c in complete.citations])}
+    _, problems = check_citations(complete, start.passages, stored)
+    assert (
+        first.number,
+        f"[{first.number}] cites chunk {first.chunk_id}, not active in the store",
+    ) in problems
+
+
+def _run(settings: Settings, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(
+        app, ["--data-dir", str(settings.data_dir), "--namespace", settings.namespace, "eval", *args]
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_cli_answers_prints_the_summary_and_writes_one_line_per_claim(
+    settings: Settings, claims_folder: Path, tmp_path: Path
+) -> None:
+    per_claim = tmp_path / "claims.jsonl"
+    try:
+        code, out, err = _run(
+            settings,
+            str(claims_folder),
+            "--answers",
+            "2",
+            "--llm",
+            "extractive",
+            "--per-query",
+            str(per_claim),
+            "--json",
+        )
+        assert code == 0, err
+        summary = json.loads(out.strip().splitlines()[-1])
+        assert summary["claims"] == 2 and summary["llm"] == "extractive"
+        assert summary["namespace"] == settings.namespace and summary["corpus_added"] == len(CORPUS)
+        assert summary["citation_resolution_rate"] == 1.0 and summary["gold_given_rate"] == 0.5
+        assert "gold abstract cited" in err and "citations resolved" in err
+        lines = [json.loads(line) for line in per_claim.read_text(encoding="utf-8").splitlines()]
+        assert [line["claim_id"] for line in lines] == ["aspirin", "tea"]
+        assert lines[0]["question"] == claim_question(CLAIMS["aspirin"])
+        assert lines[1]["gold_given"] is False and lines[1]["gold_cited"] is False
+        assert all(line["resolved"] and line["answered_by"] == "extractive" for line in lines)
+    finally:
+        with _open(settings):
+            pass
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--answers", "2", "--compare", "rrf"], "--answers cannot be combined with --compare"),
+        (["--answers", "2", "--limit", "1"], "--answers cannot be combined with --limit"),
+        (["--llm", "extractive"], "--llm applies to --answers only"),
+        (["--answers", "0"], "--answers"),
+        (["--answers", "2", "--llm", "nosuch:model"], "unknown LLM provider 'nosuch'"),
+    ],
+)
+def test_cli_answers_refuses_bad_options_before_any_work(
+    settings: Settings, claims_folder: Path, args: list[str], message: str
+) -> None:
+    code, out, err = _run(settings, str(claims_folder), *args)
+    assert code != 0 and message in err
+    assert out == "" and "ingested" not in err
