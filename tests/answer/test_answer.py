@@ -202,6 +202,29 @@ def test_a_reply_without_a_valid_citation_falls_back_to_extractive(embedder: Emb
         assert done.citations and done.answer.endswith("].")
 
 
+def test_a_reply_whose_every_citation_is_unbacked_is_replaced_by_the_extractive_answer(
+    embedder: Embedder,
+) -> None:
+    # What a 0.5B model does with a question its passages do not answer: it copies the prompt's example.
+    events = run(ScriptedLLM("Aspirin lowers the risk of a heart attack in older adults [2]."), embedder)
+
+    done = completed(events)
+    assert done.fell_back and done.stream_replaced
+    assert done.fallback_reason == "no sentence of the model's reply is backed by the passage it cites"
+    assert done.citations and all(c.supported for c in done.citations)
+    assert "Aspirin" not in done.answer
+
+
+def test_a_reply_with_one_backed_sentence_stands_and_its_unbacked_one_is_flagged(embedder: Embedder) -> None:
+    reply = "Never run the pump dry, it destroys the seal [2]. Aspirin lowers the risk of a heart attack [1]."
+
+    done = completed(run(ScriptedLLM(reply), embedder))
+
+    assert not done.fell_back
+    # Conversation numbers in order of first citation: the reply's [2] is 1, its [1] is 2.
+    assert [u.text for u in done.unsupported] == ["Aspirin lowers the risk of a heart attack [2]."]
+
+
 def test_a_reply_of_citations_alone_falls_back_to_extractive(embedder: Embedder) -> None:
     events = run(ScriptedLLM("[1]"), embedder)
 

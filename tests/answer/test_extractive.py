@@ -144,3 +144,23 @@ def test_numbers_continue_the_conversation(embedder: Embedder) -> None:
     assert numbering.chunk_ids == [50, 51, 1]
     assert MARKER.findall(extract.text) == ["3"]
     assert re.fullmatch(r".* \[3\]\.", extract.text)
+
+
+def test_a_quoted_sentence_loses_its_sources_own_reference_markers(embedder: Embedder) -> None:
+    # A paper's "[2]" quoted beside citeline's "[1]" would read as a citation of another passage.
+    text = (
+        "Lymphatic filariasis prevalence fell sharply after mass drug administration (Box 1) [2]. "
+        "Each campaign combined albendazole with ivermectin [3, 4]."
+    )
+    numbering = CitationNumbering()
+
+    extract = extractive_answer(
+        "Is albendazole used against lymphatic filariasis?",
+        select_passages([make_hit(9, text)]),
+        numbering,
+        VectorCache(embedder),
+    )
+
+    assert "[2]" not in extract.text and "[3, 4]" not in extract.text
+    assert set(MARKER.findall(extract.text)) == {"1"}
+    assert "combined albendazole with ivermectin [1]." in extract.text

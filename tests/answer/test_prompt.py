@@ -106,3 +106,13 @@ def test_a_long_title_is_cut_to_its_first_words_in_the_evidence() -> None:
         "[1] Rare and common variants in multifactorial susceptibility to \u2026\n"
     )
     assert passage.hit.title == title  # citations keep the whole title
+
+
+def test_the_model_does_not_see_the_sources_own_reference_markers() -> None:
+    text = "Filariasis fell after mass treatment (Box 1) [2]. Albendazole was given yearly [3-5]."
+    whole = Passage(number=1, hit=make_hit(1, text))
+    focused = Passage(number=1, hit=make_hit(1, text), shown=((text.index("Alb"), len(text)),))
+
+    assert whole.shown_text == "Filariasis fell after mass treatment (Box 1). Albendazole was given yearly."
+    assert focused.shown_text == "Albendazole was given yearly."
+    assert focused.text == text  # the citation still resolves to the chunk as stored

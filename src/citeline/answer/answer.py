@@ -22,6 +22,7 @@ from citeline.answer.citations import (
     CitationNumbering,
     CitationRewriter,
     RemovedCitation,
+    Verification,
     has_cited_statement,
     verify,
 )
@@ -29,7 +30,7 @@ from citeline.answer.events import AnswerTimings, CitationEvent, Complete, Error
 from citeline.answer.evidence import check_evidence_budget, focus_passages
 from citeline.answer.extractive import extractive_answer
 from citeline.answer.llm import LLM, AnswerShape, GenerationOptions, Message
-from citeline.answer.prompt import EVIDENCE_HEADING, REFUSAL, build_prompt, select_passages
+from citeline.answer.prompt import EVIDENCE_HEADING, REFUSAL, Passage, build_prompt, select_passages
 from citeline.answer.support import VectorCache
 from citeline.embed.base import Embedder
 from citeline.errors import CitelineError, GenerationError
@@ -106,6 +107,8 @@ async def answer_stream(
     removed: tuple[RemovedCitation, ...] = ()
     attributed: frozenset[int] = frozenset()
     failure: str | None = None
+    checked: Verification | None = None
+    verify_ms = 0.0
     text = ""
     try:
         if llm is not None:
@@ -151,8 +154,18 @@ async def answer_stream(
             if failure is None and not has_cited_statement("".join(parts)):
                 failure = "the model's reply made no statement with a citation"
             if failure is None:
-                text = "".join(parts)
+                verify_start = elapsed()
+                reply = "".join(parts)
+                numbered = _numbered(prompt.passages, working)
                 attributed = attributor.attributed_numbers
+                checked = await asyncio.to_thread(verify, reply, numbered, cache, attributed=attributed)
+                verify_ms = elapsed() - verify_start
+                # A reply whose every citation is flagged says things its passages do not (a 0.5B model
+                # copies its prompt's example, or answers a question the passages are not about).
+                if not any(c.supported for c in checked.citations):
+                    failure = "no sentence of the model's reply is backed by the passage it cites"
+            if failure is None:
+                text = reply
                 # The same chunks in the same order as the working copy: the caller's numbers match.
                 for chunk_id in working.chunk_ids[len(numbering) :]:
                     numbering.number(chunk_id)
@@ -163,10 +176,10 @@ async def answer_stream(
             if not streamed:
                 first_token = elapsed()
                 yield Token(text)
-        verify_start = elapsed()
-        numbered = {n: p for p in prompt.passages if (n := numbering.get(p.chunk_id)) is not None}
-        checked = await asyncio.to_thread(verify, text, numbered, cache, attributed=attributed)
-        verify_ms = elapsed() - verify_start
+            verify_start = elapsed()
+            checked = await asyncio.to_thread(verify, text, _numbered(prompt.passages, numbering), cache)
+            verify_ms = elapsed() - verify_start
+        assert checked is not None
     except CitelineError as exc:
         yield Error(message=str(exc), exception=exc)
         return
@@ -223,6 +236,11 @@ def answer(
         raise CitelineError(f"the answer to {question!r} ended without completing")
 
     return asyncio.run(run())
+
+
+def _numbered(passages: Sequence[Passage], numbering: CitationNumbering) -> dict[int, Passage]:
+    """The passages given this turn that ``numbering`` cites, by their conversation number."""
+    return {n: p for p in passages if (n := numbering.get(p.chunk_id)) is not None}
 
 
 def _may_be_refusal(reply: str) -> bool:

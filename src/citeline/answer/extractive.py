@@ -27,7 +27,13 @@ import numpy as np
 
 from citeline.answer.citations import CitationNumbering
 from citeline.answer.prompt import Passage
-from citeline.answer.support import PassageSentences, VectorCache, content_terms, question_scores
+from citeline.answer.support import (
+    PassageSentences,
+    VectorCache,
+    content_terms,
+    question_scores,
+    without_markers,
+)
 
 MAX_SENTENCES = 3
 """Sentences in an extractive answer, at most."""
@@ -102,13 +108,15 @@ def _scored(question: str, passages: Sequence[Passage], cache: VectorCache) -> l
     scores = question_scores(question, [sentences for _, sentences in split], cache)
     out: list[_Sentence] = []
     for (passage, sentences), passage_scores in zip(split, scores, strict=True):
-        for i, (text, score) in enumerate(zip(sentences.sentences, passage_scores, strict=True)):
+        for i, (sentence, score) in enumerate(zip(sentences.sentences, passage_scores, strict=True)):
+            # Quoted with citeline's citation: the source's own "[2]" would read as another one.
+            text = without_markers(sentence)
             if _quotable(text):
                 out.append(_Sentence(passage=passage, position=i, text=text, score=score))
     if not out:
         # Passages of headings and fragments only: quote them rather than say nothing.
         out = [
-            _Sentence(passage=p, position=i, text=t, score=0.0)
+            _Sentence(passage=p, position=i, text=without_markers(t), score=0.0)
             for p, sentences in split
             for i, t in enumerate(sentences.sentences)
         ]

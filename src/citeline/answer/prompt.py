@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from citeline.answer.llm import Message
-from citeline.answer.support import Span, normalise, sentence_spans
+from citeline.answer.support import Span, normalise, sentence_spans, without_markers
 from citeline.errors import InvalidRequestError
 from citeline.retrieve.search import Hit
 
@@ -125,9 +125,10 @@ class Passage:
     @property
     def shown_text(self) -> str:
         """What the model reads of the chunk: all of it, or the sentences shown on one line, with `` … ``
-        where sentences were left out."""
+        where sentences were left out. The source's own reference markers are dropped: beside the
+        passages' numbers, a paper's "[2]" would read as passage 2."""
         if self.shown is None:
-            return self.text.strip()
+            return without_markers(self.text).strip()
         ends = {end for _, end in sentence_spans(self.text)}
         runs: list[str] = []
         previous_end: int | None = None
@@ -140,7 +141,7 @@ class Passage:
             # A sentence cut short to fit the budget ends with the mark too.
             runs[-1] += "" if end in ends else _ELLIPSIS
             previous_end = end
-        return f" {_ELLIPSIS} ".join(normalise(run) for run in runs)
+        return f" {_ELLIPSIS} ".join(normalise(without_markers(run)) for run in runs)
 
     @property
     def block(self) -> str:

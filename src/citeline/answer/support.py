@@ -53,6 +53,8 @@ _ANALYZER = Analyzer()
 _ITEM_START = re.compile(r"[^\S\n]*(?:[#>*\u2022\u2013-]|\d{1,3}[.)][^\S\n])")
 _SPACES = re.compile(r"\s+")
 _BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
+# A source's own reference markers: "... trachoma (Box 1) [2].", "[3, 4]", "[5-7]".
+_SOURCE_MARKER = re.compile(r"[^\S\n]*\[ *\d{1,4}(?: *[,;\-\u2013] *\d{1,4})* *\]")
 # Headings in manuals and PDFs end their line without punctuation and are short.
 _HEADING_MAX_WORDS = 6
 
@@ -95,6 +97,15 @@ def _breaks_sentence(before: str, after: str) -> bool:
         and (line[-1].isalnum() or line[-1] == ")")
         and len(line.split()) <= _HEADING_MAX_WORDS
     )
+
+
+def without_markers(text: str) -> str:
+    """``text`` without the numbered reference markers of its source (``[2]``, ``[3, 4]``).
+
+    Quoted in an answer, or shown to a model beside citeline's own numbered passages, a paper's "[2]"
+    reads as a citation of passage 2.
+    """
+    return _SOURCE_MARKER.sub("", text)
 
 
 def normalise(text: str) -> str:
