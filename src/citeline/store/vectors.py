@@ -69,7 +69,7 @@ def dense_search(
     ``scope``, for a filtered search, is what the filter leaves: the documents of ``model`` it keeps,
     their chunk count and the corpus's. When that is at most ``exact_below`` chunks, they are scanned
     exactly (cheap, and no approximate index can miss one); otherwise the HNSW index is walked with
-    iterative scanning.
+    iterative scanning, keeping the tuples of those documents (``where`` is then not read again).
     """
     dim = int(query.shape[0])
     cast = f"c.embedding::vector({dim})"
@@ -101,12 +101,19 @@ def dense_search(
             f"SET LOCAL hnsw.max_scan_tuples = {budget}"
         )
     )
+    if scope is not None:
+        # The documents the filter keeps are known: each index tuple is checked against them (a hashed
+        # array lookup) instead of joining its document, which took the scoped search at 100k chunks
+        # from 13.2 to 5.5 ms (median, 200 queries, 20% of the chunks in scope; /tmp/exp/scoped.py).
+        source, condition = "chunks c", "c.document_id = ANY(CAST(:ids AS uuid[]))"
+        bind["ids"] = list(scope[0])
+    else:
+        source, condition = "chunks c JOIN documents d ON d.id = c.document_id", where
     rows = conn.execute(
         sa.text(
             f"WITH nearest AS MATERIALIZED ("
             f"SELECT c.id, {cast} <=> CAST(:q AS vector({dim})) AS distance "
-            f"FROM chunks c JOIN documents d ON d.id = c.document_id "
-            f"WHERE c.embedding_model = {_literal(model)} AND {where} "
+            f"FROM {source} WHERE c.embedding_model = {_literal(model)} AND {condition} "
             f"ORDER BY {cast} <=> CAST(:q AS vector({dim})) LIMIT :lim"
             f") SELECT id, distance FROM nearest ORDER BY distance"
         ),
