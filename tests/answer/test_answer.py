@@ -143,6 +143,42 @@ def test_with_a_budget_the_model_reads_the_best_sentences_and_citations_resolve_
     assert (citation.chunk_id, citation.start, citation.end) == (PRIME, 10, 10 + len(pump_hits()[0].text))
 
 
+def test_passages_the_budget_leaves_out_are_given_unread_and_the_fallback_may_quote_them(
+    embedder: Embedder,
+) -> None:
+    model = ScriptedLLM(REFUSAL)
+    question = "What is the motor rated, and how do I drain the volute in winter?"
+
+    async def collect() -> list[Event]:
+        stream = answer_stream(
+            question,
+            pump_hits(),
+            llm=model,
+            embedder=embedder,
+            numbering=CitationNumbering(),
+            persona="general",
+            options=OPTIONS,
+            max_evidence_tokens=40,
+        )
+        return [event async for event in stream]
+
+    events = asyncio.run(collect())
+
+    start = events[0]
+    assert isinstance(start, Start)
+    read = [p for p in start.passages if p.shown != ()]
+    unread = [p for p in start.passages if p.shown == ()]
+    assert unread, "a 40-token budget reads fewer than four passages"
+    assert sorted(p.chunk_id for p in start.passages) == [PRIME, DRY, FROST, MOTOR]
+    assert [p.number for p in start.passages] == [1, 2, 3, 4]  # the ones read first
+    user = model.calls[0][1].content
+    assert all(f"[{p.number}] " in user for p in read)
+    assert not any(f"[{p.number}] " in user for p in unread)
+    done = completed(events)
+    assert done.fell_back
+    assert {c.chunk_id for c in done.citations} & {p.chunk_id for p in unread}
+
+
 def test_empty_evidence_is_said_plainly_and_never_reaches_the_model(embedder: Embedder) -> None:
     model = ScriptedLLM("Invented answer [1].")
 

@@ -88,7 +88,8 @@ class Passage:
     A citation of the passage resolves to the whole chunk: ``text`` is the chunk's text and
     ``start``/``end`` its character span in its page. ``shown`` lists the spans of ``text`` (its
     sentences, in page order) that the model was given when the evidence was focused on the question;
-    None means the model read the whole chunk.
+    None means the model read the whole chunk, and an empty tuple that it read none of it (the passage
+    is given for the extractive answer only).
     """
 
     number: int
