@@ -164,3 +164,23 @@ def test_a_quoted_sentence_loses_its_sources_own_reference_markers(embedder: Emb
     assert "[2]" not in extract.text and "[3, 4]" not in extract.text
     assert set(MARKER.findall(extract.text)) == {"1"}
     assert "combined albendazole with ivermectin [1]." in extract.text
+
+
+def test_each_passage_gives_its_best_sentence_before_any_passage_gives_a_second(embedder: Embedder) -> None:
+    # Three sentences of the first passage match the question better than the second passage's best.
+    first = make_hit(
+        1,
+        "Statins lower LDL cholesterol in adults. Statins lower LDL cholesterol by a third. "
+        "Statins lower LDL cholesterol within six weeks.",
+    )
+    second = make_hit(2, "In children, statins lowered LDL cholesterol less than in adults.", page=2)
+
+    extract = extractive_answer(
+        "Do statins lower LDL cholesterol?",
+        select_passages([first, second]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    assert extract.cited == (1, 2)
+    assert extract.text.count("[1]") == 2 and extract.text.count("[2]") == 1

@@ -9,7 +9,13 @@ in sentences that share none of the question's words ("Before first use, prime t
 vent plug and fill the casing..."), and those are the answer.
 
 The best few sentences are kept, leaving out near-duplicates (chunks overlap, so the same sentence
-often comes twice) and sentences scoring well below the best one. They are quoted as written, in the
+often comes twice) and sentences scoring well below the best one. The best sentence of each passage
+comes first; more sentences of a passage only fill the room left. An answer that quotes several
+passages cites the one that answers more often than one that quotes the best-matching passage three
+times: on SciFact claims 101 to 300 (the answer sample is claims 1 to 100), the gold abstract was
+cited in 144 of 200 answers this way against 139 taking the best sentences wherever they are
+(``python -m bench.extractive``), while a manual's procedure, one passage, is still quoted step by
+step. They are quoted as written, in the
 passage's own order, each followed by its citation, so every claim of the answer is a verbatim, cited
 passage sentence.
 
@@ -37,6 +43,9 @@ from citeline.answer.support import (
 
 MAX_SENTENCES = 3
 """Sentences in an extractive answer, at most."""
+
+EACH_PASSAGE_FIRST = True
+"""Quote the best sentence of each passage before a second sentence of any (see the module docstring)."""
 
 RELATIVE_FLOOR = 0.7
 """A sentence scoring below this share of the best sentence's score is left out."""
@@ -84,11 +93,15 @@ def extractive_answer(
         return Extract(text="", cited=())
     floor = scored[0].score * RELATIVE_FLOOR
     chosen: list[_Sentence] = []
-    for candidate in scored:
-        if len(chosen) == max_sentences or candidate.score < floor:
-            break
-        if not any(_same(candidate.text, other.text, cache) for other in chosen):
-            chosen.append(candidate)
+    # First the best sentence of each passage, then, while there is room, more of the same passages.
+    for per_passage in (1, max_sentences) if EACH_PASSAGE_FIRST else (max_sentences,):
+        for candidate in scored:
+            if len(chosen) == max_sentences or candidate.score < floor:
+                break
+            if candidate in chosen or sum(c.passage is candidate.passage for c in chosen) >= per_passage:
+                continue
+            if not any(_same(candidate.text, other.text, cache) for other in chosen):
+                chosen.append(candidate)
     # Passages in the order of their best sentence; sentences in the order the passage has them.
     rank = {id(c.passage): i for i, c in reversed(list(enumerate(chosen)))}
     chosen.sort(key=lambda c: (rank[id(c.passage)], c.position))

@@ -103,8 +103,8 @@ def dense_search(
     )
     if scope is not None:
         # The documents the filter keeps are known: each index tuple is checked against them (a hashed
-        # array lookup) instead of joining its document, which took the scoped search at 100k chunks
-        # from 13.2 to 5.5 ms (median, 200 queries, 20% of the chunks in scope; /tmp/exp/scoped.py).
+        # array lookup) instead of joining its document: at 100k chunks with 20% in scope, 5.5 ms
+        # against 13.2 ms a search (medians of 200 queries, side by side, on a loaded machine).
         source, condition = "chunks c", "c.document_id = ANY(CAST(:ids AS uuid[]))"
         bind["ids"] = list(scope[0])
     else:
