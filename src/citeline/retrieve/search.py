@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -129,7 +129,7 @@ def check_models(conn: sa.Connection, model: str, filters: Filters) -> InScope |
 def hybrid_search(
     conn: sa.Connection,
     request: SearchRequest,
-    query_vector: NDArray[np.float32],
+    query_vector: Callable[[], NDArray[np.float32]],
     *,
     model: str,
     analyzer: Analyzer,
@@ -137,7 +137,11 @@ def hybrid_search(
     settings: Settings,
     timings: Timings | None = None,
 ) -> list[Hit]:
-    """Run ``request`` and return at most top-k hits, best first."""
+    """Run ``request`` and return at most top-k hits, best first.
+
+    ``query_vector`` returns the query's embedding. It is called once the catalog has been read and
+    the keyword stage has run, which need no vector, so the caller can embed the query meanwhile.
+    """
     top_k = request.top_k or settings.top_k
     if top_k < 1:
         raise InvalidRequestError(f"top_k must be at least 1, got {top_k}")
@@ -152,18 +156,6 @@ def hybrid_search(
     where, params = request.filters.sql()
     scope = check_models(conn, model, request.filters)
 
-    t0 = time.perf_counter()
-    dense = dense_search(
-        conn,
-        query_vector,
-        model=model,
-        where=where,
-        params=params,
-        limit=depth,
-        ef_search=settings.hnsw_ef_search,
-        exact_below=settings.exact_search_below,
-        scope=(scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None,
-    )
     t1 = time.perf_counter()
     keyword = keyword_index.search(
         conn,
@@ -174,8 +166,22 @@ def hybrid_search(
         limit=depth,
     )
     t2 = time.perf_counter()
+    vector = query_vector()
+    t0 = time.perf_counter()
+    dense = dense_search(
+        conn,
+        vector,
+        model=model,
+        where=where,
+        params=params,
+        limit=depth,
+        ef_search=settings.hnsw_ef_search,
+        exact_below=settings.exact_search_below,
+        scope=(scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None,
+    )
+    t3 = time.perf_counter()
 
-    scored = _distances(conn, dict(dense), {cid for cid, _ in keyword}, query_vector)
+    scored = _distances(conn, dict(dense), {cid for cid, _ in keyword}, vector)
     kw_scores = dict(keyword)
     if fusion is Fusion.RECIPROCAL_RANK:
         fused = reciprocal_rank([[c for c, _ in dense], [c for c, _ in keyword]], k=settings.rrf_k)
@@ -194,7 +200,7 @@ def hybrid_search(
         # A chunk missing from ``scored`` was retired between the index queries and now.
         if cid in scored and (threshold is None or scored[cid][0] <= threshold)
     ][:top_k]
-    t3 = time.perf_counter()
+    t4 = time.perf_counter()
     rows = _fetch(conn, [cid for cid, _ in ranked])
     hits = [
         Hit(
@@ -207,9 +213,9 @@ def hybrid_search(
         for cid, score in ranked
         if cid in rows
     ]
-    t4 = time.perf_counter()
-    timings.dense, timings.keyword = (t1 - t0) * 1e3, (t2 - t1) * 1e3
-    timings.fuse, timings.fetch = (t3 - t2) * 1e3, (t4 - t3) * 1e3
+    t5 = time.perf_counter()
+    timings.keyword, timings.dense = (t2 - t1) * 1e3, (t3 - t0) * 1e3
+    timings.fuse, timings.fetch = (t4 - t3) * 1e3, (t5 - t4) * 1e3
     return hits
 
 
