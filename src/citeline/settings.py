@@ -145,6 +145,12 @@ class Settings(BaseSettings):
     llm_context: Annotated[int, Field(ge=512, le=131_072)] = 4096
     persona: str = Field(default="general", description="System prompt: general, clinical or repair.")
     answer_passages: Annotated[int, Field(ge=1, le=50)] = 5
+    answer_min_similarity: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.25,
+        description="Answers: below this cosine similarity for every passage (and with no passage holding "
+        "half the question's terms), citeline says the documents hold no evidence instead of answering; "
+        "0 turns the check off. Calibrated for the default embedder.",
+    )
     answer_evidence_tokens: Annotated[int, Field(ge=0, le=100_000)] = Field(
         default=150,
         description="Tokens of evidence the model reads: each passage's sentences that best match the "

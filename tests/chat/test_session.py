@@ -18,6 +18,7 @@ from citeline.engine import Citeline
 from citeline.errors import InvalidRequestError, NotFoundError
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
+from tests.answer.conftest import ScriptedLLM
 from tests.conftest import write
 
 MANUAL = {
@@ -180,3 +181,20 @@ def test_the_setting_decides_whether_the_model_rewrites_follow_ups(manual: Citel
     assert second.provider == "extractive"
     expected = "What about its mechanical seal? (prime centrifugal pump)"
     assert session.last_rewrite == Rewrite(expected, "heuristic", fell_back=mode == "llm")
+
+
+def test_a_question_the_documents_do_not_touch_is_not_answered_and_reaches_no_model(
+    manual: Citeline,
+) -> None:
+    model = ScriptedLLM("The 2018 world cup was won by France [1].")
+    session = ChatSession.start(manual, llm=model)
+
+    events = ask(session, "Who won the 2018 football world cup?")
+
+    done = complete(events)
+    assert done.evidence_missing and not done.citations
+    start = events[0]
+    assert isinstance(start, Start) and start.passages == ()
+    assert model.calls == []
+    # The same documents answer a question they do touch.
+    assert not complete(ask(session, "How often is the centrifugal pump serviced?")).evidence_missing

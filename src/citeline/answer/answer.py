@@ -31,6 +31,7 @@ from citeline.answer.evidence import check_evidence_budget, focus_passages
 from citeline.answer.extractive import extractive_answer
 from citeline.answer.llm import LLM, AnswerShape, GenerationOptions, Message
 from citeline.answer.prompt import EVIDENCE_HEADING, REFUSAL, Passage, build_prompt, select_passages
+from citeline.answer.relevance import answerable
 from citeline.answer.support import VectorCache
 from citeline.embed.base import Embedder
 from citeline.errors import CitelineError, GenerationError
@@ -56,6 +57,7 @@ async def answer_stream(
     persona: str,
     options: GenerationOptions,
     max_evidence_tokens: int | None = None,
+    min_similarity: float = 0.0,
 ) -> AsyncIterator[Event]:
     """Answer ``question`` from ``evidence`` (retrieved hits, best first), as a stream of events.
 
@@ -64,6 +66,8 @@ async def answer_stream(
     leaves it unchanged). ``embedder`` scores sentences: to focus the evidence, to attribute uncited
     sentences, to check citations and to pick extractive sentences. ``max_evidence_tokens`` bounds
     the evidence the model reads (see :mod:`citeline.answer.evidence`); None gives it whole chunks.
+    Evidence that fails :func:`~citeline.answer.relevance.answerable` at ``min_similarity`` counts as
+    none: the answer says the documents hold no evidence, and no model is called.
 
     Yields :class:`Start` (with every passage given: those the model reads, numbered first, then any the
     evidence budget left out, with nothing shown), :class:`Token` pieces, one :class:`CitationEvent`
@@ -80,6 +84,8 @@ async def answer_stream(
     # A bad request fails before anything is yielded: checked before the evidence is focused.
     build_prompt(question, [], persona=persona)
     check_evidence_budget(max_evidence_tokens)
+    if not answerable(question, evidence, min_similarity=min_similarity):
+        evidence = []
     cache = VectorCache(embedder)
     try:
         if llm is None:
@@ -222,6 +228,7 @@ def answer(
     persona: str,
     options: GenerationOptions,
     max_evidence_tokens: int | None = None,
+    min_similarity: float = 0.0,
 ) -> Complete:
     """:func:`answer_stream` run to the end, for callers without an event loop.
 
@@ -239,6 +246,7 @@ def answer(
             persona=persona,
             options=options,
             max_evidence_tokens=max_evidence_tokens,
+            min_similarity=min_similarity,
         )
         async for event in stream:
             if isinstance(event, Error):

@@ -138,6 +138,7 @@ class ChatSession:
             persona=self.conversation.persona,
             options=self.options,
             max_evidence_tokens=self.cl.settings.answer_evidence_tokens or None,
+            min_similarity=self.cl.settings.answer_min_similarity,
         ):
             if isinstance(event, Complete):
                 cited = _cited_in_number_order(event, numbering, numbered_before)
