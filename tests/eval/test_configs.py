@@ -21,7 +21,7 @@ def test_builtin_names_become_settings() -> None:
     assert keyword.settings.weight_keyword > 0
     # Everything not overridden is the base's, and the base is left alone.
     assert rrf.settings.namespace == "eval_x" and rrf.settings.weight_keyword == 0.2
-    assert BASE.fusion is Fusion.WEIGHTED
+    assert BASE.fusion is Fusion.DISTRIBUTION
     assert rrf.describe() == {"fusion": "rrf"}
 
 

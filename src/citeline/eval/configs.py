@@ -23,6 +23,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "default": {},
     "rrf": {"fusion": "rrf"},
     "weighted": {"fusion": "weighted"},
+    "dbsf": {"fusion": "dbsf"},
     # Weighted fusion with one weight left is that ranking alone: cosine similarity over all candidates.
     "dense": {"fusion": "weighted", "weight_semantic": 1.0, "weight_keyword": 0.0, "weight_source": 0.0},
     # BM25 alone. Dense-only candidates score 0 and trail every keyword match (see docs/evaluation.md).

@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 
 from citeline.errors import InvalidRequestError, ModelMismatchError
 from citeline.retrieve.filters import Filters
-from citeline.retrieve.fusion import reciprocal_rank, weighted
+from citeline.retrieve.fusion import min_max, reciprocal_rank, three_sigma, weighted
 from citeline.settings import Fusion, Settings
 from citeline.store.analyzer import Analyzer
 from citeline.store.keyword import KeywordIndex
@@ -193,6 +193,7 @@ def hybrid_search(
             w_semantic=settings.weight_semantic,
             w_keyword=settings.weight_keyword,
             w_source=settings.weight_source,
+            normalise=three_sigma if fusion is Fusion.DISTRIBUTION else min_max,
         )
     ranked = [
         (cid, score)

@@ -1,0 +1,52 @@
+"""Fusion modes keep the orderings they promise, on hand-computed scores."""
+
+from __future__ import annotations
+
+import pytest
+
+from citeline.retrieve.fusion import min_max, reciprocal_rank, three_sigma, weighted
+
+
+def test_three_sigma_puts_the_mean_at_one_half_and_three_deviations_at_the_ends() -> None:
+    # Mean 2, population standard deviation 1: the scale runs from -1 (0) to 5 (1).
+    scaled = three_sigma({1: 1.0, 2: 3.0})
+
+    assert scaled[1] == pytest.approx((1.0 - (2.0 - 3.0)) / 6.0)
+    assert scaled[2] == pytest.approx((3.0 - (2.0 - 3.0)) / 6.0)
+    assert three_sigma({7: 0.4, 8: 0.4}) == {7: 1.0, 8: 1.0}
+    assert three_sigma({}) == {}
+
+
+def test_one_far_ahead_candidate_does_not_flatten_the_others_to_nothing() -> None:
+    # One keyword candidate far ahead, four close together.
+    bm25 = {1: 30.0, 2: 5.0, 3: 4.9, 4: 4.8, 5: 4.7}
+
+    mm, ts = min_max(bm25), three_sigma(bm25)
+
+    # Min-max gives the four matches almost nothing for matching, the same as not being found (0).
+    assert mm[1] == 1.0 and mm[2] < 0.02 and mm[5] == 0.0
+    # Scaled by the spread, they keep most of a match's worth; order is kept, nothing is clipped.
+    assert ts[1] > ts[2] > ts[3] > ts[4] > ts[5] > 0.3
+
+
+def test_dbsf_counts_being_found_by_both_searches_for_more_than_min_max() -> None:
+    # Chunk 9 is the keyword search's weakest find; chunk 8 was found by the dense search only. With
+    # min-max, both score 0 for keywords; with three_sigma, 9 keeps credit for having been found.
+    semantic = {8: 0.50, 9: 0.49, 10: 0.70, 11: 0.20}
+    keyword = {10: 12.0, 11: 10.0, 9: 2.0}
+    source = dict.fromkeys(semantic, 1.0)
+    weights = {"w_semantic": 0.6, "w_keyword": 0.2, "w_source": 0.2}
+
+    by_min_max = weighted(semantic, keyword, source, **weights)
+    by_spread = weighted(semantic, keyword, source, **weights, normalise=three_sigma)
+
+    assert by_min_max[8] > by_min_max[9]
+    assert by_spread[9] > by_spread[8]
+    assert max(by_spread, key=by_spread.__getitem__) == 10
+
+
+def test_reciprocal_rank_rewards_agreement() -> None:
+    fused = reciprocal_rank([[1, 2, 3], [3, 2, 4]], k=60)
+
+    assert fused[2] == pytest.approx(2 / 62)
+    assert fused[2] > fused[1] and fused[2] > fused[4]
