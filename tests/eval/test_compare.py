@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,9 +12,10 @@ from rich.console import Console
 
 from citeline.engine import Citeline
 from citeline.errors import InvalidRequestError
-from citeline.eval.beir import STAGES, Evaluation, evaluate, load_beir
+from citeline.eval.beir import CHUNK_DEPTH, STAGES, Evaluation, evaluate, load_beir
 from citeline.eval.configs import make_config, parse_configs
 from citeline.retrieve.filters import Filters
+from citeline.retrieve.search import Hit, SearchRequest
 from citeline.settings import Settings
 from citeline.store.keyword import SqlKeywordIndex
 from tests.eval.conftest import QRELS, QUERIES
@@ -126,3 +128,27 @@ def test_a_configuration_for_another_store_is_refused(cl: Citeline, beir_folder:
     with pytest.raises(InvalidRequestError, match="'elsewhere' differs from the open store in namespace"):
         evaluate(cl, load_beir(beir_folder), [other], console=QUIET)
     assert cl.documents() == [], "refused before ingesting anything"
+
+
+def test_the_top_ten_comes_from_the_search_users_get_and_recall_at_100_from_a_deep_one(
+    cl: Citeline, beir_folder: Path
+) -> None:
+    [few] = parse_configs("few=candidates:2", cl.settings)
+    asked: list[int | None] = []
+    search = cl.search
+
+    def recording(request: SearchRequest, **kwargs: Any) -> list[Hit]:
+        asked.append(request.top_k)
+        return search(request, **kwargs)
+
+    cl.search = recording  # type: ignore[method-assign]
+
+    evaluation = evaluate(cl, load_beir(beir_folder), [few], console=QUIET)
+
+    # One untimed warm-up search, then per query: a user's top-10 search (fusing max(2, 10) candidates
+    # a side) and a 300-chunk one for recall@100.
+    assert asked[1:] == [10, CHUNK_DEPTH] * len(QUERIES)
+    with Citeline(few.settings) as user:
+        for q in evaluation.results[0].queries:
+            hits = user.search(SearchRequest(q.query, top_k=10))
+            assert list(q.top10) == list(dict.fromkeys(h.document_name for h in hits))[:10]

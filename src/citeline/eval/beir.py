@@ -286,13 +286,13 @@ def evaluate(
                 timings = Timings()
                 settings = result.config.settings
                 # The @10 metrics and the latency come from the search users get: a search fuses
-                # ``candidates`` hits from each side whatever its top-k up to that, so asking for
-                # ``candidates`` hits ranks them as a top-10 search does, with enough chunks for 10
-                # documents. recall@100 needs a deeper search, whose fusion sees more candidates.
+                # max(candidates, top-k) hits from each side, so asking for max(candidates, 10) hits
+                # ranks them as a top-10 search does, with enough chunks left for 10 documents.
+                # recall@100 needs a deeper search, whose fusion sees more candidates.
                 with _searching_with(cl, settings):
                     start = time.perf_counter()
                     hits = cl.search(
-                        SearchRequest(data.queries[qid], top_k=settings.candidates), timings=timings
+                        SearchRequest(data.queries[qid], top_k=max(settings.candidates, 10)), timings=timings
                     )
                     latency = (time.perf_counter() - start) * 1e3
                     deep = cl.search(
