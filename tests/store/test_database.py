@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import string
 import uuid
 from pathlib import Path
 
@@ -49,3 +51,28 @@ def test_missing_pgvector_is_explained(data_dir: Path) -> None:
         with pytest.raises(ExtensionMissingError, match="does not have the pgvector extension"):
             _ensure_pgvector(conn, engine)
     engine.dispose()
+
+
+def test_a_chunks_vector_stays_in_its_row_and_its_text_moves_out(cl: Citeline, tmp_path: Path) -> None:
+    # Searches compute distances from the table: a vector moved to the TOAST table costs a lookup each.
+    # Words of random letters: text that does not compress, so rows stay over the 2 kB threshold.
+    rng = random.Random(7)
+    text = " ".join("".join(rng.choices(string.ascii_lowercase, k=7)) for _ in range(400))
+    cl.ingest([write(tmp_path / "pump.txt", text)])
+
+    with cl.engine.connect() as conn:
+        storage = conn.execute(
+            sa.text(
+                "SELECT attstorage FROM pg_attribute WHERE attrelid = 'chunks'::regclass "
+                "AND attname = 'embedding'"
+            )
+        ).scalar_one()
+        chunks, vectors_out, texts_out = conn.execute(
+            sa.text(
+                "SELECT count(*), count(pg_column_toast_chunk_id(embedding)), "
+                "count(pg_column_toast_chunk_id(text)) FROM chunks"
+            )
+        ).one()
+    assert storage == "m"
+    assert chunks > 0 and vectors_out == 0
+    assert texts_out > 0, "the rows were over the TOAST threshold: something had to move out"
