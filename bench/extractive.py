@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from citeline.answer import extractive
 from citeline.answer.citations import CitationNumbering
+from citeline.answer.extractive import extractive_answer
 from citeline.answer.prompt import select_passages
 from citeline.answer.support import VectorCache
 from citeline.engine import Citeline
@@ -39,12 +39,15 @@ def main(argv: list[str] | None = None) -> None:
             hits = cl.search(question)[: cl.settings.answer_passages]
             asked.append((claim, question, select_passages(hits)))
         for first in (True, False):
-            extractive.EACH_PASSAGE_FIRST = first
             cited_gold = given_gold = 0
             for claim, question, passages in asked:
                 gold = set(data.qrels[claim])
-                answer = extractive.extractive_answer(
-                    question, passages, CitationNumbering(), VectorCache(cl.embedder)
+                answer = extractive_answer(
+                    question,
+                    passages,
+                    CitationNumbering(),
+                    VectorCache(cl.embedder),
+                    each_passage_first=first,
                 )
                 cited = {p.hit.document_name for p in passages if p.chunk_id in answer.cited}
                 cited_gold += bool(cited & gold)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
-from citeline.answer.llm import GenerationOptions, Message
+from citeline.answer.llm import GenerationOptions, Message, get_llm
+from citeline.answer.providers.local import LocalLLM
 from citeline.embed import Embedder, get_embedder
 from citeline.errors import GenerationError
 from citeline.retrieve.search import Hit
@@ -90,3 +92,15 @@ class ScriptedLLM:
 
     def close(self) -> None:
         pass
+
+
+LOCAL_SPEC = "local:qwen2.5-coder-0.5b-instruct"
+
+
+@pytest.fixture(scope="session")
+def local_llm(data_dir: Path) -> Iterator[LocalLLM]:
+    """The default local model, loaded once for the session (its GGUF joined into the test data dir)."""
+    llm = get_llm(LOCAL_SPEC, Settings(data_dir=data_dir))
+    assert isinstance(llm, LocalLLM)
+    yield llm
+    llm.close()

@@ -42,17 +42,19 @@ def run(
     numbering: CitationNumbering | None = None,
     options: GenerationOptions = OPTIONS,
     max_evidence_tokens: int | None = None,
+    question: str = QUESTION,
+    persona: str = "repair",
 ) -> list[Event]:
     async def collect() -> list[Event]:
         return [
             event
             async for event in answer_stream(
-                QUESTION,
+                question,
                 pump_hits() if evidence is None else evidence,
                 llm=llm,
                 embedder=embedder,
                 numbering=CitationNumbering() if numbering is None else numbering,
-                persona="repair",
+                persona=persona,
                 options=options,
                 max_evidence_tokens=max_evidence_tokens,
             )
@@ -149,20 +151,7 @@ def test_passages_the_budget_leaves_out_are_given_unread_and_the_fallback_may_qu
     model = ScriptedLLM(REFUSAL)
     question = "What is the motor rated, and how do I drain the volute in winter?"
 
-    async def collect() -> list[Event]:
-        stream = answer_stream(
-            question,
-            pump_hits(),
-            llm=model,
-            embedder=embedder,
-            numbering=CitationNumbering(),
-            persona="general",
-            options=OPTIONS,
-            max_evidence_tokens=40,
-        )
-        return [event async for event in stream]
-
-    events = asyncio.run(collect())
+    events = run(model, embedder, max_evidence_tokens=40, question=question, persona="general")
 
     start = events[0]
     assert isinstance(start, Start)

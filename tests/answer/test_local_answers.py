@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,9 +23,9 @@ from citeline.answer.providers.local import (
 from citeline.embed import get_embedder
 from citeline.settings import Settings
 
+from .conftest import LOCAL_SPEC as SPEC
 from .conftest import pump_hits
 
-SPEC = "local:qwen2.5-coder-0.5b-instruct"
 SHAPE = AnswerShape(passages=4, sentences=3, refusal=REFUSAL)
 OPTIONS = GenerationOptions(max_tokens=80, shape=SHAPE)
 # Sentences, each ending with a full stop and the number of one of the four passages.
@@ -39,12 +38,10 @@ def pump_prompt(question: str) -> list[Message]:
     return list(build_prompt(question, select_passages(pump_hits()), persona="general").messages)
 
 
-@pytest.fixture(scope="module")
-def model(data_dir: Path) -> Iterator[LocalLLM]:
-    llm = get_llm(SPEC, Settings(data_dir=data_dir))
-    assert isinstance(llm, LocalLLM)
-    yield llm
-    llm.close()
+@pytest.fixture
+def model(local_llm: LocalLLM) -> LocalLLM:
+    """The session's default local model (one load for every test module)."""
+    return local_llm
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,8 @@ from citeline.answer.providers.local import MODELS, LocalLLM, PackagedModel, Pie
 from citeline.errors import ConfigError, GenerationError
 from citeline.settings import Settings
 
-SPEC = "local:qwen2.5-coder-0.5b-instruct"
+from .conftest import LOCAL_SPEC as SPEC
+
 MODEL = MODELS["qwen2.5-coder-0.5b-instruct"]
 QUESTION = [
     Message("system", "Answer the question from the passage only. Be brief."),
@@ -27,15 +28,6 @@ QUESTION = [
     ),
 ]
 SHORT = GenerationOptions(max_tokens=24)
-
-
-@pytest.fixture(scope="session")
-def local_llm(data_dir: Path) -> Iterator[LocalLLM]:
-    """The default local model, loaded once for the session (its GGUF joined into the test data dir)."""
-    llm = get_llm(SPEC, Settings(data_dir=data_dir))
-    assert isinstance(llm, LocalLLM)
-    yield llm
-    llm.close()
 
 
 @pytest.fixture(scope="module")

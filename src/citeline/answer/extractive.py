@@ -44,9 +44,6 @@ from citeline.answer.support import (
 MAX_SENTENCES = 3
 """Sentences in an extractive answer, at most."""
 
-EACH_PASSAGE_FIRST = True
-"""Quote the best sentence of each passage before a second sentence of any (see the module docstring)."""
-
 RELATIVE_FLOOR = 0.7
 """A sentence scoring below this share of the best sentence's score is left out."""
 
@@ -81,10 +78,13 @@ def extractive_answer(
     cache: VectorCache,
     *,
     max_sentences: int = MAX_SENTENCES,
+    each_passage_first: bool = True,
 ) -> Extract:
     """Answer ``question`` with the best-matching sentences of ``passages``, each cited.
 
     Citation numbers come from ``numbering``, which gains a number for each chunk cited for the first time.
+    ``each_passage_first`` quotes the best sentence of each passage before a second of any (see the
+    module docstring); off, the best sentences are taken wherever they are.
     """
     scored = sorted(
         _scored(question, passages, cache), key=lambda c: (-c.score, c.passage.number, c.position)
@@ -94,7 +94,7 @@ def extractive_answer(
     floor = scored[0].score * RELATIVE_FLOOR
     chosen: list[_Sentence] = []
     # First the best sentence of each passage, then, while there is room, more of the same passages.
-    for per_passage in (1, max_sentences) if EACH_PASSAGE_FIRST else (max_sentences,):
+    for per_passage in (1, max_sentences) if each_passage_first else (max_sentences,):
         for candidate in scored:
             if len(chosen) == max_sentences or candidate.score < floor:
                 break
