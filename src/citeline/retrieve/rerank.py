@@ -125,16 +125,42 @@ def best(candidates: Sequence[Candidate], scores: NDArray[np.float64], top_n: in
     return [(candidates[i].chunk_id, float(scores[i])) for i in order]
 
 
-def _blend(first: Sequence[float], signal: NDArray[np.float64], weight: float) -> NDArray[np.float64]:
-    scaled_first = min_max(dict(enumerate(first)))
-    scaled_signal = min_max(dict(enumerate(signal.tolist())))
-    return np.array(
-        [(1 - weight) * scaled_first[i] + weight * scaled_signal[i] for i in range(len(first))],
-        dtype=np.float64,
-    )
+class _BlendingReranker:
+    """A reranker whose score blends a signal of its own with the first-stage score.
+
+    Both are min-max scaled over the candidates, then mixed ``1 - weight`` to ``weight``: alone, each
+    signal here ranks worse than hybrid search.
+    """
+
+    spec: str
+    needs_vectors: bool
+    weight: float
+
+    def signal(
+        self, query: str, query_vector: NDArray[np.float32], candidates: Sequence[Candidate]
+    ) -> NDArray[np.float64]:
+        """One score per candidate, higher is better."""
+        raise NotImplementedError
+
+    def rerank(
+        self,
+        query: str,
+        query_vector: NDArray[np.float32],
+        candidates: Sequence[Candidate],
+        top_n: int,
+    ) -> list[tuple[int, float]]:
+        if not candidates:
+            return []
+        first = min_max(dict(enumerate(c.score for c in candidates)))
+        own = min_max(dict(enumerate(self.signal(query, query_vector, candidates).tolist())))
+        scores = np.array(
+            [(1 - self.weight) * first[i] + self.weight * own[i] for i in range(len(candidates))],
+            dtype=np.float64,
+        )
+        return best(candidates, scores, top_n)
 
 
-class FeedbackReranker:
+class FeedbackReranker(_BlendingReranker):
     """``prf``: Rocchio pseudo-relevance feedback over the candidates' stored chunk vectors.
 
     The first stage's best ``docs`` candidates are taken as relevant: the query vector moves ``beta``
@@ -149,23 +175,16 @@ class FeedbackReranker:
         self.spec = spec
         self.docs, self.beta, self.weight = docs, beta, weight
 
-    def rerank(
-        self,
-        query: str,
-        query_vector: NDArray[np.float32],
-        candidates: Sequence[Candidate],
-        top_n: int,
-    ) -> list[tuple[int, float]]:
-        if not candidates:
-            return []
+    def signal(
+        self, query: str, query_vector: NDArray[np.float32], candidates: Sequence[Candidate]
+    ) -> NDArray[np.float64]:
         vectors = _vectors(candidates)
         moved = query_vector.astype(np.float64) + self.beta * vectors[: self.docs].mean(axis=0)
         moved /= max(float(np.linalg.norm(moved)), 1e-12)
-        scores = _blend([c.score for c in candidates], vectors @ moved, self.weight)
-        return best(candidates, scores, top_n)
+        return np.asarray(vectors @ moved, dtype=np.float64)
 
 
-class SentenceMaxSimReranker:
+class SentenceMaxSimReranker(_BlendingReranker):
     """``maxsim``: each candidate scored by its sentence most similar to the query, blended with the first
     stage. Sentences are cut as the splitter cuts them and embedded with the search's own embedder.
     """
@@ -177,15 +196,9 @@ class SentenceMaxSimReranker:
         self.embedder = embedder
         self.weight = weight
 
-    def rerank(
-        self,
-        query: str,
-        query_vector: NDArray[np.float32],
-        candidates: Sequence[Candidate],
-        top_n: int,
-    ) -> list[tuple[int, float]]:
-        if not candidates:
-            return []
+    def signal(
+        self, query: str, query_vector: NDArray[np.float32], candidates: Sequence[Candidate]
+    ) -> NDArray[np.float64]:
         owners: list[int] = []
         sentences: list[str] = []
         for index, candidate in enumerate(candidates):
@@ -195,8 +208,7 @@ class SentenceMaxSimReranker:
         similarity = self.embedder.embed(sentences) @ query_vector if sentences else np.empty(0)
         best_sentence = np.full(len(candidates), -1.0, dtype=np.float64)
         np.maximum.at(best_sentence, np.asarray(owners, dtype=np.int64), similarity.astype(np.float64))
-        scores = _blend([c.score for c in candidates], best_sentence, self.weight)
-        return best(candidates, scores, top_n)
+        return best_sentence
 
 
 def split_sentences(text: str) -> list[str]:
