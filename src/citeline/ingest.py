@@ -227,6 +227,8 @@ class _Run:
     embedding: ThreadPoolExecutor | None = None
     #: One connection for the run's own statements: no pool checkout (and ping) per transaction.
     conn: sa.Connection | None = None
+    #: The run's key (catalog.hold_run), held on ``conn`` while the run lasts.
+    key: int | None = None
 
 
 class Ingestor:
@@ -296,25 +298,47 @@ class Ingestor:
             self.engine.connect() as conn,
         ):
             run.embedding, run.conn = embedding, conn
-            for group in _groups(sources, BEGIN_GROUP):
-                for job in self._begin(run, group, size, overlap):
-                    run.open_jobs.append(job)
-                    try:
-                        for draft in self._drafts(job, size, overlap):
-                            run.buffer.append((job, self._row(draft)))
-                            job.pending += 1
-                            if len(run.buffer) >= EMBED_BATCH:
-                                self._flush(run)
-                        job.exhausted = True
-                    except CitelineError as exc:
-                        self._drop(job, run, str(exc))
-                    except Exception as exc:  # a bug or I/O fault in one source must not stop the batch
-                        log.exception("ingesting %s failed", job.source.label)
-                        self._drop(job, run, f"{job.source.label}: {type(exc).__name__}: {exc}")
-                    self._finish_ready(run)
-            self._flush(run)
-            self._flush(run)  # the second call writes what the first one sent to the embedder
+            run.key = catalog.hold_run(conn)
+            conn.commit()  # the lock is the session's: it outlives this transaction
+            try:
+                self._fail_abandoned(run)
+                self._ingest(run, sources, size, overlap)
+            finally:
+                try:
+                    catalog.release_run(conn, run.key)
+                    conn.commit()
+                except sa.exc.DBAPIError:
+                    # The pool must not hand out a session that may still hold the run's lock.
+                    conn.invalidate()
         return results
+
+    def _ingest(self, run: _Run, sources: Iterable[Source], size: int, overlap: int) -> None:
+        for group in _groups(sources, BEGIN_GROUP):
+            for job in self._begin(run, group, size, overlap):
+                run.open_jobs.append(job)
+                try:
+                    for draft in self._drafts(job, size, overlap):
+                        run.buffer.append((job, self._row(draft)))
+                        job.pending += 1
+                        if len(run.buffer) >= EMBED_BATCH:
+                            self._flush(run)
+                    job.exhausted = True
+                except CitelineError as exc:
+                    self._drop(job, run, str(exc))
+                except Exception as exc:  # a bug or I/O fault in one source must not stop the batch
+                    log.exception("ingesting %s failed", job.source.label)
+                    self._drop(job, run, f"{job.source.label}: {type(exc).__name__}: {exc}")
+                self._finish_ready(run)
+        self._flush(run)
+        self._flush(run)  # the second call writes what the first one sent to the embedder
+
+    def _fail_abandoned(self, run: _Run) -> None:
+        """Fail the versions earlier runs left processing when they stopped (killed, or an error)."""
+        with self._tx(run) as conn:
+            abandoned = catalog.fail_abandoned(conn)
+        for doc, _ in abandoned:
+            log.warning("%s (version %d): %s", doc.name, doc.version, catalog.INTERRUPTED)
+        remove_unused_files(self.engine, {Path(f) for _, f in abandoned if f})
 
     def _begin(self, run: _Run, sources: list[Source], size: int, overlap: int) -> list[_Job]:
         """Start versions for a group of sources; report the unchanged and relabelled ones at once."""
@@ -331,7 +355,7 @@ class Ingestor:
             for source in sources
         ]
         with self._tx(run) as conn:
-            begun = catalog.begin_versions(conn, requests)
+            begun = catalog.begin_versions(conn, requests, run=run.key)
             if not self._index_ready:
                 ensure_index(conn, model, self.embedder.dimension)
                 self._index_ready = True

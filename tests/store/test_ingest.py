@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pypdf
 import sqlalchemy as sa
 
 from citeline.engine import Citeline
-from citeline.ingest import IngestOptions, Outcome
+from citeline.ingest import IngestOptions, IngestResult, Outcome, Source
 from citeline.retrieve.search import SearchRequest
+from citeline.settings import Settings
 from citeline.split import split
 from citeline.store import catalog
+from citeline.types import LoadedSource, Page
 from tests.conftest import PDFS, write
 
 GUIDE = """# Pumps
@@ -222,3 +230,94 @@ def test_an_original_still_needed_by_another_source_is_kept(cl: Citeline, tmp_pa
     assert [r.outcome for r in results] == [Outcome.UPDATED, Outcome.ADDED]
     for doc in cl.documents():
         assert doc.file_path is not None and Path(doc.file_path).exists(), doc.name
+
+
+def _waiting_source(name: str, opened: threading.Event, go_on: threading.Event) -> Source:
+    """A source that, once opened, waits for ``go_on`` before it gives its one page."""
+
+    def opener() -> LoadedSource:
+        def pages() -> Iterator[Page]:
+            opened.set()
+            go_on.wait(60)
+            yield Page(1, "The bypass valve must stay closed during the pressure test.", ())
+
+        return LoadedSource("text/plain", name, pages())
+
+    return Source(name, f"mem://{name}", name, hashlib.sha256(name.encode()).hexdigest(), opener)
+
+
+def _status(cl: Citeline, uri: str) -> list[tuple[str, str | None]]:
+    with cl.engine.connect() as conn:
+        return [
+            (r[0], r[1])
+            for r in conn.execute(
+                sa.text("SELECT status, error FROM documents WHERE source_uri = :u ORDER BY version"),
+                {"u": uri},
+            )
+        ]
+
+
+def test_an_ingest_still_running_keeps_its_processing_version(cl: Citeline, tmp_path: Path) -> None:
+    opened, go_on = threading.Event(), threading.Event()
+    results: list[IngestResult] = []
+    worker = threading.Thread(
+        target=lambda: results.extend(
+            cl.ingestor().ingest([_waiting_source("bypass", opened, go_on)], IngestOptions())
+        )
+    )
+    worker.start()
+    try:
+        assert opened.wait(60)
+        # Another ingest, which sweeps abandoned versions first, runs while the first one works.
+        [other] = cl.ingest([write(tmp_path / "notes.txt", "The relief valve opens at 6 bar.")])
+        assert other.outcome is Outcome.ADDED
+        assert _status(cl, "mem://bypass") == [("processing", None)]
+    finally:
+        go_on.set()
+        worker.join(60)
+    assert [r.outcome for r in results] == [Outcome.ADDED]
+    assert _status(cl, "mem://bypass") == [("completed", None)]
+
+
+KILLED_INGEST = """
+import sys, threading, time
+from pathlib import Path
+from citeline.engine import Citeline
+from citeline.ingest import IngestOptions, Source
+from citeline.settings import Settings
+from citeline.types import LoadedSource, Page
+
+def opener():
+    def pages():
+        Path(sys.argv[3]).write_text("opened")
+        time.sleep(600)
+        yield Page(1, "never read", ())
+    return LoadedSource("text/plain", "stuck", pages())
+
+with Citeline(Settings(data_dir=sys.argv[1], namespace=sys.argv[2], database_url=None)) as cl:
+    cl.ingestor().ingest([Source("stuck", "mem://stuck", "stuck", "0" * 64, opener)], IngestOptions())
+"""
+
+
+def test_a_version_left_by_a_killed_ingest_is_failed_by_the_next_one(
+    cl: Citeline, settings: Settings, tmp_path: Path
+) -> None:
+    marker = tmp_path / "opened"
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_INGEST, str(settings.data_dir), settings.namespace, str(marker)]
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert child.poll() is None and time.monotonic() < deadline, "the child ingest never started"
+            time.sleep(0.1)
+        assert _status(cl, "mem://stuck") == [("processing", None)]
+    finally:
+        child.kill()
+        child.wait(30)
+
+    [other] = cl.ingest([write(tmp_path / "notes.txt", "The relief valve opens at 6 bar.")])
+
+    assert other.outcome is Outcome.ADDED
+    assert _status(cl, "mem://stuck") == [("failed", catalog.INTERRUPTED)]
+    assert "6 bar" in cl.search("relief valve pressure")[0].text

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -187,20 +188,23 @@ def begin_version(
     spec: VersionSpec,
     labels: Labels,
     file_path: str | None = None,
+    run: int | None = None,
 ) -> tuple[DocumentInfo, VersionStart]:
     """:func:`begin_versions` for one source."""
-    [out] = begin_versions(conn, [VersionRequest(source_uri, name, spec, labels, file_path)])
+    [out] = begin_versions(conn, [VersionRequest(source_uri, name, spec, labels, file_path)], run=run)
     return out
 
 
 def begin_versions(
-    conn: sa.Connection, requests: Sequence[VersionRequest]
+    conn: sa.Connection, requests: Sequence[VersionRequest], *, run: int | None = None
 ) -> list[tuple[DocumentInfo, VersionStart]]:
     """Start a new version of each source, or recognise that its content is unchanged.
 
     When a source's active version already has this content hash, model and chunking, no version is
     created: its labels are updated in place if they differ (``RELABELLED``), else nothing changes
     (``UNCHANGED``). New versions are inserted in one statement. Each source may appear once.
+    ``run`` is the key of the ingest run (:func:`hold_run`) that will finish the new versions; a
+    version with none is taken as abandoned by the next :func:`fail_abandoned`.
     """
     uris = [r.source_uri for r in requests]
     if len(set(uris)) != len(uris):
@@ -255,15 +259,16 @@ def begin_versions(
         created = conn.execute(
             sa.text(
                 "INSERT INTO documents (id, name, source_uri, file_path, content_hash, version, status, "
-                "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by) "
+                "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by, "
+                "ingest_run) "
                 "SELECT v.id, v.name, v.s, v.fp, v.h, "
                 "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = v.s), "
-                "'processing', v.m, v.cs, v.co, v.cat, v.tags, v.scopes, v.meta, v.by "
+                "'processing', v.m, v.cs, v.co, v.cat, v.tags, v.scopes, v.meta, v.by, :run "
                 "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, name text, s text, fp text, "
                 "h text, m text, cs int, co int, cat text, tags text[], scopes text[], meta jsonb, by text) "
                 f"RETURNING {_DOC_COLUMNS}"
             ),
-            {"rows": json.dumps(rows)},
+            {"rows": json.dumps(rows), "run": run},
         )
         for r in created:
             info = _row_to_info(r)
@@ -332,6 +337,67 @@ def record_failure(
         {"s": source_uri, "id": doc_id},
     )
     return get_document(conn, doc_id)
+
+
+#: Advisory-lock class of ingest runs. Runs use the two-key form, whose key space is apart from the
+#: one-key source locks.
+_RUN_LOCK_CLASS = 0x63697465
+#: What an abandoned version's error says.
+INTERRUPTED = (
+    "interrupted: the ingest writing this version stopped before it finished; ingest the source again"
+)
+#: Whether a version's run still holds its lock, for a query over ``documents d``.
+_RUN_ALIVE = (
+    "EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND l.classid = CAST(:run_class AS oid) AND l.objsubid = 2 AND l.objid::text::bigint = d.ingest_run)"
+)
+
+
+def hold_run(conn: sa.Connection) -> int:
+    """Start an ingest run on ``conn`` and return its key, for :func:`begin_versions`.
+
+    The run holds a session-level advisory lock until :func:`release_run`, or until its connection
+    ends with the process that owns it: that is how :func:`fail_abandoned` tells a run that is still
+    working from one that is gone. The lock is taken outside any transaction's lifetime on purpose.
+    """
+    key = secrets.randbelow(2**31 - 1) + 1
+    conn.execute(sa.text("SELECT pg_advisory_lock(:c, :k)"), {"c": _RUN_LOCK_CLASS, "k": key})
+    return key
+
+
+def release_run(conn: sa.Connection, key: int) -> None:
+    """End the run :func:`hold_run` started; versions it left processing become abandoned."""
+    conn.execute(sa.text("SELECT pg_advisory_unlock(:c, :k)"), {"c": _RUN_LOCK_CLASS, "k": key})
+
+
+def fail_abandoned(conn: sa.Connection) -> list[tuple[DocumentInfo, str | None]]:
+    """Mark failed every version left ``processing`` by a run that no longer holds its lock.
+
+    Returns each such version, failed, with the original file it had recorded (for the caller to
+    remove if nothing else uses it). A version is checked again under its source's lock, so one
+    that its run activates meanwhile is left alone.
+    """
+    found = conn.execute(
+        sa.text(f"SELECT id, source_uri FROM documents d WHERE status = 'processing' AND NOT {_RUN_ALIVE}"),
+        {"run_class": _RUN_LOCK_CLASS},
+    ).all()
+    failed: list[tuple[DocumentInfo, str | None]] = []
+    for doc_id, source_uri in found:
+        _lock_source(conn, source_uri)
+        row = conn.execute(
+            sa.text(
+                f"SELECT name, file_path FROM documents d "
+                f"WHERE id = :id AND status = 'processing' AND NOT {_RUN_ALIVE}"
+            ),
+            {"id": doc_id, "run_class": _RUN_LOCK_CLASS},
+        ).first()
+        if row is not None:
+            info = record_failure(
+                conn, source_uri=source_uri, name=row[0], reason=INTERRUPTED, labels=Labels(), doc_id=doc_id
+            )
+            failed.append((info, row[1]))
+    return failed
 
 
 def cached_vectors(

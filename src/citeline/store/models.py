@@ -73,6 +73,8 @@ class Document(Base):
     scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default=text("'{}'"))
     uploaded_by: Mapped[str | None] = mapped_column(Text)
+    #: The ingest run writing this version while it is processing (see catalog.hold_run).
+    ingest_run: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
