@@ -13,6 +13,7 @@ from citeline.engine import Citeline
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import check_models
+from citeline.store import catalog
 from citeline.store.keyword import K1, B, MemoryKeywordIndex, SqlKeywordIndex
 from tests.conftest import write
 
@@ -79,6 +80,23 @@ def test_memory_backend_follows_new_versions_and_deletes(indexed: Citeline, tmp_
     for query in [*QUERIES, "elderly prevention", "sleep"]:
         _assert_same(*_both(indexed, memory, query))
     assert _both(indexed, memory, "short sleep")[1] == []
+
+
+def test_a_log_trimmed_past_the_memory_backend_makes_it_reload(
+    indexed: Citeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = MemoryKeywordIndex()
+    _assert_same(*_both(indexed, memory, "aspirin"))  # loaded now
+    monkeypatch.setattr(catalog, "KEYWORD_LOG_KEEP", 1)
+    write(tmp_path / "aspirin.txt", "Aspirin: no longer advised for primary prevention in the elderly.")
+    write(tmp_path / "statins.txt", "Statins are first-line therapy for familial hypercholesterolaemia.")
+    indexed.ingest([tmp_path / "aspirin.txt", tmp_path / "statins.txt"])
+    with indexed.engine.connect() as conn:
+        kept = conn.execute(sa.text("SELECT count(*) FROM keyword_log")).scalar_one()
+    assert kept <= 2  # the entries this index had not read yet are gone
+    for query in [*QUERIES, "elderly prevention", "familial hypercholesterolaemia"]:
+        _assert_same(*_both(indexed, memory, query))
+    assert _both(indexed, memory, "second myocardial infarction")[1] == []
 
 
 def test_scores_match_bm25s(indexed: Citeline) -> None:

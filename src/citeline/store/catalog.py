@@ -339,6 +339,8 @@ def record_failure(
     return get_document(conn, doc_id)
 
 
+#: Entries of ``keyword_log`` kept; older ones are deleted as new ones are written.
+KEYWORD_LOG_KEEP = 100_000
 #: Advisory-lock class of ingest runs. Runs use the two-key form, whose key space is apart from the
 #: one-key source locks.
 _RUN_LOCK_CLASS = 0x63697465
@@ -618,6 +620,11 @@ def _log(conn: sa.Connection, doc_ids: Sequence[uuid.UUID], *, added: bool) -> N
             "SELECT id, :a FROM unnest(CAST(:ids AS uuid[])) WITH ORDINALITY AS t(id, i) ORDER BY i"
         ),
         {"ids": list(doc_ids), "a": added},
+    )
+    # A reader whose position is older than the oldest entry kept reloads from the catalog instead.
+    conn.execute(
+        sa.text("DELETE FROM keyword_log WHERE seq <= (SELECT max(seq) FROM keyword_log) - :keep"),
+        {"keep": KEYWORD_LOG_KEEP},
     )
 
 

@@ -133,8 +133,9 @@ class MemoryKeywordIndex:
 
     The first search loads the postings of every active chunk; each later search first replays the
     log entries committed since (versions made visible or retired), so results always match the SQL
-    backend. Chunks are slots in flat arrays; retired chunks are masked out and the arrays rebuilt
-    when most slots are dead. Safe to share between threads.
+    backend. The log keeps its last ``catalog.KEYWORD_LOG_KEEP`` entries; an index that fell further
+    behind loads everything again. Chunks are slots in flat arrays; retired chunks are masked out and
+    the arrays rebuilt when most slots are dead. Safe to share between threads.
     """
 
     MAX_SEGMENTS = 8
@@ -212,10 +213,13 @@ class MemoryKeywordIndex:
 
     def _sync(self, conn: sa.Connection) -> None:
         """Replay the log since the last sync; on first use, load everything active."""
-        last = conn.execute(sa.text("SELECT coalesce(max(seq), 0) FROM keyword_log")).scalar_one()
+        first, last = conn.execute(
+            sa.text("SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM keyword_log")
+        ).one()
         if self._loaded and last == self._seq:
             return
-        if not self._loaded or last < self._seq:
+        # A log that restarted, or was trimmed past this index's position, cannot be replayed.
+        if not self._loaded or last < self._seq or first > self._seq + 1:
             self._reset()
             entries = [
                 (d, True) for d in conn.execute(sa.text("SELECT id FROM documents WHERE is_active")).scalars()
