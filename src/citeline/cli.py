@@ -257,7 +257,9 @@ def search(
         console.print(
             f"[bold][{rank}][/bold] {where}  [dim]v{hit.version} chunk {hit.chunk_id} "
             f"chars {hit.start}-{hit.end}  similarity {hit.similarity:.3f}  bm25 {hit.keyword_score:.2f}  "
-            f"fused {hit.fused_score:.4f}[/dim]",
+            f"fused {hit.fused_score:.4f}"
+            + (f"  rerank {hit.rerank_score:.4f}" if hit.rerank_score is not None else "")
+            + "[/dim]",
             highlight=False,
         )
         snippet = " ".join(hit.text.split())

@@ -281,7 +281,9 @@ def test_search_reranks_a_deeper_pool_than_it_returns(cl: Citeline, tmp_path: Pa
     )
 
     assert best.document_name == "valve.txt"
+    assert best.rerank_score == pytest.approx(3.0)  # "valve" three times: the model's own logit
     assert timings.rerank > 0
+    assert all(h.rerank_score is None for h in first)
 
 
 def test_search_uses_the_reranker_setting_and_a_request_can_turn_it_off(cl: Citeline, tmp_path: Path) -> None:

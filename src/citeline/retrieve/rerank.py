@@ -27,7 +27,7 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -454,7 +454,7 @@ def rerank_hits(
         candidates = [Candidate(h.chunk_id, h.text, h.fused_score, vectors.get(h.chunk_id)) for h in head]
         ranked = reranker.rerank(query, query_vector, candidates, len(candidates))
         by_id = {h.chunk_id: h for h in head}
-        head = [by_id[chunk_id] for chunk_id, _ in ranked]
+        head = [replace(by_id[chunk_id], rerank_score=score) for chunk_id, score in ranked]
         scores = [score for _, score in ranked]
     if mmr_lambda is not None and head:
         matrix = np.stack([vectors[h.chunk_id] for h in head])

@@ -58,6 +58,8 @@ class Hit:
     similarity: float
     keyword_score: float
     fused_score: float
+    #: The reranker's score, when a reranker reordered this hit (its scale is the reranker's own).
+    rerank_score: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
