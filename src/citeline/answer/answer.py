@@ -30,7 +30,14 @@ from citeline.answer.events import AnswerTimings, CitationEvent, Complete, Error
 from citeline.answer.evidence import check_evidence_budget, focus_passages
 from citeline.answer.extractive import extractive_answer
 from citeline.answer.llm import LLM, AnswerShape, GenerationOptions, Message
-from citeline.answer.prompt import EVIDENCE_HEADING, REFUSAL, Passage, build_prompt, select_passages
+from citeline.answer.prompt import (
+    EVIDENCE_HEADING,
+    REFUSAL,
+    Passage,
+    build_prompt,
+    check_request,
+    select_passages,
+)
 from citeline.answer.relevance import answerable
 from citeline.answer.support import VectorCache
 from citeline.embed.base import Embedder
@@ -82,7 +89,7 @@ async def answer_stream(
         return (time.perf_counter() - began) * 1e3
 
     # A bad request fails before anything is yielded: checked before the evidence is focused.
-    build_prompt(question, [], persona=persona)
+    check_request(question, persona=persona)
     check_evidence_budget(max_evidence_tokens)
     if not answerable(question, evidence, min_similarity=min_similarity):
         evidence = []

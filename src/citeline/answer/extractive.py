@@ -98,7 +98,10 @@ def extractive_answer(
         for candidate in scored:
             if len(chosen) == max_sentences or candidate.score < floor:
                 break
-            if candidate in chosen or sum(c.passage is candidate.passage for c in chosen) >= per_passage:
+            if (
+                any(c is candidate for c in chosen)
+                or sum(c.passage is candidate.passage for c in chosen) >= per_passage
+            ):
                 continue
             if not any(_same(candidate.text, other.text, cache) for other in chosen):
                 chosen.append(candidate)

@@ -193,11 +193,18 @@ def evidence_chars(passages: Sequence[Passage]) -> int:
     return len(evidence_text(passages))
 
 
-def build_prompt(question: str, passages: Sequence[Passage], *, persona: str) -> Prompt:
-    """The system and user messages answering ``question`` from ``passages`` (numbered, best first)."""
+def check_request(question: str, *, persona: str) -> str:
+    """The system prompt of ``persona``; :class:`InvalidRequestError` for an unknown persona or an
+    empty question."""
     system = system_prompt(persona)
     if not question.strip():
         raise InvalidRequestError("the question is empty")
+    return system
+
+
+def build_prompt(question: str, passages: Sequence[Passage], *, persona: str) -> Prompt:
+    """The system and user messages answering ``question`` from ``passages`` (numbered, best first)."""
+    system = check_request(question, persona=persona)
     user = f"{EVIDENCE_HEADING}s:\n\n{evidence_text(passages)}\n\nQuestion: {question.strip()}"
     return Prompt(
         persona=persona,
