@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hashlib
 import json
 import random
@@ -54,6 +55,11 @@ def chunk_texts(n: int) -> list[str]:
     return out
 
 
+def _loaded(text: str) -> LoadedSource:
+    """One page of plain text, as a loader would give it."""
+    return LoadedSource("text/plain", "t", iter([Page(1, text)]))
+
+
 def bench_ingest(settings: Settings, texts: list[str], repeat: int) -> dict[str, float]:
     """End-to-end ingest (split, analyse, embed, COPY, swap) of the texts as one document each.
 
@@ -71,7 +77,7 @@ def bench_ingest(settings: Settings, texts: list[str], repeat: int) -> dict[str,
                     f"bench://{i}",
                     f"t{i}",
                     hashlib.sha256(t.encode()).hexdigest(),
-                    lambda t=t: LoadedSource("text/plain", "t", iter([Page(1, t)])),
+                    functools.partial(_loaded, t),
                 )
                 for i, t in enumerate(texts)
             ]

@@ -44,17 +44,26 @@ QUERIES = {
 QRELS = {"q1": "statins", "q2": "aspirin", "q3": "wings", "q4": "sleep"}
 
 
+def write_beir(
+    folder: Path,
+    queries: dict[str, str],
+    qrels: dict[str, str],
+    corpus: list[tuple[str, str, str]] = CORPUS,
+) -> Path:
+    """A BEIR folder: ``corpus`` as (id, title, text), ``queries`` by id, one judged document per query."""
+    write(
+        folder / "corpus.jsonl",
+        "\n".join(json.dumps({"_id": i, "title": t, "text": x}) for i, t, x in corpus),
+    )
+    write(folder / "queries.jsonl", "\n".join(json.dumps({"_id": q, "text": t}) for q, t in queries.items()))
+    write(
+        folder / "qrels" / "test.tsv",
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in qrels.items()),
+    )
+    return folder
+
+
 @pytest.fixture
 def beir_folder(tmp_path: Path) -> Path:
     # Characters that must be escaped in HTML, in the folder name the report shows as the data set.
-    folder = tmp_path / "mini & <beir>"
-    write(
-        folder / "corpus.jsonl",
-        "\n".join(json.dumps({"_id": i, "title": t, "text": x}) for i, t, x in CORPUS),
-    )
-    write(folder / "queries.jsonl", "\n".join(json.dumps({"_id": q, "text": t}) for q, t in QUERIES.items()))
-    write(
-        folder / "qrels" / "test.tsv",
-        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in QRELS.items()),
-    )
-    return folder
+    return write_beir(tmp_path / "mini & <beir>", QUERIES, QRELS)

@@ -29,8 +29,7 @@ from citeline.eval.answers import check_citations, claim_question, evaluate_answ
 from citeline.eval.beir import load_beir
 from citeline.settings import Settings
 from citeline.store.database import schema_name
-from tests.conftest import write
-from tests.eval.conftest import CORPUS
+from tests.eval.conftest import CORPUS, write_beir
 
 QUIET = Console(quiet=True)
 CLAIMS = {
@@ -45,17 +44,7 @@ JUDGED = {"aspirin": "aspirin", "tea": "green-tea-trial", "statins": "statins", 
 
 @pytest.fixture
 def claims_folder(tmp_path: Path) -> Path:
-    folder = tmp_path / "claims"
-    write(
-        folder / "corpus.jsonl",
-        "\n".join(json.dumps({"_id": i, "title": t, "text": x}) for i, t, x in CORPUS),
-    )
-    write(folder / "queries.jsonl", "\n".join(json.dumps({"_id": q, "text": t}) for q, t in CLAIMS.items()))
-    write(
-        folder / "qrels" / "test.tsv",
-        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in JUDGED.items()),
-    )
-    return folder
+    return write_beir(tmp_path / "claims", CLAIMS, JUDGED)
 
 
 @contextmanager

@@ -141,7 +141,7 @@ def test_the_top_ten_comes_from_the_search_users_get_and_recall_at_100_from_a_de
         asked.append(request.top_k)
         return search(request, **kwargs)
 
-    cl.search = recording  # type: ignore[method-assign]
+    cl.search = recording  # type: ignore[method-assign,assignment]
 
     evaluation = evaluate(cl, load_beir(beir_folder), [few], console=QUIET)
 

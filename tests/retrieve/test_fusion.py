@@ -35,10 +35,10 @@ def test_dbsf_counts_being_found_by_both_searches_for_more_than_min_max() -> Non
     semantic = {8: 0.50, 9: 0.49, 10: 0.70, 11: 0.20}
     keyword = {10: 12.0, 11: 10.0, 9: 2.0}
     source = dict.fromkeys(semantic, 1.0)
-    weights = {"w_semantic": 0.6, "w_keyword": 0.2, "w_source": 0.2}
-
-    by_min_max = weighted(semantic, keyword, source, **weights)
-    by_spread = weighted(semantic, keyword, source, **weights, normalise=three_sigma)
+    by_min_max = weighted(semantic, keyword, source, w_semantic=0.6, w_keyword=0.2, w_source=0.2)
+    by_spread = weighted(
+        semantic, keyword, source, w_semantic=0.6, w_keyword=0.2, w_source=0.2, normalise=three_sigma
+    )
 
     assert by_min_max[8] > by_min_max[9]
     assert by_spread[9] > by_spread[8]

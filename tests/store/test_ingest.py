@@ -37,10 +37,11 @@ Drain the pump completely before winter storage so that frost cannot crack the v
 
 def _counts(cl: Citeline) -> tuple[int, int, int]:
     with cl.engine.connect() as conn:
-        return tuple(  # type: ignore[return-value]
-            conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one()
+        documents, chunks, postings = (
+            int(conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one())
             for t in ("documents", "chunks", "postings")
         )
+    return documents, chunks, postings
 
 
 def test_markdown_is_stored_with_pages_offsets_and_sections(cl: Citeline, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import bm25s
 import numpy as np
@@ -44,7 +45,7 @@ def _both(
     with cl.engine.connect() as conn:
         scope = check_models(conn, cl.embedder.model_id, filters)
         ids = scope.document_ids if scope else None
-        args = {"where": where, "params": params, "document_ids": ids, "limit": 50}
+        args: dict[str, Any] = {"where": where, "params": params, "document_ids": ids, "limit": 50}
         return SqlKeywordIndex().search(conn, terms, **args), memory.search(conn, terms, **args)
 
 

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
 
 from citeline.answer.attribution import Attributor
@@ -65,7 +65,7 @@ async def answer_stream(
     options: GenerationOptions,
     max_evidence_tokens: int | None = None,
     min_similarity: float = 0.0,
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event, None]:
     """Answer ``question`` from ``evidence`` (retrieved hits, best first), as a stream of events.
 
     ``llm`` None means the extractive answerer. ``numbering`` is the conversation's citation numbering;

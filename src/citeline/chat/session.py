@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -107,7 +107,7 @@ class ChatSession:
 
     async def ask(
         self, question: str, *, filters: Filters | None = None, top_k: int | None = None
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Answer ``question`` in this conversation, streaming the answer's events.
 
         ``filters`` (scopes, category, tags...) bound both the search and the earlier-cited chunks that
