@@ -472,6 +472,7 @@ class Ingestor:
                         file_path=str(job.source.stored_file) if job.source.stored_file else None,
                         page_count=job.pages,
                         duration_ms=(time.perf_counter() - job.started) * 1e3,
+                        source_metadata=dict(job.loaded.metadata) if job.loaded else {},
                     )
                     for job in ready
                 ],

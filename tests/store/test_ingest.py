@@ -222,6 +222,28 @@ def test_pdf_pages_are_kept(cl: Citeline) -> None:
     assert pages[0] == 1 and pages[-1] == 15 and len(pages) >= 12
 
 
+def test_what_the_loader_found_is_kept_apart_from_the_user_metadata(cl: Citeline, tmp_path: Path) -> None:
+    page = write(
+        tmp_path / "valves.html",
+        '<html><head><title>Valves</title><meta name="author" content="Jane Roe"></head><body><article>'
+        "<h1>Relief valves</h1><p>The relief valve of the boiler opens at 6 bar and must be tested "
+        "every year by a certified inspector, who records the result in the boiler log.</p>"
+        "</article></body></html>",
+    )
+    results = cl.ingest(
+        [PDFS / "manual_faa_amt_handbook_sample.pdf", page], IngestOptions(metadata={"site": "plant-a"})
+    )
+    pdf, html = sorted(results, key=lambda r: r.source.endswith(".html"))
+
+    assert pdf.document is not None and html.document is not None
+    assert pdf.document.source_metadata["author"] == "FAA"
+    assert pdf.document.source_metadata["pages"] == "1"
+    assert html.document.source_metadata["author"] == "Jane Roe"
+    assert pdf.document.metadata == html.document.metadata == {"site": "plant-a"}
+    [shown] = [d for d in cl.documents() if d.name == "valves.html"]
+    assert shown.source_metadata == html.document.source_metadata
+
+
 def test_an_original_still_needed_by_another_source_is_kept(cl: Citeline, tmp_path: Path) -> None:
     a = write(tmp_path / "a.md", GUIDE)
     cl.ingest([a])

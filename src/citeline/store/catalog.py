@@ -14,7 +14,7 @@ import json
 import secrets
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -29,7 +29,7 @@ from citeline.store.models import Status
 _DOC_COLUMNS = (
     "id, name, title, source_uri, content_type, file_path, content_hash, version, is_active, status, "
     "error, duration_ms, processed_at, page_count, vector_count, embedding_model, chunk_size, "
-    "chunk_overlap, category, tags, scopes, metadata, uploaded_by, created_at, updated_at"
+    "chunk_overlap, category, tags, scopes, metadata, uploaded_by, created_at, updated_at, source_metadata"
 )
 
 
@@ -62,6 +62,8 @@ class DocumentInfo:
     uploaded_by: str | None
     created_at: datetime
     updated_at: datetime
+    #: What the loader found about the source (``author``, ``pages``, ``url``, ...), as strings.
+    source_metadata: dict[str, str]
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -504,6 +506,7 @@ class Activation:
     file_path: str | None
     page_count: int
     duration_ms: float
+    source_metadata: dict[str, str] = field(default_factory=dict)
 
 
 def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[DocumentInfo]:
@@ -540,10 +543,11 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
         sa.text(
             "UPDATE documents d SET is_active = true, status = 'completed', error = NULL, title = v.title, "
             "content_type = v.ct, file_path = v.fp, page_count = v.pc, vector_count = v.n, "
-            "duration_ms = v.ms, processed_at = :now, updated_at = :now "
+            "duration_ms = v.ms, source_metadata = v.sm, processed_at = :now, updated_at = :now "
             "FROM unnest(CAST(:ids AS uuid[]), CAST(:titles AS text[]), CAST(:cts AS text[]), "
-            "CAST(:fps AS text[]), CAST(:pcs AS int[]), CAST(:ns AS int[]), CAST(:mss AS float8[])) "
-            "AS v(id, title, ct, fp, pc, n, ms) WHERE d.id = v.id"
+            "CAST(:fps AS text[]), CAST(:pcs AS int[]), CAST(:ns AS int[]), CAST(:mss AS float8[]), "
+            "CAST(:sms AS jsonb[])) "
+            "AS v(id, title, ct, fp, pc, n, ms, sm) WHERE d.id = v.id"
         ),
         {
             "ids": ids,
@@ -553,6 +557,7 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
             "pcs": [a.page_count for a in chosen],
             "ns": [totals.get(i, (0, 0))[0] for i in ids],
             "mss": [a.duration_ms for a in chosen],
+            "sms": [json.dumps(a.source_metadata) for a in chosen],
             "now": now,
         },
     )

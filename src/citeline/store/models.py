@@ -72,6 +72,8 @@ class Document(Base):
     tags: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
     scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default=text("'{}'"))
+    #: What the loader found (PDF author, final URL, ...); never matched by filters.
+    source_metadata: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'"))
     uploaded_by: Mapped[str | None] = mapped_column(Text)
     #: The ingest run writing this version while it is processing (see catalog.hold_run).
     ingest_run: Mapped[int | None] = mapped_column(BigInteger)
