@@ -27,6 +27,7 @@ from citeline.ingest import (
     ProgressCallback,
     discover,
     remove_unused_files,
+    settle_abandoned,
 )
 from citeline.retrieve.rerank import Reranker, get_reranker, rerank_hits
 from citeline.retrieve.search import Hit, SearchRequest, Timings, fetch_hits, hybrid_search
@@ -64,6 +65,9 @@ class Citeline:
             try:
                 with engine.begin() as conn:
                     catalog.bind_analyzer(conn, self.analyzer.config(), Analyzer().config())
+                    # A process that starts after a crash finds what the crash left processing failed.
+                    abandoned = catalog.fail_abandoned(conn)
+                settle_abandoned(engine, abandoned)
             except BaseException:
                 engine.dispose()
                 raise

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -336,9 +336,7 @@ class Ingestor:
         """Fail the versions earlier runs left processing when they stopped (killed, or an error)."""
         with self._tx(run) as conn:
             abandoned = catalog.fail_abandoned(conn)
-        for doc, _ in abandoned:
-            log.warning("%s (version %d): %s", doc.name, doc.version, catalog.INTERRUPTED)
-        remove_unused_files(self.engine, {Path(f) for _, f in abandoned if f})
+        settle_abandoned(self.engine, abandoned)
 
     def _begin(self, run: _Run, sources: list[Source], size: int, overlap: int) -> list[_Job]:
         """Start versions for a group of sources; report the unchanged and relabelled ones at once."""
@@ -538,6 +536,14 @@ class Ingestor:
         return IngestResult(
             label, Outcome.FAILED, failed, seconds=time.perf_counter() - started, error=reason
         )
+
+
+def settle_abandoned(engine: sa.Engine, abandoned: Sequence[tuple[DocumentInfo, str | None]]) -> None:
+    """After :func:`catalog.fail_abandoned` has committed: log each version it failed and remove the
+    originals they alone held."""
+    for doc, _ in abandoned:
+        log.warning("%s (version %d): %s", doc.name, doc.version, catalog.INTERRUPTED)
+    remove_unused_files(engine, {Path(f) for _, f in abandoned if f})
 
 
 def remove_unused_files(engine: sa.Engine, paths: Iterable[Path]) -> None:

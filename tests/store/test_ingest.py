@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pypdf
+import pytest
 import sqlalchemy as sa
 
 from citeline.engine import Citeline
@@ -322,9 +323,11 @@ with Citeline(Settings(data_dir=sys.argv[1], namespace=sys.argv[2], database_url
 """
 
 
-def test_a_version_left_by_a_killed_ingest_is_failed_by_the_next_one(
-    cl: Citeline, settings: Settings, tmp_path: Path
+@pytest.mark.parametrize("then", ["the next ingest", "the next process"])
+def test_a_version_left_by_a_killed_ingest_is_failed_with_a_reason(
+    cl: Citeline, settings: Settings, tmp_path: Path, then: str
 ) -> None:
+    cl.documents()  # this process's store is open before the crash
     marker = tmp_path / "opened"
     child = subprocess.Popen(
         [sys.executable, "-c", KILLED_INGEST, str(settings.data_dir), settings.namespace, str(marker)]
@@ -339,8 +342,12 @@ def test_a_version_left_by_a_killed_ingest_is_failed_by_the_next_one(
         child.kill()
         child.wait(30)
 
-    [other] = cl.ingest([write(tmp_path / "notes.txt", "The relief valve opens at 6 bar.")])
-
-    assert other.outcome is Outcome.ADDED
+    if then == "the next ingest":
+        [other] = cl.ingest([write(tmp_path / "notes.txt", "The relief valve opens at 6 bar.")])
+        assert other.outcome is Outcome.ADDED
+        assert "6 bar" in cl.search("relief valve pressure")[0].text
+    else:
+        with Citeline(settings) as fresh:
+            [stuck] = [d for d in fresh.documents() if d.source_uri == "mem://stuck"]
+            assert (stuck.status, stuck.error) == ("failed", catalog.INTERRUPTED)
     assert _status(cl, "mem://stuck") == [("failed", catalog.INTERRUPTED)]
-    assert "6 bar" in cl.search("relief valve pressure")[0].text
