@@ -158,3 +158,24 @@ def test_universal_and_scope_contradict(settings: Settings, tmp_path: Path) -> N
     path = write(tmp_path / "a.txt", "text")
     code, _, err = _run(settings, "ingest", str(path), "--universal", "--scope", "x")
     assert code == 2 and "--universal" in err
+
+
+def test_ask_takes_the_same_filters_as_search(settings: Settings, tmp_path: Path) -> None:
+    a = write(tmp_path / "plant-a.txt", "The relief valve of boiler A opens at 6 bar.")
+    b = write(tmp_path / "plant-b.md", "# Boiler B\n\nThe relief valve of boiler B opens at 9 bar.")
+    assert _run(settings, "ingest", str(a), "--meta", "site=a")[0] == 0
+    assert _run(settings, "ingest", str(b), "--meta", "site=b")[0] == 0
+
+    for filters, name in ((["--meta", "site=b"], "plant-b.md"), (["--type", "text/plain"], "plant-a.txt")):
+        code, out, err = _run(
+            settings,
+            "ask",
+            "At what pressure does the relief valve open?",
+            "--llm",
+            "extractive",
+            "--json",
+            *filters,
+        )
+        assert code == 0, err
+        answer = json.loads(out)
+        assert {c["document_name"] for c in answer["citations"]} == {name}, filters

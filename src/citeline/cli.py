@@ -102,6 +102,40 @@ def _guard(fn: Callable[[], T]) -> T:
         raise typer.Exit(exc.exit_code) from exc
 
 
+# The filter options of every command that searches (search, ask, chat): one definition, so the three
+# accept the same filters with the same words.
+ScopeOption = Annotated[
+    list[str], typer.Option("--scope", "-s", help="Only documents in this scope (or universal).")
+]
+CategoryOption = Annotated[str | None, typer.Option(help="Only this category or below it.")]
+TagOption = Annotated[list[str], typer.Option("--tag", "-t", help="Documents with any of these tags.")]
+AllTagsOption = Annotated[list[str], typer.Option("--all-tags", help="Documents with all of these tags.")]
+TypeOption = Annotated[
+    list[str], typer.Option("--type", help="Only these content types, e.g. application/pdf.")
+]
+MetaOption = Annotated[list[str], typer.Option("--meta", help="Metadata KEY=VALUE that must match.")]
+
+
+def _filters(
+    scope: list[str],
+    category: str | None,
+    tag: list[str],
+    all_tags: list[str],
+    types: list[str],
+    meta: list[str],
+) -> Filters:
+    return _guard(
+        lambda: Filters(
+            scopes=tuple(scope),
+            category=category,
+            tags_any=tuple(tag),
+            tags_all=tuple(all_tags),
+            content_types=tuple(types),
+            metadata=_parse_metadata(meta),
+        )
+    )
+
+
 def _parse_metadata(pairs: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
@@ -211,16 +245,12 @@ def _describe(result: IngestResult) -> str:
 def search(
     ctx: typer.Context,
     query: Annotated[str, typer.Argument(help="What to look for.")],
-    scope: Annotated[
-        list[str], typer.Option("--scope", "-s", help="Only documents in this scope (or universal).")
-    ] = [],  # noqa: B006
-    category: Annotated[str | None, typer.Option(help="Only this category or below it.")] = None,
-    tag: Annotated[list[str], typer.Option("--tag", "-t", help="Documents with any of these tags.")] = [],  # noqa: B006
-    all_tags: Annotated[list[str], typer.Option("--all-tags", help="Documents with all of these tags.")] = [],  # noqa: B006
-    content_type: Annotated[
-        list[str], typer.Option("--type", help="Only these content types, e.g. application/pdf.")
-    ] = [],  # noqa: B006
-    meta: Annotated[list[str], typer.Option("--meta", help="Metadata KEY=VALUE that must match.")] = [],  # noqa: B006
+    scope: ScopeOption = [],  # noqa: B006
+    category: CategoryOption = None,
+    tag: TagOption = [],  # noqa: B006
+    all_tags: AllTagsOption = [],  # noqa: B006
+    content_type: TypeOption = [],  # noqa: B006
+    meta: MetaOption = [],  # noqa: B006
     top_k: Annotated[int | None, typer.Option("--top-k", "-k", help="How many hits.")] = None,
     threshold: Annotated[float | None, typer.Option(help="Largest cosine distance kept (0..2).")] = None,
     fusion: Annotated[Fusion | None, typer.Option(help="How to fuse dense and keyword rankings.")] = None,
@@ -230,14 +260,7 @@ def search(
     request = _guard(
         lambda: SearchRequest(
             query=query,
-            filters=Filters(
-                scopes=tuple(scope),
-                category=category,
-                tags_any=tuple(tag),
-                tags_all=tuple(all_tags),
-                content_types=tuple(content_type),
-                metadata=_parse_metadata(meta),
-            ),
+            filters=_filters(scope, category, tag, all_tags, content_type, meta),
             top_k=top_k,
             distance_threshold=threshold,
             fusion=fusion,
@@ -335,11 +358,12 @@ def _print_sources(complete: Complete) -> None:
 def ask(
     ctx: typer.Context,
     question: Annotated[str, typer.Argument(help="The question.")],
-    scope: Annotated[
-        list[str], typer.Option("--scope", "-s", help="Only documents in this scope (or universal).")
-    ] = [],  # noqa: B006
-    category: Annotated[str | None, typer.Option(help="Only this category or below it.")] = None,
-    tag: Annotated[list[str], typer.Option("--tag", "-t", help="Documents with any of these tags.")] = [],  # noqa: B006
+    scope: ScopeOption = [],  # noqa: B006
+    category: CategoryOption = None,
+    tag: TagOption = [],  # noqa: B006
+    all_tags: AllTagsOption = [],  # noqa: B006
+    content_type: TypeOption = [],  # noqa: B006
+    meta: MetaOption = [],  # noqa: B006
     persona: Annotated[
         str | None, typer.Option(help="general, clinical or repair (a new conversation's system prompt).")
     ] = None,
@@ -354,7 +378,7 @@ def ask(
     ] = False,
 ) -> None:
     """Answer a question from the documents, streamed, each claim citing a numbered source."""
-    filters = Filters(scopes=tuple(scope), category=category, tags_any=tuple(tag))
+    filters = _filters(scope, category, tag, all_tags, content_type, meta)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
         session = _guard(lambda: cl.chat(conversation, persona=persona))
         _stream_answer(session, question, filters, as_json=as_json)
@@ -365,10 +389,12 @@ def ask(
 @app.command()
 def chat(
     ctx: typer.Context,
-    scope: Annotated[
-        list[str], typer.Option("--scope", "-s", help="Only documents in this scope (or universal).")
-    ] = [],  # noqa: B006
-    category: Annotated[str | None, typer.Option(help="Only this category or below it.")] = None,
+    scope: ScopeOption = [],  # noqa: B006
+    category: CategoryOption = None,
+    tag: TagOption = [],  # noqa: B006
+    all_tags: AllTagsOption = [],  # noqa: B006
+    content_type: TypeOption = [],  # noqa: B006
+    meta: MetaOption = [],  # noqa: B006
     persona: Annotated[str | None, typer.Option(help="general, clinical or repair.")] = None,
     conversation: Annotated[
         str | None, typer.Option("--conversation", "-c", help="Continue this conversation (its id).")
@@ -376,7 +402,7 @@ def chat(
     llm: Annotated[str | None, typer.Option(help="provider:model to answer with (CITELINE_LLM).")] = None,
 ) -> None:
     """An interactive conversation: follow-up questions keep their context and citation numbers."""
-    filters = Filters(scopes=tuple(scope), category=category)
+    filters = _filters(scope, category, tag, all_tags, content_type, meta)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
         session = _guard(lambda: cl.chat(conversation, persona=persona))
         err.print(f"[dim]conversation {session.id}; an empty line or Ctrl-D ends it[/dim]")
