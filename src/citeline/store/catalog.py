@@ -363,7 +363,7 @@ def hold_run(conn: sa.Connection) -> int:
 
     The run holds a session-level advisory lock until :func:`release_run`, or until its connection
     ends with the process that owns it: that is how :func:`fail_abandoned` tells a run that is still
-    working from one that is gone. The lock is taken outside any transaction's lifetime on purpose.
+    working from one that is gone. It is a session lock: it outlives the transaction it is taken in.
     """
     key = secrets.randbelow(2**31 - 1) + 1
     conn.execute(sa.text("SELECT pg_advisory_lock(:c, :k)"), {"c": _RUN_LOCK_CLASS, "k": key})
