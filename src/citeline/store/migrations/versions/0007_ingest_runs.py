@@ -2,8 +2,9 @@
 
 A run holds a session-level advisory lock for as long as its connection lives. A version still
 ``processing`` whose run no longer holds its lock was abandoned (the process was killed, or the run
-stopped on an error), and the next ingest marks it failed instead of leaving it listed as processing
-until its source happens to be ingested again. Versions written before this migration record no run.
+stopped on an error). The next ingest, and each process as it opens the store, mark it failed
+instead of leaving it listed as processing until its source happens to be ingested again. Versions
+written before this migration record no run.
 
 Revision ID: 0007
 Revises: 0006
