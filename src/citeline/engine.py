@@ -15,11 +15,12 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
+from citeline.access import FULL_ACCESS, Access
 from citeline.answer.llm import LLM, get_llm
-from citeline.chat.session import LOCAL_USER, ChatSession
+from citeline.chat.session import ChatSession
 from citeline.embed import get_embedder
 from citeline.embed.base import Embedder
-from citeline.errors import ConfigError, InvalidRequestError, NotFoundError
+from citeline.errors import AccessDeniedError, ConfigError, InvalidRequestError, NotFoundError
 from citeline.ingest import (
     IngestOptions,
     Ingestor,
@@ -146,10 +147,17 @@ class Citeline:
 
     # -- search ---------------------------------------------------------------------------------
 
-    def search(self, request: SearchRequest | str, *, timings: Timings | None = None) -> list[Hit]:
-        """Hybrid search; see :class:`SearchRequest` for the knobs."""
+    def search(
+        self,
+        request: SearchRequest | str,
+        *,
+        access: Access = FULL_ACCESS,
+        timings: Timings | None = None,
+    ) -> list[Hit]:
+        """Hybrid search within ``access``; see :class:`SearchRequest` for the knobs."""
         if isinstance(request, str):
             request = SearchRequest(query=request)
+        request = replace(request, filters=access.restrict(request.filters))
         if not request.query.strip():
             raise InvalidRequestError("the search query is empty")
         embedder, query = self.embedder, request.query
@@ -222,14 +230,16 @@ class Citeline:
                 raise InvalidRequestError(f"rerank: {exc}") from exc
         return self._rerankers[name]
 
-    def fetch(self, chunk_ids: Sequence[int], query: str | None = None) -> list[Hit]:
-        """Chunks by id, in the order given (inactive or unknown ids are skipped).
+    def fetch(
+        self, chunk_ids: Sequence[int], query: str | None = None, *, access: Access = FULL_ACCESS
+    ) -> list[Hit]:
+        """Chunks by id, in the order given (inactive, unknown or out-of-grant ids are skipped).
 
         With ``query``, each hit carries its cosine distance to the query.
         """
         vector = self.embedder.embed([query])[0] if query else None
         with self.engine.connect() as conn:
-            return fetch_hits(conn, chunk_ids, vector)
+            return fetch_hits(conn, chunk_ids, vector, access=access)
 
     # -- answers ----------------------------------------------------------------------------------
 
@@ -237,48 +247,56 @@ class Citeline:
         self,
         conversation_id: str | uuid.UUID | None = None,
         *,
-        user_id: str = LOCAL_USER,
+        access: Access = FULL_ACCESS,
         persona: str | None = None,
     ) -> ChatSession:
-        """A conversation to ask questions in: a new one, or ``conversation_id`` of ``user_id``.
+        """A conversation to ask questions in: a new one, or ``conversation_id`` of ``access.user_id``.
 
         ``persona`` (general, clinical, repair) applies to a new conversation; one being resumed keeps
-        its own. Each :meth:`ChatSession.ask` streams the answer's events and stores the turn.
+        its own. Each :meth:`ChatSession.ask` streams the answer's events and stores the turn; its
+        searches stay within ``access``.
         """
         if conversation_id is None:
-            return ChatSession.start(self, llm=self.llm, user_id=user_id, persona=persona)
-        return ChatSession.resume(self, conversation_id, llm=self.llm, user_id=user_id)
+            return ChatSession.start(self, llm=self.llm, access=access, persona=persona)
+        return ChatSession.resume(self, conversation_id, llm=self.llm, access=access)
 
     # -- catalog --------------------------------------------------------------------------------
 
-    def documents(self) -> list[DocumentInfo]:
-        """Every document version in the catalog."""
+    def documents(self, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
+        """Every document version in the catalog that ``access`` sees."""
         with self.engine.connect() as conn:
-            return catalog.list_documents(conn)
+            return catalog.list_documents(conn, access=access)
 
-    def document(self, ref: str) -> DocumentInfo:
-        """A document by id or unambiguous id prefix."""
+    def document(self, ref: str, *, access: Access = FULL_ACCESS) -> DocumentInfo:
+        """A document by id or unambiguous id prefix; one outside ``access`` is not found."""
         with self.engine.connect() as conn:
             try:
-                return catalog.get_document(conn, uuid.UUID(ref))
+                doc = catalog.get_document(conn, uuid.UUID(ref))
             except ValueError:
-                matches = catalog.find_documents(conn, ref)
+                matches = [d for d in catalog.find_documents(conn, ref) if access.sees(d.scopes)]
+            else:
+                if not access.sees(doc.scopes):
+                    raise NotFoundError(f"no document with id {ref!r}")
+                return doc
         if not matches:
             raise NotFoundError(f"no document with id {ref!r}")
         if len(matches) > 1:
             raise InvalidRequestError(f"id prefix {ref!r} matches {len(matches)} documents; give more of it")
         return matches[0]
 
-    def delete(self, ref: str) -> list[DocumentInfo]:
+    def delete(self, ref: str, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
         """Delete a document (every version of its source) with its chunks, vectors, postings and files."""
-        doc = self.document(ref)
+        doc = self.document(ref, access=access)
+        _require_admin(access, f"delete document {ref}")
         with self.engine.begin() as conn:
             removed = catalog.delete_document(conn, doc.id)
         remove_unused_files(self.engine, {Path(d.file_path) for d in removed if d.file_path})
         return removed
 
-    def chunks(self, document: DocumentInfo) -> Sequence[dict[str, Any]]:
+    def chunks(self, document: DocumentInfo, *, access: Access = FULL_ACCESS) -> Sequence[dict[str, Any]]:
         """The chunks of one version, in order (for ``docs show``)."""
+        if not access.sees(document.scopes):
+            raise NotFoundError(f"no document with id {document.id}")
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
@@ -289,11 +307,16 @@ class Citeline:
             )
             return [dict(r._mapping) for r in rows]
 
-    def stats(self) -> dict[str, Any]:
-        """Counts over the namespace."""
+    def stats(self, *, access: Access = FULL_ACCESS) -> dict[str, Any]:
+        """Counts over the namespace, as far as ``access`` sees it."""
         with self.engine.connect() as conn:
-            out = catalog.stats(conn)
+            out = catalog.stats(conn, access=access)
         out["namespace"] = self.settings.namespace
         out["embedding_model"] = self.settings.embedding_model
         out["mode"] = "external" if self.settings.database_url else "embedded"
         return out
+
+
+def _require_admin(access: Access, action: str) -> None:
+    if not access.is_admin:
+        raise AccessDeniedError(f"{action}: needs an admin key (this key is a {access.role.value})")

@@ -23,6 +23,7 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
+from citeline.access import FULL_ACCESS, Access
 from citeline.errors import ConfigError, NotFoundError
 from citeline.store.models import Status
 
@@ -662,9 +663,12 @@ def find_documents(conn: sa.Connection, prefix: str) -> list[DocumentInfo]:
     return [_row_to_info(r) for r in rows]
 
 
-def list_documents(conn: sa.Connection) -> list[DocumentInfo]:
-    """Every version in the catalog: the active ones and those that failed or are in progress."""
-    rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents ORDER BY name, version"))
+def list_documents(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
+    """Every version ``access`` sees: the active ones and those that failed or are in progress."""
+    where, params = access.sql("documents")
+    rows = conn.execute(
+        sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE {where} ORDER BY name, version"), params
+    )
     return [_row_to_info(r) for r in rows]
 
 
@@ -691,43 +695,59 @@ def file_in_use(conn: sa.Connection, file_path: str) -> bool:
     )
 
 
-def stats(conn: sa.Connection) -> dict[str, Any]:
-    """Counts over the catalog, for ``citeline stats``."""
-    by_status: dict[str, int] = dict(
-        conn.execute(sa.text("SELECT status, count(*) FROM documents GROUP BY status ORDER BY status")).all()
-    )
-    totals = conn.execute(sa.text("SELECT chunk_count, token_total FROM corpus_stats WHERE id = 1")).one()
-    models: dict[str, int] = dict(
-        conn.execute(
+def stats(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> dict[str, Any]:
+    """Counts over the catalog as ``access`` sees it, for ``citeline stats`` and ``GET /stats``.
+
+    A grant bounded to scopes gets the counts of the documents it sees, and no figure about the
+    database as a whole (its size, its postings).
+    """
+    where, params = access.sql("d")
+
+    def grouped(column: str, active_only: bool) -> dict[str, int]:
+        active = " AND d.is_active" if active_only else ""
+        rows = conn.execute(
             sa.text(
-                "SELECT embedding_model, count(*) FROM documents WHERE is_active GROUP BY embedding_model"
-            )
+                f"SELECT d.{column}, count(*) FROM documents d WHERE {where}{active} GROUP BY 1 ORDER BY 1"
+            ),
+            params,
         ).all()
-    )
-    types: dict[str, int] = dict(
-        conn.execute(
-            sa.text("SELECT content_type, count(*) FROM documents WHERE is_active GROUP BY content_type")
-        ).all()
-    )
-    postings = conn.execute(sa.text("SELECT count(*) FROM postings")).scalar_one()
-    size = conn.execute(
-        sa.text(
-            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
-        )
-    ).scalar_one()
-    return {
+        return {str(k): int(v) for k, v in rows}
+
+    by_status = grouped("status", False)
+    types = grouped("content_type", True)
+    models = grouped("embedding_model", True)
+    out: dict[str, Any] = {
         "documents": int(sum(by_status.values())),
         "active_documents": int(sum(types.values())),
-        "by_status": {str(k): int(v) for k, v in by_status.items()},
-        "by_content_type": {str(k): int(v) for k, v in types.items()},
-        "embedding_models": {str(k): int(v) for k, v in models.items()},
-        "chunks": int(totals[0]),
-        "keyword_postings": int(postings),
-        "avg_chunk_terms": (float(totals[1]) / totals[0]) if totals[0] else 0.0,
-        "database_bytes": int(size),
+        "by_status": by_status,
+        "by_content_type": types,
+        "embedding_models": models,
     }
+    if access.unrestricted:
+        totals = conn.execute(sa.text("SELECT chunk_count, token_total FROM corpus_stats WHERE id = 1")).one()
+        out["chunks"] = int(totals[0])
+        out["avg_chunk_terms"] = (float(totals[1]) / totals[0]) if totals[0] else 0.0
+        out["keyword_postings"] = int(conn.execute(sa.text("SELECT count(*) FROM postings")).scalar_one())
+        out["database_bytes"] = int(
+            conn.execute(
+                sa.text(
+                    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+                )
+            ).scalar_one()
+        )
+    else:
+        out["chunks"] = int(
+            conn.execute(
+                sa.text(
+                    "SELECT coalesce(sum(d.vector_count), 0) FROM documents d "
+                    f"WHERE {where} AND d.is_active"
+                ),
+                params,
+            ).scalar_one()
+        )
+    return out
 
 
 def _labels_differ(doc: DocumentInfo, labels: Labels) -> bool:
