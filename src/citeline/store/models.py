@@ -200,3 +200,27 @@ class Message(Base):
         CheckConstraint("role IN ('user', 'assistant')", name="messages_role"),
         UniqueConstraint("conversation_id", "turn", "role", name="messages_turn_role"),
     )
+
+
+class ApiKey(Base):
+    """An API key: its hash (never the key), role and, for readers, the scopes it is bound to.
+
+    ``scopes`` NULL means every scope; an empty array means universal documents only.
+    """
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(Text)
+    role: Mapped[str] = mapped_column(String(20))
+    scopes: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        CheckConstraint("role IN ('admin', 'reader')", name="api_keys_role"),
+        CheckConstraint("role = 'reader' OR scopes IS NULL", name="api_keys_admin_unscoped"),
+    )
