@@ -15,6 +15,7 @@ from limits import RateLimitItemPerMinute
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citeline.api.errors import error_response
@@ -70,7 +71,9 @@ class BodySizeLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise LimitExceededError(_message(seen, limit, setting, at_least=True))
+                    # An HTTPException is what the framework lets through from reading a body (other
+                    # errors become a 400); the error handlers give it the API's shape all the same.
+                    raise HTTPException(413, _message(seen, limit, setting, at_least=True))
             return message
 
         await self.app(scope, counted, send)

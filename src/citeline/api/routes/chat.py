@@ -204,7 +204,12 @@ async def _first(answer: _Answer) -> Event:
     return first
 
 
-@router.post("/chat/stream", summary="Answer a question as server-sent events", response_class=EventStream)
+@router.post(
+    "/chat/stream",
+    summary="Answer a question as server-sent events (see docs/api.md)",
+    response_class=EventStream,
+    status_code=200,
+)
 async def chat_stream(body: ChatBody, cl: CitelineDep, access: AccessDep, slots: SlotsDep) -> EventStream:
     answer = await _begin(cl, access, slots, body)
     first = await _first(answer)
