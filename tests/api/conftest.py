@@ -158,12 +158,12 @@ def server(api_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     corpus = tmp_path_factory.mktemp("api-corpus")
     write(
         corpus / "acme" / "acme-valves.md",
-        "# ACME valves\n\nThe ACME relief valve opens at 6 bar. It is tested every year by the site engineer.",
+        "# ACME valves\n\nThe ACME relief valve opens at 6 bar. The site engineer tests it every year.",
     )
     (corpus / "acme" / "latex-sample.pdf").write_bytes(SAMPLE_PDF.read_bytes())
     write(
         corpus / "globex-boiler.md",
-        "# Globex boiler\n\nThe Globex boiler relief valve opens at 12 bar. The boiler is serviced in spring.",
+        "# Globex boiler\n\nThe Globex boiler relief valve opens at 12 bar. It is serviced in spring.",
     )
     write(
         corpus / "assembly.txt",
@@ -173,9 +173,9 @@ def server(api_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     documents = {
         "acme_note": acme["acme-valves.md"],
         "acme": acme["latex-sample.pdf"],
-        "globex": ingest(env, corpus / "globex-boiler.md", "--scope", "globex", "--category", "plant/boilers")[
-            "globex-boiler.md"
-        ],
+        "globex": ingest(
+            env, corpus / "globex-boiler.md", "--scope", "globex", "--category", "plant/boilers"
+        )["globex-boiler.md"],
         "universal": ingest(env, corpus / "assembly.txt", "--category", "site")["assembly.txt"],
     }
     started = start_server(env, tmp_path_factory.mktemp("api-log") / "serve.log")
@@ -195,3 +195,26 @@ def server(api_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield started
     finally:
         stop_server(started)
+
+
+@dataclass(frozen=True)
+class Sse:
+    """One server-sent event; ``name`` is ``:`` for a comment line (the heartbeat)."""
+
+    name: str
+    data: dict[str, Any]
+
+
+def read_events(lines: Iterator[str]) -> Iterator[Sse]:
+    """Parse a text/event-stream as it arrives."""
+    name, data = "message", ""
+    for line in lines:
+        if line.startswith(":"):
+            yield Sse(":", {"comment": line[1:].strip()})
+        elif line.startswith("event:"):
+            name = line.removeprefix("event:").strip()
+        elif line.startswith("data:"):
+            data += line.removeprefix("data:").strip()
+        elif not line and data:
+            yield Sse(name, json.loads(data))
+            name, data = "message", ""

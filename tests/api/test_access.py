@@ -48,7 +48,7 @@ ROUTES = (
     Route("DELETE", f"/documents/{MISSING}", "admin", ok=404),
     Route("DELETE", f"/index/{MISSING}", "admin", ok=404),
     Route("GET", "/keys", "admin"),
-    Route("POST", "/keys", "admin", {"role": "reader", "scopes": ["x"], "name": "made by the matrix"}, ok=201),
+    Route("POST", "/keys", "admin", {"role": "reader", "scopes": ["x"], "name": "matrix"}, ok=201),
     Route("DELETE", f"/keys/{MISSING}", "admin", ok=404),
     Route("GET", "/health/live", "public"),
     Route("GET", "/health/ready", "public"),

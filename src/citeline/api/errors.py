@@ -74,9 +74,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
-    return JSONResponse(
-        error_body(code, str(exc.detail)), exc.status_code, headers=dict(exc.headers or {})
-    )
+    return JSONResponse(error_body(code, str(exc.detail)), exc.status_code, headers=dict(exc.headers or {}))
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

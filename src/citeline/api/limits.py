@@ -188,5 +188,3 @@ class GenerationSlots:
             http_status=503,
             retry_after=GENERATION_RETRY_AFTER,
         )
-
-

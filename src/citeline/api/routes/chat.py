@@ -62,9 +62,7 @@ async def _begin(cl: Citeline, access: Access, slots: GenerationSlots, body: Cha
     check_text_length(body.question, "question", cl.settings)
     slot = await slots.acquire()
     try:
-        session = await asyncio.to_thread(
-            cl.chat, body.conversation_id, access=access, persona=body.persona
-        )
+        session = await asyncio.to_thread(cl.chat, body.conversation_id, access=access, persona=body.persona)
         events = session.ask(body.question, filters=body.filters(), top_k=body.top_k)
     except BaseException:
         slot.release()
