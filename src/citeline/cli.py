@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import ipaddress
 import json
 import logging
@@ -671,8 +672,17 @@ def serve(
         os.environ[f"CITELINE_{name.upper()}"] = str(value)
     if open_mode:
         os.environ["CITELINE_API_OPEN"] = "true"
+    # citeline's own messages (open mode, answers stopped early) go where uvicorn's go, in every worker.
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    log_config["loggers"]["citeline"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
     uvicorn.run(
-        "citeline.api.app:app_from_env", factory=True, host=host, port=port, workers=workers, log_level="info"
+        "citeline.api.app:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="info",
+        log_config=log_config,
     )
 
 
