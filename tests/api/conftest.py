@@ -99,7 +99,8 @@ class Server:
         return self.log.read_text(errors="replace")
 
 
-def start_server(env: dict[str, str], log: Path, *args: str) -> Server:
+def launch_server(env: dict[str, str], log: Path, *args: str) -> Server:
+    """Start ``citeline serve`` on a free loopback port without waiting for it (see :func:`wait_ready`)."""
     port = free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -108,11 +109,16 @@ def start_server(env: dict[str, str], log: Path, *args: str) -> Server:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    server = Server(f"http://127.0.0.1:{port}", env, process, log)
+    return Server(f"http://127.0.0.1:{port}", env, process, log)
+
+
+def wait_ready(server: Server) -> Server:
     deadline = time.monotonic() + STARTUP_SECONDS
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"citeline serve exited with {process.returncode}:\n{server.log_text()}")
+        if server.process.poll() is not None:
+            raise RuntimeError(
+                f"citeline serve exited with {server.process.returncode}:\n{server.log_text()}"
+            )
         try:
             if httpx.get(f"{server.url}/health/ready", timeout=5).status_code == 200:
                 return server
@@ -121,6 +127,10 @@ def start_server(env: dict[str, str], log: Path, *args: str) -> Server:
         time.sleep(0.3)
     stop_server(server)
     raise RuntimeError(f"citeline serve was not ready within {STARTUP_SECONDS} s:\n{server.log_text()}")
+
+
+def start_server(env: dict[str, str], log: Path, *args: str) -> Server:
+    return wait_ready(launch_server(env, log, *args))
 
 
 def stop_server(server: Server) -> None:
@@ -169,27 +179,36 @@ def server(api_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         corpus / "assembly.txt",
         "In a fire, everyone gathers at the north car park assembly point. Relief valves are never blocked.",
     )
+    # The first ingest starts the database; the server then boots while the others run.
     acme = ingest(env, corpus / "acme", "--scope", "acme", "--category", "plant/valves", "--tag", "safety")
-    documents = {
-        "acme_note": acme["acme-valves.md"],
-        "acme": acme["latex-sample.pdf"],
-        "globex": ingest(
-            env, corpus / "globex-boiler.md", "--scope", "globex", "--category", "plant/boilers"
-        )["globex-boiler.md"],
-        "universal": ingest(env, corpus / "assembly.txt", "--category", "site")["assembly.txt"],
-    }
-    started = start_server(env, tmp_path_factory.mktemp("api-log") / "serve.log")
+    started = launch_server(env, tmp_path_factory.mktemp("api-log") / "serve.log")
     try:
+        documents = {
+            "acme_note": acme["acme-valves.md"],
+            "acme": acme["latex-sample.pdf"],
+            "globex": ingest(
+                env, corpus / "globex-boiler.md", "--scope", "globex", "--category", "plant/boilers"
+            )["globex-boiler.md"],
+            "universal": ingest(env, corpus / "assembly.txt", "--category", "site")["assembly.txt"],
+        }
+        wait_ready(started)
         # Before any key exists, the server (not in open mode) refuses requests.
         no_keys = httpx.get(f"{started.url}/stats", timeout=30)
         started.before_keys = (no_keys.status_code, no_keys.json())
-        started.keys.update(
-            admin=create_key(env, "--role", "admin")["key"],
-            reader=create_key(env, "--role", "reader", "--scope", "acme")["key"],
-            other=create_key(env, "--role", "reader", "--scope", "globex")["key"],
-        )
-        revoked = create_key(env, "--role", "reader", "--scope", "acme")
-        assert cli(env, "keys", "revoke", revoked["id"]).returncode == 0
+        # The first key from the command line (test_serve tests it further), the rest from the API.
+        started.keys["admin"] = create_key(env, "--role", "admin")["key"]
+        with started.as_("admin") as admin:
+
+            def made(body: dict[str, Any]) -> dict[str, Any]:
+                response = admin.post("/keys", json=body)
+                assert response.status_code == 201, response.text
+                key: dict[str, Any] = response.json()
+                return key
+
+            started.keys["reader"] = made({"role": "reader", "scopes": ["acme"]})["key"]
+            started.keys["other"] = made({"role": "reader", "scopes": ["globex"]})["key"]
+            revoked = made({"role": "reader", "scopes": ["acme"]})
+            assert admin.delete(f"/keys/{revoked['id']}").status_code == 200
         started.keys["revoked"] = revoked["key"]
         started.documents.update(documents)
         yield started
