@@ -170,13 +170,19 @@ async def _stream(answer: _Answer, first: Event, heartbeat: float) -> AsyncGener
                 ended = True
                 yield _format("error", _error_payload(Error(str(exc), exc)))
                 break
+            except Exception:
+                # A bug: the client learns that the answer failed, the log has the stack trace.
+                log.exception("answer in conversation %s failed", answer.session.id)
+                ended = True
+                yield _format("error", {"code": "internal", "message": "internal error", "status": 500})
+                break
             finally:
                 pending = None
     finally:
         with anyio.CancelScope(shield=True):
             if pending is not None:
                 pending.cancel()
-                with suppress(asyncio.CancelledError, StopAsyncIteration, CitelineError):
+                with suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
                     await pending
             await answer.events.aclose()
         answer.slot.release(stopped_early=not ended)
