@@ -379,7 +379,7 @@ class Citeline:
                     "SELECT id, chunk_index, page, start_offset, end_offset, section, text FROM chunks "
                     "WHERE document_id = :id ORDER BY chunk_index"
                 ),
-                {"id": document.id},
+                {"id": document.version_id},
             )
             return [dict(r._mapping) for r in rows]
 

@@ -69,7 +69,7 @@ class Filters:
             conds.append("d.tags @> CAST(:f_tags_all AS text[])")
             params["f_tags_all"] = list(self.tags_all)
         if self.document_ids:
-            conds.append("d.id = ANY(CAST(:f_ids AS uuid[]))")
+            conds.append("d.document_id = ANY(CAST(:f_ids AS uuid[]))")
             params["f_ids"] = list(self.document_ids)
         if self.content_types:
             conds.append("d.content_type = ANY(CAST(:f_types AS text[]))")

@@ -287,7 +287,7 @@ def _fetch(conn: sa.Connection, ids: list[int], access: Access = FULL_ACCESS) ->
     visible, params = access.sql("d")
     result = conn.execute(
         sa.text(
-            "SELECT c.id AS chunk_id, c.document_id, d.name AS document_name, d.title, c.version, "
+            "SELECT c.id AS chunk_id, d.document_id, d.name AS document_name, d.title, c.version, "
             "d.content_type, c.page, c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, "
             "d.vector_count AS total_chunks, c.text "
             "FROM chunks c JOIN documents d ON d.id = c.document_id "
