@@ -409,14 +409,14 @@ class Citeline:
             raise NotFoundError(f"no document with id {document.id}")
         with self.engine.connect() as conn:
             total = conn.execute(
-                sa.text("SELECT count(*) FROM chunks WHERE document_id = :id"), {"id": document.id}
+                sa.text("SELECT count(*) FROM chunks WHERE document_id = :id"), {"id": document.version_id}
             ).scalar_one()
             rows = conn.execute(
                 sa.text(
                     "SELECT id, chunk_index, page, start_offset, end_offset, section, text FROM chunks "
                     "WHERE document_id = :id ORDER BY chunk_index LIMIT :limit OFFSET :offset"
                 ),
-                {"id": document.id, "limit": limit, "offset": offset},
+                {"id": document.version_id, "limit": limit, "offset": offset},
             )
             return [dict(r._mapping) for r in rows], int(total)
 
@@ -434,7 +434,7 @@ class Citeline:
                     "SELECT start_offset, end_offset, text FROM chunks "
                     "WHERE document_id = :id AND page = :page ORDER BY start_offset"
                 ),
-                {"id": document.id, "page": page},
+                {"id": document.version_id, "page": page},
             ).all()
         if not rows:
             raise NotFoundError(f"document {document.id} has no text on page {page}")

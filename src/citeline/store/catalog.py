@@ -869,9 +869,10 @@ def bind_analyzer(conn: sa.Connection, config: dict[str, Any], default: dict[str
 class DocumentQuery:
     """Which documents a listing shows, and which page of them. Unset fields do not filter.
 
-    ``scope`` keeps documents carrying that scope (universal ones carry none); ``category`` matches the
-    category itself or any below it; ``name_contains`` is case-insensitive. Versions replaced by a newer
-    one are never listed: each source appears once, as its current version.
+    Each document appears once, as its current version (the active one, else its newest), and the
+    filters apply to that version. ``scope`` keeps documents carrying that scope (universal ones carry
+    none); ``category`` matches the category itself or any below it; ``name_contains`` is
+    case-insensitive.
     """
 
     status: str | None = None
@@ -899,8 +900,7 @@ def query_documents(
 ) -> DocumentPage:
     """The documents ``access`` sees that match ``query``, by name, with the total count."""
     where, params = access.sql("documents")
-    # A completed version that is not active was replaced by a newer one.
-    conds = [where, "(is_active OR status <> 'completed')"]
+    conds = [where]
     if query.status:
         conds.append("status = :q_status")
         params["q_status"] = query.status
@@ -921,14 +921,20 @@ def query_documents(
     if query.name_contains:
         conds.append("name ILIKE :q_name ESCAPE '\\'")
         params["q_name"] = "%" + like_escape(query.name_contains) + "%"
+    current = (
+        "WITH current AS (SELECT DISTINCT ON (document_id) * FROM documents "
+        "ORDER BY document_id, is_active DESC, version DESC) "
+    )
     condition = " AND ".join(conds)
     total = int(
-        conn.execute(sa.text(f"SELECT count(*) FROM documents WHERE {condition}"), params).scalar_one()
+        conn.execute(
+            sa.text(f"{current}SELECT count(*) FROM current AS documents WHERE {condition}"), params
+        ).scalar_one()
     )
     rows = conn.execute(
         sa.text(
-            f"SELECT {_DOC_COLUMNS} FROM documents WHERE {condition} "
-            "ORDER BY name, version, id LIMIT :q_limit OFFSET :q_offset"
+            f"{current}SELECT {_DOC_COLUMNS} FROM current AS documents WHERE {condition} "
+            "ORDER BY name, document_id LIMIT :q_limit OFFSET :q_offset"
         ),
         {**params, "q_limit": query.limit, "q_offset": query.offset},
     )
