@@ -9,7 +9,9 @@ repeated with jitter; built once and kept), at 10,000 chunks: the API's cost doe
   ``GET /search?q=...&n=10`` with an admin key for ``--seconds``; every non-200 counts as an error.
 - Overhead: the same queries, one at a time, alternately through the library in this process and
   through the API, so each pair sees the same load; the overhead is the median of the paired
-  differences (HTTP, authentication, rate limiting, JSON, and the client's own parsing).
+  differences (HTTP, authentication, rate limiting, JSON, and the client's own parsing). Each pair
+  is followed by ``GET /health/live``, a route that does nothing, to show what the bare HTTP round
+  trip (client included) costs on the machine at the time.
 - Idle RSS: the server process's resident memory after start-up (embedder and keyword index loaded)
   and before any request.
 """
@@ -90,7 +92,7 @@ def _start(settings: Settings, port: int, log: Path) -> subprocess.Popen[bytes]:
 
 def overhead(cl: Citeline, url: str, key: str, queries: list[str]) -> dict[str, float]:
     """Paired per-query latencies, library then API, one request at a time."""
-    library, api, differences = [], [], []
+    library, api, differences, empty = [], [], [], []
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
         for q in queries[:10]:  # warm both paths
             cl.search(SearchRequest(q, top_k=10))
@@ -101,6 +103,8 @@ def overhead(cl: Citeline, url: str, key: str, queries: list[str]) -> dict[str, 
             t1 = time.perf_counter()
             client.get("/search", params={"q": q, "n": 10}).raise_for_status()
             t2 = time.perf_counter()
+            client.get("/health/live").raise_for_status()
+            empty.append((time.perf_counter() - t2) * 1e3)
             library.append((t1 - t0) * 1e3)
             api.append((t2 - t1) * 1e3)
             differences.append((t2 - t1 - (t1 - t0)) * 1e3)
@@ -108,6 +112,8 @@ def overhead(cl: Citeline, url: str, key: str, queries: list[str]) -> dict[str, 
         "api_single_p50_ms": percentile(api, 50),
         "library_single_p50_ms": percentile(library, 50),
         "api_overhead_p50_ms": statistics.median(differences),
+        # A route that does nothing: what the HTTP round trip alone costs on this machine.
+        "api_empty_route_p50_ms": percentile(empty, 50),
     }
 
 

@@ -23,7 +23,8 @@ OPEN_ACCESS = Access.admin("open")
 _bearer = HTTPBearer(auto_error=False, description="An API key made by `citeline keys create`.")
 
 
-def get_citeline(request: Request) -> Citeline:
+# Dependencies that do no I/O are async: a sync one costs a trip through the thread pool per request.
+async def get_citeline(request: Request) -> Citeline:
     cl: Citeline = request.app.state.citeline
     return cl
 
@@ -31,7 +32,7 @@ def get_citeline(request: Request) -> Citeline:
 CitelineDep = Annotated[Citeline, Depends(get_citeline)]
 
 
-def get_slots(request: Request) -> GenerationSlots:
+async def get_slots(request: Request) -> GenerationSlots:
     slots: GenerationSlots = request.app.state.generation_slots
     return slots
 
@@ -64,7 +65,7 @@ def get_access(
 AccessDep = Annotated[Access, Depends(get_access)]
 
 
-def require_admin(access: AccessDep) -> Access:
+async def require_admin(access: AccessDep) -> Access:
     if not access.is_admin:
         raise AccessDeniedError(f"this needs an admin key (this key is a {access.role.value})")
     return access

@@ -14,7 +14,7 @@ router = APIRouter(prefix="/health", tags=["health"])
 
 
 @router.get("/live", summary="The process answers")
-def live() -> dict[str, str]:
+async def live() -> dict[str, str]:
     return {"status": "live"}
 
 

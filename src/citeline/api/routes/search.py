@@ -7,6 +7,7 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
 from pydantic import AliasChoices, BaseModel, Field
 
 from citeline.access import Access
@@ -87,14 +88,15 @@ def result(hit: Hit) -> dict[str, Any]:
     }
 
 
-def _run(cl: Citeline, access: Access, request: SearchRequest) -> dict[str, Any]:
+def _run(cl: Citeline, access: Access, request: SearchRequest) -> JSONResponse:
     check_text_length(request.query, "query", cl.settings)
     hits = cl.search(request, access=access)
-    return {"query": request.query, "count": len(hits), "results": [result(h) for h in hits]}
+    # Plain JSON, not through a response model: search is the hot path, and its results are built here.
+    return JSONResponse({"query": request.query, "count": len(hits), "results": [result(h) for h in hits]})
 
 
 @router.post("/search", summary="Hybrid search with every filter and knob")
-def search_post(body: SearchBody, cl: CitelineDep, access: AccessDep) -> dict[str, Any]:
+def search_post(body: SearchBody, cl: CitelineDep, access: AccessDep) -> JSONResponse:
     request = SearchRequest(
         query=body.query,
         filters=body.filters(),
@@ -117,6 +119,6 @@ def search_get(
     category: Annotated[str | None, Query(description="This category or any below it.")] = None,
     scope: Annotated[list[str] | None, Query(description="Repeatable: documents in these scopes.")] = None,
     tag: Annotated[list[str] | None, Query(description="Repeatable: any of these tags.")] = None,
-) -> dict[str, Any]:
+) -> JSONResponse:
     filters = Filters(scopes=tuple(scope) if scope else None, category=category, tags_any=tuple(tag or ()))
     return _run(cl, access, SearchRequest(query=q, filters=filters, top_k=n))
