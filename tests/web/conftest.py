@@ -1,0 +1,163 @@
+"""Browser fixtures: Debian's chromium driven by Playwright, and a small real HTTP server on loopback.
+
+The server serves the package's static folder (the viewer and its PDF.js assets) and answers the two
+routes of the API contract the viewer reads, for documents the tests register: ``/api/files/{name}``
+(the original) and ``/api/pages/{name}/{n}`` (``{"page": n, "text": ...}``), both only with the
+bearer key, as ``citeline serve`` will.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import threading
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+
+from citeline.web import static_dir
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Without the background-networking flags Chromium keeps calling home, which floods a closed network.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+API_KEY = "test-key"
+HARNESS = Path(__file__).with_name("harness.html")
+_REPO = Path(__file__).resolve().parents[2]
+# The shared fixtures sit beside the main checkout; a worktree is one level further down.
+PDF_DIR = next(
+    (p for p in (_REPO.parent / "shared/fixtures/pdfs", _REPO.parents[1] / "shared/fixtures/pdfs") if p.is_dir()),
+    _REPO.parent / "shared/fixtures/pdfs",
+)
+# ES modules must come with a JavaScript type or the browser refuses them.
+_TYPES = {".mjs": "text/javascript", ".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
+
+
+@dataclass
+class Documents:
+    """What the test server answers on the API routes: files and page texts by document name."""
+
+    files: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+    pages: dict[str, list[str]] = field(default_factory=dict)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+        """Keep the test output quiet."""
+
+    def do_GET(self) -> None:  # noqa: N802 (the name http.server dispatches to)
+        path = self.path.split("?", 1)[0]
+        if path == "/harness.html":
+            self._send(HARNESS.read_bytes(), "text/html")
+        elif path.startswith("/static/"):
+            self._static(path.removeprefix("/static/"))
+        elif path.startswith("/api/"):
+            self._api(path.removeprefix("/api/").split("/"))
+        else:
+            self.send_error(HTTPStatus.NOT_FOUND)
+
+    def _static(self, relative: str) -> None:
+        root = static_dir().resolve()
+        target = (root / relative).resolve()
+        if not target.is_relative_to(root) or not target.is_file():
+            self.send_error(HTTPStatus.NOT_FOUND)
+            return
+        kind = _TYPES.get(target.suffix) or mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+        self._send(target.read_bytes(), kind)
+
+    def _api(self, parts: list[str]) -> None:
+        if self.headers.get("Authorization") != f"Bearer {API_KEY}":
+            self.send_error(HTTPStatus.UNAUTHORIZED)
+            return
+        documents = self.server.documents
+        if len(parts) == 2 and parts[0] == "files" and parts[1] in documents.files:
+            self._send(*documents.files[parts[1]])
+        elif len(parts) == 3 and parts[0] == "pages" and parts[1] in documents.pages and parts[2].isdigit():
+            texts, number = documents.pages[parts[1]], int(parts[2])
+            if not 1 <= number <= len(texts):
+                self.send_error(HTTPStatus.NOT_FOUND)
+                return
+            body = json.dumps({"page": number, "text": texts[number - 1]}).encode()
+            self._send(body, "application/json")
+        else:
+            self.send_error(HTTPStatus.NOT_FOUND)
+
+    def _send(self, body: bytes, content_type: str) -> None:
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.documents = Documents()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[_Server]:
+    if not (static_dir() / "vendor/pdfjs/pdf.min.mjs").is_file():
+        pytest.fail("PDF.js is missing from the static folder: run `make web`")
+    instance = _Server()
+    thread = threading.Thread(target=instance.serve_forever, daemon=True)
+    thread.start()
+    yield instance
+    instance.shutdown()
+    instance.server_close()
+
+
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Playwright]:
+    with sync_playwright() as instance:
+        yield instance
+
+
+@pytest.fixture(scope="session")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    if not CHROMIUM.is_file():
+        pytest.skip(f"{CHROMIUM} not found: `make browser` installs Debian's chromium (as root)")
+    instance = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    yield instance
+    instance.close()
+
+
+@pytest.fixture
+def viewer_page(browser: Browser, server: _Server) -> Iterator[Page]:
+    """The test page at 1280x900 with the viewer module loaded (``window.CitationViewer``)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.goto(f"{server.url}/harness.html")
+    page.wait_for_function("window.harnessReady === true")
+    yield page
+    context.close()
+
+
+def fold(text: str) -> str:
+    """``text`` folded as locate.js folds it: letters and digits only, lower case, accents dropped."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    kept = "".join(c for c in decomposed if not unicodedata.category(c).startswith("M")).lower()
+    return "".join(c for c in kept if unicodedata.category(c)[0] in "LN")
