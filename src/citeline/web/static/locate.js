@@ -9,10 +9,12 @@
 
 const KEEP = /[\p{L}\p{N}]/u;
 const MARKS = /\p{M}/gu;
-// A piece found anywhere on the page must be at least this many folded characters long; shorter
-// ones ("of", "the") occur everywhere and would highlight the wrong words. A piece that continues
-// exactly where the previous one ended needs only CONTINUE_MIN.
-const PIECE_MIN = 5;
+// A piece found anywhere on the page must be at least PIECE_MIN folded characters long, or
+// UNIQUE_MIN if it occurs only once on the page (a page number in a running head); shorter or
+// repeated ones ("of the", "and a") occur everywhere and would highlight the wrong words. A piece
+// that continues exactly where the previous one ended needs only CONTINUE_MIN.
+const PIECE_MIN = 8;
+const UNIQUE_MIN = 4;
 const CONTINUE_MIN = 2;
 
 const foldCache = new Map();
@@ -77,15 +79,16 @@ function longestMatch(page, span, i, near) {
     if (page.includes(span.slice(i, i + mid))) lo = mid;
     else hi = mid - 1;
   }
-  if (lo === 0) return { at: -1, length: 0 };
+  if (lo === 0) return { at: -1, length: 0, unique: false };
   const needle = span.slice(i, i + lo);
-  let best = page.indexOf(needle);
-  if (near >= 0) {
-    for (let at = best; at >= 0; at = page.indexOf(needle, at + 1)) {
-      if (Math.abs(at - near) < Math.abs(best - near)) best = at;
-    }
+  const first = page.indexOf(needle);
+  let best = first;
+  let count = 0;
+  for (let at = first; at >= 0; at = page.indexOf(needle, at + 1)) {
+    count++;
+    if (near >= 0 && Math.abs(at - near) < Math.abs(best - near)) best = at;
   }
-  return { at: best, length: lo };
+  return { at: best, length: lo, unique: count === 1 };
 }
 
 // Cover span with runs of page: continue where the last run ended while the two agree, otherwise jump
@@ -103,8 +106,8 @@ function pieces(page, span) {
       end += run;
       continue;
     }
-    const { at, length } = longestMatch(page, span, i, end);
-    if (length >= Math.min(PIECE_MIN, left)) {
+    const { at, length, unique } = longestMatch(page, span, i, end);
+    if (length >= Math.min(unique ? UNIQUE_MIN : PIECE_MIN, span.length)) {
       found.push({ start: at, end: at + length });
       i += length;
       end = at + length;
@@ -139,7 +142,11 @@ export function locateSpan(items, spanText) {
       if (current && current.item === page.item[p]) {
         current.end = Math.max(current.end, page.to[p]);
       } else {
-        current = { item: page.item[p], start: page.from[p], end: page.to[p], piece };
+        // A run that goes on into the next item takes in what lies between: the hyphen or comma
+        // that ends one line and whatever opens the next.
+        const crossing = current !== null;
+        if (crossing) current.end = items[current.item].length;
+        current = { item: page.item[p], start: crossing ? 0 : page.from[p], end: page.to[p], piece };
         ranges.push(current);
       }
     }

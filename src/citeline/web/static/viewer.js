@@ -11,12 +11,14 @@ export { foldText, locateSpan };
 const PDFJS = new URL("./vendor/pdfjs/pdf.min.mjs", import.meta.url).href;
 const PDFJS_WORKER = new URL("./vendor/pdfjs/pdf.worker.min.mjs", import.meta.url).href;
 // PDF.js is 1.8 MB with its worker: loaded on the first PDF, never for a reader of text documents.
+// One worker serves every document and viewer: starting a worker costs a cold open a good part of its
+// time, and PDF.js starts one per document unless it is given one.
 let pdfjsPromise = null;
 
 function loadPdfjs() {
   pdfjsPromise ??= import(PDFJS).then((pdfjs) => {
     pdfjs.GlobalWorkerOptions.workerSrc = PDFJS_WORKER;
-    return pdfjs;
+    return { pdfjs, worker: new pdfjs.PDFWorker({ name: "citeline-viewer" }) };
   });
   return pdfjsPromise;
 }
@@ -146,10 +148,10 @@ export class CitationViewer {
   async #document(fileUrl) {
     let task = this.documents.get(fileUrl);
     if (!task) {
-      const pdfjs = await loadPdfjs();
+      const { pdfjs, worker } = await loadPdfjs();
       // By URL rather than fetched bytes: PDF.js then asks for byte ranges where the server allows
       // them, and draws the cited page before the whole file has arrived.
-      task = pdfjs.getDocument({ url: fileUrl, httpHeaders: this.headers, isEvalSupported: false });
+      task = pdfjs.getDocument({ url: fileUrl, httpHeaders: this.headers, isEvalSupported: false, worker });
       this.documents.set(fileUrl, task);
       task.promise.catch(() => this.documents.delete(fileUrl));
     }
@@ -163,7 +165,7 @@ export class CitationViewer {
     const pageNumber = Math.min(Math.max(1, citation.page), pdf.numPages);
     const page = await pdf.getPage(pageNumber);
     this.#stale(generation);
-    const pdfjs = await loadPdfjs();
+    const { pdfjs } = await loadPdfjs();
 
     const width = Math.max(this.container.clientWidth - 2, 320);
     const viewport = page.getViewport({ scale: width / page.getViewport({ scale: 1 }).width });
