@@ -2,14 +2,16 @@
 
 The server serves the package's static folder (the viewer and its PDF.js assets) and answers the two
 routes of the API contract the viewer reads, for documents the tests register: ``/api/files/{name}``
-(the original) and ``/api/pages/{name}/{n}`` (``{"page": n, "text": ...}``), both only with the
-bearer key, as ``citeline serve`` will.
+(the original, with single byte ranges) and ``/api/pages/{name}/{n}`` (``{"page": n, "text": ...}``),
+both only with the bearer key, as ``citeline serve`` will.
 """
 
 from __future__ import annotations
 
 import json
 import mimetypes
+import re
+import sys
 import threading
 import unicodedata
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
@@ -39,11 +42,10 @@ API_KEY = "test-key"
 HARNESS = Path(__file__).with_name("harness.html")
 _REPO = Path(__file__).resolve().parents[2]
 # The shared fixtures sit beside the main checkout; a worktree is one level further down.
-PDF_DIR = next(
-    (p for p in (_REPO.parent / "shared/fixtures/pdfs", _REPO.parents[1] / "shared/fixtures/pdfs") if p.is_dir()),
-    _REPO.parent / "shared/fixtures/pdfs",
-)
+_PDF_DIRS = [_REPO.parent / "shared/fixtures/pdfs", _REPO.parents[1] / "shared/fixtures/pdfs"]
+PDF_DIR = next((path for path in _PDF_DIRS if path.is_dir()), _PDF_DIRS[0])
 # ES modules must come with a JavaScript type or the browser refuses them.
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 _TYPES = {".mjs": "text/javascript", ".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
 
 
@@ -56,12 +58,12 @@ class Documents:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: TestServer
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:
         """Keep the test output quiet."""
 
-    def do_GET(self) -> None:  # noqa: N802 (the name http.server dispatches to)
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/harness.html":
             self._send(HARNESS.read_bytes(), "text/html")
@@ -87,7 +89,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         documents = self.server.documents
         if len(parts) == 2 and parts[0] == "files" and parts[1] in documents.files:
-            self._send(*documents.files[parts[1]])
+            self._send_file(*documents.files[parts[1]])
         elif len(parts) == 3 and parts[0] == "pages" and parts[1] in documents.pages and parts[2].isdigit():
             texts, number = documents.pages[parts[1]], int(parts[2])
             if not 1 <= number <= len(texts):
@@ -98,31 +100,66 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self.send_error(HTTPStatus.NOT_FOUND)
 
-    def _send(self, body: bytes, content_type: str) -> None:
-        self.send_response(HTTPStatus.OK)
+    def _send_file(self, body: bytes, content_type: str) -> None:
+        # One byte range (``bytes=a-b``) is all PDF.js asks for; the API answers the same way.
+        match = _RANGE.fullmatch(self.headers.get("Range", ""))
+        if not match:
+            self._send(body, content_type, {"Accept-Ranges": "bytes"})
+            return
+        first = int(match[1])
+        last = min(int(match[2]) if match[2] else len(body) - 1, len(body) - 1)
+        if first > last:
+            self.send_error(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+            return
+        self._send(
+            body[first : last + 1],
+            content_type,
+            {"Accept-Ranges": "bytes", "Content-Range": f"bytes {first}-{last}/{len(body)}"},
+            HTTPStatus.PARTIAL_CONTENT,
+        )
+
+    def _send(
+        self,
+        body: bytes,
+        content_type: str,
+        headers: dict[str, str] | None = None,
+        status: HTTPStatus = HTTPStatus.OK,
+    ) -> None:
+        self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
 
-class _Server(ThreadingHTTPServer):
+class TestServer(ThreadingHTTPServer):
+    """The HTTP server on a free loopback port; register documents in ``documents``."""
+
+    __test__ = False  # not a test class, whatever its name says to pytest
     daemon_threads = True
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.documents = Documents()
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Ignore a client that hangs up mid-answer: PDF.js drops a stream once it has what it needs."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
     @property
     def url(self) -> str:
+        """The server's base URL."""
         return f"http://127.0.0.1:{self.server_address[1]}"
 
 
 @pytest.fixture(scope="session")
-def server() -> Iterator[_Server]:
+def server() -> Iterator[TestServer]:
     if not (static_dir() / "vendor/pdfjs/pdf.min.mjs").is_file():
         pytest.fail("PDF.js is missing from the static folder: run `make web`")
-    instance = _Server()
+    instance = TestServer()
     thread = threading.Thread(target=instance.serve_forever, daemon=True)
     thread.start()
     yield instance
@@ -146,7 +183,7 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
 
 
 @pytest.fixture
-def viewer_page(browser: Browser, server: _Server) -> Iterator[Page]:
+def viewer_page(browser: Browser, server: TestServer) -> Iterator[Page]:
     """The test page at 1280x900 with the viewer module loaded (``window.CitationViewer``)."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()

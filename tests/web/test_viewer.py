@@ -16,21 +16,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Dialog, Page
+from tests.web.conftest import API_KEY, PDF_DIR, TestServer, fold
 
 from citeline.load import load
 from citeline.split import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split
 from citeline.types import ChunkDraft
-from tests.web.conftest import API_KEY, PDF_DIR, fold
 
 # Open one chunk in the viewer and read back the marks, in the span's order (data-piece), then in
 # document order within a piece.
 _OPEN = """
-async ({citation, fresh}) => {
+async ({citation, fresh, key}) => {
   const container = document.getElementById("viewer");
   if (fresh || !window.citeViewer) {
     window.citeViewer?.close();
-    window.citeViewer = new CitationViewer(container, {headers: {Authorization: "Bearer %s"}});
+    window.citeViewer = new CitationViewer(container, {headers: {Authorization: `Bearer ${key}`}});
   }
   const started = performance.now();
   const result = await window.citeViewer.open(citation);
@@ -52,7 +52,7 @@ async ({citation, fresh}) => {
     })(),
   };
 }
-""" % API_KEY
+"""
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def _chunks(path: Path, per_page: int) -> list[tuple[ChunkDraft, str]]:
 
 
 def _open(page: Page, citation: dict[str, Any], *, fresh: bool = False) -> dict[str, Any]:
-    result: dict[str, Any] = page.evaluate(_OPEN, {"citation": citation, "fresh": fresh})
+    result: dict[str, Any] = page.evaluate(_OPEN, {"citation": citation, "fresh": fresh, "key": API_KEY})
     return result
 
 
@@ -117,7 +117,9 @@ def _agreement(span: str, shown: str) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[f.name for f in FIXTURES])
-def test_highlight_on_the_text_layer_is_the_cited_span(viewer_page: Page, server: Any, fixture: Fixture) -> None:
+def test_highlight_on_the_text_layer_is_the_cited_span(
+    viewer_page: Page, server: TestServer, fixture: Fixture
+) -> None:
     path = PDF_DIR / fixture.name
     if not path.is_file():
         pytest.skip(f"PDF fixture not found: {path}")
@@ -131,14 +133,15 @@ def test_highlight_on_the_text_layer_is_the_cited_span(viewer_page: Page, server
         span = fold(text[chunk.start : chunk.end])
         recall, precision = _agreement(span, fold(result["text"]))
         assert result["onLayer"], "marks must sit on the PDF text layer"
-        assert result["inView"], f"page {chunk.page} chunk {chunk.index}: the highlight is not scrolled into view"
+        where = f"page {chunk.page} chunk {chunk.index}"
+        assert result["inView"], f"{where}: the highlight is not scrolled into view"
         if recall < fixture.min_recall or precision < fixture.min_precision:
-            failures.append(f"page {chunk.page} chunk {chunk.index}: recall {recall:.3f}, precision {precision:.3f}")
+            failures.append(f"{where}: recall {recall:.3f}, precision {precision:.3f}")
     assert not failures, "\n".join(failures)
 
 
 def test_text_document_is_shown_as_text_with_the_span_highlighted(
-    viewer_page: Page, server: Any, tmp_path: Path
+    viewer_page: Page, server: TestServer, tmp_path: Path
 ) -> None:
     hostile = (
         "# Notes\n\nBefore the span.\n\n"
@@ -153,7 +156,12 @@ def test_text_document_is_shown_as_text_with_the_span_highlighted(
     start = text.index("A cited line")
     end = text.index("characters.") + len("characters.")
     dialogs: list[str] = []
-    viewer_page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    def record(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    viewer_page.on("dialog", record)
 
     result = _open(
         viewer_page,
@@ -178,7 +186,9 @@ def test_text_document_is_shown_as_text_with_the_span_highlighted(
     assert dialogs == []
 
 
-def test_text_offsets_of_another_version_fall_back_to_finding_the_span(viewer_page: Page, server: Any) -> None:
+def test_text_offsets_of_another_version_fall_back_to_finding_the_span(
+    viewer_page: Page, server: TestServer
+) -> None:
     server.documents.pages["edited"] = ["A new first line.\nThe cited sentence is here.\nEnd."]
     result = _open(
         viewer_page,
@@ -195,22 +205,24 @@ def test_text_offsets_of_another_version_fall_back_to_finding_the_span(viewer_pa
     assert result["text"] == "The cited sentence is here."
 
 
-def test_a_failed_request_is_said_in_words(viewer_page: Page, server: Any) -> None:
-    error = viewer_page.evaluate(
+def test_a_failed_request_is_said_in_words(viewer_page: Page, server: TestServer) -> None:
+    # No bearer key: the server refuses the file, as the API does.
+    shown = viewer_page.evaluate(
         """async (url) => {
-          const viewer = new CitationViewer(document.getElementById("viewer"), {headers: {}});
-          try { await viewer.open({fileUrl: url, contentType: "application/pdf", page: 1, start: 0, end: 1, text: "x"}); }
-          catch (e) { return [e.name, e.message, document.getElementById("viewer").textContent]; }
+          const container = document.getElementById("viewer");
+          const viewer = new CitationViewer(container, {headers: {}});
+          const citation = {fileUrl: url, contentType: "application/pdf", page: 1, start: 0, end: 1,
+                            text: "x"};
+          try { await viewer.open(citation); } catch (e) { return [e.name, container.textContent]; }
           return null;
         }""",
-        f"{server.url}/api/files/missing.pdf",
+        f"{server.url}/api/files/any.pdf",
     )
-    assert error is not None
-    assert "HTTP 401" in error[2]
+    assert shown == ["ViewerError", "Could not open the cited page: the server answered HTTP 401."]
 
 
 def test_time_to_highlighted_page_on_the_15_page_fixture(
-    viewer_page: Page, server: Any, capsys: pytest.CaptureFixture[str]
+    viewer_page: Page, server: TestServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Prints the p50 time from open() to the highlighted page on screen; a figure, not a pass mark."""
     name = "multicol_federal_register_2020-17221.pdf"

@@ -24,7 +24,9 @@ function loadPdfjs() {
 }
 
 /** An error to show the reader as it is: its message says what failed, in words. */
-export class ViewerError extends Error {}
+export class ViewerError extends Error {
+  name = "ViewerError";
+}
 
 function element(tag, className, text) {
   const node = document.createElement(tag);
