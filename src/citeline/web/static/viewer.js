@@ -114,7 +114,7 @@ export class CitationViewer {
     const generation = ++this.generation;
     this.#cancel();
     try {
-      const result = citation.contentType === "application/pdf"
+      const result = citation.contentType?.startsWith("application/pdf")
         ? await this.#openPdf(citation, generation)
         : await this.#openText(citation, generation);
       if (generation === this.generation) await nextFrame();
