@@ -23,16 +23,15 @@ install: $(STAMP) web
 ## The @napi-rs/canvas override in web/package.json pins an optional Node-only dependency to a version
 ## whose platform builds all exist on the registry, so `npm ci` accepts the lock file; the browser never
 ## loads it and --omit=optional skips installing it.
-web: $(PDFJS)/.installed
+web: $(PDFJS)/pdf.min.mjs
 
-$(PDFJS)/.installed: web/package.json web/package-lock.json
+$(PDFJS)/pdf.min.mjs: web/package.json web/package-lock.json
 	command -v npm >/dev/null || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
 		--no-install-recommends -o DPkg::Lock::Timeout=600 nodejs npm; }
 	cd web && npm ci --omit=optional --ignore-scripts --no-audit --no-fund
 	rm -rf $(PDFJS) && mkdir -p $(PDFJS)
 	cp web/node_modules/pdfjs-dist/build/pdf.min.mjs web/node_modules/pdfjs-dist/build/pdf.worker.min.mjs \
 		web/node_modules/pdfjs-dist/LICENSE $(PDFJS)/
-	touch $@
 
 ## browser: Debian's chromium for the browser tests (tests/web), when it is missing. Needs root.
 browser:
