@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Dialog, Page
+from playwright.sync_api import Error as PlaywrightError
 from tests.web.conftest import API_KEY, PDF_DIR, TestServer, fold
 
 from citeline.load import load
@@ -105,6 +106,15 @@ def _sentences(text: str) -> list[tuple[int, int]]:
     return found
 
 
+def _serve_pdf(server: TestServer, name: str) -> Path:
+    """Register the PDF fixture ``name`` on the test server, or skip if the shared fixtures are absent."""
+    path = PDF_DIR / name
+    if not path.is_file():
+        pytest.skip(f"PDF fixture not found: {path}")
+    server.documents.files[name] = (path.read_bytes(), "application/pdf")
+    return path
+
+
 def _open(page: Page, citation: dict[str, Any], *, fresh: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = page.evaluate(_OPEN, {"citation": citation, "fresh": fresh, "key": API_KEY})
     return result
@@ -133,10 +143,7 @@ def _agreement(span: str, shown: str) -> tuple[float, float]:
 def test_highlight_on_the_text_layer_is_the_cited_span(
     viewer_page: Page, server: TestServer, name: str
 ) -> None:
-    path = PDF_DIR / name
-    if not path.is_file():
-        pytest.skip(f"PDF fixture not found: {path}")
-    server.documents.files[name] = (path.read_bytes(), "application/pdf")
+    path = _serve_pdf(server, name)
     spans = _spans(path)
     assert spans
 
@@ -236,15 +243,24 @@ def test_a_failed_request_is_said_in_words(viewer_page: Page, server: TestServer
     assert shown == ["ViewerError", "Could not open the cited page: the server answered HTTP 401."]
 
 
+def test_a_page_the_pdf_does_not_have_is_said_in_words(viewer_page: Page, server: TestServer) -> None:
+    name = "multicol_latex_pypdf_sample.pdf"
+    _serve_pdf(server, name)
+    span = Span("beyond the end", 9, 0, 5, "Lorem")
+
+    with pytest.raises(PlaywrightError, match="the document has 3 pages and no page 9"):
+        _open(viewer_page, _pdf_citation(server.url, name, span))
+    assert viewer_page.locator("#viewer .citeline-error").text_content() == (
+        "Could not open the cited page: the document has 3 pages and no page 9."
+    )
+
+
 def test_time_to_highlighted_page_on_the_15_page_fixture(
     viewer_page: Page, server: TestServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Prints the p50 time from open() to the highlighted page on screen; a figure, not a pass mark."""
     name = "multicol_federal_register_2020-17221.pdf"
-    path = PDF_DIR / name
-    if not path.is_file():
-        pytest.skip(f"PDF fixture not found: {path}")
-    server.documents.files[name] = (path.read_bytes(), "application/pdf")
+    path = _serve_pdf(server, name)
     # The first chunk of ten different pages.
     spans = [span for span in _spans(path, per_page=1) if span.label.startswith("chunk")][:10]
     _open(viewer_page, _pdf_citation(server.url, name, spans[0]), fresh=True)  # loads PDF.js once

@@ -164,7 +164,10 @@ export class CitationViewer {
     this.container.setAttribute("aria-busy", "true");
     const pdf = await this.#document(citation.fileUrl);
     this.#stale(generation);
-    const pageNumber = Math.min(Math.max(1, citation.page), pdf.numPages);
+    const pageNumber = citation.page;
+    if (!Number.isInteger(pageNumber) || pageNumber < 1 || pageNumber > pdf.numPages) {
+      throw new ViewerError(`the document has ${pdf.numPages} pages and no page ${pageNumber}`);
+    }
     const page = await pdf.getPage(pageNumber);
     this.#stale(generation);
     const { pdfjs } = await loadPdfjs();
