@@ -3,11 +3,13 @@
 The server serves the package's static folder (the viewer and its PDF.js assets) and answers the two
 routes of the API contract the viewer reads, for documents the tests register: ``/api/files/{name}``
 (the original, with single byte ranges) and ``/api/pages/{name}/{n}`` (``{"page": n, "text": ...}``),
-both only with the bearer key, as ``citeline serve`` will.
+both only with the bearer key, as ``citeline serve`` will. The helpers at the end open a citation in
+the test page and read its marks back; ``bench/viewer_mapping.py`` uses them too.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import mimetypes
 import re
@@ -24,6 +26,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
+from citeline.split import sentence_ends
 from citeline.web import static_dir
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -198,3 +201,85 @@ def fold(text: str) -> str:
     decomposed = unicodedata.normalize("NFKD", text)
     kept = "".join(c for c in decomposed if not unicodedata.category(c).startswith("M")).lower()
     return "".join(c for c in kept if unicodedata.category(c)[0] in "LN")
+
+
+# Open one chunk in the viewer and read back the marks, in the span's order (data-piece), then in
+# document order within a piece.
+OPEN_CITATION = """
+async ({citation, fresh, key}) => {
+  const container = document.getElementById("viewer");
+  if (fresh || !window.citeViewer) {
+    window.citeViewer?.close();
+    window.citeViewer = new CitationViewer(container, {headers: {Authorization: `Bearer ${key}`}});
+  }
+  const started = performance.now();
+  const result = await window.citeViewer.open(citation);
+  const ms = performance.now() - started;
+  const marks = [...container.querySelectorAll("mark.citeline-mark")];
+  const ordered = marks.map((mark, i) => [Number(mark.dataset.piece), i, mark.textContent])
+    .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  const layer = container.querySelector(".textLayer");
+  return {
+    text: ordered.map((m) => m[2]).join(" "),
+    pieces: new Set(marks.map((m) => m.dataset.piece)).size,
+    matched: result.matched,
+    total: result.total,
+    ms,
+    onLayer: marks.every((mark) => !layer || layer.contains(mark)),
+    inView: marks.length > 0 && (() => {
+      const box = marks[0].getBoundingClientRect(), view = container.getBoundingClientRect();
+      return box.bottom > view.top && box.top < view.bottom;
+    })(),
+  };
+}
+"""
+
+
+@dataclass(frozen=True)
+class Span:
+    """A cited span: ``page_text[start:end]`` of page ``page``, as citeline extracted it."""
+
+    label: str
+    page: int
+    start: int
+    end: int
+    page_text: str
+
+
+def sentences(text: str) -> list[tuple[int, int]]:
+    """The sentences of ``text`` as the answer stage cuts them, as (start, end) without outer spaces."""
+    found, begin = [], 0
+    for cut in [*sentence_ends(text), len(text)]:
+        piece = text[begin:cut]
+        if piece.strip():
+            found.append((begin + len(piece) - len(piece.lstrip()), cut - (len(piece) - len(piece.rstrip()))))
+        begin = cut
+    return found
+
+
+def open_citation(page: Page, citation: dict[str, Any], *, fresh: bool = False) -> dict[str, Any]:
+    """Open ``citation`` in the test page's viewer (a new one if ``fresh``) and read back its marks."""
+    result: dict[str, Any] = page.evaluate(
+        OPEN_CITATION, {"citation": citation, "fresh": fresh, "key": API_KEY}
+    )
+    return result
+
+
+def pdf_citation(server_url: str, name: str, span: Span) -> dict[str, Any]:
+    """The viewer's citation of ``span`` in the PDF ``name`` registered on the test server."""
+    return {
+        "fileUrl": f"{server_url}/api/files/{name}",
+        "pageUrl": f"{server_url}/api/pages/{name}/{span.page}",
+        "contentType": "application/pdf",
+        "page": span.page,
+        "start": span.start,
+        "end": span.end,
+        "text": span.page_text[span.start : span.end],
+    }
+
+
+def agreement(span: str, shown: str) -> tuple[float, float]:
+    """(recall, precision): the share of ``span`` that ``shown`` reproduces in order, and vice versa."""
+    matcher = difflib.SequenceMatcher(None, span, shown, autojunk=False)
+    same = sum(block.size for block in matcher.get_matching_blocks())
+    return same / max(len(span), 1), same / max(len(shown), 1)

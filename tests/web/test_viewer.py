@@ -7,54 +7,28 @@ the span's text, letters and digits only (PDF.js and pypdfium2 differ in spaces,
 
 from __future__ import annotations
 
-import difflib
 import os
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.sync_api import Dialog, Page
 from playwright.sync_api import Error as PlaywrightError
-from tests.web.conftest import API_KEY, PDF_DIR, TestServer, fold
 
 from citeline.load import load
-from citeline.split import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, sentence_ends, split
+from citeline.split import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split
 from citeline.types import ChunkDraft
-
-# Open one chunk in the viewer and read back the marks, in the span's order (data-piece), then in
-# document order within a piece.
-_OPEN = """
-async ({citation, fresh, key}) => {
-  const container = document.getElementById("viewer");
-  if (fresh || !window.citeViewer) {
-    window.citeViewer?.close();
-    window.citeViewer = new CitationViewer(container, {headers: {Authorization: `Bearer ${key}`}});
-  }
-  const started = performance.now();
-  const result = await window.citeViewer.open(citation);
-  const ms = performance.now() - started;
-  const marks = [...container.querySelectorAll("mark.citeline-mark")];
-  const ordered = marks.map((mark, i) => [Number(mark.dataset.piece), i, mark.textContent])
-    .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
-  const layer = container.querySelector(".textLayer");
-  return {
-    text: ordered.map((m) => m[2]).join(" "),
-    pieces: new Set(marks.map((m) => m.dataset.piece)).size,
-    matched: result.matched,
-    total: result.total,
-    ms,
-    onLayer: marks.every((mark) => !layer || layer.contains(mark)),
-    inView: marks.length > 0 && (() => {
-      const box = marks[0].getBoundingClientRect(), view = container.getBoundingClientRect();
-      return box.bottom > view.top && box.top < view.bottom;
-    })(),
-  };
-}
-"""
-
+from tests.web.conftest import (
+    PDF_DIR,
+    Span,
+    TestServer,
+    agreement,
+    fold,
+    open_citation,
+    pdf_citation,
+    sentences,
+)
 
 PDF_FIXTURES = [
     "multicol_latex_pypdf_sample.pdf",  # two columns (LaTeX)
@@ -63,17 +37,6 @@ PDF_FIXTURES = [
     "odd_scotus_transcript_p1.pdf",  # a line-numbered transcript
     "odd_nics_rotated_table.pdf",  # a table set sideways: cells come in another order
 ]
-
-
-@dataclass(frozen=True)
-class Span:
-    """A cited span: ``page_text[start:end]`` of page ``page``, as citeline extracted it."""
-
-    label: str
-    page: int
-    start: int
-    end: int
-    page_text: str
 
 
 def _spans(path: Path, per_page: int = 3) -> list[Span]:
@@ -88,22 +51,11 @@ def _spans(path: Path, per_page: int = 3) -> list[Span]:
         for i in sorted({0, len(chunks) // 2, len(chunks) - 1})[:per_page] if chunks else []:
             chunk = chunks[i]
             spans.append(Span(f"chunk {chunk.index}", page.number, chunk.start, chunk.end, page.text))
-        sentences = [s for s in _sentences(page.text) if len(fold(page.text[s[0] : s[1]])) >= 20]
-        for i in sorted({0, len(sentences) // 2, len(sentences) - 1})[:per_page] if sentences else []:
-            start, end = sentences[i]
+        long = [s for s in sentences(page.text) if len(fold(page.text[s[0] : s[1]])) >= 20]
+        for i in sorted({0, len(long) // 2, len(long) - 1})[:per_page] if long else []:
+            start, end = long[i]
             spans.append(Span(f"sentence at {start}", page.number, start, end, page.text))
     return spans
-
-
-def _sentences(text: str) -> list[tuple[int, int]]:
-    """The sentences of ``text`` as the answer stage cuts them, as (start, end) without outer spaces."""
-    found, begin = [], 0
-    for cut in [*sentence_ends(text), len(text)]:
-        piece = text[begin:cut]
-        if piece.strip():
-            found.append((begin + len(piece) - len(piece.lstrip()), cut - (len(piece) - len(piece.rstrip()))))
-        begin = cut
-    return found
 
 
 def _serve_pdf(server: TestServer, name: str) -> Path:
@@ -113,30 +65,6 @@ def _serve_pdf(server: TestServer, name: str) -> Path:
         pytest.skip(f"PDF fixture not found: {path}")
     server.documents.files[name] = (path.read_bytes(), "application/pdf")
     return path
-
-
-def _open(page: Page, citation: dict[str, Any], *, fresh: bool = False) -> dict[str, Any]:
-    result: dict[str, Any] = page.evaluate(_OPEN, {"citation": citation, "fresh": fresh, "key": API_KEY})
-    return result
-
-
-def _pdf_citation(server_url: str, name: str, span: Span) -> dict[str, Any]:
-    return {
-        "fileUrl": f"{server_url}/api/files/{name}",
-        "pageUrl": f"{server_url}/api/pages/{name}/{span.page}",
-        "contentType": "application/pdf",
-        "page": span.page,
-        "start": span.start,
-        "end": span.end,
-        "text": span.page_text[span.start : span.end],
-    }
-
-
-def _agreement(span: str, shown: str) -> tuple[float, float]:
-    """(recall, precision): the share of ``span`` that ``shown`` reproduces in order, and vice versa."""
-    matcher = difflib.SequenceMatcher(None, span, shown, autojunk=False)
-    same = sum(block.size for block in matcher.get_matching_blocks())
-    return same / max(len(span), 1), same / max(len(shown), 1)
 
 
 @pytest.mark.parametrize("name", PDF_FIXTURES)
@@ -149,13 +77,13 @@ def test_highlight_on_the_text_layer_is_the_cited_span(
 
     failures = []
     for span in spans:
-        result = _open(viewer_page, _pdf_citation(server.url, name, span))
+        result = open_citation(viewer_page, pdf_citation(server.url, name, span))
         where = f"page {span.page} {span.label}"
         assert result["onLayer"], f"{where}: marks must sit on the PDF text layer"
         assert result["inView"], f"{where}: the highlight is not scrolled into view"
         cited, shown = fold(span.page_text[span.start : span.end]), fold(result["text"])
         if shown != cited:
-            recall, precision = _agreement(cited, shown)
+            recall, precision = agreement(cited, shown)
             failures.append(
                 f"{where}: {recall:.1%} of the span highlighted, {precision:.1%} of the highlight in it"
             )
@@ -185,7 +113,7 @@ def test_text_document_is_shown_as_text_with_the_span_highlighted(
 
     viewer_page.on("dialog", record)
 
-    result = _open(
+    result = open_citation(
         viewer_page,
         {
             "fileUrl": f"{server.url}/api/files/hostile",
@@ -212,7 +140,7 @@ def test_text_offsets_of_another_version_fall_back_to_finding_the_span(
     viewer_page: Page, server: TestServer
 ) -> None:
     server.documents.pages["edited"] = ["A new first line.\nThe cited sentence is here.\nEnd."]
-    result = _open(
+    result = open_citation(
         viewer_page,
         {
             "fileUrl": f"{server.url}/api/files/edited",
@@ -249,7 +177,7 @@ def test_a_page_the_pdf_does_not_have_is_said_in_words(viewer_page: Page, server
     span = Span("beyond the end", 9, 0, 5, "Lorem")
 
     with pytest.raises(PlaywrightError, match="the document has 3 pages and no page 9"):
-        _open(viewer_page, _pdf_citation(server.url, name, span))
+        open_citation(viewer_page, pdf_citation(server.url, name, span))
     assert viewer_page.locator("#viewer .citeline-error").text_content() == (
         "Could not open the cited page: the document has 3 pages and no page 9."
     )
@@ -263,10 +191,13 @@ def test_time_to_highlighted_page_on_the_15_page_fixture(
     path = _serve_pdf(server, name)
     # The first chunk of ten different pages.
     spans = [span for span in _spans(path, per_page=1) if span.label.startswith("chunk")][:10]
-    _open(viewer_page, _pdf_citation(server.url, name, spans[0]), fresh=True)  # loads PDF.js once
+    # Loads PDF.js and its worker, once for the page.
+    open_citation(viewer_page, pdf_citation(server.url, name, spans[0]), fresh=True)
 
-    cold = [_open(viewer_page, _pdf_citation(server.url, name, span), fresh=True)["ms"] for span in spans]
-    warm = [_open(viewer_page, _pdf_citation(server.url, name, span))["ms"] for span in spans]
+    cold = [
+        open_citation(viewer_page, pdf_citation(server.url, name, span), fresh=True)["ms"] for span in spans
+    ]
+    warm = [open_citation(viewer_page, pdf_citation(server.url, name, span))["ms"] for span in spans]
 
     assert all(ms > 0 for ms in cold + warm)
     with capsys.disabled():
