@@ -226,6 +226,7 @@ async ({citation, fresh, key}) => {
     total: result.total,
     ms,
     onLayer: marks.every((mark) => !layer || layer.contains(mark)),
+    at: marks.length ? (({left, top}) => [left, top])(marks[0].getBoundingClientRect()) : null,
     inView: marks.length > 0 && (() => {
       const box = marks[0].getBoundingClientRect(), view = container.getBoundingClientRect();
       return box.bottom > view.top && box.top < view.bottom;

@@ -52,7 +52,12 @@ def test_short_words_found_elsewhere_are_not_highlighted(viewer_page: Page) -> N
 
 
 def test_a_span_without_letters_or_digits_locates_nothing(viewer_page: Page) -> None:
-    assert _locate(viewer_page, ["-- * --"], "-- * --") == {"ranges": [], "matched": 0, "total": 0}
+    assert _locate(viewer_page, ["-- * --"], "-- * --") == {
+        "ranges": [],
+        "matched": 0,
+        "total": 0,
+        "repeats": 0,
+    }
 
 
 def test_a_short_piece_found_once_on_the_page_is_kept(viewer_page: Page) -> None:
@@ -62,3 +67,24 @@ def test_a_short_piece_found_once_on_the_page_is_kept(viewer_page: Page) -> None
 
     assert _texts(items, result) == ["Journal 47699", "The body of the page starts here"]
     assert result["matched"] == result["total"]
+
+
+def test_which_occurrence_of_a_repeated_passage_is_chosen_by_its_place_in_the_page_text(
+    viewer_page: Page,
+) -> None:
+    page_text = "Same words here. Other words. Same words here. End."
+    second = page_text.index("Same words here.", 1)
+    items = ["Same words here. Other", "words. Same words here.", "End."]
+
+    occurrence = viewer_page.evaluate(
+        "([text, start, span]) => occurrenceBefore(text, start, span)",
+        [page_text, second, "Same words here."],
+    )
+    result = viewer_page.evaluate(
+        "([items, span, occurrence]) => locateSpan(items, span, {occurrence})",
+        [items, "Same words here.", occurrence],
+    )
+
+    assert occurrence == 1
+    assert result["repeats"] == 2
+    assert result["ranges"] == [{"item": 1, "start": 7, "end": 23, "piece": 0}]

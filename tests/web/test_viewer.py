@@ -8,6 +8,7 @@ the span's text, letters and digits only (PDF.js and pypdfium2 differ in spaces,
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import time
 from pathlib import Path
@@ -88,6 +89,24 @@ def test_highlight_on_the_text_layer_is_the_cited_span(
                 f"{where}: {recall:.1%} of the span highlighted, {precision:.1%} of the highlight in it"
             )
     assert not failures, "\n".join(failures)
+
+
+def test_a_passage_the_page_repeats_is_highlighted_where_it_was_cited(
+    viewer_page: Page, server: TestServer
+) -> None:
+    name = "multicol_latex_pypdf_sample.pdf"
+    path = _serve_pdf(server, name)
+    repeated = re.compile(r"In hac\s+habitasse\s+platea\s+dictumst\.")
+    page = next(p for p in load(path).pages if len(repeated.findall(p.text)) == 2)
+    server.documents.pages[name] = [""] * (page.number - 1) + [page.text]
+    shown = []
+    for match in repeated.finditer(page.text):
+        span = Span("repeated sentence", page.number, match.start(), match.end(), page.text)
+        shown.append(open_citation(viewer_page, pdf_citation(server.url, name, span)))
+
+    assert [fold(r["text"]) for r in shown] == ["inhachabitasseplateadictumst"] * 2
+    assert shown[0]["at"] != shown[1]["at"]
+    assert shown[0]["at"] < shown[1]["at"]  # the left column's comes first, as in citeline's text
 
 
 def test_text_document_is_shown_as_text_with_the_span_highlighted(

@@ -118,21 +118,40 @@ function pieces(page, span) {
   return found;
 }
 
+function occurrences(text, needle) {
+  const found = [];
+  for (let at = text.indexOf(needle); at >= 0; at = text.indexOf(needle, at + 1)) found.push(at);
+  return found;
+}
+
+/**
+ * How many times `spanText` occurs whole in `pageText` before offset `start`: which occurrence of a
+ * passage that a page repeats ("In hac habitasse platea dictumst.") citeline cited, for
+ * {@link locateSpan}'s `occurrence`.
+ */
+export function occurrenceBefore(pageText, start, spanText) {
+  const span = foldText(spanText);
+  return span ? occurrences(foldText(pageText.slice(0, start) + spanText), span).length - 1 : 0;
+}
+
 /**
  * Where `spanText` lies in `items` (the strings of a page's text items, in order).
  *
- * Returns `{ranges, matched, total}`: `ranges` lists `{item, start, end, piece}` (UTF-16 offsets into
- * `items[item]`), in the span's order, `piece` numbering the runs the span was found in (one when it
- * occurs whole); `matched` of the span's `total` folded characters were found. Characters other than
+ * Returns `{ranges, matched, total, repeats}`: `ranges` lists `{item, start, end, piece}` (UTF-16
+ * offsets into `items[item]`), in the span's order, `piece` numbering the runs the span was found in
+ * (one when it occurs whole); `matched` of the span's `total` folded characters were found; `repeats`
+ * is how often the span occurs whole on the page. Where it occurs more than once, `occurrence`
+ * (0-based, see {@link occurrenceBefore}) picks which, the first by default. Characters other than
  * letters and digits take no part in matching, but those between two matched ones in the same item
  * are inside the range.
  */
-export function locateSpan(items, spanText) {
+export function locateSpan(items, spanText, { occurrence = 0 } = {}) {
   const page = fold(items);
   const span = foldText(spanText);
-  if (!span) return { ranges: [], matched: 0, total: 0 };
-  const whole = page.text.indexOf(span);
-  const runs = whole >= 0 ? [{ start: whole, end: whole + span.length }] : pieces(page.text, span);
+  if (!span) return { ranges: [], matched: 0, total: 0, repeats: 0 };
+  const wholes = occurrences(page.text, span);
+  const whole = wholes[Math.min(occurrence, wholes.length - 1)];
+  const runs = wholes.length ? [{ start: whole, end: whole + span.length }] : pieces(page.text, span);
   const ranges = [];
   let matched = 0;
   runs.forEach((run, piece) => {
@@ -152,7 +171,7 @@ export function locateSpan(items, spanText) {
     }
   });
   extendEdges(items, ranges, spanText);
-  return { ranges, matched, total: span.length };
+  return { ranges, matched, total: span.length, repeats: wholes.length };
 }
 
 // Matching sees only letters and digits; take in the span's own punctuation at either end ("(see",

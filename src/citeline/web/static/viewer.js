@@ -4,9 +4,9 @@
 // (see locate.js); every other document (text, Markdown, HTML, CSV) is shown as its page text, as
 // citeline extracted it, always as text and never as HTML, with the span's offsets highlighted.
 
-import { foldText, locateSpan } from "./locate.js";
+import { foldText, locateSpan, occurrenceBefore } from "./locate.js";
 
-export { foldText, locateSpan };
+export { foldText, locateSpan, occurrenceBefore };
 
 const PDFJS = new URL("./vendor/pdfjs/pdf.min.mjs", import.meta.url).href;
 const PDFJS_WORKER = new URL("./vendor/pdfjs/pdf.worker.min.mjs", import.meta.url).href;
@@ -206,20 +206,41 @@ export class CitationViewer {
     this.#stale(generation);
     this.renderTask = this.textLayer = null;
 
-    const { ranges, matched, total } = locateSpan(textLayer.textContentItemsStr, citation.text);
+    const items = textLayer.textContentItemsStr;
+    let located = locateSpan(items, citation.text);
+    if (located.repeats > 1 && citation.pageUrl) {
+      // The page says the passage more than once: citeline's page text and offsets tell which.
+      const occurrence = await this.#occurrence(citation);
+      this.#stale(generation);
+      if (occurrence > 0) located = locateSpan(items, citation.text, { occurrence });
+    }
+    const { ranges, matched, total } = located;
     const marks = markRanges(textLayer.textDivs, ranges);
     const caption = `Page ${pageNumber} of ${pdf.numPages}` + (marks.length ? "" : " (the cited passage could not be located on this page)");
     this.#show(sheet, caption, marks);
     return { matched, total, marks };
   }
 
-  async #openText(citation, generation) {
-    this.container.setAttribute("aria-busy", "true");
-    const response = await fetch(citation.pageUrl, { headers: this.headers });
+  async #pageText(pageUrl) {
+    const response = await fetch(pageUrl, { headers: this.headers });
     if (!response.ok) throw new ViewerError(`the server answered HTTP ${response.status}`);
     const { text } = await response.json();
-    this.#stale(generation);
     if (typeof text !== "string") throw new ViewerError("the page has no text");
+    return text;
+  }
+
+  async #occurrence(citation) {
+    try {
+      return occurrenceBefore(await this.#pageText(citation.pageUrl), citation.start, citation.text);
+    } catch {
+      return 0; // without the page text, the first occurrence is the best guess; the page still shows
+    }
+  }
+
+  async #openText(citation, generation) {
+    this.container.setAttribute("aria-busy", "true");
+    const text = await this.#pageText(citation.pageUrl);
+    this.#stale(generation);
 
     const pre = element("pre", "citeline-text");
     let { start, end } = citation;
