@@ -72,6 +72,8 @@ def _has_text_layer(path: Path) -> bool:
 
 def _mapping(page: Page, server: TestServer, path: Path) -> None:
     server.documents.files[path.name] = (path.read_bytes(), "application/pdf")
+    # The page texts tell the viewer which occurrence of a repeated passage was cited.
+    server.documents.pages[path.name] = [p.text for p in load(path).pages]
     for kind in ("chunk", "sentence"):
         spans = [span for span in _all_spans(path) if span.label.startswith(kind)]
         recalls, precisions, exact, pieces = [], [], 0, 0

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Dialog, Page
+from playwright.sync_api import Dialog, Page, expect
 from playwright.sync_api import Error as PlaywrightError
 
 from citeline.load import load
@@ -188,6 +188,31 @@ def test_a_failed_request_is_said_in_words(viewer_page: Page, server: TestServer
         f"{server.url}/api/files/any.pdf",
     )
     assert shown == ["ViewerError", "Could not open the cited page: the server answered HTTP 401."]
+
+
+def test_the_buttons_turn_pages_and_the_cited_page_is_marked_again(
+    viewer_page: Page, server: TestServer
+) -> None:
+    name = "multicol_latex_pypdf_sample.pdf"
+    path = _serve_pdf(server, name)
+    span = next(s for s in _spans(path, per_page=1) if s.page == 2)
+    open_citation(viewer_page, pdf_citation(server.url, name, span))
+    pager = viewer_page.locator("#viewer nav.citeline-pager")
+    marks = viewer_page.locator("#viewer mark.citeline-mark")
+    assert pager.locator("span").text_content() == "Page 2 of 3 (cited page)"
+    cited_marks = marks.count()
+    assert cited_marks > 0
+
+    pager.get_by_role("button", name="Next page").click()
+    expect(pager.locator("span")).to_have_text("Page 3 of 3")
+    expect(marks).to_have_count(0)
+    expect(pager.get_by_role("button", name="Next page")).to_be_disabled()
+
+    pager.get_by_role("button", name="Previous page").focus()
+    viewer_page.keyboard.press("Enter")
+    expect(pager.locator("span")).to_have_text("Page 2 of 3 (cited page)")
+    expect(marks).to_have_count(cited_marks)
+    assert fold(" ".join(marks.all_text_contents())) == fold(span.page_text[span.start : span.end])
 
 
 def test_a_page_the_pdf_does_not_have_is_said_in_words(viewer_page: Page, server: TestServer) -> None:

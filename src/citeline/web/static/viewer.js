@@ -95,7 +95,7 @@ export class CitationViewer {
     this.headers = headers;
     this.documents = new Map();
     this.generation = 0;
-    this.pdf = null;
+    this.current = null;
     this.renderTask = null;
     this.textLayer = null;
   }
@@ -111,12 +111,30 @@ export class CitationViewer {
    * container in words and rejects with a {@link ViewerError}.
    */
   async open(citation) {
+    return this.#run(async (generation) => {
+      if (!citation.contentType?.startsWith("application/pdf")) return this.#openText(citation, generation);
+      const pdf = await this.#document(citation.fileUrl);
+      this.#stale(generation);
+      this.current = { pdf, citation };
+      return this.#showPdfPage(citation.page, generation);
+    });
+  }
+
+  /**
+   * Show page `number` of the PDF opened last, marked if it is the cited page; the page's previous
+   * and next buttons call this. Resolves like {@link CitationViewer#open}.
+   */
+  async showPage(number) {
+    if (!this.current) throw new ViewerError("no PDF is open");
+    return this.#run((generation) => this.#showPdfPage(number, generation));
+  }
+
+  async #run(show) {
     const generation = ++this.generation;
     this.#cancel();
+    this.container.setAttribute("aria-busy", "true");
     try {
-      const result = citation.contentType?.startsWith("application/pdf")
-        ? await this.#openPdf(citation, generation)
-        : await this.#openText(citation, generation);
+      const result = await show(generation);
       if (generation === this.generation) await nextFrame();
       return result;
     } catch (error) {
@@ -134,6 +152,7 @@ export class CitationViewer {
     this.#cancel();
     for (const task of this.documents.values()) task.destroy();
     this.documents.clear();
+    this.current = null;
     this.container.replaceChildren();
   }
 
@@ -160,11 +179,8 @@ export class CitationViewer {
     return task.promise;
   }
 
-  async #openPdf(citation, generation) {
-    this.container.setAttribute("aria-busy", "true");
-    const pdf = await this.#document(citation.fileUrl);
-    this.#stale(generation);
-    const pageNumber = citation.page;
+  async #showPdfPage(pageNumber, generation) {
+    const { pdf, citation } = this.current;
     if (!Number.isInteger(pageNumber) || pageNumber < 1 || pageNumber > pdf.numPages) {
       throw new ViewerError(`the document has ${pdf.numPages} pages and no page ${pageNumber}`);
     }
@@ -206,6 +222,10 @@ export class CitationViewer {
     this.#stale(generation);
     this.renderTask = this.textLayer = null;
 
+    if (pageNumber !== citation.page) {
+      this.#show(sheet, this.#pager(pageNumber, pdf.numPages, ""), []);
+      return { matched: 0, total: 0, marks: [] };
+    }
     const items = textLayer.textContentItemsStr;
     let located = locateSpan(items, citation.text);
     if (located.repeats > 1 && citation.pageUrl) {
@@ -216,8 +236,8 @@ export class CitationViewer {
     }
     const { ranges, matched, total } = located;
     const marks = markRanges(textLayer.textDivs, ranges);
-    const caption = `Page ${pageNumber} of ${pdf.numPages}` + (marks.length ? "" : " (the cited passage could not be located on this page)");
-    this.#show(sheet, caption, marks);
+    const note = marks.length ? " (cited page)" : " (the cited passage could not be located on this page)";
+    this.#show(sheet, this.#pager(pageNumber, pdf.numPages, note), marks);
     return { matched, total, marks };
   }
 
@@ -238,7 +258,6 @@ export class CitationViewer {
   }
 
   async #openText(citation, generation) {
-    this.container.setAttribute("aria-busy", "true");
     const text = await this.#pageText(citation.pageUrl);
     this.#stale(generation);
 
@@ -260,15 +279,34 @@ export class CitationViewer {
     } else {
       pre.textContent = text;
     }
-    const caption = `Page ${citation.page}` + (marks.length ? "" : " (the cited passage could not be located on this page)");
-    this.#show(pre, caption, marks);
+    const note = marks.length ? "" : " (the cited passage could not be located on this page)";
+    this.#show(pre, element("p", "citeline-caption", `Page ${citation.page}${note}`), marks);
     const total = foldText(citation.text).length;
     return { matched: marks.length ? total : 0, total, marks };
   }
 
+  // "Page n of N" between buttons to the previous and next pages.
+  #pager(number, count, note) {
+    const bar = element("nav", "citeline-caption citeline-pager");
+    bar.setAttribute("aria-label", "Pages");
+    const button = (label, target) => {
+      const node = element("button", "", label);
+      node.type = "button";
+      node.disabled = target < 1 || target > count;
+      // A failure is already written in the viewer by #run; nothing waits on the promise here.
+      node.addEventListener("click", () => this.showPage(target).catch(() => {}));
+      return node;
+    };
+    bar.append(
+      button("\u2039 Previous page", number - 1),
+      element("span", "", `Page ${number} of ${count}${note}`),
+      button("Next page \u203a", number + 1),
+    );
+    return bar;
+  }
+
   #show(body, caption, marks) {
-    const heading = element("p", "citeline-caption", caption);
-    this.container.replaceChildren(heading, body);
+    this.container.replaceChildren(caption, body);
     this.container.setAttribute("aria-busy", "false");
     marks.sort((a, b) => Number(a.dataset.piece) - Number(b.dataset.piece));
     marks[0]?.scrollIntoView({ block: "center", inline: "nearest" });
