@@ -112,7 +112,10 @@ export class CitationViewer {
    */
   async open(citation) {
     return this.#run(async (generation) => {
-      if (!citation.contentType?.startsWith("application/pdf")) return this.#openText(citation, generation);
+      this.current = null;
+      if (!citation.contentType?.startsWith("application/pdf")) {
+        return this.#openText(citation, generation);
+      }
       const pdf = await this.#document(citation.fileUrl);
       this.#stale(generation);
       this.current = { pdf, citation };
