@@ -640,6 +640,14 @@ class Citeline:
             info = chat_store.get_conversation(conn, chat_store.parse_id(conversation_id), access.user_id)
             return info, chat_store.messages(conn, info.id)
 
+    def scopes(self, *, access: Access = FULL_ACCESS) -> list[str]:
+        """The scopes a caller may search in, sorted: a reader's own scopes, or for a grant of every
+        scope, the scopes its visible documents carry."""
+        if access.scopes is not None:
+            return sorted(access.scopes)
+        with self.engine.connect() as conn:
+            return catalog.scopes_in_use(conn, access=access)
+
     def authenticate(self, key: str) -> KeyInfo:
         """The live API key ``key`` is; :class:`AuthenticationError` for an unknown or revoked one."""
         with self.engine.begin() as conn:

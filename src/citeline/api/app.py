@@ -13,6 +13,7 @@ from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter
 from citeline.api.routes import chat, conversations, documents, health, keys, search, stats
 from citeline.engine import Citeline
 from citeline.settings import Settings
+from citeline.web.pages import mount_pages
 
 log = logging.getLogger("citeline.api")
 
@@ -50,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimit, settings=settings)
     for module in (search, chat, conversations, documents, stats, keys, health):
         app.include_router(module.router)
+    mount_pages(app)
     return app
 
 

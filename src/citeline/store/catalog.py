@@ -906,6 +906,15 @@ def file_in_use(conn: sa.Connection, file_path: str) -> bool:
     )
 
 
+def scopes_in_use(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> list[str]:
+    """The scopes carried by the documents ``access`` sees, sorted (for a scope selector)."""
+    where, params = access.sql("d")
+    rows = conn.execute(
+        sa.text(f"SELECT DISTINCT unnest(d.scopes) FROM documents d WHERE {where} ORDER BY 1"), params
+    ).scalars()
+    return [str(scope) for scope in rows]
+
+
 def stats(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> dict[str, Any]:
     """Counts over the catalog as ``access`` sees it, for ``citeline stats`` and ``GET /stats``.
 

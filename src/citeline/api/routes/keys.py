@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from citeline.access import Role
-from citeline.api.deps import AdminDep, CitelineDep
+from citeline.api.deps import AccessDep, AdminDep, CitelineDep
 from citeline.errors import InvalidRequestError
 
 router = APIRouter(prefix="/keys", tags=["keys"])
@@ -29,6 +29,15 @@ def create_key(body: KeyBody, cl: CitelineDep, access: AdminDep) -> dict[str, An
         raise InvalidRequestError("give scopes or all_scopes, not both")
     info, key = cl.create_key(body.role, body.scopes, name=body.name, access=access)
     return {"key": key, **info.as_dict()}
+
+
+@router.get("/me", summary="The calling key's role and the scopes it may search (any key)")
+def my_key(cl: CitelineDep, access: AccessDep) -> dict[str, Any]:
+    return {
+        "role": access.role.value,
+        "all_scopes": access.scopes is None,
+        "scopes": cl.scopes(access=access),
+    }
 
 
 @router.get("", summary="The keys, without the keys themselves")

@@ -1,0 +1,437 @@
+// The admin page: statistics, the document table (live while documents are being ingested), upload
+// and web pages by URL, actions on documents, a document's detail with its chunks, and API keys.
+// A reader key sees the statistics and the documents of its scopes, and no action.
+
+import { api, describeError, el, forgetKey, formatDate, say, setUpSignIn, whoAmI } from "./common.js";
+
+const $ = (id) => document.getElementById(id);
+const POLL_MS = 1000;
+const UNFINISHED = new Set(["pending", "queued", "processing"]);
+const CHUNKS_PER_PAGE = 50;
+
+const state = { me: null, pollTimer: null, detailId: null, chunkOffset: 0, chunkTotal: 0 };
+
+const isAdmin = () => state.me?.role === "admin";
+const list = (text) => text.split(",").map((s) => s.trim()).filter(Boolean);
+
+function fail(prefix, error) {
+  say($("admin-status"), `${prefix}: ${describeError(error)}`, "error");
+}
+
+// -- statistics -----------------------------------------------------------------------------------
+
+async function loadStats() {
+  try {
+    const stats = await api("/stats");
+    const byStatus = stats.by_status ?? {};
+    const items = [
+      ["Documents", stats.active_documents ?? stats.documents],
+      ["Chunks", stats.chunks],
+      ...Object.entries(byStatus).map(([status, count]) => [status, count]),
+      ["Embedding model", stats.embedding_model],
+    ];
+    $("stats").replaceChildren(
+      ...items.flatMap(([term, value]) => [
+        el("div", { className: "stat" }, el("dt", {}, term), el("dd", {}, String(value ?? "–"))),
+      ]),
+    );
+  } catch (error) {
+    fail("Could not read the statistics", error);
+  }
+}
+
+// -- the document table ---------------------------------------------------------------------------
+
+function filterQuery() {
+  const form = $("filters").elements;
+  const query = new URLSearchParams({ limit: "200" });
+  for (const name of ["status", "scope", "category"]) {
+    const value = form[name].value.trim();
+    if (value) query.set(name, value);
+  }
+  return query;
+}
+
+function duration(ms) {
+  if (ms === null || ms === undefined) return "";
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+function actionButton(label, handler, doc) {
+  return el("button", {
+    type: "button",
+    className: `action ${label.toLowerCase().replace(/\W+/g, "-")}`,
+    "aria-label": `${label} ${doc.name}`,
+    onclick: handler,
+  }, label);
+}
+
+function actions(doc) {
+  const buttons = [];
+  if (doc.status === "pending") buttons.push(actionButton("Ingest", () => act(doc, "index"), doc));
+  if (doc.status === "queued" || doc.status === "processing") {
+    buttons.push(actionButton("Cancel", () => act(doc, "cancel"), doc));
+  }
+  if (doc.status === "completed" || doc.status === "failed") {
+    buttons.push(actionButton("Re-ingest", () => act(doc, "reingest"), doc));
+  }
+  buttons.push(actionButton("Delete", () => remove(doc), doc));
+  return el("td", { className: "admin-only actions" }, ...buttons);
+}
+
+function statusCell(doc) {
+  const cell = el("td", { className: "status" }, el("span", { className: `badge ${doc.status}` }, doc.status));
+  if (doc.status === "failed" && doc.error) cell.append(el("p", { className: "error" }, doc.error));
+  if (doc.attempts > 1) cell.append(el("span", { className: "attempts" }, ` (attempt ${doc.attempts})`));
+  return cell;
+}
+
+function documentRow(doc) {
+  const scopes = doc.scopes?.length ? doc.scopes.join(", ") : "Universal";
+  return el(
+    "tr",
+    { dataset: { id: doc.id, status: doc.status } },
+    el("th", { scope: "row" },
+      el("button", { type: "button", className: "link", onclick: () => showDetail(doc.id) }, doc.title || doc.name),
+      doc.title && doc.title !== doc.name ? el("span", { className: "file-name" }, doc.name) : null),
+    el("td", {}, String(doc.version ?? "")),
+    statusCell(doc),
+    el("td", { className: "number" }, String(doc.vector_count ?? "")),
+    el("td", { className: doc.scopes?.length ? "" : "universal" }, scopes),
+    el("td", {}, doc.category ?? ""),
+    el("td", {}, (doc.tags ?? []).join(", ")),
+    el("td", {}, formatDate(doc.created_at)),
+    el("td", { className: "number" }, duration(doc.duration_ms)),
+    el("td", {}, doc.embedding_model ?? ""),
+    isAdmin() ? actions(doc) : null,
+  );
+}
+
+async function loadDocuments() {
+  clearTimeout(state.pollTimer);
+  try {
+    const page = await api(`/documents?${filterQuery()}`);
+    const body = $("documents").querySelector("tbody");
+    body.replaceChildren(...page.documents.map(documentRow));
+    if (!page.documents.length) {
+      body.replaceChildren(el("tr", {}, el("td", { colSpan: 11, className: "empty" }, "No documents.")));
+    }
+    $("documents-count").textContent =
+      `${page.total} document${page.total === 1 ? "" : "s"}${page.total > page.documents.length ? `, the first ${page.documents.length} shown` : ""}`;
+    // Live while anything is being ingested: poll until every document has finished.
+    if (page.documents.some((doc) => doc.status === "queued" || doc.status === "processing")) {
+      state.pollTimer = setTimeout(refresh, POLL_MS);
+    }
+  } catch (error) {
+    fail("Could not list the documents", error);
+  }
+}
+
+function refresh() {
+  loadDocuments();
+  loadStats();
+  if (state.detailId) showDetail(state.detailId, { keepChunks: true });
+}
+
+async function act(doc, action) {
+  const words = { index: "queue", cancel: "cancel", reingest: "re-ingest" }[action];
+  try {
+    await api(`/documents/${encodeURIComponent(doc.id)}/${action}`, { method: "POST" });
+    say($("admin-status"), "");
+  } catch (error) {
+    fail(`Could not ${words} ${doc.name}`, error);
+  }
+  refresh();
+}
+
+async function remove(doc) {
+  if (!confirm(`Delete ${doc.name} with every version, its chunks and its file? This cannot be undone.`)) return;
+  try {
+    await api(`/documents/${encodeURIComponent(doc.id)}`, { method: "DELETE" });
+    if (state.detailId === doc.id) closeDetail();
+    say($("admin-status"), `Deleted ${doc.name}.`);
+  } catch (error) {
+    fail(`Could not delete ${doc.name}`, error);
+  }
+  refresh();
+}
+
+// -- adding documents -----------------------------------------------------------------------------
+
+function labels() {
+  const form = $("upload-form").elements;
+  const out = {
+    scopes: list(form.scopes.value),
+    category: form.category.value.trim() || undefined,
+    tags: list(form.tags.value),
+  };
+  for (const name of ["chunk_size", "chunk_overlap"]) {
+    if (form[name].value) out[name] = Number(form[name].value);
+  }
+  return out;
+}
+
+function showChosen() {
+  const files = [...$("files").files];
+  $("chosen-files").replaceChildren(...files.map((file) => el("li", {}, `${file.name} (${Math.ceil(file.size / 1024)} KB)`)));
+}
+
+async function upload(files) {
+  const status = $("add-status");
+  const given = labels();
+  let done = 0;
+  const failures = [];
+  for (const file of files) {
+    say(status, `Uploading ${file.name} (${done + 1} of ${files.length})…`);
+    const form = new FormData();
+    form.append("file", file, file.name);
+    for (const scope of given.scopes) form.append("scopes", scope);
+    for (const tag of given.tags) form.append("tags", tag);
+    if (given.category) form.append("category", given.category);
+    if (given.chunk_size) form.append("chunk_size", String(given.chunk_size));
+    if (given.chunk_overlap !== undefined) form.append("chunk_overlap", String(given.chunk_overlap));
+    try {
+      await api("/documents", { method: "POST", form });
+      done += 1;
+    } catch (error) {
+      failures.push(`${file.name}: ${describeError(error)}`);
+    }
+    loadDocuments();
+  }
+  const summary = `Uploaded ${done} of ${files.length} file${files.length === 1 ? "" : "s"}; they are being ingested.`;
+  say(status, failures.length ? `${summary} Failed: ${failures.join("; ")}` : summary, failures.length ? "error" : "info");
+  $("files").value = "";
+  showChosen();
+  refresh();
+}
+
+async function addUrl(url) {
+  const status = $("add-status");
+  say(status, `Adding ${url}…`);
+  try {
+    const doc = await api("/documents", { method: "POST", json: { url, ...labels() } });
+    say(status, `Added ${doc.name}; it is being ingested.`);
+    $("url-form").reset();
+  } catch (error) {
+    say(status, `Could not add ${url}: ${describeError(error)}`, "error");
+  }
+  refresh();
+}
+
+function setUpAdding() {
+  const zone = $("drop-zone");
+  const input = $("files");
+  zone.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      input.click();
+    }
+  });
+  zone.addEventListener("dragover", (event) => {
+    event.preventDefault();
+    zone.classList.add("over");
+  });
+  zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+  zone.addEventListener("drop", (event) => {
+    event.preventDefault();
+    zone.classList.remove("over");
+    const files = [...event.dataTransfer.files];
+    if (files.length) upload(files);
+  });
+  input.addEventListener("change", showChosen);
+  $("upload-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const files = [...input.files];
+    if (!files.length) return say($("add-status"), "Choose or drop at least one file.", "error");
+    upload(files);
+  });
+  $("url-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    addUrl($("url-form").elements.url.value.trim());
+  });
+}
+
+// -- a document's detail --------------------------------------------------------------------------
+
+function fact(term, value) {
+  return [el("dt", {}, term), el("dd", {}, value === null || value === undefined || value === "" ? "–" : String(value))];
+}
+
+async function showDetail(id, { keepChunks = false } = {}) {
+  const section = $("detail");
+  if (state.detailId !== id) state.chunkOffset = 0;
+  state.detailId = id;
+  const ref = encodeURIComponent(id);
+  try {
+    const [doc, versions] = await Promise.all([
+      api(`/documents/${ref}`),
+      api(`/documents/${ref}/versions`).catch(() => null),
+    ]);
+    if (state.detailId !== id) return;
+    $("detail-title").textContent = doc.title || doc.name;
+    $("detail-facts").replaceChildren(
+      ...fact("Name", doc.name),
+      ...fact("Document id", doc.id),
+      ...fact("Version", doc.version),
+      ...fact("Status", doc.status),
+      ...(doc.error ? fact("Error", doc.error) : []),
+      ...fact("Content type", doc.content_type),
+      ...fact("Pages", doc.page_count),
+      ...fact("Vectors", doc.vector_count),
+      ...fact("Scopes", doc.scopes?.length ? doc.scopes.join(", ") : "Universal"),
+      ...fact("Category", doc.category),
+      ...fact("Tags", (doc.tags ?? []).join(", ")),
+      ...fact("Metadata", Object.keys(doc.metadata ?? {}).length ? JSON.stringify(doc.metadata) : ""),
+      ...fact("Uploaded", formatDate(doc.created_at)),
+      ...fact("Duration", duration(doc.duration_ms)),
+      ...fact("Embedding model", doc.embedding_model),
+    );
+    const items = versions?.versions ?? (Array.isArray(versions) ? versions : [doc]);
+    $("detail-versions").replaceChildren(
+      ...items.map((v) => el("li", {}, `version ${v.version}: ${v.status}, ${formatDate(v.created_at)}${v.vector_count ? `, ${v.vector_count} vectors` : ""}`)),
+    );
+    $("detail-source").textContent = JSON.stringify(doc.source_metadata ?? {}, null, 2);
+    section.hidden = false;
+    if (!keepChunks) {
+      await loadChunks();
+      section.focus();
+      section.scrollIntoView({ block: "start" });
+    }
+  } catch (error) {
+    fail("Could not open the document", error);
+  }
+}
+
+async function loadChunks() {
+  const ref = encodeURIComponent(state.detailId);
+  const page = await api(`/documents/${ref}/chunks?limit=${CHUNKS_PER_PAGE}&offset=${state.chunkOffset}`);
+  state.chunkTotal = page.total;
+  $("chunks").querySelector("tbody").replaceChildren(
+    ...page.chunks.map((chunk) =>
+      el("tr", {},
+        el("td", { className: "number" }, String(chunk.index)),
+        el("td", { className: "number" }, String(chunk.page ?? "")),
+        el("td", { className: "number" }, `${chunk.start}–${chunk.end}`),
+        el("td", { className: "chunk-text" }, chunk.text)),
+    ),
+  );
+  const last = Math.min(state.chunkOffset + page.chunks.length, page.total);
+  $("chunks-range").textContent = page.total ? `chunks ${state.chunkOffset + 1}–${last} of ${page.total}` : "no chunks";
+  $("chunks-prev").disabled = state.chunkOffset === 0;
+  $("chunks-next").disabled = last >= page.total;
+}
+
+function closeDetail() {
+  state.detailId = null;
+  $("detail").hidden = true;
+}
+
+// -- keys -----------------------------------------------------------------------------------------
+
+async function loadKeys() {
+  try {
+    const { keys } = await api("/keys");
+    $("key-table").querySelector("tbody").replaceChildren(
+      ...keys.map((key) =>
+        el("tr", { dataset: { id: key.id } },
+          el("td", {}, key.name || "–"),
+          el("td", {}, key.role),
+          el("td", {}, key.scopes === null ? "every scope" : key.scopes.join(", ") || "universal only"),
+          el("td", {}, key.prefix),
+          el("td", {}, formatDate(key.created_at)),
+          el("td", {}, formatDate(key.last_used_at) || "never"),
+          el("td", {}, el("button", {
+            type: "button",
+            className: "action revoke",
+            "aria-label": `Revoke the key ${key.name || key.prefix}`,
+            onclick: () => revokeKey(key),
+          }, "Revoke"))),
+      ),
+    );
+  } catch (error) {
+    fail("Could not list the keys", error);
+  }
+}
+
+async function revokeKey(key) {
+  if (!confirm(`Revoke the key ${key.name || key.prefix}? Requests with it are refused at once.`)) return;
+  try {
+    await api(`/keys/${encodeURIComponent(key.id)}`, { method: "DELETE" });
+  } catch (error) {
+    fail("Could not revoke the key", error);
+  }
+  loadKeys();
+}
+
+function setUpKeys() {
+  $("key-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = event.target.elements;
+    const body = { role: form.role.value, name: form.name.value.trim() };
+    if (form.all_scopes.checked) body.all_scopes = true;
+    else if (body.role === "reader") body.scopes = list(form.scopes.value);
+    try {
+      const created = await api("/keys", { method: "POST", json: body });
+      $("new-key-value").textContent = created.key;
+      $("new-key").hidden = false;
+      event.target.reset();
+    } catch (error) {
+      fail("Could not create the key", error);
+    }
+    loadKeys();
+  });
+}
+
+// -- start ----------------------------------------------------------------------------------------
+
+function showSignIn() {
+  clearTimeout(state.pollTimer);
+  $("admin").hidden = true;
+  $("admin-controls").hidden = true;
+  $("sign-in").hidden = false;
+  $("key").focus();
+}
+
+function start(me) {
+  state.me = me;
+  document.body.classList.toggle("reader", !isAdmin());
+  for (const node of document.querySelectorAll(".admin-only")) node.hidden = !isAdmin();
+  $("whoami").textContent = isAdmin()
+    ? "admin key"
+    : `reader key: ${me.scopes.length ? me.scopes.join(", ") : "universal documents only"}`;
+  const scope = $("filters").elements.scope;
+  scope.replaceChildren(el("option", { value: "" }, "any"), ...me.scopes.map((name) => el("option", { value: name }, name)));
+  $("sign-in").hidden = true;
+  $("admin").hidden = false;
+  $("admin-controls").hidden = false;
+  $("new-key").hidden = true;
+  refresh();
+  if (isAdmin()) loadKeys();
+}
+
+$("filters").addEventListener("submit", (event) => {
+  event.preventDefault();
+  loadDocuments();
+});
+$("filters").addEventListener("change", () => loadDocuments());
+$("close-detail").addEventListener("click", closeDetail);
+$("chunks-prev").addEventListener("click", () => {
+  state.chunkOffset = Math.max(0, state.chunkOffset - CHUNKS_PER_PAGE);
+  loadChunks().catch((error) => fail("Could not read the chunks", error));
+});
+$("chunks-next").addEventListener("click", () => {
+  state.chunkOffset += CHUNKS_PER_PAGE;
+  loadChunks().catch((error) => fail("Could not read the chunks", error));
+});
+$("sign-out").addEventListener("click", () => {
+  forgetKey();
+  state.me = null;
+  showSignIn();
+});
+setUpAdding();
+setUpKeys();
+setUpSignIn($("sign-in-form"), $("sign-in-status"), start);
+
+const me = await whoAmI();
+if (me) start(me);
+else showSignIn();

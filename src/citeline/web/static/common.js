@@ -1,0 +1,155 @@
+// What the chat and admin pages share: the API key in session storage, API calls that send it and
+// turn failures into words, and a small element builder that only ever sets text as text.
+
+const KEY_STORAGE = "citeline.key";
+
+export function storedKey() {
+  return sessionStorage.getItem(KEY_STORAGE);
+}
+
+export function storeKey(key) {
+  sessionStorage.setItem(KEY_STORAGE, key);
+}
+
+export function forgetKey() {
+  sessionStorage.removeItem(KEY_STORAGE);
+}
+
+export function authHeaders() {
+  const key = storedKey();
+  return key ? { Authorization: `Bearer ${key}` } : {};
+}
+
+/** A failed API call: `status` is the HTTP status (0 when the server could not be reached). */
+export class ApiError extends Error {
+  name = "ApiError";
+  constructor(message, status = 0, code = "") {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+const STATUS_WORDS = {
+  401: "the API key was refused (unknown or revoked): sign in again",
+  403: "this key may not do that (it is not an admin key)",
+  404: "not found (or outside this key's scopes)",
+  413: "the request is too large",
+  429: "too many requests: wait a moment and try again",
+  503: "the server is busy or not ready: try again shortly",
+};
+
+/** The error of a non-2xx response, with the API's own message when it sent one. */
+export async function responseError(response) {
+  let message = "";
+  let code = "";
+  try {
+    const body = await response.json();
+    message = body?.error?.message ?? "";
+    code = body?.error?.code ?? "";
+  } catch {
+    // Not the API's error shape (a proxy, a crash): the status says enough.
+  }
+  const words = message || STATUS_WORDS[response.status] || response.statusText || "request failed";
+  return new ApiError(`${words} (HTTP ${response.status})`, response.status, code);
+}
+
+/** Words for any error, for showing to the user. */
+export function describeError(error) {
+  if (error instanceof ApiError) return error.message;
+  if (error?.name === "AbortError") return "stopped";
+  if (error instanceof TypeError) return "the server could not be reached";
+  return error?.message || String(error);
+}
+
+/**
+ * Call the API with the stored key. `json` is sent as a JSON body, `form` as multipart. Resolves to
+ * the parsed JSON body (null for an empty one), rejects with an {@link ApiError}.
+ */
+export async function api(path, { method = "GET", json, form, signal } = {}) {
+  const headers = authHeaders();
+  let body;
+  if (json !== undefined) {
+    headers["Content-Type"] = "application/json";
+    body = JSON.stringify(json);
+  } else if (form !== undefined) {
+    body = form;
+  }
+  let response;
+  try {
+    response = await fetch(path, { method, headers, body, signal });
+  } catch (error) {
+    if (error?.name === "AbortError") throw error;
+    throw new ApiError("the server could not be reached", 0);
+  }
+  if (!response.ok) throw await responseError(response);
+  const text = await response.text();
+  return text ? JSON.parse(text) : null;
+}
+
+/**
+ * `el("button", {className: "x", type: "button", onclick}, "text", child)`: an element whose string
+ * children become text nodes. Properties starting with `on` are listeners, `dataset` is merged, and
+ * everything else is set as a property; nothing is ever parsed as HTML.
+ */
+export function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(props)) {
+    if (value === undefined || value === null) continue;
+    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (name === "dataset") Object.assign(node.dataset, value);
+    else if (name.startsWith("aria-") || name === "role" || name === "for") node.setAttribute(name, value);
+    else node[name] = value;
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+/** Show `message` in the status element `node` (role=status or alert), as text. */
+export function say(node, message, kind = "info") {
+  node.textContent = message;
+  node.dataset.kind = kind;
+  node.hidden = !message;
+}
+
+/**
+ * The sign-in form in `form` (an input named `key`): on submit, the key is checked with
+ * `GET /keys/me` and stored; `onSignedIn(me)` gets the key's role and scopes.
+ */
+export function setUpSignIn(form, status, onSignedIn) {
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const key = form.elements.key.value.trim();
+    if (!key) return say(status, "enter an API key", "error");
+    storeKey(key);
+    try {
+      const me = await api("/keys/me");
+      form.reset();
+      say(status, "");
+      onSignedIn(me);
+    } catch (error) {
+      forgetKey();
+      say(status, `Sign-in failed: ${describeError(error)}`, "error");
+    }
+  });
+}
+
+/** The stored key's role and scopes, or null when there is no key or it is refused. */
+export async function whoAmI() {
+  if (!storedKey()) return null;
+  try {
+    return await api("/keys/me");
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) forgetKey();
+    return null;
+  }
+}
+
+export function formatDate(value) {
+  if (!value) return "";
+  const date = new Date(value);
+  return Number.isNaN(date.getTime()) ? String(value) : date.toLocaleString();
+}

@@ -1,0 +1,205 @@
+"""The chat and admin pages, in Debian's chromium, against a real ``citeline serve`` over its own
+embedded database and real embedder (the extractive answerer; one test asks the real local model).
+
+The store: the 15-page Federal Register PDF and a hostile Markdown note in scope acme, a note in
+scope globex; an admin key and a reader key of scope acme. The figures the issue asks for (citation to
+highlighted page, each page's first load) are printed: run with ``-s`` to see them.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect
+
+from tests.api.conftest import (
+    Server,
+    base_env,
+    create_key,
+    ingest,
+    launch_server,
+    start_server,
+    stop_server,
+    wait_ready,
+)
+from tests.conftest import write
+from tests.web.conftest import PDF_DIR, fold
+
+FEDERAL_REGISTER = PDF_DIR / "multicol_federal_register_2020-17221.pdf"  # 15 pages, three columns
+UPLOADED_PDF = PDF_DIR / "multicol_latex_pypdf_sample.pdf"
+QUESTION = "What do flight control laws generate commands for?"
+HOSTILE_TITLE = '<img src=x onerror="window.pwned=1"> Pump room notes'
+HOSTILE_BODY = (
+    "The pump room door code is <script>window.pwned=2</script> changed every month. "
+    'The sump pump alarm <img src=x onerror="window.pwned=3"> sounds at 40 cm of water.'
+)
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs"
+OPENS = 9  # citation opens timed for the p50
+
+
+@dataclass
+class Site:
+    server: Server
+    admin: str
+    reader: str
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    if not FEDERAL_REGISTER.is_file():
+        pytest.skip(f"PDF fixture not found: {FEDERAL_REGISTER}")
+    data = tmp_path_factory.mktemp("pages-data")
+    env = base_env(data, CITELINE_LLM="extractive")
+    corpus = tmp_path_factory.mktemp("pages-corpus")
+    (corpus / "acme").mkdir()
+    (corpus / "acme" / FEDERAL_REGISTER.name).write_bytes(FEDERAL_REGISTER.read_bytes())
+    write(corpus / "acme" / "pump-room.md", f"# {HOSTILE_TITLE}\n\n{HOSTILE_BODY}\n")
+    write(corpus / "globex" / "globex-boiler.md", "# Globex boiler\n\nThe Globex boiler is serviced in spring.")
+    # The first ingest starts the database; the server boots while the second runs.
+    ingest(env, corpus / "acme", "--scope", "acme", "--category", "aviation", "--tag", "safety")
+    server = launch_server(env, tmp_path_factory.mktemp("pages-log") / "serve.log")
+    try:
+        ingest(env, corpus / "globex", "--scope", "globex")
+        wait_ready(server)
+        admin = create_key(env, "--role", "admin", "--name", "pages admin")["key"]
+        reader = create_key(env, "--role", "reader", "--scope", "acme", "--name", "acme reader")["key"]
+        yield Site(server, admin, reader)
+    finally:
+        stop_server(server)
+
+
+@pytest.fixture
+def context(browser: Browser) -> Iterator[BrowserContext]:
+    instance = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield instance
+    instance.close()
+
+
+def sign_in(page: Page, url: str, key: str) -> None:
+    page.goto(url)
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def ask(page: Page, question: str, timeout: float = 60_000) -> None:
+    page.get_by_label("Question").fill(question)
+    page.get_by_role("button", name="Ask").click()
+    expect(page.locator(".message.assistant").last).not_to_have_attribute("aria-busy", "true", timeout=timeout)
+
+
+# What a page fetched, from the browser's own resource timing: bytes over the wire (headers included)
+# of the page and of the resources after the ``skip`` first ones, and the time to its load event.
+LOAD_FIGURES = """
+(skip) => {
+  const nav = performance.getEntriesByType("navigation")[0];
+  const resources = performance.getEntriesByType("resource").slice(skip);
+  return {
+    pageBytes: nav.transferSize,
+    bytes: resources.reduce((sum, r) => sum + r.transferSize, 0),
+    requests: resources.length,
+    names: resources.map((r) => new URL(r.name).pathname),
+    loadMs: nav.loadEventEnd,
+    count: performance.getEntriesByType("resource").length,
+  };
+}
+"""
+
+
+def load_figures(page: Page, skip: int = 0) -> dict[str, Any]:
+    figures: dict[str, Any] = page.evaluate(LOAD_FIGURES, skip)
+    return figures
+
+
+# Click citation [n], then "Open at the page", and time until the highlighted page is on screen (a
+# mark the viewer made for this open, in view).
+TIME_OPEN = """
+async (number) => {
+  const box = document.getElementById("viewer");
+  const before = new Set(box.querySelectorAll("mark.citeline-mark"));
+  const started = performance.now();
+  document.querySelector(`.cite[data-number="${number}"]`).click();
+  document.getElementById("open-page").click();
+  for (;;) {
+    const mark = [...box.querySelectorAll("mark.citeline-mark")].find((m) => !before.has(m));
+    const drawn = !box.querySelector("canvas") || box.querySelector(".textLayer mark");
+    if (mark && drawn) {
+      const seen = mark.getBoundingClientRect(), view = box.getBoundingClientRect();
+      if (seen.bottom > view.top && seen.top < view.bottom) break;
+    }
+    await new Promise((resolve) => requestAnimationFrame(resolve));
+  }
+  return performance.now() - started;
+}
+"""
+
+
+def marked_text(page: Page) -> str:
+    texts: list[str] = page.locator("#viewer mark.citeline-mark").evaluate_all(
+        "marks => marks.map(m => [Number(m.dataset.piece), m.textContent]).sort((a, b) => a[0] - b[0])"
+        ".map(m => m[1])"
+    )
+    return " ".join(texts)
+
+
+def completed_answer(stream_body: str) -> dict[str, Any]:
+    """The ``complete`` event's payload in a ``/chat/stream`` body."""
+    blocks = [b for b in stream_body.replace("\r\n", "\n").split("\n\n") if b.startswith("event: complete")]
+    assert blocks, stream_body[-500:]
+    payload: dict[str, Any] = json.loads(blocks[-1].split("data:", 1)[1])
+    return payload
+
+
+def test_a_citation_opens_its_page_with_the_cited_span_highlighted(site: Site, context: BrowserContext) -> None:
+    page = context.new_page()
+    page.goto(site.server.url + "/")
+    page.wait_for_load_state("load")
+    chat = load_figures(page)
+    page.get_by_label("API key").fill(site.reader)
+    page.get_by_role("button", name="Sign in").click()
+    with page.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
+        ask(page, QUESTION)
+    answer = completed_answer(streamed.value.text())
+    citations = {c["number"]: c for c in answer["citations"]}
+    pdf_citations = [n for n, c in citations.items() if c["document_name"] == FEDERAL_REGISTER.name]
+    assert pdf_citations, answer
+
+    number = pdf_citations[0]
+    cited = citations[number]
+    # The first open fetches PDF.js, its worker and the PDF: the viewer's share of the first load.
+    before = load_figures(page)["count"]
+    cold_ms = page.evaluate(TIME_OPEN, number)
+    viewer = load_figures(page, before)
+    panel = page.get_by_role("complementary", name="Citation")
+    expect(panel).to_contain_text(f"Citation [{number}]")
+    expect(panel.locator("dd").filter(has_text=FEDERAL_REGISTER.name)).to_have_count(1)
+    expect(panel).to_contain_text(f"{cited['score']:.2f}")
+    expect(page.locator("#viewer canvas")).to_have_attribute("aria-label", f"Page {cited['page']} of 15")
+    shown = marked_text(page)
+    assert fold(shown) == fold(cited["excerpt"]), (shown, cited["excerpt"])
+
+    times = [page.evaluate(TIME_OPEN, pdf_citations[i % len(pdf_citations)]) for i in range(OPENS)]
+    page.screenshot(path=str(SCREENSHOTS / "web-chat.png"))
+
+    admin_page = context.browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    admin_page.goto(site.server.url + "/admin")
+    admin_page.wait_for_load_state("load")
+    admin = load_figures(admin_page)
+    admin_page.context.close()
+    print(
+        f"\ncitation click -> highlighted page, 15-page PDF: first open {cold_ms:.0f} ms (loads PDF.js and the "
+        f"PDF); then p50 {statistics.median(times):.0f} ms over {OPENS} opens of {len(pdf_citations)} "
+        f"citations (min {min(times):.0f}, max {max(times):.0f})"
+        f"\nchat page first load: {(chat['pageBytes'] + chat['bytes']) / 1024:.1f} KiB in "
+        f"{chat['requests'] + 1} requests, load event at {chat['loadMs']:.0f} ms"
+        f"\nviewer first open: {viewer['bytes'] / 1024:.1f} KiB more in {viewer['requests']} requests "
+        f"({', '.join(viewer['names'])})"
+        f"\nadmin page first load: {(admin['pageBytes'] + admin['bytes']) / 1024:.1f} KiB in "
+        f"{admin['requests'] + 1} requests, load event at {admin['loadMs']:.0f} ms"
+    )
