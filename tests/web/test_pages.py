@@ -61,7 +61,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     (corpus / "acme").mkdir()
     (corpus / "acme" / FEDERAL_REGISTER.name).write_bytes(FEDERAL_REGISTER.read_bytes())
     write(corpus / "acme" / "pump-room.md", f"# {HOSTILE_TITLE}\n\n{HOSTILE_BODY}\n")
-    write(corpus / "globex" / "globex-boiler.md", "# Globex boiler\n\nThe Globex boiler is serviced in spring.")
+    write(
+        corpus / "globex" / "globex-boiler.md", "# Globex boiler\n\nThe Globex boiler is serviced in spring."
+    )
     # The first ingest starts the database; the server boots while the second runs.
     ingest(env, corpus / "acme", "--scope", "acme", "--category", "aviation", "--tag", "safety")
     server = launch_server(env, tmp_path_factory.mktemp("pages-log") / "serve.log")
@@ -91,7 +93,9 @@ def sign_in(page: Page, url: str, key: str) -> None:
 def ask(page: Page, question: str, timeout: float = 60_000) -> None:
     page.get_by_label("Question").fill(question)
     page.get_by_role("button", name="Ask").click()
-    expect(page.locator(".message.assistant").last).not_to_have_attribute("aria-busy", "true", timeout=timeout)
+    expect(page.locator(".message.assistant").last).not_to_have_attribute(
+        "aria-busy", "true", timeout=timeout
+    )
 
 
 # What a page fetched, from the browser's own resource timing: bytes over the wire (headers included)
@@ -156,7 +160,9 @@ def completed_answer(stream_body: str) -> dict[str, Any]:
     return payload
 
 
-def test_a_citation_opens_its_page_with_the_cited_span_highlighted(site: Site, context: BrowserContext) -> None:
+def test_a_citation_opens_its_page_with_the_cited_span_highlighted(
+    site: Site, browser: Browser, context: BrowserContext
+) -> None:
     page = context.new_page()
     page.goto(site.server.url + "/")
     page.wait_for_load_state("load")
@@ -187,15 +193,15 @@ def test_a_citation_opens_its_page_with_the_cited_span_highlighted(site: Site, c
     times = [page.evaluate(TIME_OPEN, pdf_citations[i % len(pdf_citations)]) for i in range(OPENS)]
     page.screenshot(path=str(SCREENSHOTS / "web-chat.png"))
 
-    admin_page = context.browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    admin_page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     admin_page.goto(site.server.url + "/admin")
     admin_page.wait_for_load_state("load")
     admin = load_figures(admin_page)
     admin_page.context.close()
     print(
-        f"\ncitation click -> highlighted page, 15-page PDF: first open {cold_ms:.0f} ms (loads PDF.js and the "
-        f"PDF); then p50 {statistics.median(times):.0f} ms over {OPENS} opens of {len(pdf_citations)} "
-        f"citations (min {min(times):.0f}, max {max(times):.0f})"
+        f"\ncitation click -> highlighted page, 15-page PDF: first open {cold_ms:.0f} ms "
+        f"(loads PDF.js and the PDF); then p50 {statistics.median(times):.0f} ms over {OPENS} opens "
+        f"of {len(pdf_citations)} citations (min {min(times):.0f}, max {max(times):.0f})"
         f"\nchat page first load: {(chat['pageBytes'] + chat['bytes']) / 1024:.1f} KiB in "
         f"{chat['requests'] + 1} requests, load event at {chat['loadMs']:.0f} ms"
         f"\nviewer first open: {viewer['bytes'] / 1024:.1f} KiB more in {viewer['requests']} requests "
@@ -284,7 +290,8 @@ def test_an_uploaded_pdf_goes_from_queued_to_completed(site: Site, context: Brow
         """name => {
           window.seen = [];
           new MutationObserver(() => {
-            const row = [...document.querySelectorAll("#documents tbody tr")].find((r) => r.textContent.includes(name));
+            const rows = [...document.querySelectorAll("#documents tbody tr")];
+            const row = rows.find((r) => r.textContent.includes(name));
             const status = row?.dataset.status;
             if (status && window.seen.at(-1) !== status) window.seen.push(status);
           }).observe(document.getElementById("documents"), {childList: true, subtree: true});

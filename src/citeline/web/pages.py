@@ -50,7 +50,9 @@ _PAGE_HEADERS = {
 class _StaticFiles(StaticFiles):
     """Static files with the JavaScript, CSS and HTML types fixed and the pages' security headers."""
 
-    def file_response(self, full_path: Any, stat_result: Any, scope: Scope, status_code: int = 200) -> Response:
+    def file_response(
+        self, full_path: Any, stat_result: Any, scope: Scope, status_code: int = 200
+    ) -> Response:
         response = super().file_response(full_path, stat_result, scope, status_code)
         kind = _TYPES.get(Path(str(full_path)).suffix)
         if kind:

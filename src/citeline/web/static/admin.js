@@ -54,7 +54,7 @@ function filterQuery() {
 
 function duration(ms) {
   if (ms === null || ms === undefined) return "";
-  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(1)} s`;
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`;
 }
 
 function actionButton(label, handler, doc) {
