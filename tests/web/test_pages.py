@@ -325,3 +325,28 @@ def test_a_chat_with_the_real_local_model(site: Site, context: BrowserContext, t
         expect(page.locator("#viewer mark.citeline-mark").first).to_be_visible(timeout=30_000)
     finally:
         stop_server(model)
+
+
+def test_pages_load_without_a_key_and_modules_come_as_javascript(site: Site) -> None:
+    with httpx.Client(base_url=site.server.url, timeout=30) as anonymous:
+        for path in ("/", "/admin"):
+            page = anonymous.get(path)
+            assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+            assert "script-src 'self'" in page.headers["content-security-policy"]
+        for path in (
+            "/static/chat.js",
+            "/static/vendor/pdfjs/pdf.min.mjs",
+            "/static/vendor/pdfjs/pdf.worker.min.mjs",
+        ):
+            assert anonymous.get(path).headers["content-type"].startswith("text/javascript"), path
+        assert anonymous.get("/keys/me").status_code == 401
+
+
+def test_keys_me_names_the_scopes_a_key_may_search(site: Site) -> None:
+    with site.server.client(site.reader) as reader, site.server.client(site.admin) as admin:
+        assert reader.get("/keys/me").json() == {"role": "reader", "all_scopes": False, "scopes": ["acme"]}
+        assert admin.get("/keys/me").json() == {
+            "role": "admin",
+            "all_scopes": True,
+            "scopes": ["acme", "globex"],
+        }
