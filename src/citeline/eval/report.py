@@ -3,8 +3,8 @@
 The page needs no network and no script: a table of metrics per configuration with each nDCG@10's
 interval and its paired comparison with the first configuration, an inline SVG bar plot of nDCG@10
 with the intervals as whiskers, the cross-validation when there was one, and the median latency of
-each search stage. Every piece of text is escaped, and the page
-is well-formed XML, so it can also be read by an XML parser.
+each search stage. Every piece of text is escaped, and the page is well-formed XML, so it can also
+be read by an XML parser.
 """
 
 from __future__ import annotations
