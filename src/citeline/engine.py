@@ -334,6 +334,23 @@ class Citeline:
         self.jobs.notify()
         return current
 
+    def index_all(self, status: str, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
+        """Index every document whose current version is in ``status``: ``pending`` ones are queued,
+        ``completed`` or ``failed`` ones re-ingested from their stored originals. Returns each document
+        as it is afterwards; one that cannot be re-ingested (no stored original) keeps its status."""
+        _require_admin(access, f"index every {status} document")
+        chosen = [d for d in self.documents(access=access) if d.status == status]
+        out: list[DocumentInfo] = []
+        for doc in {d.id: d for d in chosen}.values():
+            if status == Status.PENDING:
+                out.append(self.index(doc.id, access=access))
+                continue
+            try:
+                out.append(self.reingest(doc.id, access=access).document)
+            except NotFoundError:
+                out.append(doc)
+        return out
+
     def cancel(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> DocumentInfo:
         """Cancel a document's pending, queued or running job (:class:`ConflictError` if it has none)."""
         _require_admin(access, f"cancel document {ref}")

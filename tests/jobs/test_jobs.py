@@ -244,3 +244,15 @@ def test_reingest_builds_a_new_version_from_the_stored_original(jobs: Citeline, 
     assert again.created and again.document.status == Status.QUEUED
     done = jobs.wait(first.id)
     assert done.version == 2 and done.status == "completed" and done.vector_count == first.vector_count
+
+
+def test_index_all_queues_every_pending_document_and_reingests_completed_ones(jobs: Citeline) -> None:
+    pending = [
+        jobs.submit(upload(f"p{i}.md", PUMP + f"\n\nUnit {i}."), index=False).document for i in range(2)
+    ]
+    jobs.start_jobs()
+    assert {d.id for d in jobs.index_all("pending")} == {d.id for d in pending}
+    assert {jobs.wait(d.id).status for d in pending} == {"completed"}
+    again = jobs.index_all("completed")
+    assert {d.version for d in again} == {2}
+    assert {jobs.wait(d.id).version for d in pending} == {2}
