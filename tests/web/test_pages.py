@@ -350,3 +350,35 @@ def test_keys_me_names_the_scopes_a_key_may_search(site: Site) -> None:
             "all_scopes": True,
             "scopes": ["acme", "globex"],
         }
+
+
+def test_the_chat_works_with_the_keyboard_at_phone_width(site: Site, browser: Browser) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    try:
+        page = context.new_page()
+        page.goto(site.server.url + "/")
+        page.keyboard.type(site.reader)  # the key field has the focus
+        page.keyboard.press("Enter")
+        expect(page.get_by_label("Question")).to_be_focused()
+        page.keyboard.type(QUESTION)
+        page.keyboard.press("Enter")
+        first = page.locator(".message.assistant button.cite").first
+        expect(first).to_be_visible(timeout=60_000)
+        first.focus()
+        page.keyboard.press("Enter")
+        panel = page.get_by_role("complementary", name="Citation")
+        expect(panel).to_be_focused()
+        page.get_by_role("button", name="Open at the page").focus()
+        page.keyboard.press("Enter")
+        expect(page.locator("#viewer mark.citeline-mark").first).to_be_visible(timeout=30_000)
+        page.keyboard.press("Escape")
+        expect(panel).to_be_hidden()
+        expect(first).to_be_focused()
+        # One column: nothing wider than the phone's screen.
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        admin = context.new_page()
+        sign_in(admin, site.server.url + "/admin", site.reader)
+        expect(admin.locator("#documents tbody tr")).to_have_count(2)
+        assert admin.evaluate("document.documentElement.scrollWidth") <= 390
+    finally:
+        context.close()
