@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,6 +318,17 @@ def test_a_chat_with_the_real_local_model(site: Site, context: BrowserContext, t
     try:
         page = context.new_page()
         sign_in(page, model.url + "/", site.reader)
+        # Stop: the page aborts the request as soon as text arrives, and the server stops generating.
+        page.get_by_label("Question").fill(QUESTION)
+        page.get_by_role("button", name="Ask").click()
+        expect(page.locator(".message.assistant .message-text").last).not_to_be_empty(timeout=300_000)
+        page.get_by_role("button", name="Stop").click()
+        expect(page.locator(".message.assistant").last).to_contain_text("Stopped.")
+        deadline = time.monotonic() + 60
+        while model.ready()["generations"]["stopped_early"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert model.ready()["generations"]["stopped_early"] == 1
+
         ask(page, QUESTION, timeout=300_000)
         answer = page.locator(".message.assistant").last
         expect(answer.locator("p.error")).to_have_count(0)

@@ -29,7 +29,7 @@ from citeline.api.errors import error_code
 from citeline.api.limits import GenerationSlot, GenerationSlots, check_text_length
 from citeline.api.routes.links import file_url
 from citeline.api.routes.search import FilterFields
-from citeline.chat.events import ChatEvent
+from citeline.chat.events import ChatEvent, TurnStart
 from citeline.chat.session import ChatSession
 from citeline.engine import Citeline
 from citeline.errors import CitelineError, GenerationError
@@ -78,6 +78,9 @@ def _with_link(data: dict[str, Any]) -> dict[str, Any]:
 
 def sse_events(event: ChatEvent, answer: _Answer) -> Iterator[tuple[str, dict[str, Any]]]:
     """The server-sent events (name, payload) one library event becomes."""
+    if isinstance(event, TurnStart):
+        # What it says (conversation, question, rewrite) goes out with ``start`` and ``rewrite``.
+        return
     data = event.as_dict()
     name = str(data.pop("type"))
     if isinstance(event, Start):
