@@ -23,12 +23,13 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from citeline.access import Access
-from citeline.answer import Complete, Error, Event, Start, Token
+from citeline.answer import Complete, Error, Start, Token
 from citeline.api.deps import AccessDep, CitelineDep, SlotsDep
 from citeline.api.errors import error_code
 from citeline.api.limits import GenerationSlot, GenerationSlots, check_text_length
 from citeline.api.routes.links import file_url
 from citeline.api.routes.search import FilterFields
+from citeline.chat.events import ChatEvent, TurnStart
 from citeline.chat.session import ChatSession
 from citeline.engine import Citeline
 from citeline.errors import CitelineError, GenerationError
@@ -54,7 +55,7 @@ class _Answer:
 
     session: ChatSession
     question: str
-    events: AsyncGenerator[Event, None]
+    events: AsyncGenerator[ChatEvent, None]
     slot: GenerationSlot
 
 
@@ -75,30 +76,30 @@ def _with_link(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def sse_events(event: Event, answer: _Answer) -> Iterator[tuple[str, dict[str, Any]]]:
+def sse_events(event: ChatEvent, answer: _Answer) -> Iterator[tuple[str, dict[str, Any]]]:
     """The server-sent events (name, payload) one library event becomes."""
     data = event.as_dict()
     name = str(data.pop("type"))
-    if isinstance(event, Start):
-        rewrite = answer.session.last_rewrite
+    if isinstance(event, TurnStart):
         yield (
             "start",
-            {
-                "conversation_id": str(answer.session.id),
-                "question": answer.question,
-                "provider": event.provider,
-            },
+            {"conversation_id": data["conversation_id"], "turn": event.turn, "question": event.question},
         )
         yield (
             "rewrite",
             {
-                "question": answer.question,
-                "query": event.question,
-                "method": rewrite.method if rewrite else "unchanged",
-                "rewritten": rewrite is not None and rewrite.method != "unchanged",
+                "question": event.question,
+                "query": data["query"],
+                "method": data["rewrite"],
+                "rewritten": data["rewritten"],
+                "fell_back": data["rewrite_fell_back"],
             },
         )
-        yield ("evidence", {"passages": [_with_link(p) for p in data["passages"]]})
+    elif isinstance(event, Start):
+        yield (
+            "evidence",
+            {"provider": event.provider, "passages": [_with_link(p) for p in data["passages"]]},
+        )
     elif isinstance(event, Token):
         yield ("token", data)
     elif isinstance(event, Complete):
@@ -144,12 +145,12 @@ class EventStream(StreamingResponse):
                 await self._events.aclose()
 
 
-async def _stream(answer: _Answer, first: Event, heartbeat: float) -> AsyncGenerator[str, None]:
+async def _stream(answer: _Answer, first: ChatEvent, heartbeat: float) -> AsyncGenerator[str, None]:
     """The answer as SSE text; a comment line every ``heartbeat`` seconds the model is silent."""
     ended = False
-    pending: asyncio.Future[Event] | None = None
+    pending: asyncio.Future[ChatEvent] | None = None
     try:
-        event: Event = first
+        event: ChatEvent = first
         while True:
             for name, data in sse_events(event, answer):
                 yield _format(name, data)
@@ -190,7 +191,7 @@ async def _stream(answer: _Answer, first: Event, heartbeat: float) -> AsyncGener
             log.info("answer in conversation %s stopped: the client went away", answer.session.id)
 
 
-async def _first(answer: _Answer) -> Event:
+async def _first(answer: _Answer) -> ChatEvent:
     """The stream's first event, read before the response starts: a request the library refuses (an
     empty question, an unknown conversation) gets its own status, not a stream holding an error."""
     try:
