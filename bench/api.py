@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -117,10 +118,10 @@ def overhead(cl: Citeline, url: str, key: str, queries: list[str]) -> dict[str, 
     }
 
 
-async def load(url: str, key: str, queries: list[str], clients: int, seconds: float) -> dict[str, float]:
+async def load(url: str, key: str, queries: list[str], clients: int, seconds: float) -> dict[str, Any]:
     """``clients`` concurrent clients searching for ``seconds``."""
     latencies: list[float] = []
-    errors = 0
+    errors: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(
         base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60, limits=limits
@@ -128,7 +129,6 @@ async def load(url: str, key: str, queries: list[str], clients: int, seconds: fl
         stop = time.perf_counter() + seconds
 
         async def one(worker: int) -> None:
-            nonlocal errors
             i = worker
             while time.perf_counter() < stop:
                 q = queries[i % len(queries)]
@@ -136,11 +136,11 @@ async def load(url: str, key: str, queries: list[str], clients: int, seconds: fl
                 t0 = time.perf_counter()
                 try:
                     response = await client.get("/search", params={"q": q, "n": 10})
-                    ok = response.status_code == 200
-                except httpx.HTTPError:
-                    ok = False
+                    if response.status_code != 200:
+                        errors[f"HTTP {response.status_code}"] += 1
+                except httpx.HTTPError as exc:
+                    errors[type(exc).__name__] += 1
                 latencies.append((time.perf_counter() - t0) * 1e3)
-                errors += not ok
 
         began = time.perf_counter()
         await asyncio.gather(*(one(w) for w in range(clients)))
@@ -148,7 +148,8 @@ async def load(url: str, key: str, queries: list[str], clients: int, seconds: fl
     return {
         "api_load_clients": clients,
         "api_load_requests": len(latencies),
-        "api_load_errors": errors,
+        "api_load_errors": sum(errors.values()),
+        "api_load_error_kinds": dict(errors),
         "api_load_requests_per_s": len(latencies) / elapsed,
         "api_load_p50_ms": percentile(latencies, 50),
         "api_load_p99_ms": percentile(latencies, 99),

@@ -24,12 +24,14 @@ def test_a_streamed_answer_arrives_in_order_and_its_citations_resolve(server: Se
     assert re.fullmatch(r"start rewrite evidence( token)+( citation)+ complete", names), names
     start, rewrite, evidence, complete = events[0], events[1], events[2], events[-1]
     assert start.data["conversation_id"] == complete.data["conversation_id"]
-    assert start.data["question"] == QUESTION and start.data["provider"] == "extractive"
+    assert start.data["question"] == QUESTION and start.data["turn"] == 1
+    assert evidence.data["provider"] == "extractive"
     assert rewrite.data == {
         "question": QUESTION,
         "query": QUESTION,
         "method": "unchanged",
         "rewritten": False,
+        "fell_back": False,
     }
     given = {p["chunk_id"]: p for p in evidence.data["passages"]}
     citations = [e.data for e in events if e.name == "citation"]
@@ -59,7 +61,8 @@ def test_a_follow_up_continues_the_conversation(server: Server) -> None:
     second = stream(
         server, "reader", {"question": "And how often is it tested?", "conversation_id": conversation}
     )
-    assert second[0].data["conversation_id"] == conversation
+    assert second[0].data["conversation_id"] == conversation and second[0].data["turn"] == 2
+    assert second[1].name == "rewrite" and second[1].data["rewritten"]
     assert second[-1].name == "complete"
     with server.as_("reader") as client:
         stored = client.get(f"/conversations/{conversation}").json()

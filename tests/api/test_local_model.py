@@ -45,7 +45,9 @@ def test_a_streamed_answer_from_the_local_model(model_server: Server) -> None:
     assert re.fullmatch(r"start rewrite evidence( token)+( citation)* complete", " ".join(names)), names
     complete = events[-1].data
     assert complete["provider"].startswith("local:") and not complete["fell_back"], complete
-    given = {p["chunk_id"] for p in next(e for e in events if e.name == "evidence").data["passages"]}
+    evidence = next(e for e in events if e.name == "evidence").data
+    assert evidence["provider"] == complete["provider"]
+    given = {p["chunk_id"] for p in evidence["passages"]}
     assert {c["chunk_id"] for c in complete["citations"]} <= given
     # The model reads its prompt before it writes: the stream says it is alive meanwhile.
     first_token = next(i for i, e in enumerate(events) if e.name == "token")

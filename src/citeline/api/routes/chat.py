@@ -78,31 +78,28 @@ def _with_link(data: dict[str, Any]) -> dict[str, Any]:
 
 def sse_events(event: ChatEvent, answer: _Answer) -> Iterator[tuple[str, dict[str, Any]]]:
     """The server-sent events (name, payload) one library event becomes."""
-    if isinstance(event, TurnStart):
-        # What it says (conversation, question, rewrite) goes out with ``start`` and ``rewrite``.
-        return
     data = event.as_dict()
     name = str(data.pop("type"))
-    if isinstance(event, Start):
-        rewrite = answer.session.last_rewrite
+    if isinstance(event, TurnStart):
         yield (
             "start",
-            {
-                "conversation_id": str(answer.session.id),
-                "question": answer.question,
-                "provider": event.provider,
-            },
+            {"conversation_id": data["conversation_id"], "turn": event.turn, "question": event.question},
         )
         yield (
             "rewrite",
             {
-                "question": answer.question,
-                "query": event.question,
-                "method": rewrite.method if rewrite else "unchanged",
-                "rewritten": rewrite is not None and rewrite.method != "unchanged",
+                "question": event.question,
+                "query": data["query"],
+                "method": data["rewrite"],
+                "rewritten": data["rewritten"],
+                "fell_back": data["rewrite_fell_back"],
             },
         )
-        yield ("evidence", {"passages": [_with_link(p) for p in data["passages"]]})
+    elif isinstance(event, Start):
+        yield (
+            "evidence",
+            {"provider": event.provider, "passages": [_with_link(p) for p in data["passages"]]},
+        )
     elif isinstance(event, Token):
         yield ("token", data)
     elif isinstance(event, Complete):
