@@ -229,6 +229,12 @@ def test_a_reader_sees_no_admin_action_and_no_other_scope(site: Site, context: B
     sign_in(chat, site.server.url + "/", site.reader)
     expect(chat.get_by_label("Scope").locator("option")).to_have_text(["All my scopes", "acme"])
     expect(chat.get_by_role("link", name="Documents")).to_be_hidden()
+    # Asked about a globex document, the reader's answer cites none of it.
+    with chat.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
+        ask(chat, "When is the Globex boiler serviced?")
+    cited = {c["document_name"] for c in completed_answer(streamed.value.text())["citations"]}
+    assert "globex-boiler.md" not in cited, cited
+    expect(chat.locator(".message.assistant").last).not_to_contain_text("serviced in spring")
 
 
 def test_an_admin_sees_every_document_with_its_actions(site: Site, context: BrowserContext) -> None:
