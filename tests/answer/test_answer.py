@@ -267,7 +267,7 @@ def test_a_chunk_cited_in_an_earlier_turn_is_announced_by_number_and_unbacked_se
     events = run(ScriptedLLM(reply), embedder, numbering=numbering)
 
     announced = [e.as_dict() for e in events if isinstance(e, CitationEvent)]
-    assert announced[0] == {"type": "citation", "number": 1, "passage": None}
+    assert announced[0] == {"type": "citation", "number": 1, "stance": "neutral", "passage": None}
     assert announced[1]["number"] == 2 and announced[1]["passage"]["chunk_id"] == PRIME
     assert announced[1]["passage"]["text"] == pump_hits()[0].text
     flags = [e for e in events if isinstance(e, UnsupportedClaim)]

@@ -4,12 +4,15 @@
 It runs in stages, each a small function of its own:
 
 1. :func:`_prepare`: check the request, focus the evidence, build the prompt and the passages given;
-2. :class:`_Draft`: generate, rewriting citations to conversation numbers and attributing uncited
+2. :func:`_assess`: for a question that puts a claim, the stance of the passages judged and the
+   verdict, which the answer opens with (:class:`_Opening`, see :mod:`citeline.answer.stance`);
+3. :class:`_Draft`: generate, rewriting citations to conversation numbers and attributing uncited
    sentences as the reply streams, holding back what may be a refusal;
-3. :meth:`_Draft.failure`: check the finished reply (a refusal, nothing cited, nothing said);
-4. :func:`_ground`: verify its citations; a reply none of whose citations is backed fails;
-5. :func:`_extract`: the extractive answer, when there is no model or the model's reply failed;
-6. :func:`_finish`: the flags of unsupported sentences, then :class:`Complete`.
+4. :meth:`_Draft.failure`: check the finished reply (a refusal, nothing cited, nothing said);
+5. :func:`_ground`: verify its citations; a reply none of whose citations is backed fails;
+6. :func:`_extract`: the extractive answer, when there is no model or the model's reply failed;
+7. :func:`_opened`: the opening put before the answer, the whole checked again;
+8. :func:`_finish`: the flags of unsupported sentences, then :class:`Complete` with the stances.
 
 :class:`_Announcer` turns each citation number, the first time it appears in the streamed text, into a
 :class:`CitationEvent`.
@@ -36,6 +39,7 @@ from citeline.answer.citations import (
     CitationRewriter,
     RemovedCitation,
     Verification,
+    claims,
     has_cited_statement,
     verify,
 )
@@ -52,6 +56,7 @@ from citeline.answer.events import (
 from citeline.answer.evidence import check_evidence_budget, focus_passages
 from citeline.answer.extractive import extractive_answer
 from citeline.answer.llm import LLM, AnswerShape, GenerationOptions, Message
+from citeline.answer.nli import default_judge
 from citeline.answer.prompt import (
     EVIDENCE_HEADING,
     REFUSAL,
@@ -62,6 +67,7 @@ from citeline.answer.prompt import (
     select_passages,
 )
 from citeline.answer.relevance import answerable
+from citeline.answer.stance import Assessment, Stance, StanceJudge, assess, claim_of, verdict_sentence
 from citeline.answer.support import VectorCache
 from citeline.embed.base import Embedder
 from citeline.errors import CitelineError, GenerationError
@@ -88,6 +94,7 @@ async def answer_stream(
     options: GenerationOptions,
     max_evidence_tokens: int | None = None,
     min_similarity: float = 0.0,
+    judge: StanceJudge | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Answer ``question`` from ``evidence`` (retrieved hits, best first), as a stream of events.
 
@@ -98,6 +105,11 @@ async def answer_stream(
     the evidence the model reads (see :mod:`citeline.answer.evidence`); None gives it whole chunks.
     Evidence that fails :func:`~citeline.answer.relevance.answerable` at ``min_similarity`` counts as
     none: the answer says the documents hold no evidence, and no model is called.
+
+    A question that puts a claim (:func:`~citeline.answer.stance.claim_of`) is assessed by ``judge``
+    (default: the packaged NLI classifier, whichever ``llm`` writes): the answer opens with the verdict
+    and every citation carries its passage's stance (see :mod:`citeline.answer.stance`). When judging
+    fails, the answer has no verdict.
 
     Yields :class:`Start` (with every passage given: those the model reads, numbered first, then any the
     evidence budget left out, with nothing shown), :class:`Token` pieces, a :class:`CitationEvent` the
@@ -132,13 +144,23 @@ async def answer_stream(
         yield _missing(provider, AnswerTimings(prompt_ms, clock.ms(), 0.0, 0.0, clock.ms()))
         return
 
-    announcer = _Announcer(prepared.given, numbered_before=len(numbering))
+    assessment = await _assess(question, prepared.prompt, judge or default_judge(), cache)
+    working = numbering.copy()
+    opening = _Opening.of(assessment, prepared.given, working)
+    announcer = _Announcer(prepared.given, numbered_before=len(numbering), assessment=assessment)
     result: _Result | None = None
     first_token: float | None = None
+    if opening is not None:
+        first_token = clock.ms()
+        yield Token(opening.text + " ")
+        for citation in announcer.announce(opening.text, working):
+            yield citation
     try:
         draft: _Draft | None = None
         if llm is not None:
-            draft = _Draft(prepared.prompt, numbering, cache)
+            # The model may decline only when the passages judged neither support nor contradict.
+            may_refuse = opening is None or not opening.chunk_ids
+            draft = _Draft(prepared.prompt, working, cache, may_refuse=may_refuse)
             async for text in draft.generate(llm, options):
                 first_token = first_token if first_token is not None else clock.ms()
                 yield Token(text)
@@ -146,17 +168,22 @@ async def answer_stream(
                     yield citation
             result = await _ground(draft, numbering, cache, clock, prompt_ms)
         if result is None or result.failure is not None:
+            # The opening's chunks keep the numbers already shown, ahead of the extract's.
+            for chunk_id in opening.chunk_ids if opening is not None else ():
+                numbering.number(chunk_id)
             extract = await _extract(question, prepared.given, numbering, cache, clock)
-            if first_token is None:
-                first_token = clock.ms()
+            if draft is None or draft.sent == 0:
+                first_token = first_token if first_token is not None else clock.ms()
                 yield Token(extract.text)
                 for citation in announcer.announce(extract.text, numbering):
                     yield citation
             result = extract.after(result, streamed=draft is not None and draft.sent > 0)
+        if opening is not None:
+            result = await _opened(result, opening, prepared.given, numbering, cache)
     except CitelineError as exc:
         yield Error(message=str(exc), exception=exc)
         return
-    for event in _finish(result, provider, prompt_ms, first_token, clock):
+    for event in _finish(result, assessment, provider, prompt_ms, first_token, clock):
         yield event
 
 
@@ -248,16 +275,59 @@ async def _prepare(
     return _Prepared(prompt=prompt, given=given)
 
 
-class _Draft:
-    """Stage 2: the model's reply as it streams, rewritten and attributed, into a working numbering.
+async def _assess(question: str, prompt: Prompt, judge: StanceJudge, cache: VectorCache) -> Assessment | None:
+    """Stage 2: the stances of the passages the model reads towards the question's claim, if it puts one.
 
-    The working numbering is a copy of the conversation's: the reply's numbers reach the conversation
-    only if the reply stands (:func:`_ground`). ``sent`` counts the characters of the reply shown so far.
+    None when the question puts no claim, or when judging fails: the answer goes on without a verdict.
+    """
+    claim = claim_of(question)
+    if claim is None or not prompt.passages:
+        return None
+    try:
+        return await asyncio.to_thread(assess, claim, prompt.passages, judge, cache)
+    except GenerationError:
+        return None
+
+
+@dataclass(frozen=True)
+class _Opening:
+    """The verdict sentence the answer opens with, and the chunks it cites (numbered in that order)."""
+
+    text: str
+    chunk_ids: tuple[int, ...]
+
+    @classmethod
+    def of(
+        cls, assessment: Assessment | None, given: Sequence[Passage], working: CitationNumbering
+    ) -> _Opening | None:
+        """The opening for ``assessment``, numbering the passages it cites in ``working``."""
+        if assessment is None:
+            return None
+        bearing = assessment.bearing(given)
+        numbers: dict[Stance, list[int]] = {}
+        for passage in bearing:
+            numbers.setdefault(assessment.stance(passage.chunk_id), []).append(
+                working.number(passage.chunk_id)
+            )
+        return cls(
+            text=verdict_sentence(assessment.verdict, numbers), chunk_ids=tuple(p.chunk_id for p in bearing)
+        )
+
+
+class _Draft:
+    """Stage 3: the model's reply as it streams, rewritten and attributed, into a working numbering.
+
+    The working numbering is a copy of the conversation's (holding the opening's numbers, if any): the
+    reply's numbers reach the conversation only if the reply stands (:func:`_ground`). ``sent`` counts
+    the characters of the reply shown so far. ``may_refuse`` lets the model reply with the refusal.
     """
 
-    def __init__(self, prompt: Prompt, numbering: CitationNumbering, cache: VectorCache) -> None:
+    def __init__(
+        self, prompt: Prompt, working: CitationNumbering, cache: VectorCache, *, may_refuse: bool = True
+    ) -> None:
         self.prompt = prompt
-        self.numbering = numbering.copy()
+        self.may_refuse = may_refuse
+        self.numbering = working
         self.rewriter = CitationRewriter(prompt.passages, self.numbering)
         self.attributor = Attributor(prompt.passages, self.numbering, cache, never=(REFUSAL,))
         self.reply = ""
@@ -272,7 +342,11 @@ class _Draft:
         extractive answer, so it is never shown.
         """
         began = time.perf_counter()
-        shape = AnswerShape(passages=len(self.prompt.passages), refusal=REFUSAL, not_opening=EVIDENCE_HEADING)
+        shape = AnswerShape(
+            passages=len(self.prompt.passages),
+            refusal=REFUSAL if self.may_refuse else "",
+            not_opening=EVIDENCE_HEADING,
+        )
         try:
             # Closed on the way out, however it is left, so the worker stops at its next piece.
             async with contextlib.aclosing(
@@ -304,7 +378,7 @@ class _Draft:
         return tuple(self.rewriter.removed)
 
     def failure(self) -> str | None:
-        """Stage 3: why the finished reply cannot stand on its face, or None."""
+        """Stage 4: why the finished reply cannot stand on its face, or None."""
         if self.error is not None:
             return self.error
         if self.reply.strip() == REFUSAL:
@@ -335,7 +409,7 @@ class _Result:
 async def _ground(
     draft: _Draft, numbering: CitationNumbering, cache: VectorCache, clock: _Clock, prompt_ms: float
 ) -> _Result:
-    """Stage 4: verify the reply's citations; a reply with no backed citation fails.
+    """Stage 5: verify the reply's citations; a reply with no backed citation fails.
 
     A reply that stands gives its numbers to the conversation's ``numbering``.
     """
@@ -364,7 +438,7 @@ async def _ground(
 
 @dataclass(frozen=True)
 class _Extract:
-    """Stage 5's answer: the extractive text and its checked citations."""
+    """Stage 6's answer: the extractive text and its checked citations."""
 
     text: str
     verification: Verification
@@ -393,24 +467,57 @@ async def _extract(
     cache: VectorCache,
     clock: _Clock,
 ) -> _Extract:
-    """Stage 5: the extractive answer from every passage given, its citations checked."""
+    """Stage 6: the extractive answer from every passage given, its citations checked."""
     extract = await asyncio.to_thread(extractive_answer, question, given, numbering, cache)
     began = clock.ms()
     checked = await asyncio.to_thread(verify, extract.text, _numbered(given, numbering), cache)
     return _Extract(text=extract.text, verification=checked, verify_ms=clock.ms() - began)
 
 
+async def _opened(
+    result: _Result,
+    opening: _Opening,
+    given: Sequence[Passage],
+    numbering: CitationNumbering,
+    cache: VectorCache,
+) -> _Result:
+    """Stage 7: the answer with its opening, checked again as a whole.
+
+    The opening's citations are backed by their stances, not by its wording: it is never flagged.
+    """
+    text = f"{opening.text} {result.text}"
+    before = result.verification.citations if result.verification is not None else ()
+    attributed = {c.number for c in before if c.attributed}
+    checked = await asyncio.to_thread(verify, text, _numbered(given, numbering), cache, attributed=attributed)
+    own = {c.sentence for c in claims(opening.text)}
+    checked = replace(
+        checked,
+        unsupported=tuple(u for u in checked.unsupported if u.text not in own),
+        uncited=tuple(u for u in checked.uncited if u not in own),
+    )
+    return replace(result, text=text, verification=checked)
+
+
 def _finish(
-    result: _Result, provider: str, prompt_ms: float, first_token: float | None, clock: _Clock
+    result: _Result,
+    assessment: Assessment | None,
+    provider: str,
+    prompt_ms: float,
+    first_token: float | None,
+    clock: _Clock,
 ) -> Iterator[Event]:
-    """Stage 6: a flag per unsupported sentence, then :class:`Complete`."""
+    """Stage 8: a flag per unsupported sentence, then :class:`Complete` with each citation's stance."""
     checked = result.verification
     assert checked is not None
     for sentence in checked.unsupported:
         yield UnsupportedClaim(sentence)
+    citations = checked.citations
+    if assessment is not None:
+        citations = tuple(replace(c, stance=assessment.stance(c.chunk_id)) for c in citations)
     yield Complete(
+        claim=assessment.claim if assessment is not None else None,
         answer=result.text,
-        citations=checked.citations,
+        citations=citations,
         removed=result.removed,
         unsupported=checked.unsupported,
         uncited=checked.uncited,
@@ -431,8 +538,11 @@ class _Announcer:
     passage from an earlier turn.
     """
 
-    def __init__(self, given: Sequence[Passage], *, numbered_before: int) -> None:
+    def __init__(
+        self, given: Sequence[Passage], *, numbered_before: int, assessment: Assessment | None
+    ) -> None:
         self._passages = {p.chunk_id: p for p in given}
+        self._assessment = assessment
         self._numbered_before = numbered_before
         self._announced: set[int] = set()
 
@@ -444,9 +554,11 @@ class _Announcer:
                 if number in self._announced or not 1 <= number <= len(ids):
                     continue
                 self._announced.add(number)
-                new = number > self._numbered_before
+                chunk_id = ids[number - 1]
                 yield CitationEvent(
-                    number=number, passage=self._passages.get(ids[number - 1]) if new else None
+                    number=number,
+                    passage=self._passages.get(chunk_id) if number > self._numbered_before else None,
+                    stance=self._assessment.stance(chunk_id) if self._assessment is not None else "neutral",
                 )
 
 

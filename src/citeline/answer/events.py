@@ -12,6 +12,7 @@ from typing import Any
 
 from citeline.answer.citations import Citation, RemovedCitation, UnsupportedSentence
 from citeline.answer.prompt import Passage
+from citeline.answer.stance import Stance, Verdict, verdict_of
 from citeline.errors import CitelineError
 
 
@@ -72,11 +73,13 @@ class CitationEvent:
 
     number: int
     passage: Passage | None
+    stance: Stance = "neutral"
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "type": "citation",
             "number": self.number,
+            "stance": self.stance,
             "passage": None if self.passage is None else passage_dict(self.passage),
         }
 
@@ -136,7 +139,8 @@ class Complete:
     instead of the model, ``fallback_reason`` why. ``evidence_missing`` says no passage was found, so
     nothing was generated. ``removed`` lists citations the model wrote to passages it was not given;
     ``unsupported`` the cited sentences their passages do not back; ``uncited`` the claims with no
-    citation.
+    citation. ``claim`` is the claim the question put to the evidence, when it put one and a judge
+    assessed it; the answer then opens with :attr:`verdict` in plain words.
     """
 
     answer: str
@@ -150,6 +154,15 @@ class Complete:
     stream_replaced: bool
     evidence_missing: bool
     timings: AnswerTimings
+    claim: str | None = None
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """What the cited passages say of ``claim`` (None when the question put no claim to them).
+
+        Computed from the citations' stances, so a verdict always has a citation that bears it out.
+        """
+        return None if self.claim is None else verdict_of(c.stance for c in self.citations)
 
     @property
     def cited_chunk_ids(self) -> list[int]:
@@ -161,6 +174,8 @@ class Complete:
         return {
             "type": "complete",
             "answer": self.answer,
+            "claim": self.claim,
+            "verdict": self.verdict,
             "citations": [c.as_dict() for c in self.citations],
             "removed": [
                 {"number": r.number, "occurrences": r.occurrences, "reason": r.reason} for r in self.removed
