@@ -126,7 +126,7 @@ def _filters(
 ) -> Filters:
     return _guard(
         lambda: Filters(
-            scopes=tuple(scope),
+            scopes=tuple(scope) or None,
             category=category,
             tags_any=tuple(tag),
             tags_all=tuple(all_tags),

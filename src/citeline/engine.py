@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -15,11 +16,12 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
+from citeline.access import FULL_ACCESS, Access
 from citeline.answer.llm import LLM, get_llm
-from citeline.chat.session import LOCAL_USER, ChatSession
+from citeline.chat.session import ChatSession
 from citeline.embed import get_embedder
 from citeline.embed.base import Embedder
-from citeline.errors import ConfigError, InvalidRequestError, NotFoundError
+from citeline.errors import AccessDeniedError, ConfigError, InvalidRequestError, NotFoundError
 from citeline.ingest import (
     IngestOptions,
     Ingestor,
@@ -38,75 +40,137 @@ from citeline.store.catalog import DocumentInfo
 from citeline.store.database import connect
 from citeline.store.keyword import KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
 
+#: Settings a derived instance may change while sharing the parent's database connection pool.
+_STORE_SETTINGS = ("data_dir", "database_url", "namespace")
+#: ... and its embedder.
+_EMBEDDER_SETTINGS = ("embedding_model", "embed_batch_size", "embed_threads")
+#: ... and its in-memory keyword index.
+_KEYWORD_SETTINGS = (
+    "keyword_index",
+    "keyword_lowercase",
+    "keyword_stem",
+    "keyword_stop_words",
+    "keyword_extra_stop_words",
+    "keyword_keep_technical",
+    "keyword_language",
+)
+
 
 class Citeline:
     """One namespace of one store, with its embedder. Open it, use it, close it (or use ``with``).
 
-    The database and the embedding model are opened on first use, so a command that needs neither
-    (``--help``) stays fast.
+    One instance serves a whole process: it is safe to share between threads, and every lazily opened
+    part (database, embedder, answering model, rerankers) is created once even when the first requests
+    arrive together. Servers call :meth:`warm_up` at start-up so the first request is not slow; a
+    command that needs none of it (``--help``) stays fast. Settings are fixed for the instance's life:
+    code that wants other settings builds another instance (:meth:`derive` shares what stays equal).
     """
 
     def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or Settings()
-        self.analyzer = Analyzer.from_settings(self.settings)
+        self._settings = settings or Settings()
+        self.analyzer = Analyzer.from_settings(self._settings)
+        self._lock = threading.RLock()
         self._engine: sa.Engine | None = None
         self._embedder: Embedder | None = None
         self._llm: LLM | None = None
         self._rerankers: dict[str, Reranker | None] = {}
         self._query_pool: ThreadPoolExecutor | None = None
+        #: Parts borrowed from the instance this one was derived from: never closed by this one.
+        self._borrowed: set[str] = set()
         self.keyword_index: KeywordIndex = (
-            MemoryKeywordIndex() if self.settings.keyword_index == "memory" else SqlKeywordIndex()
+            MemoryKeywordIndex() if self._settings.keyword_index == "memory" else SqlKeywordIndex()
         )
+
+    @property
+    def settings(self) -> Settings:
+        """The settings this instance was built with (read-only: see :meth:`derive`)."""
+        return self._settings
+
+    def derive(self, settings: Settings | None = None, /, **overrides: Any) -> Citeline:
+        """Another instance with ``settings`` (or these settings changed), sharing this one's open
+        store, embedder and keyword index where the settings they depend on are unchanged. Close it
+        before this one."""
+        settings = (settings or self._settings).model_copy(update=overrides)
+        other = Citeline(settings)
+
+        def same(names: tuple[str, ...]) -> bool:
+            return all(getattr(settings, n) == getattr(self._settings, n) for n in names)
+
+        if same(_STORE_SETTINGS) and self._engine is not None:
+            other._engine = self._engine
+            other._borrowed.add("engine")
+        if same(_EMBEDDER_SETTINGS) and self._embedder is not None:
+            other._embedder = self._embedder
+        if same(_STORE_SETTINGS) and same(_KEYWORD_SETTINGS):
+            other.keyword_index = self.keyword_index
+        return other
+
+    def warm_up(self) -> Citeline:
+        """Open the store, load the embedder and the keyword index now rather than at the first request."""
+        self.embedder  # noqa: B018
+        with self.engine.connect() as conn:
+            self.keyword_index.warm_up(conn)
+        return self
 
     @property
     def engine(self) -> sa.Engine:
         if self._engine is None:
-            engine = connect(self.settings)
-            try:
-                with engine.begin() as conn:
-                    catalog.bind_analyzer(conn, self.analyzer.config(), Analyzer().config())
-                    # A process that starts after a crash finds what the crash left processing failed.
-                    abandoned = catalog.fail_abandoned(conn)
-                settle_abandoned(engine, abandoned)
-            except BaseException:
-                engine.dispose()
-                raise
-            self._engine = engine
+            with self._lock:
+                if self._engine is None:
+                    self._engine = self._open_store()
         return self._engine
+
+    def _open_store(self) -> sa.Engine:
+        engine = connect(self._settings)
+        try:
+            with engine.begin() as conn:
+                catalog.bind_analyzer(conn, self.analyzer.config(), Analyzer().config())
+                # A process that starts after a crash finds what the crash left processing failed.
+                abandoned = catalog.fail_abandoned(conn)
+            settle_abandoned(engine, abandoned)
+        except BaseException:
+            engine.dispose()
+            raise
+        return engine
 
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = get_embedder(
-                self.settings.embedding_model,
-                batch_size=self.settings.embed_batch_size,
-                threads=self.settings.embed_threads,
-            )
+            with self._lock:
+                if self._embedder is None:
+                    self._embedder = get_embedder(
+                        self._settings.embedding_model,
+                        batch_size=self._settings.embed_batch_size,
+                        threads=self._settings.embed_threads,
+                    )
         return self._embedder
 
     @property
     def files_dir(self) -> Path:
         # One folder per namespace: a file's presence is decided by that namespace's catalog alone.
-        return self.settings.data_dir.expanduser().resolve() / "files" / self.settings.namespace
+        return self._settings.data_dir.expanduser().resolve() / "files" / self._settings.namespace
 
     @property
     def llm(self) -> LLM | None:
         """The answering model named by the ``llm`` setting; ``None`` for ``extractive`` (no model)."""
-        if self.settings.llm == "extractive":
+        if self._settings.llm == "extractive":
             return None
         if self._llm is None:
-            self._llm = get_llm(self.settings.llm, self.settings)
+            with self._lock:
+                if self._llm is None:
+                    self._llm = get_llm(self._settings.llm, self._settings)
         return self._llm
 
     def close(self) -> None:
-        if self._query_pool is not None:
-            self._query_pool.shutdown(wait=True)
-            self._query_pool = None
-        if self._llm is not None:
-            self._llm.close()
-            self._llm = None
-        if self._engine is not None:
-            self._engine.dispose()
+        with self._lock:
+            if self._query_pool is not None:
+                self._query_pool.shutdown(wait=True)
+                self._query_pool = None
+            if self._llm is not None:
+                self._llm.close()
+                self._llm = None
+            if self._engine is not None and "engine" not in self._borrowed:
+                self._engine.dispose()
             self._engine = None
 
     def __enter__(self) -> Citeline:
@@ -146,10 +210,17 @@ class Citeline:
 
     # -- search ---------------------------------------------------------------------------------
 
-    def search(self, request: SearchRequest | str, *, timings: Timings | None = None) -> list[Hit]:
-        """Hybrid search; see :class:`SearchRequest` for the knobs."""
+    def search(
+        self,
+        request: SearchRequest | str,
+        *,
+        access: Access = FULL_ACCESS,
+        timings: Timings | None = None,
+    ) -> list[Hit]:
+        """Hybrid search within ``access``; see :class:`SearchRequest` for the knobs."""
         if isinstance(request, str):
             request = SearchRequest(query=request)
+        request = replace(request, filters=access.restrict(request.filters))
         if not request.query.strip():
             raise InvalidRequestError("the search query is empty")
         embedder, query = self.embedder, request.query
@@ -163,8 +234,10 @@ class Citeline:
             return vector
 
         if self._query_pool is None:
-            # Several, so that concurrent searches do not queue behind one another's embeddings.
-            self._query_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="citeline-query")
+            with self._lock:
+                if self._query_pool is None:
+                    # Several, so that concurrent searches do not queue behind one another's embeddings.
+                    self._query_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="citeline-query")
         # The query embeds (onnxruntime lets go of the GIL) while the search reads the catalog and runs
         # the keyword stage, which need no vector: about 2.5 ms of a 20 ms search at 100k chunks.
         pending = self._query_pool.submit(embed_query)
@@ -214,22 +287,26 @@ class Citeline:
         """
         name = spec if spec is not None else self.settings.reranker
         if name not in self._rerankers:
-            try:
-                self._rerankers[name] = get_reranker(name, embedder=self.embedder)
-            except ConfigError as exc:
-                if spec is None:
-                    raise
-                raise InvalidRequestError(f"rerank: {exc}") from exc
+            with self._lock:
+                if name not in self._rerankers:
+                    try:
+                        self._rerankers[name] = get_reranker(name, embedder=self.embedder)
+                    except ConfigError as exc:
+                        if spec is None:
+                            raise
+                        raise InvalidRequestError(f"rerank: {exc}") from exc
         return self._rerankers[name]
 
-    def fetch(self, chunk_ids: Sequence[int], query: str | None = None) -> list[Hit]:
-        """Chunks by id, in the order given (inactive or unknown ids are skipped).
+    def fetch(
+        self, chunk_ids: Sequence[int], query: str | None = None, *, access: Access = FULL_ACCESS
+    ) -> list[Hit]:
+        """Chunks by id, in the order given (inactive, unknown or out-of-grant ids are skipped).
 
         With ``query``, each hit carries its cosine distance to the query.
         """
         vector = self.embedder.embed([query])[0] if query else None
         with self.engine.connect() as conn:
-            return fetch_hits(conn, chunk_ids, vector)
+            return fetch_hits(conn, chunk_ids, vector, access=access)
 
     # -- answers ----------------------------------------------------------------------------------
 
@@ -237,63 +314,76 @@ class Citeline:
         self,
         conversation_id: str | uuid.UUID | None = None,
         *,
-        user_id: str = LOCAL_USER,
+        access: Access = FULL_ACCESS,
         persona: str | None = None,
     ) -> ChatSession:
-        """A conversation to ask questions in: a new one, or ``conversation_id`` of ``user_id``.
+        """A conversation to ask questions in: a new one, or ``conversation_id`` of ``access.user_id``.
 
         ``persona`` (general, clinical, repair) applies to a new conversation; one being resumed keeps
-        its own. Each :meth:`ChatSession.ask` streams the answer's events and stores the turn.
+        its own. Each :meth:`ChatSession.ask` streams the answer's events and stores the turn; its
+        searches stay within ``access``.
         """
         if conversation_id is None:
-            return ChatSession.start(self, llm=self.llm, user_id=user_id, persona=persona)
-        return ChatSession.resume(self, conversation_id, llm=self.llm, user_id=user_id)
+            return ChatSession.start(self, llm=self.llm, access=access, persona=persona)
+        return ChatSession.resume(self, conversation_id, llm=self.llm, access=access)
 
     # -- catalog --------------------------------------------------------------------------------
 
-    def documents(self) -> list[DocumentInfo]:
-        """Every document version in the catalog."""
+    def documents(self, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
+        """Every document version in the catalog that ``access`` sees."""
         with self.engine.connect() as conn:
-            return catalog.list_documents(conn)
+            return catalog.list_documents(conn, access=access)
 
-    def document(self, ref: str) -> DocumentInfo:
-        """A document by id or unambiguous id prefix."""
+    def document(self, ref: str, *, access: Access = FULL_ACCESS) -> DocumentInfo:
+        """A document by id or unambiguous id prefix; one outside ``access`` is not found."""
         with self.engine.connect() as conn:
             try:
-                return catalog.get_document(conn, uuid.UUID(ref))
+                doc = catalog.get_document(conn, uuid.UUID(ref))
             except ValueError:
-                matches = catalog.find_documents(conn, ref)
+                matches = [d for d in catalog.find_documents(conn, ref) if access.sees(d.scopes)]
+            else:
+                if not access.sees(doc.scopes):
+                    raise NotFoundError(f"no document with id {ref!r}")
+                return doc
         if not matches:
             raise NotFoundError(f"no document with id {ref!r}")
         if len(matches) > 1:
             raise InvalidRequestError(f"id prefix {ref!r} matches {len(matches)} documents; give more of it")
         return matches[0]
 
-    def delete(self, ref: str) -> list[DocumentInfo]:
+    def delete(self, ref: str, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
         """Delete a document (every version of its source) with its chunks, vectors, postings and files."""
-        doc = self.document(ref)
+        doc = self.document(ref, access=access)
+        _require_admin(access, f"delete document {ref}")
         with self.engine.begin() as conn:
             removed = catalog.delete_document(conn, doc.id)
         remove_unused_files(self.engine, {Path(d.file_path) for d in removed if d.file_path})
         return removed
 
-    def chunks(self, document: DocumentInfo) -> Sequence[dict[str, Any]]:
+    def chunks(self, document: DocumentInfo, *, access: Access = FULL_ACCESS) -> Sequence[dict[str, Any]]:
         """The chunks of one version, in order (for ``docs show``)."""
+        if not access.sees(document.scopes):
+            raise NotFoundError(f"no document with id {document.id}")
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
                     "SELECT id, chunk_index, page, start_offset, end_offset, section, text FROM chunks "
                     "WHERE document_id = :id ORDER BY chunk_index"
                 ),
-                {"id": document.id},
+                {"id": document.version_id},
             )
             return [dict(r._mapping) for r in rows]
 
-    def stats(self) -> dict[str, Any]:
-        """Counts over the namespace."""
+    def stats(self, *, access: Access = FULL_ACCESS) -> dict[str, Any]:
+        """Counts over the namespace, as far as ``access`` sees it."""
         with self.engine.connect() as conn:
-            out = catalog.stats(conn)
+            out = catalog.stats(conn, access=access)
         out["namespace"] = self.settings.namespace
         out["embedding_model"] = self.settings.embedding_model
         out["mode"] = "external" if self.settings.database_url else "embedded"
         return out
+
+
+def _require_admin(access: Access, action: str) -> None:
+    if not access.is_admin:
+        raise AccessDeniedError(f"{action}: needs an admin key (this key is a {access.role.value})")

@@ -83,3 +83,36 @@ class GenerationError(CitelineError):
 
     http_status = 502
     exit_code = 69
+
+
+class AuthenticationError(CitelineError):
+    """A request carried no API key, or one that is unknown or revoked."""
+
+    http_status = 401
+    exit_code = 77  # EX_NOPERM
+
+
+class AccessDeniedError(CitelineError):
+    """The caller's grant does not allow this action (a reader asking to write, say)."""
+
+    http_status = 403
+    exit_code = 77  # EX_NOPERM
+
+
+class LimitExceededError(CitelineError):
+    """A request is over one of the configured limits; the message names the limit and its setting."""
+
+    http_status = 413
+    exit_code = 2
+
+    def __init__(self, message: str, *, http_status: int = 413, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.retry_after = retry_after
+
+
+class ConflictError(CitelineError):
+    """The request conflicts with the document's current state (cancelling a finished job, say)."""
+
+    http_status = 409
+    exit_code = 3

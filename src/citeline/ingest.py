@@ -476,10 +476,10 @@ class Ingestor:
                 ],
             )
         remove_unused_files(self.engine, {Path(f) for f in previous})
-        swapped = {doc.id: doc for doc in docs}
+        swapped = {doc.version_id: doc for doc in docs}
         for job in ready:
             elapsed = time.perf_counter() - job.started
-            doc = swapped.get(job.doc.id)
+            doc = swapped.get(job.doc.version_id)
             if doc is None:  # the same source twice in one run: its newest copy won
                 run.report(
                     IngestResult(
@@ -531,7 +531,12 @@ class Ingestor:
     ) -> IngestResult:
         with self.engine.begin() as conn:
             failed = catalog.record_failure(
-                conn, source_uri=uri, name=name, reason=reason, labels=labels, doc_id=doc.id if doc else None
+                conn,
+                source_uri=uri,
+                name=name,
+                reason=reason,
+                labels=labels,
+                doc_id=doc.version_id if doc else None,
             )
         return IngestResult(
             label, Outcome.FAILED, failed, seconds=time.perf_counter() - started, error=reason

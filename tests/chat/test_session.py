@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from citeline.access import Access
 from citeline.answer import CitationNumbering, Complete, Event, Start
 from citeline.answer.llm import GenerationOptions, get_llm
 from citeline.chat import store
@@ -117,16 +118,16 @@ def test_citation_numbers_run_across_turns_and_processes(manual: Citeline) -> No
 
 
 def test_another_user_cannot_continue_or_delete_a_conversation(manual: Citeline) -> None:
-    session = ChatSession.start(manual, llm=None, user_id="ana")
+    session = ChatSession.start(manual, llm=None, access=Access.admin("ana"))
     complete(ask(session, "How do I prime the centrifugal pump?"))
     with pytest.raises(NotFoundError):
-        ChatSession.resume(manual, session.id, llm=None, user_id="bob")
+        ChatSession.resume(manual, session.id, llm=None, access=Access.admin("bob"))
     with pytest.raises(NotFoundError):
-        delete_conversation(manual, session.id, user_id="bob")
-    assert conversations(manual, "bob") == []
-    delete_conversation(manual, session.id, user_id="ana")
+        delete_conversation(manual, session.id, Access.admin("bob"))
+    assert conversations(manual, Access.admin("bob")) == []
+    delete_conversation(manual, session.id, Access.admin("ana"))
     with pytest.raises(NotFoundError):
-        ChatSession.resume(manual, session.id, llm=None, user_id="ana")
+        ChatSession.resume(manual, session.id, llm=None, access=Access.admin("ana"))
 
 
 def test_the_request_scopes_bound_every_turn(cl: Citeline, tmp_path: Path) -> None:

@@ -131,17 +131,18 @@ def test_a_configuration_for_another_store_is_refused(cl: Citeline, beir_folder:
 
 
 def test_the_top_ten_comes_from_the_search_users_get_and_recall_at_100_from_a_deep_one(
-    cl: Citeline, beir_folder: Path
+    cl: Citeline, beir_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     [few] = parse_configs("few=candidates:2", cl.settings)
     asked: list[int | None] = []
-    search = cl.search
+    search = Citeline.search
 
-    def recording(request: SearchRequest, **kwargs: Any) -> list[Hit]:
+    def recording(self: Citeline, request: SearchRequest, **kwargs: Any) -> list[Hit]:
         asked.append(request.top_k)
-        return search(request, **kwargs)
+        return search(self, request, **kwargs)
 
-    cl.search = recording  # type: ignore[method-assign,assignment]
+    # On the class: each configuration searches through its own (derived) instance.
+    monkeypatch.setattr(Citeline, "search", recording)
 
     evaluation = evaluate(cl, load_beir(beir_folder), [few], console=QUIET)
 

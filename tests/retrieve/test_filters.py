@@ -58,8 +58,8 @@ def test_unfiltered_search_sees_everything(corpus: Citeline) -> None:
 
 @pytest.mark.parametrize("exact_below", [0, 1_000_000], ids=["hnsw-iterative", "exact-scan"])
 def test_top_k_never_hides_an_in_scope_hit(corpus: Citeline, exact_below: int) -> None:
-    corpus.settings = corpus.settings.model_copy(update={"exact_search_below": exact_below})
-    names = _names(corpus, filters=Filters(scopes=("diabetes",)), top_k=2)
+    with corpus.derive(exact_search_below=exact_below) as configured:
+        names = _names(configured, filters=Filters(scopes=("diabetes",)), top_k=2)
     assert sorted(names) == ["diabetes.txt", "universal.md"]
 
 

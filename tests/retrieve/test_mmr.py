@@ -83,10 +83,10 @@ def test_search_with_mmr_fills_top_k_with_different_passages(pump_docs: Citeline
 
 
 def test_mmr_follows_the_reranker_and_the_setting(pump_docs: Citeline) -> None:
-    pump_docs.settings = pump_docs.settings.model_copy(update={"mmr_lambda": 0.5, "reranker": "prf"})
-    hits = pump_docs.search(SearchRequest(QUERY, top_k=2))
+    with pump_docs.derive(mmr_lambda=0.5, reranker="prf") as configured:
+        hits = configured.search(SearchRequest(QUERY, top_k=2))
+        unchanged = configured.search(SearchRequest(QUERY, top_k=2, mmr_lambda=1.0))
     assert "vent.txt" in {h.document_name for h in hits}
-    unchanged = pump_docs.search(SearchRequest(QUERY, top_k=2, mmr_lambda=1.0))
     assert {h.document_name for h in unchanged} == {"prime.txt", "prime-again.txt"}
 
 

@@ -290,10 +290,9 @@ def test_search_uses_the_reranker_setting_and_a_request_can_turn_it_off(cl: Cite
     texts = {name: PUMP_SEALS[name] for name in ("faces.txt", "harbour.txt", "orings.txt")}
     cl.ingest([write(tmp_path / name, text) for name, text in texts.items()])
     folder = _counting_cross_encoder(tmp_path / "ce", "shaft")
-    cl.settings = cl.settings.model_copy(update={"reranker": f"cross-encoder:{folder}"})
-
-    reranked = cl.search("seal leaking")
-    plain = cl.search(SearchRequest("seal leaking", rerank="none"))
+    with cl.derive(reranker=f"cross-encoder:{folder}") as configured:
+        reranked = configured.search("seal leaking")
+        plain = configured.search(SearchRequest("seal leaking", rerank="none"))
 
     assert reranked[0].document_name == "orings.txt"
     assert plain[0].document_name == "faces.txt"
@@ -306,6 +305,8 @@ def test_an_unknown_reranker_is_a_bad_request_or_a_bad_setting(cl: Citeline, tmp
         cl.search(SearchRequest("seal", rerank="colbert"))
     with pytest.raises(InvalidRequestError, match="takes no argument"):
         cl.search(SearchRequest("seal", rerank="prf:3"))
-    cl.settings = cl.settings.model_copy(update={"reranker": "colbert"})
-    with pytest.raises(ConfigError, match="known: none, cross-encoder:<folder>, maxsim, prf"):
-        cl.search("seal")
+    with (
+        cl.derive(reranker="colbert") as configured,
+        pytest.raises(ConfigError, match="known: none, cross-encoder:<folder>, maxsim, prf"),
+    ):
+        configured.search("seal")

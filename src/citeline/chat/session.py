@@ -13,6 +13,7 @@ from collections.abc import AsyncGenerator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from citeline.access import FULL_ACCESS, Access
 from citeline.answer import CitationNumbering, Complete, Event, answer_stream
 from citeline.answer.llm import LLM, GenerationOptions
 from citeline.answer.prompt import system_prompt
@@ -28,16 +29,14 @@ from citeline.settings import Settings
 if TYPE_CHECKING:
     from citeline.engine import Citeline
 
-LOCAL_USER = "local"
-"""The user of a single-user install (the CLI); servers pass their authenticated user's id."""
-
-
 class ChatSession:
     """One conversation of one user, answered from one :class:`Citeline` namespace.
 
-    ``llm`` answers, and rewrites follow-ups unless the ``follow_up_rewrite`` setting says
-    ``heuristic``; ``None`` means the extractive answerer and the heuristic rewriter. The caller owns
-    ``llm`` and closes it.
+    ``access`` is the caller's grant: its ``user_id`` owns the conversation, and its scopes bound every
+    search the conversation makes (a request's filters can narrow them, never widen them). ``llm``
+    answers, and rewrites follow-ups unless the ``follow_up_rewrite`` setting says ``heuristic``;
+    ``None`` means the extractive answerer and the heuristic rewriter. The caller owns ``llm`` and
+    closes it.
     """
 
     def __init__(
@@ -46,10 +45,12 @@ class ChatSession:
         conversation: ConversationInfo,
         *,
         llm: LLM | None,
+        access: Access = FULL_ACCESS,
         options: GenerationOptions | None = None,
     ) -> None:
         self.cl = cl
         self.conversation = conversation
+        self.access = access
         self.llm = llm
         self.options = options or GenerationOptions.from_settings(cl.settings)
         self.last_rewrite: Rewrite | None = None
@@ -61,20 +62,21 @@ class ChatSession:
         cl: Citeline,
         *,
         llm: LLM | None,
-        user_id: str = LOCAL_USER,
+        access: Access = FULL_ACCESS,
         persona: str | None = None,
         title: str | None = None,
         options: GenerationOptions | None = None,
     ) -> ChatSession:
-        """A new conversation. Expired conversations of every user are deleted on the way."""
+        """A new conversation of ``access.user_id``. Expired conversations of every user are deleted on
+        the way."""
         persona = persona or cl.settings.persona
         system_prompt(persona)  # an unknown persona fails now, not at every question
         with cl.engine.begin() as conn:
             store.expire_conversations(conn)
             conversation = store.create_conversation(
-                conn, user_id=user_id, persona=persona, ttl=_ttl(cl), title=title
+                conn, user_id=access.user_id, persona=persona, ttl=_ttl(cl), title=title
             )
-        return cls(cl, conversation, llm=llm, options=options)
+        return cls(cl, conversation, llm=llm, access=access, options=options)
 
     @classmethod
     def resume(
@@ -83,13 +85,13 @@ class ChatSession:
         conversation_id: str | uuid.UUID,
         *,
         llm: LLM | None,
-        user_id: str = LOCAL_USER,
+        access: Access = FULL_ACCESS,
         options: GenerationOptions | None = None,
     ) -> ChatSession:
-        """An existing conversation of ``user_id``; another user's is :class:`NotFoundError`."""
+        """An existing conversation of ``access.user_id``; another user's is :class:`NotFoundError`."""
         with cl.engine.connect() as conn:
-            conversation = store.get_conversation(conn, store.parse_id(conversation_id), user_id)
-        return cls(cl, conversation, llm=llm, options=options)
+            conversation = store.get_conversation(conn, store.parse_id(conversation_id), access.user_id)
+        return cls(cl, conversation, llm=llm, access=access, options=options)
 
     @property
     def id(self) -> uuid.UUID:
@@ -119,7 +121,7 @@ class ChatSession:
         question = question.strip()
         if not question:
             raise InvalidRequestError(f"the question to conversation {self.id} is empty")
-        filters = filters or Filters()
+        filters = self.access.restrict(filters or Filters())
         history = await asyncio.to_thread(self.history)
         rewriter = self.llm if _rewrites_with_llm(self.cl.settings) else None
         self.last_rewrite = await asyncio.to_thread(
@@ -151,7 +153,8 @@ class ChatSession:
         """Fresh hits for ``query`` with the chunks cited in ``history`` slotted in (see chat.history)."""
         settings = self.cl.settings
         fresh = self.cl.search(
-            SearchRequest(query=query, filters=filters, top_k=top_k or settings.answer_passages)
+            SearchRequest(query=query, filters=filters, top_k=top_k or settings.answer_passages),
+            access=self.access,
         )
         cited = store.recently_cited(history)
         if not cited or settings.history_chunks == 0:
@@ -163,7 +166,7 @@ class ChatSession:
                 cited,
                 vector,
                 model=self.cl.embedder.model_id,
-                filters=filters,
+                filters=self.access.restrict(filters),
                 limit=settings.history_chunks,
                 exclude={h.chunk_id for h in fresh},
                 max_distance=settings.distance_threshold,
@@ -188,16 +191,16 @@ class ChatSession:
             self.conversation = store.get_conversation(conn, self.id, user_id)
 
 
-def conversations(cl: Citeline, user_id: str = LOCAL_USER, *, limit: int = 50) -> list[ConversationInfo]:
-    """The user's live conversations, most recently updated first."""
+def conversations(cl: Citeline, access: Access = FULL_ACCESS, *, limit: int = 50) -> list[ConversationInfo]:
+    """The caller's live conversations, most recently updated first."""
     with cl.engine.connect() as conn:
-        return store.list_conversations(conn, user_id, limit=limit)
+        return store.list_conversations(conn, access.user_id, limit=limit)
 
 
-def delete_conversation(cl: Citeline, conversation_id: str | uuid.UUID, user_id: str = LOCAL_USER) -> None:
-    """Delete one of the user's conversations with its messages."""
+def delete_conversation(cl: Citeline, conversation_id: str | uuid.UUID, access: Access = FULL_ACCESS) -> None:
+    """Delete one of the caller's conversations with its messages."""
     with cl.engine.begin() as conn:
-        store.delete_conversation(conn, store.parse_id(conversation_id), user_id)
+        store.delete_conversation(conn, store.parse_id(conversation_id), access.user_id)
 
 
 def expire_conversations(cl: Citeline) -> int:

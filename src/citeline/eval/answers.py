@@ -390,7 +390,7 @@ def _ask_claim(
         total_ms = (time.perf_counter() - began) * 1e3
     finally:
         # Turns that failed are not stored, but the conversation is: it goes either way.
-        delete_conversation(cl, session.id, session.conversation.user_id)
+        delete_conversation(cl, session.id, session.access)
     passages = start.passages if start is not None else ()
     gold = tuple(doc for doc, grade in data.qrels[qid].items() if grade > 0)
     base: dict[str, Any] = {

@@ -12,7 +12,6 @@ import json
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -224,17 +223,6 @@ def ingest_corpus(cl: Citeline, data: BeirData, console: Console) -> tuple[int, 
     )
 
 
-@contextmanager
-def _searching_with(cl: Citeline, settings: Settings) -> Iterator[None]:
-    """Search with ``settings`` through the already open store, embedder and keyword index."""
-    saved = cl.settings
-    cl.settings = settings
-    try:
-        yield
-    finally:
-        cl.settings = saved
-
-
 def evaluate(
     cl: Citeline,
     data: BeirData,
@@ -266,12 +254,31 @@ def evaluate(
 
     query_ids = list(data.queries)[:limit] if limit else list(data.queries)
     results = [ConfigResult(config) for config in configs]
-    if query_ids:
-        # The first search loads the in-memory keyword index (and any model a configuration needs):
-        # one untimed search per configuration keeps that out of the latencies.
-        for config in configs:
-            with _searching_with(cl, config.settings):
-                cl.search(SearchRequest(data.queries[query_ids[0]]))
+    # One instance per configuration, sharing the open store, embedder and keyword index.
+    searchers = {config.name: cl.derive(config.settings) for config in configs}
+    try:
+        if query_ids:
+            # The first search loads the in-memory keyword index (and any model a configuration needs):
+            # one untimed search per configuration keeps that out of the latencies.
+            for searcher in searchers.values():
+                searcher.search(SearchRequest(data.queries[query_ids[0]]))
+        _run_queries(data, query_ids, results, searchers, console)
+    finally:
+        for searcher in searchers.values():
+            searcher.close()
+    return Evaluation(
+        data.folder.name, cl.settings.namespace, added, unchanged, round(ingest_seconds, 1), results
+    )
+
+
+def _run_queries(
+    data: BeirData,
+    query_ids: Sequence[str],
+    results: Sequence[ConfigResult],
+    searchers: Mapping[str, Citeline],
+    console: Console,
+) -> None:
+    """Run every query under every configuration, query by query, and score the rankings."""
     with Progress(
         BarColumn(),
         MofNCompleteColumn(),
@@ -280,7 +287,7 @@ def evaluate(
         transient=True,
         disable=not console.is_terminal,
     ) as progress:
-        task = progress.add_task("queries", total=len(query_ids) * len(configs))
+        task = progress.add_task("queries", total=len(query_ids) * len(results))
         for qid in query_ids:
             for result in results:
                 timings = Timings()
@@ -289,24 +296,21 @@ def evaluate(
                 # max(candidates, top-k) hits from each side, so asking for max(candidates, 10) hits
                 # ranks them as a top-10 search does, with enough chunks left for 10 documents.
                 # recall@100 needs a deeper search, whose fusion sees more candidates.
-                with _searching_with(cl, settings):
-                    start = time.perf_counter()
-                    hits = cl.search(
-                        SearchRequest(data.queries[qid], top_k=max(settings.candidates, 10)), timings=timings
-                    )
-                    latency = (time.perf_counter() - start) * 1e3
-                    deep = cl.search(
-                        SearchRequest(data.queries[qid], top_k=max(CHUNK_DEPTH, settings.candidates))
-                    )
+                searcher = searchers[result.config.name]
+                start = time.perf_counter()
+                hits = searcher.search(
+                    SearchRequest(data.queries[qid], top_k=max(settings.candidates, 10)), timings=timings
+                )
+                latency = (time.perf_counter() - start) * 1e3
+                deep = searcher.search(
+                    SearchRequest(data.queries[qid], top_k=max(CHUNK_DEPTH, settings.candidates))
+                )
                 ranked = list(dict.fromkeys(hit.document_name for hit in hits))
                 ranked_deep = list(dict.fromkeys(hit.document_name for hit in deep))
                 result.queries.append(
                     _score(result.config.name, qid, data, ranked, ranked_deep, latency, asdict(timings))
                 )
                 progress.advance(task)
-    return Evaluation(
-        data.folder.name, cl.settings.namespace, added, unchanged, round(ingest_seconds, 1), results
-    )
 
 
 def _score(

@@ -21,13 +21,14 @@ def normalise_category(category: str) -> str:
 class Filters:
     """Which documents a search may return. Empty fields do not filter.
 
-    ``scopes``: a document is in scope when it is universal (has no scopes) or shares one with these.
+    ``scopes``: a document is in scope when it is universal (has no scopes) or shares one with these;
+    ``None`` does not filter by scope, and an empty tuple keeps universal documents only.
     ``category``: the category itself or any below it (``Engineering`` matches ``Engineering/Security``).
     ``tags_any`` / ``tags_all``: the document carries at least one / all of these tags.
     ``metadata``: every key equals the given value in the document's metadata.
     """
 
-    scopes: tuple[str, ...] = ()
+    scopes: tuple[str, ...] | None = None
     category: str | None = None
     tags_any: tuple[str, ...] = ()
     tags_all: tuple[str, ...] = ()
@@ -38,7 +39,7 @@ class Filters:
     @property
     def is_empty(self) -> bool:
         return not (
-            self.scopes
+            self.scopes is not None
             or self.category
             or self.tags_any
             or self.tags_all
@@ -51,7 +52,9 @@ class Filters:
         """A boolean SQL condition on ``d`` (always including ``d.is_active``) and its parameters."""
         conds = ["d.is_active"]
         params: dict[str, Any] = {}
-        if self.scopes:
+        if self.scopes is not None and not self.scopes:
+            conds.append("cardinality(d.scopes) = 0")
+        elif self.scopes:
             conds.append("(cardinality(d.scopes) = 0 OR d.scopes && CAST(:f_scopes AS text[]))")
             params["f_scopes"] = list(self.scopes)
         if self.category:
@@ -66,7 +69,7 @@ class Filters:
             conds.append("d.tags @> CAST(:f_tags_all AS text[])")
             params["f_tags_all"] = list(self.tags_all)
         if self.document_ids:
-            conds.append("d.id = ANY(CAST(:f_ids AS uuid[]))")
+            conds.append("d.document_id = ANY(CAST(:f_ids AS uuid[]))")
             params["f_ids"] = list(self.document_ids)
         if self.content_types:
             conds.append("d.content_type = ANY(CAST(:f_types AS text[]))")

@@ -12,6 +12,7 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
+from citeline.access import FULL_ACCESS, Access
 from citeline.errors import InvalidRequestError, ModelMismatchError
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.fusion import min_max, reciprocal_rank, three_sigma, weighted
@@ -245,15 +246,20 @@ def _distances(
 
 
 def fetch_hits(
-    conn: sa.Connection, chunk_ids: Sequence[int], query_vector: NDArray[np.float32] | None = None
+    conn: sa.Connection,
+    chunk_ids: Sequence[int],
+    query_vector: NDArray[np.float32] | None = None,
+    *,
+    access: Access = FULL_ACCESS,
 ) -> list[Hit]:
-    """Chunks by id, in the order given, as hits; ids of chunks no longer active are skipped.
+    """Chunks by id, in the order given, as hits; ids of chunks no longer active, or outside
+    ``access``, are skipped.
 
     With ``query_vector`` each hit carries its cosine distance to it (otherwise distance 1.0, similarity 0);
     keyword and fused scores are 0: these hits were not ranked by a search.
     """
     ids = list(dict.fromkeys(chunk_ids))
-    rows = _fetch(conn, ids)
+    rows = _fetch(conn, ids, access)
     distances: dict[int, float] = {}
     if query_vector is not None and rows:
         result = conn.execute(
@@ -274,18 +280,19 @@ def fetch_hits(
     ]
 
 
-def _fetch(conn: sa.Connection, ids: list[int]) -> dict[int, dict[str, Any]]:
-    """The stored fields of the chunks that made the cut."""
+def _fetch(conn: sa.Connection, ids: list[int], access: Access = FULL_ACCESS) -> dict[int, dict[str, Any]]:
+    """The stored fields of the chunks that made the cut (and that ``access`` sees)."""
     if not ids:
         return {}
+    visible, params = access.sql("d")
     result = conn.execute(
         sa.text(
-            "SELECT c.id AS chunk_id, c.document_id, d.name AS document_name, d.title, c.version, "
+            "SELECT c.id AS chunk_id, d.document_id, d.name AS document_name, d.title, c.version, "
             "d.content_type, c.page, c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, "
             "d.vector_count AS total_chunks, c.text "
             "FROM chunks c JOIN documents d ON d.id = c.document_id "
-            "WHERE c.id = ANY(:ids) AND d.is_active"
+            f"WHERE c.id = ANY(:ids) AND d.is_active AND {visible}"
         ),
-        {"ids": ids},
+        {"ids": ids, **params},
     )
     return {row.chunk_id: dict(row._mapping) for row in result}

@@ -23,21 +23,28 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
+from citeline.access import FULL_ACCESS, Access
 from citeline.errors import ConfigError, NotFoundError
 from citeline.store.models import Status
 
 _DOC_COLUMNS = (
-    "id, name, title, source_uri, content_type, file_path, content_hash, version, is_active, status, "
-    "error, duration_ms, processed_at, page_count, vector_count, embedding_model, chunk_size, "
-    "chunk_overlap, category, tags, scopes, metadata, uploaded_by, created_at, updated_at, source_metadata"
+    "document_id AS id, id AS version_id, name, title, source_uri, content_type, file_path, content_hash, "
+    "version, is_active, status, error, duration_ms, processed_at, page_count, vector_count, "
+    "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by, created_at, "
+    "updated_at, source_metadata, attempts, queued_at, started_at"
 )
 
 
 @dataclass(frozen=True)
 class DocumentInfo:
-    """One document version as the catalog holds it."""
+    """One document version as the catalog holds it.
+
+    ``id`` is the document's: every version of one source shares it, and users, the CLI and the API
+    name documents by it. ``version_id`` is this version's own, which its chunks refer to.
+    """
 
     id: uuid.UUID
+    version_id: uuid.UUID
     name: str
     title: str | None
     source_uri: str
@@ -64,12 +71,17 @@ class DocumentInfo:
     updated_at: datetime
     #: What the loader found about the source (``author``, ``pages``, ``url``, ...), as strings.
     source_metadata: dict[str, str]
+    #: Runs that claimed this version as a job; when it was queued and when its latest run started.
+    attempts: int = 0
+    queued_at: datetime | None = None
+    started_at: datetime | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["id"] = str(self.id)
-        for key in ("processed_at", "created_at", "updated_at"):
+        out["version_id"] = str(self.version_id)
+        for key in ("processed_at", "created_at", "updated_at", "queued_at", "started_at"):
             out[key] = out[key].isoformat() if out[key] else None
         return out
 
@@ -173,13 +185,21 @@ def active_version(conn: sa.Connection, source_uri: str) -> DocumentInfo | None:
 
 @dataclass(frozen=True)
 class VersionRequest:
-    """A source that may need a new version."""
+    """A source that may need a new version.
+
+    ``status`` is where a new version starts: ``processing`` when the caller builds it now (in the
+    run it names), ``queued`` for a runner to claim, ``pending`` to wait until asked. ``document_id``
+    names the document for a source the catalog has never seen (its versions otherwise share the id
+    of the source's earlier ones, or a new one).
+    """
 
     source_uri: str
     name: str
     spec: VersionSpec
     labels: Labels
     file_path: str | None = None
+    status: Status = Status.PROCESSING
+    document_id: uuid.UUID | None = None
 
 
 def begin_version(
@@ -235,8 +255,8 @@ def begin_versions(
             and active.chunk_overlap == spec.chunk_overlap
         ):
             if _labels_differ(active, labels):
-                _set_labels(conn, active.id, labels)
-                out[req.source_uri] = (get_document(conn, active.id), VersionStart.RELABELLED)
+                _set_labels(conn, active.version_id, labels)
+                out[req.source_uri] = (get_version(conn, active.version_id), VersionStart.RELABELLED)
             else:
                 out[req.source_uri] = (active, VersionStart.UNCHANGED)
         else:
@@ -247,6 +267,8 @@ def begin_versions(
         rows = [
             {
                 "id": str(uuid.uuid4()),
+                "doc": str(req.document_id) if req.document_id else None,
+                "st": req.status.value,
                 "name": req.name,
                 "s": req.source_uri,
                 "fp": req.file_path,
@@ -260,14 +282,19 @@ def begin_versions(
         ]
         created = conn.execute(
             sa.text(
-                "INSERT INTO documents (id, name, source_uri, file_path, content_hash, version, status, "
-                "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by, "
-                "ingest_run) "
-                "SELECT v.id, v.name, v.s, v.fp, v.h, "
+                "INSERT INTO documents (id, document_id, name, source_uri, file_path, content_hash, version, "
+                "status, embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, "
+                "uploaded_by, ingest_run, queued_at) "
+                "SELECT v.id, coalesce(v.doc, "
+                "(SELECT document_id FROM documents WHERE source_uri = v.s LIMIT 1), gen_random_uuid()), "
+                "v.name, v.s, v.fp, v.h, "
                 "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = v.s), "
-                "'processing', v.m, v.cs, v.co, v.cat, v.tags, v.scopes, v.meta, v.by, :run "
-                "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, name text, s text, fp text, "
-                "h text, m text, cs int, co int, cat text, tags text[], scopes text[], meta jsonb, by text) "
+                "v.st, v.m, v.cs, v.co, v.cat, v.tags, v.scopes, v.meta, v.by, "
+                "CASE WHEN v.st = 'processing' THEN CAST(:run AS bigint) END, "
+                "CASE WHEN v.st = 'queued' THEN now() END "
+                "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, doc uuid, st text, name text, "
+                "s text, fp text, h text, m text, cs int, co int, cat text, tags text[], scopes text[], "
+                "meta jsonb, by text) "
                 f"RETURNING {_DOC_COLUMNS}"
             ),
             {"rows": json.dumps(rows), "run": run},
@@ -290,9 +317,11 @@ def _insert_version(
     """A new, inactive version row numbered after every earlier one of the source."""
     row = conn.execute(
         sa.text(
-            "INSERT INTO documents (id, name, source_uri, file_path, content_hash, version, status, "
-            "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by) "
-            "VALUES (:id, :name, :s, :fp, :h, "
+            "INSERT INTO documents (id, document_id, name, source_uri, file_path, content_hash, version, "
+            "status, embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, "
+            "uploaded_by) "
+            "VALUES (:id, coalesce((SELECT document_id FROM documents WHERE source_uri = :s LIMIT 1), "
+            "gen_random_uuid()), :name, :s, :fp, :h, "
             "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = :s), "
             ":st, :m, :cs, :co, :cat, :tags, :scopes, CAST(:meta AS jsonb), :by) "
             f"RETURNING {_DOC_COLUMNS}"
@@ -324,7 +353,7 @@ def record_failure(
     _lock_source(conn, source_uri)
     labels = labels.over(active_version(conn, source_uri))
     if doc_id is None:
-        doc_id = _insert_version(conn, source_uri, name, Status.FAILED, labels, None).id
+        doc_id = _insert_version(conn, source_uri, name, Status.FAILED, labels, None).version_id
     conn.execute(sa.text("DELETE FROM chunks WHERE document_id = :id"), {"id": doc_id})
     conn.execute(
         sa.text(
@@ -338,7 +367,7 @@ def record_failure(
         sa.text("DELETE FROM documents WHERE source_uri = :s AND status = 'failed' AND id <> :id"),
         {"s": source_uri, "id": doc_id},
     )
-    return get_document(conn, doc_id)
+    return get_version(conn, doc_id)
 
 
 #: Entries of ``keyword_log`` kept; older ones are deleted as new ones are written.
@@ -469,7 +498,7 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
                     copy.write_row(
                         (
                             ids[at],
-                            doc.id,
+                            doc.version_id,
                             doc.version,
                             row.chunk_index,
                             row.text,
@@ -490,7 +519,7 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
             at = 0
             for g in groups:
                 for row in g.rows:
-                    cid, dl, doc_id = ids[at], row.token_count, g.document.id
+                    cid, dl, doc_id = ids[at], row.token_count, g.document.version_id
                     for term, tf in row.terms.items():
                         copy.write_row((cid, term, tf, dl, doc_id))
                     at += 1
@@ -524,7 +553,7 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
         if held is None or a.document.version > held.document.version:
             newest[a.document.source_uri] = a
     chosen = list(newest.values())
-    ids = [a.document.id for a in chosen]
+    ids = [a.document.version_id for a in chosen]
     _lock_log(conn)
     _lock_sources(conn, list(newest))
     totals = {
@@ -564,13 +593,13 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
     _bump_totals(conn, sum(c for c, _ in totals.values()), sum(t for _, t in totals.values()))
     _log(conn, ids, added=True)
     rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
-    by_id = {r.id: _row_to_info(r) for r in rows}
+    by_id = {r.version_id: _row_to_info(r) for r in rows}
     return [by_id[i] for i in ids]
 
 
-def delete_document(conn: sa.Connection, doc_id: uuid.UUID) -> list[DocumentInfo]:
+def delete_document(conn: sa.Connection, document_id: uuid.UUID) -> list[DocumentInfo]:
     """Delete a document: every version of its source, with all chunks, vectors and postings."""
-    doc = get_document(conn, doc_id)
+    doc = get_document(conn, document_id)
     _lock_log(conn)
     _lock_source(conn, doc.source_uri)
     removed = [
@@ -643,28 +672,58 @@ def _bump_totals(conn: sa.Connection, chunks: int, tokens: int) -> None:
     )
 
 
-def get_document(conn: sa.Connection, doc_id: uuid.UUID) -> DocumentInfo:
-    """One version by id; :class:`NotFoundError` if there is none."""
+def get_version(conn: sa.Connection, version_id: uuid.UUID) -> DocumentInfo:
+    """One version by its own id; :class:`NotFoundError` if there is none."""
     row = conn.execute(
-        sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = :id"), {"id": doc_id}
+        sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = :id"), {"id": version_id}
     ).first()
     if row is None:
-        raise NotFoundError(f"no document with id {doc_id}")
+        raise NotFoundError(f"no document version with id {version_id}")
     return _row_to_info(row)
 
 
-def find_documents(conn: sa.Connection, prefix: str) -> list[DocumentInfo]:
-    """Versions whose id starts with ``prefix`` (so users can type a short id)."""
+#: A document's current version first: the active one, else the newest.
+_CURRENT_FIRST = "ORDER BY is_active DESC, version DESC"
+
+
+def get_document(conn: sa.Connection, document_id: uuid.UUID) -> DocumentInfo:
+    """A document's current version (the active one, else its newest); :class:`NotFoundError` if none."""
+    row = conn.execute(
+        sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE document_id = :id {_CURRENT_FIRST} LIMIT 1"),
+        {"id": document_id},
+    ).first()
+    if row is None:
+        raise NotFoundError(f"no document with id {document_id}")
+    return _row_to_info(row)
+
+
+def versions(conn: sa.Connection, document_id: uuid.UUID) -> list[DocumentInfo]:
+    """Every version of a document the catalog holds (the active one, and any in progress or failed)."""
     rows = conn.execute(
-        sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id::text LIKE :p ORDER BY created_at"),
+        sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE document_id = :id ORDER BY version"),
+        {"id": document_id},
+    )
+    return [_row_to_info(r) for r in rows]
+
+
+def find_documents(conn: sa.Connection, prefix: str) -> list[DocumentInfo]:
+    """The current versions of the documents whose id starts with ``prefix`` (users type short ids)."""
+    rows = conn.execute(
+        sa.text(
+            f"SELECT DISTINCT ON (document_id) {_DOC_COLUMNS} FROM documents WHERE document_id::text LIKE :p "
+            "ORDER BY document_id, is_active DESC, version DESC"
+        ),
         {"p": prefix.lower().replace("%", "").replace("_", "") + "%"},
     )
     return [_row_to_info(r) for r in rows]
 
 
-def list_documents(conn: sa.Connection) -> list[DocumentInfo]:
-    """Every version in the catalog: the active ones and those that failed or are in progress."""
-    rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents ORDER BY name, version"))
+def list_documents(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
+    """Every version ``access`` sees: the active ones and those that failed or are in progress."""
+    where, params = access.sql("documents")
+    rows = conn.execute(
+        sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE {where} ORDER BY name, version"), params
+    )
     return [_row_to_info(r) for r in rows]
 
 
@@ -691,43 +750,59 @@ def file_in_use(conn: sa.Connection, file_path: str) -> bool:
     )
 
 
-def stats(conn: sa.Connection) -> dict[str, Any]:
-    """Counts over the catalog, for ``citeline stats``."""
-    by_status: dict[str, int] = dict(
-        conn.execute(sa.text("SELECT status, count(*) FROM documents GROUP BY status ORDER BY status")).all()
-    )
-    totals = conn.execute(sa.text("SELECT chunk_count, token_total FROM corpus_stats WHERE id = 1")).one()
-    models: dict[str, int] = dict(
-        conn.execute(
+def stats(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> dict[str, Any]:
+    """Counts over the catalog as ``access`` sees it, for ``citeline stats`` and ``GET /stats``.
+
+    A grant bounded to scopes gets the counts of the documents it sees, and no figure about the
+    database as a whole (its size, its postings).
+    """
+    where, params = access.sql("d")
+
+    def grouped(column: str, active_only: bool) -> dict[str, int]:
+        active = " AND d.is_active" if active_only else ""
+        rows = conn.execute(
             sa.text(
-                "SELECT embedding_model, count(*) FROM documents WHERE is_active GROUP BY embedding_model"
-            )
+                f"SELECT d.{column}, count(*) FROM documents d WHERE {where}{active} GROUP BY 1 ORDER BY 1"
+            ),
+            params,
         ).all()
-    )
-    types: dict[str, int] = dict(
-        conn.execute(
-            sa.text("SELECT content_type, count(*) FROM documents WHERE is_active GROUP BY content_type")
-        ).all()
-    )
-    postings = conn.execute(sa.text("SELECT count(*) FROM postings")).scalar_one()
-    size = conn.execute(
-        sa.text(
-            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
-        )
-    ).scalar_one()
-    return {
+        return {str(k): int(v) for k, v in rows}
+
+    by_status = grouped("status", False)
+    types = grouped("content_type", True)
+    models = grouped("embedding_model", True)
+    out: dict[str, Any] = {
         "documents": int(sum(by_status.values())),
         "active_documents": int(sum(types.values())),
-        "by_status": {str(k): int(v) for k, v in by_status.items()},
-        "by_content_type": {str(k): int(v) for k, v in types.items()},
-        "embedding_models": {str(k): int(v) for k, v in models.items()},
-        "chunks": int(totals[0]),
-        "keyword_postings": int(postings),
-        "avg_chunk_terms": (float(totals[1]) / totals[0]) if totals[0] else 0.0,
-        "database_bytes": int(size),
+        "by_status": by_status,
+        "by_content_type": types,
+        "embedding_models": models,
     }
+    if access.unrestricted:
+        totals = conn.execute(sa.text("SELECT chunk_count, token_total FROM corpus_stats WHERE id = 1")).one()
+        out["chunks"] = int(totals[0])
+        out["avg_chunk_terms"] = (float(totals[1]) / totals[0]) if totals[0] else 0.0
+        out["keyword_postings"] = int(conn.execute(sa.text("SELECT count(*) FROM postings")).scalar_one())
+        out["database_bytes"] = int(
+            conn.execute(
+                sa.text(
+                    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+                )
+            ).scalar_one()
+        )
+    else:
+        out["chunks"] = int(
+            conn.execute(
+                sa.text(
+                    "SELECT coalesce(sum(d.vector_count), 0) FROM documents d "
+                    f"WHERE {where} AND d.is_active"
+                ),
+                params,
+            ).scalar_one()
+        )
+    return out
 
 
 def _labels_differ(doc: DocumentInfo, labels: Labels) -> bool:

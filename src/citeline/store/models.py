@@ -50,7 +50,10 @@ class Base(DeclarativeBase):
 class Document(Base):
     __tablename__ = "documents"
 
+    #: This version's id (what chunks, postings and the keyword log refer to).
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    #: The document's id, shared by all versions of one source (what users and the API see).
+    document_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     name: Mapped[str] = mapped_column(Text)
     title: Mapped[str | None] = mapped_column(Text)
     source_uri: Mapped[str] = mapped_column(Text)
@@ -77,6 +80,13 @@ class Document(Base):
     uploaded_by: Mapped[str | None] = mapped_column(Text)
     #: The ingest run writing this version while it is processing (see catalog.hold_run).
     ingest_run: Mapped[int | None] = mapped_column(BigInteger)
+    #: The version as a job (see catalog's job functions): runs that claimed it, when it was queued and
+    #: started, the earliest time a retry may start, and whether it was asked to stop.
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    not_before: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
@@ -88,6 +98,11 @@ class Document(Base):
         ),
         # At most one visible version per source.
         Index("documents_one_active", "source_uri", unique=True, postgresql_where=text("is_active")),
+        Index(
+            "documents_one_active_document", "document_id", unique=True, postgresql_where=text("is_active")
+        ),
+        Index("documents_document", "document_id", "version"),
+        Index("documents_queue", "queued_at", postgresql_where=text("status = 'queued'")),
         Index("documents_source_version", "source_uri", "version", unique=True),
         Index("documents_scopes", "scopes", postgresql_using="gin"),
         Index("documents_tags", "tags", postgresql_using="gin"),
@@ -199,4 +214,28 @@ class Message(Base):
     __table_args__ = (
         CheckConstraint("role IN ('user', 'assistant')", name="messages_role"),
         UniqueConstraint("conversation_id", "turn", "role", name="messages_turn_role"),
+    )
+
+
+class ApiKey(Base):
+    """An API key: its hash (never the key), role and, for readers, the scopes it is bound to.
+
+    ``scopes`` NULL means every scope; an empty array means universal documents only.
+    """
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(Text)
+    role: Mapped[str] = mapped_column(String(20))
+    scopes: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        CheckConstraint("role IN ('admin', 'reader')", name="api_keys_role"),
+        CheckConstraint("role = 'reader' OR scopes IS NULL", name="api_keys_admin_unscoped"),
     )

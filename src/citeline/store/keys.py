@@ -1,0 +1,150 @@
+"""API keys in the catalog: create (the key is returned once), list, revoke, and resolve to an Access.
+
+A key is ``cl_`` followed by 40 random URL-safe characters. Only its SHA-256 is stored, so a stolen
+database holds no usable key; its first characters (``prefix``) are kept to tell keys apart in lists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import sqlalchemy as sa
+
+from citeline.access import Access, Role
+from citeline.errors import AuthenticationError, InvalidRequestError, NotFoundError
+from citeline.store.models import ApiKey
+
+_keys = cast(sa.Table, ApiKey.__table__)
+
+KEY_PREFIX = "cl_"
+#: How often ``last_used_at`` is written for a busy key: at most once a minute, not on every request.
+_TOUCH_EVERY = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """A stored key, without the key itself."""
+
+    id: uuid.UUID
+    name: str
+    role: Role
+    scopes: tuple[str, ...] | None
+    prefix: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+    @property
+    def access(self) -> Access:
+        """The grant this key gives; its id owns the key's conversations."""
+        user = f"key:{self.id}"
+        if self.role is Role.ADMIN:
+            return Access.admin(user)
+        return Access.reader(self.scopes, user)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "name": self.name,
+            "role": self.role.value,
+            "scopes": None if self.scopes is None else list(self.scopes),
+            "prefix": self.prefix,
+            "created_at": self.created_at.isoformat(),
+            "last_used_at": self.last_used_at.isoformat() if self.last_used_at else None,
+            "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
+        }
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def create_key(
+    conn: sa.Connection, *, role: Role, scopes: Iterable[str] | None = None, name: str = ""
+) -> tuple[KeyInfo, str]:
+    """A new key: its stored record and the key itself, which is never available again.
+
+    An admin key covers every scope; a reader key is bound to ``scopes`` (None: every scope; an empty
+    collection: universal documents only).
+    """
+    if role is Role.ADMIN and scopes is not None:
+        raise InvalidRequestError("an admin key covers every scope; do not give it scopes")
+    bound = None if scopes is None else sorted({s.strip() for s in scopes if s.strip()})
+    key = KEY_PREFIX + secrets.token_urlsafe(30)
+    row = conn.execute(
+        sa.insert(_keys)
+        .values(
+            id=uuid.uuid4(),
+            name=name or f"{role.value} key",
+            role=role.value,
+            scopes=bound,
+            key_hash=hash_key(key),
+            prefix=key[:10],
+        )
+        .returning(*_keys.c)
+    ).one()
+    return _info(row), key
+
+
+def list_keys(conn: sa.Connection, *, include_revoked: bool = False) -> list[KeyInfo]:
+    query = sa.select(_keys).order_by(_keys.c.created_at)
+    if not include_revoked:
+        query = query.where(_keys.c.revoked_at.is_(None))
+    return [_info(r) for r in conn.execute(query)]
+
+
+def revoke_key(conn: sa.Connection, key_id: uuid.UUID | str) -> KeyInfo:
+    """Revoke a key at once; requests carrying it are refused from then on."""
+    try:
+        ident = key_id if isinstance(key_id, uuid.UUID) else uuid.UUID(str(key_id))
+    except ValueError:
+        raise InvalidRequestError(f"key id {key_id!r} is not a UUID") from None
+    row = conn.execute(
+        sa.update(_keys)
+        .where(_keys.c.id == ident)
+        .values(revoked_at=sa.func.coalesce(_keys.c.revoked_at, sa.func.now()))
+        .returning(*_keys.c)
+    ).first()
+    if row is None:
+        raise NotFoundError(f"no API key with id {ident}")
+    return _info(row)
+
+
+def authenticate(conn: sa.Connection, key: str) -> KeyInfo:
+    """The live key ``key`` is; :class:`AuthenticationError` for an unknown or revoked one."""
+    row = conn.execute(sa.select(_keys).where(_keys.c.key_hash == hash_key(key))).first()
+    if row is None:
+        raise AuthenticationError("unknown API key")
+    info = _info(row)
+    if info.revoked_at is not None:
+        raise AuthenticationError(f"API key {info.prefix}... was revoked")
+    now = datetime.now(UTC)
+    if info.last_used_at is None or now - info.last_used_at > _TOUCH_EVERY:
+        conn.execute(sa.update(_keys).where(_keys.c.id == info.id).values(last_used_at=now))
+        info = replace(info, last_used_at=now)
+    return info
+
+
+def has_keys(conn: sa.Connection) -> bool:
+    """Whether any live key exists (a server with none refuses requests unless in open mode)."""
+    live = sa.select(_keys.c.id).where(_keys.c.revoked_at.is_(None)).limit(1)
+    return conn.execute(live).first() is not None
+
+
+def _info(row: sa.Row[Any]) -> KeyInfo:
+    return KeyInfo(
+        id=row.id,
+        name=row.name,
+        role=Role(row.role),
+        scopes=None if row.scopes is None else tuple(row.scopes),
+        prefix=row.prefix,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+        revoked_at=row.revoked_at,
+    )

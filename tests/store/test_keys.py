@@ -1,0 +1,46 @@
+"""API keys: shown once, stored hashed, resolved to the grant they were created with, revocable."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from citeline.access import Role
+from citeline.engine import Citeline
+from citeline.errors import AuthenticationError, InvalidRequestError
+from citeline.store import keys
+
+
+def test_a_key_resolves_to_its_grant_and_is_stored_only_hashed(cl: Citeline) -> None:
+    with cl.engine.begin() as conn:
+        info, key = keys.create_key(conn, role=Role.READER, scopes=["ward-a"], name="ward A nurses")
+    assert key.startswith("cl_") and len(key) > 40
+    with cl.engine.begin() as conn:
+        stored = conn.execute(sa.text("SELECT key_hash, prefix FROM api_keys")).one()
+        found = keys.authenticate(conn, key)
+    assert stored.key_hash == keys.hash_key(key) and key not in stored
+    assert found.id == info.id and found.last_used_at is not None
+    access = found.access
+    assert access.role is Role.READER and access.scopes == frozenset({"ward-a"})
+    assert access.user_id == f"key:{info.id}"
+
+
+def test_unknown_and_revoked_keys_are_refused(cl: Citeline) -> None:
+    with cl.engine.begin() as conn:
+        info, key = keys.create_key(conn, role=Role.ADMIN)
+        assert keys.has_keys(conn)
+        with pytest.raises(AuthenticationError):
+            keys.authenticate(conn, key + "x")
+        keys.revoke_key(conn, info.id)
+        with pytest.raises(AuthenticationError, match="revoked"):
+            keys.authenticate(conn, key)
+        assert not keys.has_keys(conn) and keys.list_keys(conn) == []
+        assert [k.id for k in keys.list_keys(conn, include_revoked=True)] == [info.id]
+
+
+def test_an_admin_key_cannot_be_bound_to_scopes_and_a_reader_may_be_universal_only(cl: Citeline) -> None:
+    with cl.engine.begin() as conn:
+        with pytest.raises(InvalidRequestError):
+            keys.create_key(conn, role=Role.ADMIN, scopes=["a"])
+        info, _ = keys.create_key(conn, role=Role.READER, scopes=[])
+    assert info.access.scopes == frozenset()

@@ -1,0 +1,60 @@
+"""One Citeline per process: fixed settings, parts created once, warm-up, derived instances."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from citeline.engine import Citeline
+from citeline.settings import Fusion, Settings
+from citeline.store.keyword import MemoryKeywordIndex
+from tests.conftest import write
+
+
+def test_settings_cannot_be_changed_on_a_live_instance(cl: Citeline) -> None:
+    with pytest.raises(AttributeError):
+        cl.settings = cl.settings.model_copy(update={"top_k": 3})  # type: ignore[misc]
+
+
+def test_concurrent_first_requests_create_each_part_once(settings: Settings) -> None:
+    with Citeline(settings) as cl:
+        barrier = threading.Barrier(6)
+        seen: list[tuple[object, object]] = []
+
+        def first_request() -> None:
+            barrier.wait()
+            seen.append((cl.embedder, cl.engine))
+
+        threads = [threading.Thread(target=first_request) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len({id(e) for e, _ in seen}) == 1
+        assert len({id(g) for _, g in seen}) == 1
+
+
+def test_warm_up_loads_the_keyword_index_before_the_first_search(cl: Citeline, tmp_path: Path) -> None:
+    cl.ingest([write(tmp_path / "a.txt", "Prime the pump before first use.")])
+    with Citeline(cl.settings) as server:
+        index = server.keyword_index
+        assert isinstance(index, MemoryKeywordIndex) and not index._loaded
+        server.warm_up()
+        assert index._loaded and server._embedder is not None
+
+
+def test_a_derived_instance_shares_the_open_store_and_closes_without_closing_it(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    cl.ingest([write(tmp_path / "a.txt", "Prime the pump before first use.")])
+    with cl.derive(fusion=Fusion.RECIPROCAL_RANK, top_k=1) as rrf:
+        assert rrf.settings.fusion is Fusion.RECIPROCAL_RANK and cl.settings.fusion is Fusion.DISTRIBUTION
+        assert rrf.engine is cl.engine and rrf.embedder is cl.embedder
+        assert rrf.keyword_index is cl.keyword_index
+        assert len(rrf.search("prime the pump")) == 1
+    # The parent's store is still open after the derived instance closed.
+    assert cl.search("prime the pump")[0].document_name == "a.txt"
+    with cl.derive(namespace="elsewhere") as other:
+        assert other.keyword_index is not cl.keyword_index
