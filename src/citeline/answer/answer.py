@@ -82,6 +82,8 @@ EVIDENCE_MISSING = (
 )
 """What citeline says, without calling the model, when retrieval found nothing."""
 
+_REFUSAL_OPENING = " ".join(REFUSAL.split()[:2])
+
 
 async def answer_stream(
     question: str,
@@ -144,18 +146,18 @@ async def answer_stream(
         yield _missing(provider, AnswerTimings(prompt_ms, clock.ms(), 0.0, 0.0, clock.ms()))
         return
 
-    assessment = await _assess(question, prepared.prompt, judge or default_judge(), cache)
-    working = numbering.copy()
-    opening = _Opening.of(assessment, prepared.given, working)
-    announcer = _Announcer(prepared.given, numbered_before=len(numbering), assessment=assessment)
     result: _Result | None = None
     first_token: float | None = None
-    if opening is not None:
-        first_token = clock.ms()
-        yield Token(opening.text + " ")
-        for citation in announcer.announce(opening.text, working):
-            yield citation
     try:
+        assessment = await _assess(question, prepared.prompt, judge or default_judge(), cache)
+        working = numbering.copy()
+        opening = _Opening.of(assessment, prepared.given, working)
+        announcer = _Announcer(prepared.given, numbered_before=len(numbering), assessment=assessment)
+        if opening is not None:
+            first_token = clock.ms()
+            yield Token(opening.text + " ")
+            for citation in announcer.announce(opening.text, working):
+                yield citation
         draft: _Draft | None = None
         if llm is not None:
             # The model may decline only when the passages judged neither support nor contradict.
@@ -345,7 +347,8 @@ class _Draft:
         shape = AnswerShape(
             passages=len(self.prompt.passages),
             refusal=REFUSAL if self.may_refuse else "",
-            not_opening=EVIDENCE_HEADING,
+            # Held to cited sentences, a small model writes the refusal as one: it may not start it.
+            not_opening=(EVIDENCE_HEADING,) if self.may_refuse else (EVIDENCE_HEADING, _REFUSAL_OPENING),
         )
         try:
             # Closed on the way out, however it is left, so the worker stops at its next piece.

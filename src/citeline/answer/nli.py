@@ -112,6 +112,10 @@ class NliJudge:
         self._session: onnxruntime.InferenceSession | None = None
         self._tokenizer: Tokenizer | None = None
 
+    def load(self) -> None:
+        """Load the model now rather than on the first judgement (say, when a server starts)."""
+        self._loaded()
+
     def _loaded(self) -> tuple[onnxruntime.InferenceSession, Tokenizer]:
         with self._lock:
             if self._session is None or self._tokenizer is None:

@@ -42,6 +42,7 @@ from rich.table import Table
 from citeline.answer import EXTRACTIVE, Citation, Complete, Error, Passage, Start
 from citeline.answer.citations import MARKER
 from citeline.answer.llm import GenerationOptions, Message
+from citeline.answer.nli import default_judge
 from citeline.answer.prompt import system_prompt
 from citeline.answer.stance import VERDICTS
 from citeline.answer.support import normalise
@@ -317,6 +318,7 @@ def evaluate_answers(
 
 def _warm_up(cl: Citeline, question: str) -> None:
     cl.search(SearchRequest(question, top_k=cl.settings.answer_passages))
+    default_judge().load()
     llm = cl.llm
     if llm is None:
         return
