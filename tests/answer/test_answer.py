@@ -128,7 +128,7 @@ def test_the_model_gets_the_persona_and_the_numbered_evidence(embedder: Embedder
     assert user.content.endswith(f"Question: {QUESTION}")
     # A model that can hold its reply to cited sentences is told how many passages there are.
     [options] = model.options
-    assert options.shape == AnswerShape(passages=4, sentences=3, refusal=REFUSAL, not_opening=("Source",))
+    assert options.shape == AnswerShape(passages=4, sentences=3, refusal=REFUSAL, not_opening="Source")
     assert (options.temperature, options.max_tokens, options.timeout) == (0.0, 256, 30.0)
 
 

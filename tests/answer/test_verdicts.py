@@ -141,19 +141,20 @@ def test_the_verdict_comes_first_cites_the_passage_that_bears_it_out_and_every_c
     assert done.unsupported == () and done.uncited == ()
 
 
-def test_a_contradicted_claim_says_no_first_and_the_model_may_not_decline(embedder: Embedder) -> None:
+def test_a_contradicted_claim_says_no_first_and_a_declining_model_leaves_the_rest_to_the_extract(
+    embedder: Embedder,
+) -> None:
     model = ScriptedLLM("The sources do not answer the question.")
+    judge = ScriptedJudge({PRIME: "contradicts"})
 
-    events = run(
-        model, embedder, ScriptedJudge({PRIME: "contradicts"}), question="Does the pump need no priming?"
-    )
+    events = run(model, embedder, judge, question="Does the pump need no priming?")
 
     done = completed(events)
     assert done.answer.startswith("No: the sources contradict this claim [1]. ")
     assert done.verdict == "contradicts"
-    # With a passage judged to bear on the claim, the model is held to cited sentences: no refusal.
-    [options] = model.options
-    assert options.shape is not None and options.shape.refusal == ""
+    assert done.fell_back and done.fallback_reason == "the model found no answer in the passages"
+    # The refusal was never shown: only the opening, then the extract.
+    assert "".join(e.text for e in events if isinstance(e, Token)) == done.answer
 
 
 def test_a_reply_the_model_breaks_off_still_ends_in_a_valid_answer_with_the_verdict_and_a_reason(

@@ -82,8 +82,6 @@ EVIDENCE_MISSING = (
 )
 """What citeline says, without calling the model, when retrieval found nothing."""
 
-_REFUSAL_OPENING = " ".join(REFUSAL.split()[:2])
-
 
 async def answer_stream(
     question: str,
@@ -160,9 +158,7 @@ async def answer_stream(
                 yield citation
         draft: _Draft | None = None
         if llm is not None:
-            # The model may decline only when the passages judged neither support nor contradict.
-            may_refuse = opening is None or not opening.chunk_ids
-            draft = _Draft(prepared.prompt, working, cache, may_refuse=may_refuse)
+            draft = _Draft(prepared.prompt, working, cache)
             async for text in draft.generate(llm, options):
                 first_token = first_token if first_token is not None else clock.ms()
                 yield Token(text)
@@ -321,14 +317,11 @@ class _Draft:
 
     The working numbering is a copy of the conversation's (holding the opening's numbers, if any): the
     reply's numbers reach the conversation only if the reply stands (:func:`_ground`). ``sent`` counts
-    the characters of the reply shown so far. ``may_refuse`` lets the model reply with the refusal.
+    the characters of the reply shown so far.
     """
 
-    def __init__(
-        self, prompt: Prompt, working: CitationNumbering, cache: VectorCache, *, may_refuse: bool = True
-    ) -> None:
+    def __init__(self, prompt: Prompt, working: CitationNumbering, cache: VectorCache) -> None:
         self.prompt = prompt
-        self.may_refuse = may_refuse
         self.numbering = working
         self.rewriter = CitationRewriter(prompt.passages, self.numbering)
         self.attributor = Attributor(prompt.passages, self.numbering, cache, never=(REFUSAL,))
@@ -346,9 +339,8 @@ class _Draft:
         began = time.perf_counter()
         shape = AnswerShape(
             passages=len(self.prompt.passages),
-            refusal=REFUSAL if self.may_refuse else "",
-            # Held to cited sentences, a small model writes the refusal as one: it may not start it.
-            not_opening=(EVIDENCE_HEADING,) if self.may_refuse else (EVIDENCE_HEADING, _REFUSAL_OPENING),
+            refusal=REFUSAL,
+            not_opening=EVIDENCE_HEADING,
         )
         try:
             # Closed on the way out, however it is left, so the worker stops at its next piece.

@@ -31,14 +31,14 @@ class AnswerShape:
 
     One to ``sentences`` sentences, each ending with a full stop followed by the number of a given
     passage in brackets (``... within seconds. [2]``, numbers 1 to ``passages``), separated by spaces,
-    and not opening with any of ``not_opening``; or exactly ``refusal``. Providers that cannot constrain their
+    and not opening with ``not_opening``; or exactly ``refusal``. Providers that cannot constrain their
     output ignore it.
     """
 
     passages: int
     sentences: int = 3
     refusal: str = ""
-    not_opening: tuple[str, ...] = ()
+    not_opening: str = ""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import hashlib
 import importlib.metadata
 import os
 import queue
+import re
 import secrets
 import shutil
 import tempfile
@@ -317,8 +318,8 @@ def citation_grammar(shape: AnswerShape) -> str:
     line break: where the model would end a sentence, it has to cite. A 0.5B model rarely writes a
     citation of its own accord, but given the choice of number after its full stop it mostly picks the
     passage it drew on. CJK characters are left out too: the small Qwen models drift into Chinese when
-    a sentence is kept from ending. The reply may not open with any of ``shape.not_opening`` (such as
-    the word that heads the evidence, which small models echo before listing the sources back).
+    a sentence is kept from ending. The reply may not open with ``shape.not_opening`` (the word that
+    heads the evidence, which small models echo before listing the sources back).
     """
     if shape.passages < 1:
         raise ValueError(f"an answer shape needs at least one passage to cite, got {shape.passages}")
@@ -338,32 +339,14 @@ def citation_grammar(shape: AnswerShape) -> str:
     )
 
 
-def _not_opening(words: Sequence[str]) -> str:
-    """A GBNF expression for a sentence start that begins with none of ``words``.
-
-    Built letter by letter: at each step, a letter no word continues with, or one that some words
-    continue with followed by what avoids their rest. A path that spells a whole word is left out.
-    """
-    words = [w for w in words if w]
-    return _avoiding("", words) if words else "first"
-
-
-def _avoiding(prefix: str, words: Sequence[str]) -> str:
-    nexts = sorted({w[len(prefix)] for w in words})
-    lead = r" \t#*" if not prefix else ""
-    alternatives = [f"[^{lead}{_class_chars(nexts)}{_EXCLUDED}]"]
-    for char in nexts:
-        longer = [w for w in words if w[len(prefix)] == char]
-        if any(len(w) == len(prefix) + 1 for w in longer):
-            continue  # this letter completes a word: the path is closed
-        literal = char.replace("\\", "\\\\").replace('"', '\\"')
-        alternatives.append(f'"{literal}" ({_avoiding(prefix + char, longer)})')
+def _not_opening(word: str) -> str:
+    """A GBNF expression for a sentence start that is not ``word``: its first letters, then another."""
+    if not word:
+        return "first"
+    alternatives = [rf"[^ \t#*{re.escape(word[0])}{_EXCLUDED}]"]
+    for i in range(1, len(word)):
+        alternatives.append(f'"{word[:i]}" [^{re.escape(word[i])}{_EXCLUDED}]')
     return " | ".join(f"({a})" for a in alternatives)
-
-
-def _class_chars(chars: Sequence[str]) -> str:
-    """``chars`` written inside a GBNF character class."""
-    return "".join("\\" + c if c in '\\[]"' else c for c in chars)
 
 
 _DONE = object()
