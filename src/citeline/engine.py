@@ -382,10 +382,10 @@ class Citeline:
         """The document once no version of it is pending, queued or processing (or after ``timeout``)."""
         deadline = time.monotonic() + timeout
         while True:
-            doc = self.document(str(ref), access=access)
-            unfinished = [v for v in self.versions(doc.id, access=access) if v.status in _UNFINISHED]
-            if not unfinished or time.monotonic() >= deadline:
-                return doc
+            versions = self.versions(ref, access=access)
+            if not any(v.status in _UNFINISHED for v in versions) or time.monotonic() >= deadline:
+                # Read after the check: a version that finished between two reads is seen finished.
+                return self.document(str(ref), access=access)
             time.sleep(0.05)
 
     def _document_id(self, ref: str | uuid.UUID, access: Access) -> uuid.UUID:
