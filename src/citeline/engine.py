@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 
 from citeline.access import FULL_ACCESS, Access
 from citeline.answer.llm import LLM, get_llm
+from citeline.answer.nli import default_judge
 from citeline.chat.session import ChatSession
 from citeline.embed import get_embedder
 from citeline.embed.base import Embedder
@@ -121,10 +122,12 @@ class Citeline:
         return other
 
     def warm_up(self) -> Citeline:
-        """Open the store, load the embedder and the keyword index now rather than at the first request."""
+        """Open the store, load the embedder, the keyword index and the claim judge now rather than at
+        the first request."""
         self.embedder  # noqa: B018
         with self.engine.connect() as conn:
             self.keyword_index.warm_up(conn)
+        default_judge().load()
         return self
 
     @property
