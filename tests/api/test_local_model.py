@@ -25,7 +25,7 @@ def model_server(server: Server, tmp_path_factory: pytest.TempPathFactory) -> It
     env.update(
         CITELINE_API_MAX_GENERATIONS="1",
         CITELINE_API_GENERATION_QUEUE="1",
-        CITELINE_API_GENERATION_WAIT="0.5",
+        CITELINE_API_GENERATION_WAIT="1",
         CITELINE_API_HEARTBEAT_SECONDS="0.1",
     )
     started = start_server(env, tmp_path_factory.mktemp("model") / "serve.log")
