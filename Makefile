@@ -1,11 +1,15 @@
-# citeline: every set-up step lives here, so a fresh machine needs only Python 3.11 and pip.
+# citeline: every set-up step lives here, so a fresh Debian machine needs only Python 3.11 and pip (npm and,
+# for the browser tests, chromium come from apt-get when missing, as root).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 
-.PHONY: install demo test lint typecheck bench eval clean
+PDFJS  := src/citeline/web/static/vendor/pdfjs
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: install web browser demo test lint typecheck bench eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,7 +17,26 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 	rm -f $(VENV)/.installed-* && touch $@
 
-install: $(STAMP)
+install: $(STAMP) web
+
+## web: PDF.js (npm pdfjs-dist, pinned by web/package-lock.json) copied into the package's static folder.
+## The @napi-rs/canvas override in web/package.json pins an optional Node-only dependency to a version
+## whose platform builds all exist on the registry, so `npm ci` accepts the lock file; the browser never
+## loads it and --omit=optional skips installing it.
+web: $(PDFJS)/pdf.min.mjs
+
+$(PDFJS)/pdf.min.mjs: web/package.json web/package-lock.json
+	command -v npm >/dev/null || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+		--no-install-recommends -o DPkg::Lock::Timeout=600 nodejs npm; }
+	cd web && npm ci --omit=optional --ignore-scripts --no-audit --no-fund
+	rm -rf $(PDFJS) && mkdir -p $(PDFJS)
+	cp web/node_modules/pdfjs-dist/build/pdf.min.mjs web/node_modules/pdfjs-dist/build/pdf.worker.min.mjs \
+		web/node_modules/pdfjs-dist/LICENSE $(PDFJS)/
+
+## browser: Debian's chromium for the browser tests (tests/web), when it is missing. Needs root.
+browser:
+	test -x $(CHROMIUM) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+		--no-install-recommends -o DPkg::Lock::Timeout=600 chromium; }
 
 ## demo: ingest the user guide (docs/), search it, and answer a question with the local model.
 demo: install
@@ -22,7 +45,7 @@ demo: install
 	$(BIN)/citeline ask "how do I keep documents of one care journey apart from another?"
 
 ## test: lint, type-check and run the whole suite against real PostgreSQL and the real model.
-test: install lint typecheck
+test: install browser lint typecheck
 	$(BIN)/pytest -q
 
 lint: install
@@ -40,4 +63,4 @@ eval: install
 	$(BIN)/citeline eval ../shared/eval/scifact
 
 clean:
-	rm -rf $(VENV) citeline-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) citeline-data .pytest_cache .mypy_cache .ruff_cache web/node_modules $(PDFJS)

@@ -21,16 +21,26 @@ from citeline.answer.llm import LLM, get_llm
 from citeline.chat.session import ChatSession
 from citeline.embed import get_embedder
 from citeline.embed.base import Embedder
-from citeline.errors import AccessDeniedError, ConfigError, InvalidRequestError, NotFoundError
+from citeline.errors import (
+    AccessDeniedError,
+    ConfigError,
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+)
 from citeline.ingest import (
     IngestOptions,
     Ingestor,
     IngestResult,
     ProgressCallback,
+    RetryPolicy,
     discover,
+    file_source,
     remove_unused_files,
     settle_abandoned,
 )
+from citeline.jobs.runner import JobRunner, ThreadRunner
+from citeline.jobs.submit import Submission, Upload, reingest_request, store_upload, submit, submit_url
 from citeline.retrieve.rerank import Reranker, get_reranker, rerank_hits
 from citeline.retrieve.search import Hit, SearchRequest, Timings, fetch_hits, hybrid_search
 from citeline.settings import Settings
@@ -39,6 +49,10 @@ from citeline.store.analyzer import Analyzer
 from citeline.store.catalog import DocumentInfo
 from citeline.store.database import connect
 from citeline.store.keyword import KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
+from citeline.store.models import Status
+
+#: Statuses of a version whose job has not ended.
+_UNFINISHED = ("pending", "queued", "processing")
 
 #: Settings a derived instance may change while sharing the parent's database connection pool.
 _STORE_SETTINGS = ("data_dir", "database_url", "namespace")
@@ -75,6 +89,7 @@ class Citeline:
         self._llm: LLM | None = None
         self._rerankers: dict[str, Reranker | None] = {}
         self._query_pool: ThreadPoolExecutor | None = None
+        self._jobs: JobRunner | None = None
         #: Parts borrowed from the instance this one was derived from: never closed by this one.
         self._borrowed: set[str] = set()
         self.keyword_index: KeywordIndex = (
@@ -125,8 +140,11 @@ class Citeline:
         try:
             with engine.begin() as conn:
                 catalog.bind_analyzer(conn, self.analyzer.config(), Analyzer().config())
-                # A process that starts after a crash finds what the crash left processing failed.
-                abandoned = catalog.fail_abandoned(conn)
+                # A process that starts after a crash finds what the crash left processing requeued
+                # (jobs with retries left) or failed.
+                abandoned = catalog.fail_abandoned(
+                    conn, retries=self._settings.job_retries, retry_delay=self._settings.job_retry_delay
+                )
             settle_abandoned(engine, abandoned)
         except BaseException:
             engine.dispose()
@@ -163,6 +181,9 @@ class Citeline:
 
     def close(self) -> None:
         with self._lock:
+            if self._jobs is not None:
+                self._jobs.stop()
+                self._jobs = None
             if self._query_pool is not None:
                 self._query_pool.shutdown(wait=True)
                 self._query_pool = None
@@ -196,6 +217,185 @@ class Citeline:
             discover(paths), options or IngestOptions(), progress
         )
 
+    # -- documents as jobs ------------------------------------------------------------------------
+
+    @property
+    def jobs(self) -> JobRunner:
+        """The runner that builds queued documents in this process (started by :meth:`start_jobs`)."""
+        if self._jobs is None:
+            with self._lock:
+                if self._jobs is None:
+                    self._jobs = ThreadRunner(
+                        self.engine,
+                        lambda: self.ingestor(allow_private_urls=self.settings.url_allow_private),
+                        self.settings,
+                    )
+        return self._jobs
+
+    def start_jobs(self) -> JobRunner:
+        """Start building queued documents in this process: those queued now, and those to come."""
+        runner = self.jobs
+        runner.start()
+        return runner
+
+    def submit(
+        self,
+        upload: Upload,
+        options: IngestOptions | None = None,
+        *,
+        access: Access = FULL_ACCESS,
+        document_id: str | uuid.UUID | None = None,
+        index: bool = True,
+    ) -> Submission:
+        """Store an uploaded original and register its version for the job runner; answers at once.
+
+        ``document_id`` replaces that document: a new version is built and swapped in atomically while
+        readers keep the old one. ``index`` False registers the document ``pending`` (see :meth:`index`).
+        """
+        _require_admin(access, f"upload {upload.name}")
+        target = self._document_id(document_id, access) if document_id is not None else None
+        path, content = store_upload(upload, self.files_dir, max_bytes=self.settings.upload_max_bytes)
+        try:
+            submission = submit(
+                self.engine,
+                self.settings,
+                model=self.embedder.model_id,
+                name=Path(upload.name).name,
+                source_uri=None,
+                content_hash=content,
+                file_path=path,
+                options=options or IngestOptions(),
+                document_id=target,
+                index=index,
+            )
+        finally:
+            remove_unused_files(self.engine, [path])
+        return self._queued(submission)
+
+    def submit_url(
+        self,
+        url: str,
+        options: IngestOptions | None = None,
+        *,
+        access: Access = FULL_ACCESS,
+        document_id: str | uuid.UUID | None = None,
+        index: bool = True,
+    ) -> Submission:
+        """Register a web page for the job runner, which fetches it (the private-address guard applies)."""
+        _require_admin(access, f"add {url}")
+        target = self._document_id(document_id, access) if document_id is not None else None
+        source = file_source(submit_url(url), self.files_dir)
+        submission = submit(
+            self.engine,
+            self.settings,
+            model=self.embedder.model_id,
+            name=source.name,
+            source_uri=url,
+            content_hash=source.content_hash,
+            file_path=None,
+            options=options or IngestOptions(),
+            document_id=target,
+            index=index,
+        )
+        return self._queued(submission)
+
+    def reingest(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> Submission:
+        """Build a new version of a document from its stored original (or URL), with the current model."""
+        _require_admin(access, f"re-ingest document {ref}")
+        doc = self.document(str(ref), access=access)
+        path, content = reingest_request(doc)
+        options = IngestOptions(chunk_size=doc.chunk_size, chunk_overlap=doc.chunk_overlap)
+        submission = submit(
+            self.engine,
+            self.settings,
+            model=self.embedder.model_id,
+            name=doc.name,
+            source_uri=doc.source_uri,
+            content_hash=content,
+            file_path=path,
+            options=options,
+            document_id=doc.id,
+            force=True,
+        )
+        return self._queued(submission)
+
+    def index(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> DocumentInfo:
+        """Queue a ``pending`` document (registered without being asked to index)."""
+        _require_admin(access, f"index document {ref}")
+        doc = self.document(str(ref), access=access)
+        with self.engine.begin() as conn:
+            pending = [v.version_id for v in catalog.versions(conn, doc.id) if v.status == "pending"]
+            catalog.enqueue(conn, pending)
+            current = catalog.get_document(conn, doc.id)
+        self.jobs.notify()
+        return current
+
+    def index_all(self, status: str, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
+        """Index every document whose current version is in ``status``: ``pending`` ones are queued,
+        ``completed`` or ``failed`` ones re-ingested from their stored originals. Returns each document
+        as it is afterwards; one that cannot be re-ingested (no stored original) keeps its status."""
+        _require_admin(access, f"index every {status} document")
+        chosen = [d for d in self.documents(access=access) if d.status == status]
+        out: list[DocumentInfo] = []
+        for doc in {d.id: d for d in chosen}.values():
+            if status == Status.PENDING:
+                out.append(self.index(doc.id, access=access))
+                continue
+            try:
+                out.append(self.reingest(doc.id, access=access).document)
+            except NotFoundError:
+                out.append(doc)
+        return out
+
+    def cancel(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> DocumentInfo:
+        """Cancel a document's pending, queued or running job (:class:`ConflictError` if it has none)."""
+        _require_admin(access, f"cancel document {ref}")
+        doc = self.document(str(ref), access=access)
+        with self.engine.begin() as conn:
+            building = [v for v in catalog.versions(conn, doc.id) if v.status in _UNFINISHED]
+            if not building:
+                raise ConflictError(
+                    f"document {doc.id} has no pending, queued or processing job to cancel ({doc.status})"
+                )
+            return catalog.cancel(conn, building[-1])
+
+    def relabel(
+        self, ref: str | uuid.UUID, labels: IngestOptions, *, access: Access = FULL_ACCESS
+    ) -> DocumentInfo:
+        """Change a document's scopes, category, tags or metadata without re-embedding it."""
+        _require_admin(access, f"relabel document {ref}")
+        if labels.chunk_size is not None or labels.chunk_overlap is not None:
+            raise InvalidRequestError("chunking changes need a re-ingest, not a relabel")
+        doc = self.document(str(ref), access=access)
+        with self.engine.begin() as conn:
+            return catalog.relabel(conn, doc.id, labels.labels())
+
+    def versions(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
+        """Every version of a document the catalog holds, oldest first."""
+        doc = self.document(str(ref), access=access)
+        with self.engine.connect() as conn:
+            return catalog.versions(conn, doc.id)
+
+    def wait(
+        self, ref: str | uuid.UUID, *, timeout: float = 60.0, access: Access = FULL_ACCESS
+    ) -> DocumentInfo:
+        """The document once no version of it is pending, queued or processing (or after ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            versions = self.versions(ref, access=access)
+            if not any(v.status in _UNFINISHED for v in versions) or time.monotonic() >= deadline:
+                # Read after the check: a version that finished between two reads is seen finished.
+                return self.document(str(ref), access=access)
+            time.sleep(0.05)
+
+    def _document_id(self, ref: str | uuid.UUID, access: Access) -> uuid.UUID:
+        return self.document(str(ref), access=access).id
+
+    def _queued(self, submission: Submission) -> Submission:
+        if submission.outcome == Status.QUEUED and self._jobs is not None:
+            self._jobs.notify()
+        return submission
+
     def ingestor(self, *, allow_private_urls: bool = False) -> Ingestor:
         """An :class:`Ingestor` bound to this store and embedder, for sources built in memory."""
         return Ingestor(
@@ -206,6 +406,7 @@ class Citeline:
             chunk_size=self.settings.chunk_size,
             chunk_overlap=self.settings.chunk_overlap,
             allow_private_urls=allow_private_urls,
+            retry=RetryPolicy(self.settings.job_retries, self.settings.job_retry_delay),
         )
 
     # -- search ---------------------------------------------------------------------------------

@@ -116,3 +116,10 @@ class ConflictError(CitelineError):
 
     http_status = 409
     exit_code = 3
+
+
+class JobStoppedError(CitelineError):
+    """An ingestion job was told to stop (cancelled, or over its time limit); the message says why."""
+
+    http_status = 409
+    exit_code = 75  # EX_TEMPFAIL

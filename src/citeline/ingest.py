@@ -13,6 +13,7 @@ import hashlib
 import logging
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -26,7 +27,16 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.embed.base import Embedder
-from citeline.errors import CitelineError, InvalidRequestError, LoadError, UnsupportedTypeError
+from citeline.errors import (
+    CitelineError,
+    EmbeddingError,
+    GenerationError,
+    InvalidRequestError,
+    JobStoppedError,
+    LoadError,
+    StoreError,
+    UnsupportedTypeError,
+)
 from citeline.load import SUPPORTED_SUFFIXES, load
 from citeline.retrieve.filters import normalise_category
 from citeline.split import split
@@ -54,6 +64,8 @@ class Outcome(StrEnum):
     UNCHANGED = "unchanged"
     RELABELLED = "relabelled"
     FAILED = "failed"
+    #: A job failed for a passing reason and went back to the queue.
+    RETRYING = "retrying"
 
 
 @dataclass(frozen=True)
@@ -191,11 +203,13 @@ def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False)
 
 @dataclass
 class _Job:
-    """A version being built."""
+    """A version being built, with its own chunking (labels and chunking belong to each document)."""
 
     source: Source
     doc: DocumentInfo
     started: float
+    size: int
+    overlap: int
     loaded: LoadedSource | None = None
     pages: int = 0
     chunks: int = 0
@@ -215,12 +229,36 @@ class _Batch:
     vectors: Future[NDArray[np.float32]]
 
 
+StopCheck = Callable[[DocumentInfo, float, int], str | None]
+"""Asked before each page with a version, the seconds its build has taken and the pages read so far:
+a reason to stop, or None."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a job that failed for a passing reason (database, remote provider) is tried again."""
+
+    retries: int = 3
+    delay: float = 2.0
+
+    def delay_after(self, attempts: int) -> float:
+        """Exponential backoff: ``delay``, then twice that, and so on."""
+        return float(self.delay * 2 ** max(attempts - 1, 0))
+
+
+#: Failures worth trying again: the database or a remote model was unavailable, not the input bad.
+TRANSIENT = (StoreError, EmbeddingError, GenerationError)
+
+
 @dataclass
 class _Run:
-    """The state of one :meth:`Ingestor.ingest` call."""
+    """The state of one :meth:`Ingestor.ingest` or :meth:`Ingestor.run_jobs` call."""
 
     labels: Labels
     report: Callable[[IngestResult], None]
+    #: Jobs claimed from the queue (``run_jobs``): transient failures go back to it.
+    retry: RetryPolicy | None = None
+    should_stop: StopCheck | None = None
     buffer: list[tuple[_Job, ChunkRow]] = field(default_factory=list)
     open_jobs: list[_Job] = field(default_factory=list)
     in_flight: _Batch | None = None
@@ -244,6 +282,7 @@ class Ingestor:
         chunk_size: int,
         chunk_overlap: int,
         allow_private_urls: bool = False,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.engine = engine
         self.embedder = embedder
@@ -252,6 +291,8 @@ class Ingestor:
         self.chunk_size = chunk_size
         self.chunk_overlap = chunk_overlap
         self.allow_private_urls = allow_private_urls
+        #: How jobs left by a dead run are retried when this ingestor sweeps them up.
+        self.retry = retry or RetryPolicy()
         self._index_ready = False
 
     def ingest_paths(
@@ -280,11 +321,42 @@ class Ingestor:
         """Ingest sources, batching the chunks of consecutive sources through the embedder together."""
         size = options.chunk_size or self.chunk_size
         overlap = options.chunk_overlap if options.chunk_overlap is not None else self.chunk_overlap
-        if not 0 <= overlap < size:
-            raise InvalidRequestError(
-                f"chunk overlap must be at least 0 and below the chunk size ({size}), got {overlap}"
-            )
-        labels = options.labels()
+        check_chunking(size, overlap)
+        run = _Run(options.labels(), lambda result: None)
+        return self._running(
+            run, progress, lambda: self._build(run, self._begun(run, sources, size, overlap))
+        )
+
+    def run_jobs(
+        self,
+        *,
+        limit: int,
+        version_ids: Sequence[uuid.UUID] | None = None,
+        retry: RetryPolicy | None = None,
+        should_stop: StopCheck | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> list[IngestResult]:
+        """Claim up to ``limit`` queued versions (``version_ids`` only, if given) and build them.
+
+        Each version is built from its stored original with its own labels and chunking. A failure
+        that may pass (database, remote model) puts the version back in the queue until ``retry``'s
+        retries are spent; bad input fails it at once. ``should_stop`` is asked between pages.
+        Returns nothing when the queue held nothing ready.
+        """
+        run = _Run(Labels(), lambda result: None, retry or RetryPolicy(), should_stop)
+
+        def claim_and_build() -> None:
+            assert run.key is not None
+            with self._tx(run) as conn:
+                claimed = catalog.claim_jobs(conn, run=run.key, limit=limit, version_ids=version_ids)
+            self._build(run, self._claimed(run, claimed))
+
+        return self._running(run, progress, claim_and_build)
+
+    def _running(
+        self, run: _Run, progress: ProgressCallback | None, work: Callable[[], None]
+    ) -> list[IngestResult]:
+        """Run ``work`` as an ingest run: its own connection, run lock and embedding thread."""
         results: list[IngestResult] = []
 
         def report(result: IngestResult) -> None:
@@ -292,7 +364,7 @@ class Ingestor:
             if progress:
                 progress(result)
 
-        run = _Run(labels, report)
+        run.report = report
         with (
             ThreadPoolExecutor(1, thread_name_prefix="citeline-embed") as embedding,
             self.engine.connect() as conn,
@@ -301,8 +373,9 @@ class Ingestor:
             run.key = catalog.hold_run(conn)
             conn.commit()  # the lock is the session's: it outlives this transaction
             try:
-                self._fail_abandoned(run)
-                self._ingest(run, sources, size, overlap)
+                if run.retry is None:
+                    self._fail_abandoned(run)
+                work()
             finally:
                 try:
                     catalog.release_run(conn, run.key)
@@ -312,30 +385,44 @@ class Ingestor:
                     conn.invalidate()
         return results
 
-    def _ingest(self, run: _Run, sources: Iterable[Source], size: int, overlap: int) -> None:
+    def _begun(self, run: _Run, sources: Iterable[Source], size: int, overlap: int) -> Iterator[_Job]:
+        """New versions of ``sources`` (unchanged and relabelled ones are reported at once)."""
         for group in _groups(sources, BEGIN_GROUP):
-            for job in self._begin(run, group, size, overlap):
-                run.open_jobs.append(job)
-                try:
-                    for draft in self._drafts(job, size, overlap):
-                        run.buffer.append((job, self._row(draft)))
-                        job.pending += 1
-                        if len(run.buffer) >= EMBED_BATCH:
-                            self._flush(run)
-                    job.exhausted = True
-                except CitelineError as exc:
-                    self._drop(job, run, str(exc))
-                except Exception as exc:  # a bug or I/O fault in one source must not stop the batch
-                    log.exception("ingesting %s failed", job.source.label)
-                    self._drop(job, run, f"{job.source.label}: {type(exc).__name__}: {exc}")
-                self._finish_ready(run)
+            yield from self._begin(run, group, size, overlap)
+
+    def _claimed(self, run: _Run, versions: Sequence[DocumentInfo]) -> Iterator[_Job]:
+        """Jobs for claimed versions, each read from its stored original (or its URL)."""
+        started = time.perf_counter()
+        self._ensure_index(run)
+        for doc in versions:
+            source = stored_source(doc, allow_private_urls=self.allow_private_urls)
+            size = doc.chunk_size or self.chunk_size
+            overlap = doc.chunk_overlap if doc.chunk_overlap is not None else self.chunk_overlap
+            yield _Job(source, doc, started, size, overlap)
+
+    def _build(self, run: _Run, jobs: Iterable[_Job]) -> None:
+        for job in jobs:
+            run.open_jobs.append(job)
+            try:
+                for draft in self._drafts(job, run):
+                    run.buffer.append((job, self._row(draft)))
+                    job.pending += 1
+                    if len(run.buffer) >= EMBED_BATCH:
+                        self._flush(run)
+                job.exhausted = True
+            except CitelineError as exc:
+                self._drop(job, run, str(exc), transient=isinstance(exc, TRANSIENT))
+            except Exception as exc:  # a bug or I/O fault in one source must not stop the batch
+                log.exception("ingesting %s failed", job.source.label)
+                self._drop(job, run, f"{job.source.label}: {type(exc).__name__}: {exc}")
+            self._finish_ready(run)
         self._flush(run)
         self._flush(run)  # the second call writes what the first one sent to the embedder
 
     def _fail_abandoned(self, run: _Run) -> None:
         """Fail the versions earlier runs left processing when they stopped (killed, or an error)."""
         with self._tx(run) as conn:
-            abandoned = catalog.fail_abandoned(conn)
+            abandoned = catalog.fail_abandoned(conn, retries=self.retry.retries, retry_delay=self.retry.delay)
         settle_abandoned(self.engine, abandoned)
 
     def _begin(self, run: _Run, sources: list[Source], size: int, overlap: int) -> list[_Job]:
@@ -354,13 +441,11 @@ class Ingestor:
         ]
         with self._tx(run) as conn:
             begun = catalog.begin_versions(conn, requests, run=run.key)
-            if not self._index_ready:
-                ensure_index(conn, model, self.embedder.dimension)
-                self._index_ready = True
+        self._ensure_index(run)
         jobs: list[_Job] = []
         for source, (doc, start) in zip(sources, begun, strict=True):
             if start is VersionStart.CREATED:
-                jobs.append(_Job(source, doc, started))
+                jobs.append(_Job(source, doc, started, size, overlap))
                 continue
             outcome = Outcome.RELABELLED if start is VersionStart.RELABELLED else Outcome.UNCHANGED
             run.report(
@@ -368,15 +453,25 @@ class Ingestor:
             )
         return jobs
 
-    def _drafts(self, job: _Job, size: int, overlap: int) -> Iterator[ChunkDraft]:
+    def _ensure_index(self, run: _Run) -> None:
+        if not self._index_ready:
+            with self._tx(run) as conn:
+                ensure_index(conn, self.embedder.model_id, self.embedder.dimension)
+            self._index_ready = True
+
+    def _drafts(self, job: _Job, run: _Run) -> Iterator[ChunkDraft]:
         job.loaded = job.source.open()
 
         def counted(pages: Iterator[Page]) -> Iterator[Page]:
             for page in pages:
+                if run.should_stop is not None:
+                    reason = run.should_stop(job.doc, time.perf_counter() - job.started, job.pages)
+                    if reason is not None:
+                        raise JobStoppedError(f"{job.source.label}: {reason}")
                 job.pages += 1
                 yield page
 
-        yield from split(counted(job.loaded.pages), chunk_size=size, chunk_overlap=overlap)
+        yield from split(counted(job.loaded.pages), chunk_size=job.size, chunk_overlap=job.overlap)
 
     def _row(self, draft: ChunkDraft) -> ChunkRow:
         counts = self.analyzer.term_counts(draft.text)
@@ -437,7 +532,7 @@ class Ingestor:
                 catalog.insert_chunks(conn, model, groups)
         except CitelineError as exc:
             for job in {id(job): job for _, job, _ in items}.values():
-                self._drop(job, run, str(exc))
+                self._drop(job, run, str(exc), transient=isinstance(exc, TRANSIENT))
             return
         fresh = set(batch.todo)
         for i, job, _ in items:
@@ -452,6 +547,13 @@ class Ingestor:
         )
         for job in [j for j in ready if j.chunks == 0]:
             self._drop(job, run, f"{job.source.label}: no text to index")
+        if run.retry is not None and ready:
+            # A job cancelled while its last batch was embedded stops here, before it is swapped in.
+            with self._tx(run) as conn:
+                cancelled = catalog.cancel_requested(conn, [j.doc.version_id for j in ready])
+            for job in [j for j in ready if j.doc.version_id in cancelled]:
+                self._drop(job, run, f"{job.source.label}: {catalog.CANCELLED}")
+                ready.remove(job)
         for job in ready:
             if job in run.open_jobs:
                 run.open_jobs.remove(job)
@@ -480,6 +582,16 @@ class Ingestor:
         for job in ready:
             elapsed = time.perf_counter() - job.started
             doc = swapped.get(job.doc.version_id)
+            if doc is None and run.retry is not None:
+                # Failed while it was built (cancelled, or over its hard time limit): not swapped in.
+                with self.engine.connect() as conn:
+                    stopped = catalog.get_version(conn, job.doc.version_id)
+                run.report(
+                    IngestResult(
+                        job.source.label, Outcome.FAILED, stopped, seconds=elapsed, error=stopped.error
+                    )
+                )
+                continue
             if doc is None:  # the same source twice in one run: its newest copy won
                 run.report(
                     IngestResult(
@@ -506,13 +618,25 @@ class Ingestor:
             run.conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
             yield run.conn
 
-    def _drop(self, job: _Job, run: _Run, reason: str) -> None:
-        """Fail one version: forget its buffered chunks, record the reason, release its original."""
+    def _drop(self, job: _Job, run: _Run, reason: str, *, transient: bool = False) -> None:
+        """Fail one version: forget its buffered chunks, record the reason, release its original.
+
+        A claimed job whose failure may pass goes back to the queue instead, until its retries are spent.
+        """
         job.failed = True
         run.buffer[:] = [(j, r) for j, r in run.buffer if j is not job]
         if job in run.open_jobs:
             run.open_jobs.remove(job)
         src = job.source
+        if transient and run.retry is not None and job.doc.attempts <= run.retry.retries:
+            delay = run.retry.delay_after(job.doc.attempts)
+            with self.engine.begin() as conn:
+                catalog.requeue(conn, job.doc.version_id, f"{reason} (retrying in {delay:g} s)", delay=delay)
+                queued = catalog.get_version(conn, job.doc.version_id)
+            run.report(IngestResult(src.label, Outcome.RETRYING, queued, error=reason))
+            return
+        if transient and run.retry is not None:
+            reason = f"{reason} (gave up after {job.doc.attempts} attempts)"
         run.report(
             self._record_failure(src.label, src.uri, src.name, run.labels, job.doc, reason, job.started)
         )
@@ -541,6 +665,56 @@ class Ingestor:
         return IngestResult(
             label, Outcome.FAILED, failed, seconds=time.perf_counter() - started, error=reason
         )
+
+
+def check_chunking(size: int, overlap: int) -> None:
+    """Refuse chunking that cannot work: an overlap as large as the chunk would never advance."""
+    if not 0 <= overlap < size:
+        raise InvalidRequestError(
+            f"chunk overlap must be at least 0 and below the chunk size ({size}), got {overlap}"
+        )
+
+
+def stored_source(doc: DocumentInfo, *, allow_private_urls: bool = False) -> Source:
+    """A version to build as a :class:`Source`: its stored original, or its URL for a web page."""
+    if doc.file_path:
+        path = Path(doc.file_path)
+
+        def open_stored() -> LoadedSource:
+            if not path.exists():
+                raise LoadError(doc.name, f"its stored original {path} is missing")
+            try:
+                loaded = load(path)
+            except LoadError as exc:
+                raise type(exc)(doc.name, exc.reason) from exc
+            # Stored originals are named by their hash: a title taken from the file name is the upload's.
+            if loaded.title == path.stem:
+                loaded.title = Path(doc.name).stem
+            loaded.pages = _named_errors(loaded.pages, doc.name)
+            return loaded
+
+        return Source(doc.name, doc.source_uri, doc.name, doc.content_hash or "", open_stored, path)
+    if _is_url(doc.source_uri):
+        uri = doc.source_uri
+        return Source(
+            uri, uri, doc.name, doc.content_hash or "", lambda: load(uri, allow_private=allow_private_urls)
+        )
+    return Source(doc.name, doc.source_uri, doc.name, "", _missing(doc))
+
+
+def _named_errors(pages: Iterator[Page], name: str) -> Iterator[Page]:
+    """``pages``, with load errors naming the document as its user knows it, not its stored copy."""
+    try:
+        yield from pages
+    except LoadError as exc:
+        raise type(exc)(name, exc.reason) from exc
+
+
+def _missing(doc: DocumentInfo) -> Callable[[], LoadedSource]:
+    def fail() -> LoadedSource:
+        raise LoadError(doc.name, "no stored original to build this version from; ingest the source again")
+
+    return fail
 
 
 def settle_abandoned(engine: sa.Engine, abandoned: Sequence[tuple[DocumentInfo, str | None]]) -> None:

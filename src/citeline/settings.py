@@ -176,6 +176,47 @@ class Settings(BaseSettings):
         ),
     )
 
+    # -- ingestion jobs (jobs/) -------------------------------------------------------------------
+    job_runner: Literal["thread"] = Field(
+        default="thread",
+        description="What processes queued documents: thread (a pool inside the serving process).",
+    )
+    job_workers: Annotated[int, Field(ge=1, le=64)] = Field(
+        default=1, description="Jobs built at once by a thread runner (each embeds with all cores)."
+    )
+    job_batch: Annotated[int, Field(ge=1, le=256)] = Field(
+        default=16, description="Queued documents one run claims and embeds together."
+    )
+    job_retries: Annotated[int, Field(ge=0, le=20)] = Field(
+        default=3,
+        description="Retries of a job that failed for a passing reason (database, remote model); bad "
+        "input is never retried.",
+    )
+    job_retry_delay: Annotated[float, Field(ge=0)] = Field(
+        default=2.0, description="Seconds before the first retry; each later one waits twice as long."
+    )
+    job_soft_time_limit: Annotated[float, Field(gt=0)] = Field(
+        default=180.0, description="Seconds after which a document's job stops at its next page and fails."
+    )
+    job_hard_time_limit: Annotated[float, Field(gt=0)] = Field(
+        default=600.0,
+        description="Seconds after which a document's job is failed whatever it is doing; its work is "
+        "discarded.",
+    )
+    job_poll_seconds: Annotated[float, Field(gt=0)] = Field(
+        default=2.0, description="How often an idle runner looks for queued documents and stuck jobs."
+    )
+    url_allow_private: bool = Field(
+        default=False,
+        description="Let documents be added from URLs on loopback, private and link-local addresses.",
+    )
+    upload_max_bytes: Annotated[int, Field(ge=1)] = Field(
+        default=100 * 1024 * 1024, description="Largest original a document upload may have."
+    )
+    upload_max_pages: Annotated[int, Field(ge=1)] = Field(
+        default=2_000, description="Most pages an uploaded document may have; more fails its job."
+    )
+
     @field_validator("namespace")
     @classmethod
     def _namespace_is_identifier(cls, value: str) -> str:

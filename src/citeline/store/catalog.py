@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.access import FULL_ACCESS, Access
-from citeline.errors import ConfigError, NotFoundError
+from citeline.errors import ConfigError, ConflictError, NotFoundError
 from citeline.store.models import Status
 
 _DOC_COLUMNS = (
@@ -200,6 +200,8 @@ class VersionRequest:
     file_path: str | None = None
     status: Status = Status.PROCESSING
     document_id: uuid.UUID | None = None
+    #: Build a new version even when the content, model and chunking are those of the active one.
+    force: bool = False
 
 
 def begin_version(
@@ -248,7 +250,7 @@ def begin_versions(
         active = current.get(req.source_uri)
         labels = req.labels.over(active)
         spec = req.spec
-        if active is not None and (
+        if active is not None and not req.force and (
             active.content_hash == spec.content_hash
             and active.embedding_model == spec.embedding_model
             and active.chunk_size == spec.chunk_size
@@ -404,12 +406,16 @@ def release_run(conn: sa.Connection, key: int) -> None:
     conn.execute(sa.text("SELECT pg_advisory_unlock(:c, :k)"), {"c": _RUN_LOCK_CLASS, "k": key})
 
 
-def fail_abandoned(conn: sa.Connection) -> list[tuple[DocumentInfo, str | None]]:
-    """Mark failed every version left ``processing`` by a run that no longer holds its lock.
+def fail_abandoned(
+    conn: sa.Connection, *, retries: int = 0, retry_delay: float = 0.0
+) -> list[tuple[DocumentInfo, str | None]]:
+    """Settle every version left ``processing`` by a run that no longer holds its lock.
 
-    Returns each such version, failed, with the original file it had recorded (for the caller to
-    remove if nothing else uses it). A version is checked again under its source's lock, so one
-    that its run activates meanwhile is left alone.
+    A job (a version that was queued) whose attempts do not exceed ``retries`` goes back to the queue
+    (after ``retry_delay`` seconds): its original is stored, so another run can build it. Any other
+    abandoned version is marked failed. Returns each failed version with the original file it had
+    recorded (for the caller to remove if nothing else uses it). A version is checked again under its
+    source's lock, so one that its run activates meanwhile is left alone.
     """
     found = conn.execute(
         sa.text(f"SELECT id, source_uri FROM documents d WHERE status = 'processing' AND NOT {_RUN_ALIVE}"),
@@ -420,17 +426,135 @@ def fail_abandoned(conn: sa.Connection) -> list[tuple[DocumentInfo, str | None]]
         _lock_source(conn, source_uri)
         row = conn.execute(
             sa.text(
-                f"SELECT name, file_path FROM documents d "
+                f"SELECT name, file_path, queued_at IS NOT NULL, attempts FROM documents d "
                 f"WHERE id = :id AND status = 'processing' AND NOT {_RUN_ALIVE}"
             ),
             {"id": doc_id, "run_class": _RUN_LOCK_CLASS},
         ).first()
-        if row is not None:
-            info = record_failure(
-                conn, source_uri=source_uri, name=row[0], reason=INTERRUPTED, labels=Labels(), doc_id=doc_id
-            )
-            failed.append((info, row[1]))
+        if row is None:
+            continue
+        name, file_path, is_job, attempts = row
+        if is_job and attempts <= retries:
+            requeue(conn, doc_id, f"{INTERRUPTED_JOB} (attempt {attempts})", delay=retry_delay)
+            continue
+        reason = INTERRUPTED if not is_job else f"{INTERRUPTED_JOB} {attempts} times; giving up"
+        info = record_failure(
+            conn, source_uri=source_uri, name=name, reason=reason, labels=Labels(), doc_id=doc_id
+        )
+        failed.append((info, file_path))
     return failed
+
+
+#: What a job's error says when the run processing it stopped (a crash, a killed worker).
+INTERRUPTED_JOB = "interrupted: the run processing this document stopped before it finished"
+#: What a cancelled job's error says.
+CANCELLED = "cancelled"
+
+
+def claim_jobs(
+    conn: sa.Connection, *, run: int, limit: int, version_ids: Sequence[uuid.UUID] | None = None
+) -> list[DocumentInfo]:
+    """Claim up to ``limit`` queued versions for the run ``run`` (see :func:`hold_run`): ``processing``.
+
+    Oldest first, and only those whose retry delay has passed; ``version_ids`` restricts the claim to
+    those versions. Rows other runs are claiming are skipped (``SKIP LOCKED``): any number of runners
+    share one queue, and a version is claimed by one of them.
+    """
+    only = "AND id = ANY(CAST(:ids AS uuid[]))" if version_ids is not None else ""
+    rows = conn.execute(
+        sa.text(
+            "UPDATE documents d SET status = 'processing', ingest_run = :run, attempts = attempts + 1, "
+            "started_at = now(), updated_at = now(), not_before = NULL "
+            "WHERE d.id IN (SELECT id FROM documents WHERE status = 'queued' "
+            f"AND (not_before IS NULL OR not_before <= now()) {only} "
+            "ORDER BY queued_at, id LIMIT :n FOR UPDATE SKIP LOCKED) "
+            f"RETURNING {_DOC_COLUMNS.replace('document_id AS id', 'd.document_id AS id')}"
+        ),
+        {"run": run, "n": limit, "ids": list(version_ids or [])},
+    ).all()
+    return sorted((_row_to_info(r) for r in rows), key=lambda d: (d.queued_at or d.created_at, d.name))
+
+
+def requeue(conn: sa.Connection, version_id: uuid.UUID, reason: str, *, delay: float) -> None:
+    """Put a version back in the queue after a transient failure, to be retried after ``delay`` s."""
+    conn.execute(sa.text("DELETE FROM chunks WHERE document_id = :id"), {"id": version_id})
+    conn.execute(
+        sa.text(
+            "UPDATE documents SET status = 'queued', ingest_run = NULL, error = :e, "
+            "not_before = now() + make_interval(secs => :delay), updated_at = now() "
+            "WHERE id = :id AND status = 'processing'"
+        ),
+        {"id": version_id, "e": reason, "delay": delay},
+    )
+
+
+def enqueue(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> list[DocumentInfo]:
+    """Queue pending versions (registered, not yet asked to index); others are left as they are."""
+    rows = conn.execute(
+        sa.text(
+            "UPDATE documents SET status = 'queued', queued_at = now(), updated_at = now() "
+            f"WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'pending' RETURNING {_DOC_COLUMNS}"
+        ),
+        {"ids": list(version_ids)},
+    ).all()
+    return [_row_to_info(r) for r in rows]
+
+
+def cancel(conn: sa.Connection, version: DocumentInfo) -> DocumentInfo:
+    """Cancel a version's job: one not yet started fails at once; a running one is asked to stop.
+
+    Raises :class:`ConflictError` for a version that is not pending, queued or processing.
+    """
+    _lock_source(conn, version.source_uri)
+    current = get_version(conn, version.version_id)
+    if current.status in (Status.PENDING, Status.QUEUED):
+        return record_failure(
+            conn,
+            source_uri=current.source_uri,
+            name=current.name,
+            reason=CANCELLED,
+            labels=Labels(),
+            doc_id=current.version_id,
+        )
+    if current.status == Status.PROCESSING:
+        conn.execute(
+            sa.text("UPDATE documents SET cancel_requested = true, updated_at = now() WHERE id = :id"),
+            {"id": current.version_id},
+        )
+        return get_version(conn, current.version_id)
+    raise ConflictError(
+        f"document {current.id} version {current.version} is {current.status}: only a pending, queued "
+        "or processing job can be cancelled"
+    )
+
+
+def fail_overdue(conn: sa.Connection, hard_limit: float) -> list[DocumentInfo]:
+    """Fail every version processing for longer than ``hard_limit`` seconds, whatever its run does.
+
+    Its run may still be working; :func:`activate` will not swap a failed version in.
+    """
+    found = conn.execute(
+        sa.text(
+            "SELECT id, source_uri, name FROM documents WHERE status = 'processing' "
+            "AND started_at < now() - make_interval(secs => :limit)"
+        ),
+        {"limit": hard_limit},
+    ).all()
+    reason = f"took longer than the hard time limit of {hard_limit:g} s (CITELINE_JOB_HARD_TIME_LIMIT)"
+    return [
+        record_failure(conn, source_uri=uri, name=name, reason=reason, labels=Labels(), doc_id=version_id)
+        for version_id, uri, name in found
+    ]
+
+
+def cancel_requested(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of these versions were asked to stop."""
+    return set(
+        conn.execute(
+            sa.text("SELECT id FROM documents WHERE id = ANY(CAST(:ids AS uuid[])) AND cancel_requested"),
+            {"ids": list(version_ids)},
+        ).scalars()
+    )
 
 
 def cached_vectors(
@@ -552,10 +676,23 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
         held = newest.get(a.document.source_uri)
         if held is None or a.document.version > held.document.version:
             newest[a.document.source_uri] = a
-    chosen = list(newest.values())
-    ids = [a.document.version_id for a in chosen]
     _lock_log(conn)
     _lock_sources(conn, list(newest))
+    # A version failed meanwhile (cancelled, over its hard time limit) is not swapped in.
+    building = set(
+        conn.execute(
+            sa.text(
+                "SELECT id FROM documents WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'processing' "
+                "AND NOT cancel_requested"
+            ),
+            {"ids": [a.document.version_id for a in newest.values()]},
+        ).scalars()
+    )
+    newest = {uri: a for uri, a in newest.items() if a.document.version_id in building}
+    if not newest:
+        return []
+    chosen = list(newest.values())
+    ids = [a.document.version_id for a in chosen]
     totals = {
         r[0]: (int(r[1]), int(r[2]))
         for r in conn.execute(
@@ -695,6 +832,24 @@ def get_document(conn: sa.Connection, document_id: uuid.UUID) -> DocumentInfo:
     if row is None:
         raise NotFoundError(f"no document with id {document_id}")
     return _row_to_info(row)
+
+
+def relabel(conn: sa.Connection, document_id: uuid.UUID, labels: Labels) -> DocumentInfo:
+    """Change a document's labels (unset fields kept) on every version it has: no re-embedding.
+
+    Searches see the new labels from the commit on; a version being built swaps in with them.
+    """
+    current = get_document(conn, document_id)
+    _lock_source(conn, current.source_uri)
+    merged = labels.over(current)
+    conn.execute(
+        sa.text(
+            "UPDATE documents SET category = :cat, tags = :tags, scopes = :scopes, "
+            "metadata = CAST(:meta AS jsonb), updated_at = now() WHERE document_id = :id"
+        ),
+        {"id": document_id, **_label_params(merged)},
+    )
+    return get_document(conn, document_id)
 
 
 def versions(conn: sa.Connection, document_id: uuid.UUID) -> list[DocumentInfo]:

@@ -1,0 +1,155 @@
+"""Submitting documents as jobs: store the original, register its version, leave it to a runner.
+
+Submitting answers at once, whatever ingestion then takes: the original is streamed to the store
+(content-addressed, within ``upload_max_bytes``), the version row is created ``queued`` (or ``pending``
+when not asked to index) with the document's own labels and chunking, and a runner builds it later
+from the stored original. Content, model and chunking equal to the active version's is a no-op (its
+labels are updated if they differ).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import sqlalchemy as sa
+
+from citeline.errors import LimitExceededError, NotFoundError, UnsupportedTypeError
+from citeline.ingest import IngestOptions, Outcome, check_chunking
+from citeline.load import SUPPORTED_SUFFIXES
+from citeline.load.url import check_url
+from citeline.settings import Settings
+from citeline.store import catalog
+from citeline.store.catalog import DocumentInfo, VersionRequest, VersionSpec, VersionStart
+from citeline.store.models import Status
+
+_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A file sent to citeline: its name (whose extension picks the loader) and its bytes."""
+
+    name: str
+    stream: BinaryIO
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What submitting did: a new version ``queued`` or ``pending``, or an unchanged/relabelled one."""
+
+    document: DocumentInfo
+    outcome: Outcome | Status
+
+    @property
+    def created(self) -> bool:
+        return self.outcome in (Status.QUEUED, Status.PENDING)
+
+
+def store_upload(upload: Upload, files_dir: Path, *, max_bytes: int) -> tuple[Path, str]:
+    """Stream ``upload`` into the store of originals; its stored path and content hash.
+
+    Refuses an unsupported extension before reading, and an upload over ``max_bytes`` while reading
+    (nothing of it is kept).
+    """
+    suffix = Path(upload.name).suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        supported = ", ".join(SUPPORTED_SUFFIXES)
+        raise UnsupportedTypeError(
+            upload.name, f"unsupported file type {suffix or '(none)'!r}; supported: {supported}"
+        )
+    files_dir.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    size = 0
+    with tempfile.NamedTemporaryFile(dir=files_dir, suffix=".part", delete=False) as part:
+        partial = Path(part.name)
+        try:
+            while block := upload.stream.read(_BLOCK):
+                size += len(block)
+                if size > max_bytes:
+                    raise LimitExceededError(
+                        f"{upload.name}: the upload is over {max_bytes} bytes (CITELINE_UPLOAD_MAX_BYTES)"
+                    )
+                digest.update(block)
+                part.write(block)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+    content = digest.hexdigest()
+    stored = files_dir / content[:2] / f"{content}{suffix}"
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    if stored.exists():
+        partial.unlink()
+    else:
+        shutil.move(partial, stored)
+    return stored, content
+
+
+def submit(
+    engine: sa.Engine,
+    settings: Settings,
+    *,
+    model: str,
+    name: str,
+    source_uri: str | None,
+    content_hash: str,
+    file_path: Path | None,
+    options: IngestOptions,
+    document_id: uuid.UUID | None = None,
+    index: bool = True,
+    force: bool = False,
+) -> Submission:
+    """Register a new version of a document for a runner to build (see the module's docstring).
+
+    ``document_id`` replaces that document (a new version of it); without it a new document is
+    created, for ``source_uri`` when given (a URL), else for the upload itself.
+    """
+    size = options.chunk_size or settings.chunk_size
+    overlap = options.chunk_overlap if options.chunk_overlap is not None else settings.chunk_overlap
+    check_chunking(size, overlap)
+    new_id: uuid.UUID | None = None
+    with engine.begin() as conn:
+        if document_id is not None:
+            current = catalog.get_document(conn, document_id)
+            source_uri = current.source_uri
+        elif source_uri is None:
+            new_id = uuid.uuid4()
+            source_uri = f"upload:{new_id}"
+        status = Status.QUEUED if index else Status.PENDING
+        request = VersionRequest(
+            source_uri,
+            name,
+            VersionSpec(content_hash, model, size, overlap),
+            options.labels(),
+            str(file_path) if file_path else None,
+            status=status,
+            document_id=new_id,
+            force=force,
+        )
+        [(doc, start)] = catalog.begin_versions(conn, [request])
+    if start is VersionStart.CREATED:
+        return Submission(doc, status)
+    return Submission(doc, Outcome.RELABELLED if start is VersionStart.RELABELLED else Outcome.UNCHANGED)
+
+
+def submit_url(url: str) -> str:
+    """Check a web page's address before it is registered; the address guard applies when fetched."""
+    check_url(url)
+    return url
+
+
+def reingest_request(doc: DocumentInfo) -> tuple[Path | None, str]:
+    """What a new version of ``doc`` is built from: its stored original (or its URL) and hash."""
+    if doc.file_path:
+        path = Path(doc.file_path)
+        if not path.exists():
+            raise NotFoundError(f"document {doc.id}: its stored original {path} is missing; upload it again")
+        return path, doc.content_hash or ""
+    if doc.source_uri.startswith(("http://", "https://")):
+        return None, doc.content_hash or ""
+    raise NotFoundError(f"document {doc.id} has no stored original to re-ingest; upload it again")

@@ -1,0 +1,262 @@
+"""Ingestion as per-document jobs: upload answers at once, a runner builds, nothing stays stuck."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from citeline.access import Access
+from citeline.engine import Citeline
+from citeline.errors import AccessDeniedError, ConflictError, LimitExceededError, UnsupportedTypeError
+from citeline.ingest import IngestOptions, Outcome
+from citeline.jobs.submit import Upload
+from citeline.retrieve.filters import Filters
+from citeline.retrieve.search import SearchRequest
+from citeline.settings import Settings
+from citeline.store import catalog
+from citeline.store.models import Status
+from tests.conftest import PDFS
+
+#: Seconds to wait for a job: generous, since a loaded machine is slow, and a stuck job fails anyway.
+WAIT = 180.0
+
+PUMP = (
+    "# Pump manual\n\n"
+    + "Prime the centrifugal pump by filling its casing with water until it overflows at the vent. " * 12
+    + "\n\n## Storage\n\n"
+    + "Drain the pump completely before winter storage so that frost cannot crack the volute. " * 12
+)
+
+
+def upload(name: str, text: str) -> Upload:
+    return Upload(name, io.BytesIO(text.encode()))
+
+
+@pytest.fixture
+def jobs(settings: Settings) -> Iterator[Citeline]:
+    """A store whose job runner polls fast, torn down with its schema."""
+    with Citeline(settings.model_copy(update={"job_poll_seconds": 0.1, "job_retry_delay": 0.1})) as cl:
+        yield cl
+        with cl.engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "citeline_{settings.namespace}" CASCADE'))
+
+
+def configured(settings: Settings, **overrides: object) -> Citeline:
+    fast = {"job_poll_seconds": 0.1, "job_retry_delay": 0.1, **overrides}
+    return Citeline(settings.model_copy(update=fast))
+
+
+def test_an_upload_is_queued_at_once_and_built_by_the_runner(jobs: Citeline) -> None:
+    submitted = jobs.submit(upload("pump.md", PUMP), IngestOptions(scopes=("plant-a",), tags=("manual",)))
+    assert submitted.created and submitted.document.status == "queued"
+    assert submitted.document.vector_count == 0 and jobs.search("prime the pump") == []
+    jobs.start_jobs()
+    done = jobs.wait(submitted.document.id, timeout=WAIT)
+    assert done.status == "completed" and done.is_active and done.attempts == 1
+    assert done.id == submitted.document.id and done.version == 1
+    assert done.title == "Pump manual" and done.name == "pump.md" and done.scopes == ["plant-a"]
+    assert done.vector_count > 1 and done.started_at is not None and done.duration_ms
+    [hit, *_] = jobs.search("how do I prime the pump?")
+    assert hit.document_id == done.id and "Prime the centrifugal pump" in hit.text
+
+
+def test_replacing_a_document_keeps_its_id_and_swaps_the_new_version_in(jobs: Citeline) -> None:
+    jobs.start_jobs()
+    first = jobs.wait(jobs.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
+    replaced = jobs.submit(upload("pump-v2.md", PUMP.replace("winter", "frosty")), document_id=first.id)
+    assert replaced.created and replaced.document.id == first.id and replaced.document.version == 2
+    done = jobs.wait(first.id, timeout=WAIT)
+    assert done.version == 2 and done.name == "pump-v2.md"
+    assert [(v.version, v.status) for v in jobs.versions(first.id)] == [(2, "completed")]
+    texts = " ".join(h.text for h in jobs.search(SearchRequest("storage before winter", top_k=20)))
+    assert "frosty" in texts and "before winter storage" not in texts
+
+
+def test_the_same_content_again_is_no_new_version_and_new_labels_are_applied(jobs: Citeline) -> None:
+    jobs.start_jobs()
+    first = jobs.wait(jobs.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
+    again = jobs.submit(upload("pump.md", PUMP), IngestOptions(category="Plant"), document_id=first.id)
+    assert again.outcome is Outcome.RELABELLED and again.document.version == 1
+    assert again.document.category == "Plant"
+
+
+def test_a_pending_document_waits_until_asked_to_index(jobs: Citeline) -> None:
+    jobs.start_jobs()
+    pending = jobs.submit(upload("pump.md", PUMP), index=False).document
+    time.sleep(0.5)
+    assert jobs.document(str(pending.id)).status == "pending"
+    assert jobs.index(pending.id).status in ("queued", "processing", "completed")
+    assert jobs.wait(pending.id, timeout=WAIT).status == "completed"
+
+
+def test_relabelling_changes_what_a_scoped_search_sees_without_re_embedding(jobs: Citeline) -> None:
+    jobs.start_jobs()
+    submitted = jobs.submit(upload("pump.md", PUMP), IngestOptions(scopes=("plant-a",)))
+    doc = jobs.wait(submitted.document.id, timeout=WAIT)
+    scoped = SearchRequest("prime the pump", filters=Filters(scopes=("plant-b",)))
+    assert jobs.search(scoped) == []
+    with jobs.engine.connect() as conn:
+        chunk_ids = set(conn.execute(sa.text("SELECT id FROM chunks")).scalars())
+    relabelled = jobs.relabel(doc.id, IngestOptions(scopes=("plant-b",)))
+    assert relabelled.scopes == ["plant-b"] and relabelled.version == 1
+    assert jobs.search(scoped) != []
+    with jobs.engine.connect() as conn:
+        assert set(conn.execute(sa.text("SELECT id FROM chunks")).scalars()) == chunk_ids
+
+
+def test_bad_input_fails_once_with_its_reason_and_is_never_retried(jobs: Citeline) -> None:
+    jobs.start_jobs()
+    broken = jobs.submit(Upload("manual.pdf", io.BytesIO(b"%PDF-1.7 this is not really a pdf")))
+    done = jobs.wait(broken.document.id, timeout=WAIT)
+    assert done.status == "failed" and done.attempts == 1
+    assert done.error and "manual.pdf" in done.error and done.file_path is None
+
+
+def test_uploads_over_the_size_limit_or_of_unknown_types_are_refused_before_anything_is_stored(
+    settings: Settings,
+) -> None:
+    with configured(settings, upload_max_bytes=100) as cl:
+        with pytest.raises(LimitExceededError, match="CITELINE_UPLOAD_MAX_BYTES"):
+            cl.submit(upload("pump.md", PUMP))
+        with pytest.raises(UnsupportedTypeError, match=r"\.docx"):
+            cl.submit(upload("pump.docx", "x"))
+        assert cl.documents() == []
+        assert not [p for p in cl.files_dir.rglob("*") if p.is_file()]
+
+
+def test_a_document_over_the_page_limit_fails_with_the_limit_named(settings: Settings) -> None:
+    with configured(settings, upload_max_pages=3) as cl:
+        cl.start_jobs()
+        pdf = PDFS / "multicol_federal_register_2020-17221.pdf"
+        done = cl.wait(cl.submit(Upload(pdf.name, pdf.open("rb"))).document.id, timeout=WAIT)
+    assert done.status == "failed" and done.error and "CITELINE_UPLOAD_MAX_PAGES" in done.error
+
+
+def test_a_transient_failure_is_retried_with_backoff_until_it_succeeds(settings: Settings) -> None:
+    model = f"faulty:2-{uuid.uuid4().hex[:8]}"
+    with configured(settings, embedding_model=model, job_retries=3) as cl:
+        cl.start_jobs()
+        done = cl.wait(cl.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
+    assert done.status == "completed" and done.attempts == 3 and done.error is None
+
+
+def test_retries_are_bounded_and_the_last_reason_is_kept(settings: Settings) -> None:
+    model = f"faulty:9-{uuid.uuid4().hex[:8]}"
+    with configured(settings, embedding_model=model, job_retries=1) as cl:
+        cl.start_jobs()
+        done = cl.wait(cl.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
+    assert done.status == "failed" and done.attempts == 2
+    assert done.error and "timed out" in done.error and "gave up after 2 attempts" in done.error
+
+
+def test_a_queued_job_can_be_cancelled(jobs: Citeline) -> None:
+    queued = jobs.submit(upload("pump.md", PUMP)).document
+    cancelled = jobs.cancel(queued.id)
+    assert cancelled.status == "failed" and cancelled.error == "cancelled"
+    with pytest.raises(ConflictError):
+        jobs.cancel(queued.id)
+
+
+def test_a_running_job_can_be_cancelled_and_is_never_swapped_in(
+    settings: Settings, gate: tuple[str, threading.Event]
+) -> None:
+    name, opened = gate
+    with configured(settings, embedding_model=f"gated:{name}") as cl:
+        cl.start_jobs()
+        doc = cl.submit(upload("pump.md", PUMP)).document
+        deadline = time.monotonic() + 30
+        while cl.document(str(doc.id)).status != "processing" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cl.cancel(doc.id).status == "processing"  # asked to stop
+        opened.set()
+        done = cl.wait(doc.id, timeout=WAIT)
+        assert done.status == "failed" and done.error and "cancelled" in done.error
+        assert cl.search("prime the pump") == []
+        with cl.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM chunks")).scalar_one() == 0
+
+
+def test_a_job_over_its_soft_time_limit_fails_with_the_limit_named(settings: Settings) -> None:
+    with configured(settings, job_soft_time_limit=0.001) as cl:
+        cl.start_jobs()
+        pdf = PDFS / "multicol_federal_register_2020-17221.pdf"
+        done = cl.wait(cl.submit(Upload(pdf.name, pdf.open("rb"))).document.id, timeout=WAIT)
+    assert done.status == "failed" and done.error and "CITELINE_JOB_SOFT_TIME_LIMIT" in done.error
+
+
+def test_a_job_over_its_hard_time_limit_is_failed_and_its_work_discarded(
+    settings: Settings, gate: tuple[str, threading.Event]
+) -> None:
+    name, opened = gate
+    with configured(settings, embedding_model=f"gated:{name}", job_hard_time_limit=0.5) as cl:
+        cl.start_jobs()
+        doc = cl.submit(upload("pump.md", PUMP)).document
+        deadline = time.monotonic() + 30
+        while cl.document(str(doc.id)).status != "failed" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        failed = cl.document(str(doc.id))
+        assert failed.status == "failed" and failed.error and "CITELINE_JOB_HARD_TIME_LIMIT" in failed.error
+        opened.set()  # the stuck build ends now; what it made must not be swapped in
+        time.sleep(1.0)
+        assert cl.wait(doc.id, timeout=WAIT).status == "failed" and cl.search("prime the pump") == []
+
+
+def test_a_job_whose_runner_died_is_taken_up_again(jobs: Citeline) -> None:
+    doc = jobs.submit(upload("pump.md", PUMP)).document
+    # A runner claims the job and dies: its connection (and the run lock it held) goes away.
+    with jobs.engine.connect() as dying:
+        run = catalog.hold_run(dying)
+        dying.commit()
+        [claimed] = catalog.claim_jobs(dying, run=run, limit=1)
+        dying.commit()
+        assert claimed.status == "processing"
+        dying.invalidate()
+    jobs.start_jobs()
+    done = jobs.wait(doc.id, timeout=WAIT)
+    assert done.status == "completed" and done.attempts == 2
+
+
+def test_queued_jobs_are_picked_up_by_a_runner_started_later(settings: Settings) -> None:
+    with configured(settings) as client:
+        ids = [client.submit(upload(f"pump-{i}.md", PUMP + f"\n\nUnit {i}.")).document.id for i in range(3)]
+    with configured(settings) as server:
+        server.start_jobs()
+        assert {server.wait(i, timeout=WAIT).status for i in ids} == {"completed"}
+
+
+def test_readers_may_not_submit_or_change_documents(jobs: Citeline) -> None:
+    reader = Access.reader({"plant-a"}, "k1")
+    with pytest.raises(AccessDeniedError):
+        jobs.submit(upload("pump.md", PUMP), access=reader)
+    doc = jobs.submit(upload("pump.md", PUMP), IngestOptions(scopes=("plant-a",))).document
+    for action in (jobs.cancel, jobs.reingest, jobs.index):
+        with pytest.raises(AccessDeniedError):
+            action(doc.id, access=reader)
+
+
+def test_reingest_builds_a_new_version_from_the_stored_original(jobs: Citeline, tmp_path: Path) -> None:
+    jobs.start_jobs()
+    first = jobs.wait(jobs.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
+    again = jobs.reingest(first.id)
+    assert again.created and again.document.status == Status.QUEUED
+    done = jobs.wait(first.id, timeout=WAIT)
+    assert done.version == 2 and done.status == "completed" and done.vector_count == first.vector_count
+
+
+def test_index_all_queues_every_pending_document_and_reingests_completed_ones(jobs: Citeline) -> None:
+    pending = [
+        jobs.submit(upload(f"p{i}.md", PUMP + f"\n\nUnit {i}."), index=False).document for i in range(2)
+    ]
+    jobs.start_jobs()
+    assert {d.id for d in jobs.index_all("pending")} == {d.id for d in pending}
+    assert {jobs.wait(d.id, timeout=WAIT).status for d in pending} == {"completed"}
+    again = jobs.index_all("completed")
+    assert {d.version for d in again} == {2}
+    assert {jobs.wait(d.id, timeout=WAIT).version for d in pending} == {2}
