@@ -332,11 +332,19 @@ def _stream_answer(
     return complete
 
 
+_STANCE_STYLE = {"supports": "green", "contradicts": "red", "neutral": "dim"}
+
+
 def _print_sources(complete: Complete) -> None:
+    if complete.verdict is not None:
+        console.print(f"\n[bold]Verdict:[/bold] {complete.verdict.replace('_', ' ')}", highlight=False)
     if complete.citations:
         console.print("\n[bold]Sources[/bold]")
     for c in complete.citations:
         where = f"{c.document_name} p.{c.page}" + (f" § {c.section}" if c.section else "")
+        if complete.claim is not None:
+            # How the passage bears on the question's claim (see citeline.answer.stance).
+            where += f"  [{_STANCE_STYLE[c.stance]}]{c.stance}[/{_STANCE_STYLE[c.stance]}]"
         flag = "" if c.supported else "  [yellow]not backed by this passage[/yellow]"
         # Cited by citeline for a sentence the model left uncited (see citeline.answer.attribution).
         where += " (attributed)" if c.attributed else ""

@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 
 from citeline.access import FULL_ACCESS, Access, Role
 from citeline.answer.llm import LLM, get_llm
+from citeline.answer.nli import default_judge
 from citeline.chat import store as chat_store
 from citeline.chat.session import ChatSession
 from citeline.chat.store import ConversationInfo, MessageInfo
@@ -125,10 +126,12 @@ class Citeline:
         return other
 
     def warm_up(self) -> Citeline:
-        """Open the store, load the embedder and the keyword index now rather than at the first request."""
+        """Open the store, load the embedder, the keyword index and the claim judge now rather than at
+        the first request."""
         self.embedder  # noqa: B018
         with self.engine.connect() as conn:
             self.keyword_index.warm_up(conn)
+        default_judge().load()
         return self
 
     @property
@@ -386,10 +389,10 @@ class Citeline:
         """The document once no version of it is pending, queued or processing (or after ``timeout``)."""
         deadline = time.monotonic() + timeout
         while True:
-            doc = self.document(str(ref), access=access)
-            unfinished = [v for v in self.versions(doc.id, access=access) if v.status in _UNFINISHED]
-            if not unfinished or time.monotonic() >= deadline:
-                return doc
+            versions = self.versions(ref, access=access)
+            if not any(v.status in _UNFINISHED for v in versions) or time.monotonic() >= deadline:
+                # Read after the check: a version that finished between two reads is seen finished.
+                return self.document(str(ref), access=access)
             time.sleep(0.05)
 
     def _document_id(self, ref: str | uuid.UUID, access: Access) -> uuid.UUID:
@@ -701,14 +704,18 @@ class Citeline:
             return keys.revoke_key(conn, key_id)
 
     def readiness(self) -> dict[str, bool]:
-        """Whether this instance can serve: the database answers and the embedder is loaded."""
+        """Whether this instance can serve: the database answers, the embedder is loaded and, once
+        started, the job runner is alive."""
         try:
             with self.engine.connect() as conn:
                 conn.execute(sa.text("SELECT 1"))
             database = True
         except (CitelineError, sa.exc.SQLAlchemyError):
             database = False
-        return {"database": database, "embedder": self._embedder is not None}
+        checks = {"database": database, "embedder": self._embedder is not None}
+        if self._jobs is not None:
+            checks["job_runner"] = self._jobs.alive
+        return checks
 
 
 def _require_admin(access: Access, action: str) -> None:

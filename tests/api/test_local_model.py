@@ -54,19 +54,22 @@ def test_a_streamed_answer_from_the_local_model(model_server: Server) -> None:
     assert any(e.name == ":" for e in events[:first_token])
 
 
-def _open_stream(server: Server) -> tuple[httpx.Client, httpx.Response, Iterator[Sse]]:
+def _open_stream(server: Server, until: str = "token") -> tuple[httpx.Client, httpx.Response, Iterator[Sse]]:
+    """A streamed answer read up to its first ``until`` event: its generation slot is held."""
     client = server.as_("admin")
     response = client.send(
         client.build_request("POST", "/chat/stream", json={"question": QUESTION}), stream=True
     )
     assert response.status_code == 200
     events = read_events(response.iter_lines())
-    assert next(e for e in events if e.name == "token")  # the model is generating
+    assert next(e for e in events if e.name == until)
     return client, response, events
 
 
 def test_answers_beyond_the_queue_get_503_with_retry_after(model_server: Server) -> None:
-    client, response, events = _open_stream(model_server)
+    # Held from the evidence on: the model has yet to read its prompt and write the answer, which takes
+    # seconds here, well beyond the queue's wait.
+    client, response, events = _open_stream(model_server, until="evidence")
     try:
         waited: list[httpx.Response] = []
         waiter = threading.Thread(

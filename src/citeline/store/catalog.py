@@ -961,8 +961,7 @@ def stats(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> dict[str, Any
         out["chunks"] = int(
             conn.execute(
                 sa.text(
-                    "SELECT coalesce(sum(d.vector_count), 0) FROM documents d "
-                    f"WHERE {where} AND d.is_active"
+                    f"SELECT coalesce(sum(d.vector_count), 0) FROM documents d WHERE {where} AND d.is_active"
                 ),
                 params,
             ).scalar_one()
