@@ -307,7 +307,7 @@ def test_an_uploaded_pdf_goes_from_queued_to_completed(site: Site, context: Brow
     )
     page.get_by_label("Files to upload").set_input_files(UPLOADED_PDF)
     page.get_by_label("Scopes").first.fill("acme")
-    page.get_by_role("button", name="Upload").click()
+    page.get_by_role("button", name="Upload", exact=True).click()
     expect(page.locator("#add-status")).to_contain_text("Uploaded 1 of 1 file")
     row = page.locator("#documents tbody tr").filter(has_text=UPLOADED_PDF.stem)
     expect(row).to_have_attribute("data-status", "completed", timeout=180_000)

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import anyio
-from fastapi import APIRouter, Query, Request, Response, UploadFile
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
+from starlette.datastructures import UploadFile
 
 from citeline.api.deps import AdminDep, CitelineDep
 from citeline.api.routes.documents import DocumentId, document_json
@@ -96,6 +97,7 @@ async def add_document(
         )
     form = await request.form(max_files=1, max_fields=100)
     upload = form.get("file")
+    # request.form() gives Starlette's UploadFile: FastAPI's is a subclass no parsed form holds.
     if not isinstance(upload, UploadFile) or not upload.filename:
         raise InvalidRequestError("the upload has no `file` field with a file name")
     fields = {key: [str(v) for v in form.getlist(key)] for key in form if key != "file"}
