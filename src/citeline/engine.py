@@ -696,14 +696,18 @@ class Citeline:
             return keys.revoke_key(conn, key_id)
 
     def readiness(self) -> dict[str, bool]:
-        """Whether this instance can serve: the database answers and the embedder is loaded."""
+        """Whether this instance can serve: the database answers, the embedder is loaded and, once
+        started, the job runner is alive."""
         try:
             with self.engine.connect() as conn:
                 conn.execute(sa.text("SELECT 1"))
             database = True
         except (CitelineError, sa.exc.SQLAlchemyError):
             database = False
-        return {"database": database, "embedder": self._embedder is not None}
+        checks = {"database": database, "embedder": self._embedder is not None}
+        if self._jobs is not None:
+            checks["job_runner"] = self._jobs.alive
+        return checks
 
 
 def _require_admin(access: Access, action: str) -> None:

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from citeline.api import errors
 from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter
-from citeline.api.routes import chat, conversations, documents, health, keys, search, stats
+from citeline.api.routes import chat, conversations, documents, health, ingest, keys, search, stats
 from citeline.engine import Citeline
 from citeline.settings import Settings
 
@@ -31,6 +31,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         cl = Citeline(settings)
         try:
             cl.warm_up()
+            # Documents uploaded here (or queued before a restart) are built by this process's runner.
+            cl.start_jobs()
             app.state.citeline = cl
             app.state.generation_slots = GenerationSlots(settings)
             app.state.rate_limiter = RateLimiter(settings.api_rate_limit)
@@ -48,7 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     errors.install(app)
     app.add_middleware(BodySizeLimit, settings=settings)
-    for module in (search, chat, conversations, documents, stats, keys, health):
+    for module in (search, chat, conversations, documents, ingest, stats, keys, health):
         app.include_router(module.router)
     return app
 
