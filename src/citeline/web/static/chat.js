@@ -181,11 +181,18 @@ async function ask(question) {
         text += data.text;
         renderAnswer(body, text);
       } else if (name === "citation") {
-        state.citations.set(data.number, data);
-        prefetchDocument(data.document_id);
+        // The passage comes the first time the conversation cites it; the checked citation (excerpt,
+        // support score) comes with `complete`.
+        const known = state.citations.get(data.number);
+        if (data.passage || known) {
+          state.citations.set(data.number, { ...known, ...data.passage, number: data.number, stance: data.stance });
+          prefetchDocument((data.passage ?? known).document_id);
+        }
         renderAnswer(body, text);
       } else if (name === "complete") {
-        for (const citation of data.citations) state.citations.set(citation.number, citation);
+        for (const citation of data.citations) {
+          state.citations.set(citation.number, { ...state.citations.get(citation.number), ...citation });
+        }
         text = data.answer;
         unsupported = data.unsupported ?? [];
         renderAnswer(body, text, unsupported);
@@ -250,16 +257,23 @@ async function showCitation(number) {
     ...fact("Version", String(citation.version)),
     ...fact("Page", String(citation.page)),
     ...(citation.section ? fact("Section", citation.section) : []),
-    ...fact("Support score", citation.score.toFixed(2)),
+    ...fact("Support score", citation.score === undefined ? "being checked" : citation.score.toFixed(2)),
+    ...(citation.stance ? fact("Stance", citation.stance) : []),
   );
   const support = $("citation-support");
-  support.className = citation.supported ? "support supported" : "support unsupported";
-  support.textContent = citation.supported
-    ? "The passage supports the sentences citing it."
-    : "Not supported: the passage does not back the sentences citing it.";
+  if (citation.supported === undefined) {
+    support.className = "support";
+    support.textContent = "The answer is still being written; the citation is checked at its end.";
+  } else {
+    support.className = citation.supported ? "support supported" : "support unsupported";
+    support.textContent = citation.supported
+      ? "The passage supports the sentences citing it."
+      : "Not supported: the passage does not back the sentences citing it.";
+  }
+  if (citation.stance === "contradicts") support.textContent += " The passage contradicts the sentence citing it.";
   if (citation.attributed) support.textContent += " (Cited by citeline, not by the model.)";
   const passage = $("citation-passage");
-  passage.replaceChildren(citation.excerpt);
+  passage.replaceChildren(citation.excerpt ?? citation.text ?? "");
   $("viewer").hidden = true;
   panel.focus();
   // The whole passage, with the cited sentence marked, from the page text the offsets index.
@@ -268,7 +282,7 @@ async function showCitation(number) {
     if (state.current !== citation) return;
     const text = page.text;
     const { start, end, excerpt_start: xs, excerpt_end: xe } = citation;
-    if (xs >= start && xe <= end) {
+    if (xs !== undefined && xs >= start && xe <= end) {
       passage.replaceChildren(text.slice(start, xs), el("mark", {}, text.slice(xs, xe)), text.slice(xe, end));
     } else {
       passage.replaceChildren(text.slice(start, end));
@@ -298,9 +312,10 @@ async function openAtPage() {
       pageUrl: `/documents/${id}/pages/${citation.page}`,
       contentType,
       page: citation.page,
-      start: citation.excerpt_start,
-      end: citation.excerpt_end,
-      text: citation.excerpt,
+      // The cited sentence once the answer is checked; until then the whole passage.
+      start: citation.excerpt_start ?? citation.start,
+      end: citation.excerpt_end ?? citation.end,
+      text: citation.excerpt ?? citation.text,
     });
   } catch {
     // The viewer has written the failure in words inside its box.
