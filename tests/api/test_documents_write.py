@@ -6,10 +6,12 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import sqlalchemy as sa
 
 from citeline.engine import Citeline
@@ -20,6 +22,7 @@ from tests.api.conftest import (
     base_env,
     create_key,
     launch_server,
+    start_server,
     stop_server,
     wait_ready,
 )
@@ -28,6 +31,29 @@ from tests.conftest import PDFS
 FIFTEEN_PAGES = PDFS / "multicol_federal_register_2020-17221.pdf"
 PUMP_V1 = "# Pump\n\n" + "The booster pump is primed with clean water before it is started. " * 20
 PUMP_V2 = "# Pump\n\n" + "The booster pump is primed with glycol before it is started. " * 20
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server of these tests' own: what they upload must not change what other tests list."""
+    env = base_env(tmp_path_factory.mktemp("write-data"), CITELINE_LLM="extractive")
+    started = start_server(env, tmp_path_factory.mktemp("write-log") / "serve.log")
+    try:
+        started.keys["admin"] = create_key(env, "--role", "admin")["key"]
+        with started.as_("admin") as admin:
+            for name, body in (
+                ("reader", {"role": "reader", "scopes": ["acme"]}),
+                ("other", {"role": "reader", "scopes": ["globex"]}),
+            ):
+                started.keys[name] = admin.post("/keys", json=body).json()["key"]
+            revoked = admin.post("/keys", json={"role": "reader", "scopes": ["acme"]}).json()
+            assert admin.delete(f"/keys/{revoked['id']}").status_code == 200
+            started.keys["revoked"] = revoked["key"]
+            note = upload(admin, "acme-note.md", b"# Note\n\nThe ACME valve opens at 6 bar.", scopes="acme")
+            started.documents["acme_note"] = poll(admin, note.json()["id"])["id"]
+        yield started
+    finally:
+        stop_server(started)
 
 
 def poll(client: httpx.Client, document_id: str, timeout: float = 240.0) -> dict[str, Any]:
