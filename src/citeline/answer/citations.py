@@ -180,11 +180,6 @@ class Citation:
     attributed: bool = False
     stance: Stance = "neutral"
 
-    @property
-    def download_url(self) -> str:
-        """The original file of the cited version, opened at the cited page."""
-        return f"/documents/{self.document_id}/versions/{self.version}/file#page={self.page}"
-
     def as_dict(self) -> dict[str, Any]:
         return {
             "number": self.number,
@@ -204,7 +199,6 @@ class Citation:
             "supported": self.supported,
             "attributed": self.attributed,
             "stance": self.stance,
-            "download_url": self.download_url,
         }
 
 
