@@ -200,3 +200,14 @@ def test_ask_shows_the_verdict_on_a_claim_and_each_source_s_stance(
     assert code == 0, err
     assert f"Verdict: {answer['verdict']}" in out
     assert f"valve.txt p.1  {answer['verdict']}" in out
+
+
+def test_source_text_is_printed_exactly_never_as_emoji_or_markup(settings: Settings, tmp_path: Path) -> None:
+    text = "root:x:0:0:root:/root:/bin/bash takes a :pill: dose of [bold]markup[/bold] and [red]colour."
+    write(tmp_path / "[dim]odd name.txt", text)
+    code, _, err = _run(settings, "ingest", str(tmp_path))
+    assert code == 0, err
+    code, out, err = _run(settings, "search", "root bash pill dose", "--top-k", "1")
+    assert code == 0, err
+    assert "[dim]odd name.txt p.1" in out
+    assert text in out and "💊" not in out and "❌" not in out

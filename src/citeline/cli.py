@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -48,8 +49,8 @@ docs_app = typer.Typer(help="List, show and delete documents.", no_args_is_help=
 app.add_typer(docs_app, name="docs")
 
 # soft_wrap: long paths and messages stay on one line, so they can be grepped and copied.
-console = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+console = Console(soft_wrap=True, emoji=False)
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def _print_json(data: Any) -> None:
@@ -280,7 +281,8 @@ def search(
         console.print("no hits")
         return
     for rank, hit in enumerate(hits, start=1):
-        where = f"{hit.document_name} p.{hit.page}" + (f" § {hit.section}" if hit.section else "")
+        # Names and headings come from documents: printed as text, never read as markup.
+        where = escape(f"{hit.document_name} p.{hit.page}" + (f" § {hit.section}" if hit.section else ""))
         console.print(
             f"[bold][{rank}][/bold] {where}  [dim]v{hit.version} chunk {hit.chunk_id} "
             f"chars {hit.start}-{hit.end}  similarity {hit.similarity:.3f}  bm25 {hit.keyword_score:.2f}  "
@@ -341,7 +343,7 @@ def _print_sources(complete: Complete) -> None:
     if complete.citations:
         console.print("\n[bold]Sources[/bold]")
     for c in complete.citations:
-        where = f"{c.document_name} p.{c.page}" + (f" § {c.section}" if c.section else "")
+        where = escape(f"{c.document_name} p.{c.page}" + (f" § {c.section}" if c.section else ""))
         if complete.claim is not None:
             # How the passage bears on the question's claim (see citeline.answer.stance).
             where += f"  [{_STANCE_STYLE[c.stance]}]{c.stance}[/{_STANCE_STYLE[c.stance]}]"
