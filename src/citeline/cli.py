@@ -485,6 +485,24 @@ def docs_delete(
 
 
 @app.command()
+def worker(
+    ctx: typer.Context,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", min=1, help="Documents built at once (worker processes).")
+    ] = 1,
+) -> None:
+    """Build queued documents as a Celery worker, with Redis (CITELINE_REDIS_URL) as the broker.
+
+    Run any number of workers, on any machines that reach the same PostgreSQL and Redis; the API and
+    the CLI queue documents for them when CITELINE_JOB_RUNNER=celery.
+    """
+    settings = _settings(ctx)
+    from citeline.jobs.celery import run_worker  # Celery is loaded only by the commands that use it
+
+    _guard(lambda: run_worker(settings, concurrency=concurrency))
+
+
+@app.command()
 def stats(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False
 ) -> None:

@@ -221,16 +221,24 @@ class Citeline:
 
     @property
     def jobs(self) -> JobRunner:
-        """The runner that builds queued documents in this process (started by :meth:`start_jobs`)."""
+        """The runner of the ``job_runner`` setting (started by :meth:`start_jobs`): a thread pool that
+        builds queued documents in this process, or the sender of queued documents to Celery workers."""
         if self._jobs is None:
             with self._lock:
                 if self._jobs is None:
-                    self._jobs = ThreadRunner(
-                        self.engine,
-                        lambda: self.ingestor(allow_private_urls=self.settings.url_allow_private),
-                        self.settings,
-                    )
+                    self._jobs = self._runner()
         return self._jobs
+
+    def _runner(self) -> JobRunner:
+        if self.settings.job_runner == "celery":
+            from citeline.jobs.celery import CeleryRunner  # Celery is loaded only by those who use it
+
+            return CeleryRunner(self.settings)
+        return ThreadRunner(
+            self.engine,
+            lambda: self.ingestor(allow_private_urls=self.settings.url_allow_private),
+            self.settings,
+        )
 
     def start_jobs(self) -> JobRunner:
         """Start building queued documents in this process: those queued now, and those to come."""
@@ -325,9 +333,9 @@ class Citeline:
         doc = self.document(str(ref), access=access)
         with self.engine.begin() as conn:
             pending = [v.version_id for v in catalog.versions(conn, doc.id) if v.status == "pending"]
-            catalog.enqueue(conn, pending)
+            queued = catalog.enqueue(conn, pending)
             current = catalog.get_document(conn, doc.id)
-        self.jobs.notify()
+        self.jobs.notify([v.version_id for v in queued])
         return current
 
     def cancel(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> DocumentInfo:
@@ -375,8 +383,8 @@ class Citeline:
         return self.document(str(ref), access=access).id
 
     def _queued(self, submission: Submission) -> Submission:
-        if submission.outcome == Status.QUEUED and self._jobs is not None:
-            self._jobs.notify()
+        if submission.outcome == Status.QUEUED:
+            self.jobs.notify([submission.document.version_id])
         return submission
 
     def ingestor(self, *, allow_private_urls: bool = False) -> Ingestor:
