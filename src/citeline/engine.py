@@ -375,7 +375,10 @@ class Citeline:
         while True:
             doc = self.document(str(ref), access=access)
             unfinished = [v for v in self.versions(doc.id, access=access) if v.status in _UNFINISHED]
-            if not unfinished or time.monotonic() >= deadline:
+            if not unfinished:
+                # Read again: the job may have finished between the two reads above.
+                return self.document(str(ref), access=access)
+            if time.monotonic() >= deadline:
                 return doc
             time.sleep(0.05)
 

@@ -48,9 +48,10 @@ _SEND_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "int
 def celery_app(settings: Settings) -> Celery:
     """The Celery application of ``settings``: Redis broker, late acknowledgement, citeline's limits.
 
-    Celery's own time limits stand behind the catalog's by a grace of two polls: the soft one
-    interrupts a job stuck inside one page (the catalog's soft limit is checked between pages), the
-    hard one ends the worker process after the sweep has failed the version for its hard limit.
+    Celery's own time limits stand behind the catalog's by a grace of two polls. The soft one
+    interrupts a job stuck inside one page (the catalog's soft limit is checked between pages): its run
+    ends, and the version is requeued like any interrupted job until its retries are spent. The hard
+    one ends the worker process after the sweep has failed the version for its hard limit.
     """
     if not settings.redis_url:
         raise ConfigError(
@@ -163,9 +164,8 @@ class WorkerProcess:
         """Claim ``version_id`` and build it; a transient failure sends its retry after its delay."""
         cl, limits = self.store(namespace)
         ingestor = cl.ingestor(allow_private_urls=cl.settings.url_allow_private)
-        for result in ingestor.run_jobs(
-            limit=1, version_ids=[version_id], retry=self._retry, should_stop=limits
-        ):
+        results = ingestor.run_jobs(limit=1, version_ids=[version_id], retry=self._retry, should_stop=limits)
+        for result in results:
             if result.outcome is Outcome.RETRYING and result.document is not None:
                 delay = self._retry.delay_after(result.document.attempts)
                 send(self.app, [version_id], namespace, countdown=delay)
@@ -214,7 +214,7 @@ class WorkerProcess:
     def _waiting(self) -> int:
         """Messages waiting in the broker's queue (not those a worker holds)."""
         with self.app.connection_for_write() as conn:
-            declared = conn.default_channel.queue_declare(queue=QUEUE, passive=True)
+            declared = conn.default_channel.queue_declare(queue=QUEUE)
         return int(declared.message_count)
 
 

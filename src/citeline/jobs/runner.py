@@ -135,10 +135,11 @@ class ThreadRunner:
 def sweep(engine: sa.Engine, settings: Settings) -> None:
     """Requeue (or fail) jobs whose run died; fail jobs over their hard time limit."""
     with engine.begin() as conn:
+        # Overdue first: a job whose worker was ended for its hard time limit fails, never requeued.
+        overdue = catalog.fail_overdue(conn, settings.job_hard_time_limit)
         abandoned = catalog.fail_abandoned(
             conn, retries=settings.job_retries, retry_delay=settings.job_retry_delay
         )
-        overdue = catalog.fail_overdue(conn, settings.job_hard_time_limit)
     settle_abandoned(engine, abandoned)
     for doc in overdue:
         log.warning("%s (version %d): %s", doc.name, doc.version, doc.error)

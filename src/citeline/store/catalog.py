@@ -507,6 +507,17 @@ def ready_jobs(conn: sa.Connection, *, idle_for: float) -> list[uuid.UUID]:
     )
 
 
+def discard_chunks(conn: sa.Connection, version_id: uuid.UUID) -> None:
+    """Delete the chunks of a version that was never swapped in (failed while it was built)."""
+    conn.execute(
+        sa.text(
+            "DELETE FROM chunks WHERE document_id = :id AND NOT EXISTS "
+            "(SELECT 1 FROM documents WHERE id = :id AND is_active)"
+        ),
+        {"id": version_id},
+    )
+
+
 def requeue(conn: sa.Connection, version_id: uuid.UUID, reason: str, *, delay: float) -> None:
     """Put a version back in the queue after a transient failure, to be retried after ``delay`` s."""
     conn.execute(sa.text("DELETE FROM chunks WHERE document_id = :id"), {"id": version_id})
