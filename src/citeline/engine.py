@@ -54,6 +54,10 @@ from citeline.store.models import Status
 #: Statuses of a version whose job has not ended.
 _UNFINISHED = ("pending", "queued", "processing")
 
+#: Seconds a stored original may go unreferenced before cleaning up removes it: an upload is stored
+#: before its version is registered.
+_UPLOAD_GRACE = 3600.0
+
 #: Settings a derived instance may change while sharing the parent's database connection pool.
 _STORE_SETTINGS = ("data_dir", "database_url", "namespace")
 #: ... and its embedder.
@@ -326,6 +330,39 @@ class Citeline:
             force=True,
         )
         return self._queued(submission)
+
+    def reingest_candidates(
+        self, *, status: str = "completed", document_ids: Sequence[str] = ()
+    ) -> list[DocumentInfo]:
+        """What ``citeline reingest`` rebuilds: the named documents, else every document whose current
+        version (the active one, else the newest) has ``status``; by name."""
+        if document_ids:
+            return [self.document(ref) for ref in document_ids]
+        current: dict[uuid.UUID, DocumentInfo] = {}
+        for doc in self.documents():
+            held = current.get(doc.id)
+            if held is None or (doc.is_active, doc.version) > (held.is_active, held.version):
+                current[doc.id] = doc
+        return sorted((d for d in current.values() if d.status == status), key=lambda d: (d.name, str(d.id)))
+
+    def unused_files(self, *, older_than: float = _UPLOAD_GRACE) -> list[Path]:
+        """Stored originals of this namespace that no version refers to, untouched for ``older_than``
+        seconds (a younger one may be an upload whose version is being registered)."""
+        if not self.files_dir.is_dir():
+            return []
+        cutoff = time.time() - older_than
+        found: list[Path] = []
+        with self.engine.connect() as conn:
+            for path in sorted(p for p in self.files_dir.rglob("*") if p.is_file()):
+                if path.stat().st_mtime < cutoff and not catalog.file_in_use(conn, str(path)):
+                    found.append(path)
+        return found
+
+    def remove_unused_files(self, *, older_than: float = _UPLOAD_GRACE) -> list[Path]:
+        """Delete what :meth:`unused_files` finds; the files deleted."""
+        removed = self.unused_files(older_than=older_than)
+        remove_unused_files(self.engine, removed)
+        return [p for p in removed if not p.exists()]
 
     def index(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> DocumentInfo:
         """Queue a ``pending`` document (registered without being asked to index)."""
