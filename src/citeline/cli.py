@@ -593,6 +593,13 @@ def eval_command(
             "keyword, ...) or name=key:value;key:value. Default: the current settings."
         ),
     ] = None,
+    folds: Annotated[
+        int | None,
+        typer.Option(
+            help="With --compare: K-fold cross-validation over the queries of picking the configuration "
+            "with the best nDCG@10 (picked on K-1 folds, scored on the one left out).",
+        ),
+    ] = None,
     per_query: Annotated[
         Path | None, typer.Option(help="Write one JSON line per query and configuration to this file.")
     ] = None,
@@ -614,11 +621,14 @@ def eval_command(
 ) -> None:
     """Evaluate retrieval on a BEIR-format folder: nDCG@10, recall@10/100, MRR@10, latency p50/p99.
 
+    Each configuration's nDCG@10 comes with a 95% bootstrap interval and, against the first
+    configuration, a paired difference with its interval and p-value.
     With --answers, evaluate answers: citations resolved, gold abstract cited, time to first token.
     """
-    from citeline.eval.beir import METRICS, evaluate, load_beir
+    from citeline.eval.beir import evaluate, load_beir
     from citeline.eval.configs import parse_configs
     from citeline.eval.report import check_writable, write_per_query, write_report
+    from citeline.eval.stats import check_folds
 
     data = _guard(lambda: load_beir(folder, split=split_name))
     for path in (per_query, report):
@@ -629,14 +639,20 @@ def eval_command(
     if fusion is not None:
         more["fusion"] = fusion
     if answers is not None or llm is not None:
-        given = {"--compare": compare, "--report": report, "--limit": limit}
+        given = {"--compare": compare, "--report": report, "--limit": limit, "--folds": folds}
         _eval_answers(ctx, data, more, answers, llm, per_query, as_json, given)
         return
     settings = _settings(ctx, **more)
     # Checked before the store opens, so a mistyped name costs no ingest; no --compare: the settings as set.
     configs = _guard(lambda: parse_configs(compare, settings)) if compare else None
+    if folds is not None:
+        if configs is None:
+            err.print("[red]error:[/red] --folds cross-validates the configurations of --compare; name them")
+            raise typer.Exit(2)
+        queries = min(limit, len(data.queries)) if limit else len(data.queries)
+        _guard(partial(check_folds, folds, queries))
     with _citeline(ctx, **more) as cl:
-        evaluation = evaluate(cl, data, configs, limit=limit, console=err)
+        evaluation = evaluate(cl, data, configs, limit=limit, folds=folds, console=err)
         if per_query is not None:
             write_per_query(evaluation, per_query)
         if report is not None:
@@ -650,18 +666,82 @@ def eval_command(
         markup=False,
         highlight=False,
     )
+    out.print(_metrics_table(summary))
+    out.print(_spread_table(summary))
+    if "cross_validation" in summary:
+        out.print(_cross_validation_table(summary["cross_validation"]))
+    for path, what in ((per_query, "per-query results"), (report, "report")):
+        if path is not None:
+            err.print(f"{what} written to {path}", markup=False, highlight=False)
+    if as_json:
+        _print_json(summary)
+
+
+def _metrics_table(summary: Mapping[str, Any]) -> Table:
+    """One row per configuration: the ranking metrics and the latencies."""
+    from citeline.eval.beir import METRICS
+
     table = Table(Column("config", no_wrap=True), "nDCG@10", "R@10", "R@100", "MRR@10", "p50 ms", "p99 ms")
     for name, figures in summary["configs"].items():
         table.add_row(
             Text(name),
             *(f"{figures[k]:.1f}" if k.startswith("latency") else f"{figures[k]:.4f}" for k in METRICS),
         )
-    out.print(table)
-    for path, what in ((per_query, "per-query results"), (report, "report")):
-        if path is not None:
-            err.print(f"{what} written to {path}", markup=False, highlight=False)
-    if as_json:
-        _print_json(summary)
+    return table
+
+
+def _spread_table(summary: Mapping[str, Any]) -> Table:
+    """nDCG@10 with its interval and, when there are several configurations, the paired difference
+    with the first, its interval and p-value: a table of its own, so both fit a terminal's width."""
+    configs = summary["configs"]
+    several = len(configs) > 1
+    first = next(iter(configs))
+    table = Table(
+        Column("config", no_wrap=True),
+        "nDCG@10",
+        Column("95% CI", no_wrap=True),
+        *(("Δ", Column("Δ 95% CI", no_wrap=True), "p") if several else ()),
+        title="nDCG@10 with 95% bootstrap intervals"
+        + (f"; Δ and p paired against {first}" if several else ""),
+    )
+    for name, figures in configs.items():
+        ci = figures.get("ndcg@10_ci")
+        cells = [f"{figures['ndcg@10']:.4f}", f"{ci[0]:.3f} to {ci[1]:.3f}" if ci else ""]
+        delta, delta_ci = figures.get("delta_vs_first"), figures.get("delta_vs_first_ci")
+        if delta is not None:
+            cells += [
+                f"{delta:+.4f}",
+                f"{delta_ci[0]:+.3f} to {delta_ci[1]:+.3f}",
+                _p_value(figures["p_vs_first"]),
+            ]
+        table.add_row(Text(name), *cells)
+    return table
+
+
+def _p_value(p: float) -> str:
+    # Below 0.001 the randomisation test's resolution (1/10,000 draws) makes more digits meaningless.
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _cross_validation_table(cv: Mapping[str, Any]) -> Table:
+    """Each fold's pick and held-out nDCG@10, with the held-out mean and the in-sample best below."""
+    table = Table(
+        "fold",
+        "queries",
+        Column("picked on the other folds", no_wrap=True),
+        "held-out nDCG@10",
+        title=f"{cv['folds']}-fold cross-validation (seed {cv['seed']})",
+    )
+    for fold in cv["per_fold"]:
+        table.add_row(
+            str(fold["fold"] + 1), str(fold["queries"]), Text(fold["picked"]), f"{fold['ndcg@10']:.4f}"
+        )
+    picks = ", ".join(f"{name} {count}/{cv['folds']}" for name, count in cv["picks"].items())
+    table.caption = Text(
+        f"held-out nDCG@10 {cv['held_out_ndcg@10']:.4f}; picked: {picks}; "
+        f"best on all queries: {cv['best_in_sample']} {cv['best_in_sample_ndcg@10']:.4f}"
+    )
+    return table
 
 
 def _eval_answers(

@@ -375,6 +375,23 @@ class Citeline:
         self.jobs.notify([v.version_id for v in queued])
         return current
 
+    def index_all(self, status: str, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
+        """Index every document whose current version is in ``status``: ``pending`` ones are queued,
+        ``completed`` or ``failed`` ones re-ingested from their stored originals. Returns each document
+        as it is afterwards; one that cannot be re-ingested (no stored original) keeps its status."""
+        _require_admin(access, f"index every {status} document")
+        chosen = [d for d in self.documents(access=access) if d.status == status]
+        out: list[DocumentInfo] = []
+        for doc in {d.id: d for d in chosen}.values():
+            if status == Status.PENDING:
+                out.append(self.index(doc.id, access=access))
+                continue
+            try:
+                out.append(self.reingest(doc.id, access=access).document)
+            except NotFoundError:
+                out.append(doc)
+        return out
+
     def cancel(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> DocumentInfo:
         """Cancel a document's pending, queued or running job (:class:`ConflictError` if it has none)."""
         _require_admin(access, f"cancel document {ref}")
@@ -410,13 +427,10 @@ class Citeline:
         """The document once no version of it is pending, queued or processing (or after ``timeout``)."""
         deadline = time.monotonic() + timeout
         while True:
-            doc = self.document(str(ref), access=access)
-            unfinished = [v for v in self.versions(doc.id, access=access) if v.status in _UNFINISHED]
-            if not unfinished:
-                # Read again: the job may have finished between the two reads above.
+            versions = self.versions(ref, access=access)
+            if not any(v.status in _UNFINISHED for v in versions) or time.monotonic() >= deadline:
+                # Read after the check: a version that finished between two reads is seen finished.
                 return self.document(str(ref), access=access)
-            if time.monotonic() >= deadline:
-                return doc
             time.sleep(0.05)
 
     def _document_id(self, ref: str | uuid.UUID, access: Access) -> uuid.UUID:

@@ -13,6 +13,7 @@ from citeline.access import Access
 from citeline.answer import CitationNumbering, Complete, Event, Start
 from citeline.answer.llm import GenerationOptions, get_llm
 from citeline.chat import store
+from citeline.chat.events import ChatEvent, TurnStart
 from citeline.chat.rewrite import Rewrite
 from citeline.chat.session import ChatSession, conversations, delete_conversation
 from citeline.engine import Citeline
@@ -49,10 +50,16 @@ def manual(cl: Citeline, tmp_path: Path) -> Citeline:
 
 
 def ask(session: ChatSession, question: str, filters: Filters | None = None) -> list[Event]:
-    async def run() -> list[Event]:
+    """The answer's events of one turn, after checking the turn's own first event."""
+
+    async def run() -> list[ChatEvent]:
         return [event async for event in session.ask(question, filters=filters)]
 
-    return asyncio.run(run())
+    turn, *events = asyncio.run(run())
+    assert isinstance(turn, TurnStart) and turn.conversation_id == session.id, turn
+    assert turn.question == question.strip() and turn.rewrite == session.last_rewrite
+    assert all(not isinstance(e, TurnStart) for e in events)
+    return events  # type: ignore[return-value]
 
 
 def complete(events: list[Event]) -> Complete:

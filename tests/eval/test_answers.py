@@ -161,7 +161,7 @@ def test_citations_that_do_not_resolve_are_caught(extractive: Citeline, claims_f
 
     async def run() -> tuple[Start, Complete]:
         events = [event async for event in session.ask(claim_question(CLAIMS["statins"]))]
-        start, end = events[0], events[-1]
+        start, end = events[1], events[-1]  # events[0] is the turn's TurnStart
         assert isinstance(start, Start) and isinstance(end, Complete)
         return start, end
 

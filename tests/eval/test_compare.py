@@ -153,3 +153,18 @@ def test_the_top_ten_comes_from_the_search_users_get_and_recall_at_100_from_a_de
         for q in evaluation.results[0].queries:
             hits = user.search(SearchRequest(q.query, top_k=10))
             assert list(q.top10) == list(dict.fromkeys(h.document_name for h in hits))[:10]
+
+
+def test_an_impossible_fold_count_is_refused_before_anything_is_ingested(
+    cl: Citeline, beir_folder: Path
+) -> None:
+    configs = parse_configs("rrf,dense", cl.settings)
+    with pytest.raises(InvalidRequestError, match="--folds 3: only 2 queries to split"):
+        evaluate(cl, load_beir(beir_folder), configs, limit=2, folds=3, console=QUIET)
+    assert cl.documents() == []
+
+
+def test_without_folds_there_is_no_cross_validation(cl: Citeline, beir_folder: Path) -> None:
+    evaluation = evaluate(cl, load_beir(beir_folder), parse_configs("rrf,dense", cl.settings), console=QUIET)
+    assert evaluation.cross_validation is None and "cross_validation" not in evaluation.summary()
+    assert list(evaluation.spreads) == ["rrf", "dense"] and evaluation.spreads["rrf"].vs_first is None

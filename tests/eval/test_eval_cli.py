@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from citeline.cli import app
 from citeline.eval.beir import STAGES
+from citeline.eval.stats import bootstrap_ci, paired_comparison
 from citeline.settings import Settings
 from tests.eval.conftest import QUERIES
 
@@ -103,6 +104,11 @@ def test_without_compare_the_summary_is_the_current_settings(settings: Settings,
         (["--compare", "rrf,bm42"], "unknown configuration 'bm42'; valid configurations: default, rrf"),
         (["--compare", "big=chunk_size:300"], "same stored corpus"),
         (["--report", "/nonexistent-folder/eval.html"], "the folder /nonexistent-folder does not exist"),
+        (["--folds", "2"], "--folds cross-validates the configurations of --compare"),
+        (["--compare", "rrf,dense", "--folds", "5"], "--folds 5: only 4 queries to split"),
+        (["--compare", "rrf,dense", "--folds", "3", "--limit", "2"], "--folds 3: only 2 queries to split"),
+        (["--compare", "rrf,dense", "--folds", "1"], "at least 2 folds"),
+        (["--answers", "2", "--folds", "2"], "--answers cannot be combined with --folds"),
     ],
 )
 def test_bad_options_stop_before_any_work(
@@ -111,3 +117,71 @@ def test_bad_options_stop_before_any_work(
     code, out, err = _run(settings, str(beir_folder), *args)
     assert code == 2 and message in err
     assert out == "" and "ingest" not in err
+
+
+def test_compare_says_whether_differences_are_real_and_cross_validates_the_choice(
+    settings: Settings, beir_folder: Path, tmp_path: Path
+) -> None:
+    # "again" is "dense" under another name: the same rankings, so no difference at all.
+    per_query, report = tmp_path / "queries.jsonl", tmp_path / "eval.html"
+    again = "again=fusion:weighted;weight_semantic:1;weight_keyword:0;weight_source:0"
+    code, out, err = _run(
+        settings,
+        str(beir_folder),
+        "--compare",
+        f"dense,keyword,{again}",
+        "--folds",
+        "2",
+        "--per-query",
+        str(per_query),
+        "--report",
+        str(report),
+        "--json",
+    )
+    assert code == 0, err
+    configs = json.loads(out.strip().splitlines()[-1])["configs"]
+    dense, keyword, same = configs["dense"], configs["keyword"], configs["again"]
+
+    # dense ranks every judged document first: its nDCG@10 is 1 on every query, a constant.
+    assert dense["ndcg@10"] == 1.0 and dense["ndcg@10_ci"] == [1.0, 1.0]
+    assert dense["p_vs_first"] is None and dense["delta_vs_first"] is None
+    assert same["delta_vs_first"] == 0.0 and same["delta_vs_first_ci"] == [0.0, 0.0]
+    assert same["p_vs_first"] == 1.0
+    # keyword is worse on q3 (the hotel lift) and no better anywhere: the figures are those of its
+    # per-query scores, paired query by query with dense's.
+    ndcg = {(r["config"], r["query_id"]): r["ndcg@10"] for r in map(json.loads, per_query.open())}
+    first, second = ([ndcg[name, q] for q in QUERIES] for name in ("dense", "keyword"))
+    expected = paired_comparison(first, second)
+    assert expected.delta < 0 and keyword["delta_vs_first"] == pytest.approx(expected.delta)
+    assert keyword["delta_vs_first_ci"] == pytest.approx(list(expected.delta_ci))
+    assert keyword["p_vs_first"] == pytest.approx(expected.p_value)
+    assert keyword["ndcg@10_ci"] == pytest.approx(list(bootstrap_ci(second)))
+    # A table of its own shows the intervals and the paired columns.
+    assert "Δ and p paired against dense" in err and "Δ 95% CI" in err
+
+    # Two folds of two queries: dense is never worse, so it is picked on both (a tie with "again" goes
+    # to the one given first) and scores 1 on the queries held out.
+    cv = json.loads(out.strip().splitlines()[-1])["cross_validation"]
+    assert cv["folds"] == 2 and cv["picks"] == {"dense": 2, "keyword": 0, "again": 0}
+    assert cv["held_out_ndcg@10"] == 1.0 and cv["best_in_sample"] == "dense"
+    assert [(f["fold"], f["queries"], f["picked"]) for f in cv["per_fold"]] == [
+        (0, 2, "dense"),
+        (1, 2, "dense"),
+    ]
+    assert "2-fold cross-validation" in err and "held-out nDCG@10 1.0000" in err
+
+    page = ET.fromstring(report.read_text(encoding="utf-8").removeprefix("<!DOCTYPE html>\n"))
+    rows = {
+        row[0].text: [cell.text for cell in row] for row in page.findall(".//table[@id='metrics']/tbody/tr")
+    }
+    assert rows["dense"][3] == "1.000 to 1.000" and rows["dense"][4:7] == [None, None, None]
+    assert rows["again"][4:7] == ["+0.000", "+0.000 to +0.000", "1.000"]
+    assert rows["keyword"][4] == f"{keyword['delta_vs_first']:+.3f}"
+    ndcg_svg = next(svg for svg in page.iter(f"{SVG}svg") if svg.get("id") == "ndcg")
+    assert len([p for p in ndcg_svg.iter(f"{SVG}path") if p.get("class") == "ci"]) == 3
+    folds = page.findall(".//table[@id='folds']/tbody/tr")
+    assert [[cell.text for cell in row] for row in folds] == [
+        ["1", "2", "dense", "1.000"],
+        ["2", "2", "dense", "1.000"],
+    ]
+    assert page.findtext(".//strong[@id='held-out']") == "1.000"

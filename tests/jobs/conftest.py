@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from citeline.embed import register_provider
+from citeline.embed import base, register_provider
 from citeline.embed.base import Embedder
 from citeline.embed.onnx import OnnxEmbedder
 from citeline.errors import EmbeddingError
@@ -70,8 +70,14 @@ def _gated(model: str, *, batch_size: int, threads: int) -> Embedder:
     return _Gated(model, batch_size=batch_size, threads=threads)
 
 
-register_provider("faulty", _faulty)
-register_provider("gated", _gated)
+@pytest.fixture(autouse=True)
+def fault_injecting_providers() -> Iterator[None]:
+    """``faulty:`` and ``gated:`` embedders, registered for these tests only (others list providers)."""
+    register_provider("faulty", _faulty)
+    register_provider("gated", _gated)
+    yield
+    for name in ("faulty", "gated"):
+        base._PROVIDERS.pop(name, None)
 
 
 @pytest.fixture

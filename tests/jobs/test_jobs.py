@@ -24,6 +24,9 @@ from citeline.store import catalog
 from citeline.store.models import Status
 from tests.conftest import PDFS
 
+#: Seconds to wait for a job: generous, since a loaded machine is slow, and a stuck job fails anyway.
+WAIT = 180.0
+
 PUMP = (
     "# Pump manual\n\n"
     + "Prime the centrifugal pump by filling its casing with water until it overflows at the vent. " * 12
@@ -55,7 +58,7 @@ def test_an_upload_is_queued_at_once_and_built_by_the_runner(jobs: Citeline) -> 
     assert submitted.created and submitted.document.status == "queued"
     assert submitted.document.vector_count == 0 and jobs.search("prime the pump") == []
     jobs.start_jobs()
-    done = jobs.wait(submitted.document.id)
+    done = jobs.wait(submitted.document.id, timeout=WAIT)
     assert done.status == "completed" and done.is_active and done.attempts == 1
     assert done.id == submitted.document.id and done.version == 1
     assert done.title == "Pump manual" and done.name == "pump.md" and done.scopes == ["plant-a"]
@@ -66,10 +69,10 @@ def test_an_upload_is_queued_at_once_and_built_by_the_runner(jobs: Citeline) -> 
 
 def test_replacing_a_document_keeps_its_id_and_swaps_the_new_version_in(jobs: Citeline) -> None:
     jobs.start_jobs()
-    first = jobs.wait(jobs.submit(upload("pump.md", PUMP)).document.id)
+    first = jobs.wait(jobs.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
     replaced = jobs.submit(upload("pump-v2.md", PUMP.replace("winter", "frosty")), document_id=first.id)
     assert replaced.created and replaced.document.id == first.id and replaced.document.version == 2
-    done = jobs.wait(first.id)
+    done = jobs.wait(first.id, timeout=WAIT)
     assert done.version == 2 and done.name == "pump-v2.md"
     assert [(v.version, v.status) for v in jobs.versions(first.id)] == [(2, "completed")]
     texts = " ".join(h.text for h in jobs.search(SearchRequest("storage before winter", top_k=20)))
@@ -78,7 +81,7 @@ def test_replacing_a_document_keeps_its_id_and_swaps_the_new_version_in(jobs: Ci
 
 def test_the_same_content_again_is_no_new_version_and_new_labels_are_applied(jobs: Citeline) -> None:
     jobs.start_jobs()
-    first = jobs.wait(jobs.submit(upload("pump.md", PUMP)).document.id)
+    first = jobs.wait(jobs.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
     again = jobs.submit(upload("pump.md", PUMP), IngestOptions(category="Plant"), document_id=first.id)
     assert again.outcome is Outcome.RELABELLED and again.document.version == 1
     assert again.document.category == "Plant"
@@ -90,12 +93,13 @@ def test_a_pending_document_waits_until_asked_to_index(jobs: Citeline) -> None:
     time.sleep(0.5)
     assert jobs.document(str(pending.id)).status == "pending"
     assert jobs.index(pending.id).status in ("queued", "processing", "completed")
-    assert jobs.wait(pending.id).status == "completed"
+    assert jobs.wait(pending.id, timeout=WAIT).status == "completed"
 
 
 def test_relabelling_changes_what_a_scoped_search_sees_without_re_embedding(jobs: Citeline) -> None:
     jobs.start_jobs()
-    doc = jobs.wait(jobs.submit(upload("pump.md", PUMP), IngestOptions(scopes=("plant-a",))).document.id)
+    submitted = jobs.submit(upload("pump.md", PUMP), IngestOptions(scopes=("plant-a",)))
+    doc = jobs.wait(submitted.document.id, timeout=WAIT)
     scoped = SearchRequest("prime the pump", filters=Filters(scopes=("plant-b",)))
     assert jobs.search(scoped) == []
     with jobs.engine.connect() as conn:
@@ -110,7 +114,7 @@ def test_relabelling_changes_what_a_scoped_search_sees_without_re_embedding(jobs
 def test_bad_input_fails_once_with_its_reason_and_is_never_retried(jobs: Citeline) -> None:
     jobs.start_jobs()
     broken = jobs.submit(Upload("manual.pdf", io.BytesIO(b"%PDF-1.7 this is not really a pdf")))
-    done = jobs.wait(broken.document.id)
+    done = jobs.wait(broken.document.id, timeout=WAIT)
     assert done.status == "failed" and done.attempts == 1
     assert done.error and "manual.pdf" in done.error and done.file_path is None
 
@@ -131,7 +135,7 @@ def test_a_document_over_the_page_limit_fails_with_the_limit_named(settings: Set
     with configured(settings, upload_max_pages=3) as cl:
         cl.start_jobs()
         pdf = PDFS / "multicol_federal_register_2020-17221.pdf"
-        done = cl.wait(cl.submit(Upload(pdf.name, pdf.open("rb"))).document.id)
+        done = cl.wait(cl.submit(Upload(pdf.name, pdf.open("rb"))).document.id, timeout=WAIT)
     assert done.status == "failed" and done.error and "CITELINE_UPLOAD_MAX_PAGES" in done.error
 
 
@@ -139,7 +143,7 @@ def test_a_transient_failure_is_retried_with_backoff_until_it_succeeds(settings:
     model = f"faulty:2-{uuid.uuid4().hex[:8]}"
     with configured(settings, embedding_model=model, job_retries=3) as cl:
         cl.start_jobs()
-        done = cl.wait(cl.submit(upload("pump.md", PUMP)).document.id)
+        done = cl.wait(cl.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
     assert done.status == "completed" and done.attempts == 3 and done.error is None
 
 
@@ -147,7 +151,7 @@ def test_retries_are_bounded_and_the_last_reason_is_kept(settings: Settings) -> 
     model = f"faulty:9-{uuid.uuid4().hex[:8]}"
     with configured(settings, embedding_model=model, job_retries=1) as cl:
         cl.start_jobs()
-        done = cl.wait(cl.submit(upload("pump.md", PUMP)).document.id)
+        done = cl.wait(cl.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
     assert done.status == "failed" and done.attempts == 2
     assert done.error and "timed out" in done.error and "gave up after 2 attempts" in done.error
 
@@ -172,7 +176,7 @@ def test_a_running_job_can_be_cancelled_and_is_never_swapped_in(
             time.sleep(0.05)
         assert cl.cancel(doc.id).status == "processing"  # asked to stop
         opened.set()
-        done = cl.wait(doc.id)
+        done = cl.wait(doc.id, timeout=WAIT)
         assert done.status == "failed" and done.error and "cancelled" in done.error
         assert cl.search("prime the pump") == []
         with cl.engine.connect() as conn:
@@ -183,7 +187,7 @@ def test_a_job_over_its_soft_time_limit_fails_with_the_limit_named(settings: Set
     with configured(settings, job_soft_time_limit=0.001) as cl:
         cl.start_jobs()
         pdf = PDFS / "multicol_federal_register_2020-17221.pdf"
-        done = cl.wait(cl.submit(Upload(pdf.name, pdf.open("rb"))).document.id)
+        done = cl.wait(cl.submit(Upload(pdf.name, pdf.open("rb"))).document.id, timeout=WAIT)
     assert done.status == "failed" and done.error and "CITELINE_JOB_SOFT_TIME_LIMIT" in done.error
 
 
@@ -201,7 +205,7 @@ def test_a_job_over_its_hard_time_limit_is_failed_and_its_work_discarded(
         assert failed.status == "failed" and failed.error and "CITELINE_JOB_HARD_TIME_LIMIT" in failed.error
         opened.set()  # the stuck build ends now; what it made must not be swapped in
         time.sleep(1.0)
-        assert cl.wait(doc.id).status == "failed" and cl.search("prime the pump") == []
+        assert cl.wait(doc.id, timeout=WAIT).status == "failed" and cl.search("prime the pump") == []
 
 
 def test_a_job_whose_runner_died_is_taken_up_again(jobs: Citeline) -> None:
@@ -215,7 +219,7 @@ def test_a_job_whose_runner_died_is_taken_up_again(jobs: Citeline) -> None:
         assert claimed.status == "processing"
         dying.invalidate()
     jobs.start_jobs()
-    done = jobs.wait(doc.id)
+    done = jobs.wait(doc.id, timeout=WAIT)
     assert done.status == "completed" and done.attempts == 2
 
 
@@ -224,7 +228,7 @@ def test_queued_jobs_are_picked_up_by_a_runner_started_later(settings: Settings)
         ids = [client.submit(upload(f"pump-{i}.md", PUMP + f"\n\nUnit {i}.")).document.id for i in range(3)]
     with configured(settings) as server:
         server.start_jobs()
-        assert {server.wait(i).status for i in ids} == {"completed"}
+        assert {server.wait(i, timeout=WAIT).status for i in ids} == {"completed"}
 
 
 def test_readers_may_not_submit_or_change_documents(jobs: Citeline) -> None:
@@ -239,8 +243,20 @@ def test_readers_may_not_submit_or_change_documents(jobs: Citeline) -> None:
 
 def test_reingest_builds_a_new_version_from_the_stored_original(jobs: Citeline, tmp_path: Path) -> None:
     jobs.start_jobs()
-    first = jobs.wait(jobs.submit(upload("pump.md", PUMP)).document.id)
+    first = jobs.wait(jobs.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
     again = jobs.reingest(first.id)
     assert again.created and again.document.status == Status.QUEUED
-    done = jobs.wait(first.id)
+    done = jobs.wait(first.id, timeout=WAIT)
     assert done.version == 2 and done.status == "completed" and done.vector_count == first.vector_count
+
+
+def test_index_all_queues_every_pending_document_and_reingests_completed_ones(jobs: Citeline) -> None:
+    pending = [
+        jobs.submit(upload(f"p{i}.md", PUMP + f"\n\nUnit {i}."), index=False).document for i in range(2)
+    ]
+    jobs.start_jobs()
+    assert {d.id for d in jobs.index_all("pending")} == {d.id for d in pending}
+    assert {jobs.wait(d.id, timeout=WAIT).status for d in pending} == {"completed"}
+    again = jobs.index_all("completed")
+    assert {d.version for d in again} == {2}
+    assert {jobs.wait(d.id, timeout=WAIT).version for d in pending} == {2}

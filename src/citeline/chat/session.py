@@ -14,10 +14,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from citeline.access import FULL_ACCESS, Access
-from citeline.answer import CitationNumbering, Complete, Event, answer_stream
+from citeline.answer import CitationNumbering, Complete, answer_stream
 from citeline.answer.llm import LLM, GenerationOptions
 from citeline.answer.prompt import system_prompt
 from citeline.chat import store
+from citeline.chat.events import ChatEvent, TurnStart
 from citeline.chat.history import merge, remembered_hits
 from citeline.chat.rewrite import Rewrite, rewrite
 from citeline.chat.store import ConversationInfo, MessageInfo, Turn
@@ -109,8 +110,8 @@ class ChatSession:
 
     async def ask(
         self, question: str, *, filters: Filters | None = None, top_k: int | None = None
-    ) -> AsyncGenerator[Event, None]:
-        """Answer ``question`` in this conversation, streaming the answer's events.
+    ) -> AsyncGenerator[ChatEvent, None]:
+        """Answer ``question`` in this conversation: :class:`TurnStart`, then the answer's events.
 
         ``filters`` (scopes, category, tags...) bound both the search and the earlier-cited chunks that
         join it; ``top_k`` is the number of fresh passages (default: the ``answer_passages`` setting).
@@ -128,6 +129,7 @@ class ChatSession:
             rewrite, question, history, llm=rewriter, options=self.options
         )
         query = self.last_rewrite.query
+        yield TurnStart(self.id, len(history) + 1, question, self.last_rewrite)
         evidence = await asyncio.to_thread(self.evidence, query, history, filters, top_k)
         numbering = CitationNumbering.from_chunk_ids(store.citation_order(history))
         numbered_before = len(numbering)

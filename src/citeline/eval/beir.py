@@ -2,7 +2,9 @@
 
 Each corpus entry becomes one document (title as its section heading); chunk hits are folded into
 document rankings by each document's best chunk, as BEIR scores documents. Several configurations
-(:mod:`citeline.eval.configs`) can be evaluated in one run over the same stored corpus.
+(:mod:`citeline.eval.configs`) can be evaluated in one run over the same stored corpus; each gets a
+bootstrap interval of its nDCG@10 and a paired test against the first, and ``folds`` cross-validates
+choosing among them (:mod:`citeline.eval.stats`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,14 @@ from citeline.engine import Citeline
 from citeline.errors import InvalidRequestError
 from citeline.eval.configs import Config, is_fixed, make_config
 from citeline.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
+from citeline.eval.stats import (
+    CrossValidation,
+    PairedComparison,
+    bootstrap_ci,
+    check_folds,
+    cross_validate,
+    paired_comparison,
+)
 from citeline.ingest import IngestOptions, Outcome, Source
 from citeline.retrieve.search import SearchRequest, Timings
 from citeline.settings import Settings
@@ -160,6 +171,26 @@ class ConfigResult:
 
 
 @dataclass(frozen=True)
+class Spread:
+    """How sure one configuration's nDCG@10 is, and how it differs from the first configuration's."""
+
+    #: Bootstrap interval of the mean nDCG@10 over queries (:func:`~citeline.eval.stats.bootstrap_ci`).
+    ci: tuple[float, float]
+    #: Against the first configuration, query by query; None for the first configuration itself.
+    vs_first: PairedComparison | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The keys each configuration's figures gain in ``citeline eval --json``."""
+        vs = self.vs_first
+        return {
+            "ndcg@10_ci": list(self.ci),
+            "delta_vs_first": vs.delta if vs else None,
+            "delta_vs_first_ci": list(vs.delta_ci) if vs else None,
+            "p_vs_first": vs.p_value if vs else None,
+        }
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """One run of ``citeline eval``: the corpus ingest and the results of each configuration, in order."""
 
@@ -169,15 +200,48 @@ class Evaluation:
     corpus_unchanged: int
     ingest_seconds: float
     results: list[ConfigResult]
+    #: Folds of the cross-validation over the configurations; None for none.
+    folds: int | None = None
+
+    @cached_property
+    def spreads(self) -> dict[str, Spread]:
+        """Each configuration's nDCG@10 interval and its paired comparison with the first, by name."""
+        first = [q.ndcg10 for q in self.results[0].queries]
+        spreads: dict[str, Spread] = {}
+        for i, result in enumerate(self.results):
+            scores = [q.ndcg10 for q in result.queries]
+            if not scores:
+                continue
+            spreads[result.config.name] = Spread(
+                bootstrap_ci(scores), paired_comparison(first, scores) if i else None
+            )
+        return spreads
+
+    @cached_property
+    def cross_validation(self) -> CrossValidation | None:
+        """K-fold cross-validation of picking the configuration with the best nDCG@10, if ``folds``."""
+        if self.folds is None:
+            return None
+        return cross_validate(
+            {r.config.name: [q.ndcg10 for q in r.queries] for r in self.results}, self.folds
+        )
 
     def summary(self) -> dict[str, Any]:
         """The JSON line of ``citeline eval --json``.
 
         The first configuration's figures keep the keys the command always had, so scripts reading
-        ``ndcg@10`` go on working; ``configs`` maps every configuration's name to its figures.
+        ``ndcg@10`` go on working; ``configs`` maps every configuration's name to its figures, with
+        its interval and its comparison with the first; ``cross_validation`` is there with ``folds``.
         """
         first = self.results[0].metrics()
-        return {
+        configs = {
+            r.config.name: {
+                **r.metrics(),
+                **(self.spreads[r.config.name].as_dict() if r.config.name in self.spreads else {}),
+            }
+            for r in self.results
+        }
+        summary = {
             "dataset": self.dataset,
             "namespace": self.namespace,
             "fusion": first["fusion"],
@@ -188,8 +252,23 @@ class Evaluation:
             **{key: first[key] for key in METRICS},
             "config": self.results[0].config.name,
             "stage_p50_ms": first["stage_p50_ms"],
-            "configs": {r.config.name: r.metrics() for r in self.results},
+            "configs": configs,
         }
+        cv = self.cross_validation
+        if cv is not None:
+            summary["cross_validation"] = {
+                "folds": len(cv.folds),
+                "seed": cv.seed,
+                "held_out_ndcg@10": cv.held_out_mean,
+                "picks": cv.picks,
+                "best_in_sample": cv.best_in_sample,
+                "best_in_sample_ndcg@10": cv.best_in_sample_mean,
+                "per_fold": [
+                    {"fold": f.index, "queries": len(f.held_out), "picked": f.picked, "ndcg@10": f.score}
+                    for f in cv.folds
+                ],
+            }
+        return summary
 
 
 def ingest_corpus(cl: Citeline, data: BeirData, console: Console) -> tuple[int, int, float]:
@@ -229,16 +308,21 @@ def evaluate(
     configs: Sequence[Config] | None = None,
     *,
     limit: int | None = None,
+    folds: int | None = None,
     console: Console | None = None,
 ) -> Evaluation:
     """Ingest (or reuse) the corpus, run every query under every configuration, score the rankings.
 
     Without ``configs`` the current settings are evaluated as one configuration named ``default``.
     The configurations take turns query by query, so a slow spell of a shared machine falls on all of
-    them alike.
+    them alike. ``folds`` cross-validates choosing among the configurations
+    (:attr:`Evaluation.cross_validation`); it is checked before anything is ingested.
     """
     console = console or Console(stderr=True)
     configs = list(configs) if configs else [make_config("default", {}, cl.settings)]
+    query_ids = list(data.queries)[:limit] if limit else list(data.queries)
+    if folds is not None:
+        check_folds(folds, len(query_ids))
     for config in configs:
         changed = [
             k
@@ -252,7 +336,6 @@ def evaluate(
             )
     added, unchanged, ingest_seconds = ingest_corpus(cl, data, console)
 
-    query_ids = list(data.queries)[:limit] if limit else list(data.queries)
     results = [ConfigResult(config) for config in configs]
     # One instance per configuration, sharing the open store, embedder and keyword index.
     searchers = {config.name: cl.derive(config.settings) for config in configs}
@@ -267,7 +350,7 @@ def evaluate(
         for searcher in searchers.values():
             searcher.close()
     return Evaluation(
-        data.folder.name, cl.settings.namespace, added, unchanged, round(ingest_seconds, 1), results
+        data.folder.name, cl.settings.namespace, added, unchanged, round(ingest_seconds, 1), results, folds
     )
 
 

@@ -1,20 +1,23 @@
 """Writing an evaluation down: per-query JSON lines and one self-contained HTML page.
 
-The page needs no network and no script: a table of metrics per configuration, an inline SVG bar plot
-of nDCG@10 and the median latency of each search stage. Every piece of text is escaped, and the page
-is well-formed XML, so it can also be read by an XML parser.
+The page needs no network and no script: a table of metrics per configuration with each nDCG@10's
+interval and its paired comparison with the first configuration, an inline SVG bar plot of nDCG@10
+with the intervals as whiskers, the cross-validation when there was one, and the median latency of
+each search stage. Every piece of text is escaped, and the page is well-formed XML, so it can also
+be read by an XML parser.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
 
 from citeline import __version__
 from citeline.errors import InvalidRequestError
-from citeline.eval.beir import STAGES, ConfigResult, Evaluation
+from citeline.eval.beir import STAGES, ConfigResult, Evaluation, Spread
+from citeline.eval.stats import CrossValidation
 
 _SVG_NS = "http://www.w3.org/2000/svg"
 #: One colour per stage, in the order of ``STAGES``; a stage added later reuses them in turn.
@@ -72,8 +75,9 @@ def render_html(evaluation: Evaluation) -> str:
         settings = "; ".join(f"{k}={v}" for k, v in m["settings"].items()) or "(current settings)"
         rows.append(
             ('<tr class="best">' if i == best else "<tr>") + f"<td>{e(result.config.name)}</td>"
-            f'<td class="settings">{e(settings)}</td>'
-            + "".join(f"<td>{m[key]:.3f}</td>" for key in ("ndcg@10", "recall@10", "recall@100", "mrr@10"))
+            f'<td class="settings">{e(settings)}</td><td>{m["ndcg@10"]:.3f}</td>'
+            + _spread_cells(evaluation.spreads.get(result.config.name))
+            + "".join(f"<td>{m[key]:.3f}</td>" for key in ("recall@10", "recall@100", "mrr@10"))
             + f"<td>{m['latency_p50_ms']:.1f}</td><td>{m['latency_p99_ms']:.1f}</td></tr>"
         )
     stage_rows = [
@@ -100,17 +104,21 @@ corpus: {evaluation.corpus_added} entries ingested, {evaluation.corpus_unchanged
 
 <h2>Metrics per configuration</h2>
 <table id="metrics">
-<thead><tr><th>configuration</th><th>settings</th><th>nDCG@10</th><th>recall@10</th><th>recall@100</th>
+<thead><tr><th>configuration</th><th>settings</th><th>nDCG@10</th><th>95% CI</th><th>Δ vs first</th>
+<th>Δ 95% CI</th><th>p vs first</th><th>recall@10</th><th>recall@100</th>
 <th>MRR@10</th><th>p50 ms</th><th>p99 ms</th></tr></thead>
 <tbody>
 {chr(10).join(rows)}
 </tbody>
 </table>
-<p class="note">Ranking metrics are means over the queries; the best nDCG@10 is in bold and red below.</p>
+<p class="note">Ranking metrics are means over the queries; the best nDCG@10 is in bold and red below.
+The 95% CI is a bootstrap interval over the queries. Δ is the configuration's nDCG@10 minus the first
+configuration's, on the same queries, with its paired bootstrap interval; p is the two-sided paired
+randomisation test of Δ. A difference whose interval holds 0 (p above 0.05) is not shown to be real.</p>
 
 <h2>nDCG@10</h2>
-{ndcg_svg(evaluation.results)}
-
+{ndcg_svg(evaluation.results, evaluation.spreads)}
+{_cross_validation_section(evaluation.cross_validation)}
 <h2>Latency by stage (median ms per query)</h2>
 {latency_svg(evaluation.results)}
 <table id="stages">
@@ -126,8 +134,56 @@ the whole search; the whole search also counts time between stages.</p>
 """
 
 
-def ndcg_svg(results: Sequence[ConfigResult]) -> str:
-    """Horizontal bars of nDCG@10 on a 0..1 axis, one per configuration."""
+def _spread_cells(spread: Spread | None) -> str:
+    """The interval, difference, its interval and p-value cells of one row of the metrics table."""
+    if spread is None:
+        return "<td></td>" * 4
+    cells = f"<td>{spread.ci[0]:.3f} to {spread.ci[1]:.3f}</td>"
+    vs = spread.vs_first
+    if vs is None:
+        return cells + "<td></td>" * 3
+    p = "&lt;0.001" if vs.p_value < 0.001 else f"{vs.p_value:.3f}"
+    return (
+        cells + f"<td>{vs.delta:+.3f}</td><td>{vs.delta_ci[0]:+.3f} to {vs.delta_ci[1]:+.3f}</td><td>{p}</td>"
+    )
+
+
+def _cross_validation_section(cv: CrossValidation | None) -> str:
+    if cv is None:
+        return ""
+    k = len(cv.folds)
+    rows = "\n".join(
+        f"<tr><td>{f.index + 1}</td><td>{len(f.held_out)}</td><td>{escape(f.picked)}</td>"
+        f"<td>{f.score:.3f}</td></tr>"
+        for f in cv.folds
+    )
+    picks = "\n".join(f"<tr><td>{escape(name)}</td><td>{n} of {k}</td></tr>" for name, n in cv.picks.items())
+    return f"""
+<h2>{k}-fold cross-validation</h2>
+<p>Held-out nDCG@10: <strong id="held-out">{cv.held_out_mean:.3f}</strong>. Best on all queries:
+{escape(cv.best_in_sample)}, {cv.best_in_sample_mean:.3f}.</p>
+<table id="folds">
+<thead><tr><th>fold</th><th>queries</th><th>picked on the other folds</th><th>held-out nDCG@10</th>
+</tr></thead>
+<tbody>
+{rows}
+</tbody>
+</table>
+<table id="picks">
+<thead><tr><th>configuration</th><th>picked</th></tr></thead>
+<tbody>
+{picks}
+</tbody>
+</table>
+<p class="note">The queries were shuffled with seed {cv.seed} and dealt into {k} folds. For each fold, the
+configuration with the best mean nDCG@10 on the other folds was picked and scored on this fold alone.
+The held-out nDCG@10 is what picking among these configurations is worth on queries it did not see;
+the best score on all queries overstates it.</p>
+"""
+
+
+def ndcg_svg(results: Sequence[ConfigResult], spreads: Mapping[str, Spread] | None = None) -> str:
+    """Horizontal bars of nDCG@10 on a 0..1 axis, one per configuration, with its interval as a whisker."""
     label_w, plot_w, row_h, top = 150, 420, 26, 10
     values = [r.metrics()["ndcg@10"] for r in results]
     best = max(values, default=0.0)
@@ -149,8 +205,19 @@ def ndcg_svg(results: Sequence[ConfigResult]) -> str:
             f'<text x="{label_w - 8}" y="{y + 17}" text-anchor="end">{escape(result.config.name)}</text>'
             f'<rect class="bar" x="{label_w}" y="{y + 4}" width="{width:.1f}" height="{row_h - 8}" '
             f'fill="{colour}"><title>{escape(result.config.name)}: {value:.4f}</title></rect>'
-            f'<text x="{label_w + width + 6:.1f}" y="{y + 17}">{value:.3f}</text>'
         )
+        spread = (spreads or {}).get(result.config.name)
+        end = width
+        if spread is not None:
+            low, high = (max(0.0, min(1.0, v)) * plot_w + label_w for v in spread.ci)
+            mid = y + row_h / 2
+            parts.append(
+                f'<path class="ci" d="M{low:.1f} {mid - 5:.1f}V{mid + 5:.1f}M{low:.1f} {mid:.1f}H{high:.1f}'
+                f'M{high:.1f} {mid - 5:.1f}V{mid + 5:.1f}" stroke="#222" fill="none">'
+                f"<title>95% CI {spread.ci[0]:.3f} to {spread.ci[1]:.3f}</title></path>"
+            )
+            end = max(width, high - label_w)
+        parts.append(f'<text x="{label_w + end + 6:.1f}" y="{y + 17}">{value:.3f}</text>')
     parts.append("</svg>")
     return "\n".join(parts)
 
