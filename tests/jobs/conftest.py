@@ -72,12 +72,19 @@ def _gated(model: str, *, batch_size: int, threads: int) -> Embedder:
 
 @pytest.fixture(autouse=True)
 def fault_injecting_providers() -> Iterator[None]:
-    """``faulty:`` and ``gated:`` embedders, registered for these tests only (others list providers)."""
+    """``faulty:``, ``gated:`` and ``filegate:`` embedders, registered for these tests only (others
+    list providers)."""
+    register_test_providers()
+    yield
+    for name in ("faulty", "gated", "filegate"):
+        base._PROVIDERS.pop(name, None)
+
+
+def register_test_providers() -> None:
+    """Register the fault-injecting embedders (in the tests, and in the workers they start)."""
     register_provider("faulty", _faulty)
     register_provider("gated", _gated)
-    yield
-    for name in ("faulty", "gated"):
-        base._PROVIDERS.pop(name, None)
+    register_provider("filegate", _filegated)
 
 
 @pytest.fixture
@@ -108,5 +115,3 @@ class _FileGated(_Faulty):
 def _filegated(model: str, *, batch_size: int, threads: int) -> Embedder:
     return _FileGated(model, batch_size=batch_size, threads=threads)
 
-
-register_provider("filegate", _filegated)
