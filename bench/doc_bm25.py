@@ -22,6 +22,9 @@ chunks keyword scores, and its list (as in search, ``candidates`` deep) is fused
 - ``blend25`` / ``blend50`` / ``blend75``: ``(1 - a) * chunk + a * doc`` with a = 0.25, 0.5, 0.75.
 - ``fuse3``: ``chunk`` and ``doc`` as two lists of their own, each normalised over its own
   candidates, sharing the keyword weight half and half.
+- ``docfuse``: documents instead of chunks fused: each document's best chunk cosine (over the dense
+  candidates' documents and the keyword list's) with its whole-document BM25 (``candidates``
+  documents deep), each normalised over the documents, as a plain whole-document hybrid.
 
 The share is the keyword weight's part of dense plus keyword weight: 0.25 is the default (0.2 against
 0.6), and 0.35 and 0.5 give the keyword side more; ``chunk@0.25`` is search as it is.
@@ -242,7 +245,11 @@ class Candidate:
         return f"{self.design}@{self.share:.2f}"
 
 
-CANDIDATES = [Candidate(design, share) for share in SHARES for design in DESIGNS]
+#: Fusion of documents rather than chunks: each document's dense score is its best chunk's cosine, its
+#: keyword score its whole-document BM25; the two are fused over documents, as a plain whole-document
+#: hybrid does. Not a keyword list for chunk fusion, so it is not among ``DESIGNS``.
+DOCUMENT_FUSION = "docfuse"
+CANDIDATES = [Candidate(design, share) for share in SHARES for design in [*DESIGNS, DOCUMENT_FUSION]]
 #: The keyword rankings alone, for orientation; not among the candidates.
 KEYWORD_ALONE: dict[str, Callable[[Query], Vector]] = {
     "chunk BM25 alone": lambda q: q.chunk_score,
@@ -256,6 +263,8 @@ def rank_documents(
     """Documents in the order the fused chunk ranking first reaches them, as ``citeline eval`` folds:
     from the search users get, or with ``deep`` from the 300-chunk search recall@100 is scored on."""
     depth = max(CHUNK_DEPTH, settings.candidates) if deep else settings.candidates
+    if candidate.design == DOCUMENT_FUSION:
+        return _fuse_documents(query, candidate, corpus, settings, depth, deep=deep)
     lists = DESIGNS[candidate.design](query, corpus, depth)
     # The dense and keyword weights keep their sum; the source weight (equal for every SciFact entry,
     # all text/plain) is left as it is.
@@ -274,6 +283,31 @@ def rank_documents(
             fused[i] += w_keyword * share * value
     ranked = sorted(pool, key=lambda i: (-fused[i], int(corpus.chunk_ids[i])))[: max(depth, 10)]
     return list(dict.fromkeys(corpus.documents[corpus.chunk_doc[i]] for i in ranked))
+
+
+def _fuse_documents(
+    query: Query, candidate: Candidate, corpus: Corpus, settings: Settings, depth: int, *, deep: bool
+) -> list[str]:
+    """Documents ranked by dense and whole-document BM25 fused over documents (``docfuse``)."""
+    best_similarity = np.full(len(corpus.documents), -np.inf)
+    np.maximum.at(best_similarity, corpus.chunk_doc, query.similarity)
+    by_document = np.zeros(len(corpus.documents))
+    by_document[corpus.chunk_doc] = query.doc_score
+    matching = np.flatnonzero(by_document > 0)
+    keyword = {
+        int(d): float(by_document[d]) for d in matching[np.argsort(-by_document[matching], kind="stable")]
+    }
+    keyword = dict(list(keyword.items())[:depth])
+    dense_docs = {int(corpus.chunk_doc[i]) for i, _ in (query.dense_deep if deep else query.dense)}
+    pool = dense_docs | set(keyword)
+    both = settings.weight_semantic + settings.weight_keyword
+    semantic = three_sigma({d: float(best_similarity[d]) for d in pool})
+    normalised = three_sigma(keyword)
+    fused = {
+        d: both * (1 - candidate.share) * semantic[d] + both * candidate.share * normalised.get(d, 0.0)
+        for d in pool
+    }
+    return [corpus.documents[d] for d in sorted(pool, key=lambda d: (-fused[d], corpus.documents[d]))]
 
 
 def keyword_alone(query: Query, signal: Callable[[Query], Vector], corpus: Corpus) -> list[str]:
@@ -301,11 +335,17 @@ def score_sample(
                 ]
             )
         )
-    alone = {
-        label: float(
-            np.mean([ndcg_at(keyword_alone(q, signal, corpus), data.qrels[q.qid], 10) for q in queries])
-        )
+    alone_scores = {
+        label: [ndcg_at(keyword_alone(q, signal, corpus), data.qrels[q.qid], 10) for q in queries]
         for label, signal in KEYWORD_ALONE.items()
+    }
+    chunk_alone, doc_alone = alone_scores.values()
+    doc_vs_chunk = paired_comparison(chunk_alone, doc_alone)
+    alone = {
+        **{label: float(np.mean(scores)) for label, scores in alone_scores.items()},
+        "delta": doc_vs_chunk.delta,
+        "delta_ci": list(doc_vs_chunk.delta_ci),
+        "p": doc_vs_chunk.p_value,
     }
     figures: dict[str, Any] = {}
     default = CANDIDATES[0].name
@@ -357,8 +397,12 @@ def print_sample(result: Mapping[str, Any]) -> None:
             f"{label:<16} {f['ndcg@10']:>8.4f} {low:>7.3f}-{high:<7.3f} {f['recall@100']:>7.4f} "
             f"{f['delta_vs_chunk']:>+11.4f} {d_low:>+8.3f}..{d_high:<+7.3f} {f['p_vs_chunk']:>7.4f}"
         )
-    for label, value in result["keyword_alone_ndcg@10"].items():
-        print(f"{label}: nDCG@10 {value:.4f}")
+    alone = result["keyword_alone_ndcg@10"]
+    print(
+        ", ".join(f"{label}: nDCG@10 {alone[label]:.4f}" for label in KEYWORD_ALONE)
+        + f"; doc minus chunk {alone['delta']:+.4f} "
+        f"({alone['delta_ci'][0]:+.3f}..{alone['delta_ci'][1]:+.3f}), p {alone['p']:.4f}"
+    )
     for label, cv in result["cross_validation"].items():
         picks = ", ".join(f"{k} {v}" for k, v in cv["picks"].items())
         print(

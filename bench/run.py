@@ -1,4 +1,5 @@
-"""``make bench``: embedder and ingest throughput, hybrid search latency at 100k chunks, time to first token.
+"""``make bench``: embedder and ingest throughput, hybrid search latency at 100k chunks, time to first token,
+``citeline serve`` under 50 concurrent clients (bench/api.py).
 
 Figures are medians over repeats, and ratios are measured side by side in one run: these machines are
 small (2 cores) and noisy, so absolute numbers move between runs while ratios hold.
@@ -310,7 +311,7 @@ def bench_answer(settings: Settings) -> dict[str, Any]:
     }
 
 
-SECTIONS = ("embed", "ingest", "memory", "search", "answer")
+SECTIONS = ("embed", "ingest", "memory", "search", "answer", "api")
 
 
 def run_section(section: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -327,6 +328,10 @@ def run_section(section: str, args: argparse.Namespace) -> dict[str, Any]:
         return bench_memory(settings)
     if section == "search":
         return bench_search(settings, args.search_size, args.queries, scopes=9)
+    if section == "api":
+        from bench.api import run as run_api
+
+        return run_api(settings, queries=args.queries)
     return bench_answer(settings)
 
 

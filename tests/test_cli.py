@@ -179,3 +179,24 @@ def test_ask_takes_the_same_filters_as_search(settings: Settings, tmp_path: Path
         assert code == 0, err
         answer = json.loads(out)
         assert {c["document_name"] for c in answer["citations"]} == {name}, filters
+
+
+def test_ask_shows_the_verdict_on_a_claim_and_each_source_s_stance(
+    settings: Settings, tmp_path: Path
+) -> None:
+    valve = write(
+        tmp_path / "valve.txt", "The relief valve of boiler A opens at 6 bar and is tested every year."
+    )
+    assert _run(settings, "ingest", str(valve))[0] == 0
+    question = "Is it true that the relief valve of boiler A opens at 6 bar?"
+
+    code, out, err = _run(settings, "ask", question, "--llm", "extractive", "--json")
+
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["verdict"] in ("supports", "contradicts")
+    assert answer["citations"][0]["stance"] == answer["verdict"]
+    code, out, err = _run(settings, "ask", question, "--llm", "extractive")
+    assert code == 0, err
+    assert f"Verdict: {answer['verdict']}" in out
+    assert f"valve.txt p.1  {answer['verdict']}" in out

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import ipaddress
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -25,6 +28,7 @@ from rich.progress import (
 from rich.table import Column, Table
 from rich.text import Text
 
+from citeline.access import Role
 from citeline.answer import Complete, Error, Token
 from citeline.chat.session import ChatSession
 from citeline.engine import Citeline
@@ -329,11 +333,19 @@ def _stream_answer(
     return complete
 
 
+_STANCE_STYLE = {"supports": "green", "contradicts": "red", "neutral": "dim"}
+
+
 def _print_sources(complete: Complete) -> None:
+    if complete.verdict is not None:
+        console.print(f"\n[bold]Verdict:[/bold] {complete.verdict.replace('_', ' ')}", highlight=False)
     if complete.citations:
         console.print("\n[bold]Sources[/bold]")
     for c in complete.citations:
         where = f"{c.document_name} p.{c.page}" + (f" § {c.section}" if c.section else "")
+        if complete.claim is not None:
+            # How the passage bears on the question's claim (see citeline.answer.stance).
+            where += f"  [{_STANCE_STYLE[c.stance]}]{c.stance}[/{_STANCE_STYLE[c.stance]}]"
         flag = "" if c.supported else "  [yellow]not backed by this passage[/yellow]"
         # Cited by citeline for a sentence the model left uncited (see citeline.answer.attribution).
         where += " (attributed)" if c.attributed else ""
@@ -786,6 +798,129 @@ def _eval_answers(
     if as_json:
         _print_json(summary)
 
+
+# -- the server and its keys --------------------------------------------------------------------------
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, help="Server processes (limits apply per process).")] = 1,
+    open_mode: Annotated[
+        bool,
+        typer.Option(
+            "--open", help="Answer requests without a key, as an admin (loopback only; CITELINE_API_OPEN)."
+        ),
+    ] = False,
+) -> None:
+    """Run the REST API (OpenAPI at /docs). Every route but /health needs an API key."""
+    import uvicorn
+
+    settings = _settings(ctx, **({"api_open": True} if open_mode else {}))
+    if settings.api_open and not _is_loopback(host):
+        err.print(
+            f"[red]error:[/red] open mode (no API keys) is refused on {host}: serve on 127.0.0.1, or "
+            "create keys with `citeline keys create` and drop --open / CITELINE_API_OPEN"
+        )
+        raise typer.Exit(78)
+    # Worker processes build their settings from the environment: pass the command line's on through it.
+    for name, value in (ctx.obj or {}).items():
+        os.environ[f"CITELINE_{name.upper()}"] = str(value)
+    if open_mode:
+        os.environ["CITELINE_API_OPEN"] = "true"
+    # citeline's own messages (open mode, answers stopped early) go where uvicorn's go, in every worker.
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    log_config["loggers"]["citeline"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    uvicorn.run(
+        "citeline.api.app:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="info",
+        log_config=log_config,
+    )
+
+
+keys_app = typer.Typer(help="Create, list and revoke API keys for `citeline serve`.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("create")
+def keys_create(
+    ctx: typer.Context,
+    role: Annotated[Role, typer.Option(help="admin: everything; reader: search, chat and reading.")],
+    scope: Annotated[list[str], typer.Option("--scope", "-s", help="A reader's scope (repeatable).")] = [],  # noqa: B006
+    all_scopes: Annotated[bool, typer.Option("--all-scopes", help="A reader of every scope.")] = False,
+    name: Annotated[str, typer.Option(help="What the key is for.")] = "",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON line, with the key.")] = False,
+) -> None:
+    """Create an API key. The key is printed once: it is stored hashed and cannot be shown again."""
+    if role is Role.ADMIN and (scope or all_scopes):
+        err.print("[red]error:[/red] an admin key covers every scope: drop --scope / --all-scopes")
+        raise typer.Exit(2)
+    if role is Role.READER and not scope and not all_scopes:
+        err.print("[red]error:[/red] a reader key needs --scope S (repeatable) or --all-scopes")
+        raise typer.Exit(2)
+    if scope and all_scopes:
+        err.print("[red]error:[/red] give --scope or --all-scopes, not both")
+        raise typer.Exit(2)
+    with _citeline(ctx) as cl:
+        info, key = cl.create_key(role, scope or None, name=name)
+    if as_json:
+        _print_json({"key": key, **info.as_dict()})
+        return
+    console.print(f"created {info.role.value} key {info.id} ({info.name})", highlight=False)
+    console.print("the key (shown this once; store it now):", highlight=False)
+    console.print(key, markup=False, highlight=False)
+
+
+@keys_app.command("list")
+def keys_list(
+    ctx: typer.Context,
+    include_revoked: Annotated[bool, typer.Option("--revoked", help="Also revoked keys.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
+) -> None:
+    """The API keys (never the keys themselves: only their first characters)."""
+    with _citeline(ctx) as cl:
+        found = cl.api_keys(include_revoked=include_revoked)
+    if as_json:
+        _print_json([k.as_dict() for k in found])
+        return
+    table = Table("id", "name", "role", "scopes", "prefix", "created", "last used", "revoked")
+    for k in found:
+        table.add_row(
+            str(k.id),
+            k.name,
+            k.role.value,
+            "(all)" if k.scopes is None else ",".join(k.scopes) or "(universal only)",
+            k.prefix + "...",
+            k.created_at.strftime("%Y-%m-%d %H:%M"),
+            k.last_used_at.strftime("%Y-%m-%d %H:%M") if k.last_used_at else "",
+            k.revoked_at.strftime("%Y-%m-%d %H:%M") if k.revoked_at else "",
+        )
+    console.print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    ctx: typer.Context, key_id: Annotated[str, typer.Argument(help="The key's id (from `keys list`).")]
+) -> None:
+    """Revoke an API key: requests carrying it are refused from then on."""
+    with _citeline(ctx) as cl:
+        info = cl.revoke_key(key_id)
+    console.print(f"revoked key {info.id} ({info.name})", highlight=False)
 
 if __name__ == "__main__":
     app()

@@ -16,13 +16,17 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
-from citeline.access import FULL_ACCESS, Access
+from citeline.access import FULL_ACCESS, Access, Role
 from citeline.answer.llm import LLM, get_llm
+from citeline.answer.nli import default_judge
+from citeline.chat import store as chat_store
 from citeline.chat.session import ChatSession
+from citeline.chat.store import ConversationInfo, MessageInfo
 from citeline.embed import get_embedder
 from citeline.embed.base import Embedder
 from citeline.errors import (
     AccessDeniedError,
+    CitelineError,
     ConfigError,
     ConflictError,
     InvalidRequestError,
@@ -44,10 +48,11 @@ from citeline.jobs.submit import Submission, Upload, reingest_request, store_upl
 from citeline.retrieve.rerank import Reranker, get_reranker, rerank_hits
 from citeline.retrieve.search import Hit, SearchRequest, Timings, fetch_hits, hybrid_search
 from citeline.settings import Settings
-from citeline.store import catalog
+from citeline.store import catalog, keys
 from citeline.store.analyzer import Analyzer
-from citeline.store.catalog import DocumentInfo
+from citeline.store.catalog import DocumentInfo, DocumentPage, DocumentQuery
 from citeline.store.database import connect
+from citeline.store.keys import KeyInfo
 from citeline.store.keyword import KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
 from citeline.store.models import Status
 
@@ -125,10 +130,12 @@ class Citeline:
         return other
 
     def warm_up(self) -> Citeline:
-        """Open the store, load the embedder and the keyword index now rather than at the first request."""
+        """Open the store, load the embedder, the keyword index and the claim judge now rather than at
+        the first request."""
         self.embedder  # noqa: B018
         with self.engine.connect() as conn:
             self.keyword_index.warm_up(conn)
+        default_judge().load()
         return self
 
     @property
@@ -628,6 +635,124 @@ class Citeline:
         out["embedding_model"] = self.settings.embedding_model
         out["mode"] = "external" if self.settings.database_url else "embedded"
         return out
+
+    # -- for servers (the API and later shells) ---------------------------------------------------
+    # Small, typed reads a server needs beyond the methods above; kept together so that what a shell
+    # may ask of the library stays in one place.
+
+    def list_documents(self, query: DocumentQuery, *, access: Access = FULL_ACCESS) -> DocumentPage:
+        """One page of the documents ``access`` sees that match ``query``, with their total count."""
+        with self.engine.connect() as conn:
+            return catalog.query_documents(conn, query, access=access)
+
+    def chunk_page(
+        self, document: DocumentInfo, *, offset: int = 0, limit: int = 100, access: Access = FULL_ACCESS
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Chunks ``offset`` to ``offset + limit`` of one version, in order, and how many it has."""
+        if not access.sees(document.scopes):
+            raise NotFoundError(f"no document with id {document.id}")
+        with self.engine.connect() as conn:
+            total = conn.execute(
+                sa.text("SELECT count(*) FROM chunks WHERE document_id = :id"), {"id": document.version_id}
+            ).scalar_one()
+            rows = conn.execute(
+                sa.text(
+                    "SELECT id, chunk_index, page, start_offset, end_offset, section, text FROM chunks "
+                    "WHERE document_id = :id ORDER BY chunk_index LIMIT :limit OFFSET :offset"
+                ),
+                {"id": document.version_id, "limit": limit, "offset": offset},
+            )
+            return [dict(r._mapping) for r in rows], int(total)
+
+    def page_text(self, document: DocumentInfo, page: int, *, access: Access = FULL_ACCESS) -> str:
+        """The text of one page of a version, rebuilt from its chunks' page offsets (for showing a
+        citation in place: a citation's ``start``/``end`` index this text).
+
+        Characters no chunk covers (whitespace the splitter dropped between chunks) read as spaces.
+        """
+        if not access.sees(document.scopes):
+            raise NotFoundError(f"no document with id {document.id}")
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT start_offset, end_offset, text FROM chunks "
+                    "WHERE document_id = :id AND page = :page ORDER BY start_offset"
+                ),
+                {"id": document.version_id, "page": page},
+            ).all()
+        if not rows:
+            raise NotFoundError(f"document {document.id} has no text on page {page}")
+        text = [" "] * max(r.end_offset for r in rows)
+        for row in rows:
+            text[row.start_offset : row.end_offset] = row.text
+        return "".join(text)
+
+    def document_file(self, document: DocumentInfo, *, access: Access = FULL_ACCESS) -> Path:
+        """The stored original of a version; :class:`NotFoundError` when it has none (a web page kept
+        as text) or the file is gone."""
+        if not access.sees(document.scopes):
+            raise NotFoundError(f"no document with id {document.id}")
+        path = Path(document.file_path) if document.file_path else None
+        if path is None or not path.is_file():
+            raise NotFoundError(f"document {document.id} has no stored original file")
+        return path
+
+    def conversation(
+        self, conversation_id: str | uuid.UUID, *, access: Access = FULL_ACCESS
+    ) -> tuple[ConversationInfo, list[MessageInfo]]:
+        """One of ``access.user_id``'s conversations with its messages; another user's is not found."""
+        with self.engine.connect() as conn:
+            info = chat_store.get_conversation(conn, chat_store.parse_id(conversation_id), access.user_id)
+            return info, chat_store.messages(conn, info.id)
+
+    def authenticate(self, key: str) -> KeyInfo:
+        """The live API key ``key`` is; :class:`AuthenticationError` for an unknown or revoked one."""
+        with self.engine.begin() as conn:
+            return keys.authenticate(conn, key)
+
+    def has_keys(self) -> bool:
+        """Whether any live API key exists."""
+        with self.engine.connect() as conn:
+            return keys.has_keys(conn)
+
+    def create_key(
+        self,
+        role: Role,
+        scopes: Iterable[str] | None = None,
+        *,
+        name: str = "",
+        access: Access = FULL_ACCESS,
+    ) -> tuple[KeyInfo, str]:
+        """A new API key (admins only): its record, and the key itself, shown this once."""
+        _require_admin(access, "create an API key")
+        with self.engine.begin() as conn:
+            return keys.create_key(conn, role=role, scopes=scopes, name=name)
+
+    def api_keys(self, *, include_revoked: bool = False, access: Access = FULL_ACCESS) -> list[KeyInfo]:
+        """The API keys (admins only), oldest first."""
+        _require_admin(access, "list API keys")
+        with self.engine.connect() as conn:
+            return keys.list_keys(conn, include_revoked=include_revoked)
+
+    def revoke_key(self, key_id: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> KeyInfo:
+        """Revoke an API key (admins only); it is refused from the next request on."""
+        _require_admin(access, "revoke an API key")
+        with self.engine.begin() as conn:
+            return keys.revoke_key(conn, key_id)
+
+    def readiness(self) -> dict[str, bool]:
+        """Whether this instance can serve: the database answers, the embedder is loaded and, once
+        started, the job runner is alive."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+            database = True
+        except (CitelineError, sa.exc.SQLAlchemyError):
+            database = False
+        checks = {"database": database, "embedder": self._embedder is not None}
+        if self._jobs is not None:
+            checks["job_runner"] = self._jobs.alive
+        return checks
 
 
 def _require_admin(access: Access, action: str) -> None:

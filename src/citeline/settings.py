@@ -223,6 +223,35 @@ class Settings(BaseSettings):
         default=2_000, description="Most pages an uploaded document may have; more fails its job."
     )
 
+    # -- the API (citeline serve) ----------------------------------------------------------------
+    api_open: bool = Field(
+        default=False,
+        description="Serve requests without an API key, as an admin (loopback addresses only; for trying "
+        "citeline out). Without it, a server with no keys refuses every request but health.",
+    )
+    api_max_body_bytes: Annotated[int, Field(ge=1024)] = Field(
+        default=1_048_576, description="Largest JSON request body, in bytes (uploads have their own limit)."
+    )
+    api_max_question_chars: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        default=4_000, description="Longest question (chat) or query (search), in characters."
+    )
+    api_rate_limit: Annotated[int, Field(ge=0)] = Field(
+        default=600,
+        description="Requests per API key per minute, per server process; 0 turns the limit off.",
+    )
+    api_max_generations: Annotated[int, Field(ge=1, le=256)] = Field(
+        default=2, description="Answers generated at once per server process; more wait in a queue."
+    )
+    api_generation_queue: Annotated[int, Field(ge=0, le=10_000)] = Field(
+        default=16, description="Answers that may wait for a free generation slot; beyond it, 503."
+    )
+    api_generation_wait: Annotated[float, Field(ge=0, le=3_600)] = Field(
+        default=60.0, description="Seconds an answer waits in the queue before the request gets a 503."
+    )
+    api_heartbeat_seconds: Annotated[float, Field(gt=0, le=300)] = Field(
+        default=10.0, description="A streamed answer sends a comment line after this many silent seconds."
+    )
+
     @field_validator("namespace")
     @classmethod
     def _namespace_is_identifier(cls, value: str) -> str:

@@ -18,6 +18,7 @@ from citeline.answer import (
     Event,
     Start,
     Token,
+    UnsupportedClaim,
     answer_stream,
 )
 from citeline.answer.answer import answer
@@ -94,7 +95,14 @@ def test_the_stream_shows_conversation_numbers_without_structure_headings_or_ref
     done = completed(events)
     assert done.answer == shown
     assert [(c.number, c.chunk_id) for c in done.citations] == [(2, PRIME), (3, DRY)]
-    assert [e.citation for e in events if isinstance(e, CitationEvent)] == list(done.citations)
+    # Each number is announced right after the token it first appears in: with its whole passage, as
+    # no earlier turn cited these chunks.
+    announced = [e for e in events if isinstance(e, CitationEvent)]
+    assert [(e.number, e.passage and e.passage.chunk_id) for e in announced] == [(2, PRIME), (3, DRY)]
+    for event in announced:
+        before = events[: events.index(event)]
+        assert f"[{event.number}]" in tokens(before)
+        assert f"[{event.number}]" not in tokens(before[:-1])
     assert all(c.supported for c in done.citations)
     assert [(r.number, r.occurrences) for r in done.removed] == [(7, 1)]
     assert (done.provider, done.fell_back, done.stream_replaced, done.evidence_missing) == (
@@ -248,6 +256,27 @@ def test_a_reply_with_one_backed_sentence_stands_and_its_unbacked_one_is_flagged
     assert not done.fell_back
     # Conversation numbers in order of first citation: the reply's [2] is 1, its [1] is 2.
     assert [u.text for u in done.unsupported] == ["Aspirin lowers the risk of a heart attack [2]."]
+
+
+def test_a_chunk_cited_in_an_earlier_turn_is_announced_by_number_and_unbacked_sentences_are_flagged(
+    embedder: Embedder,
+) -> None:
+    reply = "Never run the pump dry, it destroys the seal [2]. Aspirin lowers the risk of a heart attack [1]."
+    numbering = CitationNumbering([DRY])
+
+    events = run(ScriptedLLM(reply), embedder, numbering=numbering)
+
+    announced = [e.as_dict() for e in events if isinstance(e, CitationEvent)]
+    assert announced[0] == {"type": "citation", "number": 1, "stance": "neutral", "passage": None}
+    assert announced[1]["number"] == 2 and announced[1]["passage"]["chunk_id"] == PRIME
+    assert announced[1]["passage"]["text"] == pump_hits()[0].text
+    flags = [e for e in events if isinstance(e, UnsupportedClaim)]
+    done = completed(events)
+    assert [f.sentence for f in flags] == list(done.unsupported)
+    assert [f.as_dict()["text"] for f in flags] == ["Aspirin lowers the risk of a heart attack [2]."]
+    # The flags come once the answer is checked: after the last token, before Complete.
+    last_token = max(i for i, e in enumerate(events) if isinstance(e, Token))
+    assert last_token < events.index(flags[0]) < len(events) - 1
 
 
 def test_a_reply_of_citations_alone_falls_back_to_extractive(embedder: Embedder) -> None:

@@ -25,7 +25,15 @@ from citeline.chat.session import conversations
 from citeline.cli import app
 from citeline.engine import Citeline
 from citeline.errors import InvalidRequestError
-from citeline.eval.answers import check_citations, claim_question, evaluate_answers, sample_claims
+from citeline.eval.answers import (
+    AnswerRecord,
+    check_citations,
+    claim_question,
+    evaluate_answers,
+    expected_verdict,
+    sample_claims,
+    verdict_macro_f1,
+)
 from citeline.eval.beir import load_beir
 from citeline.settings import Settings
 from citeline.store.database import schema_name
@@ -258,3 +266,64 @@ def test_cli_answers_refuses_bad_options_before_any_work(
     code, out, err = _run(settings, str(claims_folder), *args)
     assert code != 0 and message in err
     assert out == "" and "ingested" not in err
+
+
+def test_verdicts_and_stances_are_scored_against_the_evidence_labels(
+    extractive: Citeline, claims_folder: Path
+) -> None:
+    # "Vitamin D supplements do not prevent fractures": the corpus contradicts the vitd claim.
+    labels = {"statins": "SUPPORT", "aspirin": "SUPPORT", "vitd": "CONTRADICT"}
+    (claims_folder / "evidence.jsonl").write_text(
+        "".join(
+            json.dumps({"query_id": q, "doc_id": JUDGED[q], "label": label}) + "\n"
+            for q, label in labels.items()
+        )
+    )
+
+    evaluation = evaluate_answers(extractive, load_beir(claims_folder), sample=4, console=QUIET)
+
+    records = {r.claim_id: r for r in evaluation.records}
+    assert {q: records[q].expected_verdict for q in labels} == {
+        "statins": "supports",
+        "aspirin": "supports",
+        "vitd": "contradicts",
+    }
+    assert records["tea"].expected_verdict is None and records["tea"].verdict is None
+    for claim in labels:
+        record = records[claim]
+        # Every answer to a claim opens with a verdict that a cited passage bears out.
+        assert record.verdict in ("supports", "contradicts", "mixed"), record.answer
+        assert any(stance == record.verdict for _, stance in record.stances) or record.verdict == "mixed"
+    summary = evaluation.summary()
+    right = [records[q].verdict == records[q].expected_verdict for q in labels]
+    assert summary["claims_labelled"] == 3
+    assert summary["verdict_accuracy"] == sum(right) / 3
+    gold = [
+        stance == records[q].expected_verdict
+        for q in labels
+        for doc, stance in records[q].stances
+        if doc == q
+    ]
+    assert summary["gold_citations_with_label"] == len(gold) > 0
+    assert summary["stance_accuracy_gold"] == sum(gold) / len(gold)
+    assert summary["model_written_rate"] == 0.0  # extractive: no model
+    line = records["vitd"].as_dict()
+    assert line["verdict"] == records["vitd"].verdict and line["expected_verdict"] == "contradicts"
+    assert line["citations"] == [{"document": d, "stance": s} for d, s in records["vitd"].stances]
+
+
+def test_verdict_macro_f1_averages_the_expected_classes() -> None:
+    def record(verdict: str | None, expected: str) -> AnswerRecord:
+        return AnswerRecord(
+            claim_id="c", claim="c", question="q", gold=(), given=(), cited=(), displayed=0, resolved_count=0,
+            problems=(), answered_by="model", provider="p", fallback_reason=None, attributed=0,
+            evidence_missing=False, error=None, answer="", first_token_ms=None, answer_ms=0.0, total_ms=0.0,
+            verdict=verdict, expected_verdict=expected,
+        )  # fmt: skip
+
+    records = [record("supports", "supports"), record("supports", "contradicts"), record(None, "contradicts")]
+
+    # supports: precision 1/2, recall 1 -> F1 2/3; contradicts: nothing right -> 0.
+    assert verdict_macro_f1(records) == pytest.approx((2 / 3 + 0) / 2)
+    assert expected_verdict({"a": "SUPPORT", "b": "CONTRADICT"}) == "mixed"
+    assert expected_verdict({}) is None

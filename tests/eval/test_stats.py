@@ -14,9 +14,8 @@ from citeline.eval.stats import (
     paired_comparison,
 )
 
-RNG = np.random.default_rng(7)
 #: 300 per-query nDCG-like scores, as many as SciFact's test claims.
-SCORES = RNG.uniform(0.0, 1.0, 300)
+SCORES = np.random.default_rng(7).uniform(0.0, 1.0, 300)
 
 
 def test_the_bootstrap_interval_of_a_constant_is_that_constant() -> None:
@@ -54,7 +53,7 @@ def test_runs_that_differ_only_in_some_queries_in_both_directions_are_not_told_a
 
 
 def test_a_configuration_better_on_every_query_gets_a_tiny_p() -> None:
-    better = SCORES + RNG.uniform(0.001, 0.01, SCORES.size)
+    better = SCORES + np.random.default_rng(8).uniform(0.001, 0.01, SCORES.size)
     result = paired_comparison(SCORES, better)
     assert not result.exact
     # No random sign pattern reaches a difference of one sign on 300 queries: p is 1 / (resamples + 1).

@@ -9,7 +9,16 @@ package's name it would hide that module.
 
 from citeline.answer.answer import EVIDENCE_MISSING, EXTRACTIVE, answer_stream
 from citeline.answer.citations import Citation, CitationNumbering, RemovedCitation, UnsupportedSentence
-from citeline.answer.events import AnswerTimings, CitationEvent, Complete, Error, Event, Start, Token
+from citeline.answer.events import (
+    AnswerTimings,
+    CitationEvent,
+    Complete,
+    Error,
+    Event,
+    Start,
+    Token,
+    UnsupportedClaim,
+)
 from citeline.answer.prompt import PERSONAS, Passage, Prompt, build_prompt
 
 __all__ = [
@@ -28,6 +37,7 @@ __all__ = [
     "RemovedCitation",
     "Start",
     "Token",
+    "UnsupportedClaim",
     "UnsupportedSentence",
     "answer_stream",
     "build_prompt",

@@ -1,6 +1,21 @@
 """Answering: evidence -> prompt -> LLM -> answer -> cite (parse, verify, number) -> a stream of events.
 
 :func:`answer_stream` is the one implementation; :func:`answer` runs it for callers without an event loop.
+It runs in stages, each a small function of its own:
+
+1. :func:`_prepare`: check the request, focus the evidence, build the prompt and the passages given;
+2. :func:`_assess`: for a question that puts a claim, the stance of the passages judged and the
+   verdict, which the answer opens with (:class:`_Opening`, see :mod:`citeline.answer.stance`);
+3. :class:`_Draft`: generate, rewriting citations to conversation numbers and attributing uncited
+   sentences as the reply streams, holding back what may be a refusal;
+4. :meth:`_Draft.failure`: check the finished reply (a refusal, nothing cited, nothing said);
+5. :func:`_ground`: verify its citations; a reply none of whose citations is backed fails;
+6. :func:`_extract`: the extractive answer, when there is no model or the model's reply failed;
+7. :func:`_opened`: the opening put before the answer, the whole checked again;
+8. :func:`_finish`: the flags of unsupported sentences, then :class:`Complete` with the stances.
+
+:class:`_Announcer` turns each citation number, the first time it appears in the streamed text, into a
+:class:`CitationEvent`.
 
 The model's streaming iterator is synchronous (a local model computes in the calling thread), so it runs
 in a worker thread that hands pieces to the event loop through a queue; embedding (extractive answers,
@@ -14,31 +29,45 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import replace
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from citeline.answer.attribution import Attributor
 from citeline.answer.citations import (
+    MARKER,
     CitationNumbering,
     CitationRewriter,
     RemovedCitation,
     Verification,
+    claims,
     has_cited_statement,
     verify,
 )
-from citeline.answer.events import AnswerTimings, CitationEvent, Complete, Error, Event, Start, Token
+from citeline.answer.events import (
+    AnswerTimings,
+    CitationEvent,
+    Complete,
+    Error,
+    Event,
+    Start,
+    Token,
+    UnsupportedClaim,
+)
 from citeline.answer.evidence import check_evidence_budget, focus_passages
 from citeline.answer.extractive import extractive_answer
 from citeline.answer.llm import LLM, AnswerShape, GenerationOptions, Message
+from citeline.answer.nli import default_judge
 from citeline.answer.prompt import (
     EVIDENCE_HEADING,
     REFUSAL,
     Passage,
+    Prompt,
     build_prompt,
     check_request,
     select_passages,
 )
 from citeline.answer.relevance import answerable
+from citeline.answer.stance import Assessment, Stance, StanceJudge, assess, claim_of, verdict_sentence
 from citeline.answer.support import VectorCache
 from citeline.embed.base import Embedder
 from citeline.errors import CitelineError, GenerationError
@@ -65,6 +94,7 @@ async def answer_stream(
     options: GenerationOptions,
     max_evidence_tokens: int | None = None,
     min_similarity: float = 0.0,
+    judge: StanceJudge | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Answer ``question`` from ``evidence`` (retrieved hits, best first), as a stream of events.
 
@@ -76,153 +106,83 @@ async def answer_stream(
     Evidence that fails :func:`~citeline.answer.relevance.answerable` at ``min_similarity`` counts as
     none: the answer says the documents hold no evidence, and no model is called.
 
+    A question that puts a claim (:func:`~citeline.answer.stance.claim_of`) is assessed by ``judge``
+    (default: the packaged NLI classifier, whichever ``llm`` writes): the answer opens with the verdict
+    and every citation carries its passage's stance (see :mod:`citeline.answer.stance`). When judging
+    fails, the answer has no verdict.
+
     Yields :class:`Start` (with every passage given: those the model reads, numbered first, then any the
-    evidence budget left out, with nothing shown), :class:`Token` pieces, one :class:`CitationEvent`
-    per citation, then :class:`Complete`. When something other than the model fails, an
-    :class:`Error` ends the stream (before :class:`Start` if focusing the evidence failed). A bad
-    request (unknown persona, empty question, too small a budget) raises
-    :class:`~citeline.errors.InvalidRequestError` before anything is yielded.
+    evidence budget left out, with nothing shown), :class:`Token` pieces, a :class:`CitationEvent` the
+    first time each citation number appears in them, an :class:`UnsupportedClaim` per cited sentence
+    its passages do not back, then :class:`Complete` with the answer and all its citations. When
+    something other than the model fails, an :class:`Error` ends the stream (before :class:`Start` if
+    focusing the evidence failed). A bad request (unknown persona, empty question, too small a budget)
+    raises :class:`~citeline.errors.InvalidRequestError` before anything is yielded.
     """
-    began = time.perf_counter()
-
-    def elapsed() -> float:
-        return (time.perf_counter() - began) * 1e3
-
+    clock = _Clock()
     # A bad request fails before anything is yielded: checked before the evidence is focused.
     check_request(question, persona=persona)
     check_evidence_budget(max_evidence_tokens)
-    if not answerable(question, evidence, min_similarity=min_similarity):
-        evidence = []
     cache = VectorCache(embedder)
     try:
-        if llm is None:
-            # The extractive answerer quotes whole chunks and reads no prompt: nothing to focus.
-            passages = select_passages(evidence)
-        else:
-            passages = await asyncio.to_thread(
-                focus_passages, question, evidence, cache, max_tokens=max_evidence_tokens
-            )
+        prepared = await _prepare(
+            question,
+            evidence if answerable(question, evidence, min_similarity=min_similarity) else [],
+            focus=llm is not None,
+            cache=cache,
+            persona=persona,
+            max_evidence_tokens=max_evidence_tokens,
+        )
     except CitelineError as exc:
         yield Error(message=str(exc), exception=exc)
         return
-    prompt = build_prompt(question, passages, persona=persona)
-    # The passages the budget left out are given too, with nothing shown to the model: the model
-    # cannot cite them, but the extractive answer quotes whole chunks and may (of 100 SciFact claims,
-    # the gold abstract was among the 5 retrieved passages for 81 and among those the model read for 76).
-    read = {p.chunk_id for p in prompt.passages}
-    given = (
-        *prompt.passages,
-        *(
-            Passage(number=len(read) + i, hit=p.hit, shown=())
-            for i, p in enumerate((p for p in select_passages(evidence) if p.chunk_id not in read), start=1)
-        ),
-    )
-    prompt_ms = elapsed()
+    prompt_ms = clock.ms()
     provider = llm.model_id if llm is not None else EXTRACTIVE
-    yield Start(question=question, passages=given, provider=provider)
-    if not given:
+    yield Start(question=question, passages=prepared.given, provider=provider)
+    if not prepared.given:
         yield Token(EVIDENCE_MISSING)
-        yield _complete(
-            EVIDENCE_MISSING, provider, AnswerTimings(prompt_ms, elapsed(), 0.0, 0.0, elapsed()), missing=True
-        )
+        yield _missing(provider, AnswerTimings(prompt_ms, clock.ms(), 0.0, 0.0, clock.ms()))
         return
 
+    result: _Result | None = None
     first_token: float | None = None
-    generation_ms = 0.0
-    removed: tuple[RemovedCitation, ...] = ()
-    attributed: frozenset[int] = frozenset()
-    failure: str | None = None
-    checked: Verification | None = None
-    verify_ms = 0.0
-    text = ""
     try:
+        assessment = await _assess(question, prepared.prompt, judge or default_judge(), cache)
+        working = numbering.copy()
+        opening = _Opening.of(assessment, prepared.given, working)
+        announcer = _Announcer(prepared.given, numbered_before=len(numbering), assessment=assessment)
+        if opening is not None:
+            first_token = clock.ms()
+            yield Token(opening.text + " ")
+            for citation in announcer.announce(opening.text, working):
+                yield citation
+        draft: _Draft | None = None
         if llm is not None:
-            working = numbering.copy()
-            rewriter = CitationRewriter(prompt.passages, working)
-            attributor = Attributor(prompt.passages, working, cache, never=(REFUSAL,))
-            parts: list[str] = []
-            sent = 0  # characters of the reply passed on so far
-            shape = AnswerShape(passages=len(prompt.passages), refusal=REFUSAL, not_opening=EVIDENCE_HEADING)
-            try:
-                # Closed on the way out, however it is left, so the worker stops at its next piece.
-                async with contextlib.aclosing(
-                    _generate(llm, prompt.messages, replace(options, shape=shape))
-                ) as pieces:
-                    async for piece in pieces:
-                        shown = rewriter.feed(piece)
-                        if shown:
-                            # Scoring an uncited sentence embeds it: off the event loop.
-                            shown = await asyncio.to_thread(attributor.feed, shown)
-                        if shown:
-                            parts.append(shown)
-                            reply = "".join(parts)
-                            # A refusal is replaced by the extractive answer: not shown while it may be one.
-                            if len(reply) > sent and not _may_be_refusal(reply):
-                                first_token = first_token if first_token is not None else elapsed()
-                                yield Token(reply[sent:])
-                                sent = len(reply)
-                rest = rewriter.finish()
-                parts.append(await asyncio.to_thread(lambda: attributor.feed(rest) + attributor.finish()))
-                reply = "".join(parts)
-                if len(reply) > sent and reply.strip() != REFUSAL:
-                    first_token = first_token if first_token is not None else elapsed()
-                    yield Token(reply[sent:])
-                    sent = len(reply)
-            except GenerationError as exc:
-                failure = f"generation failed: {exc}"
-            generation_ms = elapsed() - prompt_ms
-            removed = tuple(rewriter.removed)
-            if failure is None and "".join(parts).strip() == REFUSAL:
-                failure = "the model found no answer in the passages"
-            if failure is None and not rewriter.cited and not attributor.attributions:
-                failure = "the model's reply cited no given passage, and no passage backs its sentences"
-            if failure is None and not has_cited_statement("".join(parts)):
-                failure = "the model's reply made no statement with a citation"
-            if failure is None:
-                verify_start = elapsed()
-                reply = "".join(parts)
-                numbered = _numbered(prompt.passages, working)
-                attributed = attributor.attributed_numbers
-                checked = await asyncio.to_thread(verify, reply, numbered, cache, attributed=attributed)
-                verify_ms = elapsed() - verify_start
-                # A reply whose every citation is flagged says things its passages do not (a 0.5B model
-                # copies its prompt's example, or answers a question the passages are not about).
-                if not any(c.supported for c in checked.citations):
-                    failure = "no sentence of the model's reply is backed by the passage it cites"
-            if failure is None:
-                text = reply
-                # The same chunks in the same order as the working copy: the caller's numbers match.
-                for chunk_id in working.chunk_ids[len(numbering) :]:
-                    numbering.number(chunk_id)
-        streamed = first_token is not None
-        if llm is None or failure is not None:
-            extract = await asyncio.to_thread(extractive_answer, question, given, numbering, cache)
-            text = extract.text
-            if not streamed:
-                first_token = elapsed()
+            draft = _Draft(prepared.prompt, working, cache)
+            async for text in draft.generate(llm, options):
+                first_token = first_token if first_token is not None else clock.ms()
                 yield Token(text)
-            verify_start = elapsed()
-            checked = await asyncio.to_thread(verify, text, _numbered(given, numbering), cache)
-            verify_ms = elapsed() - verify_start
-        assert checked is not None
+                for citation in announcer.announce(text, draft.numbering):
+                    yield citation
+            result = await _ground(draft, numbering, cache, clock, prompt_ms)
+        if result is None or result.failure is not None:
+            # The opening's chunks keep the numbers already shown, ahead of the extract's.
+            for chunk_id in opening.chunk_ids if opening is not None else ():
+                numbering.number(chunk_id)
+            extract = await _extract(question, prepared.given, numbering, cache, clock)
+            if draft is None or draft.sent == 0:
+                first_token = first_token if first_token is not None else clock.ms()
+                yield Token(extract.text)
+                for citation in announcer.announce(extract.text, numbering):
+                    yield citation
+            result = extract.after(result, streamed=draft is not None and draft.sent > 0)
+        if opening is not None:
+            result = await _opened(result, opening, prepared.given, numbering, cache)
     except CitelineError as exc:
         yield Error(message=str(exc), exception=exc)
         return
-    for citation in checked.citations:
-        yield CitationEvent(citation)
-    yield Complete(
-        answer=text,
-        citations=checked.citations,
-        removed=removed,
-        unsupported=checked.unsupported,
-        uncited=checked.uncited,
-        provider=provider if failure is None else EXTRACTIVE,
-        fell_back=failure is not None,
-        fallback_reason=failure,
-        stream_replaced=failure is not None and streamed,
-        evidence_missing=False,
-        timings=AnswerTimings(prompt_ms, first_token, generation_ms, verify_ms, elapsed()),
-    )
+    for event in _finish(result, assessment, provider, prompt_ms, first_token, clock):
+        yield event
 
 
 def answer(
@@ -265,7 +225,339 @@ def answer(
     return asyncio.run(run())
 
 
-def _numbered(passages: Sequence[Passage], numbering: CitationNumbering) -> dict[int, Passage]:
+class _Clock:
+    """Milliseconds since the answer began."""
+
+    def __init__(self) -> None:
+        self._began = time.perf_counter()
+
+    def ms(self) -> float:
+        return (time.perf_counter() - self._began) * 1e3
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """The prompt (the passages the model reads) and every passage given (the rest, unread, after)."""
+
+    prompt: Prompt
+    given: tuple[Passage, ...]
+
+
+async def _prepare(
+    question: str,
+    evidence: Sequence[Hit],
+    *,
+    focus: bool,
+    cache: VectorCache,
+    persona: str,
+    max_evidence_tokens: int | None,
+) -> _Prepared:
+    """Stage 1: the passages the model reads (focused on the question when ``focus``) and all given."""
+    if focus:
+        passages = await asyncio.to_thread(
+            focus_passages, question, evidence, cache, max_tokens=max_evidence_tokens
+        )
+    else:
+        # The extractive answerer quotes whole chunks and reads no prompt: nothing to focus.
+        passages = select_passages(evidence)
+    prompt = build_prompt(question, passages, persona=persona)
+    # The passages the budget left out are given too, with nothing shown to the model: the model
+    # cannot cite them, but the extractive answer quotes whole chunks and may (of 100 SciFact claims,
+    # the gold abstract was among the 5 retrieved passages for 81 and among those the model read for 76).
+    read = {p.chunk_id for p in prompt.passages}
+    unread = (p for p in select_passages(evidence) if p.chunk_id not in read)
+    given = (
+        *prompt.passages,
+        *(Passage(number=len(read) + i, hit=p.hit, shown=()) for i, p in enumerate(unread, start=1)),
+    )
+    return _Prepared(prompt=prompt, given=given)
+
+
+async def _assess(question: str, prompt: Prompt, judge: StanceJudge, cache: VectorCache) -> Assessment | None:
+    """Stage 2: the stances of the passages the model reads towards the question's claim, if it puts one.
+
+    None when the question puts no claim, or when judging fails: the answer goes on without a verdict.
+    """
+    claim = claim_of(question)
+    if claim is None or not prompt.passages:
+        return None
+    try:
+        return await asyncio.to_thread(assess, claim, prompt.passages, judge, cache)
+    except GenerationError:
+        return None
+
+
+@dataclass(frozen=True)
+class _Opening:
+    """The verdict sentence the answer opens with, and the chunks it cites (numbered in that order)."""
+
+    text: str
+    chunk_ids: tuple[int, ...]
+
+    @classmethod
+    def of(
+        cls, assessment: Assessment | None, given: Sequence[Passage], working: CitationNumbering
+    ) -> _Opening | None:
+        """The opening for ``assessment``, numbering the passages it cites in ``working``."""
+        if assessment is None:
+            return None
+        bearing = assessment.bearing(given)
+        numbers: dict[Stance, list[int]] = {}
+        for passage in bearing:
+            numbers.setdefault(assessment.stance(passage.chunk_id), []).append(
+                working.number(passage.chunk_id)
+            )
+        return cls(
+            text=verdict_sentence(assessment.verdict, numbers), chunk_ids=tuple(p.chunk_id for p in bearing)
+        )
+
+
+class _Draft:
+    """Stage 3: the model's reply as it streams, rewritten and attributed, into a working numbering.
+
+    The working numbering is a copy of the conversation's (holding the opening's numbers, if any): the
+    reply's numbers reach the conversation only if the reply stands (:func:`_ground`). ``sent`` counts
+    the characters of the reply shown so far.
+    """
+
+    def __init__(self, prompt: Prompt, working: CitationNumbering, cache: VectorCache) -> None:
+        self.prompt = prompt
+        self.numbering = working
+        self.rewriter = CitationRewriter(prompt.passages, self.numbering)
+        self.attributor = Attributor(prompt.passages, self.numbering, cache, never=(REFUSAL,))
+        self.reply = ""
+        self.sent = 0
+        self.error: str | None = None
+        self.generation_ms = 0.0
+
+    async def generate(self, llm: LLM, options: GenerationOptions) -> AsyncGenerator[str, None]:
+        """The text to show, piece by piece; a failed generation is recorded in ``error``, not raised.
+
+        A reply that may still turn out to be the refusal is held back: it is replaced by the
+        extractive answer, so it is never shown.
+        """
+        began = time.perf_counter()
+        shape = AnswerShape(
+            passages=len(self.prompt.passages),
+            refusal=REFUSAL,
+            not_opening=EVIDENCE_HEADING,
+        )
+        try:
+            # Closed on the way out, however it is left, so the worker stops at its next piece.
+            async with contextlib.aclosing(
+                _generate(llm, self.prompt.messages, replace(options, shape=shape))
+            ) as pieces:
+                async for piece in pieces:
+                    shown = self.rewriter.feed(piece)
+                    if shown:
+                        # Scoring an uncited sentence embeds it: off the event loop.
+                        self.reply += await asyncio.to_thread(self.attributor.feed, shown)
+                    if len(self.reply) > self.sent and not _may_be_refusal(self.reply):
+                        yield self._unsent()
+            rest = self.rewriter.finish()
+            attributor = self.attributor
+            self.reply += await asyncio.to_thread(lambda: attributor.feed(rest) + attributor.finish())
+            if len(self.reply) > self.sent and self.reply.strip() != REFUSAL:
+                yield self._unsent()
+        except GenerationError as exc:
+            self.error = f"generation failed: {exc}"
+        finally:
+            self.generation_ms = (time.perf_counter() - began) * 1e3
+
+    def _unsent(self) -> str:
+        text, self.sent = self.reply[self.sent :], len(self.reply)
+        return text
+
+    @property
+    def removed(self) -> tuple[RemovedCitation, ...]:
+        return tuple(self.rewriter.removed)
+
+    def failure(self) -> str | None:
+        """Stage 4: why the finished reply cannot stand on its face, or None."""
+        if self.error is not None:
+            return self.error
+        if self.reply.strip() == REFUSAL:
+            return "the model found no answer in the passages"
+        if not self.rewriter.cited and not self.attributor.attributions:
+            return "the model's reply cited no given passage, and no passage backs its sentences"
+        if not has_cited_statement(self.reply):
+            return "the model's reply made no statement with a citation"
+        return None
+
+
+@dataclass(frozen=True)
+class _Result:
+    """The answer decided on: its text and checked citations, or the reason the model's reply failed.
+
+    ``verification`` is None only for a failed reply (the fallback replaces it).
+    """
+
+    text: str
+    verification: Verification | None
+    removed: tuple[RemovedCitation, ...]
+    failure: str | None
+    stream_replaced: bool
+    generation_ms: float
+    verify_ms: float
+
+
+async def _ground(
+    draft: _Draft, numbering: CitationNumbering, cache: VectorCache, clock: _Clock, prompt_ms: float
+) -> _Result:
+    """Stage 5: verify the reply's citations; a reply with no backed citation fails.
+
+    A reply that stands gives its numbers to the conversation's ``numbering``.
+    """
+
+    def failed(reason: str, verify_ms: float = 0.0) -> _Result:
+        return _Result("", None, draft.removed, reason, False, draft.generation_ms, verify_ms)
+
+    reason = draft.failure()
+    if reason is not None:
+        return failed(reason)
+    began = clock.ms()
+    numbered = _numbered(draft.prompt.passages, draft.numbering)
+    checked = await asyncio.to_thread(
+        verify, draft.reply, numbered, cache, attributed=draft.attributor.attributed_numbers
+    )
+    verify_ms = clock.ms() - began
+    # A reply whose every citation is flagged says things its passages do not (a 0.5B model copies its
+    # prompt's example, or answers a question the passages are not about).
+    if not any(c.supported for c in checked.citations):
+        return failed("no sentence of the model's reply is backed by the passage it cites", verify_ms)
+    # The same chunks in the same order as the working copy: the caller's numbers match.
+    for chunk_id in draft.numbering.chunk_ids[len(numbering) :]:
+        numbering.number(chunk_id)
+    return _Result(draft.reply, checked, draft.removed, None, False, draft.generation_ms, verify_ms)
+
+
+@dataclass(frozen=True)
+class _Extract:
+    """Stage 6's answer: the extractive text and its checked citations."""
+
+    text: str
+    verification: Verification
+    verify_ms: float
+
+    def after(self, failed: _Result | None, *, streamed: bool) -> _Result:
+        """The result once this answer stands in for ``failed`` (None: there was no model).
+
+        ``streamed``: the model's text was already shown, so this answer replaces it.
+        """
+        if failed is None:
+            return _Result(self.text, self.verification, (), None, False, 0.0, self.verify_ms)
+        return replace(
+            failed,
+            text=self.text,
+            verification=self.verification,
+            stream_replaced=streamed,
+            verify_ms=self.verify_ms,
+        )
+
+
+async def _extract(
+    question: str,
+    given: Sequence[Passage],
+    numbering: CitationNumbering,
+    cache: VectorCache,
+    clock: _Clock,
+) -> _Extract:
+    """Stage 6: the extractive answer from every passage given, its citations checked."""
+    extract = await asyncio.to_thread(extractive_answer, question, given, numbering, cache)
+    began = clock.ms()
+    checked = await asyncio.to_thread(verify, extract.text, _numbered(given, numbering), cache)
+    return _Extract(text=extract.text, verification=checked, verify_ms=clock.ms() - began)
+
+
+async def _opened(
+    result: _Result,
+    opening: _Opening,
+    given: Sequence[Passage],
+    numbering: CitationNumbering,
+    cache: VectorCache,
+) -> _Result:
+    """Stage 7: the answer with its opening, checked again as a whole.
+
+    The opening's citations are backed by their stances, not by its wording: it is never flagged.
+    """
+    text = f"{opening.text} {result.text}"
+    before = result.verification.citations if result.verification is not None else ()
+    attributed = {c.number for c in before if c.attributed}
+    checked = await asyncio.to_thread(verify, text, _numbered(given, numbering), cache, attributed=attributed)
+    own = {c.sentence for c in claims(opening.text)}
+    checked = replace(
+        checked,
+        unsupported=tuple(u for u in checked.unsupported if u.text not in own),
+        uncited=tuple(u for u in checked.uncited if u not in own),
+    )
+    return replace(result, text=text, verification=checked)
+
+
+def _finish(
+    result: _Result,
+    assessment: Assessment | None,
+    provider: str,
+    prompt_ms: float,
+    first_token: float | None,
+    clock: _Clock,
+) -> Iterator[Event]:
+    """Stage 8: a flag per unsupported sentence, then :class:`Complete` with each citation's stance."""
+    checked = result.verification
+    assert checked is not None
+    for sentence in checked.unsupported:
+        yield UnsupportedClaim(sentence)
+    citations = checked.citations
+    if assessment is not None:
+        citations = tuple(replace(c, stance=assessment.stance(c.chunk_id)) for c in citations)
+    yield Complete(
+        claim=assessment.claim if assessment is not None else None,
+        answer=result.text,
+        citations=citations,
+        removed=result.removed,
+        unsupported=checked.unsupported,
+        uncited=checked.uncited,
+        provider=provider if result.failure is None else EXTRACTIVE,
+        fell_back=result.failure is not None,
+        fallback_reason=result.failure,
+        stream_replaced=result.stream_replaced,
+        evidence_missing=False,
+        timings=AnswerTimings(prompt_ms, first_token, result.generation_ms, result.verify_ms, clock.ms()),
+    )
+
+
+class _Announcer:
+    """A :class:`CitationEvent` for each citation number the first time it appears in the streamed text.
+
+    The event carries the whole passage when its chunk is new to the conversation (numbered after the
+    ``numbered_before`` numbers earlier turns gave), and only the number otherwise: the client has the
+    passage from an earlier turn.
+    """
+
+    def __init__(
+        self, given: Sequence[Passage], *, numbered_before: int, assessment: Assessment | None
+    ) -> None:
+        self._passages = {p.chunk_id: p for p in given}
+        self._assessment = assessment
+        self._numbered_before = numbered_before
+        self._announced: set[int] = set()
+
+    def announce(self, text: str, numbering: CitationNumbering) -> Iterator[CitationEvent]:
+        """Events for the numbers in ``text`` (written with ``numbering``) not announced before."""
+        ids = numbering.chunk_ids
+        for group in MARKER.findall(text):
+            for number in map(int, group.split(", ")):
+                if number in self._announced or not 1 <= number <= len(ids):
+                    continue
+                self._announced.add(number)
+                chunk_id = ids[number - 1]
+                yield CitationEvent(
+                    number=number,
+                    passage=self._passages.get(chunk_id) if number > self._numbered_before else None,
+                    stance=self._assessment.stance(chunk_id) if self._assessment is not None else "neutral",
+                )
+
+
+def _numbered(passages: Sequence[Passage], numbering: CitationNumbering) -> Mapping[int, Passage]:
     """The passages given this turn that ``numbering`` cites, by their conversation number."""
     return {n: p for p in passages if (n := numbering.get(p.chunk_id)) is not None}
 
@@ -274,9 +566,9 @@ def _may_be_refusal(reply: str) -> bool:
     return REFUSAL.casefold().startswith(reply.strip().casefold())
 
 
-def _complete(text: str, provider: str, timings: AnswerTimings, *, missing: bool) -> Complete:
+def _missing(provider: str, timings: AnswerTimings) -> Complete:
     return Complete(
-        answer=text,
+        answer=EVIDENCE_MISSING,
         citations=(),
         removed=(),
         unsupported=(),
@@ -285,7 +577,7 @@ def _complete(text: str, provider: str, timings: AnswerTimings, *, missing: bool
         fell_back=False,
         fallback_reason=None,
         stream_replaced=False,
-        evidence_missing=missing,
+        evidence_missing=True,
         timings=timings,
     )
 

@@ -30,6 +30,7 @@ from enum import Enum
 from typing import Any
 
 from citeline.answer.prompt import Passage
+from citeline.answer.stance import Stance
 from citeline.answer.support import (
     SUPPORT_THRESHOLD,
     PassageSentences,
@@ -156,7 +157,9 @@ class Citation:
     the same page. ``score`` is the best support score among those claims; ``supported`` says whether
     it reaches :data:`~citeline.answer.support.SUPPORT_THRESHOLD`. ``attributed`` says that citeline,
     not the model, cited this passage: the model left the sentences citing it uncited, and this
-    passage backs them best (see :mod:`citeline.answer.attribution`).
+    passage backs them best (see :mod:`citeline.answer.attribution`). ``stance`` says how the passage
+    bears on the question's claim (see :mod:`citeline.answer.stance`); ``neutral`` when the question
+    puts no claim.
     """
 
     number: int
@@ -175,6 +178,7 @@ class Citation:
     score: float
     supported: bool
     attributed: bool = False
+    stance: Stance = "neutral"
 
     @property
     def download_url(self) -> str:
@@ -199,6 +203,7 @@ class Citation:
             "score": round(self.score, 4),
             "supported": self.supported,
             "attributed": self.attributed,
+            "stance": self.stance,
             "download_url": self.download_url,
         }
 

@@ -1,4 +1,5 @@
-"""The events an answer streams: Start, then Tokens, then CitationEvents, then Complete (or Error).
+"""The events an answer streams: Start, Tokens (with a CitationEvent after the Token in which a citation
+number first appears), UnsupportedClaims, then Complete (or Error). docs/answers.md lists the payloads.
 
 Every event has ``as_dict()`` (JSON-ready, with a ``type`` key) for shells that stream them as JSON
 lines or server-sent events.
@@ -11,6 +12,7 @@ from typing import Any
 
 from citeline.answer.citations import Citation, RemovedCitation, UnsupportedSentence
 from citeline.answer.prompt import Passage
+from citeline.answer.stance import Stance, Verdict, verdict_of
 from citeline.errors import CitelineError
 
 
@@ -61,12 +63,55 @@ class Token:
 
 @dataclass(frozen=True)
 class CitationEvent:
-    """One verified citation of the answer, sent after the text and before Complete."""
+    """A citation number the first time it appears in the streamed text, right after that Token.
 
-    citation: Citation
+    ``passage`` is the cited passage, given the first time its chunk is cited in the conversation;
+    None when an earlier turn cited it (the client has it already). The checked citation, with its
+    excerpt and support score, comes with :class:`Complete`. When ``Complete.stream_replaced`` says
+    the streamed text was replaced, so were its citations: Complete's are the ones that stand.
+    """
+
+    number: int
+    passage: Passage | None
+    stance: Stance = "neutral"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"type": "citation", **self.citation.as_dict()}
+        return {
+            "type": "citation",
+            "number": self.number,
+            "stance": self.stance,
+            "passage": None if self.passage is None else passage_dict(self.passage),
+        }
+
+
+def passage_dict(passage: Passage) -> dict[str, Any]:
+    """A cited passage as a citation event sends it: where it is and its whole text."""
+    hit = passage.hit
+    return {
+        "chunk_id": hit.chunk_id,
+        "document_id": str(hit.document_id),
+        "document_name": hit.document_name,
+        "title": hit.title,
+        "version": hit.version,
+        "page": hit.page,
+        "start": passage.start,
+        "end": passage.end,
+        "text": passage.text,
+    }
+
+
+@dataclass(frozen=True)
+class UnsupportedClaim:
+    """A cited sentence of the answer that its passages do not back, flagged once the answer is checked."""
+
+    sentence: UnsupportedSentence
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"type": "unsupported", **_unsupported_dict(self.sentence)}
+
+
+def _unsupported_dict(sentence: UnsupportedSentence) -> dict[str, Any]:
+    return {"text": sentence.text, "numbers": list(sentence.numbers), "score": round(sentence.score, 4)}
 
 
 @dataclass(frozen=True)
@@ -94,7 +139,8 @@ class Complete:
     instead of the model, ``fallback_reason`` why. ``evidence_missing`` says no passage was found, so
     nothing was generated. ``removed`` lists citations the model wrote to passages it was not given;
     ``unsupported`` the cited sentences their passages do not back; ``uncited`` the claims with no
-    citation.
+    citation. ``claim`` is the claim the question put to the evidence, when it put one and a judge
+    assessed it; the answer then opens with :attr:`verdict` in plain words.
     """
 
     answer: str
@@ -108,6 +154,15 @@ class Complete:
     stream_replaced: bool
     evidence_missing: bool
     timings: AnswerTimings
+    claim: str | None = None
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """What the cited passages say of ``claim`` (None when the question put no claim to them).
+
+        Computed from the citations' stances, so a verdict always has a citation that bears it out.
+        """
+        return None if self.claim is None else verdict_of(c.stance for c in self.citations)
 
     @property
     def cited_chunk_ids(self) -> list[int]:
@@ -119,14 +174,13 @@ class Complete:
         return {
             "type": "complete",
             "answer": self.answer,
+            "claim": self.claim,
+            "verdict": self.verdict,
             "citations": [c.as_dict() for c in self.citations],
             "removed": [
                 {"number": r.number, "occurrences": r.occurrences, "reason": r.reason} for r in self.removed
             ],
-            "unsupported": [
-                {"text": u.text, "numbers": list(u.numbers), "score": round(u.score, 4)}
-                for u in self.unsupported
-            ],
+            "unsupported": [_unsupported_dict(u) for u in self.unsupported],
             "uncited": list(self.uncited),
             "provider": self.provider,
             "fell_back": self.fell_back,
@@ -155,5 +209,5 @@ class Error:
         return {"type": "error", "message": self.message, "http_status": status}
 
 
-Event = Start | Token | CitationEvent | Complete | Error
+Event = Start | Token | CitationEvent | UnsupportedClaim | Complete | Error
 """Anything an answer stream yields."""

@@ -30,6 +30,7 @@ from citeline.settings import Settings
 if TYPE_CHECKING:
     from citeline.engine import Citeline
 
+
 class ChatSession:
     """One conversation of one user, answered from one :class:`Citeline` namespace.
 

@@ -15,6 +15,13 @@ sources. It **resolves** when its number has a citation record, that record's ch
 passages given this turn, and the chunk is active in the store with the cited document, version and
 page, its span holds the cited span, and the stored text there reads as the citation's excerpt.
 The **gold abstract is cited** when a citation's document is one the judgements mark relevant.
+
+**Verdicts** are scored when the folder has ``evidence.jsonl`` (lines of ``query_id``, ``doc_id`` and
+``label``, ``SUPPORT`` or ``CONTRADICT``): a claim's expected verdict is ``supports`` when its labels
+are all SUPPORT, ``contradicts`` when all CONTRADICT, ``mixed`` when both. Verdict accuracy is the
+share of labelled claims whose answer gives the expected verdict (no verdict, or
+``not_enough_evidence``, counts as wrong); macro-F1 averages the F1 of each expected class. Citation
+stance accuracy counts the citations of labelled gold abstracts whose stance matches the label.
 """
 
 from __future__ import annotations
@@ -35,7 +42,9 @@ from rich.table import Table
 from citeline.answer import EXTRACTIVE, Citation, Complete, Error, Passage, Start
 from citeline.answer.citations import MARKER
 from citeline.answer.llm import GenerationOptions, Message
+from citeline.answer.nli import default_judge
 from citeline.answer.prompt import system_prompt
+from citeline.answer.stance import VERDICTS
 from citeline.answer.support import normalise
 from citeline.chat.session import delete_conversation
 from citeline.engine import Citeline
@@ -43,6 +52,8 @@ from citeline.errors import GenerationError, InvalidRequestError
 from citeline.eval.beir import BeirData, ingest_corpus
 from citeline.eval.metrics import percentile
 from citeline.retrieve.search import Hit, SearchRequest
+
+_STANCE_OF_LABEL = {"SUPPORT": "supports", "CONTRADICT": "contradicts"}
 
 QUESTION_TEMPLATE = "Is it true that {claim}?"
 """How a claim is asked (see :func:`claim_question`)."""
@@ -108,6 +119,24 @@ class AnswerRecord:
     answer_ms: float
     #: The whole question: search, answer and storing the turn.
     total_ms: float
+    #: The answer's verdict on the claim (None: no verdict was given).
+    verdict: str | None = None
+    #: The verdict the evidence labels call for (None: the claim has no labels).
+    expected_verdict: str | None = None
+    #: Each citation's (document name, stance), in citation order.
+    stances: tuple[tuple[str, str], ...] = ()
+    #: The label of each gold abstract with one (document name -> SUPPORT or CONTRADICT).
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def verdict_right(self) -> bool:
+        return self.expected_verdict is not None and self.verdict == self.expected_verdict
+
+    @property
+    def gold_stances(self) -> list[bool]:
+        """For each citation of a labelled gold abstract: whether its stance matches the label."""
+        labels = dict(self.labels)
+        return [_STANCE_OF_LABEL[labels[doc]] == stance for doc, stance in self.stances if doc in labels]
 
     @property
     def resolved(self) -> bool:
@@ -155,6 +184,9 @@ class AnswerRecord:
             "evidence_missing": self.evidence_missing,
             "error": self.error,
             "answer": self.answer,
+            "verdict": self.verdict,
+            "expected_verdict": self.expected_verdict,
+            "citations": [{"document": doc, "stance": stance} for doc, stance in self.stances],
             "first_token_ms": self.first_token_ms,
             "answer_ms": self.answer_ms,
             "total_ms": self.total_ms,
@@ -192,6 +224,8 @@ class AnswerEvaluation:
         count: dict[str, int] = {
             by: sum(r.answered_by == by for r in records) for by in ("model", "fallback", "extractive")
         }
+        labelled = [r for r in records if r.expected_verdict is not None]
+        stances = [right for r in records for right in r.gold_stances]
         return {
             "dataset": self.dataset,
             "namespace": self.namespace,
@@ -218,6 +252,16 @@ class AnswerEvaluation:
             "fallback_rate": count["fallback"] / len(asked_model) if asked_model else 0.0,
             "citations_by_model": sum(r.model_cited for r in records),
             "citations_attributed": sum(r.attributed for r in records),
+            "model_written_rate": count["model"] / n,
+            "claims_labelled": len(labelled),
+            "verdict_accuracy": (sum(r.verdict_right for r in labelled) / len(labelled))
+            if labelled
+            else None,
+            "verdict_macro_f1": verdict_macro_f1(labelled) if labelled else None,
+            # How often each verdict was given; "none": the answer gave no verdict.
+            "verdicts": {v or "none": sum(r.verdict == v for r in records) for v in (*VERDICTS, None)},
+            "gold_citations_with_label": len(stances),
+            "stance_accuracy_gold": sum(stances) / len(stances) if stances else None,
             "ttft_p50_ms": percentile(first_tokens, 50) if first_tokens else None,
             "ttft_p90_ms": percentile(first_tokens, 90) if first_tokens else None,
             "answer_p50_ms": percentile([r.answer_ms for r in records], 50),
@@ -243,6 +287,7 @@ def evaluate_answers(
     persona = persona or cl.settings.persona
     system_prompt(persona)  # an unknown persona fails before the ingest, not at the first claim
     claim_ids = sample_claims(data, sample)
+    evidence = load_evidence(data.folder)
     cl.llm  # an unknown provider fails before the ingest  # noqa: B018
     added, unchanged, ingest_seconds = ingest_corpus(cl, data, console)
     _warm_up(cl, claim_question(data.queries[claim_ids[0]]) if claim_ids else "warm up")
@@ -257,7 +302,7 @@ def evaluate_answers(
     ) as progress:
         task = progress.add_task("claims", total=len(claim_ids))
         for qid in claim_ids:
-            records.append(_ask_claim(cl, data, qid, persona))
+            records.append(_ask_claim(cl, data, qid, persona, evidence.get(qid, {})))
             progress.advance(task)
     return AnswerEvaluation(
         dataset=data.folder.name,
@@ -273,6 +318,7 @@ def evaluate_answers(
 
 def _warm_up(cl: Citeline, question: str) -> None:
     cl.search(SearchRequest(question, top_k=cl.settings.answer_passages))
+    default_judge().load()
     llm = cl.llm
     if llm is None:
         return
@@ -284,7 +330,50 @@ def _warm_up(cl: Citeline, question: str) -> None:
         pass
 
 
-def _ask_claim(cl: Citeline, data: BeirData, qid: str, persona: str) -> AnswerRecord:
+def load_evidence(folder: Path) -> dict[str, dict[str, str]]:
+    """``evidence.jsonl`` of a BEIR folder as claim id -> document id -> label; empty when absent."""
+    path = folder / "evidence.jsonl"
+    if not path.is_file():
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                label = str(item["label"])
+                if label not in _STANCE_OF_LABEL:
+                    raise ValueError(f"label {label!r} is not SUPPORT or CONTRADICT")
+                out.setdefault(str(item["query_id"]), {})[str(item["doc_id"])] = label
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InvalidRequestError(f"{path}, line {n}: not an evidence line ({exc})") from exc
+    return out
+
+
+def expected_verdict(labels: Mapping[str, str]) -> str | None:
+    """The verdict a claim's evidence labels call for (None without labels)."""
+    found = {_STANCE_OF_LABEL[label] for label in labels.values()}
+    if not found:
+        return None
+    return "mixed" if len(found) > 1 else found.pop()
+
+
+def verdict_macro_f1(records: Sequence[AnswerRecord]) -> float:
+    """The mean F1 over the expected verdict classes of ``records`` (labelled claims)."""
+    classes = sorted({r.expected_verdict for r in records if r.expected_verdict is not None})
+    scores: list[float] = []
+    for c in classes:
+        tp = sum(r.verdict == c and r.expected_verdict == c for r in records)
+        fp = sum(r.verdict == c and r.expected_verdict != c for r in records)
+        fn = sum(r.verdict != c and r.expected_verdict == c for r in records)
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+    return sum(scores) / len(scores)
+
+
+def _ask_claim(
+    cl: Citeline, data: BeirData, qid: str, persona: str, labels: Mapping[str, str]
+) -> AnswerRecord:
     question = claim_question(data.queries[qid])
     session = cl.chat(persona=persona)
 
@@ -313,6 +402,8 @@ def _ask_claim(cl: Citeline, data: BeirData, qid: str, persona: str) -> AnswerRe
         "gold": gold,
         "given": tuple(p.hit.document_name for p in passages),
         "total_ms": total_ms,
+        "expected_verdict": expected_verdict(labels),
+        "labels": tuple(labels.items()),
     }
     if not isinstance(end, Complete):
         return AnswerRecord(
@@ -348,6 +439,8 @@ def _ask_claim(cl: Citeline, data: BeirData, qid: str, persona: str) -> AnswerRe
         answer=end.answer,
         first_token_ms=end.timings.first_token,
         answer_ms=end.timings.total,
+        verdict=end.verdict,
+        stances=tuple((c.document_name, c.stance) for c in end.citations),
     )
 
 
@@ -454,6 +547,16 @@ def summary_table(summary: Mapping[str, Any]) -> Table:
         (
             "citations by model / attributed",
             f"{summary['citations_by_model']} / {summary['citations_attributed']}",
+        ),
+        ("answers the model wrote", rate("model_written_rate")),
+        ("verdict accuracy", rate("verdict_accuracy") + f" (of {summary['claims_labelled']} labelled)"),
+        (
+            "verdict macro-F1",
+            "n/a" if summary["verdict_macro_f1"] is None else f"{summary['verdict_macro_f1']:.3f}",
+        ),
+        (
+            "stance right on gold abstracts",
+            rate("stance_accuracy_gold") + f" (of {summary['gold_citations_with_label']} citations)",
         ),
         ("first token p50 / p90 ms", f"{ms('ttft_p50_ms')} / {ms('ttft_p90_ms')}"),
         ("answer p50 ms", ms("answer_p50_ms")),

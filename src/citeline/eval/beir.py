@@ -55,6 +55,21 @@ class BeirData:
     qrels: dict[str, dict[str, int]]
 
 
+def _followed(corpus: Path) -> Path:
+    """The corpus file, following a link stored as text: a symbolic link checked out on a system (or
+    copied by a tool) that does not keep links is a small file holding the target's relative path,
+    which is how folders of claims share another folder's corpus."""
+    if corpus.stat().st_size > 4096:
+        return corpus
+    text = corpus.read_text(encoding="utf-8", errors="replace").strip()
+    if not text or "\n" in text or text.startswith("{"):
+        return corpus
+    target = (corpus.parent / text).resolve()
+    if not target.is_file():
+        raise InvalidRequestError(f"{corpus} names the corpus {text!r}, but {target} does not exist")
+    return target
+
+
 def load_beir(folder: Path, *, split: str = "test") -> BeirData:
     """Read queries and qrels; the corpus is streamed later. Errors name the missing file."""
     corpus = folder / "corpus.jsonl"
@@ -63,6 +78,7 @@ def load_beir(folder: Path, *, split: str = "test") -> BeirData:
     for path in (corpus, queries_path, qrels_path):
         if not path.is_file():
             raise InvalidRequestError(f"{folder} is not a BEIR folder: {path.name} is missing ({path})")
+    corpus = _followed(corpus)
     qrels: dict[str, dict[str, int]] = {}
     with qrels_path.open(encoding="utf-8") as fh:
         for n, line in enumerate(fh):

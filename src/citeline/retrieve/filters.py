@@ -61,7 +61,7 @@ class Filters:
             cat = normalise_category(self.category)
             conds.append("(d.category = :f_cat OR d.category LIKE :f_cat_below ESCAPE '\\')")
             params["f_cat"] = cat
-            params["f_cat_below"] = _like_escape(cat) + "/%"
+            params["f_cat_below"] = like_escape(cat) + "/%"
         if self.tags_any:
             conds.append("d.tags && CAST(:f_tags_any AS text[])")
             params["f_tags_any"] = list(self.tags_any)
@@ -80,5 +80,6 @@ class Filters:
         return " AND ".join(conds), params
 
 
-def _like_escape(value: str) -> str:
+def like_escape(value: str) -> str:
+    """``value`` matched literally inside a LIKE pattern whose escape character is a backslash."""
     return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 
 from citeline.access import FULL_ACCESS, Access
 from citeline.errors import ConfigError, ConflictError, NotFoundError
+from citeline.retrieve.filters import like_escape, normalise_category
 from citeline.store.models import Status
 
 _DOC_COLUMNS = (
@@ -994,8 +995,7 @@ def stats(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> dict[str, Any
         out["chunks"] = int(
             conn.execute(
                 sa.text(
-                    "SELECT coalesce(sum(d.vector_count), 0) FROM documents d "
-                    f"WHERE {where} AND d.is_active"
+                    f"SELECT coalesce(sum(d.vector_count), 0) FROM documents d WHERE {where} AND d.is_active"
                 ),
                 params,
             ).scalar_one()
@@ -1057,3 +1057,82 @@ def bind_analyzer(conn: sa.Connection, config: dict[str, Any], default: dict[str
         sa.text("UPDATE corpus_stats SET analyzer = CAST(:a AS jsonb) WHERE id = 1"),
         {"a": json.dumps(config)},
     )
+
+
+# -- listing for shells (GET /documents) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DocumentQuery:
+    """Which documents a listing shows, and which page of them. Unset fields do not filter.
+
+    Each document appears once, as its current version (the active one, else its newest), and the
+    filters apply to that version. ``scope`` keeps documents carrying that scope (universal ones carry
+    none); ``category`` matches the category itself or any below it; ``name_contains`` is
+    case-insensitive.
+    """
+
+    status: str | None = None
+    scope: str | None = None
+    category: str | None = None
+    tag: str | None = None
+    content_type: str | None = None
+    name_contains: str | None = None
+    limit: int = 50
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class DocumentPage:
+    """One page of a listing and how many documents the whole listing holds."""
+
+    documents: list[DocumentInfo]
+    total: int
+    limit: int
+    offset: int
+
+
+def query_documents(
+    conn: sa.Connection, query: DocumentQuery, *, access: Access = FULL_ACCESS
+) -> DocumentPage:
+    """The documents ``access`` sees that match ``query``, by name, with the total count."""
+    where, params = access.sql("documents")
+    conds = [where]
+    if query.status:
+        conds.append("status = :q_status")
+        params["q_status"] = query.status
+    if query.scope:
+        conds.append(":q_scope = ANY(scopes)")
+        params["q_scope"] = query.scope
+    if query.category:
+        category = normalise_category(query.category)
+        conds.append("(category = :q_cat OR category LIKE :q_cat_below ESCAPE '\\')")
+        params["q_cat"] = category
+        params["q_cat_below"] = like_escape(category) + "/%"
+    if query.tag:
+        conds.append(":q_tag = ANY(tags)")
+        params["q_tag"] = query.tag
+    if query.content_type:
+        conds.append("content_type = :q_type")
+        params["q_type"] = query.content_type
+    if query.name_contains:
+        conds.append("name ILIKE :q_name ESCAPE '\\'")
+        params["q_name"] = "%" + like_escape(query.name_contains) + "%"
+    current = (
+        "WITH current AS (SELECT DISTINCT ON (document_id) * FROM documents "
+        "ORDER BY document_id, is_active DESC, version DESC) "
+    )
+    condition = " AND ".join(conds)
+    total = int(
+        conn.execute(
+            sa.text(f"{current}SELECT count(*) FROM current AS documents WHERE {condition}"), params
+        ).scalar_one()
+    )
+    rows = conn.execute(
+        sa.text(
+            f"{current}SELECT {_DOC_COLUMNS} FROM current AS documents WHERE {condition} "
+            "ORDER BY name, document_id LIMIT :q_limit OFFSET :q_offset"
+        ),
+        {**params, "q_limit": query.limit, "q_offset": query.offset},
+    )
+    return DocumentPage([_row_to_info(r) for r in rows], total, query.limit, query.offset)

@@ -1,0 +1,198 @@
+"""``citeline serve`` under load: 50 clients searching for 60 s, the API's overhead over the library,
+and the server's idle memory.
+
+Run alone with ``.venv/bin/python -m bench.api [--clients 50] [--seconds 60]``, or as the ``api``
+section of ``make bench``. The corpus is the search benchmark's (real SciFact texts and vectors,
+repeated with jitter; built once and kept), at 10,000 chunks: the API's cost does not grow with it.
+
+- Throughput: ``--clients`` concurrent clients (one asyncio httpx client, one connection each) send
+  ``GET /search?q=...&n=10`` with an admin key for ``--seconds``; every non-200 counts as an error.
+- Overhead: the same queries, one at a time, alternately through the library in this process and
+  through the API, so each pair sees the same load; the overhead is the median of the paired
+  differences (HTTP, authentication, rate limiting, JSON, and the client's own parsing). Each pair
+  is followed by ``GET /health/live``, a route that does nothing, to show what the bare HTTP round
+  trip (client included) costs on the machine at the time.
+- Idle RSS: the server process's resident memory after start-up (embedder and keyword index loaded)
+  and before any request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.run import SCIFACT, build_search_corpus
+from citeline.access import Role
+from citeline.engine import Citeline
+from citeline.eval.metrics import percentile
+from citeline.retrieve.search import SearchRequest
+from citeline.settings import Settings
+
+CORPUS_CHUNKS = 10_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def _queries(n: int) -> list[str]:
+    with (SCIFACT / "queries.jsonl").open(encoding="utf-8") as fh:
+        return [json.loads(line)["text"] for line in fh][:n]
+
+
+def _start(settings: Settings, port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CITELINE_")}
+    env.update(
+        CITELINE_DATA_DIR=str(settings.data_dir),
+        CITELINE_NAMESPACE=settings.namespace,
+        CITELINE_LLM="extractive",
+        CITELINE_API_RATE_LIMIT="0",
+    )
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "citeline.cli", "serve", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"citeline serve exited:\n{log.read_text()}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=5).status_code == 200:
+                return process
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    process.kill()
+    raise SystemExit(f"citeline serve was not ready in 300 s:\n{log.read_text()}")
+
+
+def overhead(cl: Citeline, url: str, key: str, queries: list[str]) -> dict[str, float]:
+    """Paired per-query latencies, library then API, one request at a time."""
+    library, api, differences, empty = [], [], [], []
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
+        for q in queries[:10]:  # warm both paths
+            cl.search(SearchRequest(q, top_k=10))
+            client.get("/search", params={"q": q, "n": 10}).raise_for_status()
+        for q in queries:
+            t0 = time.perf_counter()
+            cl.search(SearchRequest(q, top_k=10))
+            t1 = time.perf_counter()
+            client.get("/search", params={"q": q, "n": 10}).raise_for_status()
+            t2 = time.perf_counter()
+            client.get("/health/live").raise_for_status()
+            empty.append((time.perf_counter() - t2) * 1e3)
+            library.append((t1 - t0) * 1e3)
+            api.append((t2 - t1) * 1e3)
+            differences.append((t2 - t1 - (t1 - t0)) * 1e3)
+    return {
+        "api_single_p50_ms": percentile(api, 50),
+        "library_single_p50_ms": percentile(library, 50),
+        "api_overhead_p50_ms": statistics.median(differences),
+        # A route that does nothing: what the HTTP round trip alone costs on this machine.
+        "api_empty_route_p50_ms": percentile(empty, 50),
+    }
+
+
+async def load(url: str, key: str, queries: list[str], clients: int, seconds: float) -> dict[str, Any]:
+    """``clients`` concurrent clients searching for ``seconds``."""
+    latencies: list[float] = []
+    errors: Counter[str] = Counter()
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60, limits=limits
+    ) as client:
+        stop = time.perf_counter() + seconds
+
+        async def one(worker: int) -> None:
+            i = worker
+            while time.perf_counter() < stop:
+                q = queries[i % len(queries)]
+                i += clients
+                t0 = time.perf_counter()
+                try:
+                    response = await client.get("/search", params={"q": q, "n": 10})
+                    if response.status_code != 200:
+                        errors[f"HTTP {response.status_code}"] += 1
+                except httpx.HTTPError as exc:
+                    errors[type(exc).__name__] += 1
+                latencies.append((time.perf_counter() - t0) * 1e3)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(one(w) for w in range(clients)))
+        elapsed = time.perf_counter() - began
+    return {
+        "api_load_clients": clients,
+        "api_load_requests": len(latencies),
+        "api_load_errors": sum(errors.values()),
+        "api_load_error_kinds": dict(errors),
+        "api_load_requests_per_s": len(latencies) / elapsed,
+        "api_load_p50_ms": percentile(latencies, 50),
+        "api_load_p99_ms": percentile(latencies, 99),
+    }
+
+
+def run(settings: Settings, clients: int = 50, seconds: float = 60, queries: int = 200) -> dict[str, Any]:
+    ns = settings.model_copy(update={"namespace": f"bench_api_{CORPUS_CHUNKS}", "llm": "extractive"})
+    qs = _queries(queries)
+    with Citeline(ns) as cl:
+        build_search_corpus(cl, CORPUS_CHUNKS, scopes=9)
+        info, key = cl.create_key(Role.ADMIN, name="bench")
+        cl.warm_up()
+        port = _free_port()
+        log = ns.data_dir.expanduser().resolve() / "bench-api-serve.log"
+        process = _start(ns, port, log)
+        try:
+            out: dict[str, Any] = {"api_idle_rss_mb": _rss_mb(process.pid)}
+            url = f"http://127.0.0.1:{port}"
+            out.update(overhead(cl, url, key, qs))
+            out.update(asyncio.run(load(url, key, qs, clients, seconds)))
+            out["api_rss_after_load_mb"] = _rss_mb(process.pid)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+            cl.revoke_key(info.id)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--queries", type=int, default=200)
+    args = parser.parse_args(argv)
+    report = run(Settings(), args.clients, args.seconds, args.queries)
+    width = max(len(k) for k in report)
+    for k, v in report.items():
+        print(f"{k:<{width}}  {v:.3f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""Verdicts and stances: how the passages bear on a claim, whichever model writes the answer.
+
+A question that is a claim ("Is it true that X?", "Does X lower Y?", or a plain statement) gets a
+**verdict**, stated first in the answer. Passages get a **stance** towards the claim:
+
+- a :class:`StanceJudge` (by default the packaged NLI classifier of :mod:`citeline.answer.nli`, the
+  same whichever provider writes the answer) judges the first :data:`JUDGED_PASSAGES` passages the
+  model reads, best-ranked first: ``supports`` or ``contradicts``;
+- passages not judged are ``neutral``;
+- the verdict is a function of the stances alone (:func:`verdict_of`): ``supports`` needs a passage
+  that supports, ``contradicts`` one that contradicts, ``mixed`` both, and anything else is
+  ``not_enough_evidence``. The answer's opening sentence (:func:`verdict_sentence`) cites exactly the
+  passages that bear the verdict out, and :class:`~citeline.answer.events.Complete` computes its
+  verdict from its citations' stances, so a verdict without a citation to a passage that bears it
+  out cannot be made.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, get_args
+
+from citeline.answer.prompt import Passage
+from citeline.answer.support import VectorCache
+
+Stance = Literal["supports", "contradicts", "neutral"]
+"""How a cited passage bears on the claim."""
+
+Verdict = Literal["supports", "contradicts", "mixed", "not_enough_evidence"]
+"""What the passages, together, say of the claim."""
+
+STANCES: tuple[Stance, ...] = get_args(Stance)
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+
+JUDGED_PASSAGES = 1
+"""Passages judged per claim. On SciFact the gold abstract is mostly the best-ranked passage; a
+second judged passage is mostly another study, whose stance turns a right verdict into ``mixed``."""
+
+CONTRADICTS_MARGIN = 4.5
+"""The NLI margin at or above which a passage contradicts the claim (below it, supports): the best
+macro-F1 on the 150 labelled SciFact claims with their gold abstracts, as in each of the five
+cross-validation folds (4.44 to 4.61); see :mod:`citeline.answer.nli` for the held-out figures."""
+
+_CLAIM_TEMPLATE = re.compile(
+    r"^\s*is it (?:true|the case|correct) that\s+(.+?)\s*\??\s*$", re.IGNORECASE | re.DOTALL
+)
+_YES_NO = re.compile(
+    r"^\s*(?:is|are|was|were|does|do|did|can|could|will|would|has|have|had|should|may|might|must)\b",
+    re.IGNORECASE,
+)
+_OPEN_QUESTION = re.compile(r"^\s*(?:what|which|who|whom|whose|when|where|why|how)\b", re.IGNORECASE)
+
+
+def claim_of(question: str) -> str | None:
+    """The claim a question puts to the evidence, or None when it asks something else.
+
+    ``Is it true that X?`` puts ``X``; another yes/no question (``Does X lower Y?``) and a plain
+    statement (``X lowers Y.``) put themselves. Open questions (``How do I prime the pump?``) put none.
+    """
+    text = question.strip()
+    template = _CLAIM_TEMPLATE.match(text)
+    if template:
+        return template.group(1).strip()
+    if _OPEN_QUESTION.match(text):
+        return None
+    if _YES_NO.match(text) or not text.endswith("?"):
+        return text
+    return None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A judge's stance on one passage, and the score it was decided on (higher: more contradicting)."""
+
+    stance: Stance
+    margin: float
+
+
+class StanceJudge(Protocol):
+    """Judges how one passage bears on a claim; ``cache`` embeds sentences, if the judge needs to."""
+
+    model_id: str
+
+    def judge(self, claim: str, passage: Passage, cache: VectorCache) -> Judgement: ...
+
+
+def stance_of_margin(margin: float) -> Stance:
+    """The stance an NLI margin gives (see :data:`CONTRADICTS_MARGIN`)."""
+    return "contradicts" if margin >= CONTRADICTS_MARGIN else "supports"
+
+
+def verdict_of(stances: Iterable[Stance]) -> Verdict:
+    """The verdict the stances of the cited passages bear out (see the module docstring)."""
+    found = set(stances)
+    if {"supports", "contradicts"} <= found:
+        return "mixed"
+    if "supports" in found:
+        return "supports"
+    if "contradicts" in found:
+        return "contradicts"
+    return "not_enough_evidence"
+
+
+_BEARING: Mapping[Verdict, frozenset[Stance]] = {
+    "supports": frozenset({"supports"}),
+    "contradicts": frozenset({"contradicts"}),
+    "mixed": frozenset({"supports", "contradicts"}),
+    "not_enough_evidence": frozenset(),
+}
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """A claim and the stance of each judged passage (by chunk id), with the judge's margins."""
+
+    claim: str
+    stances: Mapping[int, Stance] = field(default_factory=dict)
+    margins: Mapping[int, float] = field(default_factory=dict)
+
+    def stance(self, chunk_id: int) -> Stance:
+        """The stance of a passage: neutral when it was not judged."""
+        return self.stances.get(chunk_id, "neutral")
+
+    @property
+    def verdict(self) -> Verdict:
+        return verdict_of(self.stances.values())
+
+    def bearing(self, passages: Sequence[Passage]) -> list[Passage]:
+        """The passages, in order, whose stance bears out the verdict (both sides when it is mixed)."""
+        wanted = _BEARING[self.verdict]
+        return [p for p in passages if self.stance(p.chunk_id) in wanted]
+
+
+def assess(
+    claim: str,
+    passages: Sequence[Passage],
+    judge: StanceJudge,
+    cache: VectorCache,
+    *,
+    limit: int = JUDGED_PASSAGES,
+) -> Assessment:
+    """Judge the first ``limit`` passages the model reads (``shown`` is not empty) against ``claim``.
+
+    Raises :class:`~citeline.errors.CitelineError` when the judge fails.
+    """
+    read = [p for p in passages if p.shown != ()][:limit]
+    judged = {p.chunk_id: judge.judge(claim, p, cache) for p in read}
+    return Assessment(
+        claim=claim,
+        stances={chunk_id: j.stance for chunk_id, j in judged.items()},
+        margins={chunk_id: j.margin for chunk_id, j in judged.items()},
+    )
+
+
+def verdict_sentence(verdict: Verdict, numbers: Mapping[Stance, Sequence[int]]) -> str:
+    """The answer's first sentence: the verdict in plain words, citing the passages that bear it out.
+
+    ``numbers`` gives the conversation numbers of the passages of each stance.
+    """
+
+    def cite(stance: Stance) -> str:
+        return f"[{', '.join(map(str, numbers.get(stance, ())))}]"
+
+    if verdict == "supports":
+        return f"Yes: the sources support this claim {cite('supports')}."
+    if verdict == "contradicts":
+        return f"No: the sources contradict this claim {cite('contradicts')}."
+    if verdict == "mixed":
+        return (
+            f"The sources disagree: some support this claim {cite('supports')}, others contradict it "
+            f"{cite('contradicts')}."
+        )
+    return "The sources neither clearly support nor contradict this claim."

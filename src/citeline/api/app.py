@@ -1,0 +1,60 @@
+"""The application factory: one :class:`Citeline` per process, warmed up before the first request."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from citeline.api import errors
+from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter
+from citeline.api.routes import chat, conversations, documents, health, ingest, keys, search, stats
+from citeline.engine import Citeline
+from citeline.settings import Settings
+
+log = logging.getLogger("citeline.api")
+
+OPEN_MODE_WARNING = (
+    "OPEN MODE: this server answers requests without an API key, as an admin. Use it only to try "
+    "citeline out on this machine; create keys with `citeline keys create` and restart without --open."
+)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The citeline API over the store ``settings`` name (default: from the environment)."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        cl = Citeline(settings)
+        try:
+            cl.warm_up()
+            # Documents uploaded here (or queued before a restart) are built by this process's runner.
+            cl.start_jobs()
+            app.state.citeline = cl
+            app.state.generation_slots = GenerationSlots(settings)
+            app.state.rate_limiter = RateLimiter(settings.api_rate_limit)
+            if settings.api_open:
+                log.warning(OPEN_MODE_WARNING)
+            yield
+        finally:
+            cl.close()
+
+    app = FastAPI(
+        title="citeline",
+        summary="Search documents and answer questions with verified citations.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    app.add_middleware(BodySizeLimit, settings=settings)
+    for module in (search, chat, conversations, documents, ingest, stats, keys, health):
+        app.include_router(module.router)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """The factory ``citeline serve`` hands uvicorn: settings from ``CITELINE_*`` variables."""
+    return create_app(Settings())

@@ -1,0 +1,74 @@
+"""Request dependencies, as ``Annotated`` aliases: the library instance and the caller's grant.
+
+``AccessDep`` turns ``Authorization: Bearer <key>`` into the key's :class:`Access` (401 otherwise) and
+counts the request against the key's rate limit; ``AdminDep`` further refuses readers (403).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from citeline.access import Access
+from citeline.api.limits import GenerationSlots, RateLimiter
+from citeline.engine import Citeline
+from citeline.errors import AccessDeniedError, AuthenticationError
+
+#: The grant of a request without a key to a server in open mode.
+OPEN_ACCESS = Access.admin("open")
+
+# auto_error=False: a missing header is answered by get_access in the API's own error shape.
+_bearer = HTTPBearer(auto_error=False, description="An API key made by `citeline keys create`.")
+
+
+# Dependencies that do no I/O are async: a sync one costs a trip through the thread pool per request.
+async def get_citeline(request: Request) -> Citeline:
+    cl: Citeline = request.app.state.citeline
+    return cl
+
+
+CitelineDep = Annotated[Citeline, Depends(get_citeline)]
+
+
+async def get_slots(request: Request) -> GenerationSlots:
+    slots: GenerationSlots = request.app.state.generation_slots
+    return slots
+
+
+SlotsDep = Annotated[GenerationSlots, Depends(get_slots)]
+
+
+def get_access(
+    request: Request,
+    cl: CitelineDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Access:
+    """The grant of the request's API key; in open mode, a request without a key is an admin."""
+    limiter: RateLimiter = request.app.state.rate_limiter
+    if credentials is None:
+        if cl.settings.api_open:
+            limiter.hit(OPEN_ACCESS.user_id)
+            return OPEN_ACCESS
+        if not cl.has_keys():
+            raise AuthenticationError(
+                "this server has no API keys yet: create one with `citeline keys create --role admin`, "
+                "or start it with --open (loopback only) to try it without keys"
+            )
+        raise AuthenticationError("this request needs an API key: send `Authorization: Bearer <key>`")
+    access = cl.authenticate(credentials.credentials).access
+    limiter.hit(access.user_id)
+    return access
+
+
+AccessDep = Annotated[Access, Depends(get_access)]
+
+
+async def require_admin(access: AccessDep) -> Access:
+    if not access.is_admin:
+        raise AccessDeniedError(f"this needs an admin key (this key is a {access.role.value})")
+    return access
+
+
+AdminDep = Annotated[Access, Depends(require_admin)]

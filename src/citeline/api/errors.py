@@ -1,0 +1,90 @@
+"""One error shape for every response that is not a success: ``{"error": {"code", "message"}}``.
+
+The status comes from the library's error hierarchy (each :class:`CitelineError` carries its own); the
+code is the error's class name in snake case without ``Error`` (``NotFoundError`` -> ``not_found``).
+Unexpected exceptions are logged with their stack trace and answered with a plain 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from citeline.errors import AuthenticationError, CitelineError, LimitExceededError
+
+log = logging.getLogger("citeline.api")
+
+#: Codes of the HTTP errors the framework raises itself (unknown route, wrong method, ...).
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "authentication",
+    403: "access_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "limit_exceeded",
+    415: "unsupported_media_type",
+    416: "range_not_satisfiable",
+}
+
+
+def error_code(exc: CitelineError) -> str:
+    """``LimitExceededError`` -> ``limit_exceeded``."""
+    name = type(exc).__name__.removesuffix("Error") or "citeline"
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def error_body(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def error_response(exc: CitelineError) -> JSONResponse:
+    """The response for a library error: its status, its code and message, and the headers it implies."""
+    headers: dict[str, str] = {}
+    if isinstance(exc, AuthenticationError):
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(exc, LimitExceededError) and exc.retry_after is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+    return JSONResponse(error_body(error_code(exc), str(exc)), exc.http_status, headers=headers)
+
+
+async def _citeline_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, CitelineError)
+    if exc.http_status >= 500:
+        log.warning("%s %s: %s", request.method, request.url.path, exc)
+    return error_response(exc)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        problems.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg")))
+    return JSONResponse(error_body("invalid_request", "; ".join(problems) or "invalid request"), 422)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    return JSONResponse(error_body(code, str(exc.detail)), exc.status_code, headers=dict(exc.headers or {}))
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return JSONResponse(error_body("internal", "internal error; the server log has the details"), 500)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every error into the one JSON shape."""
+    app.add_exception_handler(CitelineError, _citeline_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,190 @@
+"""The server's limits, each named by a setting: request body size, question length, requests per key
+per minute, and answers generated at once (with a bounded queue).
+
+Every refusal is a :class:`LimitExceededError` whose message names the limit and its setting. The
+counters live in the server process: with ``--workers N`` each worker applies them on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from limits import RateLimitItemPerMinute
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from citeline.api.errors import error_response
+from citeline.errors import LimitExceededError
+from citeline.settings import Settings
+
+#: What a client told to wait for a generation slot is asked to wait before trying again, in seconds.
+GENERATION_RETRY_AFTER = 10.0
+#: Room for a multipart upload's form fields on top of the file itself.
+_FORM_FIELDS_BYTES = 1_048_576
+
+
+def check_text_length(text: str, what: str, settings: Settings) -> None:
+    """Refuse a question or query longer than the ``api_max_question_chars`` setting."""
+    limit = settings.api_max_question_chars
+    if len(text) > limit:
+        raise LimitExceededError(
+            f"the {what} is {len(text)} characters long, over the limit of {limit} "
+            "(setting CITELINE_API_MAX_QUESTION_CHARS)"
+        )
+
+
+class BodySizeLimit:
+    """ASGI middleware refusing request bodies over ``api_max_body_bytes`` with a 413.
+
+    Multipart uploads are bounded by ``upload_max_bytes`` instead (the upload path checks the file
+    itself). A body that announces its length is refused before it is read; one sent in chunks is
+    counted as it arrives.
+    """
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        if headers.get("content-type", "").startswith("multipart/form-data"):
+            limit, setting = self.settings.upload_max_bytes + _FORM_FIELDS_BYTES, "CITELINE_UPLOAD_MAX_BYTES"
+        else:
+            limit, setting = self.settings.api_max_body_bytes, "CITELINE_API_MAX_BODY_BYTES"
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._refuse(scope, receive, send, int(declared), limit, setting)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    # An HTTPException is what the framework lets through from reading a body (other
+                    # errors become a 400); the error handlers give it the API's shape all the same.
+                    raise HTTPException(413, _message(seen, limit, setting, at_least=True))
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, size: int, limit: int, setting: str
+    ) -> None:
+        response = error_response(LimitExceededError(_message(size, limit, setting)))
+        await response(scope, receive, send)
+
+
+def _message(size: int, limit: int, setting: str, *, at_least: bool = False) -> str:
+    amount = f"over {size}" if at_least else str(size)
+    return f"the request body is {amount} bytes, over the limit of {limit} (setting {setting})"
+
+
+class RateLimiter:
+    """Requests per API key per minute (``api_rate_limit``; 0 turns it off), over a moving window."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._item = RateLimitItemPerMinute(per_minute) if per_minute else None
+        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+
+    def hit(self, key: str) -> None:
+        """Count one request of ``key``; :class:`LimitExceededError` (429) once over the limit."""
+        if self._item is None or self._limiter.hit(self._item, key):
+            return
+        reset = self._limiter.get_window_stats(self._item, key).reset_time
+        raise LimitExceededError(
+            f"more than {self.per_minute} requests a minute with this API key "
+            "(setting CITELINE_API_RATE_LIMIT); slow down",
+            http_status=429,
+            retry_after=max(1.0, reset - time.time()),
+        )
+
+
+@dataclass
+class GenerationCounts:
+    """What the generation slots have done since start-up (``GET /health/ready`` reports it)."""
+
+    running: int = 0
+    waiting: int = 0
+    started: int = 0
+    finished: int = 0
+    #: Answers whose client went away before the answer was complete: their generation was stopped.
+    stopped_early: int = 0
+
+
+class GenerationSlot:
+    """One held generation slot; :meth:`release` gives it back (once, however often it is called)."""
+
+    def __init__(self, slots: GenerationSlots) -> None:
+        self._slots = slots
+        self._held = True
+
+    def release(self, *, stopped_early: bool = False) -> None:
+        """Give the slot back; ``stopped_early`` when the client left before the answer was complete."""
+        if not self._held:
+            return
+        self._held = False
+        self._slots._release(stopped_early=stopped_early)
+
+
+class GenerationSlots:
+    """At most ``api_max_generations`` answers at once; up to ``api_generation_queue`` more wait for up
+    to ``api_generation_wait`` seconds, and the rest get a 503 with ``Retry-After``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.size = settings.api_max_generations
+        self.queue = settings.api_generation_queue
+        self.wait = settings.api_generation_wait
+        self.counts = GenerationCounts()
+        self._semaphore = asyncio.Semaphore(self.size)
+
+    async def acquire(self) -> GenerationSlot:
+        if self._semaphore.locked():
+            if self.counts.waiting >= self.queue:
+                raise self._busy(
+                    f"{self.size} answers are being generated and {self.counts.waiting} are waiting, the "
+                    f"most the queue holds (settings CITELINE_API_MAX_GENERATIONS, "
+                    f"CITELINE_API_GENERATION_QUEUE)"
+                )
+            self.counts.waiting += 1
+            try:
+                await asyncio.wait_for(self._semaphore.acquire(), timeout=self.wait)
+            except TimeoutError:
+                raise self._busy(
+                    f"no answer slot came free within {self.wait:g} s (settings "
+                    "CITELINE_API_MAX_GENERATIONS, CITELINE_API_GENERATION_WAIT)"
+                ) from None
+            finally:
+                self.counts.waiting -= 1
+        else:
+            await self._semaphore.acquire()
+        self.counts.running += 1
+        self.counts.started += 1
+        return GenerationSlot(self)
+
+    def _release(self, *, stopped_early: bool) -> None:
+        self.counts.running -= 1
+        if stopped_early:
+            self.counts.stopped_early += 1
+        else:
+            self.counts.finished += 1
+        self._semaphore.release()
+
+    @staticmethod
+    def _busy(message: str) -> LimitExceededError:
+        return LimitExceededError(
+            f"the server is busy answering: {message}; try again later",
+            http_status=503,
+            retry_after=GENERATION_RETRY_AFTER,
+        )

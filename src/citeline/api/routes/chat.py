@@ -1,0 +1,238 @@
+"""``POST /chat`` (the whole answer at once) and ``POST /chat/stream`` (server-sent events).
+
+The library streams an answer as events (:mod:`citeline.answer.events`); this module only names them
+for SSE, adds links to the API's file route, and stops the generation when the client goes away. Event
+names and payloads are documented in docs/api.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from fastapi import APIRouter
+from pydantic import Field
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from citeline.access import Access
+from citeline.answer import Complete, Error, Start, Token
+from citeline.api.deps import AccessDep, CitelineDep, SlotsDep
+from citeline.api.errors import error_code
+from citeline.api.limits import GenerationSlot, GenerationSlots, check_text_length
+from citeline.api.routes.links import file_url
+from citeline.api.routes.search import FilterFields
+from citeline.chat.events import ChatEvent, TurnStart
+from citeline.chat.session import ChatSession
+from citeline.engine import Citeline
+from citeline.errors import CitelineError, GenerationError
+
+router = APIRouter(tags=["chat"])
+log = logging.getLogger("citeline.api")
+
+
+class ChatBody(FilterFields):
+    question: str = Field(min_length=1, description="The question, in the conversation's language.")
+    conversation_id: uuid.UUID | None = Field(
+        default=None, description="Continue this conversation of the key's; unset starts a new one."
+    )
+    persona: str | None = Field(
+        default=None, description="general, clinical or repair (a new conversation only)."
+    )
+    top_k: int | None = Field(default=None, ge=1, le=50, description="Fresh passages to answer from.")
+
+
+@dataclass
+class _Answer:
+    """An answer under way: its conversation, its event stream and the generation slot it holds."""
+
+    session: ChatSession
+    question: str
+    events: AsyncGenerator[ChatEvent, None]
+    slot: GenerationSlot
+
+
+async def _begin(cl: Citeline, access: Access, slots: GenerationSlots, body: ChatBody) -> _Answer:
+    check_text_length(body.question, "question", cl.settings)
+    slot = await slots.acquire()
+    try:
+        session = await asyncio.to_thread(cl.chat, body.conversation_id, access=access, persona=body.persona)
+        events = session.ask(body.question, filters=body.filters(), top_k=body.top_k)
+    except BaseException:
+        slot.release()
+        raise
+    return _Answer(session, body.question, events, slot)
+
+
+def _with_link(data: dict[str, Any]) -> dict[str, Any]:
+    data["download_url"] = file_url(data["document_id"], data.get("page"))
+    return data
+
+
+def sse_events(event: ChatEvent, answer: _Answer) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The server-sent events (name, payload) one library event becomes."""
+    data = event.as_dict()
+    name = str(data.pop("type"))
+    if isinstance(event, TurnStart):
+        yield (
+            "start",
+            {"conversation_id": data["conversation_id"], "turn": event.turn, "question": event.question},
+        )
+        yield (
+            "rewrite",
+            {
+                "question": event.question,
+                "query": data["query"],
+                "method": data["rewrite"],
+                "rewritten": data["rewritten"],
+                "fell_back": data["rewrite_fell_back"],
+            },
+        )
+    elif isinstance(event, Start):
+        yield (
+            "evidence",
+            {"provider": event.provider, "passages": [_with_link(p) for p in data["passages"]]},
+        )
+    elif isinstance(event, Token):
+        yield ("token", data)
+    elif isinstance(event, Complete):
+        data["conversation_id"] = str(answer.session.id)
+        data["citations"] = [_with_link(c) for c in data["citations"]]
+        yield ("complete", data)
+    elif isinstance(event, Error):
+        yield ("error", _error_payload(event))
+    elif "document_id" in data:
+        yield (name, _with_link(data))
+    else:
+        yield (name, data)
+
+
+def _error_payload(event: Error) -> dict[str, Any]:
+    exc = event.exception or GenerationError(event.message)
+    return {"code": error_code(exc), "message": event.message, "status": exc.http_status}
+
+
+def _format(name: str, data: dict[str, Any]) -> str:
+    return f"event: {name}\ndata: {json.dumps(data, default=str)}\n\n"
+
+
+class EventStream(StreamingResponse):
+    """A text/event-stream response that closes its event source however the response ends."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: AsyncGenerator[str, None]) -> None:
+        super().__init__(
+            events,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self._events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # A client that went away ends the response early: closing the source stops the model.
+            with anyio.CancelScope(shield=True):
+                await self._events.aclose()
+
+
+async def _stream(answer: _Answer, first: ChatEvent, heartbeat: float) -> AsyncGenerator[str, None]:
+    """The answer as SSE text; a comment line every ``heartbeat`` seconds the model is silent."""
+    ended = False
+    pending: asyncio.Future[ChatEvent] | None = None
+    try:
+        event: ChatEvent = first
+        while True:
+            for name, data in sse_events(event, answer):
+                yield _format(name, data)
+            if isinstance(event, Complete | Error):
+                ended = True
+                break
+            pending = asyncio.ensure_future(anext(answer.events))
+            while not pending.done():
+                await asyncio.wait({pending}, timeout=heartbeat)
+                if not pending.done():
+                    yield ": heartbeat\n\n"
+            try:
+                event = pending.result()
+            except StopAsyncIteration:
+                ended = True
+                break
+            except CitelineError as exc:
+                ended = True
+                yield _format("error", _error_payload(Error(str(exc), exc)))
+                break
+            except Exception:
+                # A bug: the client learns that the answer failed, the log has the stack trace.
+                log.exception("answer in conversation %s failed", answer.session.id)
+                ended = True
+                yield _format("error", {"code": "internal", "message": "internal error", "status": 500})
+                break
+            finally:
+                pending = None
+    finally:
+        with anyio.CancelScope(shield=True):
+            if pending is not None:
+                pending.cancel()
+                with suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                    await pending
+            await answer.events.aclose()
+        answer.slot.release(stopped_early=not ended)
+        if not ended:
+            log.info("answer in conversation %s stopped: the client went away", answer.session.id)
+
+
+async def _first(answer: _Answer) -> ChatEvent:
+    """The stream's first event, read before the response starts: a request the library refuses (an
+    empty question, an unknown conversation) gets its own status, not a stream holding an error."""
+    try:
+        first = await anext(answer.events)
+    except StopAsyncIteration:
+        answer.slot.release()
+        raise GenerationError("the answer stream ended before it started") from None
+    except BaseException:
+        answer.slot.release()
+        raise
+    if isinstance(first, Error):
+        answer.slot.release()
+        await answer.events.aclose()
+        raise first.exception or GenerationError(first.message)
+    return first
+
+
+@router.post(
+    "/chat/stream",
+    summary="Answer a question as server-sent events (see docs/api.md)",
+    response_class=EventStream,
+    status_code=200,
+)
+async def chat_stream(body: ChatBody, cl: CitelineDep, access: AccessDep, slots: SlotsDep) -> EventStream:
+    answer = await _begin(cl, access, slots, body)
+    first = await _first(answer)
+    return EventStream(_stream(answer, first, cl.settings.api_heartbeat_seconds))
+
+
+@router.post("/chat", summary="Answer a question; the whole answer at once")
+async def chat(body: ChatBody, cl: CitelineDep, access: AccessDep, slots: SlotsDep) -> dict[str, Any]:
+    answer = await _begin(cl, access, slots, body)
+    parts: dict[str, dict[str, Any]] = {}
+    try:
+        async for event in answer.events:
+            if isinstance(event, Error):
+                raise event.exception or GenerationError(event.message)
+            parts.update(sse_events(event, answer))
+    finally:
+        await answer.events.aclose()
+        answer.slot.release()
+    if "complete" not in parts:
+        raise GenerationError("the answer ended without completing")
+    return {**parts["complete"], "query": parts["rewrite"]["query"], "sources": parts["evidence"]["passages"]}

@@ -1,0 +1,123 @@
+"""Reading documents: ``GET /documents`` (filtered, paged), one document, its file, a page's text, its
+chunks; and ``DELETE /documents/{id}`` (alias ``DELETE /index/{id}``, the knowledge-base seed's name)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import FileResponse
+
+from citeline.api.deps import AccessDep, AdminDep, CitelineDep
+from citeline.api.routes.links import file_url
+from citeline.store.catalog import DocumentInfo, DocumentQuery
+from citeline.store.models import Status
+
+router = APIRouter(tags=["documents"])
+
+DocumentId = Annotated[str, Path(description="A document id, or an unambiguous prefix of one.")]
+
+
+def document_json(doc: DocumentInfo) -> dict[str, Any]:
+    """A document as the API shows it: the catalog's fields, with a link to the file instead of the
+    server path where it is stored."""
+    out = doc.as_dict()
+    out.pop("file_path")
+    out["file_url"] = file_url(doc.id) if doc.file_path else None
+    return out
+
+
+@router.get("/documents", summary="Documents the key sees, filtered and paged, with the total count")
+def list_documents(
+    cl: CitelineDep,
+    access: AccessDep,
+    status: Annotated[Status | None, Query(description="Only documents in this status.")] = None,
+    scope: Annotated[str | None, Query(description="Only documents carrying this scope.")] = None,
+    category: Annotated[str | None, Query(description="This category or any below it.")] = None,
+    tag: Annotated[str | None, Query(description="Only documents with this tag.")] = None,
+    content_type: Annotated[str | None, Query(description="E.g. application/pdf.")] = None,
+    name_contains: Annotated[str | None, Query(description="Case-insensitive part of the name.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    query = DocumentQuery(
+        status=status.value if status else None,
+        scope=scope,
+        category=category,
+        tag=tag,
+        content_type=content_type,
+        name_contains=name_contains,
+        limit=limit,
+        offset=offset,
+    )
+    page = cl.list_documents(query, access=access)
+    return {
+        "documents": [document_json(d) for d in page.documents],
+        "total": page.total,
+        "limit": page.limit,
+        "offset": page.offset,
+    }
+
+
+@router.get("/documents/{document_id}", summary="One document: status, labels, counts, source metadata")
+def get_document(document_id: DocumentId, cl: CitelineDep, access: AccessDep) -> dict[str, Any]:
+    return document_json(cl.document(document_id, access=access))
+
+
+@router.get(
+    "/documents/{document_id}/file",
+    summary="The stored original, with its content type (supports HTTP range requests)",
+    response_class=FileResponse,
+)
+def get_file(document_id: DocumentId, cl: CitelineDep, access: AccessDep) -> FileResponse:
+    doc = cl.document(document_id, access=access)
+    path = cl.document_file(doc, access=access)
+    return FileResponse(
+        path,
+        media_type=doc.content_type or "application/octet-stream",
+        filename=doc.name,
+        content_disposition_type="inline",
+    )
+
+
+@router.get("/documents/{document_id}/pages/{page}", summary="A page's text, rebuilt from its chunks")
+def get_page(
+    document_id: DocumentId,
+    page: Annotated[int, Path(ge=1, description="1-based page number.")],
+    cl: CitelineDep,
+    access: AccessDep,
+) -> dict[str, Any]:
+    doc = cl.document(document_id, access=access)
+    return {"document_id": str(doc.id), "page": page, "text": cl.page_text(doc, page, access=access)}
+
+
+@router.get("/documents/{document_id}/chunks", summary="A document's chunks, in order, paged")
+def get_chunks(
+    document_id: DocumentId,
+    cl: CitelineDep,
+    access: AccessDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    doc = cl.document(document_id, access=access)
+    rows, total = cl.chunk_page(doc, offset=offset, limit=limit, access=access)
+    chunks = [
+        {
+            "chunk_id": r["id"],
+            "index": r["chunk_index"],
+            "page": r["page"],
+            "start": r["start_offset"],
+            "end": r["end_offset"],
+            "section": r["section"],
+            "text": r["text"],
+        }
+        for r in rows
+    ]
+    return {"document_id": str(doc.id), "chunks": chunks, "total": total, "limit": limit, "offset": offset}
+
+
+@router.delete("/documents/{document_id}", summary="Delete a document with every version (admin)")
+@router.delete("/index/{document_id}", summary="Alias of DELETE /documents/{id}")
+def delete_document(document_id: DocumentId, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
+    removed = cl.delete(document_id, access=access)
+    return {"deleted": [str(d.id) for d in removed], "name": removed[0].name if removed else None}

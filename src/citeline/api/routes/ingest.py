@@ -1,0 +1,205 @@
+"""Changing documents (admin): upload or add a web page (``202``, built by the job runner), replace a
+document in place, relabel, queue, re-ingest, cancel; and the knowledge-base seed's ``/index`` names.
+
+Every action is one library call (:meth:`Citeline.submit`, :meth:`~Citeline.submit_url`,
+:meth:`~Citeline.relabel`, :meth:`~Citeline.index`, :meth:`~Citeline.reingest`, :meth:`~Citeline.cancel`);
+these routes only read the request and shape the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import anyio
+from fastapi import APIRouter, Query, Request, Response, UploadFile
+from pydantic import BaseModel, Field
+
+from citeline.api.deps import AdminDep, CitelineDep
+from citeline.api.routes.documents import DocumentId, document_json
+from citeline.errors import InvalidRequestError
+from citeline.ingest import IngestOptions
+from citeline.jobs.submit import Submission, Upload
+from citeline.store.models import Status
+
+router = APIRouter(tags=["documents"])
+T = TypeVar("T")
+
+
+class Labels(BaseModel):
+    """A document's labels; a field left out keeps the document's current value."""
+
+    scopes: list[str] | None = Field(default=None, description="Scopes; [] makes the document universal.")
+    category: str | None = Field(default=None, description="Category path, e.g. Engineering/Security.")
+    tags: list[str] | None = Field(default=None, description="Tags.")
+    metadata: dict[str, Any] | None = Field(default=None, description="Filterable metadata labels.")
+
+    def options(self, chunk_size: int | None = None, chunk_overlap: int | None = None) -> IngestOptions:
+        return IngestOptions(
+            scopes=None if self.scopes is None else tuple(self.scopes),
+            category=self.category,
+            tags=None if self.tags is None else tuple(self.tags),
+            metadata=self.metadata,
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+        )
+
+
+class UrlBody(Labels):
+    url: str = Field(description="An http(s) web page; private and loopback addresses are refused.")
+    chunk_size: int | None = Field(default=None, ge=50, le=20_000)
+    chunk_overlap: int | None = Field(default=None, ge=0, le=10_000)
+    document_id: uuid.UUID | None = Field(default=None, description="Replace this document.")
+    index: bool = Field(default=True, description="False registers it pending, to index later.")
+
+
+def _submitted(submission: Submission, response: Response) -> dict[str, Any]:
+    doc = submission.document
+    response.headers["Location"] = f"/documents/{doc.id}"
+    response.status_code = 202 if submission.created else 200
+    return {**document_json(doc), "outcome": str(submission.outcome)}
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    """Repeated form fields, or one comma-separated field, as a list (None when not given)."""
+    if values is None:
+        return None
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+@router.post(
+    "/documents",
+    status_code=202,
+    summary="Upload a file (multipart) or add a web page (JSON {url}); built in the background",
+    responses={202: {"description": "Registered and queued; poll GET /documents/{id}."}},
+)
+async def add_document(
+    request: Request,
+    response: Response,
+    cl: CitelineDep,
+    access: AdminDep,
+) -> dict[str, Any]:
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("application/json"):
+        body = UrlBody.model_validate(await request.json())
+        options = body.options(chunk_size=body.chunk_size, chunk_overlap=body.chunk_overlap)
+        submission = await _run(
+            cl.submit_url, body.url, options, access=access, document_id=body.document_id, index=body.index
+        )
+        return _submitted(submission, response)
+    if not content_type.startswith("multipart/form-data"):
+        raise InvalidRequestError(
+            "POST /documents takes a multipart upload (a `file` field) or JSON {\"url\": ...}, "
+            f"not {content_type or 'a body without a content type'}"
+        )
+    form = await request.form(max_files=1, max_fields=100)
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile) or not upload.filename:
+        raise InvalidRequestError("the upload has no `file` field with a file name")
+    fields = {key: [str(v) for v in form.getlist(key)] for key in form if key != "file"}
+    options = IngestOptions(
+        scopes=_tuple(_split(fields.get("scopes"))),
+        category=_one(fields, "category"),
+        tags=_tuple(_split(fields.get("tags"))),
+        metadata=_metadata(_one(fields, "metadata")),
+        chunk_size=_int(fields, "chunk_size"),
+        chunk_overlap=_int(fields, "chunk_overlap"),
+    )
+    index = (_one(fields, "index") or "true").lower() not in ("false", "0", "no")
+    target = _one(fields, "document_id")
+    try:
+        submission = await _run(
+            cl.submit,
+            Upload(upload.filename, upload.file),
+            options,
+            access=access,
+            document_id=target,
+            index=index,
+        )
+    finally:
+        await upload.close()
+    return _submitted(submission, response)
+
+
+@router.patch("/documents/{document_id}", summary="Change a document's labels (no re-embedding)")
+async def relabel(
+    document_id: DocumentId, body: Labels, cl: CitelineDep, access: AdminDep
+) -> dict[str, Any]:
+    return document_json(await _run(cl.relabel, document_id, body.options(), access=access))
+
+
+@router.get("/documents/{document_id}/versions", summary="Every version the catalog holds, oldest first")
+async def versions(document_id: DocumentId, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
+    found = await _run(cl.versions, document_id, access=access)
+    return {
+        "document_id": str(found[0].id) if found else document_id,
+        "versions": [document_json(v) for v in found],
+    }
+
+
+@router.post("/documents/{document_id}/reingest", status_code=202, summary="Build a new version (202)")
+async def reingest(
+    document_id: DocumentId, response: Response, cl: CitelineDep, access: AdminDep
+) -> dict[str, Any]:
+    return _submitted(await _run(cl.reingest, document_id, access=access), response)
+
+
+@router.post("/documents/{document_id}/index", summary="Queue a pending document")
+@router.post("/index/{document_id}", summary="Alias of POST /documents/{id}/index")
+async def index(document_id: DocumentId, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
+    return document_json(await _run(cl.index, document_id, access=access))
+
+
+@router.post("/documents/{document_id}/cancel", summary="Cancel a pending, queued or running job")
+async def cancel(document_id: DocumentId, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
+    return document_json(await _run(cl.cancel, document_id, access=access))
+
+
+@router.post("/index-all", summary="Queue every document in a status; a summary per document")
+async def index_all(
+    cl: CitelineDep,
+    access: AdminDep,
+    status: Annotated[Status, Query(description="pending (queue them) or completed/failed (re-ingest).")],
+) -> dict[str, Any]:
+    done = await _run(cl.index_all, status, access=access)
+    summary = [{"document_id": str(d.id), "name": d.name, "status": d.status} for d in done]
+    return {"status": status.value, "documents": summary}
+
+
+async def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A library call (which reads files and the database) off the event loop."""
+    return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+
+def _one(fields: dict[str, list[str]], key: str) -> str | None:
+    values = fields.get(key)
+    return values[-1] if values else None
+
+
+def _int(fields: dict[str, list[str]], key: str) -> int | None:
+    value = _one(fields, key)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidRequestError(f"{key} must be a whole number, got {value!r}") from None
+
+
+def _tuple(values: list[str] | None) -> tuple[str, ...] | None:
+    return None if values is None else tuple(values)
+
+
+def _metadata(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequestError(f"metadata must be a JSON object: {exc}") from exc
+    if not isinstance(value, dict):
+        raise InvalidRequestError("metadata must be a JSON object")
+    return value
+

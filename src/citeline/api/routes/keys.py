@@ -1,0 +1,43 @@
+"""``POST/GET/DELETE /keys``: API keys, for admins."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from citeline.access import Role
+from citeline.api.deps import AdminDep, CitelineDep
+from citeline.errors import InvalidRequestError
+
+router = APIRouter(prefix="/keys", tags=["keys"])
+
+
+class KeyBody(BaseModel):
+    role: Role = Field(description="admin (everything) or reader (search, chat, reading within scopes).")
+    scopes: list[str] | None = Field(default=None, description="A reader's scopes.")
+    all_scopes: bool = Field(default=False, description="A reader of every scope.")
+    name: str = Field(default="", max_length=200, description="What the key is for.")
+
+
+@router.post("", status_code=201, summary="Create a key; the key itself is in this answer only")
+def create_key(body: KeyBody, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
+    if body.role is Role.READER and body.scopes is None and not body.all_scopes:
+        raise InvalidRequestError("a reader key needs scopes, or all_scopes: true")
+    if body.all_scopes and body.scopes is not None:
+        raise InvalidRequestError("give scopes or all_scopes, not both")
+    info, key = cl.create_key(body.role, body.scopes, name=body.name, access=access)
+    return {"key": key, **info.as_dict()}
+
+
+@router.get("", summary="The keys, without the keys themselves")
+def list_keys(
+    cl: CitelineDep, access: AdminDep, include_revoked: Annotated[bool, Query()] = False
+) -> dict[str, Any]:
+    return {"keys": [k.as_dict() for k in cl.api_keys(include_revoked=include_revoked, access=access)]}
+
+
+@router.delete("/{key_id}", summary="Revoke a key at once")
+def revoke_key(key_id: str, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
+    return cl.revoke_key(key_id, access=access).as_dict()

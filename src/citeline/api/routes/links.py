@@ -1,0 +1,11 @@
+"""Links to the API's own routes, which only the shell knows (the library returns ids and pages)."""
+
+from __future__ import annotations
+
+import uuid
+
+
+def file_url(document_id: uuid.UUID | str, page: int | None = None) -> str:
+    """The stored original, opened at ``page`` by viewers that understand ``#page=N`` (PDF viewers)."""
+    url = f"/documents/{document_id}/file"
+    return url if page is None else f"{url}#page={page}"

@@ -1,0 +1,124 @@
+"""``POST /search`` (every knob) and ``GET /search?q=`` (the common ones): hybrid search within the
+caller's grant."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+from pydantic import AliasChoices, BaseModel, Field
+
+from citeline.access import Access
+from citeline.api.deps import AccessDep, CitelineDep
+from citeline.api.limits import check_text_length
+from citeline.api.routes.links import file_url
+from citeline.engine import Citeline
+from citeline.retrieve.filters import Filters
+from citeline.retrieve.search import Hit, SearchRequest
+from citeline.settings import Fusion
+
+router = APIRouter(tags=["search"])
+
+
+class FilterFields(BaseModel):
+    """The filters shared by search and chat; each narrows, none widens the caller's grant."""
+
+    scopes: list[str] | None = Field(
+        default=None, description="Documents in these scopes (or universal); within the key's scopes."
+    )
+    category: str | None = Field(default=None, description="This category or any below it.")
+    tags: list[str] = Field(default_factory=list, description="Documents with any of these tags.")
+    tags_all: list[str] = Field(default_factory=list, description="Documents with all of these tags.")
+    content_types: list[str] = Field(default_factory=list, description="E.g. application/pdf.")
+    document_ids: list[uuid.UUID] = Field(default_factory=list, description="Only these documents.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Metadata values that must match.")
+
+    def filters(self) -> Filters:
+        return Filters(
+            scopes=None if self.scopes is None else tuple(self.scopes),
+            category=self.category,
+            tags_any=tuple(self.tags),
+            tags_all=tuple(self.tags_all),
+            document_ids=tuple(self.document_ids),
+            content_types=tuple(self.content_types),
+            metadata=self.metadata,
+        )
+
+
+class SearchBody(FilterFields):
+    query: str = Field(min_length=1, description="What to search for.")
+    top_k: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        validation_alias=AliasChoices("top_k", "n_results"),
+        description="How many results (also accepted as n_results); default: the top_k setting.",
+    )
+    distance_threshold: float | None = Field(default=None, ge=0, le=2, description="Largest cosine distance.")
+    fusion: Fusion | None = Field(default=None, description="rrf, weighted or dbsf.")
+    candidates: int | None = Field(default=None, ge=1, le=10_000, description="Candidates per ranking.")
+    rerank: str | None = Field(default=None, description="none, prf, maxsim or cross-encoder:<folder>.")
+    mmr_lambda: float | None = Field(default=None, ge=0, le=1, description="Maximal marginal relevance.")
+
+
+def result(hit: Hit) -> dict[str, Any]:
+    """One search result as the API returns it (see docs/api.md)."""
+    return {
+        "document_id": str(hit.document_id),
+        "document_name": hit.document_name,
+        "title": hit.title,
+        "version": hit.version,
+        "content_type": hit.content_type,
+        "chunk_id": hit.chunk_id,
+        "chunk_index": hit.chunk_index,
+        "page": hit.page,
+        "start": hit.start,
+        "end": hit.end,
+        "section": hit.section,
+        "text": hit.text,
+        "distance": hit.distance,
+        "similarity": hit.similarity,
+        "relevance": 1.0 / (1.0 + hit.distance),
+        "keyword_score": hit.keyword_score,
+        "fused_score": hit.fused_score,
+        "rerank_score": hit.rerank_score,
+        "url": file_url(hit.document_id, hit.page),
+    }
+
+
+def _run(cl: Citeline, access: Access, request: SearchRequest) -> JSONResponse:
+    check_text_length(request.query, "query", cl.settings)
+    hits = cl.search(request, access=access)
+    # Plain JSON, not through a response model: search is the hot path, and its results are built here.
+    return JSONResponse({"query": request.query, "count": len(hits), "results": [result(h) for h in hits]})
+
+
+@router.post("/search", summary="Hybrid search with every filter and knob")
+def search_post(body: SearchBody, cl: CitelineDep, access: AccessDep) -> JSONResponse:
+    request = SearchRequest(
+        query=body.query,
+        filters=body.filters(),
+        top_k=body.top_k,
+        distance_threshold=body.distance_threshold,
+        fusion=body.fusion,
+        candidates=body.candidates,
+        rerank=body.rerank,
+        mmr_lambda=body.mmr_lambda,
+    )
+    return _run(cl, access, request)
+
+
+@router.get("/search", summary="Hybrid search from a query string")
+def search_get(
+    cl: CitelineDep,
+    access: AccessDep,
+    q: Annotated[str, Query(min_length=1, description="What to search for.")],
+    n: Annotated[int | None, Query(ge=1, le=1000, description="How many results.")] = None,
+    category: Annotated[str | None, Query(description="This category or any below it.")] = None,
+    scope: Annotated[list[str] | None, Query(description="Repeatable: documents in these scopes.")] = None,
+    tag: Annotated[list[str] | None, Query(description="Repeatable: any of these tags.")] = None,
+) -> JSONResponse:
+    filters = Filters(scopes=tuple(scope) if scope else None, category=category, tags_any=tuple(tag or ()))
+    return _run(cl, access, SearchRequest(query=q, filters=filters, top_k=n))

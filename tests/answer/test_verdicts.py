@@ -1,0 +1,262 @@
+"""Verdicts on claims and stances on citations: stated first, carried by every event, never unbacked."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+
+from citeline.answer import CitationEvent, CitationNumbering, Complete, Event, Token, answer_stream
+from citeline.answer.answer import EXTRACTIVE
+from citeline.answer.llm import GenerationOptions
+from citeline.answer.nli import NliJudge
+from citeline.answer.prompt import Passage
+from citeline.answer.providers.local import LocalLLM
+from citeline.answer.stance import STANCES, Judgement, Stance, claim_of, verdict_of
+from citeline.answer.support import VectorCache
+from citeline.embed import Embedder
+from citeline.errors import GenerationError
+from citeline.retrieve.search import Hit
+from tests.conftest import SHARED
+
+from .conftest import ScriptedLLM, make_hit, pump_hits
+
+OPTIONS = GenerationOptions(temperature=0.0, max_tokens=120, timeout=60.0)
+PRIME, DRY, FROST, MOTOR = 101, 102, 103, 104
+CLAIM = "Running the pump dry destroys its seal."
+
+
+class ScriptedJudge:
+    """Plays a stance classifier's output: a fixed stance per chunk id (neutral margins otherwise)."""
+
+    model_id = "scripted:judge"
+
+    def __init__(self, stances: dict[int, Stance], *, error: GenerationError | None = None) -> None:
+        self.stances = stances
+        self.error = error
+        self.judged: list[int] = []
+
+    def judge(self, claim: str, passage: Passage, cache: VectorCache) -> Judgement:
+        if self.error is not None:
+            raise self.error
+        self.judged.append(passage.chunk_id)
+        stance = self.stances.get(passage.chunk_id, "supports")
+        return Judgement(stance=stance, margin=0.0 if stance == "supports" else 9.0)
+
+
+def run(
+    llm: ScriptedLLM | LocalLLM | None,
+    embedder: Embedder,
+    judge: ScriptedJudge | NliJudge,
+    *,
+    question: str = f"Is it true that {CLAIM[0].lower()}{CLAIM[1:-1]}?",
+    evidence: Sequence[Hit] | None = None,
+    numbering: CitationNumbering | None = None,
+) -> list[Event]:
+    async def collect() -> list[Event]:
+        return [
+            e
+            async for e in answer_stream(
+                question,
+                pump_hits() if evidence is None else evidence,
+                llm=llm,
+                embedder=embedder,
+                numbering=numbering if numbering is not None else CitationNumbering(),
+                persona="general",
+                options=OPTIONS,
+                max_evidence_tokens=150,
+                judge=judge,
+            )
+        ]
+
+    return asyncio.run(collect())
+
+
+def completed(events: list[Event]) -> Complete:
+    assert isinstance(events[-1], Complete), events[-1]
+    return events[-1]
+
+
+def test_claims_and_yes_no_questions_put_a_claim_and_open_questions_do_not() -> None:
+    assert claim_of("Is it true that aspirin inhibits PGE2?") == "aspirin inhibits PGE2"
+    assert claim_of("Does aspirin inhibit PGE2?") == "Does aspirin inhibit PGE2?"
+    assert claim_of("Aspirin inhibits PGE2.") == "Aspirin inhibits PGE2."
+    assert claim_of("How do I prime the pump?") is None
+    assert claim_of("What is the motor rated?") is None
+
+
+def test_a_verdict_without_a_citation_that_bears_it_out_cannot_be_made(embedder: Embedder) -> None:
+    # The verdict is computed from the citations' stances: every verdict but "not enough evidence"
+    # names the stances that bear it out, and a citation with each of them is there.
+    needs: dict[str, set[Stance]] = {
+        "supports": {"supports"},
+        "contradicts": {"contradicts"},
+        "mixed": {"supports", "contradicts"},
+    }
+    for size in range(4):
+        for stances in itertools.product(STANCES, repeat=size):
+            verdict = verdict_of(stances)
+            assert needs.get(verdict, set()) <= set(stances), (stances, verdict)
+    done = completed(run(None, embedder, ScriptedJudge({PRIME: "contradicts"})))
+    # A Complete whose citations lose their stances loses its verdict with them.
+    assert done.verdict == "contradicts"
+    assert replace(done, citations=tuple(replace(c, stance="neutral") for c in done.citations)).verdict == (
+        "not_enough_evidence"
+    )
+
+
+def test_the_verdict_comes_first_cites_the_passage_that_bears_it_out_and_every_citation_has_a_stance(
+    embedder: Embedder,
+) -> None:
+    judge = ScriptedJudge({DRY: "supports"})
+    model = ScriptedLLM("Running without water destroys the mechanical seal within seconds. [1]")
+
+    events = run(model, embedder, judge, evidence=[pump_hits()[1], *pump_hits()[:1], *pump_hits()[2:]])
+
+    tokens = [e for e in events if isinstance(e, Token)]
+    assert tokens[0].text == "Yes: the sources support this claim [1]. "
+    done = completed(events)
+    assert (done.verdict, done.claim, done.fell_back) == (
+        "supports",
+        "running the pump dry destroys its seal",
+        False,
+    )
+    assert done.answer == "".join(t.text for t in tokens)
+    assert done.answer.startswith("Yes: the sources support this claim [1]. Running without water")
+    assert [(c.chunk_id, c.stance) for c in done.citations] == [(DRY, "supports")]
+    # Only the best passage the model reads is judged.
+    assert judge.judged == [DRY]
+    # The stance goes out with the citation event, the verdict with Complete, and both in as_dict().
+    [announced] = [e for e in events if isinstance(e, CitationEvent)]
+    assert (announced.number, announced.stance) == (1, "supports")
+    data = done.as_dict()
+    assert data["verdict"] == "supports" and data["citations"][0]["stance"] == "supports"
+    json.dumps([e.as_dict() for e in events])
+    # The opening's citation is backed by its stance, not its wording: it is never flagged.
+    assert done.unsupported == () and done.uncited == ()
+
+
+def test_a_contradicted_claim_says_no_first_and_a_declining_model_leaves_the_rest_to_the_extract(
+    embedder: Embedder,
+) -> None:
+    model = ScriptedLLM("The sources do not answer the question.")
+    judge = ScriptedJudge({PRIME: "contradicts"})
+
+    events = run(model, embedder, judge, question="Does the pump need no priming?")
+
+    done = completed(events)
+    assert done.answer.startswith("No: the sources contradict this claim [1]. ")
+    assert done.verdict == "contradicts"
+    assert done.fell_back and done.fallback_reason == "the model found no answer in the passages"
+    # The refusal was never shown: only the opening, then the extract.
+    assert "".join(e.text for e in events if isinstance(e, Token)) == done.answer
+
+
+def test_a_reply_the_model_breaks_off_still_ends_in_a_valid_answer_with_the_verdict_and_a_reason(
+    embedder: Embedder,
+) -> None:
+    model = ScriptedLLM(
+        "Running without water destroys [", error=GenerationError("server closed the connection")
+    )
+    numbering = CitationNumbering()
+
+    events = run(model, embedder, ScriptedJudge({PRIME: "supports"}), numbering=numbering)
+
+    done = completed(events)
+    assert done.fell_back and done.provider == EXTRACTIVE
+    assert done.fallback_reason == "generation failed: server closed the connection"
+    assert done.answer.startswith("Yes: the sources support this claim [1]. ")
+    assert done.verdict == "supports" and done.citations[0].stance == "supports"
+    assert numbering.chunk_ids == done.cited_chunk_ids
+    # The opening was streamed before the model broke off; the rest was replaced.
+    streamed = "".join(e.text for e in events if isinstance(e, Token))
+    assert streamed.startswith("Yes: the sources support this claim [1]. ")
+
+
+def test_a_malformed_reply_falls_back_and_keeps_the_verdict(embedder: Embedder) -> None:
+    events = run(ScriptedLLM("[1]"), embedder, ScriptedJudge({PRIME: "contradicts"}))
+
+    done = completed(events)
+    assert done.fell_back and done.fallback_reason == "the model's reply made no statement with a citation"
+    assert done.stream_replaced
+    assert done.answer.startswith("No: the sources contradict this claim [1]. ")
+    assert done.verdict == "contradicts"
+
+
+def test_a_judge_that_fails_leaves_the_answer_without_a_verdict(embedder: Embedder) -> None:
+    judge = ScriptedJudge({}, error=GenerationError("nli: the model run failed"))
+
+    done = completed(run(ScriptedLLM("Never run the pump dry. [2]"), embedder, judge))
+
+    assert done.claim is None and done.verdict is None
+    assert not done.answer.startswith(("Yes", "No"))
+    assert all(c.stance == "neutral" for c in done.citations)
+
+
+def test_an_open_question_gets_no_verdict_and_no_judgement(embedder: Embedder) -> None:
+    judge = ScriptedJudge({})
+
+    done = completed(run(None, embedder, judge, question="How do I prime the pump?"))
+
+    assert judge.judged == [] and done.verdict is None and done.as_dict()["verdict"] is None
+
+
+# Labelled SciFact claims with their gold abstract, read from the shared evaluation folder: two the
+# abstract supports, two it contradicts, all clear cases for the classifier (margins far from the
+# threshold). How it does on all 150 claims is measured by bench/verdicts.py and `citeline eval`.
+SCIFACT = SHARED / "eval"
+LABELLED = {"797": "supports", "114": "supports", "98": "contradicts", "802": "contradicts"}
+
+
+def _labelled_claims() -> list[tuple[str, Hit, str]]:
+    claims = SCIFACT / "scifact-claims"
+    queries = {
+        str(q["_id"]): str(q["text"])
+        for q in map(json.loads, (claims / "queries.jsonl").read_text().splitlines())
+        if q
+    }
+    gold = {
+        str(e["query_id"]): str(e["doc_id"])
+        for e in map(json.loads, (claims / "evidence.jsonl").read_text().splitlines())
+        if e
+    }
+    wanted = {gold[q] for q in LABELLED}
+    docs: dict[str, dict[str, str]] = {}
+    with (SCIFACT / "scifact" / "corpus.jsonl").open(encoding="utf-8") as fh:
+        for line in fh:
+            doc = json.loads(line)
+            if doc["_id"] in wanted:
+                docs[doc["_id"]] = doc
+    out = []
+    for qid, expected in LABELLED.items():
+        doc = docs[gold[qid]]
+        hit = make_hit(int(gold[qid]), doc["text"], title=doc["title"])
+        out.append((queries[qid], replace(hit, document_id=uuid.UUID(int=int(gold[qid]))), expected))
+    return out
+
+
+@pytest.mark.slow
+def test_labelled_claims_get_the_right_verdict_from_their_gold_abstract_written_by_the_local_model(
+    embedder: Embedder, local_llm: LocalLLM
+) -> None:
+    judge = NliJudge()
+    for claim, hit, expected in _labelled_claims():
+        question = f"Is it true that {claim.rstrip('.')}?"
+
+        done = completed(run(local_llm, embedder, judge, question=question, evidence=[hit]))
+
+        assert done.verdict == expected, (claim, done.answer)
+        assert done.citations and all(c.stance == expected for c in done.citations), done.citations
+        opening = {"supports": "Yes: the sources support", "contradicts": "No: the sources contradict"}
+        assert done.answer.startswith(opening[expected]), done.answer
+        assert not done.evidence_missing
+
+
+def test_the_labelled_claims_are_there() -> None:
+    # The slow test above reads the shared folder: fail loudly, not skip, if it moved.
+    assert len(_labelled_claims()) == len(LABELLED)

@@ -1,0 +1,66 @@
+"""``citeline keys`` and ``citeline serve``'s open mode, through the real command."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from citeline.cli import app
+from tests.api.conftest import Server, cli, start_server, stop_server
+
+runner = CliRunner()
+
+
+def test_keys_create_prints_the_key_once_as_the_last_json_line(server: Server) -> None:
+    done = cli(server.env, "keys", "create", "--role", "reader", "--scope", "a", "--scope", "b", "--json")
+    assert done.returncode == 0, done.stderr
+    made = json.loads(done.stdout.strip().splitlines()[-1])
+    assert made["key"].startswith("cl_") and made["scopes"] == ["a", "b"] and made["role"] == "reader"
+    listed = cli(server.env, "keys", "list", "--json")
+    assert made["id"] in {k["id"] for k in json.loads(listed.stdout)}
+    assert made["prefix"] in listed.stdout and made["key"] not in listed.stdout
+    with server.client(made["key"]) as client:
+        assert client.get("/stats").status_code == 200
+    assert cli(server.env, "keys", "revoke", made["id"]).returncode == 0
+    with server.client(made["key"]) as client:
+        assert client.get("/stats").status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--role", "reader"), "--scope"),
+        (("--role", "admin", "--scope", "a"), "every scope"),
+        (("--role", "reader", "--scope", "a", "--all-scopes"), "not both"),
+    ],
+)
+def test_keys_create_refuses_a_key_whose_reach_is_unclear(args: tuple[str, ...], message: str) -> None:
+    # Refused before the store is opened: the command runs in this process.
+    result = runner.invoke(app, ["keys", "create", *args])
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_open_mode_is_refused_on_a_public_address(api_data: Path) -> None:
+    result = runner.invoke(app, ["--data-dir", str(api_data), "serve", "--open", "--host", "0.0.0.0"])
+    assert result.exit_code == 78
+    assert "open mode" in result.stderr and "0.0.0.0" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def open_server(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server in open mode over the same store as ``server``."""
+    started = start_server(server.env, tmp_path_factory.mktemp("open") / "serve.log", "--open")
+    yield started
+    stop_server(started)
+
+
+def test_open_mode_answers_without_a_key_and_says_so_loudly(open_server: Server) -> None:
+    response = httpx.get(f"{open_server.url}/keys", timeout=30)
+    assert response.status_code == 200
+    assert "OPEN MODE" in open_server.log_text()
