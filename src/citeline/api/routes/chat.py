@@ -23,7 +23,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from citeline.access import Access
-from citeline.answer import Complete, Error, Start, Token
+from citeline.answer import CitationEvent, Complete, Error, Start, Token
 from citeline.api.deps import AccessDep, CitelineDep, SlotsDep
 from citeline.api.errors import error_code
 from citeline.api.limits import GenerationSlot, GenerationSlots, check_text_length
@@ -102,6 +102,10 @@ def sse_events(event: ChatEvent, answer: _Answer) -> Iterator[tuple[str, dict[st
         )
     elif isinstance(event, Token):
         yield ("token", data)
+    elif isinstance(event, CitationEvent):
+        if data["passage"] is not None:
+            _with_link(data["passage"])
+        yield ("citation", data)
     elif isinstance(event, Complete):
         data["conversation_id"] = str(answer.session.id)
         data["citations"] = [_with_link(c) for c in data["citations"]]

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import anyio
-from fastapi import APIRouter, Query, Request, Response, UploadFile
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
+from starlette.datastructures import UploadFile
 
 from citeline.api.deps import AdminDep, CitelineDep
 from citeline.api.routes.documents import DocumentId, document_json

@@ -1,0 +1,203 @@
+"""Changing documents over HTTP: uploads answer at once and are built in the background, replacing a
+document never shows readers a mix or nothing, and a server killed mid-document recovers it."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+from citeline.engine import Citeline
+from citeline.settings import Settings
+from tests.api.conftest import (
+    NAMESPACE,
+    Server,
+    base_env,
+    create_key,
+    launch_server,
+    stop_server,
+    wait_ready,
+)
+from tests.conftest import PDFS
+
+FIFTEEN_PAGES = PDFS / "multicol_federal_register_2020-17221.pdf"
+PUMP_V1 = "# Pump\n\n" + "The booster pump is primed with clean water before it is started. " * 20
+PUMP_V2 = "# Pump\n\n" + "The booster pump is primed with glycol before it is started. " * 20
+
+
+def poll(client: httpx.Client, document_id: str, timeout: float = 240.0) -> dict[str, Any]:
+    """The document once its job has ended (or as it is after ``timeout``); one request a second, well
+    within the rate limit."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        versions = client.get(f"/documents/{document_id}/versions").json()["versions"]
+        if not any(v["status"] in ("pending", "queued", "processing") for v in versions):
+            break
+        time.sleep(1.0)
+    doc: dict[str, Any] = client.get(f"/documents/{document_id}").json()
+    return doc
+
+
+def own_key(server: Server, role: str, *scopes: str) -> httpx.Client:
+    """A client with a key of its own, so its requests count against no other test's rate limit."""
+    body: dict[str, Any] = {"role": role}
+    if role == "reader":
+        body["scopes"] = list(scopes)
+    with server.as_("admin") as admin:
+        made = admin.post("/keys", json=body)
+    assert made.status_code == 201, made.text
+    return server.client(made.json()["key"])
+
+
+def upload(client: httpx.Client, name: str, data: bytes, **fields: str) -> httpx.Response:
+    return client.post("/documents", files={"file": (name, data)}, data=fields)
+
+
+def test_an_upload_answers_at_once_queued_and_is_built_in_the_background(server: Server) -> None:
+    pdf = FIFTEEN_PAGES.read_bytes()
+    with own_key(server, "admin") as admin:
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            response = upload(admin, FIFTEEN_PAGES.name, pdf, scopes="acme,federal", category="regs")
+            times.append((time.perf_counter() - started) * 1e3)
+        print(f"\nupload of the 15-page PDF answered in {statistics.median(times):.0f} ms (median of 3)")
+        assert response.status_code in (200, 202), response.text
+        first = response.json()
+        assert first["status"] in ("queued", "processing", "completed")
+        assert response.headers["location"] == f"/documents/{first['id']}"
+        done = poll(admin, first["id"])
+        assert done["status"] == "completed" and done["page_count"] == 15, done
+        assert done["scopes"] == ["acme", "federal"] and done["category"] == "regs"
+        assert done["vector_count"] > 15 and "file_path" not in done
+        hits = admin.get("/search", params={"q": "Federal Register rule", "n": 20}).json()["results"]
+        assert first["id"] in {h["document_id"] for h in hits}
+    with server.as_("other") as other:
+        assert other.get(f"/documents/{first['id']}").status_code == 404
+
+
+def test_only_admins_change_documents(server: Server) -> None:
+    doc = server.documents["acme_note"]
+    for who, status in (("none", 401), ("revoked", 401), ("reader", 403)):
+        with server.as_(who) as client:
+            assert upload(client, "x.md", b"# x\n\ntext").status_code == status
+            assert client.patch(f"/documents/{doc}", json={"tags": ["x"]}).status_code == status
+            assert client.post(f"/documents/{doc}/reingest").status_code == status
+            assert client.post(f"/documents/{doc}/cancel").status_code == status
+
+
+def test_bad_uploads_are_refused_in_the_error_shape(server: Server) -> None:
+    with own_key(server, "admin") as admin:
+        wrong = upload(admin, "notes.docx", b"PK\x03\x04")
+        assert wrong.status_code == 415 and "docx" in wrong.json()["error"]["message"]
+        json_body = admin.post("/documents", json={"url": "ftp://example.org/a.html"})
+        assert json_body.status_code == 415 and json_body.json()["error"]["code"]
+        neither = admin.post("/documents", content=b"raw", headers={"content-type": "text/plain"})
+        assert neither.status_code == 422 and "multipart" in neither.json()["error"]["message"]
+        broken = upload(admin, "broken.pdf", b"%PDF-1.7 not really a pdf")
+        done = poll(admin, broken.json()["id"])
+        assert done["status"] == "failed" and "broken.pdf" in done["error"] and done["attempts"] == 1
+
+
+def test_relabel_cancel_and_reingest(server: Server) -> None:
+    with own_key(server, "admin") as admin:
+        made = upload(admin, "labels.md", PUMP_V1.encode(), scopes="acme", index="false").json()
+        assert made["status"] == "pending"
+        relabelled = admin.patch(f"/documents/{made['id']}", json={"scopes": ["globex"], "tags": ["pump"]})
+        assert relabelled.json()["scopes"] == ["globex"] and relabelled.json()["tags"] == ["pump"]
+        cancelled = admin.post(f"/documents/{made['id']}/cancel").json()
+        assert cancelled["status"] == "failed" and cancelled["error"] == "cancelled"
+        again = admin.post(f"/documents/{made['id']}/cancel")
+        assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
+        queued = upload(admin, "reindex.md", PUMP_V1.encode() + b"\n\nUnit 7.").json()
+        first = poll(admin, queued["id"])
+        assert first["status"] == "completed" and first["version"] == 1
+        redo = admin.post(f"/documents/{queued['id']}/reingest")
+        assert redo.status_code == 202
+        assert poll(admin, queued["id"])["version"] == 2
+
+
+def test_replacing_a_document_while_readers_search_shows_one_version_or_the_other(server: Server) -> None:
+    with own_key(server, "admin") as admin:
+        doc = upload(admin, "pump.md", PUMP_V1.encode(), scopes="acme").json()
+        assert poll(admin, doc["id"])["status"] == "completed"
+    seen: list[set[str]] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        with own_key(server, "reader", "acme") as reader:
+            while not stop.wait(0.6):
+                query = {"query": "how is the booster pump primed", "document_ids": [doc["id"]], "top_k": 50}
+                hits = reader.post("/search", json=query).json()["results"]
+                seen.append({"v1" if "clean water" in h["text"] else "v2" for h in hits})
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        with own_key(server, "admin") as admin:
+            replaced = upload(admin, "pump-v2.md", PUMP_V2.encode(), document_id=doc["id"]).json()
+            assert replaced["id"] == doc["id"] and replaced["version"] == 2
+            assert poll(admin, doc["id"])["version"] == 2
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        reader.join()
+    assert seen and all(s in ({"v1"}, {"v2"}) for s in seen), [s for s in seen if len(s) != 1]
+    assert seen[-1] == {"v2"}
+
+
+def test_a_server_killed_mid_document_builds_it_after_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    env = base_env(
+        data,
+        CITELINE_LLM="extractive",
+        CITELINE_JOB_POLL_SECONDS="0.2",
+        CITELINE_JOB_SOFT_TIME_LIMIT="1200",
+        CITELINE_JOB_HARD_TIME_LIMIT="2400",
+    )
+    server = wait_ready(launch_server(env, tmp_path / "first.log"))
+    key = create_key(env, "--role", "admin")["key"]
+    long_text = "\n\n".join(
+        f"## Section {i}\n\n" + f"Valve {i} is inspected every {i % 12 + 1} months by the engineer. " * 12
+        for i in range(400)
+    )
+    try:
+        with server.client(key) as admin:
+            doc = upload(admin, "long.md", long_text.encode()).json()
+            deadline = time.monotonic() + 120
+            while admin.get(f"/documents/{doc['id']}").json()["status"] != "processing":
+                assert time.monotonic() < deadline, "the job never started"
+                time.sleep(0.05)
+        server.process.kill()  # SIGKILL: no clean shutdown, the run's lock dies with its connection
+        server.process.wait()
+    finally:
+        stop_server(server)
+    restarted = wait_ready(launch_server(env, tmp_path / "second.log"))
+    try:
+        with restarted.client(key) as admin:
+            done = poll(admin, doc["id"], timeout=600)
+        assert done["status"] == "completed" and done["attempts"] == 2, done
+    finally:
+        stop_server(restarted)
+    settings = Settings(data_dir=data, namespace=NAMESPACE)
+    with Citeline(settings) as cl, cl.engine.connect() as conn:
+        per_version = conn.execute(
+            sa.text(
+                "SELECT d.id, d.vector_count, count(c.id) FROM documents d "
+                "LEFT JOIN chunks c ON c.document_id = d.id GROUP BY d.id, d.vector_count"
+            )
+        ).all()
+        orphans = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM chunks c LEFT JOIN documents d ON d.id = c.document_id "
+                "WHERE d.id IS NULL"
+            )
+        ).scalar_one()
+        files = sorted(p for p in cl.files_dir.rglob("*") if p.is_file())
+    assert [(n, c) for _, n, c in per_version] == [(done["vector_count"], done["vector_count"])]
+    assert orphans == 0 and len(files) == 1
