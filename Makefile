@@ -9,7 +9,7 @@ export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 PDFJS  := src/citeline/web/static/vendor/pdfjs
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install web browser demo test lint typecheck bench eval clean
+.PHONY: install services web browser demo test lint typecheck bench eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 	rm -f $(VENV)/.installed-* && touch $@
 
-install: $(STAMP) web
+install: $(STAMP) web services
+
+## services: Debian's redis-server (the broker of `citeline worker`; the tests start their own) and
+## tesseract-ocr with its English data (OCR of scanned PDFs), when missing. Needs root.
+services:
+	command -v redis-server >/dev/null || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+		--no-install-recommends -o DPkg::Lock::Timeout=600 redis-server; }
+	{ command -v tesseract >/dev/null && test -n "$$(find /usr/share/tesseract-ocr -name eng.traineddata)"; } || \
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+		-o DPkg::Lock::Timeout=600 tesseract-ocr tesseract-ocr-eng tesseract-ocr-osd; }
 
 ## web: PDF.js (npm pdfjs-dist, pinned by web/package-lock.json) copied into the package's static folder.
 ## The @napi-rs/canvas override in web/package.json pins an optional Node-only dependency to a version

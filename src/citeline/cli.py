@@ -38,6 +38,7 @@ from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Fusion, Settings
+from citeline.store.models import Status
 
 if TYPE_CHECKING:
     from citeline.eval.beir import BeirData
@@ -496,6 +497,84 @@ def docs_delete(
     with _citeline(ctx) as cl:
         removed = cl.delete(doc_id)
     console.print(f"deleted {removed[0].name} ({len(removed)} version{'s' if len(removed) != 1 else ''})")
+
+
+@app.command()
+def reingest(
+    ctx: typer.Context,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be done; change nothing.")
+    ] = False,
+    cleanup: Annotated[
+        bool, typer.Option("--cleanup", help="Then remove stored originals no version refers to any more.")
+    ] = False,
+    document_id: Annotated[
+        list[str], typer.Option("--document-id", help="Only this document (id or prefix); repeatable.")
+    ] = [],  # noqa: B006  (typer reads the default; it is never mutated)
+    status: Annotated[
+        Status, typer.Option(help="Re-ingest the documents whose current version has this status.")
+    ] = Status.COMPLETED,
+    sync: Annotated[
+        bool, typer.Option("--sync", help="Build in this process and wait, even with Celery workers.")
+    ] = False,
+) -> None:
+    """Build a new version of documents from their stored originals, with the current model and chunking.
+
+    With the thread runner (or --sync) the documents are built here and the command waits for them;
+    with CITELINE_JOB_RUNNER=celery they are queued for `citeline worker` and the command returns.
+    """
+    with _citeline(ctx, **({"job_runner": "thread"} if sync else {})) as cl:
+        docs = cl.reingest_candidates(status=status.value, document_ids=document_id)
+        if dry_run:
+            for doc in docs:
+                console.print(f"would re-ingest {str(doc.id)[:8]} {doc.name} (v{doc.version}, {doc.status})")
+            for path in cl.unused_files() if cleanup else []:
+                console.print(f"would remove {path}")
+            err.print(f"{len(docs)} document{'s' if len(docs) != 1 else ''} to re-ingest (dry run)")
+            return
+        here = cl.settings.job_runner == "thread"
+        if here:
+            cl.start_jobs()
+        queued, failed = [], 0
+        for doc in docs:
+            try:
+                queued.append(cl.reingest(doc.id).document)
+            except CitelineError as exc:
+                err.print(f"[red]failed[/red]     {doc.name}: {exc}")
+                failed += 1
+        if here:
+            for doc in queued:
+                done = cl.wait(doc.id, timeout=float("inf"))
+                if done.status == "completed":
+                    console.print(f"reingested {done.name}: v{done.version}, {done.vector_count} chunks")
+                else:
+                    err.print(f"[red]failed[/red]     {done.name}: {done.error}")
+                    failed += 1
+        else:
+            plural = "s" if len(queued) != 1 else ""
+            console.print(f"queued {len(queued)} document{plural} for citeline worker")
+        for path in cl.remove_unused_files() if cleanup else []:
+            console.print(f"removed {path}")
+    if failed:
+        raise typer.Exit(65)
+
+
+@app.command()
+def worker(
+    ctx: typer.Context,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", min=1, help="Documents built at once (worker processes).")
+    ] = 1,
+) -> None:
+    """Build queued documents as a Celery worker, with Redis (CITELINE_REDIS_URL) as the broker.
+
+    Run any number of workers, on any machines that reach the same PostgreSQL and Redis; the API and
+    the CLI queue documents for them when CITELINE_JOB_RUNNER=celery.
+    """
+    settings = _settings(ctx)
+    from citeline.jobs.celery import run_worker  # Celery is loaded only by the commands that use it
+
+    _guard(lambda: run_worker(settings, concurrency=concurrency))
 
 
 @app.command()

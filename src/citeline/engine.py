@@ -59,6 +59,10 @@ from citeline.store.models import Status
 #: Statuses of a version whose job has not ended.
 _UNFINISHED = ("pending", "queued", "processing")
 
+#: Seconds a stored original may go unreferenced before cleaning up removes it: an upload is stored
+#: before its version is registered.
+_UPLOAD_GRACE = 3600.0
+
 #: Settings a derived instance may change while sharing the parent's database connection pool.
 _STORE_SETTINGS = ("data_dir", "database_url", "namespace")
 #: ... and its embedder.
@@ -228,16 +232,24 @@ class Citeline:
 
     @property
     def jobs(self) -> JobRunner:
-        """The runner that builds queued documents in this process (started by :meth:`start_jobs`)."""
+        """The runner of the ``job_runner`` setting (started by :meth:`start_jobs`): a thread pool that
+        builds queued documents in this process, or the sender of queued documents to Celery workers."""
         if self._jobs is None:
             with self._lock:
                 if self._jobs is None:
-                    self._jobs = ThreadRunner(
-                        self.engine,
-                        lambda: self.ingestor(allow_private_urls=self.settings.url_allow_private),
-                        self.settings,
-                    )
+                    self._jobs = self._runner()
         return self._jobs
+
+    def _runner(self) -> JobRunner:
+        if self.settings.job_runner == "celery":
+            from citeline.jobs.celery import CeleryRunner  # Celery is loaded only by those who use it
+
+            return CeleryRunner(self.settings)
+        return ThreadRunner(
+            self.engine,
+            lambda: self.ingestor(allow_private_urls=self.settings.url_allow_private),
+            self.settings,
+        )
 
     def start_jobs(self) -> JobRunner:
         """Start building queued documents in this process: those queued now, and those to come."""
@@ -326,15 +338,48 @@ class Citeline:
         )
         return self._queued(submission)
 
+    def reingest_candidates(
+        self, *, status: str = "completed", document_ids: Sequence[str] = ()
+    ) -> list[DocumentInfo]:
+        """What ``citeline reingest`` rebuilds: the named documents, else every document whose current
+        version (the active one, else the newest) has ``status``; by name."""
+        if document_ids:
+            return [self.document(ref) for ref in document_ids]
+        current: dict[uuid.UUID, DocumentInfo] = {}
+        for doc in self.documents():
+            held = current.get(doc.id)
+            if held is None or (doc.is_active, doc.version) > (held.is_active, held.version):
+                current[doc.id] = doc
+        return sorted((d for d in current.values() if d.status == status), key=lambda d: (d.name, str(d.id)))
+
+    def unused_files(self, *, older_than: float = _UPLOAD_GRACE) -> list[Path]:
+        """Stored originals of this namespace that no version refers to, untouched for ``older_than``
+        seconds (a younger one may be an upload whose version is being registered)."""
+        if not self.files_dir.is_dir():
+            return []
+        cutoff = time.time() - older_than
+        found: list[Path] = []
+        with self.engine.connect() as conn:
+            for path in sorted(p for p in self.files_dir.rglob("*") if p.is_file()):
+                if path.stat().st_mtime < cutoff and not catalog.file_in_use(conn, str(path)):
+                    found.append(path)
+        return found
+
+    def remove_unused_files(self, *, older_than: float = _UPLOAD_GRACE) -> list[Path]:
+        """Delete what :meth:`unused_files` finds; the files deleted."""
+        removed = self.unused_files(older_than=older_than)
+        remove_unused_files(self.engine, removed)
+        return [p for p in removed if not p.exists()]
+
     def index(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> DocumentInfo:
         """Queue a ``pending`` document (registered without being asked to index)."""
         _require_admin(access, f"index document {ref}")
         doc = self.document(str(ref), access=access)
         with self.engine.begin() as conn:
             pending = [v.version_id for v in catalog.versions(conn, doc.id) if v.status == "pending"]
-            catalog.enqueue(conn, pending)
+            queued = catalog.enqueue(conn, pending)
             current = catalog.get_document(conn, doc.id)
-        self.jobs.notify()
+        self.jobs.notify([v.version_id for v in queued])
         return current
 
     def index_all(self, status: str, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
@@ -399,8 +444,8 @@ class Citeline:
         return self.document(str(ref), access=access).id
 
     def _queued(self, submission: Submission) -> Submission:
-        if submission.outcome == Status.QUEUED and self._jobs is not None:
-            self._jobs.notify()
+        if submission.outcome == Status.QUEUED:
+            self.jobs.notify([submission.document.version_id])
         return submission
 
     def ingestor(self, *, allow_private_urls: bool = False) -> Ingestor:

@@ -583,8 +583,10 @@ class Ingestor:
             elapsed = time.perf_counter() - job.started
             doc = swapped.get(job.doc.version_id)
             if doc is None and run.retry is not None:
-                # Failed while it was built (cancelled, or over its hard time limit): not swapped in.
-                with self.engine.connect() as conn:
+                # Failed while it was built (cancelled, or over its hard time limit): not swapped in,
+                # and what it wrote goes.
+                with self.engine.begin() as conn:
+                    catalog.discard_chunks(conn, job.doc.version_id)
                     stopped = catalog.get_version(conn, job.doc.version_id)
                 run.report(
                     IngestResult(

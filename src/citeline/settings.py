@@ -177,9 +177,15 @@ class Settings(BaseSettings):
     )
 
     # -- ingestion jobs (jobs/) -------------------------------------------------------------------
-    job_runner: Literal["thread"] = Field(
+    job_runner: Literal["thread", "celery"] = Field(
         default="thread",
-        description="What processes queued documents: thread (a pool inside the serving process).",
+        description="What processes queued documents: thread (a pool inside the serving process) or "
+        "celery (`citeline worker` processes, on any machines, fed through Redis: CITELINE_REDIS_URL).",
+    )
+    redis_url: str | None = Field(
+        default=None,
+        description="redis:// URL of the broker between the processes that queue documents and "
+        "`citeline worker` (the celery job runner).",
     )
     job_workers: Annotated[int, Field(ge=1, le=64)] = Field(
         default=1, description="Jobs built at once by a thread runner (each embeds with all cores)."
@@ -254,6 +260,13 @@ class Settings(BaseSettings):
                 f"namespace {value!r} must start with a lowercase letter and hold only a-z, 0-9 and _ "
                 "(at most 41 characters)"
             )
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _url_is_redis(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("redis_url must be a redis://, rediss:// or unix:// URL")
         return value
 
     @field_validator("database_url")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -69,12 +72,19 @@ def _gated(model: str, *, batch_size: int, threads: int) -> Embedder:
 
 @pytest.fixture(autouse=True)
 def fault_injecting_providers() -> Iterator[None]:
-    """``faulty:`` and ``gated:`` embedders, registered for these tests only (others list providers)."""
+    """``faulty:``, ``gated:`` and ``filegate:`` embedders, registered for these tests only (others
+    list providers)."""
+    register_test_providers()
+    yield
+    for name in ("faulty", "gated", "filegate"):
+        base._PROVIDERS.pop(name, None)
+
+
+def register_test_providers() -> None:
+    """Register the fault-injecting embedders (in the tests, and in the workers they start)."""
     register_provider("faulty", _faulty)
     register_provider("gated", _gated)
-    yield
-    for name in ("faulty", "gated"):
-        base._PROVIDERS.pop(name, None)
+    register_provider("filegate", _filegated)
 
 
 @pytest.fixture
@@ -84,3 +94,24 @@ def gate() -> Iterator[tuple[str, threading.Event]]:
     event = GATES.setdefault(name, threading.Event())
     yield name, event
     event.set()
+
+
+class _FileGated(_Faulty):
+    """The packaged embedder, holding every batch of more than one text until the file ``<model>``
+    exists in ``$CITELINE_TEST_GATES``: a gate that the test opens for a worker in another process."""
+
+    def __init__(self, model: str, *, batch_size: int, threads: int) -> None:
+        super().__init__("0-" + model, batch_size=batch_size, threads=threads)
+        self.model_id = f"filegate:{model}"
+        self.gate = Path(os.environ.get("CITELINE_TEST_GATES", "/nonexistent")) / model
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        deadline = time.monotonic() + 120
+        while len(texts) > 1 and not self.gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.inner.embed(texts)
+
+
+def _filegated(model: str, *, batch_size: int, threads: int) -> Embedder:
+    return _FileGated(model, batch_size=batch_size, threads=threads)
+

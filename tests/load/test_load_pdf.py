@@ -74,11 +74,24 @@ def test_title_falls_back_to_the_stem_when_missing_or_a_file_name(pdf_dir: Path)
     assert load(pdf_dir / "multicol_latex_pypdf_sample.pdf").title == "multicol_latex_pypdf_sample"
 
 
-@pytest.mark.parametrize("name", ["scanned_docling_ocr_test.pdf", "scanned_docling_ocr_test_rotated_90.pdf"])
-def test_scanned_pdf_fails_up_front(pdf_dir: Path, name: str) -> None:
+def test_a_pdf_with_neither_text_nor_image_fails_up_front(tmp_path: Path) -> None:
+    writer = pypdf.PdfWriter()
+    writer.add_blank_page(612, 792)
+    blank = tmp_path / "blank.pdf"
+    with blank.open("wb") as fh:
+        writer.write(fh)
     with pytest.raises(LoadError) as caught:
-        load(pdf_dir / name)
+        load(blank)
     assert caught.value.reason == NO_TEXT_LAYER == "no text layer (scanned?)"
+
+
+def test_a_scanned_pdf_fails_up_front_where_tesseract_is_not_installed(
+    pdf_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(LoadError) as caught:
+        load(pdf_dir / "scanned_docling_ocr_test.pdf")
+    assert caught.value.reason == NO_TEXT_LAYER
 
 
 def _encrypted_copy(plain: Path, target: Path, user_password: str) -> Path:

@@ -173,7 +173,11 @@ def test_bad_inputs_are_reported_by_name_and_the_batch_goes_on(cl: Citeline, tmp
     with encrypted.open("wb") as fh:
         writer.write(fh)
     missing = tmp_path / "missing.pdf"
-    scanned = PDFS / "scanned_docling_ocr_test.pdf"
+    scanned = tmp_path / "blank.pdf"  # no text layer, and no image for OCR to read
+    blank = pypdf.PdfWriter()
+    blank.add_blank_page(612, 792)
+    with scanned.open("wb") as fh:
+        blank.write(fh)
 
     results = cl.ingest([missing, empty, binary, unsupported, encrypted, scanned, good])
     by_name = {Path(r.source).name: r for r in results}

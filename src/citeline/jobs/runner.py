@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import sqlalchemy as sa
@@ -36,8 +36,8 @@ class JobRunner(Protocol):
         """Start processing (idempotent)."""
         ...
 
-    def notify(self) -> None:
-        """A job was queued: look now rather than at the next poll."""
+    def notify(self, version_ids: Sequence[uuid.UUID] = ()) -> None:
+        """Versions were queued (``version_ids``): have them built now rather than at the next poll."""
         ...
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -70,7 +70,7 @@ class ThreadRunner:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
-        self._checked: dict[uuid.UUID, float] = {}
+        self._limits = JobLimits(engine, settings)
 
     def start(self) -> None:
         with self._lock:
@@ -86,7 +86,7 @@ class ThreadRunner:
                 thread.start()
                 self._threads.append(thread)
 
-    def notify(self) -> None:
+    def notify(self, version_ids: Sequence[uuid.UUID] = ()) -> None:
         self._wake.set()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -116,7 +116,7 @@ class ThreadRunner:
                 results = self._ingestor().run_jobs(
                     limit=self._settings.job_batch,
                     retry=self._retry,
-                    should_stop=self._should_stop,
+                    should_stop=self._limits,
                     progress=self._on_result,
                 )
                 found = bool(results)
@@ -129,17 +129,31 @@ class ThreadRunner:
                 self._wake.clear()
 
     def _sweep(self) -> None:
-        """Requeue (or fail) jobs whose run died; fail jobs over their hard time limit."""
-        with self._engine.begin() as conn:
-            abandoned = catalog.fail_abandoned(
-                conn, retries=self._settings.job_retries, retry_delay=self._settings.job_retry_delay
-            )
-            overdue = catalog.fail_overdue(conn, self._settings.job_hard_time_limit)
-        settle_abandoned(self._engine, abandoned)
-        for doc in overdue:
-            log.warning("%s (version %d): %s", doc.name, doc.version, doc.error)
+        sweep(self._engine, self._settings)
 
-    def _should_stop(self, doc: DocumentInfo, elapsed: float, pages: int) -> str | None:
+
+def sweep(engine: sa.Engine, settings: Settings) -> None:
+    """Requeue (or fail) jobs whose run died; fail jobs over their hard time limit."""
+    with engine.begin() as conn:
+        # Overdue first: a job whose worker was ended for its hard time limit fails, never requeued.
+        overdue = catalog.fail_overdue(conn, settings.job_hard_time_limit)
+        abandoned = catalog.fail_abandoned(
+            conn, retries=settings.job_retries, retry_delay=settings.job_retry_delay
+        )
+    settle_abandoned(engine, abandoned)
+    for doc in overdue:
+        log.warning("%s (version %d): %s", doc.name, doc.version, doc.error)
+
+
+class JobLimits:
+    """The :data:`~citeline.ingest.StopCheck` of every runner: page limit, soft time limit, cancel."""
+
+    def __init__(self, engine: sa.Engine, settings: Settings) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._checked: dict[uuid.UUID, float] = {}
+
+    def __call__(self, doc: DocumentInfo, elapsed: float, pages: int) -> str | None:
         limits = self._settings
         if pages >= limits.upload_max_pages:
             return (

@@ -6,6 +6,9 @@ fastest (about 3 ms a page, pypdf 18, pdfplumber 115), the leanest (4 MB peak RS
 every checked sentence in reading order (10/10; pypdf 7/10, pdfplumber 3/10 as it interleaves
 columns) and ran no words together (pypdf 2, pdfplumber 31). pypdf is the second opinion: an
 independent parser that also reads columns in order.
+
+A page with no text layer at all (a scan) is read by OCR (:mod:`citeline.load.ocr`) when Tesseract
+is installed; the source's metadata then says which pages were, with what confidence.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from citeline.errors import LoadError
+from citeline.load import ocr
 from citeline.load.clean import clean_text
 from citeline.types import LoadedSource, Page
 
@@ -90,6 +94,25 @@ class _PageReader:
                 f"page {index + 1}: text extraction failed (pypdfium2: {primary_error}; pypdf: {exc})",
             ) from exc
 
+    def has_image(self, index: int) -> bool:
+        """Whether page ``index`` (0-based) shows an image: a page without one has nothing to OCR."""
+        with _PDFIUM_LOCK:
+            page = self._doc[index]
+            try:
+                return any(True for _ in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE], max_depth=2))
+            finally:
+                page.close()
+
+    def ocr(self, index: int) -> ocr.OcrText:
+        """Page ``index`` (0-based) read by OCR."""
+        with _PDFIUM_LOCK:
+            page = self._doc[index]
+            try:
+                image = page.render(scale=ocr.DPI / 72).to_pil()
+            finally:
+                page.close()
+        return ocr.read(image, f"{self.source} page {index + 1}")
+
     def _pdfium_text(self, index: int) -> str:
         with _PDFIUM_LOCK:
             page = self._doc[index]
@@ -152,12 +175,15 @@ def load_pdf(path: Path) -> LoadedSource:
     """
     _check_header(path)
     reader = _PageReader(path)
+    scans = _Scans()
     try:
         if reader.page_count == 0:
             raise LoadError(reader.source, "PDF has no pages")
         # Finding the first page with text up front fails a scanned PDF from load() itself, and costs
-        # one page's extraction for any other.
-        if not any(clean_text(reader.text(i)) for i in range(reader.page_count)):
+        # one page's extraction for any other (and, for a scan, one page's OCR, kept for _pages).
+        if not any(clean_text(reader.text(i)) for i in range(reader.page_count)) and not any(
+            scans.read(reader, i) for i in range(reader.page_count) if ocr.available()
+        ):
             raise LoadError(reader.source, NO_TEXT_LAYER)
         metadata = {"pages": str(reader.page_count)}
         if author := " ".join(reader.metadata.get("Author", "").split()):
@@ -165,15 +191,45 @@ def load_pdf(path: Path) -> LoadedSource:
         title = _title(reader.metadata, path)
     finally:
         reader.close()
-    return LoadedSource(content_type="application/pdf", title=title, pages=_pages(path), metadata=metadata)
+    return LoadedSource(
+        content_type="application/pdf", title=title, pages=_pages(path, scans, metadata), metadata=metadata
+    )
 
 
-def _pages(path: Path) -> Iterator[Page]:
+class _Scans:
+    """OCR of the pages without a text layer, each read once; page confidences for the metadata."""
+
+    def __init__(self) -> None:
+        self.done: dict[int, ocr.OcrText] = {}
+
+    def read(self, reader: _PageReader, index: int) -> str:
+        """The OCR text of page ``index``; empty for a page with no image (blank: nothing to read)."""
+        if not reader.has_image(index):
+            return ""
+        if index not in self.done:
+            self.done[index] = reader.ocr(index)
+        return clean_text(self.done[index].text)
+
+    def describe(self, metadata: dict[str, str]) -> None:
+        """``ocr_confidence``: ``page=confidence`` for each page read by OCR; ``ocr_rotated``:
+        ``page=degrees`` for those turned upright first."""
+        pages = sorted(self.done)
+        metadata["ocr_confidence"] = " ".join(f"{i + 1}={self.done[i].confidence:g}" for i in pages)
+        if rotated := " ".join(f"{i + 1}={self.done[i].rotated}" for i in pages if self.done[i].rotated):
+            metadata["ocr_rotated"] = rotated
+
+
+def _pages(path: Path, scans: _Scans, metadata: dict[str, str]) -> Iterator[Page]:
     # The document is opened again here rather than kept open from load_pdf(), so a LoadedSource
     # whose pages are never read holds no file handle or PDFium memory.
     reader = _PageReader(path)
     try:
         for index in range(reader.page_count):
-            yield Page(number=index + 1, text=clean_text(reader.text(index)))
+            text = clean_text(reader.text(index))
+            if not text and ocr.available():
+                text = scans.read(reader, index)
+                # The metadata is stored once every page is read: it is complete by then.
+                scans.describe(metadata)
+            yield Page(number=index + 1, text=text)
     finally:
         reader.close()

@@ -476,6 +476,49 @@ def claim_jobs(
     return sorted((_row_to_info(r) for r in rows), key=lambda d: (d.queued_at or d.created_at, d.name))
 
 
+#: Advisory-lock class of queue sweeps (two-key form; the second key is the namespace's schema).
+_SWEEP_LOCK_CLASS = 0x63697466
+
+
+def try_sweep(conn: sa.Connection) -> bool:
+    """Whether this transaction may sweep the namespace's queue: one sweeper at a time, others skip."""
+    return bool(
+        conn.execute(
+            sa.text("SELECT pg_try_advisory_xact_lock(:c, hashtext(current_schema()))"),
+            {"c": _SWEEP_LOCK_CLASS},
+        ).scalar_one()
+    )
+
+
+def ready_jobs(conn: sa.Connection, *, idle_for: float) -> list[uuid.UUID]:
+    """Queued versions, oldest first, that could have been claimed for ``idle_for`` seconds and were not.
+
+    For runners fed by a message broker: a version requeued by a sweep, or queued while the broker
+    was unreachable, has no message to run it yet.
+    """
+    return list(
+        conn.execute(
+            sa.text(
+                "SELECT id FROM documents WHERE status = 'queued' "
+                "AND coalesce(not_before, updated_at) < now() - make_interval(secs => :idle) "
+                "ORDER BY queued_at, id"
+            ),
+            {"idle": idle_for},
+        ).scalars()
+    )
+
+
+def discard_chunks(conn: sa.Connection, version_id: uuid.UUID) -> None:
+    """Delete the chunks of a version that was never swapped in (failed while it was built)."""
+    conn.execute(
+        sa.text(
+            "DELETE FROM chunks WHERE document_id = :id AND NOT EXISTS "
+            "(SELECT 1 FROM documents WHERE id = :id AND is_active)"
+        ),
+        {"id": version_id},
+    )
+
+
 def requeue(conn: sa.Connection, version_id: uuid.UUID, reason: str, *, delay: float) -> None:
     """Put a version back in the queue after a transient failure, to be retried after ``delay`` s."""
     conn.execute(sa.text("DELETE FROM chunks WHERE document_id = :id"), {"id": version_id})

@@ -1,0 +1,244 @@
+"""The Celery runner: documents built by ``citeline worker`` processes, fed through Redis.
+
+The catalog stays the queue. A message says only "version V of namespace N is queued", and the task
+claims exactly that version (:meth:`Ingestor.run_jobs` with ``version_ids``), so statuses, retries,
+limits and cancelling are the thread runner's. Messages are acknowledged late: one whose worker is
+killed mid-job is delivered again, and the second delivery claims nothing unless the version went back
+to the queue, so a version is never built twice at once and never leaves duplicate chunks.
+
+What a message cannot carry, the catalog keeps. A killed worker leaves its version ``processing`` under
+a run lock that died with its database connection. Every worker process sweeps the queues it knows
+every ``job_poll_seconds`` (one sweeper at a time per namespace): it fails versions over the hard time
+limit, requeues (or fails) abandoned ones, and, when the broker holds no waiting message, sends one for
+each version that has been ready in the catalog for a poll interval without being claimed (requeued
+versions, versions queued while Redis was down).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_process_init, worker_process_shutdown
+from kombu.exceptions import KombuError
+
+from citeline.engine import Citeline
+from citeline.errors import ConfigError
+from citeline.ingest import Outcome, RetryPolicy
+from citeline.jobs.runner import JobLimits, sweep
+from citeline.settings import Settings
+from citeline.store import catalog
+
+log = logging.getLogger(__name__)
+
+#: The task a message runs, and the broker queue messages wait in.
+TASK = "citeline.build"
+QUEUE = "citeline"
+
+#: A message send that cannot reach Redis gives up quickly: the version is queued in the catalog
+#: whatever happens, and a worker's sweep sends its message once Redis is back.
+_SEND_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
+
+
+def celery_app(settings: Settings) -> Celery:
+    """The Celery application of ``settings``: Redis broker, late acknowledgement, citeline's limits.
+
+    Celery's own time limits stand behind the catalog's by a grace of two polls. The soft one
+    interrupts a job stuck inside one page (the catalog's soft limit is checked between pages): its run
+    ends, and the version is requeued like any interrupted job until its retries are spent. The hard
+    one ends the worker process after the sweep has failed the version for its hard limit.
+    """
+    if not settings.redis_url:
+        raise ConfigError(
+            "the celery job runner needs a broker: set CITELINE_REDIS_URL (e.g. redis://localhost:6379/0)"
+        )
+    grace = max(1.0, 2 * settings.job_poll_seconds)
+    app = Celery("citeline", broker=settings.redis_url, set_as_current=False)
+    app.conf.update(
+        task_default_queue=QUEUE,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_ignore_result=True,
+        task_soft_time_limit=settings.job_soft_time_limit + grace,
+        task_time_limit=settings.job_hard_time_limit + grace,
+        # One message at a time per worker process: a long document never holds back others that
+        # another process could build.
+        worker_prefetch_multiplier=1,
+        # Redis delivers an unacknowledged message again after this long; a job lasts at most the hard
+        # limit, so no running job is delivered twice while its worker lives.
+        broker_transport_options={"visibility_timeout": settings.job_hard_time_limit + 2 * grace},
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+def send(app: Celery, version_ids: Sequence[uuid.UUID], namespace: str, *, countdown: float = 0) -> None:
+    """Send a build message for each version; a broker that cannot be reached is logged, not raised."""
+    for version_id in version_ids:
+        try:
+            app.send_task(
+                TASK,
+                args=[str(version_id), namespace],
+                queue=QUEUE,
+                countdown=countdown or None,
+                retry=True,
+                retry_policy=_SEND_RETRY,
+            )
+        except (KombuError, OSError) as exc:
+            log.warning(
+                "version %s stays queued: the broker is unreachable (%s); a worker sends it when it is back",
+                version_id,
+                exc,
+            )
+
+
+class CeleryRunner:
+    """The :class:`~citeline.jobs.JobRunner` of processes that queue documents for Celery workers.
+
+    It builds nothing: :meth:`notify` sends each queued version to the workers through Redis.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._app = celery_app(settings)
+        self._started = False
+
+    def start(self) -> None:
+        self._started = True
+
+    def notify(self, version_ids: Sequence[uuid.UUID] = ()) -> None:
+        send(self._app, version_ids, self._settings.namespace)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._started = False
+        self._app.close()
+
+    @property
+    def alive(self) -> bool:
+        """Started, and Redis answers."""
+        if not self._started:
+            return False
+        try:
+            with self._app.connection_for_write() as conn:
+                conn.ensure_connection(max_retries=1, timeout=2)
+        except (KombuError, OSError):
+            return False
+        return True
+
+
+class WorkerProcess:
+    """What one worker process holds: a store per namespace it builds for, and its sweeper thread.
+
+    Created before Celery forks its pool and filled only in each pool process (:meth:`started`), so no
+    database connection is ever shared between processes.
+    """
+
+    def __init__(self, settings: Settings, app: Celery) -> None:
+        self.settings = settings
+        self.app = app
+        self._stores: dict[str, tuple[Citeline, JobLimits]] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._retry = RetryPolicy(settings.job_retries, settings.job_retry_delay)
+
+    def store(self, namespace: str) -> tuple[Citeline, JobLimits]:
+        """The store of ``namespace`` in this process, opened on first use."""
+        with self._lock:
+            if namespace not in self._stores:
+                first = next(iter(self._stores.values()), None)
+                cl = (
+                    first[0].derive(namespace=namespace)
+                    if first
+                    else Citeline(self.settings.model_copy(update={"namespace": namespace}))
+                )
+                self._stores[namespace] = (cl, JobLimits(cl.engine, cl.settings))
+            return self._stores[namespace]
+
+    def build(self, version_id: uuid.UUID, namespace: str) -> None:
+        """Claim ``version_id`` and build it; a transient failure sends its retry after its delay."""
+        cl, limits = self.store(namespace)
+        ingestor = cl.ingestor(allow_private_urls=cl.settings.url_allow_private)
+        results = ingestor.run_jobs(limit=1, version_ids=[version_id], retry=self._retry, should_stop=limits)
+        for result in results:
+            if result.outcome is Outcome.RETRYING and result.document is not None:
+                delay = self._retry.delay_after(result.document.attempts)
+                send(self.app, [version_id], namespace, countdown=delay)
+            log.info("%s: %s", result.source, result.error or result.outcome.value)
+
+    def started(self, **_: Any) -> None:
+        """In a new pool process: open the worker's own namespace, load the model, start sweeping."""
+        self._stopping.clear()
+        threading.Thread(target=self._sweeping, name="citeline-job-sweep", daemon=True).start()
+
+    def stopped(self, **_: Any) -> None:
+        self._stopping.set()
+        with self._lock:
+            stores, self._stores = list(self._stores.values()), {}
+        for cl, _limits in reversed(stores):
+            cl.close()
+
+    def _sweeping(self) -> None:
+        try:
+            self.store(self.settings.namespace)[0].warm_up()
+        except Exception:
+            log.exception(
+                "opening namespace %s failed; trying again at the next sweep", self.settings.namespace
+            )
+        while not self._stopping.wait(self.settings.job_poll_seconds):
+            with self._lock:
+                namespaces = list(self._stores) or [self.settings.namespace]
+            for namespace in namespaces:
+                try:
+                    self._sweep(namespace)
+                except Exception:
+                    log.exception("sweeping the queue of %s failed; trying again at the next poll", namespace)
+
+    def _sweep(self, namespace: str) -> None:
+        cl, _limits = self.store(namespace)
+        with cl.engine.begin() as conn:
+            if not catalog.try_sweep(conn):
+                return
+            sweep(conn.engine, cl.settings)  # in its own transaction; this one holds the sweep lock
+            if self._waiting() == 0:
+                ready = catalog.ready_jobs(conn, idle_for=cl.settings.job_poll_seconds)
+                if ready:
+                    log.info("%s: sending %d queued version(s) that had no message", namespace, len(ready))
+                    send(self.app, ready, namespace)
+
+    def _waiting(self) -> int:
+        """Messages waiting in the broker's queue (not those a worker holds)."""
+        with self.app.connection_for_write() as conn:
+            declared = conn.default_channel.queue_declare(queue=QUEUE)
+        return int(declared.message_count)
+
+
+def run_worker(settings: Settings, *, concurrency: int, loglevel: str = "INFO") -> None:
+    """Run a Celery worker of ``concurrency`` processes until it is stopped (``citeline worker``)."""
+    app = celery_app(settings)
+    process = WorkerProcess(settings, app)
+
+    @app.task(name=TASK)  # type: ignore[untyped-decorator]
+    def build(version_id: str, namespace: str) -> None:
+        process.build(uuid.UUID(version_id), namespace)
+
+    worker_process_init.connect(process.started, weak=False)
+    worker_process_shutdown.connect(process.stopped, weak=False)
+    app.worker_main(
+        [
+            "worker",
+            f"--concurrency={concurrency}",
+            "--pool=prefork",
+            f"--queues={QUEUE}",
+            f"--loglevel={loglevel}",
+            f"--hostname=citeline-{os.getpid()}@%h",
+            # Workers share nothing but Redis and PostgreSQL: no chatter between them to wait for.
+            "--without-gossip",
+            "--without-mingle",
+        ]
+    )

@@ -1,0 +1,274 @@
+"""The Celery runner: real Redis, real ``citeline worker`` processes, the same catalog as the test."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from citeline.engine import Citeline
+from citeline.jobs.celery import celery_app, send
+from citeline.jobs.submit import Upload
+from citeline.settings import Settings
+from citeline.store.catalog import DocumentInfo
+from citeline.store.database import schema_name
+from tests.conftest import REPO
+from tests.jobs.test_jobs import PUMP
+
+#: Settings a worker is started with (as CITELINE_* variables), taken from the test's settings.
+_WORKER_SETTINGS = (
+    "data_dir",
+    "namespace",
+    "embedding_model",
+    "redis_url",
+    "job_runner",
+    "job_poll_seconds",
+    "job_retries",
+    "job_retry_delay",
+    "job_soft_time_limit",
+    "job_hard_time_limit",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Debian's redis-server on a free loopback port, keeping nothing on disk."""
+    exe = shutil.which("redis-server")
+    assert exe, "redis-server is missing: `make install` installs it"
+    port = _free_port()
+    folder = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            f"{folder}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def broker(redis_server: str) -> str:
+    """The Redis URL, emptied of what earlier tests left."""
+    redis.Redis.from_url(redis_server).flushall()
+    return redis_server
+
+
+class Workers:
+    """``citeline worker`` processes, each in a process group of its own so a kill takes its pool too."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, settings: Settings, *, concurrency: int = 1) -> subprocess.Popen[bytes]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CITELINE_")}
+        for name in _WORKER_SETTINGS:
+            env[f"CITELINE_{name.upper()}"] = str(getattr(settings, name))
+        env["CITELINE_EMBED_THREADS"] = "1"
+        env["CITELINE_TEST_GATES"] = str(self.logs)
+        log = (self.logs / f"worker-{len(self.procs)}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.jobs.worker_main", "worker", "--concurrency", str(concurrency)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL the worker and its pool processes, as a machine that dies would."""
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def log(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.logs.glob("worker-*.log")))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(tmp_path)
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def celery_settings(settings: Settings, broker: str) -> Iterator[Settings]:
+    """The test's namespace with the celery runner; its schema dropped at the end."""
+    yield settings.model_copy(
+        update={
+            "job_runner": "celery",
+            "redis_url": broker,
+            "job_poll_seconds": 0.2,
+            "job_retry_delay": 0.2,
+        }
+    )
+    with Citeline(settings) as cl, cl.engine.begin() as conn:
+        conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(settings.namespace)}" CASCADE'))
+
+
+def upload(name: str, text: str) -> Upload:
+    return Upload(name, io.BytesIO(text.encode()))
+
+
+def chunks_per_version(cl: Citeline) -> dict[uuid.UUID, int]:
+    with cl.engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT document_id, count(*) FROM chunks GROUP BY document_id"))
+        return {r[0]: int(r[1]) for r in rows}
+
+
+def wait_for_status(cl: Citeline, doc: DocumentInfo, status: str, timeout: float = 120) -> DocumentInfo:
+    deadline = time.monotonic() + timeout
+    while (current := cl.document(str(doc.id))).status != status and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return current
+
+
+def test_uploads_are_built_by_a_celery_worker_soon_after_they_are_queued(
+    celery_settings: Settings, workers: Workers
+) -> None:
+    workers.start(celery_settings)
+    with Citeline(celery_settings) as cl:
+        first = cl.submit(upload("pump.md", PUMP))
+        assert first.document.status == "queued"
+        done = cl.wait(first.document.id, timeout=180)
+        assert done.status == "completed" and done.attempts == 1, workers.log()
+        [hit, *_] = cl.search("how do I prime the pump?")
+        assert hit.document_id == done.id
+        # Enqueue to processing, with the worker warm: the catalog's own clock at both ends.
+        pickups = []
+        for i in range(8):
+            doc = cl.wait(cl.submit(upload(f"unit-{i}.md", PUMP + f"\n\nUnit {i}.")).document.id, timeout=60)
+            assert doc.status == "completed" and doc.started_at and doc.queued_at
+            pickups.append((doc.started_at - doc.queued_at).total_seconds() * 1e3)
+        assert chunks_per_version(cl) == {d.version_id: d.vector_count for d in cl.documents()}
+    print(
+        f"\ncelery pickup latency over {len(pickups)} documents: p50 {statistics.median(pickups):.1f} ms, "
+        f"max {max(pickups):.1f} ms (load {os.getloadavg()[0]:.1f})"
+    )
+
+
+def test_a_document_whose_worker_is_killed_completes_after_a_restart_without_duplicates(
+    celery_settings: Settings, workers: Workers, tmp_path: Path
+) -> None:
+    gate = f"k{uuid.uuid4().hex[:8]}"
+    gated = celery_settings.model_copy(update={"embedding_model": f"filegate:{gate}"})
+    first = workers.start(gated)
+    with Citeline(gated) as cl:
+        doc = cl.submit(upload("pump.md", PUMP)).document
+        assert wait_for_status(cl, doc, "processing").status == "processing", workers.log()
+        workers.kill(first)  # in the middle of the document: its worker waits at the gate
+        time.sleep(1.0)
+        assert cl.document(str(doc.id)).status == "processing"
+        assert cl.search("prime the pump") == []
+        (tmp_path / gate).touch()
+        workers.start(gated)
+        done = cl.wait(doc.id, timeout=180)
+        assert done.status == "completed" and done.attempts == 2, workers.log()
+        assert [(v.version, v.status) for v in cl.versions(doc.id)] == [(1, "completed")]
+        assert chunks_per_version(cl) == {done.version_id: done.vector_count}
+        assert done.vector_count > 1 and cl.search("prime the pump")[0].document_id == doc.id
+
+
+def test_a_message_delivered_more_than_once_builds_its_version_once(
+    celery_settings: Settings, workers: Workers
+) -> None:
+    workers.start(celery_settings, concurrency=2)
+    with Citeline(celery_settings) as cl:
+        doc = cl.submit(upload("pump.md", PUMP)).document
+        send(celery_app(celery_settings), [doc.version_id] * 3, celery_settings.namespace)
+        done = cl.wait(doc.id, timeout=180)
+        time.sleep(1.0)  # the extra deliveries have been taken by then
+        assert redis.Redis.from_url(celery_settings.redis_url or "").llen("citeline") == 0
+        again = cl.document(str(doc.id))
+        assert done.status == again.status == "completed" and again.attempts == 1, workers.log()
+        assert [(v.version, v.status) for v in cl.versions(doc.id)] == [(1, "completed")]
+        assert chunks_per_version(cl) == {again.version_id: again.vector_count}
+
+
+def test_a_transient_failure_is_retried_by_the_worker_with_backoff(
+    celery_settings: Settings, workers: Workers
+) -> None:
+    faulty = celery_settings.model_copy(
+        update={"embedding_model": f"faulty:2-{uuid.uuid4().hex[:8]}", "job_retries": 3}
+    )
+    workers.start(faulty)
+    with Citeline(faulty) as cl:
+        done = cl.wait(cl.submit(upload("pump.md", PUMP)).document.id, timeout=180)
+    assert done.status == "completed" and done.attempts == 3 and done.error is None, workers.log()
+    assert done.started_at and done.queued_at
+    # Two retries, after 0.2 s and 0.4 s.
+    assert (done.started_at - done.queued_at).total_seconds() >= 0.6
+
+
+def test_a_job_over_its_hard_time_limit_fails_and_leaves_no_chunk(
+    celery_settings: Settings, workers: Workers, tmp_path: Path
+) -> None:
+    gate = f"h{uuid.uuid4().hex[:8]}"
+    gated = celery_settings.model_copy(
+        update={"embedding_model": f"filegate:{gate}", "job_hard_time_limit": 1.0}
+    )
+    workers.start(gated)
+    with Citeline(gated) as cl:
+        stuck = cl.submit(upload("pump.md", PUMP)).document
+        failed = wait_for_status(cl, stuck, "failed")
+        assert failed.error and "CITELINE_JOB_HARD_TIME_LIMIT" in failed.error, workers.log()
+        (tmp_path / gate).touch()  # the stuck build ends now: what it made is never swapped in
+        time.sleep(3.0)
+        assert cl.document(str(stuck.id)).status == "failed"
+        assert chunks_per_version(cl) == {} and cl.search("prime the pump") == []
