@@ -62,12 +62,12 @@ def _queries(n: int) -> list[str]:
         return [json.loads(line)["text"] for line in fh][:n]
 
 
-def _start(settings: Settings, port: int, log: Path) -> subprocess.Popen[bytes]:
+def _start(settings: Settings, port: int, log: Path, llm: str = "extractive") -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CITELINE_")}
     env.update(
         CITELINE_DATA_DIR=str(settings.data_dir),
         CITELINE_NAMESPACE=settings.namespace,
-        CITELINE_LLM="extractive",
+        CITELINE_LLM=llm,
         CITELINE_API_RATE_LIMIT="0",
     )
     with log.open("wb") as out:
@@ -179,6 +179,61 @@ def run(settings: Settings, clients: int = 50, seconds: float = 60, queries: int
     return out
 
 
+#: Questions on the user guide (docs/), which the first-token run ingests: what `make demo` asks, and kin.
+GUIDE_QUESTIONS = (
+    "how do I keep documents of one care journey apart from another?",
+    "what happens to searches while a document is re-ingested?",
+    "which file types can citeline ingest?",
+    "how do I make citeline answer without a language model?",
+    "what does the relevance floor of answers do?",
+    "how are follow-up questions searched?",
+)
+
+
+def first_token(settings: Settings, rounds: int = 2) -> dict[str, Any]:
+    """Milliseconds from ``POST /chat/stream`` to the first ``token`` event, with the packaged local
+    model answering questions on the user guide; and the server's memory after its first answer."""
+    ns = settings.model_copy(update={"namespace": "bench_api_answers"})
+    guide = Path(__file__).resolve().parents[1] / "docs"
+    with Citeline(ns) as cl:
+        cl.ingest([guide])
+        info, key = cl.create_key(Role.ADMIN, name="bench-answers")
+        port = _free_port()
+        log = ns.data_dir.expanduser().resolve() / "bench-api-answers.log"
+        process = _start(ns, port, log, llm=Settings().llm)
+        firsts: list[float] = []
+        totals: list[float] = []
+        rss_after_first: float | None = None
+        try:
+            url = f"http://127.0.0.1:{port}"
+            headers = {"Authorization": f"Bearer {key}"}
+            with httpx.Client(base_url=url, headers=headers, timeout=300) as client:
+                for round_ in range(rounds + 1):  # the first round warms the model up, untimed
+                    for question in GUIDE_QUESTIONS:
+                        t0 = time.perf_counter()
+                        first = None
+                        with client.stream("POST", "/chat/stream", json={"question": question}) as response:
+                            response.raise_for_status()
+                            for line in response.iter_lines():
+                                if first is None and line == "event: token":
+                                    first = (time.perf_counter() - t0) * 1e3
+                        if round_:
+                            firsts.append(first if first is not None else float("nan"))
+                            totals.append((time.perf_counter() - t0) * 1e3)
+                        if rss_after_first is None:
+                            rss_after_first = _rss_mb(process.pid)
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+            cl.revoke_key(info.id)
+    return {
+        "sse_first_token_p50_ms": statistics.median(firsts),
+        "sse_answer_p50_ms": statistics.median(totals),
+        "sse_answers": len(firsts),
+        "api_rss_after_first_answer_mb": rss_after_first,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -186,8 +241,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument(
+        "--first-token", action="store_true", help="Measure the first streamed token with the local model."
+    )
     args = parser.parse_args(argv)
-    report = run(Settings(), args.clients, args.seconds, args.queries)
+    if args.first_token:
+        report = first_token(Settings())
+    else:
+        report = run(Settings(), args.clients, args.seconds, args.queries)
     width = max(len(k) for k in report)
     for k, v in report.items():
         print(f"{k:<{width}}  {v:.3f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
