@@ -275,10 +275,7 @@ class Citeline:
         target = self._document_id(document_id, access) if document_id is not None else None
         path, content = store_upload(upload, self.files_dir, max_bytes=self.settings.upload_max_bytes)
         try:
-            submission = submit(
-                self.engine,
-                self.settings,
-                model=self.embedder.model_id,
+            return self._register(
                 name=Path(upload.name).name,
                 source_uri=None,
                 content_hash=content,
@@ -289,7 +286,6 @@ class Citeline:
             )
         finally:
             remove_unused_files(self.engine, [path])
-        return self._queued(submission)
 
     def submit_url(
         self,
@@ -304,10 +300,7 @@ class Citeline:
         _require_admin(access, f"add {url}")
         target = self._document_id(document_id, access) if document_id is not None else None
         source = file_source(submit_url(url), self.files_dir)
-        submission = submit(
-            self.engine,
-            self.settings,
-            model=self.embedder.model_id,
+        return self._register(
             name=source.name,
             source_uri=url,
             content_hash=source.content_hash,
@@ -316,27 +309,21 @@ class Citeline:
             document_id=target,
             index=index,
         )
-        return self._queued(submission)
 
     def reingest(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> Submission:
         """Build a new version of a document from its stored original (or URL), with the current model."""
         _require_admin(access, f"re-ingest document {ref}")
         doc = self.document(str(ref), access=access)
         path, content = reingest_request(doc)
-        options = IngestOptions(chunk_size=doc.chunk_size, chunk_overlap=doc.chunk_overlap)
-        submission = submit(
-            self.engine,
-            self.settings,
-            model=self.embedder.model_id,
+        return self._register(
             name=doc.name,
             source_uri=doc.source_uri,
             content_hash=content,
             file_path=path,
-            options=options,
+            options=IngestOptions(chunk_size=doc.chunk_size, chunk_overlap=doc.chunk_overlap),
             document_id=doc.id,
             force=True,
         )
-        return self._queued(submission)
 
     def reingest_candidates(
         self, *, status: str = "completed", document_ids: Sequence[str] = ()
@@ -345,12 +332,8 @@ class Citeline:
         version (the active one, else the newest) has ``status``; by name."""
         if document_ids:
             return [self.document(ref) for ref in document_ids]
-        current: dict[uuid.UUID, DocumentInfo] = {}
-        for doc in self.documents():
-            held = current.get(doc.id)
-            if held is None or (doc.is_active, doc.version) > (held.is_active, held.version):
-                current[doc.id] = doc
-        return sorted((d for d in current.values() if d.status == status), key=lambda d: (d.name, str(d.id)))
+        # The catalog's listing already shows each document once, as its current version.
+        return self.list_documents(DocumentQuery(status=status, limit=None)).documents
 
     def unused_files(self, *, older_than: float = _UPLOAD_GRACE) -> list[Path]:
         """Stored originals of this namespace that no version refers to, untouched for ``older_than``
@@ -358,12 +341,13 @@ class Citeline:
         if not self.files_dir.is_dir():
             return []
         cutoff = time.time() - older_than
-        found: list[Path] = []
         with self.engine.connect() as conn:
-            for path in sorted(p for p in self.files_dir.rglob("*") if p.is_file()):
-                if path.stat().st_mtime < cutoff and not catalog.file_in_use(conn, str(path)):
-                    found.append(path)
-        return found
+            in_use = catalog.files_in_use(conn)
+        return [
+            path
+            for path in sorted(p for p in self.files_dir.rglob("*") if p.is_file())
+            if path.stat().st_mtime < cutoff and str(path) not in in_use
+        ]
 
     def remove_unused_files(self, *, older_than: float = _UPLOAD_GRACE) -> list[Path]:
         """Delete what :meth:`unused_files` finds; the files deleted."""
@@ -443,7 +427,10 @@ class Citeline:
     def _document_id(self, ref: str | uuid.UUID, access: Access) -> uuid.UUID:
         return self.document(str(ref), access=access).id
 
-    def _queued(self, submission: Submission) -> Submission:
+    def _register(self, **fields: Any) -> Submission:
+        """Register a version with this store and embedder (:func:`citeline.jobs.submit.submit`) and
+        tell the runner when it is queued."""
+        submission = submit(self.engine, self.settings, model=self.embedder.model_id, **fields)
         if submission.outcome == Status.QUEUED:
             self.jobs.notify([submission.document.version_id])
         return submission

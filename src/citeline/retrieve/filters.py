@@ -17,6 +17,16 @@ def normalise_category(category: str) -> str:
     return "/".join(part.strip() for part in category.split("/") if part.strip())
 
 
+def category_condition(column: str, param: str, category: str) -> tuple[str, dict[str, Any]]:
+    """A SQL condition that ``column`` is ``category`` or a category below it, with its parameters
+    (named ``param`` and ``param_below``)."""
+    cat = normalise_category(category)
+    return (
+        f"({column} = :{param} OR {column} LIKE :{param}_below ESCAPE '\\')",
+        {param: cat, f"{param}_below": like_escape(cat) + "/%"},
+    )
+
+
 @dataclass(frozen=True)
 class Filters:
     """Which documents a search may return. Empty fields do not filter.
@@ -58,10 +68,9 @@ class Filters:
             conds.append("(cardinality(d.scopes) = 0 OR d.scopes && CAST(:f_scopes AS text[]))")
             params["f_scopes"] = list(self.scopes)
         if self.category:
-            cat = normalise_category(self.category)
-            conds.append("(d.category = :f_cat OR d.category LIKE :f_cat_below ESCAPE '\\')")
-            params["f_cat"] = cat
-            params["f_cat_below"] = like_escape(cat) + "/%"
+            condition, bound = category_condition("d.category", "f_cat", self.category)
+            conds.append(condition)
+            params.update(bound)
         if self.tags_any:
             conds.append("d.tags && CAST(:f_tags_any AS text[])")
             params["f_tags_any"] = list(self.tags_any)

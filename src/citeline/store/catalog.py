@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from citeline.access import FULL_ACCESS, Access
 from citeline.errors import ConfigError, ConflictError, NotFoundError
-from citeline.retrieve.filters import like_escape, normalise_category
+from citeline.retrieve.filters import category_condition, like_escape
 from citeline.store.models import Status
 
 _DOC_COLUMNS = (
@@ -949,6 +949,12 @@ def file_in_use(conn: sa.Connection, file_path: str) -> bool:
     )
 
 
+def files_in_use(conn: sa.Connection) -> set[str]:
+    """Every stored original some version refers to (one query, for sweeps over the whole store)."""
+    rows = conn.execute(sa.text("SELECT DISTINCT file_path FROM documents WHERE file_path IS NOT NULL"))
+    return set(rows.scalars())
+
+
 def scopes_in_use(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> list[str]:
     """The scopes carried by the documents ``access`` sees, sorted (for a scope selector)."""
     where, params = access.sql("d")
@@ -1087,7 +1093,8 @@ class DocumentQuery:
     tag: str | None = None
     content_type: str | None = None
     name_contains: str | None = None
-    limit: int = 50
+    #: None lists every match.
+    limit: int | None = 50
     offset: int = 0
 
 
@@ -1097,7 +1104,7 @@ class DocumentPage:
 
     documents: list[DocumentInfo]
     total: int
-    limit: int
+    limit: int | None
     offset: int
 
 
@@ -1114,10 +1121,9 @@ def query_documents(
         conds.append(":q_scope = ANY(scopes)")
         params["q_scope"] = query.scope
     if query.category:
-        category = normalise_category(query.category)
-        conds.append("(category = :q_cat OR category LIKE :q_cat_below ESCAPE '\\')")
-        params["q_cat"] = category
-        params["q_cat_below"] = like_escape(category) + "/%"
+        condition, bound = category_condition("category", "q_cat", query.category)
+        conds.append(condition)
+        params.update(bound)
     if query.tag:
         conds.append(":q_tag = ANY(tags)")
         params["q_tag"] = query.tag
@@ -1140,6 +1146,7 @@ def query_documents(
     rows = conn.execute(
         sa.text(
             f"{current}SELECT {_DOC_COLUMNS} FROM current AS documents WHERE {condition} "
+            # LIMIT NULL is no limit.
             "ORDER BY name, document_id LIMIT :q_limit OFFSET :q_offset"
         ),
         {**params, "q_limit": query.limit, "q_offset": query.offset},
