@@ -269,6 +269,15 @@ def load_average() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
+def commit() -> str:
+    """The commit of the code measured, marked ``+changes`` when the work tree differs from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True
+    )
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
 def _ingest(remotes: dict[str, Remote], docs: list[Doc], batch: int) -> dict[str, float]:
     """Both stacks ingest ``docs`` batch by batch, taking turns (and turns at going first)."""
     seconds = dict.fromkeys(SIDES, 0.0)
@@ -405,9 +414,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     record: dict[str, Any] = {
         "documents": len(docs),
         "queries": len(qids),
+        "commit": commit(),
         "chunking": [CHUNK_SIZE, CHUNK_OVERLAP],
         "ingest": ingest,
         "ingest_load": previous["ingest_load"] if previous else load_before,
+        "ingest_commit": previous.get("ingest_commit", "unknown") if previous else commit(),
         "ingest_date": previous["ingest_date"]
         if previous
         else datetime.now(UTC).isoformat(timespec="seconds"),
@@ -451,6 +462,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"search {record['date']} ({record['load_before']})\n"
     )
     print(render(rows))
+    ingest = record["ingest"]
+    print(
+        f"\nchunks: citeline {ingest['citeline']['chunks']:,}, "
+        f"LangChain + Chroma {ingest['peer']['chunks']:,}; "
+        f"searches on commit {record['commit']}, ingest on commit {record['ingest_commit']}"
+    )
     print(f"\nlargest difference between the two stacks' vectors: {record['largest_vector_difference']:.1e}")
     return 0 if all(r.met is not False for r in rows if r.name == "hits outside the scope") else 1
 
