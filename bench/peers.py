@@ -269,6 +269,11 @@ def load_average() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
+def now() -> str:
+    """The time in UTC, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 def commit() -> str:
     """The commit of the code measured, marked ``+changes`` when the work tree differs from it."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
@@ -324,7 +329,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for kind in SIDES:
             shutil.rmtree(store / kind, ignore_errors=True)
     store.mkdir(parents=True, exist_ok=True)
-    load_before = load_average()
+    started, load_before = now(), load_average()
     print(f"{len(docs)} documents, {len(qids)} queries; {load_before}", file=sys.stderr)
 
     fig: dict[str, dict[str, float]] = {kind: {} for kind in SIDES}
@@ -363,6 +368,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             worst = _check_vectors(remotes, check_texts)
             print(f"  same vectors: largest difference {worst:.1e}", file=sys.stderr)
 
+            searched, search_load = now(), load_average()
             for kind in SIDES:  # untimed: first searches load what they need
                 remotes[kind].call("search", queries[qids[0]], None, K_TIMED)
                 remotes[kind].call("search", queries[qids[0]], SCOPE_A, K_TIMED)
@@ -419,11 +425,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ingest": ingest,
         "ingest_load": previous["ingest_load"] if previous else load_before,
         "ingest_commit": previous.get("ingest_commit", "unknown") if previous else commit(),
-        "ingest_date": previous["ingest_date"]
-        if previous
-        else datetime.now(UTC).isoformat(timespec="seconds"),
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "load_before": load_before,
+        "ingest_date": previous["ingest_date"] if previous else started,
+        "date": searched,
+        "load_before": search_load,
         "load_after": load_average(),
         "largest_vector_difference": worst,
         "figures": fig,
