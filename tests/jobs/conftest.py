@@ -12,10 +12,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from citeline.embed import base, register_provider
-from citeline.embed.base import Embedder
+from citeline.embed import EMBEDDERS, Embedder
 from citeline.embed.onnx import OnnxEmbedder
 from citeline.errors import EmbeddingError
+from citeline.registry import Provider
+from citeline.settings import Settings
 
 #: ``gated:<name>`` embedders wait for their gate to open before embedding.
 GATES: dict[str, threading.Event] = {}
@@ -62,12 +63,12 @@ class _Gated(_Faulty):
         return self.inner.embed(texts)
 
 
-def _faulty(model: str, *, batch_size: int, threads: int) -> Embedder:
-    return _Faulty(model, batch_size=batch_size, threads=threads)
+def _faulty(model: str, settings: Settings) -> Embedder:
+    return _Faulty(model, batch_size=settings.embed_batch_size, threads=settings.embed_threads)
 
 
-def _gated(model: str, *, batch_size: int, threads: int) -> Embedder:
-    return _Gated(model, batch_size=batch_size, threads=threads)
+def _gated(model: str, settings: Settings) -> Embedder:
+    return _Gated(model, batch_size=settings.embed_batch_size, threads=settings.embed_threads)
 
 
 @pytest.fixture(autouse=True)
@@ -77,14 +78,15 @@ def fault_injecting_providers() -> Iterator[None]:
     register_test_providers()
     yield
     for name in ("faulty", "gated", "filegate"):
-        base._PROVIDERS.pop(name, None)
+        EMBEDDERS.remove(name)
 
 
 def register_test_providers() -> None:
     """Register the fault-injecting embedders (in the tests, and in the workers they start)."""
-    register_provider("faulty", _faulty)
-    register_provider("gated", _gated)
-    register_provider("filegate", _filegated)
+    for name, build in (("faulty", _faulty), ("gated", _gated), ("filegate", _filegated)):
+        EMBEDDERS.register(
+            Provider(name, build=build, about="the packaged embedder, with faults", example=f"{name}:0-a")
+        )
 
 
 @pytest.fixture
@@ -112,6 +114,5 @@ class _FileGated(_Faulty):
         return self.inner.embed(texts)
 
 
-def _filegated(model: str, *, batch_size: int, threads: int) -> Embedder:
-    return _FileGated(model, batch_size=batch_size, threads=threads)
-
+def _filegated(model: str, settings: Settings) -> Embedder:
+    return _FileGated(model, batch_size=settings.embed_batch_size, threads=settings.embed_threads)
