@@ -126,7 +126,8 @@ class RemoteEmbedder:
                 reply = self._post(texts)
             except _RetryableError as exc:
                 if attempt >= self._retries:
-                    raise self._error(EmbeddingError, f"{exc.reason} (after {attempt + 1} tries)") from None
+                    tries = f"{attempt + 1} tries" if attempt else "1 try"
+                    raise self._error(EmbeddingError, f"{exc.reason} (after {tries})") from None
                 wait = exc.retry_after if exc.retry_after is not None else self._delay * 2**attempt
                 attempt += 1
                 log.warning(
