@@ -51,7 +51,8 @@ class Spec:
         return f"{self.provider}:{self.model}" if self.model else self.provider
 
 
-@dataclass(frozen=True, slots=True)
+# Without slots: a slotted generic dataclass cannot be built as Provider[X](...).
+@dataclass(frozen=True)
 class Provider(Generic[T]):
     """One provider of a kind of part, declared once.
 

@@ -61,7 +61,7 @@ def server_url(data_dir: Path) -> Iterator[str]:
     del server
 
 
-def remote(base: str, **overrides: object) -> Settings:
+def remote(base: str | None, **overrides: object) -> Settings:
     """Settings for a remote embedder at ``base`` with :data:`KEY`, quick to give up unless overridden."""
     values: dict[str, object] = {
         "embed_base_url": base,

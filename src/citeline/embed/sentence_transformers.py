@@ -53,7 +53,11 @@ class SentenceTransformersEmbedder:
             self._model = module.SentenceTransformer(str(path), device="cpu", local_files_only=True)
         except Exception as exc:
             raise EmbeddingError(f"{self.model_id}: sentence-transformers cannot load {path}: {exc}") from exc
-        dimension = self._model.get_sentence_embedding_dimension()
+        # Renamed in sentence-transformers 6; the old name still works there, with a warning.
+        dimension_of = getattr(self._model, "get_embedding_dimension", None) or (
+            self._model.get_sentence_embedding_dimension
+        )
+        dimension = dimension_of()
         if not dimension:
             raise EmbeddingError(f"{self.model_id}: the model in {path} does not say its vector dimension")
         self.dimension = int(dimension)
