@@ -63,7 +63,9 @@ async def get_access(
             )
         raise AuthenticationError("this request needs an API key: send `Authorization: Bearer <key>`")
     key = credentials.credentials
-    info = cl.cached_key(key) or await run_in_threadpool(cl.authenticate, key)
+    info = cl.cached_key(key)
+    if info is None:
+        info = await run_in_threadpool(cl.authenticate, key)
     access = info.access
     limiter.hit(access.user_id)
     return access
