@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     embed_retries: Annotated[int, Field(ge=0, le=20)] = Field(
         default=3,
         description="Retries of a remote embedding request that failed for a passing reason (timeout, "
-        "connection, HTTP 408, 429, 5xx).",
+        "connection, HTTP 408, 425, 429, 500, 502-504).",
     )
     embed_retry_delay: Annotated[float, Field(ge=0, le=600)] = Field(
         default=1.0,

@@ -24,7 +24,8 @@ class Embedder(Protocol):
     """Turns texts into unit-length vectors of one model's space.
 
     ``model_id`` is the full ``provider:model`` string; it is recorded with every vector so a query
-    never compares vectors from two models. ``max_tokens`` is where the model truncates a text.
+    never compares vectors from two models. ``max_tokens`` is where the model truncates a text (0 when
+    a remote server does not say).
     """
 
     model_id: str
