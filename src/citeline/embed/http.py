@@ -4,8 +4,9 @@ A provider (``openai:``, ``ollama:``) says how one batch becomes a request body 
 becomes vectors; :class:`RemoteEmbedder` does the rest. Each request carries at most
 ``embed_batch_size`` texts and may take ``embed_timeout`` seconds to connect and then between reads.
 A request that fails for a passing reason (timeout, refused or dropped connection, HTTP 408, 425, 429,
-500, 502, 503, 504) is retried ``embed_retries`` times, the first after ``embed_retry_delay`` seconds and each later
-one after twice as long, or after what the server's ``Retry-After`` asks (up to a minute).
+500, 502, 503, 504) is retried ``embed_retries`` times, the first after ``embed_retry_delay`` seconds
+and each later one after twice as long, or after what the server's ``Retry-After`` asks (up to a
+minute).
 
 Errors name the model and URL, never the key: it is masked wherever a server's reply quotes it. They
 are, after the retries:
