@@ -16,15 +16,18 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from pydantic import SecretStr
 
 from citeline.answer.providers.local import packaged_model_path, server_params
 from citeline.embed import get_embedder
-from citeline.embed.http import RemoteEmbedder
+from citeline.embed.http import MAX_RETRY_AFTER, RemoteEmbedder, _retry_after
 from citeline.embed.ollama import OllamaEmbedder
 from citeline.embed.openai import OpenAIEmbedder
 from citeline.engine import Citeline
@@ -267,3 +270,19 @@ def test_ollama_against_a_server_without_its_api_is_a_config_error(server_url: s
         ConfigError, match=r"/api/embed answered HTTP 404: File Not Found; check embed_base_url"
     ):
         OllamaEmbedder("nomic-embed-text", remote(server_url.removesuffix("/v1")))
+
+
+@pytest.mark.parametrize(
+    ("header", "wait"),
+    [("2", 2.0), ("0.5", 0.5), ("3600", MAX_RETRY_AFTER), ("-4", 0.0), ("soon", None), (None, None)],
+)
+def test_a_servers_retry_after_sets_the_wait_up_to_a_minute(header: str | None, wait: float | None) -> None:
+    headers = {"Retry-After": header} if header is not None else {}
+    assert _retry_after(httpx.Response(429, headers=headers)) == wait
+
+
+def test_a_retry_after_date_is_a_wait_until_then() -> None:
+    in_ten_seconds = format_datetime(datetime.now(UTC) + timedelta(seconds=10), usegmt=True)
+    wait = _retry_after(httpx.Response(503, headers={"Retry-After": in_ten_seconds}))
+    assert wait is not None
+    assert 8.0 < wait <= 10.0
