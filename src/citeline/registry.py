@@ -60,7 +60,7 @@ class Provider(Generic[T]):
     raises :class:`ConfigError` for a model it does not know and the kind's own error (such as
     :class:`~citeline.errors.EmbeddingError`) when the model cannot be loaded or reached.
 
-    - ``about``: one line saying what the provider is, shown when a spec names no known provider.
+    - ``about``: one line saying what the provider is, shown by ``citeline providers``.
     - ``example``: a spec that works, shown in errors.
     - ``model``: whether the part after the colon is ``required`` or takes ``none`` (``prf``);
       ``placeholder`` names it in usage lines (``cross-encoder:<folder>``).
@@ -68,7 +68,8 @@ class Provider(Generic[T]):
       listed (a path, or a model a remote service serves) has ``capabilities``.
     - ``settings``: the settings ``build`` reads, so a part built once can be shared by every caller
       whose settings agree on them.
-    - ``extra``: the pip extra that installs what the provider needs, if the base install lacks it.
+    - ``extra``: the pip extra that installs what the provider needs, if the base install lacks it
+      (shown by ``citeline providers``).
     """
 
     name: str
