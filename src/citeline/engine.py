@@ -22,7 +22,7 @@ from citeline.answer.nli import default_judge
 from citeline.chat import store as chat_store
 from citeline.chat.session import ChatSession
 from citeline.chat.store import ConversationInfo, MessageInfo
-from citeline.embed import get_embedder
+from citeline.embed import EMBEDDERS, get_embedder
 from citeline.embed.base import Embedder
 from citeline.errors import (
     AccessDeniedError,
@@ -99,6 +99,7 @@ class Citeline:
         self._rerankers: dict[str, Reranker | None] = {}
         self._query_pool: ThreadPoolExecutor | None = None
         self._jobs: JobRunner | None = None
+        self._key_cache = keys.KeyCache(self._settings.api_key_cache_seconds)
         #: Parts borrowed from the instance this one was derived from: never closed by this one.
         self._borrowed: set[str] = set()
         self.keyword_index: KeywordIndex = (
@@ -123,11 +124,16 @@ class Citeline:
         if same(_STORE_SETTINGS) and self._engine is not None:
             other._engine = self._engine
             other._borrowed.add("engine")
-        if same(_EMBEDDER_SETTINGS) and self._embedder is not None:
+        if same(_EMBEDDER_SETTINGS) and self._embedder is not None and same(self._embedder_reads()):
             other._embedder = self._embedder
         if same(_STORE_SETTINGS) and same(_KEYWORD_SETTINGS):
             other.keyword_index = self.keyword_index
         return other
+
+    def _embedder_reads(self) -> tuple[str, ...]:
+        """The settings besides :data:`_EMBEDDER_SETTINGS` that this instance's embedder was built from."""
+        provider, _ = EMBEDDERS.parse(self._settings.embedding_model)
+        return provider.settings
 
     def warm_up(self) -> Citeline:
         """Open the store, load the embedder, the keyword index and the claim judge now rather than at
@@ -167,11 +173,7 @@ class Citeline:
         if self._embedder is None:
             with self._lock:
                 if self._embedder is None:
-                    self._embedder = get_embedder(
-                        self._settings.embedding_model,
-                        batch_size=self._settings.embed_batch_size,
-                        threads=self._settings.embed_threads,
-                    )
+                    self._embedder = get_embedder(self._settings.embedding_model, self._settings)
         return self._embedder
 
     @property
@@ -530,7 +532,7 @@ class Citeline:
             with self._lock:
                 if name not in self._rerankers:
                     try:
-                        self._rerankers[name] = get_reranker(name, embedder=self.embedder)
+                        self._rerankers[name] = get_reranker(name, self.settings)
                     except ConfigError as exc:
                         if spec is None:
                             raise
@@ -701,9 +703,21 @@ class Citeline:
             return catalog.scopes_in_use(conn, access=access)
 
     def authenticate(self, key: str) -> KeyInfo:
-        """The live API key ``key`` is; :class:`AuthenticationError` for an unknown or revoked one."""
-        with self.engine.begin() as conn:
-            return keys.authenticate(conn, key)
+        """The live API key ``key`` is; :class:`AuthenticationError` for an unknown or revoked one.
+
+        A key checked less than ``api_key_cache_seconds`` ago is answered from memory.
+        """
+        info = self._key_cache.get(key)
+        if info is None:
+            with self.engine.begin() as conn:
+                info = keys.authenticate(conn, key)
+            self._key_cache.put(key, info)
+        return info
+
+    def cached_key(self, key: str) -> KeyInfo | None:
+        """The record of ``key`` if this instance checked it less than ``api_key_cache_seconds`` ago,
+        without I/O (the API's authentication reads it on the event loop); None otherwise."""
+        return self._key_cache.get(key)
 
     def has_keys(self) -> bool:
         """Whether any live API key exists."""
@@ -733,7 +747,9 @@ class Citeline:
         """Revoke an API key (admins only); it is refused from the next request on."""
         _require_admin(access, "revoke an API key")
         with self.engine.begin() as conn:
-            return keys.revoke_key(conn, key_id)
+            info = keys.revoke_key(conn, key_id)
+        self._key_cache.forget(info.id)
+        return info
 
     def readiness(self) -> dict[str, bool]:
         """Whether this instance can serve: the database answers, the embedder is loaded and, once
