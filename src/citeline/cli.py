@@ -30,6 +30,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from citeline.access import Role
+from citeline.annotate import SectionType
 from citeline.answer import Complete, Error, Token
 from citeline.chat.session import ChatSession
 from citeline.engine import Citeline
@@ -120,6 +121,12 @@ TypeOption = Annotated[
     list[str], typer.Option("--type", help="Only these content types, e.g. application/pdf.")
 ]
 MetaOption = Annotated[list[str], typer.Option("--meta", help="Metadata KEY=VALUE that must match.")]
+ModelOption = Annotated[
+    list[str], typer.Option("--model", help="Chunks naming this model number (any spelling: XR-200, xr200).")
+]
+SectionOption = Annotated[
+    list[SectionType], typer.Option("--section", help="Chunks of this section type (repeatable).")
+]
 
 
 def _filters(
@@ -129,6 +136,8 @@ def _filters(
     all_tags: list[str],
     types: list[str],
     meta: list[str],
+    models: list[str],
+    sections: list[SectionType],
 ) -> Filters:
     return _guard(
         lambda: Filters(
@@ -138,6 +147,8 @@ def _filters(
             tags_all=tuple(all_tags),
             content_types=tuple(types),
             metadata=_parse_metadata(meta),
+            model_numbers=tuple(models),
+            section_types=tuple(s.value for s in sections),
         )
     )
 
@@ -257,6 +268,8 @@ def search(
     all_tags: AllTagsOption = [],  # noqa: B006
     content_type: TypeOption = [],  # noqa: B006
     meta: MetaOption = [],  # noqa: B006
+    model: ModelOption = [],  # noqa: B006
+    section: SectionOption = [],  # noqa: B006
     top_k: Annotated[int | None, typer.Option("--top-k", "-k", help="How many hits.")] = None,
     threshold: Annotated[float | None, typer.Option(help="Largest cosine distance kept (0..2).")] = None,
     fusion: Annotated[Fusion | None, typer.Option(help="How to fuse dense and keyword rankings.")] = None,
@@ -266,7 +279,7 @@ def search(
     request = _guard(
         lambda: SearchRequest(
             query=query,
-            filters=_filters(scope, category, tag, all_tags, content_type, meta),
+            filters=_filters(scope, category, tag, all_tags, content_type, meta, model, section),
             top_k=top_k,
             distance_threshold=threshold,
             fusion=fusion,
@@ -283,7 +296,12 @@ def search(
         return
     for rank, hit in enumerate(hits, start=1):
         # Names and headings come from documents: printed as text, never read as markup.
-        where = escape(f"{hit.document_name} p.{hit.page}" + (f" § {hit.section}" if hit.section else ""))
+        where = escape(
+            f"{hit.document_name} p.{hit.page}"
+            + (f" § {hit.section}" if hit.section else "")
+            + (f" [{hit.section_type}]" if hit.section_type else "")
+            + (f" models {', '.join(hit.model_numbers)}" if hit.model_numbers else "")
+        )
         console.print(
             f"[bold][{rank}][/bold] {where}  [dim]v{hit.version} chunk {hit.chunk_id} "
             f"chars {hit.start}-{hit.end}  similarity {hit.similarity:.3f}  bm25 {hit.keyword_score:.2f}  "
@@ -379,6 +397,8 @@ def ask(
     all_tags: AllTagsOption = [],  # noqa: B006
     content_type: TypeOption = [],  # noqa: B006
     meta: MetaOption = [],  # noqa: B006
+    model: ModelOption = [],  # noqa: B006
+    section: SectionOption = [],  # noqa: B006
     persona: Annotated[
         str | None, typer.Option(help="general, clinical or repair (a new conversation's system prompt).")
     ] = None,
@@ -393,7 +413,7 @@ def ask(
     ] = False,
 ) -> None:
     """Answer a question from the documents, streamed, each claim citing a numbered source."""
-    filters = _filters(scope, category, tag, all_tags, content_type, meta)
+    filters = _filters(scope, category, tag, all_tags, content_type, meta, model, section)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
         session = _guard(lambda: cl.chat(conversation, persona=persona))
         _stream_answer(session, question, filters, as_json=as_json)
@@ -410,6 +430,8 @@ def chat(
     all_tags: AllTagsOption = [],  # noqa: B006
     content_type: TypeOption = [],  # noqa: B006
     meta: MetaOption = [],  # noqa: B006
+    model: ModelOption = [],  # noqa: B006
+    section: SectionOption = [],  # noqa: B006
     persona: Annotated[str | None, typer.Option(help="general, clinical or repair.")] = None,
     conversation: Annotated[
         str | None, typer.Option("--conversation", "-c", help="Continue this conversation (its id).")
@@ -417,7 +439,7 @@ def chat(
     llm: Annotated[str | None, typer.Option(help="provider:model to answer with (CITELINE_LLM).")] = None,
 ) -> None:
     """An interactive conversation: follow-up questions keep their context and citation numbers."""
-    filters = _filters(scope, category, tag, all_tags, content_type, meta)
+    filters = _filters(scope, category, tag, all_tags, content_type, meta, model, section)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
         session = _guard(lambda: cl.chat(conversation, persona=persona))
         err.print(f"[dim]conversation {session.id}; an empty line or Ctrl-D ends it[/dim]")
@@ -923,6 +945,7 @@ def keys_revoke(
     with _citeline(ctx) as cl:
         info = cl.revoke_key(key_id)
     console.print(f"revoked key {info.id} ({info.name})", highlight=False)
+
 
 if __name__ == "__main__":
     app()

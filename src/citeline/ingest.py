@@ -26,6 +26,7 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
+from citeline.annotate import annotate
 from citeline.embed.base import Embedder
 from citeline.errors import (
     CitelineError,
@@ -475,6 +476,7 @@ class Ingestor:
 
     def _row(self, draft: ChunkDraft) -> ChunkRow:
         counts = self.analyzer.term_counts(draft.text)
+        found = annotate(draft.section, draft.text)
         return ChunkRow(
             chunk_index=draft.index,
             text=draft.text,
@@ -484,6 +486,8 @@ class Ingestor:
             section=draft.section,
             terms=dict(counts),
             token_count=sum(counts.values()),
+            model_numbers=found.model_numbers,
+            section_type=found.section_type,
         )
 
     def _flush(self, run: _Run) -> None:

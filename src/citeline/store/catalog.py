@@ -146,6 +146,9 @@ class ChunkRow:
     section: str | None
     terms: dict[str, int]
     token_count: int
+    #: Auto-metadata (citeline.annotate): canonical model-number keys and the section's type.
+    model_numbers: tuple[str, ...] = ()
+    section_type: str | None = None
 
     @property
     def text_hash(self) -> str:
@@ -251,11 +254,15 @@ def begin_versions(
         active = current.get(req.source_uri)
         labels = req.labels.over(active)
         spec = req.spec
-        if active is not None and not req.force and (
-            active.content_hash == spec.content_hash
-            and active.embedding_model == spec.embedding_model
-            and active.chunk_size == spec.chunk_size
-            and active.chunk_overlap == spec.chunk_overlap
+        if (
+            active is not None
+            and not req.force
+            and (
+                active.content_hash == spec.content_hash
+                and active.embedding_model == spec.embedding_model
+                and active.chunk_size == spec.chunk_size
+                and active.chunk_overlap == spec.chunk_overlap
+            )
         ):
             if _labels_differ(active, labels):
                 _set_labels(conn, active.version_id, labels)
@@ -630,7 +637,7 @@ class ChunkGroup:
 #: The chunk columns written by :func:`insert_chunks`, in order, as PostgreSQL types (for binary COPY).
 _CHUNK_COPY_TYPES = (
     "int8", "uuid", "int4", "int4", "text", "varchar",
-    "int4", "int4", "int4", "text", "vector", "text", "int4",
+    "int4", "int4", "int4", "text", "vector", "text", "int4", "text[]", "text",
 )  # fmt: skip
 
 
@@ -656,7 +663,8 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
         # Binary COPY: vectors go as packed floats instead of being printed and parsed as decimal text.
         with cur.copy(
             "COPY chunks (id, document_id, version, chunk_index, text, text_hash, page, start_offset, "
-            "end_offset, section, embedding, embedding_model, token_count) FROM STDIN (FORMAT BINARY)"
+            "end_offset, section, embedding, embedding_model, token_count, model_numbers, section_type) "
+            "FROM STDIN (FORMAT BINARY)"
         ) as copy:
             copy.set_types(_CHUNK_COPY_TYPES)
             at = 0
@@ -678,6 +686,8 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
                             vec,
                             model,
                             row.token_count,
+                            list(row.model_numbers),
+                            row.section_type,
                         )
                     )
                     at += 1
