@@ -36,6 +36,7 @@ from citeline.chat.session import ChatSession
 from citeline.engine import Citeline
 from citeline.errors import CitelineError, InvalidRequestError
 from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
+from citeline.jobs.submit import Refreshed, parse_age
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Fusion, Settings
@@ -578,6 +579,82 @@ def reingest(
         for path in cl.remove_unused_files() if cleanup else []:
             console.print(f"removed {path}")
     if failed:
+        raise typer.Exit(65)
+
+
+@app.command()
+def refresh(
+    ctx: typer.Context,
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", help="Only sources last read longer ago than this: 30m, 12h, 1d, 2w."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be read again; change nothing.")
+    ] = False,
+    document_id: Annotated[
+        list[str], typer.Option("--document-id", help="Only this document (id or prefix); repeatable.")
+    ] = [],  # noqa: B006  (typer reads the default; it is never mutated)
+    sync: Annotated[
+        bool, typer.Option("--sync", help="Build in this process and wait, even with Celery workers.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per document.")] = False,
+) -> None:
+    """Read web pages and files again at their origin; a new version only for changed content.
+
+    Web pages are compared by their extracted text, files by their bytes; a source that cannot be read
+    keeps its current version. With the thread runner (or --sync) the command waits for the new
+    versions; with CITELINE_JOB_RUNNER=celery, web pages are queued for `citeline worker`.
+    """
+    age = _guard(lambda: parse_age(older_than)) if older_than else None
+    with _citeline(ctx, **({"job_runner": "thread"} if sync else {})) as cl:
+        docs = cl.refresh_candidates(older_than=age, document_ids=document_id)
+        if dry_run:
+            for doc in docs:
+                read = doc.last_fetched_at.isoformat(timespec="seconds") if doc.last_fetched_at else "never"
+                console.print(
+                    f"would refresh {str(doc.id)[:8]} {escape(doc.name)} ({escape(doc.source_uri)}, "
+                    f"last read {read})",
+                    highlight=False,
+                )
+            err.print(f"{len(docs)} document{'s' if len(docs) != 1 else ''} to refresh (dry run)")
+            return
+        here = cl.settings.job_runner == "thread"
+        if here:
+            cl.start_jobs()
+        outcomes: list[str] = []
+
+        def report(result: Refreshed) -> None:
+            outcomes.append(str(result.outcome))
+            if as_json:
+                _print_json(result.as_dict())
+            elif result.outcome == Outcome.FAILED:
+                name, error = escape(result.document.name), escape(result.error or "")
+                err.print(f"[red]failed[/red]     {name}: {error}")
+            elif result.outcome == Outcome.UPDATED:
+                doc = result.document
+                console.print(f"changed    {escape(doc.name)}: v{doc.version}, {doc.vector_count} chunks")
+            else:
+                console.print(f"{result.outcome!s:<10} {escape(result.document.name)}", highlight=False)
+
+        queued = []
+        for doc in docs:
+            try:
+                submission = cl.refresh(doc.id)
+            except CitelineError as exc:
+                report(Refreshed(doc, Outcome.FAILED, str(exc)))
+                continue
+            if submission.created and here:
+                queued.append(submission)
+            else:
+                report(cl.refreshed(submission))
+        for submission in queued:
+            report(cl.refreshed(submission, timeout=float("inf")))
+    if not as_json:
+        counts = {o: outcomes.count(o) for o in dict.fromkeys(outcomes)}
+        summary = ", ".join(f"{n} {o}" for o, n in counts.items()) or "nothing to refresh"
+        err.print(f"{len(outcomes)} document{'s' if len(outcomes) != 1 else ''}: {summary}")
+    if Outcome.FAILED.value in outcomes:
         raise typer.Exit(65)
 
 
