@@ -175,9 +175,8 @@ def origin_path(doc: DocumentInfo) -> Path | None:
 
 @dataclass(frozen=True)
 class Refreshed:
-    """What refreshing a document did: a new version (``UPDATED``), none (``UNCHANGED``, or
-    ``RELABELLED`` when labels came with it), ``FAILED`` (the current version kept), or still ``QUEUED``
-    (a worker elsewhere builds it)."""
+    """What refreshing a document did: a new version (``UPDATED``), none (``UNCHANGED``), ``FAILED``
+    (the current version kept, ``error`` says why), or still ``QUEUED`` (a worker elsewhere builds it)."""
 
     document: DocumentInfo
     outcome: Outcome | Status
