@@ -49,16 +49,19 @@ class SectionType(StrEnum):
 
 _DASH = "\\-\u2010\u2011\u2012\u2013"  # hyphen, Unicode hyphens, figure dash, en dash (PDFs use them all)
 _CODE = rf"[A-Za-z0-9]+(?:[{_DASH}/]\n?[A-Za-z0-9]+)*"
+#: A further code in a list after the word: a digit among its first characters, so that a list never
+#: swallows the next words (", part no. 55-1234").
+_MORE = rf"(?=[A-Za-z]{{0,4}}\d){_CODE}"
 #: Words that announce a model or part number. "Part" alone is not one ("14 CFR Part 39"), nor is
 #: "Type" ("type 2 diabetes") or "No." ("No. 07-1315", a docket).
 _ANNOUNCED = re.compile(
     r"\b(?P<word>model(?:\s+(?:no\.?|number|#))?|part\s+(?:no\.?|number|#)|p/n|cat(?:alog|\.)?\s*(?:no\.?|number)"
     r"|sku)[)\]]?\s*[:#]?\s*"
     rf"(?P<code>{_CODE})"
-    rf"(?P<more>(?:\s*(?:,|&|\band\b|\bor\b)\s*{_CODE})*)",
+    rf"(?P<more>(?:\s*(?:,|&|\band\b|\bor\b)\s*{_MORE})*)",
     re.IGNORECASE,
 )
-_LISTED = re.compile(rf"{_CODE}")
+_LISTED = re.compile(_MORE)
 _EDGE_BEFORE = rf"(?<![\w{_DASH}/.])"
 _EDGE_AFTER = rf"(?![\w{_DASH}/]|\.\d)"
 #: Codes that stand alone: two to four capitals, a hyphen, digits and an optional letter suffix. With
@@ -109,22 +112,27 @@ def _announces(word: str, code: str) -> bool:
 def model_numbers(text: str) -> tuple[str, ...]:
     """The model numbers ``text`` names, as canonical keys (see :func:`model_key`), in order of first
     mention, each once."""
-    found: dict[str, None] = {}
+    found: dict[str, int] = {}  # key -> where it is first mentioned
+
+    def add(code: str, at: int) -> None:
+        key = model_key(code)
+        found[key] = min(at, found.get(key, at))
+
     for match in _ANNOUNCED.finditer(text):
         first = match.group("code")
         if not _announced_code(first) or not _announces(match.group("word"), first):
             continue
-        found.setdefault(model_key(first), None)
+        add(first, match.start("code"))
         # A list after the word ("Model 737-8 and 737-9") continues with codes of the same family:
         # sharing the first code's first two characters keeps "and 2019 models" out.
-        for listed in _LISTED.findall(match.group("more")):
-            key = model_key(listed)
-            if _announced_code(listed) and key[:2] == model_key(first)[:2]:
-                found.setdefault(key, None)
+        for listed in _LISTED.finditer(match.group("more")):
+            code = listed.group(0)
+            if _announced_code(code) and model_key(code)[:2] == model_key(first)[:2]:
+                add(code, match.start("more") + listed.start())
     for match in _SHAPED.finditer(text):
         if match.group("prefix") not in _NOT_PRODUCTS:
-            found.setdefault(model_key(match.group(0)), None)
-    return tuple(found)
+            add(match.group(0), match.start())
+    return tuple(sorted(found, key=found.__getitem__))
 
 
 # -- section types ---------------------------------------------------------------------------------
