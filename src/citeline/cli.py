@@ -506,7 +506,9 @@ def docs_show(
         console.print(
             f"\n[bold]#{row['chunk_index']}[/bold] p.{row['page']} "
             f"chars {row['start_offset']}-{row['end_offset']}"
-            + (f" § {row['section']}" if row["section"] else "")
+            + (f" § {escape(row['section'])}" if row["section"] else "")
+            + (f" \\[{row['section_type']}]" if row["section_type"] else "")
+            + (f" models {', '.join(row['model_numbers'])}" if row["model_numbers"] else "")
         )
         console.print(row["text"], markup=False, highlight=False)
 

@@ -688,7 +688,8 @@ class Citeline:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
-                    "SELECT id, chunk_index, page, start_offset, end_offset, section, text FROM chunks "
+                    "SELECT id, chunk_index, page, start_offset, end_offset, section, section_type, "
+                    "model_numbers, text FROM chunks "
                     "WHERE document_id = :id ORDER BY chunk_index"
                 ),
                 {"id": document.version_id},
@@ -725,7 +726,8 @@ class Citeline:
             ).scalar_one()
             rows = conn.execute(
                 sa.text(
-                    "SELECT id, chunk_index, page, start_offset, end_offset, section, text FROM chunks "
+                    "SELECT id, chunk_index, page, start_offset, end_offset, section, section_type, "
+                    "model_numbers, text FROM chunks "
                     "WHERE document_id = :id ORDER BY chunk_index LIMIT :limit OFFSET :offset"
                 ),
                 {"id": document.version_id, "limit": limit, "offset": offset},
