@@ -182,4 +182,3 @@ def test_headings_of_the_federal_register_directive_and_plain_prose() -> None:
 def test_annotate_gives_both() -> None:
     found = annotate("Troubleshooting", "If the XR-200 does not start, check the fuse.")
     assert found.model_numbers == ("XR200",) and found.section_type == "troubleshooting"
-

@@ -175,10 +175,27 @@ _HEADING_RULES: tuple[tuple[SectionType, re.Pattern[str]], ...] = tuple(
     )
 )
 
+
+def _cue(pattern: str) -> re.Pattern[str]:
+    """A cue pattern (lower case, each alternative starting a word with ``\\b``), compiled to search
+    lower-cased text without the leading ``\\b``: a pattern that starts with letters is searched for
+    them directly, several times faster than with ``\\b`` or ``IGNORECASE``. :func:`_starts_a_word`
+    checks the word start instead."""
+    return re.compile(re.sub(r"(^|\|)\\b", r"\1", pattern))
+
+
+def _starts_a_word(pattern: re.Pattern[str], lowered: str) -> bool:
+    for match in pattern.finditer(lowered):
+        at = match.start()
+        if at == 0 or not (lowered[at - 1].isalnum() or lowered[at - 1] == "_"):
+            return True
+    return False
+
+
 #: Cues in running text, by type: a name (what an explanation shows) and its pattern. A type is decided
 #: by how many different cues it has, not how often one repeats ("symptom" alone is a medical word).
 _TEXT_CUES: dict[SectionType, tuple[tuple[str, re.Pattern[str]], ...]] = {
-    kind: tuple((name, re.compile(pattern, re.IGNORECASE)) for name, pattern in cues)
+    kind: tuple((name, _cue(pattern)) for name, pattern in cues)
     for kind, cues in (
         (
             SectionType.TROUBLESHOOTING,
@@ -256,7 +273,7 @@ _TEXT_CUES: dict[SectionType, tuple[tuple[str, re.Pattern[str]], ...]] = {
                 ("button", r"\bbuttons?\b"),
                 ("display", r"\b(?:the\s+)?display\s+(?:shows|reads|flashes)\b"),
                 ("start or stop", r"\bto\s+(?:start|stop)\s+the\s+(?:unit|machine|device|cycle|program)\b"),
-                ("mode", r"\b\w+\s+mode\b"),
+                ("mode", r"\bmode\b"),
             ),
         ),
         (
@@ -342,8 +359,9 @@ def classify_section(heading: str | None, text: str) -> SectionMatch | None:
         if named:
             return SectionMatch(named[0], f"heading-like line {line!r} says {named[1]!r}")
     cues: dict[SectionType, set[str]] = {}
+    lowered = text.lower()
     for kind, kind_cues in _TEXT_CUES.items():
-        found = {name for name, pattern in kind_cues if pattern.search(text)}
+        found = {name for name, pattern in kind_cues if _starts_a_word(pattern, lowered)}
         if found:
             cues[kind] = found
     if _SHOUTED.search(text):

@@ -240,4 +240,3 @@ def test_an_uploaded_document_has_no_origin_to_refresh(cl: Citeline, tmp_path: P
     assert cl.refresh_candidates() == []
     with pytest.raises(InvalidRequestError, match="no origin to read again"):
         cl.refresh(submitted.document.id)
-
