@@ -240,3 +240,21 @@ def test_an_uploaded_document_has_no_origin_to_refresh(cl: Citeline, tmp_path: P
     assert cl.refresh_candidates() == []
     with pytest.raises(InvalidRequestError, match="no origin to read again"):
         cl.refresh(submitted.document.id)
+
+
+def test_with_celery_workers_pages_are_queued_and_files_read_here(
+    namespace: Settings, site: Site, tmp_path: Path
+) -> None:
+    site.pages["/pumps"] = (200, ORIGINAL)
+    assert run(namespace, "ingest", site.url("/pumps"), "--allow-private-urls")[0] == 0
+    assert run(namespace, "ingest", str(write(tmp_path / "valves.md", "# Valves\n\nOpens at 6 bar.")))[0] == 0
+    # A broker nobody listens on: the page's job waits in the catalog for workers to come.
+    celery = {"CITELINE_JOB_RUNNER": "celery", "CITELINE_REDIS_URL": "redis://127.0.0.1:9/0"}
+    requests = site.requests
+    code, out, err = run(namespace, "refresh", env=celery)
+    assert code == 0, err
+    assert "queued     pumps" in out and "unchanged  valves.md" in out
+    assert site.requests == requests  # the page is fetched by the worker, not by the command
+    with Citeline(namespace) as cl:
+        [page_doc] = [d for d in cl.documents() if d.name == "pumps" and d.is_active]
+        assert [(v.version, v.status) for v in cl.versions(page_doc.id)] == [(1, "completed"), (2, "queued")]
