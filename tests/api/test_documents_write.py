@@ -249,4 +249,4 @@ def test_refresh_reads_a_changed_file_again_and_reports_each_document(server: Se
         [changed] = admin.post("/refresh", json={"document_ids": [mine["id"]]}).json()["documents"]
         assert changed["outcome"] in ("queued", "processing", "updated")
         assert poll(admin, mine["id"])["version"] == 2
-        assert admin.post("/refresh", json={"older_than": "soon"}).status_code == 400
+        assert admin.post("/refresh", json={"older_than": "soon"}).status_code == 422
