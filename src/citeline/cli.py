@@ -646,10 +646,12 @@ def refresh(
             except CitelineError as exc:
                 report(Refreshed(doc, Outcome.FAILED, str(exc)))
                 continue
-            if submission.created and here:
-                queued.append(submission)
-            else:
+            if not submission.created:
                 report(cl.refreshed(submission))
+            elif here:
+                queued.append(submission)
+            else:  # a worker elsewhere fetches it
+                report(Refreshed(submission.document, Status.QUEUED))
         for submission in queued:
             report(cl.refreshed(submission, timeout=float("inf")))
     if not as_json:
