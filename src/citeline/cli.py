@@ -30,11 +30,13 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from citeline.access import Role
+from citeline.annotate import SectionType
 from citeline.answer import Complete, Error, Token
 from citeline.chat.session import ChatSession
 from citeline.engine import Citeline
 from citeline.errors import CitelineError, InvalidRequestError
 from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
+from citeline.jobs.submit import Refreshed, parse_age
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Fusion, Settings
@@ -120,6 +122,12 @@ TypeOption = Annotated[
     list[str], typer.Option("--type", help="Only these content types, e.g. application/pdf.")
 ]
 MetaOption = Annotated[list[str], typer.Option("--meta", help="Metadata KEY=VALUE that must match.")]
+ModelOption = Annotated[
+    list[str], typer.Option("--model", help="Chunks naming this model number (any spelling: XR-200, xr200).")
+]
+SectionOption = Annotated[
+    list[SectionType], typer.Option("--section", help="Chunks of this section type (repeatable).")
+]
 
 
 def _filters(
@@ -129,6 +137,8 @@ def _filters(
     all_tags: list[str],
     types: list[str],
     meta: list[str],
+    models: list[str],
+    sections: list[SectionType],
 ) -> Filters:
     return _guard(
         lambda: Filters(
@@ -138,6 +148,8 @@ def _filters(
             tags_all=tuple(all_tags),
             content_types=tuple(types),
             metadata=_parse_metadata(meta),
+            model_numbers=tuple(models),
+            section_types=tuple(s.value for s in sections),
         )
     )
 
@@ -257,6 +269,8 @@ def search(
     all_tags: AllTagsOption = [],  # noqa: B006
     content_type: TypeOption = [],  # noqa: B006
     meta: MetaOption = [],  # noqa: B006
+    model: ModelOption = [],  # noqa: B006
+    section: SectionOption = [],  # noqa: B006
     top_k: Annotated[int | None, typer.Option("--top-k", "-k", help="How many hits.")] = None,
     threshold: Annotated[float | None, typer.Option(help="Largest cosine distance kept (0..2).")] = None,
     fusion: Annotated[Fusion | None, typer.Option(help="How to fuse dense and keyword rankings.")] = None,
@@ -266,7 +280,7 @@ def search(
     request = _guard(
         lambda: SearchRequest(
             query=query,
-            filters=_filters(scope, category, tag, all_tags, content_type, meta),
+            filters=_filters(scope, category, tag, all_tags, content_type, meta, model, section),
             top_k=top_k,
             distance_threshold=threshold,
             fusion=fusion,
@@ -283,7 +297,12 @@ def search(
         return
     for rank, hit in enumerate(hits, start=1):
         # Names and headings come from documents: printed as text, never read as markup.
-        where = escape(f"{hit.document_name} p.{hit.page}" + (f" § {hit.section}" if hit.section else ""))
+        where = escape(
+            f"{hit.document_name} p.{hit.page}"
+            + (f" § {hit.section}" if hit.section else "")
+            + (f" [{hit.section_type}]" if hit.section_type else "")
+            + (f" models {', '.join(hit.model_numbers)}" if hit.model_numbers else "")
+        )
         console.print(
             f"[bold][{rank}][/bold] {where}  [dim]v{hit.version} chunk {hit.chunk_id} "
             f"chars {hit.start}-{hit.end}  similarity {hit.similarity:.3f}  bm25 {hit.keyword_score:.2f}  "
@@ -379,6 +398,8 @@ def ask(
     all_tags: AllTagsOption = [],  # noqa: B006
     content_type: TypeOption = [],  # noqa: B006
     meta: MetaOption = [],  # noqa: B006
+    model: ModelOption = [],  # noqa: B006
+    section: SectionOption = [],  # noqa: B006
     persona: Annotated[
         str | None, typer.Option(help="general, clinical or repair (a new conversation's system prompt).")
     ] = None,
@@ -393,7 +414,7 @@ def ask(
     ] = False,
 ) -> None:
     """Answer a question from the documents, streamed, each claim citing a numbered source."""
-    filters = _filters(scope, category, tag, all_tags, content_type, meta)
+    filters = _filters(scope, category, tag, all_tags, content_type, meta, model, section)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
         session = _guard(lambda: cl.chat(conversation, persona=persona))
         _stream_answer(session, question, filters, as_json=as_json)
@@ -410,6 +431,8 @@ def chat(
     all_tags: AllTagsOption = [],  # noqa: B006
     content_type: TypeOption = [],  # noqa: B006
     meta: MetaOption = [],  # noqa: B006
+    model: ModelOption = [],  # noqa: B006
+    section: SectionOption = [],  # noqa: B006
     persona: Annotated[str | None, typer.Option(help="general, clinical or repair.")] = None,
     conversation: Annotated[
         str | None, typer.Option("--conversation", "-c", help="Continue this conversation (its id).")
@@ -417,7 +440,7 @@ def chat(
     llm: Annotated[str | None, typer.Option(help="provider:model to answer with (CITELINE_LLM).")] = None,
 ) -> None:
     """An interactive conversation: follow-up questions keep their context and citation numbers."""
-    filters = _filters(scope, category, tag, all_tags, content_type, meta)
+    filters = _filters(scope, category, tag, all_tags, content_type, meta, model, section)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
         session = _guard(lambda: cl.chat(conversation, persona=persona))
         err.print(f"[dim]conversation {session.id}; an empty line or Ctrl-D ends it[/dim]")
@@ -483,7 +506,9 @@ def docs_show(
         console.print(
             f"\n[bold]#{row['chunk_index']}[/bold] p.{row['page']} "
             f"chars {row['start_offset']}-{row['end_offset']}"
-            + (f" § {row['section']}" if row["section"] else "")
+            + (f" § {escape(row['section'])}" if row["section"] else "")
+            + (f" \\[{row['section_type']}]" if row["section_type"] else "")
+            + (f" models {', '.join(row['model_numbers'])}" if row["model_numbers"] else "")
         )
         console.print(row["text"], markup=False, highlight=False)
 
@@ -556,6 +581,84 @@ def reingest(
         for path in cl.remove_unused_files() if cleanup else []:
             console.print(f"removed {path}")
     if failed:
+        raise typer.Exit(65)
+
+
+@app.command()
+def refresh(
+    ctx: typer.Context,
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", help="Only sources last read longer ago than this: 30m, 12h, 1d, 2w."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be read again; change nothing.")
+    ] = False,
+    document_id: Annotated[
+        list[str], typer.Option("--document-id", help="Only this document (id or prefix); repeatable.")
+    ] = [],  # noqa: B006  (typer reads the default; it is never mutated)
+    sync: Annotated[
+        bool, typer.Option("--sync", help="Build in this process and wait, even with Celery workers.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per document.")] = False,
+) -> None:
+    """Read web pages and files again at their origin; a new version only for changed content.
+
+    Web pages are compared by their extracted text, files by their bytes; a source that cannot be read
+    keeps its current version. With the thread runner (or --sync) the command waits for the new
+    versions; with CITELINE_JOB_RUNNER=celery, web pages are queued for `citeline worker`.
+    """
+    age = _guard(lambda: parse_age(older_than)) if older_than else None
+    with _citeline(ctx, **({"job_runner": "thread"} if sync else {})) as cl:
+        docs = cl.refresh_candidates(older_than=age, document_ids=document_id)
+        if dry_run:
+            for doc in docs:
+                read = doc.last_fetched_at.isoformat(timespec="seconds") if doc.last_fetched_at else "never"
+                console.print(
+                    f"would refresh {str(doc.id)[:8]} {escape(doc.name)} ({escape(doc.source_uri)}, "
+                    f"last read {read})",
+                    highlight=False,
+                )
+            err.print(f"{len(docs)} document{'s' if len(docs) != 1 else ''} to refresh (dry run)")
+            return
+        here = cl.settings.job_runner == "thread"
+        if here:
+            cl.start_jobs()
+        outcomes: list[str] = []
+
+        def report(result: Refreshed) -> None:
+            outcomes.append(str(result.outcome))
+            if as_json:
+                _print_json(result.as_dict())
+            elif result.outcome == Outcome.FAILED:
+                name, error = escape(result.document.name), escape(result.error or "")
+                err.print(f"[red]failed[/red]     {name}: {error}")
+            elif result.outcome == Outcome.UPDATED:
+                doc = result.document
+                console.print(f"changed    {escape(doc.name)}: v{doc.version}, {doc.vector_count} chunks")
+            else:
+                console.print(f"{result.outcome!s:<10} {escape(result.document.name)}", highlight=False)
+
+        queued = []
+        for doc in docs:
+            try:
+                submission = cl.refresh(doc.id)
+            except CitelineError as exc:
+                report(Refreshed(doc, Outcome.FAILED, str(exc)))
+                continue
+            if not submission.created:
+                report(cl.refreshed(submission))
+            elif here:
+                queued.append(submission)
+            else:  # a worker elsewhere fetches it
+                report(Refreshed(submission.document, Status.QUEUED))
+        for submission in queued:
+            report(cl.refreshed(submission, timeout=float("inf")))
+    if not as_json:
+        counts = {o: outcomes.count(o) for o in dict.fromkeys(outcomes)}
+        summary = ", ".join(f"{n} {o}" for o, n in counts.items()) or "nothing to refresh"
+        err.print(f"{len(outcomes)} document{'s' if len(outcomes) != 1 else ''}: {summary}")
+    if Outcome.FAILED.value in outcomes:
         raise typer.Exit(65)
 
 

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -36,15 +37,26 @@ from citeline.ingest import (
     IngestOptions,
     Ingestor,
     IngestResult,
+    Outcome,
     ProgressCallback,
     RetryPolicy,
     discover,
     file_source,
     remove_unused_files,
     settle_abandoned,
+    url_name,
 )
 from citeline.jobs.runner import JobRunner, ThreadRunner
-from citeline.jobs.submit import Submission, Upload, reingest_request, store_upload, submit, submit_url
+from citeline.jobs.submit import (
+    Refreshed,
+    Submission,
+    Upload,
+    origin_path,
+    reingest_request,
+    store_upload,
+    submit,
+    submit_url,
+)
 from citeline.retrieve.rerank import Reranker, get_reranker, rerank_hits
 from citeline.retrieve.search import Hit, SearchRequest, Timings, fetch_hits, hybrid_search
 from citeline.settings import Settings
@@ -301,11 +313,11 @@ class Citeline:
         """Register a web page for the job runner, which fetches it (the private-address guard applies)."""
         _require_admin(access, f"add {url}")
         target = self._document_id(document_id, access) if document_id is not None else None
-        source = file_source(submit_url(url), self.files_dir)
+        # The page's content is known once its job fetches it: the job compares it then.
         return self._register(
-            name=source.name,
+            name=url_name(submit_url(url)),
             source_uri=url,
-            content_hash=source.content_hash,
+            content_hash=None,
             file_path=None,
             options=options or IngestOptions(),
             document_id=target,
@@ -336,6 +348,75 @@ class Citeline:
             return [self.document(ref) for ref in document_ids]
         # The catalog's listing already shows each document once, as its current version.
         return self.list_documents(DocumentQuery(status=status, limit=None)).documents
+
+    def refresh_candidates(
+        self, *, older_than: timedelta | None = None, document_ids: Sequence[str] = ()
+    ) -> list[DocumentInfo]:
+        """What ``citeline refresh`` reads again: the named documents, else every document with a live
+        version whose source has an origin to read (a web page, or a file still at its path), last
+        read more than ``older_than`` ago (any time, when None); by name."""
+        if document_ids:
+            return [self.document(ref) for ref in document_ids]
+        cutoff = datetime.now(UTC) - older_than if older_than is not None else None
+        found = self.list_documents(DocumentQuery(status=Status.COMPLETED, limit=None)).documents
+        return [
+            doc
+            for doc in found
+            if (doc.source_uri.startswith(("http://", "https://")) or _still_there(doc))
+            and (cutoff is None or (doc.last_fetched_at or doc.created_at) < cutoff)
+        ]
+
+    def refresh(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> Submission:
+        """Read a document's source again at its origin; a new version only if its content changed.
+
+        A file is read (and hashed) here: unchanged, it is a no-op that records the read; changed, its
+        new original is stored and queued like an upload. A web page is queued for the job runner,
+        whose job fetches it and builds a new version only if its extracted text changed. Either way
+        the current version stays live until a new one replaces it, and a failure keeps it.
+        """
+        _require_admin(access, f"refresh document {ref}")
+        doc = self.document(str(ref), access=access)
+        options = IngestOptions(chunk_size=doc.chunk_size, chunk_overlap=doc.chunk_overlap)
+        common: dict[str, Any] = {"name": doc.name, "source_uri": doc.source_uri, "document_id": doc.id}
+        if doc.source_uri.startswith(("http://", "https://")):
+            return self._register(content_hash=None, file_path=None, options=options, **common)
+        path = origin_path(doc)
+        if path is None:
+            raise InvalidRequestError(
+                f"document {doc.id} ({doc.name}) was uploaded: it has no origin to read again; "
+                "upload its new version instead"
+            )
+        if not path.is_file():
+            raise NotFoundError(f"document {doc.id}: its original {path} is no longer there")
+        source = file_source(str(path), self.files_dir)
+        assert source.stored_file is not None
+        try:
+            return self._register(
+                content_hash=source.content_hash,
+                file_path=source.stored_file,
+                options=options,
+                fetched_at=source.fetched_at,
+                **common,
+            )
+        finally:
+            remove_unused_files(self.engine, [source.stored_file])
+
+    def refreshed(self, submission: Submission, *, timeout: float = 60.0) -> Refreshed:
+        """What became of a :meth:`refresh`: waits (up to ``timeout`` seconds) for its job, if any."""
+        doc = submission.document
+        if not submission.created:
+            return Refreshed(doc, submission.outcome)
+        current = self.wait(doc.id, timeout=timeout)
+        with self.engine.connect() as conn:
+            versions = {v.version_id: v for v in catalog.versions(conn, doc.id)}
+        mine = versions.get(doc.version_id)
+        if mine is None:  # the job found the page unchanged and dropped its version
+            return Refreshed(current, Outcome.UNCHANGED)
+        if mine.is_active:
+            return Refreshed(mine, Outcome.UPDATED)
+        if mine.status == Status.FAILED:
+            return Refreshed(current, Outcome.FAILED, mine.error)
+        return Refreshed(current, Status(mine.status))
 
     def unused_files(self, *, older_than: float = _UPLOAD_GRACE) -> list[Path]:
         """Stored originals of this namespace that no version refers to, untouched for ``older_than``
@@ -609,7 +690,8 @@ class Citeline:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
-                    "SELECT id, chunk_index, page, start_offset, end_offset, section, text FROM chunks "
+                    "SELECT id, chunk_index, page, start_offset, end_offset, section, section_type, "
+                    "model_numbers, text FROM chunks "
                     "WHERE document_id = :id ORDER BY chunk_index"
                 ),
                 {"id": document.version_id},
@@ -646,7 +728,8 @@ class Citeline:
             ).scalar_one()
             rows = conn.execute(
                 sa.text(
-                    "SELECT id, chunk_index, page, start_offset, end_offset, section, text FROM chunks "
+                    "SELECT id, chunk_index, page, start_offset, end_offset, section, section_type, "
+                    "model_numbers, text FROM chunks "
                     "WHERE document_id = :id ORDER BY chunk_index LIMIT :limit OFFSET :offset"
                 ),
                 {"id": document.version_id, "limit": limit, "offset": offset},
@@ -764,6 +847,11 @@ class Citeline:
         if self._jobs is not None:
             checks["job_runner"] = self._jobs.alive
         return checks
+
+
+def _still_there(doc: DocumentInfo) -> bool:
+    path = origin_path(doc)
+    return path is not None and path.is_file()
 
 
 def _require_admin(access: Access, action: str) -> None:

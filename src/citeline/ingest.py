@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
+from citeline.annotate import annotate
 from citeline.embed.base import Embedder
 from citeline.errors import (
     CitelineError,
@@ -132,6 +134,8 @@ class Source:
     content_hash: str
     open: Callable[[], LoadedSource]
     stored_file: Path | None = None
+    #: When the source was read at its origin (None for a stored original or text in memory).
+    fetched_at: datetime | None = None
 
 
 ProgressCallback = Callable[[IngestResult], None]
@@ -162,21 +166,45 @@ def _is_url(text: str) -> bool:
     return text.startswith(("http://", "https://"))
 
 
-def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False) -> Source:
-    """A file or URL as a source. Raises :class:`LoadError` for a missing or unsupported file.
+def url_name(url: str) -> str:
+    """A web page's name: the last part of its path, else the URL."""
+    return url.rstrip("/").rsplit("/", 1)[-1] or url
 
-    A file's original is kept under ``files_dir``, named by its content hash.
+
+def text_hash(pages: Sequence[Page]) -> str:
+    """The hash of a source's extracted text, page by page: what identifies a web page's content (its
+    markup, scripts and advertising may change on every fetch)."""
+    digest = hashlib.sha256()
+    for page in pages:
+        digest.update(page.text.encode())
+        digest.update(b"\f")
+    return digest.hexdigest()
+
+
+def url_source(url: str, *, name: str | None = None, allow_private_urls: bool = False) -> Source:
+    """A web page fetched now, identified by the hash of its extracted text (:func:`text_hash`).
+
+    Raises :class:`LoadError` when the page cannot be fetched or has no text.
+    """
+    fetched_at = datetime.now(UTC)
+    loaded = load(url, allow_private=allow_private_urls)
+    pages = list(loaded.pages)  # a page is at most the fetch limit (10 MB); its text is hashed whole
+
+    def reopen() -> LoadedSource:
+        return LoadedSource(loaded.content_type, loaded.title, iter(pages), dict(loaded.metadata))
+
+    return Source(url, url, name or url_name(url), text_hash(pages), reopen, fetched_at=fetched_at)
+
+
+def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False) -> Source:
+    """A file or URL as a source. Raises :class:`LoadError` for a missing or unsupported file, or a
+    page that cannot be fetched.
+
+    A file's original is kept under ``files_dir``, named by its content hash. A URL is fetched now
+    (:func:`url_source`).
     """
     if _is_url(text):
-        name = text.rstrip("/").rsplit("/", 1)[-1] or text
-        # A URL's content is known only once fetched; its address stands for it.
-        return Source(
-            text,
-            text,
-            name,
-            hashlib.sha256(text.encode()).hexdigest(),
-            lambda: load(text, allow_private=allow_private_urls),
-        )
+        return url_source(text, allow_private_urls=allow_private_urls)
     path = Path(text).expanduser()
     if not path.exists():
         raise LoadError(text, "file not found")
@@ -186,6 +214,7 @@ def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False)
         raise UnsupportedTypeError(
             text, f"unsupported file type {path.suffix!r}; supported: {', '.join(SUPPORTED_SUFFIXES)}"
         )
+    fetched_at = datetime.now(UTC)
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -198,7 +227,7 @@ def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False)
         shutil.copyfile(path, partial)
         partial.replace(stored)
     resolved = path.resolve()
-    return Source(text, resolved.as_uri(), resolved.name, content, lambda: load(path), stored)
+    return Source(text, resolved.as_uri(), resolved.name, content, lambda: load(path), stored, fetched_at)
 
 
 @dataclass
@@ -210,6 +239,8 @@ class _Job:
     started: float
     size: int
     overlap: int
+    #: A web page the job fetches first, to learn its text hash (and whether it changed).
+    fetch: bool = False
     loaded: LoadedSource | None = None
     pages: int = 0
     chunks: int = 0
@@ -398,12 +429,15 @@ class Ingestor:
             source = stored_source(doc, allow_private_urls=self.allow_private_urls)
             size = doc.chunk_size or self.chunk_size
             overlap = doc.chunk_overlap if doc.chunk_overlap is not None else self.chunk_overlap
-            yield _Job(source, doc, started, size, overlap)
+            fetch = doc.file_path is None and _is_url(doc.source_uri)
+            yield _Job(source, doc, started, size, overlap, fetch)
 
     def _build(self, run: _Run, jobs: Iterable[_Job]) -> None:
         for job in jobs:
             run.open_jobs.append(job)
             try:
+                if job.fetch and not self._fetch(job, run):
+                    continue
                 for draft in self._drafts(job, run):
                     run.buffer.append((job, self._row(draft)))
                     job.pending += 1
@@ -436,6 +470,7 @@ class Ingestor:
                 VersionSpec(source.content_hash, model, size, overlap),
                 run.labels,
                 str(source.stored_file) if source.stored_file else None,
+                fetched_at=source.fetched_at,
             )
             for source in sources
         ]
@@ -459,6 +494,28 @@ class Ingestor:
                 ensure_index(conn, self.embedder.model_id, self.embedder.dimension)
             self._index_ready = True
 
+    def _fetch(self, job: _Job, run: _Run) -> bool:
+        """Fetch a job's web page and record its text hash; False (and reported) when the page proved
+        unchanged and the job has nothing to build (see :func:`catalog.record_fetch`)."""
+        uri, private = job.doc.source_uri, self.allow_private_urls
+        fetched = url_source(uri, name=job.doc.name, allow_private_urls=private)
+        assert fetched.fetched_at is not None
+        spec = VersionSpec(fetched.content_hash, self.embedder.model_id, job.size, job.overlap)
+        with self._tx(run) as conn:
+            settled = catalog.record_fetch(
+                conn, job.doc, spec, fetched.fetched_at, compare=job.doc.content_hash is None
+            )
+        job.source = fetched
+        if settled is None:
+            return True
+        doc, start = settled
+        run.open_jobs.remove(job)
+        outcome = Outcome.RELABELLED if start is VersionStart.RELABELLED else Outcome.UNCHANGED
+        run.report(
+            IngestResult(fetched.label, outcome, doc, doc.vector_count, 0, time.perf_counter() - job.started)
+        )
+        return False
+
     def _drafts(self, job: _Job, run: _Run) -> Iterator[ChunkDraft]:
         job.loaded = job.source.open()
 
@@ -475,6 +532,7 @@ class Ingestor:
 
     def _row(self, draft: ChunkDraft) -> ChunkRow:
         counts = self.analyzer.term_counts(draft.text)
+        found = annotate(draft.section, draft.text)
         return ChunkRow(
             chunk_index=draft.index,
             text=draft.text,
@@ -484,6 +542,8 @@ class Ingestor:
             section=draft.section,
             terms=dict(counts),
             token_count=sum(counts.values()),
+            model_numbers=found.model_numbers,
+            section_type=found.section_type,
         )
 
     def _flush(self, run: _Run) -> None:

@@ -14,7 +14,7 @@ import json
 import secrets
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -32,7 +32,7 @@ _DOC_COLUMNS = (
     "document_id AS id, id AS version_id, name, title, source_uri, content_type, file_path, content_hash, "
     "version, is_active, status, error, duration_ms, processed_at, page_count, vector_count, "
     "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by, created_at, "
-    "updated_at, source_metadata, attempts, queued_at, started_at"
+    "updated_at, source_metadata, attempts, queued_at, started_at, last_fetched_at"
 )
 
 
@@ -76,13 +76,15 @@ class DocumentInfo:
     attempts: int = 0
     queued_at: datetime | None = None
     started_at: datetime | None = None
+    #: When the source was last read at its origin (a web page fetched, a file read at its path).
+    last_fetched_at: datetime | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["id"] = str(self.id)
         out["version_id"] = str(self.version_id)
-        for key in ("processed_at", "created_at", "updated_at", "queued_at", "started_at"):
+        for key in ("processed_at", "created_at", "updated_at", "queued_at", "started_at", "last_fetched_at"):
             out[key] = out[key].isoformat() if out[key] else None
         return out
 
@@ -97,12 +99,26 @@ class VersionStart(StrEnum):
 
 @dataclass(frozen=True)
 class VersionSpec:
-    """What identifies a version's content: if all of these match the active version, nothing changes."""
+    """What identifies a version's content: if all of these match the active version, nothing changes.
 
-    content_hash: str
+    ``content_hash`` is None for a web page not fetched yet: its version is compared once the job
+    building it has fetched the page (:func:`record_fetch`).
+    """
+
+    content_hash: str | None
     embedding_model: str
     chunk_size: int
     chunk_overlap: int
+
+    def same_as(self, version: DocumentInfo) -> bool:
+        """Whether ``version`` has this content, model and chunking (an unknown content never has)."""
+        return (
+            self.content_hash is not None
+            and version.content_hash == self.content_hash
+            and version.embedding_model == self.embedding_model
+            and version.chunk_size == self.chunk_size
+            and version.chunk_overlap == self.chunk_overlap
+        )
 
 
 @dataclass(frozen=True)
@@ -146,6 +162,9 @@ class ChunkRow:
     section: str | None
     terms: dict[str, int]
     token_count: int
+    #: Auto-metadata (citeline.annotate): canonical model-number keys and the section's type.
+    model_numbers: tuple[str, ...] = ()
+    section_type: str | None = None
 
     @property
     def text_hash(self) -> str:
@@ -203,6 +222,9 @@ class VersionRequest:
     document_id: uuid.UUID | None = None
     #: Build a new version even when the content, model and chunking are those of the active one.
     force: bool = False
+    #: When the source was read at its origin for this request (None: not read, e.g. a re-ingest
+    #: from the stored original, which keeps the active version's time).
+    fetched_at: datetime | None = None
 
 
 def begin_version(
@@ -247,16 +269,16 @@ def begin_versions(
     }
     out: dict[str, tuple[DocumentInfo, VersionStart]] = {}
     create: list[tuple[VersionRequest, Labels]] = []
+    #: Unchanged sources read again: their active version's fetch time moves forward.
+    touched: list[tuple[uuid.UUID, datetime]] = []
     for req in requests:
         active = current.get(req.source_uri)
         labels = req.labels.over(active)
         spec = req.spec
-        if active is not None and not req.force and (
-            active.content_hash == spec.content_hash
-            and active.embedding_model == spec.embedding_model
-            and active.chunk_size == spec.chunk_size
-            and active.chunk_overlap == spec.chunk_overlap
-        ):
+        if active is not None and not req.force and spec.same_as(active):
+            if req.fetched_at is not None:
+                touched.append((active.version_id, req.fetched_at))
+                active = replace(active, last_fetched_at=req.fetched_at)
             if _labels_differ(active, labels):
                 _set_labels(conn, active.version_id, labels)
                 out[req.source_uri] = (get_version(conn, active.version_id), VersionStart.RELABELLED)
@@ -264,6 +286,14 @@ def begin_versions(
                 out[req.source_uri] = (active, VersionStart.UNCHANGED)
         else:
             create.append((req, labels))
+    if touched:
+        conn.execute(
+            sa.text(
+                "UPDATE documents d SET last_fetched_at = v.t FROM unnest(CAST(:ids AS uuid[]), "
+                "CAST(:ts AS timestamptz[])) AS v(id, t) WHERE d.id = v.id"
+            ),
+            {"ids": [i for i, _ in touched], "ts": [t for _, t in touched]},
+        )
     if create:
         # file_path is recorded now, not at the swap, so nobody removes the original while the
         # version is built.
@@ -279,6 +309,7 @@ def begin_versions(
                 "m": req.spec.embedding_model,
                 "cs": req.spec.chunk_size,
                 "co": req.spec.chunk_overlap,
+                "fetched": req.fetched_at.isoformat() if req.fetched_at else None,
                 **_label_params(labels, as_json=True),
             }
             for req, labels in create
@@ -287,17 +318,19 @@ def begin_versions(
             sa.text(
                 "INSERT INTO documents (id, document_id, name, source_uri, file_path, content_hash, version, "
                 "status, embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, "
-                "uploaded_by, ingest_run, queued_at) "
+                "uploaded_by, ingest_run, queued_at, last_fetched_at) "
                 "SELECT v.id, coalesce(v.doc, "
                 "(SELECT document_id FROM documents WHERE source_uri = v.s LIMIT 1), gen_random_uuid()), "
                 "v.name, v.s, v.fp, v.h, "
                 "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = v.s), "
                 "v.st, v.m, v.cs, v.co, v.cat, v.tags, v.scopes, v.meta, v.by, "
                 "CASE WHEN v.st = 'processing' THEN CAST(:run AS bigint) END, "
-                "CASE WHEN v.st = 'queued' THEN now() END "
+                "CASE WHEN v.st = 'queued' THEN now() END, "
+                "coalesce(v.fetched, "
+                "(SELECT last_fetched_at FROM documents WHERE source_uri = v.s AND is_active)) "
                 "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, doc uuid, st text, name text, "
-                "s text, fp text, h text, m text, cs int, co int, cat text, tags text[], scopes text[], "
-                "meta jsonb, by text) "
+                "s text, fp text, h text, m text, cs int, co int, fetched timestamptz, cat text, "
+                "tags text[], scopes text[], meta jsonb, by text) "
                 f"RETURNING {_DOC_COLUMNS}"
             ),
             {"rows": json.dumps(rows), "run": run},
@@ -306,6 +339,46 @@ def begin_versions(
             info = _row_to_info(r)
             out[info.source_uri] = (info, VersionStart.CREATED)
     return [out[u] for u in uris]
+
+
+def _touch_fetched(conn: sa.Connection, version_id: uuid.UUID, fetched_at: datetime) -> None:
+    conn.execute(
+        sa.text("UPDATE documents SET last_fetched_at = :t WHERE id = :id"),
+        {"t": fetched_at, "id": version_id},
+    )
+
+
+def record_fetch(
+    conn: sa.Connection, version: DocumentInfo, spec: VersionSpec, fetched_at: datetime, *, compare: bool
+) -> tuple[DocumentInfo, VersionStart] | None:
+    """Record what a job building ``version`` of a web page found when it fetched the page.
+
+    With ``compare`` (a version registered before its page was fetched: added or refreshed, not
+    re-ingested), a page whose text, model and chunking are the active version's makes ``version``
+    unnecessary: it is deleted (nothing of it was stored yet), the active version's fetch time moves
+    forward and takes ``version``'s labels if they differ; that version is returned, ``UNCHANGED`` or
+    ``RELABELLED``. Otherwise ``version`` gets the page's text hash and fetch time, and None is returned:
+    build it.
+    """
+    _lock_source(conn, version.source_uri)
+    active = active_version(conn, version.source_uri)
+    if compare and active is not None and spec.same_as(active):
+        asked = get_version(conn, version.version_id)
+        conn.execute(
+            sa.text("DELETE FROM documents WHERE id = :id AND NOT is_active"), {"id": version.version_id}
+        )
+        _touch_fetched(conn, active.version_id, fetched_at)
+        labels = Labels(tuple(asked.scopes), asked.category, tuple(asked.tags), asked.metadata)
+        start = VersionStart.UNCHANGED
+        if _labels_differ(active, labels):
+            _set_labels(conn, active.version_id, labels)
+            start = VersionStart.RELABELLED
+        return get_version(conn, active.version_id), start
+    conn.execute(
+        sa.text("UPDATE documents SET content_hash = :h, last_fetched_at = :t WHERE id = :id"),
+        {"h": spec.content_hash, "t": fetched_at, "id": version.version_id},
+    )
+    return None
 
 
 def _insert_version(
@@ -630,7 +703,7 @@ class ChunkGroup:
 #: The chunk columns written by :func:`insert_chunks`, in order, as PostgreSQL types (for binary COPY).
 _CHUNK_COPY_TYPES = (
     "int8", "uuid", "int4", "int4", "text", "varchar",
-    "int4", "int4", "int4", "text", "vector", "text", "int4",
+    "int4", "int4", "int4", "text", "vector", "text", "int4", "text[]", "text",
 )  # fmt: skip
 
 
@@ -656,7 +729,8 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
         # Binary COPY: vectors go as packed floats instead of being printed and parsed as decimal text.
         with cur.copy(
             "COPY chunks (id, document_id, version, chunk_index, text, text_hash, page, start_offset, "
-            "end_offset, section, embedding, embedding_model, token_count) FROM STDIN (FORMAT BINARY)"
+            "end_offset, section, embedding, embedding_model, token_count, model_numbers, section_type) "
+            "FROM STDIN (FORMAT BINARY)"
         ) as copy:
             copy.set_types(_CHUNK_COPY_TYPES)
             at = 0
@@ -678,6 +752,8 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
                             vec,
                             model,
                             row.token_count,
+                            list(row.model_numbers),
+                            row.section_type,
                         )
                     )
                     at += 1

@@ -87,6 +87,9 @@ class Document(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     not_before: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cancel_requested: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    #: When the source was last read at its origin (a URL fetched, a file read at its path); uploads
+    #: have none. ``citeline refresh`` reads the oldest again.
+    last_fetched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
@@ -129,10 +132,15 @@ class Chunk(Base):
     embedding: Mapped[Any] = mapped_column(Vector())
     embedding_model: Mapped[str] = mapped_column(Text)
     token_count: Mapped[int] = mapped_column(Integer)
+    #: Auto-metadata (see citeline.annotate): canonical model-number keys, and the section's type.
+    model_numbers: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default="{}")
+    section_type: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         Index("chunks_document", "document_id", "chunk_index"),
         Index("chunks_model_hash", "embedding_model", "text_hash"),
+        Index("chunks_model_numbers", "model_numbers", postgresql_using="gin"),
+        Index("chunks_section_type", "section_type", postgresql_where=section_type.isnot(None)),
     )
 
 
