@@ -253,10 +253,25 @@ class Citeline:
         progress: ProgressCallback | None = None,
         allow_private_urls: bool = False,
     ) -> list[IngestResult]:
-        """Ingest files, folders (recursively) and URLs; one result per source, failures included."""
-        return self.ingestor(allow_private_urls=allow_private_urls).ingest_paths(
-            discover(paths), options or IngestOptions(), progress
-        )
+        """Ingest files, folders (recursively) and URLs; one result per source, failures included.
+
+        While a model migration runs, each new version's twin (embedded by the target model) is built
+        here too, and reported as ``staged``.
+        """
+        ingestor = self.ingestor(allow_private_urls=allow_private_urls)
+        results = ingestor.ingest_paths(discover(paths), options or IngestOptions(), progress)
+        documents = [r.document.id for r in results if r.document is not None and r.chunks]
+        if documents and self.migration(max_age=0.0) is not None:
+            with self.engine.connect() as conn:
+                twins = [
+                    v.version_id
+                    for doc in set(documents)
+                    for v in catalog.versions(conn, doc)
+                    if v.status == Status.QUEUED
+                ]
+            if twins:
+                results += ingestor.run_jobs(limit=len(twins), version_ids=twins, progress=progress)
+        return results
 
     # -- documents as jobs ------------------------------------------------------------------------
 
@@ -522,6 +537,13 @@ class Citeline:
         self.jobs.notify([d.version_id for d in queued])
         return migration, queued
 
+    def migration_failures(self, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
+        """The documents whose version embedded by the migration's model failed, with the reason."""
+        _require_admin(access, "list the embedding-model migration's failures")
+        with self.engine.connect() as conn:
+            migration = model_migration.running(conn)
+            return model_migration.failures(conn, migration) if migration else []
+
     def check_migration(self, gold: Path | None = None, *, access: Access = FULL_ACCESS) -> CheckResult:
         """Run the quality check of the migration under way (:mod:`citeline.eval.migration`): with
         ``gold`` (a BEIR folder or a JSONL file of questions), nDCG@10 of old and new; without, the
@@ -635,7 +657,9 @@ class Citeline:
         if second_stage:
             # The second stage needs its candidates even when fewer hits are asked for.
             request = replace(request, top_k=max(top_k, depth))
-        with self.engine.begin() as conn:
+        # One snapshot for the whole search: its statements all see the catalog before a version swap
+        # or a model switch, or all after it, never the documents of one and the chunks of the other.
+        with self.engine.connect() as conn, conn.execution_options(isolation_level="REPEATABLE READ").begin():
             hits = hybrid_search(
                 conn,
                 request,

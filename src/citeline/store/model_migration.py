@@ -167,6 +167,20 @@ def without_twin(
     return [catalog.get_document(conn, doc_id) for doc_id in rows]
 
 
+def failures(conn: sa.Connection, migration: MigrationInfo) -> list[DocumentInfo]:
+    """The failed twin of each active document that has no twin staged or being built, with its error."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT DISTINCT ON (t.source_uri) t.id FROM documents t JOIN documents a "
+            "ON a.source_uri = t.source_uri AND a.is_active "
+            f"WHERE t.status = 'failed' AND t.embedding_model = :m AND NOT {_TWIN.format(name='live')} "
+            "ORDER BY t.source_uri, t.version DESC"
+        ),
+        {"m": migration.target_model, "live": [Status.STAGED.value, *_UNFINISHED]},
+    ).scalars()
+    return catalog.versions_by_id(conn, list(rows))
+
+
 def queue_twins(
     conn: sa.Connection, migration: MigrationInfo, documents: list[DocumentInfo], *, chunking: tuple[int, int]
 ) -> list[DocumentInfo]:
