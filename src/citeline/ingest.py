@@ -330,9 +330,18 @@ class Ingestor:
         return results
 
     def ingest(
-        self, sources: Iterable[Source], options: IngestOptions, progress: ProgressCallback | None = None
+        self,
+        sources: Iterable[Source],
+        options: IngestOptions,
+        progress: ProgressCallback | None = None,
+        *,
+        model: str | None = None,
     ) -> list[IngestResult]:
-        """Ingest sources, batching the chunks of consecutive sources through the embedder together."""
+        """Ingest sources, batching the chunks of consecutive sources through the embedder together.
+
+        ``model`` embeds them by that model rather than the one the namespace serves: the versions a
+        running migration to it stages, for sources that are not stored originals (in memory).
+        """
         size = options.chunk_size or self.chunk_size
         overlap = options.chunk_overlap if options.chunk_overlap is not None else self.chunk_overlap
         check_chunking(size, overlap)
@@ -340,7 +349,7 @@ class Ingestor:
 
         def build() -> None:
             with self._tx(run) as conn:
-                run.embedder = self.embedders(catalog.ingest_model(conn, self.embedder.model_id))
+                run.embedder = self.embedders(model or catalog.ingest_model(conn, self.embedder.model_id))
             self._build(run, self._begun(run, sources, size, overlap))
 
         return self._running(run, progress, build)

@@ -253,7 +253,8 @@ def overlap_check(engine: sa.Engine, old: Space, new: Space, settings: Settings)
         new_ranked = _rankings(conn, new, texts, settings, 10)
         keys = _chunk_keys(conn, {c for r in old_ranked + new_ranked for c in r})
     overlaps = [
-        len({keys[c] for c in a if c in keys} & {keys[c] for c in b if c in keys}) / 10.0
+        # Out of ten, or of all there are in a namespace of fewer chunks.
+        len({keys[c] for c in a if c in keys} & {keys[c] for c in b if c in keys}) / max(len(a), len(b), 1)
         for a, b in zip(old_ranked, new_ranked, strict=True)
     ]
     mean = float(np.mean(overlaps))

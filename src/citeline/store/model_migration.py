@@ -92,18 +92,10 @@ def latest(conn: sa.Connection) -> MigrationInfo | None:
 def start(conn: sa.Connection, target: str) -> MigrationInfo:
     """Start moving the namespace to ``target``, or return the migration to it already running.
 
-    Raises :class:`InvalidRequestError` when the namespace already serves ``target`` or serves
-    nothing yet (an empty namespace takes the configured model as it is), and :class:`ConflictError`
+    Raises :class:`InvalidRequestError` when the namespace already serves ``target`` or holds no
+    document (an empty namespace takes the configured model as it is), and :class:`ConflictError`
     when a migration to another model runs.
     """
-    served = catalog.served_model(conn)
-    if served is None:
-        raise InvalidRequestError(
-            "this namespace has indexed nothing yet: its first documents are embedded by "
-            f"{target} directly, no migration needed"
-        )
-    if served == target:
-        raise InvalidRequestError(f"this namespace already serves {target}")
     current = running(conn)
     if current is not None:
         if current.target_model == target:
@@ -111,6 +103,14 @@ def start(conn: sa.Connection, target: str) -> MigrationInfo:
         raise ConflictError(
             f"a migration from {current.source_model} to {current.target_model} is under way; switch or "
             "abort it (citeline migrate --switch | --abort) before starting another"
+        )
+    served = catalog.served_model(conn)
+    if served == target:
+        raise InvalidRequestError(f"this namespace already serves {target}")
+    if served is None or catalog.ingest_model(conn, target) == target:
+        raise InvalidRequestError(
+            "this namespace holds no document: new documents are embedded by "
+            f"{target} directly, no migration needed"
         )
     row = conn.execute(
         sa.text(
