@@ -4,6 +4,11 @@ a model migration, against the real store and both packaged models."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,3 +120,36 @@ def test_a_gold_file_of_questions_drives_the_check(kb: Settings, tmp_path: Path)
     assert "quality check on 3 gold questions" in out and "nDCG@10 old" in out
     # Three questions name a different document each: both models find them first.
     assert code == 0 and "switched: the namespace now serves onnx:paraphrase-MiniLM-L3-v2" in out, err
+
+
+def test_a_reingest_killed_mid_migration_is_resumed_by_the_next_one(kb: Settings) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CITELINE_")}
+    env.update(
+        CITELINE_DATA_DIR=str(kb.data_dir), CITELINE_NAMESPACE=kb.namespace, CITELINE_EMBEDDING_MODEL=L3
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-m", "citeline.cli", "reingest"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    with Citeline(kb.model_copy(update={"embedding_model": L3})) as cl:
+        deadline = time.monotonic() + 300
+        while cl.migration(max_age=0.0) is None and first.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        first.send_signal(signal.SIGKILL)  # as soon as it has started: before it could finish
+        first.wait()
+        status = cl.migration(max_age=0.0)
+        assert status is not None and status.progress.done < 12
+    code, out, err = run(kb, "reingest", CITELINE_EMBEDDING_MODEL=L3)
+    assert code == 0, err
+    assert "documents queued" in out
+    assert "switched: the namespace now serves onnx:paraphrase-MiniLM-L3-v2" in out
+    with Citeline(kb) as cl, cl.engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT embedding_model, status, is_active, count(*) FROM documents GROUP BY 1, 2, 3")
+        ).all()
+        assert [tuple(r) for r in rows] == [(L3, "completed", True, 12)]
+        # One chunk per document, none left behind by the killed run.
+        assert conn.execute(sa.text("SELECT count(*) FROM chunks")).scalar_one() == 12

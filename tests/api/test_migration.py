@@ -34,7 +34,8 @@ def test_the_api_reports_a_migration_and_follows_the_switch(api_data: Path, tmp_
             assert found["results"][0]["document_name"] == "valves.md"
             assert found["migration"] == {"source_model": L6, "target_model": L3, "done": 12, "total": 12}
 
-            switched = cli({**env, "CITELINE_EMBEDDING_MODEL": L3}, "migrate", "--switch", "--force")
+            strict = {**env, "CITELINE_EMBEDDING_MODEL": L3, "CITELINE_MIGRATION_MIN_OVERLAP": "1.0"}
+            switched = cli(strict, "migrate", "--switch", "--force")
             assert switched.returncode == 0 and "switched (forced)" in switched.stdout, switched.stderr
             time.sleep(2.5)  # the server reads the migration's state at most every 2 s
             after = api.get("/search", params={"q": "relief valve pressure"}).json()
