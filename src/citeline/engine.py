@@ -99,7 +99,7 @@ class Citeline:
         self._engine: sa.Engine | None = None
         self._embedder: Embedder | None = None
         self._llm: LLM | None = None
-        self._rerankers: dict[str, Reranker | None] = {}
+        self._rerankers: dict[tuple[str, str], Reranker | None] = {}
         #: The model the namespace serves, as last read (see :meth:`served_model`).
         self._served: str | None = None
         #: The running migration's status and when it was read (see :meth:`migration`).
@@ -692,20 +692,23 @@ class Citeline:
     def reranker(self, spec: str | None = None) -> Reranker | None:
         """The reranker named by ``spec`` (a request's), else by the ``reranker`` setting; None for none.
 
-        Loaded once per spec. An unknown spec is an :class:`InvalidRequestError` when a request gave it
-        and a :class:`ConfigError` when the settings did.
+        Loaded once per spec and served model (a reranker that embeds must embed in the queries'
+        space, which a model switch changes). An unknown spec is an :class:`InvalidRequestError` when
+        a request gave it and a :class:`ConfigError` when the settings did.
         """
         name = spec if spec is not None else self.settings.reranker
-        if name not in self._rerankers:
+        embedder = self.query_embedder
+        key = (name, embedder.model_id)
+        if key not in self._rerankers:
             with self._lock:
-                if name not in self._rerankers:
+                if key not in self._rerankers:
                     try:
-                        self._rerankers[name] = get_reranker(name, embedder=self.query_embedder)
+                        self._rerankers[key] = get_reranker(name, embedder=embedder)
                     except ConfigError as exc:
                         if spec is None:
                             raise
                         raise InvalidRequestError(f"rerank: {exc}") from exc
-        return self._rerankers[name]
+        return self._rerankers[key]
 
     def fetch(
         self, chunk_ids: Sequence[int], query: str | None = None, *, access: Access = FULL_ACCESS
