@@ -106,6 +106,7 @@ class Workers:
         self.settings = settings
         self.logs = logs
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.log_of: dict[int, Path] = {}
         self.started = 0
 
     def start(self) -> subprocess.Popen[bytes]:
@@ -120,7 +121,8 @@ class Workers:
             CITELINE_JOB_RETRY_DELAY=str(self.settings.job_retry_delay),
             CITELINE_EMBED_THREADS="1",
         )
-        log = (self.logs / f"worker-{self.started}.log").open("wb")
+        path = self.logs / f"worker-{self.started}.log"
+        log = path.open("wb")
         self.started += 1
         proc = subprocess.Popen(
             [sys.executable, "-m", "citeline.cli", "worker", "--concurrency", "1"],
@@ -130,10 +132,15 @@ class Workers:
             start_new_session=True,
         )
         self.procs.append(proc)
+        self.log_of[proc.pid] = path
         return proc
 
     def alive(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.procs if p.poll() is None]
+
+    def working(self) -> list[subprocess.Popen[bytes]]:
+        """Live workers that have taken a document since they started (Celery logs "Task ... received")."""
+        return [p for p in self.alive() if "] received" in self.log_of[p.pid].read_text(errors="replace")]
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -238,11 +245,14 @@ def soak(base: Settings, count: int, kills: int, seed: int) -> dict[str, Any]:
                     nonlocal mid_document
                     for _ in range(kills):
                         time.sleep(rng.uniform(1.0, 6.0))
+                        # A worker still starting up has nothing to lose: wait for one at work.
+                        while not (candidates := workers.working()) and time.monotonic() - began < 1800:
+                            time.sleep(0.2)
                         with cl.engine.connect() as conn:
                             busy = conn.execute(
                                 sa.text("SELECT count(*) FROM documents WHERE status = 'processing'")
                             ).scalar_one()
-                        victim = rng.choice(workers.alive())
+                        victim = rng.choice(candidates)
                         workers.kill(victim)
                         killed.append(time.monotonic() - began)
                         mid_document += bool(busy)
