@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
@@ -40,10 +41,12 @@ from citeline.jobs.submit import Refreshed, parse_age
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Fusion, Settings
+from citeline.store.model_migration import MigrationStatus
 from citeline.store.models import Status
 
 if TYPE_CHECKING:
     from citeline.eval.beir import BeirData
+    from citeline.eval.migration import CheckResult
 
 app = typer.Typer(
     help="citeline: ingest documents, search them, answer with citations.", no_args_is_help=True
@@ -243,6 +246,8 @@ def _describe(result: IngestResult) -> str:
         Outcome.UNCHANGED: "dim",
         Outcome.RELABELLED: "cyan",
         Outcome.FAILED: "red",
+        Outcome.RETRYING: "yellow",
+        Outcome.STAGED: "magenta",
     }[result.outcome]
     if result.outcome is Outcome.FAILED:
         return f"[{colour}]failed[/{colour}]     {result.error}"
@@ -251,6 +256,8 @@ def _describe(result: IngestResult) -> str:
     detail = {
         Outcome.UNCHANGED: "content unchanged, nothing to do",
         Outcome.RELABELLED: "content unchanged, labels updated",
+        Outcome.STAGED: f"v{doc.version} embedded by {doc.embedding_model}, {result.chunks} chunks: "
+        "visible once the namespace switches to that model (citeline migrate)",
     }.get(
         result.outcome,
         f"v{doc.version}, {doc.page_count} pages, {result.chunks} chunks "
@@ -289,6 +296,9 @@ def search(
     # One query per process: PostgreSQL scores BM25 directly rather than loading the in-memory index.
     with _citeline(ctx, keyword_index="sql") as cl:
         hits = cl.search(request)
+        migration = cl.migration()
+    if migration is not None:
+        err.print(_migration_line(migration), highlight=False)
     if as_json:
         _print_json([h.as_dict() for h in hits])
         return
@@ -542,13 +552,23 @@ def reingest(
     sync: Annotated[
         bool, typer.Option("--sync", help="Build in this process and wait, even with Celery workers.")
     ] = False,
+    check_with: CheckWithOption = None,
+    force: ForceOption = False,
 ) -> None:
     """Build a new version of documents from their stored originals, with the current model and chunking.
 
     With the thread runner (or --sync) the documents are built here and the command waits for them;
     with CITELINE_JOB_RUNNER=celery they are queued for `citeline worker` and the command returns.
+
+    When CITELINE_EMBEDDING_MODEL differs from the model the namespace serves, this migrates: every
+    document gets a version embedded by the new model, staged while searches go on with the old one;
+    once all are built (here, or later with `citeline migrate --switch`) a quality check runs and the
+    namespace switches, all at once, if it passes or with --force.
     """
     with _citeline(ctx, **({"job_runner": "thread"} if sync else {})) as cl:
+        if cl.served_model(refresh=True) != cl.settings.embedding_model:
+            _migrate_by_reingest(cl, dry_run, document_id, check_with, force)
+            return
         docs = cl.reingest_candidates(status=status.value, document_ids=document_id)
         if dry_run:
             for doc in docs:
@@ -582,6 +602,166 @@ def reingest(
             console.print(f"removed {path}")
     if failed:
         raise typer.Exit(65)
+
+
+CheckWithOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--check-with",
+        help="Gold questions for the quality check before a model switch: a BEIR folder, or a JSONL file "
+        'of {"question": ..., "relevant": [document names]}. Unset: overlap of old and new top-10.',
+    ),
+]
+ForceOption = Annotated[
+    bool, typer.Option("--force", help="Switch to the new model even if the quality check does not pass.")
+]
+
+
+def _migration_line(status: MigrationStatus) -> str:
+    m, p = status.migration, status.progress
+    line = (
+        f"embedding-model migration under way: {m.source_model} -> {m.target_model}, "
+        f"{p.done}/{p.total} documents built"
+    )
+    extra = [f"{p.building} building"] if p.building else []
+    extra += [f"{p.failed} failed"] if p.failed else []
+    return line + (f" ({', '.join(extra)})" if extra else "") + "; searches use " + m.source_model
+
+
+def _print_check(result: CheckResult) -> None:
+    if result.method == "ndcg@10":
+        assert result.old is not None and result.delta is not None and result.delta_ci is not None
+        console.print(
+            f"quality check on {result.queries} gold questions ({result.gold}): "
+            f"nDCG@10 old {result.old:.3f}, new {result.new:.3f}, new - old {result.delta:+.3f} "
+            f"[{result.delta_ci[0]:+.3f}, {result.delta_ci[1]:+.3f}] (p {_p_value(result.p_value or 1.0)})",
+            highlight=False,
+        )
+    else:
+        console.print(
+            f"quality check on {result.queries} of the namespace's chunks as queries: old and new top-10 "
+            f"share {result.new:.0%} [{result.new_ci[0]:.0%}, {result.new_ci[1]:.0%}]",
+            highlight=False,
+        )
+    verdict = "[green]passed[/green]" if result.passed else "[red]did not pass[/red]"
+    console.print(f"{verdict}: {escape(result.rule)}")
+
+
+def _check_and_switch(cl: Citeline, check_with: Path | None, force: bool) -> bool:
+    """Run the check, switch if it passes or ``force``; whether the namespace switched."""
+    result, switched = cl.switch_model(gold=check_with, force=force)
+    _print_check(result)
+    if switched:
+        forced = " (forced)" if not result.passed else ""
+        console.print(f"switched{forced}: the namespace now serves {cl.served_model()}", highlight=False)
+    else:
+        err.print(
+            "not switched: searches keep the old model; --force switches anyway, "
+            "citeline migrate --abort discards the new versions"
+        )
+    return switched
+
+
+def _migrate_by_reingest(
+    cl: Citeline, dry_run: bool, document_ids: list[str], check_with: Path | None, force: bool
+) -> None:
+    """``citeline reingest`` when the configured model is not the one the namespace serves."""
+    served, target = cl.served_model(), cl.settings.embedding_model
+    if dry_run:
+        docs = cl.reingest_candidates(status="completed", document_ids=document_ids)
+        for doc in docs:
+            console.print(f"would embed {str(doc.id)[:8]} {doc.name} (v{doc.version}) with {target}")
+        err.print(f"{len(docs)} documents to migrate from {served} to {target} (dry run)")
+        return
+    ids = [cl.document(ref).id for ref in document_ids]
+    here = cl.settings.job_runner == "thread"
+    if here:
+        cl.start_jobs()
+    migration, queued = _guard(lambda: cl.start_migration(document_ids=ids))
+    console.print(
+        f"migrating from {migration.source_model} to {migration.target_model}: {len(queued)} documents "
+        "queued; searches keep the old model until the switch",
+        highlight=False,
+    )
+    if not here:
+        console.print("citeline worker builds them; then run: citeline migrate --switch", highlight=False)
+        return
+    while (status := cl.migration(max_age=0.0)) is not None and status.progress.building:
+        err.print(_migration_line(status), highlight=False)
+        time.sleep(2.0)
+    if status is None:
+        err.print("[red]the migration was aborted meanwhile[/red]")
+        raise typer.Exit(1)
+    if status.progress.done < status.progress.total:
+        err.print(_migration_line(status), highlight=False)
+        for doc in cl.migration_failures():
+            err.print(f"[red]failed[/red]     {escape(doc.name)}: {escape(doc.error or '')}")
+        raise typer.Exit(65)
+    if not _guard(lambda: _check_and_switch(cl, check_with, force)):
+        raise typer.Exit(1)
+
+
+@app.command()
+def migrate(
+    ctx: typer.Context,
+    switch: Annotated[
+        bool, typer.Option("--switch", help="Run the quality check, then switch if it passes (or --force).")
+    ] = False,
+    check: Annotated[bool, typer.Option("--check", help="Run the quality check only.")] = False,
+    abort: Annotated[
+        bool, typer.Option("--abort", help="Stop the migration and discard the new model's versions.")
+    ] = False,
+    check_with: CheckWithOption = None,
+    force: ForceOption = False,
+    as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
+) -> None:
+    """Show, check, switch or abort the change of embedding model under way (see citeline reingest).
+
+    With no option: the model served, the model configured and the migration's progress.
+    """
+    if sum((switch, check, abort)) > 1:
+        err.print("[red]error:[/red] choose one of --switch, --check and --abort")
+        raise typer.Exit(2)
+    with _citeline(ctx) as cl:
+        if abort:
+            migration, discarded = _guard(cl.abort_migration)
+            console.print(
+                f"aborted the migration to {migration.target_model}: {discarded} of its versions "
+                f"discarded; the namespace serves {cl.served_model(refresh=True)}",
+                highlight=False,
+            )
+            return
+        if check:
+            result = _guard(lambda: cl.check_migration(check_with))
+            if as_json:
+                _print_json(result.as_dict())
+            else:
+                _print_check(result)
+            return
+        if switch:
+            if not _guard(lambda: _check_and_switch(cl, check_with, force)):
+                raise typer.Exit(1)
+            return
+        status = cl.migration(max_age=0.0)
+        data = {
+            "served_model": cl.served_model(refresh=True),
+            "configured_model": cl.settings.embedding_model,
+            "migration": status.as_dict() if status else None,
+        }
+    if as_json:
+        _print_json(data)
+        return
+    console.print(f"serves     {data['served_model']}", highlight=False)
+    console.print(f"configured {data['configured_model']}", highlight=False)
+    if status is None:
+        differs = data["served_model"] != data["configured_model"]
+        hint = " (run citeline reingest to migrate)" if differs else ""
+        console.print("no migration under way" + hint, highlight=False)
+    else:
+        console.print(_migration_line(status), highlight=False)
+        if status.migration.check_result:
+            last = json.dumps(status.migration.check_result)
+            console.print(f"last check: {last}", highlight=False, markup=False)
 
 
 @app.command()

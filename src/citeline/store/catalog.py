@@ -203,6 +203,39 @@ def active_version(conn: sa.Connection, source_uri: str) -> DocumentInfo | None:
     return _row_to_info(row) if row else None
 
 
+def served_model(conn: sa.Connection) -> str | None:
+    """The embedding model the namespace serves: its active versions' and its queries' (None before
+    anything was indexed)."""
+    model: str | None = conn.execute(
+        sa.text("SELECT embedding_model FROM corpus_stats WHERE id = 1")
+    ).scalar_one()
+    return model
+
+
+def migration_target(conn: sa.Connection) -> str | None:
+    """The model a running model migration moves the namespace to, if one runs."""
+    target: str | None = conn.execute(
+        sa.text("SELECT target_model FROM model_migrations WHERE status = 'running'")
+    ).scalar()
+    return target
+
+
+def ingest_model(conn: sa.Connection, configured: str) -> str:
+    """The model new versions are embedded by: the served one while the namespace holds documents or
+    a migration runs (a different ``configured`` model arrives through a migration, never mixed in),
+    else ``configured``."""
+    served = served_model(conn)
+    if served is None or served == configured:
+        return configured
+    busy = conn.execute(
+        sa.text(
+            "SELECT EXISTS (SELECT 1 FROM documents WHERE is_active) "
+            "OR EXISTS (SELECT 1 FROM model_migrations WHERE status = 'running')"
+        )
+    ).scalar_one()
+    return served if busy else configured
+
+
 @dataclass(frozen=True)
 class VersionRequest:
     """A source that may need a new version.
@@ -295,49 +328,11 @@ def begin_versions(
             {"ids": [i for i, _ in touched], "ts": [t for _, t in touched]},
         )
     if create:
-        # file_path is recorded now, not at the swap, so nobody removes the original while the
-        # version is built.
-        rows = [
-            {
-                "id": str(uuid.uuid4()),
-                "doc": str(req.document_id) if req.document_id else None,
-                "st": req.status.value,
-                "name": req.name,
-                "s": req.source_uri,
-                "fp": req.file_path,
-                "h": req.spec.content_hash,
-                "m": req.spec.embedding_model,
-                "cs": req.spec.chunk_size,
-                "co": req.spec.chunk_overlap,
-                "fetched": req.fetched_at.isoformat() if req.fetched_at else None,
-                **_label_params(labels, as_json=True),
-            }
-            for req, labels in create
-        ]
-        created = conn.execute(
-            sa.text(
-                "INSERT INTO documents (id, document_id, name, source_uri, file_path, content_hash, version, "
-                "status, embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, "
-                "uploaded_by, ingest_run, queued_at, last_fetched_at) "
-                "SELECT v.id, coalesce(v.doc, "
-                "(SELECT document_id FROM documents WHERE source_uri = v.s LIMIT 1), gen_random_uuid()), "
-                "v.name, v.s, v.fp, v.h, "
-                "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = v.s), "
-                "v.st, v.m, v.cs, v.co, v.cat, v.tags, v.scopes, v.meta, v.by, "
-                "CASE WHEN v.st = 'processing' THEN CAST(:run AS bigint) END, "
-                "CASE WHEN v.st = 'queued' THEN now() END, "
-                "coalesce(v.fetched, "
-                "(SELECT last_fetched_at FROM documents WHERE source_uri = v.s AND is_active)) "
-                "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, doc uuid, st text, name text, "
-                "s text, fp text, h text, m text, cs int, co int, fetched timestamptz, cat text, "
-                "tags text[], scopes text[], meta jsonb, by text) "
-                f"RETURNING {_DOC_COLUMNS}"
-            ),
-            {"rows": json.dumps(rows), "run": run},
-        )
-        for r in created:
-            info = _row_to_info(r)
+        for info in _insert_versions(conn, create, run):
             out[info.source_uri] = (info, VersionStart.CREATED)
+        twins = _twins(conn, create)
+        if twins:
+            _insert_versions(conn, twins, None)
     return [out[u] for u in uris]
 
 
@@ -379,6 +374,76 @@ def record_fetch(
         {"h": spec.content_hash, "t": fetched_at, "id": version.version_id},
     )
     return None
+
+
+def _twins(
+    conn: sa.Connection, created: Sequence[tuple[VersionRequest, Labels]]
+) -> list[tuple[VersionRequest, Labels]]:
+    """While a model migration runs, each new version of the served model gets a twin embedded by the
+    target, queued (or pending, with it) for a runner, so both spaces stay complete until the switch."""
+    target = migration_target(conn)
+    if target is None:
+        return []
+    served = served_model(conn)
+    return [
+        (
+            replace(
+                req,
+                spec=replace(req.spec, embedding_model=target),
+                status=Status.PENDING if req.status is Status.PENDING else Status.QUEUED,
+            ),
+            labels,
+        )
+        for req, labels in created
+        if req.spec.embedding_model == served
+    ]
+
+
+def _insert_versions(
+    conn: sa.Connection, create: Sequence[tuple[VersionRequest, Labels]], run: int | None
+) -> list[DocumentInfo]:
+    """Insert new versions in one statement (each source at most once)."""
+    # file_path is recorded now, not at the swap, so nobody removes the original while the
+    # version is built.
+    rows = [
+        {
+            "id": str(uuid.uuid4()),
+            "doc": str(req.document_id) if req.document_id else None,
+            "st": req.status.value,
+            "name": req.name,
+            "s": req.source_uri,
+            "fp": req.file_path,
+            "h": req.spec.content_hash,
+            "m": req.spec.embedding_model,
+            "cs": req.spec.chunk_size,
+            "co": req.spec.chunk_overlap,
+            "fetched": req.fetched_at.isoformat() if req.fetched_at else None,
+            **_label_params(labels, as_json=True),
+        }
+        for req, labels in create
+    ]
+    created = conn.execute(
+        sa.text(
+            "INSERT INTO documents (id, document_id, name, source_uri, file_path, content_hash, version, "
+            "status, embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, "
+            "uploaded_by, ingest_run, queued_at, last_fetched_at) "
+            "SELECT v.id, coalesce(v.doc, "
+            "(SELECT document_id FROM documents WHERE source_uri = v.s LIMIT 1), gen_random_uuid()), "
+            "v.name, v.s, v.fp, v.h, "
+            "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = v.s), "
+            "v.st, v.m, v.cs, v.co, v.cat, v.tags, v.scopes, v.meta, v.by, "
+            "CASE WHEN v.st = 'processing' THEN CAST(:run AS bigint) END, "
+            "CASE WHEN v.st = 'queued' THEN now() END, "
+            "coalesce(v.fetched, "
+            "(SELECT last_fetched_at FROM documents WHERE source_uri = v.s AND is_active)) "
+            "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, doc uuid, st text, name text, "
+            "s text, fp text, h text, m text, cs int, co int, fetched timestamptz, cat text, "
+            "tags text[], scopes text[], meta jsonb, by text) "
+            f"RETURNING {_DOC_COLUMNS}"
+        ),
+        {"rows": json.dumps(rows), "run": run},
+    )
+    return [_row_to_info(r) for r in created]
 
 
 def _insert_version(
@@ -788,16 +853,22 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
     Retires (deletes, with their chunks) every other version of each source and keeps the corpus
     totals in step. Set-based: a handful of statements for any number of versions. When one source
     has several versions here, the newest wins and the others are retired with the rest.
+
+    Only versions of the served model are swapped in (the first version of an empty namespace sets
+    it). A version embedded by the target of a running model migration is kept ``staged`` instead,
+    and its source's newer target-model versions are never retired; a version of any other model
+    fails, so a query never meets two vector spaces. Returns the versions swapped in, then the staged.
     """
     if not activations:
         return []
-    newest: dict[str, Activation] = {}
+    newest: dict[tuple[str, str | None], Activation] = {}
     for a in activations:
-        held = newest.get(a.document.source_uri)
+        key = (a.document.source_uri, a.document.embedding_model)
+        held = newest.get(key)
         if held is None or a.document.version > held.document.version:
-            newest[a.document.source_uri] = a
+            newest[key] = a
     _lock_log(conn)
-    _lock_sources(conn, list(newest))
+    _lock_sources(conn, [uri for uri, _ in newest])
     # A version failed meanwhile (cancelled, over its hard time limit) is not swapped in.
     building = set(
         conn.execute(
@@ -811,7 +882,23 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
     newest = {uri: a for uri, a in newest.items() if a.document.version_id in building}
     if not newest:
         return []
-    chosen = list(newest.values())
+    served, target = _bind_model(conn, [a.document for a in newest.values()]), migration_target(conn)
+    staged = [a for a in newest.values() if target is not None and a.document.embedding_model == target]
+    for a in [a for a in newest.values() if a.document.embedding_model not in (served, target)]:
+        doc = a.document
+        record_failure(
+            conn,
+            source_uri=doc.source_uri,
+            name=doc.name,
+            reason=f"embedded by {doc.embedding_model}, but this namespace now serves {served}; "
+            "ingest it again",
+            labels=Labels(),
+            doc_id=doc.version_id,
+        )
+    chosen = [a for a in newest.values() if a.document.embedding_model == served]
+    out = _stage(conn, staged)
+    if not chosen:
+        return out
     ids = [a.document.version_id for a in chosen]
     totals = {
         r[0]: (int(r[1]), int(r[2]))
@@ -823,11 +910,82 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
             {"ids": ids},
         )
     }
-    _retire_others(conn, list(newest), keep=ids)
+    sources = [a.document.source_uri for a in chosen]
+    _retire_others(conn, sources, keep=ids + _newer_twins(conn, ids, target))
+    _record_built(conn, chosen, {i: n for i, (n, _) in totals.items()}, active=True)
+    _bump_totals(conn, sum(c for c, _ in totals.values()), sum(t for _, t in totals.values()))
+    _log(conn, ids, added=True)
+    rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
+    by_id = {r.version_id: _row_to_info(r) for r in rows}
+    return [by_id[i] for i in ids] + out
+
+
+def _bind_model(conn: sa.Connection, versions: Sequence[DocumentInfo]) -> str | None:
+    """The served model, bound first to the model of the first of ``versions`` when the namespace
+    serves none yet, or holds no active version and no migration runs (an emptied namespace may
+    start again with another model)."""
+    conn.execute(
+        sa.text(
+            "UPDATE corpus_stats SET embedding_model = :m WHERE id = 1 AND (embedding_model IS NULL OR ("
+            "NOT EXISTS (SELECT 1 FROM documents WHERE is_active) "
+            "AND NOT EXISTS (SELECT 1 FROM model_migrations WHERE status = 'running')))"
+        ),
+        {"m": versions[0].embedding_model},
+    )
+    return served_model(conn)
+
+
+def _newer_twins(conn: sa.Connection, ids: Sequence[uuid.UUID], target: str | None) -> list[uuid.UUID]:
+    """Versions embedded by the migration's target that are newer than these versions of their
+    sources: twins of versions being activated, which retiring the older versions must not take."""
+    if target is None:
+        return []
+    return list(
+        conn.execute(
+            sa.text(
+                "SELECT t.id FROM documents t JOIN documents a ON a.source_uri = t.source_uri "
+                "WHERE a.id = ANY(CAST(:ids AS uuid[])) AND t.embedding_model = :m AND t.version > a.version"
+            ),
+            {"ids": list(ids), "m": target},
+        ).scalars()
+    )
+
+
+def _stage(conn: sa.Connection, staged: Sequence[Activation]) -> list[DocumentInfo]:
+    """Keep built versions of a migration's target model ``staged``: complete and invisible until the
+    switch. An older staged version of the same source is superseded and deleted."""
+    if not staged:
+        return []
+    ids = [a.document.version_id for a in staged]
+    counts = {
+        r[0]: int(r[1])
+        for r in conn.execute(
+            sa.text("SELECT document_id, count(*) FROM chunks WHERE document_id = ANY(:ids) GROUP BY 1"),
+            {"ids": ids},
+        )
+    }
+    conn.execute(
+        sa.text(
+            "DELETE FROM documents WHERE source_uri = ANY(:s) AND status = 'staged' "
+            "AND id <> ALL(CAST(:ids AS uuid[]))"
+        ),
+        {"s": [a.document.source_uri for a in staged], "ids": ids},
+    )
+    _record_built(conn, staged, counts, active=False)
+    rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
+    return [_row_to_info(r) for r in rows]
+
+
+def _record_built(
+    conn: sa.Connection, built: Sequence[Activation], counts: dict[uuid.UUID, int], *, active: bool
+) -> None:
+    """Record what was learnt building these versions; ``active`` makes them visible (``completed``),
+    else they are ``staged``."""
+    ids = [a.document.version_id for a in built]
     now = datetime.now(UTC)
     conn.execute(
         sa.text(
-            "UPDATE documents d SET is_active = true, status = 'completed', error = NULL, title = v.title, "
+            "UPDATE documents d SET is_active = :active, status = :status, error = NULL, title = v.title, "
             "content_type = v.ct, file_path = v.fp, page_count = v.pc, vector_count = v.n, "
             "duration_ms = v.ms, source_metadata = v.sm, processed_at = :now, updated_at = :now "
             "FROM unnest(CAST(:ids AS uuid[]), CAST(:titles AS text[]), CAST(:cts AS text[]), "
@@ -837,21 +995,53 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
         ),
         {
             "ids": ids,
-            "titles": [a.title for a in chosen],
-            "cts": [a.content_type for a in chosen],
-            "fps": [a.file_path for a in chosen],
-            "pcs": [a.page_count for a in chosen],
-            "ns": [totals.get(i, (0, 0))[0] for i in ids],
-            "mss": [a.duration_ms for a in chosen],
-            "sms": [json.dumps(a.source_metadata) for a in chosen],
+            "titles": [a.title for a in built],
+            "cts": [a.content_type for a in built],
+            "fps": [a.file_path for a in built],
+            "pcs": [a.page_count for a in built],
+            "ns": [counts.get(i, 0) for i in ids],
+            "mss": [a.duration_ms for a in built],
+            "sms": [json.dumps(a.source_metadata) for a in built],
             "now": now,
+            "active": active,
+            "status": (Status.COMPLETED if active else Status.STAGED).value,
         },
     )
-    _bump_totals(conn, sum(c for c, _ in totals.values()), sum(t for _, t in totals.values()))
+
+
+def retire_and_activate(
+    conn: sa.Connection,
+    source_uris: Sequence[str],
+    ids: Sequence[uuid.UUID],
+    *,
+    keep: Sequence[uuid.UUID],
+    chunks: int,
+    tokens: int,
+) -> None:
+    """Make built versions (``ids``, holding ``chunks`` chunks of ``tokens`` terms) their sources'
+    visible ones, retiring every other version of those sources but ``keep``; for a model switch,
+    whose versions were recorded when they were staged."""
+    _lock_log(conn)
+    _retire_others(conn, source_uris, keep=list(keep))
+    conn.execute(
+        sa.text(
+            "UPDATE documents SET is_active = true, status = 'completed', updated_at = now() "
+            "WHERE id = ANY(CAST(:ids AS uuid[]))"
+        ),
+        {"ids": list(ids)},
+    )
+    _bump_totals(conn, chunks, tokens)
     _log(conn, ids, added=True)
-    rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
+
+
+def versions_by_id(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> list[DocumentInfo]:
+    """These versions, in the order given (ids of versions that do not exist are skipped)."""
+    rows = conn.execute(
+        sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(CAST(:ids AS uuid[]))"),
+        {"ids": list(version_ids)},
+    )
     by_id = {r.version_id: _row_to_info(r) for r in rows}
-    return [by_id[i] for i in ids]
+    return [by_id[i] for i in version_ids if i in by_id]
 
 
 def delete_document(conn: sa.Connection, document_id: uuid.UUID) -> list[DocumentInfo]:

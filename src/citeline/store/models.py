@@ -41,6 +41,8 @@ class Status(StrEnum):
     PROCESSING = "processing"
     COMPLETED = "completed"
     FAILED = "failed"
+    #: Complete, embedded by the target of a model migration, waiting for the switch (never visible).
+    STAGED = "staged"
 
 
 class Base(DeclarativeBase):
@@ -97,7 +99,8 @@ class Document(Base):
 
     __table_args__ = (
         CheckConstraint(
-            "status IN ('pending', 'queued', 'processing', 'completed', 'failed')", name="documents_status"
+            "status IN ('pending', 'queued', 'processing', 'completed', 'failed', 'staged')",
+            name="documents_status",
         ),
         # At most one visible version per source.
         Index("documents_one_active", "source_uri", unique=True, postgresql_where=text("is_active")),
@@ -175,8 +178,35 @@ class CorpusStats(Base):
     chunk_count: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     token_total: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     analyzer: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    #: The model the namespace serves: every active version and every query is embedded by it.
+    embedding_model: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (CheckConstraint("id = 1", name="corpus_stats_single_row"),)
+
+
+class ModelMigration(Base):
+    """One change of the namespace's embedding model (see citeline.store.model_migration)."""
+
+    __tablename__ = "model_migrations"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    source_model: Mapped[str] = mapped_column(Text)
+    target_model: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, server_default=text("'running'"))
+    forced: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    check_result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        CheckConstraint("status IN ('running', 'switched', 'aborted')", name="model_migrations_status"),
+        Index(
+            "model_migrations_one_running",
+            text("(true)"),
+            unique=True,
+            postgresql_where=text("status = 'running'"),
+        ),
+    )
 
 
 class Conversation(Base):

@@ -103,7 +103,18 @@ def _run(cl: Citeline, access: Access, request: SearchRequest) -> JSONResponse:
     check_text_length(request.query, "query", cl.settings)
     hits = cl.search(request, access=access)
     # Plain JSON, not through a response model: search is the hot path, and its results are built here.
-    return JSONResponse({"query": request.query, "count": len(hits), "results": [result(h) for h in hits]})
+    body: dict[str, Any] = {"query": request.query, "count": len(hits), "results": [result(h) for h in hits]}
+    migration = cl.migration()
+    if migration is not None:
+        # Searches go on in the old model's space while the new one is built; say how far it is.
+        m, p = migration.migration, migration.progress
+        body["migration"] = {
+            "source_model": m.source_model,
+            "target_model": m.target_model,
+            "done": p.done,
+            "total": p.total,
+        }
+    return JSONResponse(body)
 
 
 @router.post("/search", summary="Hybrid search with every filter and knob")
