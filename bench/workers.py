@@ -323,6 +323,7 @@ def throughput(base: Settings, count: int) -> dict[str, Any]:
         statuses = _wait_done(cl, ids, timeout=1800)
         out["thread_documents_per_s"] = count / (time.monotonic() - began)
         out["thread_statuses"] = statuses
+        out["thread_errors"] = sorted({e for i in ids if (e := cl.document(str(i)).error)})
         with cl.engine.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(thread_settings.namespace)}" CASCADE'))
     with redis_server() as url, tempfile.TemporaryDirectory(prefix="citeline-workers-") as logs:
@@ -345,6 +346,7 @@ def throughput(base: Settings, count: int) -> dict[str, Any]:
                 statuses = _wait_done(cl, ids, timeout=1800)
                 out["celery_documents_per_s"] = count / (time.monotonic() - began)
                 out["celery_statuses"] = statuses
+                out["celery_errors"] = sorted({e for i in ids if (e := cl.document(str(i)).error)})
                 pickups = []
                 for i in range(10):
                     name, text = docs[i % len(docs)]
