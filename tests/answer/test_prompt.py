@@ -11,7 +11,7 @@ from citeline.answer.prompt import (
     REFUSAL,
     Passage,
     approx_tokens,
-    build_claim_prompt,
+    build_findings_prompt,
     build_prompt,
     select_passages,
 )
@@ -89,10 +89,10 @@ def test_personas_differ_where_their_readers_differ() -> None:
 
 
 @pytest.mark.parametrize("persona", sorted(PERSONAS))
-def test_a_claim_prompt_states_each_stance_and_gives_the_model_no_way_to_decline(persona: str) -> None:
+def test_a_findings_prompt_asks_what_the_passages_found_and_gives_no_way_to_decline(persona: str) -> None:
     dry = Passage(number=1, hit=pump_hits()[1])
 
-    prompt = build_claim_prompt("running the pump dry damages it", [(dry, "supports")], persona=persona)
+    prompt = build_findings_prompt([dry], persona=persona)
 
     system, user = prompt.messages
     assert system.content == CLAIM_PERSONAS[persona]
@@ -100,11 +100,9 @@ def test_a_claim_prompt_states_each_stance_and_gives_the_model_no_way_to_decline
     assert REFUSAL not in system.content and prompt.refusal == ""
     # The persona's guidance holds for claims too.
     assert ("advice" in system.content) == (persona == "clinical")
-    assert user.content.startswith(f"Source:\n\n[1] Pump manual\n{dry.text}")
-    assert user.content.endswith("\n\nClaim: running the pump dry damages it\n[1] supports the claim.")
+    assert user.content == f"Source:\n\n[1] Pump manual\n{dry.text}\n\nWhat did [1] find?"
     assert prompt.passages == (dry,)
-    # The same cached prefix whatever the claim.
-    assert system.content == build_claim_prompt("x", [(dry, "contradicts")], persona=persona).messages[0].content
+    assert approx_tokens(system.content) < 200
 
 
 def test_an_unknown_persona_is_refused_with_the_known_ones() -> None:

@@ -155,7 +155,9 @@ def test_a_contradicted_claim_says_no_first_and_a_reply_citing_nothing_gives_way
     assert done.answer.startswith("No: the sources contradict this claim [1]. ")
     assert done.verdict == "contradicts"
     assert done.fell_back and done.stream_replaced
-    assert done.fallback_reason == "the model's reply cited no given passage, and no passage backs its sentences"
+    assert done.fallback_reason == (
+        "the model's reply cited no given passage, and no passage backs its sentences"
+    )
     assert "do not answer" not in done.answer
 
 

@@ -61,7 +61,7 @@ from citeline.answer.prompt import (
     EVIDENCE_HEADING,
     Passage,
     Prompt,
-    build_claim_prompt,
+    build_findings_prompt,
     build_prompt,
     check_request,
     select_passages,
@@ -300,23 +300,19 @@ async def _for_claim(
     cache: VectorCache,
     max_evidence_tokens: int | None,
 ) -> _Prepared:
-    """Stage 2, for a model: the prompt asking it what the passages bearing out the verdict found.
+    """Stage 2, for a model: the prompt asking what the passages that bear out the verdict found.
 
-    The verdict is decided, so the model reads only those passages (focused on the question, within
-    the same budget as all of them had) and writes about their findings, with no way to decline: asked
-    the open question with five passages, the 0.5B model declined 29 of 30 SciFact claims. Unchanged
-    when no passage bears the verdict out (``not_enough_evidence``).
+    The verdict is decided, so the model reads only those passages (their sentences that best match
+    the question, within the budget all five passages had) and reports their findings, with no way to
+    decline: asked the open question with five passages, the 0.5B model declined 29 of 30 SciFact
+    claims. Unchanged when no passage bears the verdict out (``not_enough_evidence``).
     """
     bearing = assessment.bearing(prepared.prompt.passages)
     if not bearing:
         return prepared
     hits = [p.hit for p in bearing]
     passages = await asyncio.to_thread(focus_passages, question, hits, cache, max_tokens=max_evidence_tokens)
-    prompt = build_claim_prompt(
-        assessment.claim,
-        [(p, assessment.stance(p.chunk_id)) for p in passages],
-        persona=prepared.prompt.persona,
-    )
+    prompt = build_findings_prompt(passages, persona=prepared.prompt.persona)
     return _Prepared(prompt=prompt, given=_given(prompt, [p.hit for p in prepared.given]))
 
 
