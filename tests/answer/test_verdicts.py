@@ -277,6 +277,9 @@ def test_labelled_claims_get_the_right_verdict_from_their_gold_abstract_written_
         opening = {"supports": "Yes: the sources support", "contradicts": "No: the sources contradict"}
         assert done.answer.startswith(opening[expected]), done.answer
         assert not done.evidence_missing
+        # After the verdict, the model wrote what the abstract found, and its citation holds.
+        assert not done.fell_back and done.provider == local_llm.model_id, done.fallback_reason
+        assert done.unsupported == (), done.answer
 
 
 def test_the_labelled_claims_are_there() -> None:
