@@ -5,7 +5,8 @@ It runs in stages, each a small function of its own:
 
 1. :func:`_prepare`: check the request, focus the evidence, build the prompt and the passages given;
 2. :func:`_assess`: for a question that puts a claim, the stance of the passages judged and the
-   verdict, which the answer opens with (:class:`_Opening`, see :mod:`citeline.answer.stance`);
+   verdict, which the answer opens with (:class:`_Opening`, see :mod:`citeline.answer.stance`); the
+   model is then asked only what the passages bearing the verdict out found (:func:`_for_claim`);
 3. :class:`_Draft`: generate, rewriting citations to conversation numbers and attributing uncited
    sentences as the reply streams, holding back what may be a refusal;
 4. :meth:`_Draft.failure`: check the finished reply (a refusal, nothing cited, nothing said);
@@ -108,8 +109,9 @@ async def answer_stream(
 
     A question that puts a claim (:func:`~citeline.answer.stance.claim_of`) is assessed by ``judge``
     (default: the packaged NLI classifier, whichever ``llm`` writes): the answer opens with the verdict
-    and every citation carries its passage's stance (see :mod:`citeline.answer.stance`). When judging
-    fails, the answer has no verdict.
+    and every citation carries its passage's stance (see :mod:`citeline.answer.stance`); the model
+    reads only the passages that bear the verdict out, and says what they found. When judging fails,
+    the answer has no verdict and the model is asked the question.
 
     Yields :class:`Start` (with every passage given: those the model reads, numbered first, then any the
     evidence budget left out, with nothing shown), :class:`Token` pieces, a :class:`CitationEvent` the
@@ -263,14 +265,14 @@ async def _prepare(
         # The extractive answerer quotes whole chunks and reads no prompt: nothing to focus.
         passages = select_passages(evidence)
     prompt = build_prompt(question, passages, persona=persona)
-    # The passages the budget left out are given too, with nothing shown to the model: the model
-    # cannot cite them, but the extractive answer quotes whole chunks and may (of 100 SciFact claims,
-    # the gold abstract was among the 5 retrieved passages for 81 and among those the model read for 76).
     return _Prepared(prompt=prompt, given=_given(prompt, evidence))
 
 
 def _given(prompt: Prompt, evidence: Sequence[Hit]) -> tuple[Passage, ...]:
     """The prompt's passages, then the rest of the evidence, numbered after them, with nothing shown."""
+    # The passages the prompt leaves out are given too, with nothing shown to the model: the model
+    # cannot cite them, but the extractive answer quotes whole chunks and may (of 100 SciFact claims,
+    # the gold abstract was among the 5 retrieved passages for 81 and among those the model read for 76).
     read = {p.chunk_id for p in prompt.passages}
     unread = (p for p in select_passages(evidence) if p.chunk_id not in read)
     return (
