@@ -57,6 +57,7 @@ def run(
     question: str = f"Is it true that {CLAIM[0].lower()}{CLAIM[1:-1]}?",
     evidence: Sequence[Hit] | None = None,
     numbering: CitationNumbering | None = None,
+    options: GenerationOptions = OPTIONS,
 ) -> list[Event]:
     async def collect() -> list[Event]:
         return [
@@ -68,7 +69,7 @@ def run(
                 embedder=embedder,
                 numbering=numbering if numbering is not None else CitationNumbering(),
                 persona="general",
-                options=OPTIONS,
+                options=options,
                 max_evidence_tokens=150,
                 judge=judge,
             )
@@ -267,10 +268,13 @@ def test_labelled_claims_get_the_right_verdict_from_their_gold_abstract_written_
     embedder: Embedder, local_llm: LocalLLM
 ) -> None:
     judge = NliJudge()
+    # What the model writes is under test, not how fast: on a machine busy with other work the model
+    # can be silent for over a minute.
+    patient = replace(OPTIONS, timeout=900.0)
     for claim, hit, expected in _labelled_claims():
         question = f"Is it true that {claim.rstrip('.')}?"
 
-        done = completed(run(local_llm, embedder, judge, question=question, evidence=[hit]))
+        done = completed(run(local_llm, embedder, judge, question=question, evidence=[hit], options=patient))
 
         assert done.verdict == expected, (claim, done.answer)
         assert done.citations and all(c.stance == expected for c in done.citations), done.citations
