@@ -141,15 +141,38 @@ def bench_memory(settings: Settings) -> dict[str, float]:
     return out
 
 
+#: Tags that keep a known share of the search corpus, by that share in percent: document ``d`` of
+#: 100 chunks carries each tag whose rule it meets, so the filters select exactly these shares.
+SELECTIVITY_TAGS = {0.1: ("sel-0.1", "d = 1"), 10.0: ("sel-10", "d % 10 = 1"), 50.0: ("sel-50", "d % 2 = 1")}
+
+
+def _selectivity_tags(conn: sa.Connection) -> None:
+    """Tag the corpus's documents (named ``doc-<d>``) with :data:`SELECTIVITY_TAGS`."""
+    conditions = ", ".join(f"CASE WHEN {rule} THEN '{tag}' END" for tag, rule in SELECTIVITY_TAGS.values())
+    conn.execute(
+        sa.text(
+            f"UPDATE documents SET tags = array_remove(ARRAY[{conditions}], NULL) "
+            "FROM (SELECT id, CAST(substr(name, 5) AS int) AS d FROM documents) AS n "
+            "WHERE n.id = documents.id"
+        )
+    )
+
+
 def build_search_corpus(cl: Citeline, size: int, scopes: int) -> None:
     """``size`` chunks from real SciFact texts and vectors, repeated with jittered vectors.
 
-    Documents hold 100 chunks; one in ``scopes + 1`` is universal, the rest spread over ``scopes`` scopes.
+    Documents hold 100 chunks; one in ``scopes + 1`` is universal, the rest spread over ``scopes`` scopes;
+    tags (:data:`SELECTIVITY_TAGS`) select 0.1%, 10% and 50% of the chunks, whatever their scopes.
     """
-    with cl.engine.connect() as conn:
+    with cl.engine.begin() as conn:
         have = conn.execute(sa.text("SELECT chunk_count FROM corpus_stats")).scalar_one()
-    if have >= size:
-        return
+        if have >= size:
+            # A corpus built before the selectivity tags existed gets them now.
+            if conn.execute(
+                sa.text("SELECT NOT EXISTS (SELECT 1 FROM documents WHERE tags <> '{}')")
+            ).scalar():
+                _selectivity_tags(conn)
+            return
     base = chunk_texts(2000)
     print(
         f"building a {size:,}-chunk search corpus (once; kept in namespace {cl.settings.namespace})",
@@ -211,6 +234,7 @@ def build_search_corpus(cl: Citeline, size: int, scopes: int) -> None:
     with cl.engine.begin() as conn:
         conn.execute(sa.text("SET maintenance_work_mem = '1GB'"))
         ensure_index(conn, model, dim)
+        _selectivity_tags(conn)
         conn.execute(sa.text("ANALYZE"))
 
 
