@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     hnsw_ef_search: Annotated[int, Field(ge=1, le=1000)] = 100
     # Below this many in-filter chunks an exact scan beats walking HNSW (measured ~3.5 us a vector here).
     exact_search_below: Annotated[int, Field(ge=0)] = 2_000
+    # Above it, a filter's chunks are still scanned exactly while that is cheaper than walking the index:
+    # one HNSW result tuple cost about 18 exact-scan rows at 100k chunks (bench/run.py search section).
+    hnsw_tuple_cost: Annotated[float, Field(ge=0, le=10_000)] = 18.0
     # Measured on SciFact (citeline eval, 20 candidates). At chunks 1000/150: none 0.730 nDCG@10, prf
     # 0.740, maxsim 0.739 (~1.3 s a search). At the default chunks 800/120: none 0.738, prf 0.736; so
     # none, the cheaper, is the default. recall@100 is unchanged by a reranker (0.969 at 800/120).

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import sqlalchemy as sa
@@ -244,16 +244,15 @@ def hybrid_search(
         vector = query_vector()
         t3 = time.perf_counter()
         in_scope = (scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None
+        plan_args = _plan_args(settings, depth)
         dense = dense_search(
             conn,
             vector,
             model=model,
             where=where,
             params=params,
-            limit=depth,
-            ef_search=settings.hnsw_ef_search,
-            exact_below=settings.exact_search_below,
             scope=in_scope,
+            **plan_args,
         )
         t4 = time.perf_counter()
         candidates = _candidates(conn, dense, keyword, vector)
@@ -265,10 +264,7 @@ def hybrid_search(
     # Waiting for the query vector (t2 to t3) is the embedding's time, which the caller measures.
     timings.dense, timings.fetch, timings.fuse = (t4 - t3) * 1e3, (t5 - t4) * 1e3, (t6 - t5) * 1e3
     if explain is not None:
-        plan = plan_dense(
-            in_scope, limit=depth, ef_search=settings.hnsw_ef_search, exact_below=settings.exact_search_below
-        )
-        explain.dense_plan = plan.kind
+        explain.dense_plan = plan_dense(in_scope, **plan_args).kind
         explain.scope_chunks = scope.chunks if scope else None
         explain.corpus_chunks = scope.corpus_chunks if scope else 0
         explain.selectivity = scope.chunks / scope.corpus_chunks if scope and scope.corpus_chunks else None
@@ -276,6 +272,23 @@ def hybrid_search(
         explain.round_trips = statements[0]
         explain.vector_wait = (t3 - t2) * 1e3
     return hits
+
+
+class _PlanArgs(TypedDict):
+    limit: int
+    ef_search: int
+    exact_below: int
+    tuple_cost: float
+
+
+def _plan_args(settings: Settings, depth: int) -> _PlanArgs:
+    """What the dense plan depends on besides the filter's scope (see :func:`plan_dense`)."""
+    return _PlanArgs(
+        limit=depth,
+        ef_search=settings.hnsw_ef_search,
+        exact_below=settings.exact_search_below,
+        tuple_cost=settings.hnsw_tuple_cost,
+    )
 
 
 @contextmanager

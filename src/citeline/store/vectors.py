@@ -75,16 +75,27 @@ class DensePlan:
 
 
 def plan_dense(
-    scope: tuple[Sequence[uuid.UUID], int, int] | None, *, limit: int, ef_search: int, exact_below: int
+    scope: tuple[Sequence[uuid.UUID], int, int] | None,
+    *,
+    limit: int,
+    ef_search: int,
+    exact_below: int,
+    tuple_cost: float = 0.0,
 ) -> DensePlan:
-    """The plan of :func:`dense_search` for these arguments."""
+    """The plan of :func:`dense_search` for these arguments.
+
+    A filter keeping ``n`` of ``total`` chunks is scanned exactly when ``n <= exact_below``, or when
+    that is cheaper than the index: an exact scan reads ``n`` rows, while the index walks about
+    ``limit * total / n`` tuples to find ``limit`` in the filter, each costing ``tuple_cost`` rows
+    of an exact scan (0 never compares: the index above ``exact_below``).
+    """
     ef = max(int(ef_search), limit)
     if scope is None:
         return DensePlan("hnsw", ef, SESSION_SCAN_BUDGET)
     doc_ids, in_scope, total = scope
     if not doc_ids or not in_scope:
         return DensePlan("empty", ef, SESSION_SCAN_BUDGET)
-    if in_scope <= exact_below:
+    if in_scope <= exact_below or in_scope * in_scope <= tuple_cost * limit * total:
         return DensePlan("exact", ef, SESSION_SCAN_BUDGET)
     # A filter keeping a share p of the chunks needs about limit / p index tuples to fill the limit;
     # pgvector stops at hnsw.max_scan_tuples, so raise it for narrow filters.
@@ -102,17 +113,18 @@ def dense_search(
     limit: int,
     ef_search: int,
     exact_below: int,
+    tuple_cost: float = 0.0,
     scope: tuple[Sequence[uuid.UUID], int, int] | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` nearest active chunks to ``query`` that satisfy ``where``: ``(chunk_id, distance)``.
 
     ``scope``, for a filtered search, is what the filter leaves: the documents of ``model`` it keeps,
-    their chunk count and the corpus's. When that is at most ``exact_below`` chunks, they are scanned
-    exactly (cheap, and no approximate index can miss one); otherwise the HNSW index is walked with
-    iterative scanning, keeping the tuples of those documents (``where`` is then not read again).
-    See :func:`plan_dense`.
+    their chunk count and the corpus's. When that is few chunks (see :func:`plan_dense`), they are
+    scanned exactly (cheap, and no approximate index can miss one); otherwise the HNSW index is
+    walked with iterative scanning, keeping the tuples of those documents (``where`` is then not
+    read again).
     """
-    plan = plan_dense(scope, limit=limit, ef_search=ef_search, exact_below=exact_below)
+    plan = plan_dense(scope, limit=limit, ef_search=ef_search, exact_below=exact_below, tuple_cost=tuple_cost)
     if plan.kind == "empty":
         return []
     dim = int(query.shape[0])
