@@ -128,14 +128,22 @@ def test_explain_reports_the_plan_and_the_filter_share(
     synthetic: tuple[Citeline, dict[int, NDArray[np.float32]]],
 ) -> None:
     cl, _ = synthetic
+    half = SearchRequest("chunk", filters=SELECTIVITIES["half"])
     explain = Explain()
-    cl.search(SearchRequest("chunk", filters=SELECTIVITIES["half"]), explain=explain)
+    cl.search(half, explain=explain)
     assert explain.selectivity == pytest.approx(0.5)
     assert (explain.scope_chunks, explain.corpus_chunks) == (1_500, 3_000)
-    assert explain.dense_plan == "hnsw-iterative" and explain.dense_candidates == 100
+    # 1,500 * 1,500 <= 18 * 100 * 3,000: at this corpus size, scanning half of it is the cheaper plan.
+    assert explain.dense_plan == "exact" and explain.dense_candidates == 100
+    with cl.derive(exact_search_below=0, hnsw_tuple_cost=0) as index_only:
+        forced = Explain()
+        index_only.search(half, explain=forced)
+    assert forced.dense_plan == "hnsw-iterative" and forced.dense_candidates == 100
     unfiltered = Explain()
     cl.search(SearchRequest("chunk"), explain=unfiltered)
     assert unfiltered.dense_plan == "hnsw" and unfiltered.selectivity is None
+    # The catalog, the dense search, the candidates' fields (the keyword index is loaded by now).
+    assert unfiltered.round_trips == 3
 
 
 def test_the_cache_never_returns_a_vector_for_another_model_or_text() -> None:
