@@ -28,6 +28,15 @@ def reciprocal_rank(
     return scores
 
 
+def fuse_reciprocal_rank(ranks: Sequence[NDArray[np.int64]], *, k: int = 60) -> NDArray[np.float64]:
+    """:func:`reciprocal_rank` over arrays aligned on the candidates: each holds a candidate's 1-based
+    rank in one list, 0 where that list lacks it."""
+    fused = np.zeros(ranks[0].size if ranks else 0, dtype=np.float64)
+    for rank in ranks:
+        fused += np.where(rank > 0, 1.0 / (k + rank), 0.0)
+    return fused
+
+
 def scaled_min_max(values: NDArray[np.float64]) -> NDArray[np.float64]:
     """``values`` scaled to [0, 1]; all-equal values become 1."""
     if values.size == 0:

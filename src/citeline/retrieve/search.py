@@ -18,7 +18,7 @@ from sqlalchemy import event
 from citeline.access import FULL_ACCESS, Access
 from citeline.errors import InvalidRequestError, ModelMismatchError
 from citeline.retrieve.filters import Filters
-from citeline.retrieve.fusion import fuse_weighted, scaled_min_max, scaled_three_sigma
+from citeline.retrieve.fusion import fuse_reciprocal_rank, fuse_weighted, scaled_min_max, scaled_three_sigma
 from citeline.settings import Fusion, Settings
 from citeline.store.analyzer import Analyzer
 from citeline.store.keyword import KeywordIndex
@@ -379,10 +379,7 @@ def _rank(
     (ties by chunk id)."""
     c = candidates
     if fusion is Fusion.RECIPROCAL_RANK:
-        # Reciprocal rank fusion (Cormack et al., 2009): the sum of 1 / (k + rank) over the lists.
-        fused = np.zeros(c.ids.size, dtype=np.float64)
-        for rank in (c.dense_rank, c.keyword_rank):
-            fused += np.where(rank > 0, 1.0 / (settings.rrf_k + rank), 0.0)
+        fused = fuse_reciprocal_rank([c.dense_rank, c.keyword_rank], k=settings.rrf_k)
     else:
         fused = fuse_weighted(
             1.0 - c.distance,
