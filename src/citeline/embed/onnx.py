@@ -198,8 +198,9 @@ class OnnxEmbedder:
 
     def embed_query(self, text: str, *, threads: int) -> npt.NDArray[np.float32]:
         """Embed one text on a session whose runs use ``threads`` cores: the vector ``embed([text])[0]``
-        gives (up to float rounding), sooner when the caller waits for this text alone."""
-        session = self._query_sessions.get(threads)
+        gives (up to float rounding), sooner when the caller waits for this text alone. One thread
+        uses the ingest session, so a process that embeds a single query loads no second session."""
+        session = self._session if threads == 1 else self._query_sessions.get(threads)
         if session is None:
             with self._query_lock:
                 session = self._query_sessions.get(threads)
