@@ -226,7 +226,7 @@ def hybrid_search(
     fusion = request.fusion or settings.fusion
     timings = timings or Timings()
     where, params = request.filters.sql()
-    with _counting(conn) as statements:
+    with _counting(conn, explain is not None) as statements:
         t0 = time.perf_counter()
         view = read_catalog(conn, model, request.filters, checked)
         scope = view.scope
@@ -292,9 +292,13 @@ def _plan_args(settings: Settings, depth: int) -> _PlanArgs:
 
 
 @contextmanager
-def _counting(conn: sa.Connection) -> Iterator[list[int]]:
-    """Count the statements ``conn`` sends meanwhile (a one-element list, filled as they go)."""
+def _counting(conn: sa.Connection, enabled: bool) -> Iterator[list[int]]:
+    """Count the statements ``conn`` sends meanwhile, if ``enabled`` (a one-element list, filled as
+    they go; the listener is left out of searches nobody explains)."""
     count = [0]
+    if not enabled:
+        yield count
+        return
 
     def sent(*_: object) -> None:
         count[0] += 1
