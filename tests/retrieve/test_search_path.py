@@ -142,8 +142,9 @@ def test_explain_reports_the_plan_and_the_filter_share(
     unfiltered = Explain()
     cl.search(SearchRequest("chunk"), explain=unfiltered)
     assert unfiltered.dense_plan == "hnsw" and unfiltered.selectivity is None
-    # The catalog, the dense search, the candidates' fields (the keyword index is loaded by now).
-    assert unfiltered.round_trips == 3
+    # The catalog, the dense search, the candidates' fields, the kept texts (the keyword index is
+    # loaded by now, and reads no log position of its own).
+    assert unfiltered.round_trips == 4
 
 
 def test_the_cache_never_returns_a_vector_for_another_model_or_text() -> None:

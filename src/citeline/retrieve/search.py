@@ -259,10 +259,18 @@ def hybrid_search(
         t5 = time.perf_counter()
         ranked = _rank(candidates, fusion, settings, threshold, top_k)
         t6 = time.perf_counter()
-    hits = [candidates.hit(i, fused) for i, fused in ranked]
+        texts = _texts(conn, [int(candidates.ids[i]) for i, _ in ranked])
+        t7 = time.perf_counter()
+    # A chunk without text was retired since its fields were read.
+    hits = [
+        candidates.hit(i, fused, texts[cid])
+        for i, fused in ranked
+        if (cid := int(candidates.ids[i])) in texts
+    ]
     timings.catalog, timings.keyword = (t1 - t0) * 1e3, (t2 - t1) * 1e3
     # Waiting for the query vector (t2 to t3) is the embedding's time, which the caller measures.
-    timings.dense, timings.fetch, timings.fuse = (t4 - t3) * 1e3, (t5 - t4) * 1e3, (t6 - t5) * 1e3
+    timings.dense, timings.fuse = (t4 - t3) * 1e3, (t6 - t5) * 1e3
+    timings.fetch = (t5 - t4 + t7 - t6) * 1e3
     if explain is not None:
         explain.dense_plan = plan_dense(in_scope, **plan_args).kind
         explain.scope_chunks = scope.chunks if scope else None
@@ -323,12 +331,13 @@ class _Candidates:
     content_types: list[str | None]
     rows: Sequence[sa.Row[Any]]
 
-    def hit(self, i: int, fused: float) -> Hit:
+    def hit(self, i: int, fused: float, text: str) -> Hit:
         distance = float(self.distance[i])
         stored = dict(self.rows[i]._mapping)
         del stored["query_distance"]
         return Hit(
             **stored,
+            text=text,
             distance=distance,
             similarity=1.0 - distance,
             keyword_score=float(self.keyword[i]),
@@ -342,9 +351,9 @@ def _candidates(
     keyword: list[tuple[int, float]],
     query: NDArray[np.float32],
 ) -> _Candidates:
-    """Read every candidate of both lists in one statement: its stored fields (content type included)
-    and, for keyword-only ones, its cosine distance (dense hits bring theirs). Chunks retired since the
-    index queries are left out."""
+    """Read every candidate of both lists in one statement: its stored fields but the text (content
+    type included) and, for keyword-only ones, its cosine distance (dense hits bring theirs). Chunks
+    retired since the index queries are left out."""
     dense_at = {cid: (rank, distance) for rank, (cid, distance) in enumerate(dense, start=1)}
     keyword_at = {cid: (rank, score) for rank, (cid, score) in enumerate(keyword, start=1)}
     ids = list(dense_at) + [cid for cid in keyword_at if cid not in dense_at]
@@ -352,7 +361,7 @@ def _candidates(
     if ids:
         rows = conn.execute(
             sa.text(
-                f"SELECT {_HIT_COLUMNS}, "
+                f"SELECT {_CANDIDATE_COLUMNS}, "
                 "CASE WHEN c.id = ANY(:todo) THEN c.embedding <=> CAST(:q AS vector) END AS query_distance "
                 "FROM chunks c JOIN documents d ON d.id = c.document_id "
                 "WHERE c.id = ANY(:ids) AND d.is_active"
@@ -402,12 +411,23 @@ def _rank(
     return [(int(i), float(fused[i])) for i in order[:top_k]]
 
 
-#: The stored fields of a :class:`Hit`, in its field order, over ``chunks c JOIN documents d``.
-_HIT_COLUMNS = (
+#: The stored fields of a :class:`Hit` but its text, over ``chunks c JOIN documents d``.
+_CANDIDATE_COLUMNS = (
     "c.id AS chunk_id, d.document_id, d.name AS document_name, d.title, c.version, d.content_type, c.page, "
-    "c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, d.vector_count AS total_chunks, "
-    "c.text"
+    "c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, d.vector_count AS total_chunks"
 )
+#: ... and with its text.
+_HIT_COLUMNS = _CANDIDATE_COLUMNS + ", c.text"
+
+
+def _texts(conn: sa.Connection, ids: list[int]) -> dict[int, str]:
+    """The text of the chunks that made the cut, read apart from the candidates' other fields: texts
+    are stored out of line, and reading 160 candidates' texts to keep 10 cost more than this extra
+    statement (at 100k chunks on a loaded machine, 39 ms against 32 ms, medians of 30 searches)."""
+    if not ids:
+        return {}
+    rows = conn.execute(sa.text("SELECT id, text FROM chunks WHERE id = ANY(:ids)"), {"ids": ids})
+    return {int(r[0]): r[1] for r in rows}
 
 
 def fetch_hits(
