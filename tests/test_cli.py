@@ -235,3 +235,19 @@ def test_search_explain_shows_the_plan_and_the_stages(settings: Settings, tmp_pa
     assert explain["dense_plan"] == "hnsw" and explain["selectivity"] is None
     assert explain["dense_candidates"] == 2 and explain["cache_hit"] is False
     assert set(explain["stages_ms"]) >= {"embed", "catalog", "keyword", "dense", "fetch", "fuse"}
+
+
+def test_providers_lists_what_each_provider_model_setting_can_name() -> None:
+    result = runner.invoke(app, ["providers", "--json"])
+    assert result.exit_code == 0, result.stderr
+    rows = {(row["setting"], row["provider"]): row for row in json.loads(result.stdout)}
+    assert (
+        rows["CITELINE_EMBEDDING_MODEL", "sentence-transformers:<folder>"]["extra"] == "sentence-transformers"
+    )
+    assert rows["CITELINE_EMBEDDING_MODEL", "openai:<model>"]["example"] == "openai:text-embedding-3-small"
+    assert ("CITELINE_LLM", "local:<model>") in rows
+    assert ("CITELINE_RERANKER", "prf") in rows
+
+    table = runner.invoke(app, ["providers"])
+    assert table.exit_code == 0
+    assert "pip install 'citeline[sentence-transformers]'" in table.stdout
