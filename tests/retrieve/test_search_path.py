@@ -107,8 +107,9 @@ def test_scoped_dense_search_finds_the_brute_force_top_k(
                     view = read_catalog(conn, cl.embedder.model_id, filters)
                     assert view.scope is not None
                     scope = (view.scope.document_ids, view.scope.chunks, view.scope.corpus_chunks)
-                    args = {"limit": 10, "ef_search": 100, "exact_below": exact_below}
-                    plans[setting].add(plan_dense(scope, **args).kind)
+                    plans[setting].add(
+                        plan_dense(scope, limit=10, ef_search=100, exact_below=exact_below).kind
+                    )
                     found = dense_search(
                         conn,
                         query,
@@ -116,7 +117,9 @@ def test_scoped_dense_search_finds_the_brute_force_top_k(
                         where=where,
                         params=params,
                         scope=scope,
-                        **args,
+                        limit=10,
+                        ef_search=100,
+                        exact_below=exact_below,
                     )
                 expected = _brute_force(cl, vectors, query, filters, 10)
                 assert [cid for cid, _ in found] == expected, (name, setting)
@@ -191,13 +194,13 @@ def test_the_cache_keeps_each_threads_vector_under_its_own_key() -> None:
 
 
 def test_query_vectors_match_the_ingest_embedding_and_are_cached_per_text(cl: Citeline) -> None:
-    vectors = QueryVectors(cl.embedder, threads=2, cache_size=8)
+    vectors = QueryVectors(threads=2, cache_size=8)
     texts = ["insulin dose adjustment", "hand hygiene before surgery"]
     for text in texts:
-        assert vectors.cached(text) is None
-        fresh = vectors.embed(text)
+        assert vectors.cached(cl.embedder, text) is None
+        fresh = vectors.embed(cl.embedder, text)
         np.testing.assert_allclose(fresh, cl.embedder.embed([text])[0], atol=1e-5)
-    first, second = (vectors.cached(t) for t in texts)
+    first, second = (vectors.cached(cl.embedder, t) for t in texts)
     assert first is not None and second is not None and not np.allclose(first, second)
 
 

@@ -55,21 +55,19 @@ class VectorCache:
 
 
 class QueryVectors:
-    """Query vectors of one embedder: cached, or embedded with ``threads`` cores when the embedder has
-    a query path (:class:`~citeline.embed.base.QueryEmbedder`), else by its ordinary ``embed``."""
+    """Query vectors: cached per model and text, or embedded with ``threads`` cores when the embedder
+    has a query path (:class:`~citeline.embed.base.QueryEmbedder`), else by its ordinary ``embed``."""
 
-    def __init__(self, embedder: Embedder, *, threads: int, cache_size: int) -> None:
-        self.embedder = embedder
+    def __init__(self, *, threads: int, cache_size: int) -> None:
         self.threads = threads
         self.cache = VectorCache(cache_size)
 
-    def cached(self, text: str) -> NDArray[np.float32] | None:
-        """The vector of ``text`` if a recent search embedded it with this embedder's model."""
-        return self.cache.get(self.embedder.model_id, text)
+    def cached(self, embedder: Embedder, text: str) -> NDArray[np.float32] | None:
+        """The vector of ``text`` if a recent search embedded it with ``embedder``'s model."""
+        return self.cache.get(embedder.model_id, text)
 
-    def embed(self, text: str) -> NDArray[np.float32]:
-        """Embed ``text`` now and remember its vector."""
-        embedder = self.embedder
+    def embed(self, embedder: Embedder, text: str) -> NDArray[np.float32]:
+        """Embed ``text`` with ``embedder`` now and remember its vector."""
         if isinstance(embedder, QueryEmbedder):
             vector = embedder.embed_query(text, threads=self.threads)
         else:

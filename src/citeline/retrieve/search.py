@@ -64,6 +64,9 @@ class Hit:
     fused_score: float
     #: The reranker's score, when a reranker reordered this hit (its scale is the reranker's own).
     rerank_score: float | None = None
+    #: Auto-metadata of the chunk (citeline.annotate): model-number keys and section type.
+    model_numbers: tuple[str, ...] = ()
+    section_type: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -115,6 +118,9 @@ class InScope:
     document_ids: list[uuid.UUID]
     chunks: int
     corpus_chunks: int
+    #: With chunk-level filters (model number, section type): the chunks of those documents that
+    #: pass them, found through their indexes; ``chunks`` then counts these.
+    chunk_ids: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,18 @@ def read_catalog(
             {**params, "m": model},
         ).one()
         scope = InScope(list(ids), int(chunks), int(corpus))
+        if filters.on_chunks:
+            condition, bound = filters.chunk_sql("c")
+            chunk_ids = list(
+                conn.execute(
+                    sa.text(
+                        "SELECT c.id FROM chunks c WHERE c.document_id = ANY(CAST(:ids AS uuid[])) "
+                        f"AND c.embedding_model = :m AND {condition}"
+                    ),
+                    {**bound, "ids": scope.document_ids, "m": model},
+                ).scalars()
+            )
+            scope = InScope(scope.document_ids, len(chunk_ids), scope.corpus_chunks, chunk_ids)
     if others:
         raise ModelMismatchError(
             f"the query would be embedded with {model}, but documents in this search were embedded with "
@@ -238,6 +256,7 @@ def hybrid_search(
             params=params,
             document_ids=scope.document_ids if scope else None,
             limit=depth,
+            chunk_ids=scope.chunk_ids if scope else None,
             log=view.log,
         )
         t2 = time.perf_counter()
@@ -252,6 +271,7 @@ def hybrid_search(
             where=where,
             params=params,
             scope=in_scope,
+            chunk_ids=scope.chunk_ids if scope else None,
             **plan_args,
         )
         t4 = time.perf_counter()
@@ -335,6 +355,7 @@ class _Candidates:
         distance = float(self.distance[i])
         stored = dict(self.rows[i]._mapping)
         del stored["query_distance"]
+        stored["model_numbers"] = tuple(stored["model_numbers"])
         return Hit(
             **stored,
             text=text,
@@ -414,7 +435,8 @@ def _rank(
 #: The stored fields of a :class:`Hit` but its text, over ``chunks c JOIN documents d``.
 _CANDIDATE_COLUMNS = (
     "c.id AS chunk_id, d.document_id, d.name AS document_name, d.title, c.version, d.content_type, c.page, "
-    "c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, d.vector_count AS total_chunks"
+    "c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, d.vector_count AS total_chunks, "
+    "c.model_numbers, c.section_type"
 )
 #: ... and with its text.
 _HIT_COLUMNS = _CANDIDATE_COLUMNS + ", c.text"
@@ -477,4 +499,4 @@ def _fetch(conn: sa.Connection, ids: list[int], access: Access = FULL_ACCESS) ->
         ),
         {"ids": ids, **params},
     )
-    return {row.chunk_id: dict(row._mapping) for row in result}
+    return {row.chunk_id: {**row._mapping, "model_numbers": tuple(row.model_numbers)} for row in result}

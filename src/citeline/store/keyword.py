@@ -94,14 +94,16 @@ class KeywordIndex(Protocol):
         params: dict[str, Any],
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
+        chunk_ids: Sequence[int] | None = None,
         log: tuple[int, int] | None = None,
     ) -> list[tuple[int, float]]:
         """The ``limit`` best chunks that satisfy ``where``, as ``(chunk_id, score)``, best first.
 
         ``document_ids``, for a filtered search, are the documents ``where`` keeps (already resolved
-        by the caller); ``None`` means the search is not filtered. ``log``, when the caller has just
-        read them, are the first and last positions of ``keyword_log``, which the index then need not
-        read again.
+        by the caller); ``None`` means the search is not filtered. ``chunk_ids``, for a search with
+        chunk-level filters, are the only chunks it may return. ``log``, when the caller has just read
+        them, are the first and last positions of ``keyword_log``, which the index then need not read
+        again.
         """
         ...
 
@@ -124,8 +126,12 @@ class SqlKeywordIndex:
         params: dict[str, Any],
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
+        chunk_ids: Sequence[int] | None = None,
         log: tuple[int, int] | None = None,
     ) -> list[tuple[int, float]]:
+        if chunk_ids is not None:
+            where = f"{where} AND d.chunk_id = ANY(CAST(:kw_chunks AS bigint[]))"
+            params = {**params, "kw_chunks": list(chunk_ids)}
         return keyword_search(conn, terms, where=where, params=params, limit=limit)
 
 
@@ -182,6 +188,7 @@ class MemoryKeywordIndex:
         params: dict[str, Any],
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
+        chunk_ids: Sequence[int] | None = None,
         log: tuple[int, int] | None = None,
     ) -> list[tuple[int, float]]:
         with self._lock:
@@ -191,6 +198,8 @@ class MemoryKeywordIndex:
                 doc_mask = np.zeros(self._next_doc, dtype=bool)
                 doc_mask[[self._docs[i] for i in document_ids if i in self._docs]] = True
                 allowed = self._alive & doc_mask[self._doc_slot]
+            if chunk_ids is not None:
+                allowed = allowed & np.isin(self._chunk_ids, np.asarray(chunk_ids, dtype=np.int64))
             return self._score(terms, allowed, limit)
 
     def _score(self, terms: Counter[str], allowed: NDArray[np.bool_], limit: int) -> list[tuple[int, float]]:

@@ -115,6 +115,7 @@ def dense_search(
     exact_below: int,
     tuple_cost: float = 0.0,
     scope: tuple[Sequence[uuid.UUID], int, int] | None = None,
+    chunk_ids: Sequence[int] | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` nearest active chunks to ``query`` that satisfy ``where``: ``(chunk_id, distance)``.
 
@@ -122,7 +123,8 @@ def dense_search(
     their chunk count and the corpus's. When that is few chunks (see :func:`plan_dense`), they are
     scanned exactly (cheap, and no approximate index can miss one); otherwise the HNSW index is
     walked with iterative scanning, keeping the tuples of those documents (``where`` is then not
-    read again).
+    read again). ``chunk_ids``, for a search with chunk-level filters, are the chunks of those
+    documents that pass them: the tuples kept are then these, and ``scope``'s count is theirs.
     """
     plan = plan_dense(scope, limit=limit, ef_search=ef_search, exact_below=exact_below, tuple_cost=tuple_cost)
     if plan.kind == "empty":
@@ -132,14 +134,16 @@ def dense_search(
     bind = {**params, "q": to_pgvector(query), "lim": limit, "m": model}
     if plan.kind == "exact":
         assert scope is not None
+        kept = "c.document_id = ANY(CAST(:ids AS uuid[]))"
+        if chunk_ids is not None:
+            kept = "c.id = ANY(CAST(:cids AS bigint[]))"
         # Ordering by the uncast expression keeps the planner off the ANN index: this scan is exact.
         rows = conn.execute(
             sa.text(
                 "SELECT c.id, c.embedding <=> CAST(:q AS vector) AS distance FROM chunks c "
-                "WHERE c.document_id = ANY(CAST(:ids AS uuid[])) AND c.embedding_model = :m "
-                "ORDER BY distance LIMIT :lim"
+                f"WHERE {kept} AND c.embedding_model = :m ORDER BY distance LIMIT :lim"
             ),
-            {**bind, "ids": list(scope[0])},
+            {**bind, "ids": list(scope[0]), "cids": list(chunk_ids or [])},
         ).all()
         return [(int(r[0]), float(r[1])) for r in rows]
     # Connections start with SESSION_SETTINGS: only a search that needs others pays a statement for them.
@@ -156,6 +160,8 @@ def dense_search(
         # against 13.2 ms a search (medians of 200 queries, side by side, on a loaded machine).
         source, condition = "chunks c", "c.document_id = ANY(CAST(:ids AS uuid[]))"
         bind["ids"] = list(scope[0])
+        if chunk_ids is not None:
+            condition, bind["cids"] = "c.id = ANY(CAST(:cids AS bigint[]))", list(chunk_ids)
     else:
         source, condition = "chunks c JOIN documents d ON d.id = c.document_id", where
     rows = conn.execute(
