@@ -173,10 +173,11 @@ class Citeline:
         return provider.settings
 
     def warm_up(self) -> Citeline:
-        """Open the store, load the embedder, the keyword index and the claim judge now rather than at
-        the first request."""
+        """Open the store, load the embedder (with its query session), the keyword index and the claim
+        judge now rather than at the first request."""
         self.embedder  # noqa: B018
-        self.query_embedder  # noqa: B018
+        # Embedding one text opens the query session (see CITELINE_QUERY_THREADS).
+        self.query_vectors.embed(self.query_embedder, "warm up")
         with self.engine.connect() as conn:
             self.keyword_index.warm_up(conn)
         default_judge().load()
