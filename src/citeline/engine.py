@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -59,8 +59,17 @@ from citeline.jobs.submit import (
     submit,
     submit_url,
 )
+from citeline.retrieve.query import QueryVectors
 from citeline.retrieve.rerank import Reranker, get_reranker, rerank_hits
-from citeline.retrieve.search import Hit, SearchRequest, Timings, fetch_hits, hybrid_search
+from citeline.retrieve.search import (
+    Explain,
+    Hit,
+    ModelCheck,
+    SearchRequest,
+    Timings,
+    fetch_hits,
+    hybrid_search,
+)
 from citeline.settings import Settings
 from citeline.store import catalog, keys, model_migration
 from citeline.store.analyzer import Analyzer
@@ -82,6 +91,8 @@ _UPLOAD_GRACE = 3600.0
 _STORE_SETTINGS = ("data_dir", "database_url", "namespace")
 #: ... and its embedder.
 _EMBEDDER_SETTINGS = ("embedding_model", "embed_batch_size", "embed_threads")
+#: ... and its query vectors (with their cache).
+_QUERY_SETTINGS = ("query_threads", "query_cache_size")
 #: ... and its in-memory keyword index.
 _KEYWORD_SETTINGS = (
     "keyword_index",
@@ -117,6 +128,9 @@ class Citeline:
         #: The running migration's status and when it was read (see :meth:`migration`).
         self._migration_seen: tuple[float, MigrationStatus | None] = (-1.0, None)
         self._query_pool: ThreadPoolExecutor | None = None
+        self._query_vectors: QueryVectors | None = None
+        #: Unfiltered searches skip the model check while the catalog's keyword log stays put.
+        self._model_check = ModelCheck()
         self._jobs: JobRunner | None = None
         self._key_cache = keys.KeyCache(self._settings.api_key_cache_seconds)
         #: Parts borrowed from the instance this one was derived from: never closed by this one.
@@ -147,6 +161,10 @@ class Citeline:
             other._embedder = self._embedder
         if same(_STORE_SETTINGS) and same(_KEYWORD_SETTINGS):
             other.keyword_index = self.keyword_index
+        if same(_STORE_SETTINGS):
+            other._model_check = self._model_check
+        if same(_QUERY_SETTINGS) and self._query_vectors is not None:
+            other._query_vectors = self._query_vectors
         return other
 
     def _embedder_reads(self) -> tuple[str, ...]:
@@ -155,10 +173,11 @@ class Citeline:
         return provider.settings
 
     def warm_up(self) -> Citeline:
-        """Open the store, load the embedder, the keyword index and the claim judge now rather than at
-        the first request."""
+        """Open the store, load the embedder (with its query session), the keyword index and the claim
+        judge now rather than at the first request."""
         self.embedder  # noqa: B018
-        self.query_embedder  # noqa: B018
+        # Embedding one text opens the query session (see CITELINE_QUERY_THREADS).
+        self.query_vectors.embed(self.query_embedder, "warm up")
         with self.engine.connect() as conn:
             self.keyword_index.warm_up(conn)
         default_judge().load()
@@ -215,6 +234,17 @@ class Citeline:
     def query_embedder(self) -> Embedder:
         """The embedder of the served model (see :meth:`served_model`)."""
         return self.embedder_for(self.served_model())
+
+    @property
+    def query_vectors(self) -> QueryVectors:
+        """Search queries' vectors: embedded with ``query_threads`` cores, the recent ones cached."""
+        if self._query_vectors is None:
+            with self._lock:
+                if self._query_vectors is None:
+                    self._query_vectors = QueryVectors(
+                        threads=self._settings.query_threads, cache_size=self._settings.query_cache_size
+                    )
+        return self._query_vectors
 
     @property
     def files_dir(self) -> Path:
@@ -696,40 +726,52 @@ class Citeline:
         *,
         access: Access = FULL_ACCESS,
         timings: Timings | None = None,
+        explain: Explain | None = None,
     ) -> list[Hit]:
-        """Hybrid search within ``access``; see :class:`SearchRequest` for the knobs."""
+        """Hybrid search within ``access``; see :class:`SearchRequest` for the knobs. ``timings`` and
+        ``explain``, when given, are filled with how the search ran."""
         if isinstance(request, str):
             request = SearchRequest(query=request)
         request = replace(request, filters=access.restrict(request.filters))
         if not request.query.strip():
             raise InvalidRequestError("the search query is empty")
         try:
-            return self._search(request, access, timings)
+            return self._search(request, access, timings, explain)
         except ModelMismatchError:
             # A migration switched the namespace's model since it was read: read it again, once.
             if self._served == self.served_model(refresh=True):
                 raise
-            return self._search(request, access, timings)
+            return self._search(request, access, timings, explain)
 
-    def _search(self, request: SearchRequest, access: Access, timings: Timings | None) -> list[Hit]:
-        embedder, query = self.query_embedder, request.query
+    def _search(
+        self, request: SearchRequest, access: Access, timings: Timings | None, explain: Explain | None
+    ) -> list[Hit]:
+        embedder, vectors, query = self.query_embedder, self.query_vectors, request.query
         embed_ms = 0.0
+        cached = vectors.cached(embedder, query)
 
         def embed_query() -> NDArray[np.float32]:
             nonlocal embed_ms
             t0 = time.perf_counter()
-            vector: NDArray[np.float32] = embedder.embed([query])[0]
+            vector = vectors.embed(embedder, query)
             embed_ms = (time.perf_counter() - t0) * 1e3
             return vector
 
-        if self._query_pool is None:
-            with self._lock:
-                if self._query_pool is None:
-                    # Several, so that concurrent searches do not queue behind one another's embeddings.
-                    self._query_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="citeline-query")
-        # The query embeds (onnxruntime lets go of the GIL) while the search reads the catalog and runs
-        # the keyword stage, which need no vector: about 2.5 ms of a 20 ms search at 100k chunks.
-        pending = self._query_pool.submit(embed_query)
+        pending: Future[NDArray[np.float32]]
+        if cached is not None:
+            pending = Future()
+            pending.set_result(cached)
+        else:
+            if self._query_pool is None:
+                with self._lock:
+                    if self._query_pool is None:
+                        # Several, so that concurrent searches do not queue behind one another's embeddings.
+                        self._query_pool = ThreadPoolExecutor(
+                            max_workers=4, thread_name_prefix="citeline-query"
+                        )
+            # The query embeds (onnxruntime lets go of the GIL) while the search reads the catalog and
+            # runs the keyword stage, which need no vector.
+            pending = self._query_pool.submit(embed_query)
         reranker = self.reranker(request.rerank)
         mmr_lambda = request.mmr_lambda if request.mmr_lambda is not None else self.settings.mmr_lambda
         top_k = request.top_k or self.settings.top_k
@@ -750,9 +792,13 @@ class Citeline:
                 keyword_index=self.keyword_index,
                 settings=self.settings,
                 timings=timings,
+                explain=explain,
+                checked=self._model_check,
             )
             if timings is not None:
                 timings.embed = embed_ms
+            if explain is not None:
+                explain.cache_hit = cached is not None
             if not second_stage:
                 return hits
             t1 = time.perf_counter()

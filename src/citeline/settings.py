@@ -51,6 +51,13 @@ class Settings(BaseSettings):
         default=32, description="Texts per model run, or per request to a remote provider."
     )
     embed_threads: Annotated[int, Field(ge=0, le=256, description="0 means all cores.")] = 0
+    # A 21-token query embedded in 5.6 ms with two intra-op threads, 9.9 ms with one (2 cores).
+    query_threads: Annotated[
+        int, Field(ge=1, le=256, description="Cores that embed one search query (its own model session).")
+    ] = 2
+    query_cache_size: Annotated[
+        int, Field(ge=0, le=1_000_000, description="Recent query vectors kept for repeated searches.")
+    ] = 256
     embed_base_url: str | None = Field(
         default=None,
         description="Base URL of the openai: or ollama: embedding server; unset: OpenAI "
@@ -136,6 +143,9 @@ class Settings(BaseSettings):
     hnsw_ef_search: Annotated[int, Field(ge=1, le=1000)] = 100
     # Below this many in-filter chunks an exact scan beats walking HNSW (measured ~3.5 us a vector here).
     exact_search_below: Annotated[int, Field(ge=0)] = 2_000
+    # Above it, a filter's chunks are still scanned exactly while that is cheaper than walking the index:
+    # one HNSW result tuple cost about 18 exact-scan rows at 100k chunks (bench/run.py search section).
+    hnsw_tuple_cost: Annotated[float, Field(ge=0, le=10_000)] = 18.0
     # Measured on SciFact (citeline eval, 20 candidates). At chunks 1000/150: none 0.730 nDCG@10, prf
     # 0.740, maxsim 0.739 (~1.3 s a search). At the default chunks 800/120: none 0.738, prf 0.736; so
     # none, the cheaper, is the default. recall@100 is unchanged by a reranker (0.969 at 800/120).

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from citeline.engine import Citeline
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
-from citeline.retrieve.search import check_models
+from citeline.retrieve.search import read_catalog
 from citeline.store import catalog
 from citeline.store.keyword import K1, B, MemoryKeywordIndex, SqlKeywordIndex
 from tests.conftest import write
@@ -43,7 +43,7 @@ def _both(
     where, params = filters.sql()
     terms = cl.analyzer.term_counts(query)
     with cl.engine.connect() as conn:
-        scope = check_models(conn, cl.embedder.model_id, filters)
+        scope = read_catalog(conn, cl.embedder.model_id, filters).scope
         ids = scope.document_ids if scope else None
         args: dict[str, Any] = {"where": where, "params": params, "document_ids": ids, "limit": 50}
         return SqlKeywordIndex().search(conn, terms, **args), memory.search(conn, terms, **args)

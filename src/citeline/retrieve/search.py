@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
+from sqlalchemy import event
 
 from citeline.access import FULL_ACCESS, Access
 from citeline.errors import InvalidRequestError, ModelMismatchError
 from citeline.retrieve.filters import Filters
-from citeline.retrieve.fusion import min_max, reciprocal_rank, three_sigma, weighted
+from citeline.retrieve.fusion import fuse_reciprocal_rank, fuse_weighted, scaled_min_max, scaled_three_sigma
 from citeline.settings import Fusion, Settings
 from citeline.store.analyzer import Analyzer
 from citeline.store.keyword import KeywordIndex
-from citeline.store.vectors import dense_search, to_pgvector
+from citeline.store.vectors import dense_search, plan_dense, to_pgvector
 
 
 @dataclass(frozen=True)
@@ -76,11 +79,35 @@ class Timings:
     """Milliseconds spent per stage of the last search."""
 
     embed: float = 0.0
+    catalog: float = 0.0
     dense: float = 0.0
     keyword: float = 0.0
     fuse: float = 0.0
     fetch: float = 0.0
     rerank: float = 0.0
+
+
+@dataclass
+class Explain:
+    """How the last search ran, beyond its stage timings (``citeline search --explain``)."""
+
+    #: The dense plan: ``hnsw`` (the index, unfiltered), ``hnsw-iterative`` (the index, scanning on
+    #: until the filter's share is found), ``exact`` (every in-filter vector compared) or ``empty``.
+    dense_plan: str = ""
+    #: The share of the corpus's chunks the filter keeps (None when unfiltered).
+    selectivity: float | None = None
+    #: Chunks in the filter and in the corpus.
+    scope_chunks: int | None = None
+    corpus_chunks: int = 0
+    #: Candidates each list brought to fusion.
+    dense_candidates: int = 0
+    keyword_candidates: int = 0
+    #: Statements sent to PostgreSQL by the search stages (the transaction's end not counted).
+    round_trips: int = 0
+    #: The query vector came from the cache of recent queries.
+    cache_hit: bool = False
+    #: Milliseconds the search waited for the query vector after the stages that need none.
+    vector_wait: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -96,31 +123,70 @@ class InScope:
     chunk_ids: list[int] | None = None
 
 
-def check_models(conn: sa.Connection, model: str, filters: Filters) -> InScope | None:
-    """Refuse a search whose documents were embedded by another model than the query's.
+@dataclass(frozen=True)
+class CatalogView:
+    """What a search reads of the catalog before it needs the query vector: its scope (filtered
+    searches) and the keyword log's first and last positions, in one statement's snapshot."""
 
-    For a filtered search, the same statement also resolves its :class:`InScope`, which the dense and
-    keyword stages then share instead of each reading the documents again.
+    scope: InScope | None
+    log: tuple[int, int]
+
+
+class ModelCheck:
+    """Remembers, per model, the keyword log position at which no active document had another model.
+
+    Every change to which documents are active writes the log (store/catalog.py), so while its last
+    position is the same, so is the answer: an unfiltered search then skips reading the documents.
+    Safe to share between threads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clean: dict[str, int] = {}
+
+    def position(self, model: str) -> int:
+        """The log position last found clean for ``model``; -1 if none."""
+        with self._lock:
+            return self._clean.get(model, -1)
+
+    def record(self, model: str, position: int) -> None:
+        with self._lock:
+            self._clean[model] = position
+
+
+def read_catalog(
+    conn: sa.Connection, model: str, filters: Filters, checked: ModelCheck | None = None
+) -> CatalogView:
+    """Refuse a search whose documents were embedded by another model than the query's, and read what
+    the later stages share, in one statement.
+
+    For a filtered search that is its :class:`InScope`, which the dense and keyword stages then share
+    instead of each reading the documents again. An unfiltered search with ``checked`` reads the
+    documents only when the keyword log moved since a search of ``model`` last found them clean.
     """
     where, params = filters.sql()
+    log = "(SELECT coalesce(min(seq), 0) FROM keyword_log), (SELECT coalesce(max(seq), 0) FROM keyword_log)"
     if filters.is_empty:
-        others = list(
-            conn.execute(
-                sa.text(
-                    "SELECT DISTINCT d.embedding_model FROM documents d "
-                    f"WHERE {where} AND d.embedding_model <> :m"
-                ),
-                {**params, "m": model},
-            ).scalars()
-        )
+        known = checked.position(model) if checked else -1
+        # An uncorrelated subquery runs only when its CASE branch is taken.
+        first, last, others = conn.execute(
+            sa.text(
+                f"SELECT {log}, CASE WHEN (SELECT coalesce(max(seq), 0) FROM keyword_log) = :known "
+                "THEN CAST('{}' AS text[]) ELSE (SELECT coalesce(array_agg(DISTINCT d.embedding_model), "
+                f"'{{}}') FROM documents d WHERE {where} AND d.embedding_model <> :m) END"
+            ),
+            {**params, "m": model, "known": known},
+        ).one()
         scope = None
+        if checked and not others:
+            checked.record(model, int(last))
     else:
-        ids, chunks, others, corpus = conn.execute(
+        ids, chunks, others, corpus, first, last = conn.execute(
             sa.text(
                 "SELECT coalesce(array_agg(d.id) FILTER (WHERE d.embedding_model = :m), '{}'), "
                 "coalesce(sum(d.vector_count) FILTER (WHERE d.embedding_model = :m), 0), "
                 "coalesce(array_agg(DISTINCT d.embedding_model) FILTER (WHERE d.embedding_model <> :m), "
-                "'{}'), (SELECT chunk_count FROM corpus_stats WHERE id = 1) "
+                f"'{{}}'), (SELECT chunk_count FROM corpus_stats WHERE id = 1), {log} "
                 f"FROM documents d WHERE {where}"
             ),
             {**params, "m": model},
@@ -144,7 +210,7 @@ def check_models(conn: sa.Connection, model: str, filters: Filters) -> InScope |
             f"{', '.join(sorted(others))}. Set CITELINE_EMBEDDING_MODEL to that model, or re-ingest the "
             "documents with the current one."
         )
-    return scope
+    return CatalogView(scope, (int(first), int(last)))
 
 
 def hybrid_search(
@@ -157,11 +223,14 @@ def hybrid_search(
     keyword_index: KeywordIndex,
     settings: Settings,
     timings: Timings | None = None,
+    explain: Explain | None = None,
+    checked: ModelCheck | None = None,
 ) -> list[Hit]:
     """Run ``request`` and return at most top-k hits, best first.
 
     ``query_vector`` returns the query's embedding. It is called once the catalog has been read and
     the keyword stage has run, which need no vector, so the caller can embed the query meanwhile.
+    ``checked`` lets unfiltered searches skip the model check while the catalog is unchanged.
     """
     top_k = request.top_k or settings.top_k
     if top_k < 1:
@@ -175,94 +244,212 @@ def hybrid_search(
     fusion = request.fusion or settings.fusion
     timings = timings or Timings()
     where, params = request.filters.sql()
-    scope = check_models(conn, model, request.filters)
-
-    t0 = time.perf_counter()
-    keyword = keyword_index.search(
-        conn,
-        analyzer.term_counts(request.query),
-        where=where,
-        params=params,
-        document_ids=scope.document_ids if scope else None,
-        limit=depth,
-        chunk_ids=scope.chunk_ids if scope else None,
-    )
-    t1 = time.perf_counter()
-    vector = query_vector()
-    t2 = time.perf_counter()
-    dense = dense_search(
-        conn,
-        vector,
-        model=model,
-        where=where,
-        params=params,
-        limit=depth,
-        ef_search=settings.hnsw_ef_search,
-        exact_below=settings.exact_search_below,
-        scope=(scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None,
-        chunk_ids=scope.chunk_ids if scope else None,
-    )
-    t3 = time.perf_counter()
-
-    scored = _distances(conn, dict(dense), {cid for cid, _ in keyword}, vector)
-    kw_scores = dict(keyword)
-    if fusion is Fusion.RECIPROCAL_RANK:
-        fused = reciprocal_rank([[c for c, _ in dense], [c for c, _ in keyword]], k=settings.rrf_k)
-    else:
-        fused = weighted(
-            {cid: 1.0 - distance for cid, (distance, _) in scored.items()},
-            kw_scores,
-            {cid: settings.source_boost.get(ctype or "", 0.5) for cid, (_, ctype) in scored.items()},
-            w_semantic=settings.weight_semantic,
-            w_keyword=settings.weight_keyword,
-            w_source=settings.weight_source,
-            normalise=three_sigma if fusion is Fusion.DISTRIBUTION else min_max,
+    with _counting(conn, explain is not None) as statements:
+        t0 = time.perf_counter()
+        view = read_catalog(conn, model, request.filters, checked)
+        scope = view.scope
+        t1 = time.perf_counter()
+        keyword = keyword_index.search(
+            conn,
+            analyzer.term_counts(request.query),
+            where=where,
+            params=params,
+            document_ids=scope.document_ids if scope else None,
+            limit=depth,
+            chunk_ids=scope.chunk_ids if scope else None,
+            log=view.log,
         )
-    ranked = [
-        (cid, score)
-        for cid, score in sorted(fused.items(), key=lambda item: (-item[1], item[0]))
-        # A chunk missing from ``scored`` was retired between the index queries and now.
-        if cid in scored and (threshold is None or scored[cid][0] <= threshold)
-    ][:top_k]
-    t4 = time.perf_counter()
-    rows = _fetch(conn, [cid for cid, _ in ranked])
+        t2 = time.perf_counter()
+        vector = query_vector()
+        t3 = time.perf_counter()
+        in_scope = (scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None
+        plan_args = _plan_args(settings, depth)
+        dense = dense_search(
+            conn,
+            vector,
+            model=model,
+            where=where,
+            params=params,
+            scope=in_scope,
+            chunk_ids=scope.chunk_ids if scope else None,
+            **plan_args,
+        )
+        t4 = time.perf_counter()
+        candidates = _candidates(conn, dense, keyword, vector)
+        t5 = time.perf_counter()
+        ranked = _rank(candidates, fusion, settings, threshold, top_k)
+        t6 = time.perf_counter()
+        texts = _texts(conn, [int(candidates.ids[i]) for i, _ in ranked])
+        t7 = time.perf_counter()
+    # A chunk without text was retired since its fields were read.
     hits = [
-        Hit(
-            **rows[cid],
-            distance=scored[cid][0],
-            similarity=1.0 - scored[cid][0],
-            keyword_score=kw_scores.get(cid, 0.0),
-            fused_score=score,
-        )
-        for cid, score in ranked
-        if cid in rows
+        candidates.hit(i, fused, texts[cid])
+        for i, fused in ranked
+        if (cid := int(candidates.ids[i])) in texts
     ]
-    t5 = time.perf_counter()
-    # Waiting for the query vector (t1 to t2) is the embedding's time, which the caller measures.
-    timings.keyword, timings.dense = (t1 - t0) * 1e3, (t3 - t2) * 1e3
-    timings.fuse, timings.fetch = (t4 - t3) * 1e3, (t5 - t4) * 1e3
+    timings.catalog, timings.keyword = (t1 - t0) * 1e3, (t2 - t1) * 1e3
+    # Waiting for the query vector (t2 to t3) is the embedding's time, which the caller measures.
+    timings.dense, timings.fuse = (t4 - t3) * 1e3, (t6 - t5) * 1e3
+    timings.fetch = (t5 - t4 + t7 - t6) * 1e3
+    if explain is not None:
+        explain.dense_plan = plan_dense(in_scope, **plan_args).kind
+        explain.scope_chunks = scope.chunks if scope else None
+        explain.corpus_chunks = scope.corpus_chunks if scope else 0
+        explain.selectivity = scope.chunks / scope.corpus_chunks if scope and scope.corpus_chunks else None
+        explain.dense_candidates, explain.keyword_candidates = len(dense), len(keyword)
+        explain.round_trips = statements[0]
+        explain.vector_wait = (t3 - t2) * 1e3
     return hits
 
 
-def _distances(
-    conn: sa.Connection, dense: dict[int, float], keyword: set[int], query: NDArray[np.float32]
-) -> dict[int, tuple[float, str | None]]:
-    """Cosine distance and content type of every candidate still active.
+class _PlanArgs(TypedDict):
+    limit: int
+    ef_search: int
+    exact_below: int
+    tuple_cost: float
 
-    Dense hits bring their distance; only keyword-only hits need it computed.
-    """
-    ids = set(dense) | keyword
+
+def _plan_args(settings: Settings, depth: int) -> _PlanArgs:
+    """What the dense plan depends on besides the filter's scope (see :func:`plan_dense`)."""
+    return _PlanArgs(
+        limit=depth,
+        ef_search=settings.hnsw_ef_search,
+        exact_below=settings.exact_search_below,
+        tuple_cost=settings.hnsw_tuple_cost,
+    )
+
+
+@contextmanager
+def _counting(conn: sa.Connection, enabled: bool) -> Iterator[list[int]]:
+    """Count the statements ``conn`` sends meanwhile, if ``enabled`` (a one-element list, filled as
+    they go; the listener is left out of searches nobody explains)."""
+    count = [0]
+    if not enabled:
+        yield count
+        return
+
+    def sent(*_: object) -> None:
+        count[0] += 1
+
+    event.listen(conn, "before_cursor_execute", sent)
+    try:
+        yield count
+    finally:
+        event.remove(conn, "before_cursor_execute", sent)
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """Every candidate still active, in arrays aligned on them: fusion's inputs and each hit's stored
+    fields. Ranks are 1-based places in the dense and keyword lists, 0 where a list lacks it."""
+
+    ids: NDArray[np.int64]
+    distance: NDArray[np.float64]
+    dense_rank: NDArray[np.int64]
+    keyword: NDArray[np.float64]
+    keyword_rank: NDArray[np.int64]
+    content_types: list[str | None]
+    rows: Sequence[sa.Row[Any]]
+
+    def hit(self, i: int, fused: float, text: str) -> Hit:
+        distance = float(self.distance[i])
+        stored = dict(self.rows[i]._mapping)
+        del stored["query_distance"]
+        stored["model_numbers"] = tuple(stored["model_numbers"])
+        return Hit(
+            **stored,
+            text=text,
+            distance=distance,
+            similarity=1.0 - distance,
+            keyword_score=float(self.keyword[i]),
+            fused_score=fused,
+        )
+
+
+def _candidates(
+    conn: sa.Connection,
+    dense: list[tuple[int, float]],
+    keyword: list[tuple[int, float]],
+    query: NDArray[np.float32],
+) -> _Candidates:
+    """Read every candidate of both lists in one statement: its stored fields but the text (content
+    type included) and, for keyword-only ones, its cosine distance (dense hits bring theirs). Chunks
+    retired since the index queries are left out."""
+    dense_at = {cid: (rank, distance) for rank, (cid, distance) in enumerate(dense, start=1)}
+    keyword_at = {cid: (rank, score) for rank, (cid, score) in enumerate(keyword, start=1)}
+    ids = list(dense_at) + [cid for cid in keyword_at if cid not in dense_at]
+    rows: Sequence[sa.Row[Any]] = []
+    if ids:
+        rows = conn.execute(
+            sa.text(
+                f"SELECT {_CANDIDATE_COLUMNS}, "
+                "CASE WHEN c.id = ANY(:todo) THEN c.embedding <=> CAST(:q AS vector) END AS query_distance "
+                "FROM chunks c JOIN documents d ON d.id = c.document_id "
+                "WHERE c.id = ANY(:ids) AND d.is_active"
+            ),
+            {"ids": ids, "todo": ids[len(dense_at) :], "q": to_pgvector(query)},
+        ).all()
+    n = len(rows)
+    no_rank = (0, 0.0)
+    return _Candidates(
+        ids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
+        distance=np.fromiter(
+            (r.query_distance if r.query_distance is not None else dense_at[r[0]][1] for r in rows),
+            dtype=np.float64,
+            count=n,
+        ),
+        dense_rank=np.fromiter((dense_at.get(r[0], no_rank)[0] for r in rows), dtype=np.int64, count=n),
+        keyword=np.fromiter((keyword_at.get(r[0], no_rank)[1] for r in rows), dtype=np.float64, count=n),
+        keyword_rank=np.fromiter((keyword_at.get(r[0], no_rank)[0] for r in rows), dtype=np.int64, count=n),
+        content_types=[r.content_type for r in rows],
+        rows=rows,
+    )
+
+
+def _rank(
+    candidates: _Candidates, fusion: Fusion, settings: Settings, threshold: float | None, top_k: int
+) -> list[tuple[int, float]]:
+    """The top-k candidates within ``threshold`` as ``(index in candidates, fused score)``, best first
+    (ties by chunk id)."""
+    c = candidates
+    if fusion is Fusion.RECIPROCAL_RANK:
+        fused = fuse_reciprocal_rank([c.dense_rank, c.keyword_rank], k=settings.rrf_k)
+    else:
+        fused = fuse_weighted(
+            1.0 - c.distance,
+            np.ones(c.ids.size, dtype=bool),
+            c.keyword,
+            c.keyword_rank > 0,
+            np.array([settings.source_boost.get(t or "", 0.5) for t in c.content_types], dtype=np.float64),
+            w_semantic=settings.weight_semantic,
+            w_keyword=settings.weight_keyword,
+            w_source=settings.weight_source,
+            scale=scaled_three_sigma if fusion is Fusion.DISTRIBUTION else scaled_min_max,
+        )
+    order = np.lexsort((c.ids, -fused))
+    if threshold is not None:
+        order = order[c.distance[order] <= threshold]
+    return [(int(i), float(fused[i])) for i in order[:top_k]]
+
+
+#: The stored fields of a :class:`Hit` but its text, over ``chunks c JOIN documents d``.
+_CANDIDATE_COLUMNS = (
+    "c.id AS chunk_id, d.document_id, d.name AS document_name, d.title, c.version, d.content_type, c.page, "
+    "c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, d.vector_count AS total_chunks, "
+    "c.model_numbers, c.section_type"
+)
+#: ... and with its text.
+_HIT_COLUMNS = _CANDIDATE_COLUMNS + ", c.text"
+
+
+def _texts(conn: sa.Connection, ids: list[int]) -> dict[int, str]:
+    """The text of the chunks that made the cut, read apart from the candidates' other fields: texts
+    are stored out of line, and reading 160 candidates' texts to keep 10 cost more than this extra
+    statement (at 100k chunks on a loaded machine, 39 ms against 32 ms, medians of 30 searches)."""
     if not ids:
         return {}
-    result = conn.execute(
-        sa.text(
-            "SELECT c.id, CASE WHEN c.id = ANY(:todo) THEN c.embedding <=> CAST(:q AS vector) END, "
-            "d.content_type FROM chunks c JOIN documents d ON d.id = c.document_id "
-            "WHERE c.id = ANY(:ids) AND d.is_active"
-        ),
-        {"ids": list(ids), "todo": list(keyword - dense.keys()), "q": to_pgvector(query)},
-    )
-    return {int(r[0]): (float(r[1]) if r[1] is not None else dense[r[0]], r[2]) for r in result}
+    rows = conn.execute(sa.text("SELECT id, text FROM chunks WHERE id = ANY(:ids)"), {"ids": ids})
+    return {int(r[0]): r[1] for r in rows}
 
 
 def fetch_hits(
@@ -307,10 +494,7 @@ def _fetch(conn: sa.Connection, ids: list[int], access: Access = FULL_ACCESS) ->
     visible, params = access.sql("d")
     result = conn.execute(
         sa.text(
-            "SELECT c.id AS chunk_id, d.document_id, d.name AS document_name, d.title, c.version, "
-            "d.content_type, c.page, c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, "
-            "d.vector_count AS total_chunks, c.text, c.model_numbers, c.section_type "
-            "FROM chunks c JOIN documents d ON d.id = c.document_id "
+            f"SELECT {_HIT_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
             f"WHERE c.id = ANY(:ids) AND d.is_active AND {visible}"
         ),
         {"ids": ids, **params},

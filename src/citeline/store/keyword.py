@@ -95,12 +95,15 @@ class KeywordIndex(Protocol):
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
         chunk_ids: Sequence[int] | None = None,
+        log: tuple[int, int] | None = None,
     ) -> list[tuple[int, float]]:
         """The ``limit`` best chunks that satisfy ``where``, as ``(chunk_id, score)``, best first.
 
         ``document_ids``, for a filtered search, are the documents ``where`` keeps (already resolved
         by the caller); ``None`` means the search is not filtered. ``chunk_ids``, for a search with
-        chunk-level filters, are the only chunks it may return.
+        chunk-level filters, are the only chunks it may return. ``log``, when the caller has just read
+        them, are the first and last positions of ``keyword_log``, which the index then need not read
+        again.
         """
         ...
 
@@ -124,6 +127,7 @@ class SqlKeywordIndex:
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
         chunk_ids: Sequence[int] | None = None,
+        log: tuple[int, int] | None = None,
     ) -> list[tuple[int, float]]:
         if chunk_ids is not None:
             where = f"{where} AND d.chunk_id = ANY(CAST(:kw_chunks AS bigint[]))"
@@ -185,9 +189,10 @@ class MemoryKeywordIndex:
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
         chunk_ids: Sequence[int] | None = None,
+        log: tuple[int, int] | None = None,
     ) -> list[tuple[int, float]]:
         with self._lock:
-            self._sync(conn)
+            self._sync(conn, log)
             allowed = self._alive
             if document_ids is not None:
                 doc_mask = np.zeros(self._next_doc, dtype=bool)
@@ -232,11 +237,15 @@ class MemoryKeywordIndex:
         lo, hi = seg.ptr[i], seg.ptr[i + 1]
         return seg.slots[lo:hi], seg.tfs[lo:hi]
 
-    def _sync(self, conn: sa.Connection) -> None:
-        """Replay the log since the last sync; on first use, load everything active."""
-        first, last = conn.execute(
-            sa.text("SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM keyword_log")
-        ).one()
+    def _sync(self, conn: sa.Connection, log: tuple[int, int] | None = None) -> None:
+        """Replay the log since the last sync (up to ``log``'s last position when given); on first use,
+        load everything active."""
+        first, last = (
+            log
+            or conn.execute(
+                sa.text("SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM keyword_log")
+            ).one()
+        )
         if self._loaded and last == self._seq:
             return
         # A log that restarted, or was trimmed past this index's position, cannot be replayed.
