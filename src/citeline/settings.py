@@ -59,6 +59,13 @@ class Settings(BaseSettings):
     weight_semantic: Annotated[float, Field(ge=0)] = 0.6
     weight_keyword: Annotated[float, Field(ge=0)] = 0.2
     weight_source: Annotated[float, Field(ge=0)] = 0.2
+    weight_document: Annotated[float, Field(ge=0)] = Field(
+        default=0.0,
+        description=(
+            "Weight of whole-document BM25 in weighted and dbsf fusion: the score of each of the best "
+            "documents reaches its candidate chunks. 0 leaves it out."
+        ),
+    )
     source_boost: dict[str, float] = Field(
         default_factory=lambda: {
             "application/pdf": 1.0,

@@ -59,13 +59,20 @@ def weighted(
     w_keyword: float,
     w_source: float,
     normalise: Callable[[Mapping[int, float]], dict[int, float]] = min_max,
+    document: Mapping[int, float] | None = None,
+    w_document: float = 0.0,
 ) -> dict[int, float]:
     """Weighted score fusion as in the medical search: normalised similarity and BM25 (min-max by
-    default, or :func:`three_sigma`), plus a per-source boost in [0, 1]. A candidate missing from one
+    default, or :func:`three_sigma`), plus a per-source boost in [0, 1]. ``document``, when given, is a
+    third list (whole-document BM25 on chunks), normalised on its own. A candidate missing from one
     list scores 0 for it."""
-    sem, kw = normalise(semantic), normalise(keyword)
-    keys = set(semantic) | set(keyword)
+    document = document or {}
+    sem, kw, doc = normalise(semantic), normalise(keyword), normalise(document)
+    keys = set(semantic) | set(keyword) | set(document)
     return {
-        key: w_semantic * sem.get(key, 0.0) + w_keyword * kw.get(key, 0.0) + w_source * source.get(key, 0.0)
+        key: w_semantic * sem.get(key, 0.0)
+        + w_keyword * kw.get(key, 0.0)
+        + w_document * doc.get(key, 0.0)
+        + w_source * source.get(key, 0.0)
         for key in keys
     }

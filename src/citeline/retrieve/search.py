@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from citeline.retrieve.filters import Filters
 from citeline.retrieve.fusion import min_max, reciprocal_rank, three_sigma, weighted
 from citeline.settings import Fusion, Settings
 from citeline.store.analyzer import Analyzer
-from citeline.store.keyword import KeywordIndex
+from citeline.store.keyword import DocumentMatch, KeywordIndex
 from citeline.store.vectors import dense_search, to_pgvector
 
 
@@ -160,14 +160,19 @@ def hybrid_search(
     scope = check_models(conn, model, request.filters)
 
     t0 = time.perf_counter()
-    keyword = keyword_index.search(
-        conn,
-        analyzer.term_counts(request.query),
-        where=where,
-        params=params,
-        document_ids=scope.document_ids if scope else None,
-        limit=depth,
-    )
+    terms = analyzer.term_counts(request.query)
+    stage: dict[str, Any] = {
+        "where": where,
+        "params": params,
+        "document_ids": scope.document_ids if scope else None,
+        "limit": depth,
+    }
+    documents: list[DocumentMatch] = []
+    # Reciprocal rank fusion has no weights, so whole-document BM25 enters the weighted modes only.
+    if settings.weight_document > 0 and fusion is not Fusion.RECIPROCAL_RANK:
+        keyword, documents = keyword_index.search_with_documents(conn, terms, **stage)
+    else:
+        keyword = keyword_index.search(conn, terms, **stage)
     t1 = time.perf_counter()
     vector = query_vector()
     t2 = time.perf_counter()
@@ -184,19 +189,24 @@ def hybrid_search(
     )
     t3 = time.perf_counter()
 
-    scored = _distances(conn, dict(dense), {cid for cid, _ in keyword}, vector)
+    # Each of the best documents brings its best keyword chunk, so its score reaches one chunk at least.
+    scored = _distances(
+        conn, dict(dense), {cid for cid, _ in keyword} | {m.best_chunk for m in documents}, vector
+    )
     kw_scores = dict(keyword)
     if fusion is Fusion.RECIPROCAL_RANK:
         fused = reciprocal_rank([[c for c, _ in dense], [c for c, _ in keyword]], k=settings.rrf_k)
     else:
         fused = weighted(
-            {cid: 1.0 - distance for cid, (distance, _) in scored.items()},
+            {cid: 1.0 - distance for cid, (distance, _, _) in scored.items()},
             kw_scores,
-            {cid: settings.source_boost.get(ctype or "", 0.5) for cid, (_, ctype) in scored.items()},
+            {cid: settings.source_boost.get(ctype or "", 0.5) for cid, (_, ctype, _) in scored.items()},
             w_semantic=settings.weight_semantic,
             w_keyword=settings.weight_keyword,
             w_source=settings.weight_source,
             normalise=three_sigma if fusion is Fusion.DISTRIBUTION else min_max,
+            document=document_evidence(documents, {cid: version for cid, (_, _, version) in scored.items()}),
+            w_document=settings.weight_document,
         )
     ranked = [
         (cid, score)
@@ -224,10 +234,19 @@ def hybrid_search(
     return hits
 
 
+def document_evidence(
+    documents: Sequence[DocumentMatch], version_of: Mapping[int, uuid.UUID]
+) -> dict[int, float]:
+    """Whole-document BM25 as a list over chunks: every candidate chunk (``version_of``: candidate chunk
+    id to its version) of one of the best ``documents`` gets that document's score."""
+    by_version = {m.version_id: m.score for m in documents}
+    return {cid: by_version[v] for cid, v in version_of.items() if v in by_version}
+
+
 def _distances(
     conn: sa.Connection, dense: dict[int, float], keyword: set[int], query: NDArray[np.float32]
-) -> dict[int, tuple[float, str | None]]:
-    """Cosine distance and content type of every candidate still active.
+) -> dict[int, tuple[float, str | None, uuid.UUID]]:
+    """Cosine distance, content type and version of every candidate still active.
 
     Dense hits bring their distance; only keyword-only hits need it computed.
     """
@@ -237,12 +256,12 @@ def _distances(
     result = conn.execute(
         sa.text(
             "SELECT c.id, CASE WHEN c.id = ANY(:todo) THEN c.embedding <=> CAST(:q AS vector) END, "
-            "d.content_type FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "d.content_type, d.id FROM chunks c JOIN documents d ON d.id = c.document_id "
             "WHERE c.id = ANY(:ids) AND d.is_active"
         ),
         {"ids": list(ids), "todo": list(keyword - dense.keys()), "q": to_pgvector(query)},
     )
-    return {int(r[0]): (float(r[1]) if r[1] is not None else dense[r[0]], r[2]) for r in result}
+    return {int(r[0]): (float(r[1]) if r[1] is not None else dense[r[0]], r[2], r[3]) for r in result}
 
 
 def fetch_hits(

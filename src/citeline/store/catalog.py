@@ -13,7 +13,7 @@ import hashlib
 import json
 import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -251,11 +251,15 @@ def begin_versions(
         active = current.get(req.source_uri)
         labels = req.labels.over(active)
         spec = req.spec
-        if active is not None and not req.force and (
-            active.content_hash == spec.content_hash
-            and active.embedding_model == spec.embedding_model
-            and active.chunk_size == spec.chunk_size
-            and active.chunk_overlap == spec.chunk_overlap
+        if (
+            active is not None
+            and not req.force
+            and (
+                active.content_hash == spec.content_hash
+                and active.embedding_model == spec.embedding_model
+                and active.chunk_size == spec.chunk_size
+                and active.chunk_overlap == spec.chunk_overlap
+            )
         ):
             if _labels_differ(active, labels):
                 _set_labels(conn, active.version_id, labels)
@@ -704,6 +708,8 @@ class Activation:
     page_count: int
     duration_ms: float
     source_metadata: dict[str, str] = field(default_factory=dict)
+    #: The keyword terms of the whole version (see analyzer.DocumentTerms), for document-level BM25.
+    terms: Mapping[str, int] = field(default_factory=dict)
 
 
 def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[DocumentInfo]:
@@ -772,10 +778,43 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
         },
     )
     _bump_totals(conn, sum(c for c, _ in totals.values()), sum(t for _, t in totals.values()))
+    _store_terms(conn, chosen)
     _log(conn, ids, added=True)
     rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
     by_id = {r.version_id: _row_to_info(r) for r in rows}
     return [by_id[i] for i in ids]
+
+
+def _store_terms(conn: sa.Connection, chosen: Sequence[Activation]) -> None:
+    """Store the versions' document-level terms and lengths, and count them in the corpus totals."""
+    ids, terms, tfs = [], [], []
+    for a in chosen:
+        for term, tf in a.terms.items():
+            ids.append(a.document.version_id)
+            terms.append(term)
+            tfs.append(tf)
+    conn.execute(
+        sa.text(
+            "INSERT INTO document_terms (document_id, term, tf) "
+            "SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:terms AS text[]), CAST(:tfs AS int[]))"
+        ),
+        {"ids": ids, "terms": terms, "tfs": tfs},
+    )
+    lengths = [sum(a.terms.values()) for a in chosen]
+    conn.execute(
+        sa.text(
+            "UPDATE documents d SET keyword_length = v.n "
+            "FROM unnest(CAST(:ids AS uuid[]), CAST(:ns AS int[])) AS v(id, n) WHERE d.id = v.id"
+        ),
+        {"ids": [a.document.version_id for a in chosen], "ns": lengths},
+    )
+    conn.execute(
+        sa.text(
+            "UPDATE corpus_stats SET document_count = document_count + :c, "
+            "document_token_total = document_token_total + :t WHERE id = 1"
+        ),
+        {"c": len(chosen), "t": sum(lengths)},
+    )
 
 
 def delete_document(conn: sa.Connection, document_id: uuid.UUID) -> list[DocumentInfo]:
@@ -797,7 +836,7 @@ def _retire_others(conn: sa.Connection, source_uris: Sequence[str], keep: Sequen
     """Delete every version of these sources but ``keep``, taking the visible ones out of the totals."""
     retired = conn.execute(
         sa.text(
-            "SELECT d.id, count(c.id), coalesce(sum(c.token_count), 0) FROM documents d "
+            "SELECT d.id, count(c.id), coalesce(sum(c.token_count), 0), d.keyword_length FROM documents d "
             "LEFT JOIN chunks c ON c.document_id = d.id "
             "WHERE d.source_uri = ANY(:s) AND d.is_active AND d.id <> ALL(CAST(:keep AS uuid[])) "
             "GROUP BY d.id"
@@ -806,6 +845,15 @@ def _retire_others(conn: sa.Connection, source_uris: Sequence[str], keep: Sequen
     ).all()
     if retired:
         _bump_totals(conn, -sum(int(r[1]) for r in retired), -sum(int(r[2]) for r in retired))
+        # A version swapped in by a citeline older than document terms has no length and was not counted.
+        counted = [int(r[3]) for r in retired if r[3] is not None]
+        conn.execute(
+            sa.text(
+                "UPDATE corpus_stats SET document_count = document_count - :c, "
+                "document_token_total = document_token_total - :t WHERE id = 1"
+            ),
+            {"c": len(counted), "t": sum(counted)},
+        )
         _log(conn, [r[0] for r in retired], added=False)
     conn.execute(
         sa.text("DELETE FROM documents WHERE source_uri = ANY(:s) AND id <> ALL(CAST(:keep AS uuid[]))"),
