@@ -9,7 +9,7 @@ export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 PDFJS  := src/citeline/web/static/vendor/pdfjs
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install services web browser demo test lint typecheck bench eval clean
+.PHONY: install services web browser demo test lint typecheck bench soak eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,11 @@ typecheck: install
 ## bench: embedder, ingest and search figures (see bench/README.md).
 bench: install
 	$(BIN)/python -m bench.run
+
+## soak: 20 worker kills at random moments while two Celery workers build 50 documents; fails on any
+## document lost, stuck or duplicated (see bench/workers.py).
+soak: install
+	$(BIN)/python -m bench.workers --soak --documents 50 --kills 20
 
 ## eval: retrieval quality on SciFact (../shared/eval/scifact).
 eval: install
