@@ -251,15 +251,11 @@ def begin_versions(
         active = current.get(req.source_uri)
         labels = req.labels.over(active)
         spec = req.spec
-        if (
-            active is not None
-            and not req.force
-            and (
-                active.content_hash == spec.content_hash
-                and active.embedding_model == spec.embedding_model
-                and active.chunk_size == spec.chunk_size
-                and active.chunk_overlap == spec.chunk_overlap
-            )
+        if active is not None and not req.force and (
+            active.content_hash == spec.content_hash
+            and active.embedding_model == spec.embedding_model
+            and active.chunk_size == spec.chunk_size
+            and active.chunk_overlap == spec.chunk_overlap
         ):
             if _labels_differ(active, labels):
                 _set_labels(conn, active.version_id, labels)
