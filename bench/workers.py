@@ -24,6 +24,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -106,6 +107,7 @@ class Workers:
         self.settings = settings
         self.logs = logs
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.log_of: dict[int, Path] = {}
         self.started = 0
 
     def start(self) -> subprocess.Popen[bytes]:
@@ -120,7 +122,8 @@ class Workers:
             CITELINE_JOB_RETRY_DELAY=str(self.settings.job_retry_delay),
             CITELINE_EMBED_THREADS="1",
         )
-        log = (self.logs / f"worker-{self.started}.log").open("wb")
+        path = self.logs / f"worker-{self.started}.log"
+        log = path.open("wb")
         self.started += 1
         proc = subprocess.Popen(
             [sys.executable, "-m", "citeline.cli", "worker", "--concurrency", "1"],
@@ -130,10 +133,22 @@ class Workers:
             start_new_session=True,
         )
         self.procs.append(proc)
+        self.log_of[proc.pid] = path
         return proc
 
     def alive(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.procs if p.poll() is None]
+
+    def building(self) -> list[subprocess.Popen[bytes]]:
+        """Live workers in the middle of a version: their log has a "building version V" line
+        without its "finished version V"."""
+        busy = []
+        for proc in self.alive():
+            text = self.log_of[proc.pid].read_text(errors="replace")
+            started = set(re.findall(r"building version ([0-9a-f-]{36})", text))
+            if started - set(re.findall(r"finished version ([0-9a-f-]{36})", text)):
+                busy.append(proc)
+        return busy
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -171,6 +186,12 @@ def _wait_done(cl: Citeline, ids: list[uuid.UUID], timeout: float) -> dict[str, 
         if not {"queued", "processing", "pending"} & set(statuses) or time.monotonic() > deadline:
             return {s: statuses.count(s) for s in sorted(set(statuses))}
         time.sleep(0.5)
+
+
+def _unfinished(cl: Citeline) -> int:
+    with cl.engine.connect() as conn:
+        query = "SELECT count(*) FROM documents WHERE status IN ('queued', 'processing')"
+        return int(conn.execute(sa.text(query)).scalar_one())
 
 
 def audit(cl: Citeline, ids: list[uuid.UUID]) -> dict[str, int]:
@@ -232,20 +253,21 @@ def soak(base: Settings, count: int, kills: int, seed: int) -> dict[str, Any]:
                 ids = _submit_all(cl, docs)
                 killed: list[float] = []
 
-                mid_document = 0
-
                 def killer() -> None:
-                    nonlocal mid_document
-                    for _ in range(kills):
-                        time.sleep(rng.uniform(1.0, 6.0))
-                        with cl.engine.connect() as conn:
-                            busy = conn.execute(
-                                sa.text("SELECT count(*) FROM documents WHERE status = 'processing'")
-                            ).scalar_one()
-                        victim = rng.choice(workers.alive())
-                        workers.kill(victim)
+                    while len(killed) < kills and time.monotonic() - began < 1800:
+                        # A worker starting up or between documents has nothing to lose: wait until one
+                        # is building, then kill it at a random moment of its build.
+                        if not workers.building():
+                            if not _unfinished(cl):
+                                return  # every document was built before the kills ran out
+                            time.sleep(0.1)
+                            continue
+                        time.sleep(rng.uniform(0.0, 2.0))
+                        candidates = workers.building()
+                        if not candidates:
+                            continue
+                        workers.kill(rng.choice(candidates))
                         killed.append(time.monotonic() - began)
-                        mid_document += bool(busy)
                         workers.start()
 
                 thread = threading.Thread(target=killer, daemon=True)
@@ -263,9 +285,8 @@ def soak(base: Settings, count: int, kills: int, seed: int) -> dict[str, Any]:
                     )
     return {
         "soak_documents": count,
-        "soak_kills": len(killed),
-        # Kills made while some document was being built (the victim may have been starting up).
-        "soak_kills_while_processing": mid_document,
+        # Every kill hits a worker in the middle of a version (see Workers.building).
+        "soak_kills_mid_build": len(killed),
         "soak_last_kill_s": max(killed) if killed else 0.0,
         "soak_statuses": statuses,
         "soak_seconds": elapsed,

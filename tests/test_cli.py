@@ -211,3 +211,19 @@ def test_source_text_is_printed_exactly_never_as_emoji_or_markup(settings: Setti
     assert code == 0, err
     assert "[dim]odd name.txt p.1" in out
     assert text in out and "💊" not in out and "❌" not in out
+
+
+def test_providers_lists_what_each_provider_model_setting_can_name() -> None:
+    result = runner.invoke(app, ["providers", "--json"])
+    assert result.exit_code == 0, result.stderr
+    rows = {(row["setting"], row["provider"]): row for row in json.loads(result.stdout)}
+    assert (
+        rows["CITELINE_EMBEDDING_MODEL", "sentence-transformers:<folder>"]["extra"] == "sentence-transformers"
+    )
+    assert rows["CITELINE_EMBEDDING_MODEL", "openai:<model>"]["example"] == "openai:text-embedding-3-small"
+    assert ("CITELINE_LLM", "local:<model>") in rows
+    assert ("CITELINE_RERANKER", "prf") in rows
+
+    table = runner.invoke(app, ["providers"])
+    assert table.exit_code == 0
+    assert "pip install 'citeline[sentence-transformers]'" in table.stdout

@@ -24,7 +24,8 @@ def test_every_citeline_variable_in_compose_is_a_setting() -> None:
         unknown = [
             key
             for key in env
-            if key.startswith("CITELINE_") and key.removeprefix("CITELINE_").lower() not in Settings.model_fields
+            if key.startswith("CITELINE_")
+            and key.removeprefix("CITELINE_").lower() not in Settings.model_fields
         ]
         assert unknown == [], f"{name}: {unknown}"
         assert env["CITELINE_JOB_RUNNER"] == "celery" and env["CITELINE_REDIS_URL"].startswith("redis://")

@@ -591,6 +591,40 @@ def stats(
         console.print(f"[bold]{key:>20}[/bold]  {value}", highlight=False)
 
 
+@app.command()
+def providers(as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False) -> None:
+    """The providers each provider:model setting can name: embedding models, answering models, rerankers."""
+    from citeline.answer.llm import LLMS
+    from citeline.embed import EMBEDDERS
+    from citeline.retrieve.rerank import RERANKERS
+
+    rows = [
+        {
+            "setting": setting,
+            "provider": provider.usage,
+            "about": provider.about,
+            "example": provider.example,
+            "extra": provider.extra,
+        }
+        for setting, registry in (
+            ("CITELINE_EMBEDDING_MODEL", EMBEDDERS),
+            ("CITELINE_LLM", LLMS),
+            ("CITELINE_RERANKER", RERANKERS),
+        )
+        for provider in registry.providers()
+    ]
+    if as_json:
+        _print_json(rows)
+        return
+    setting = ""
+    for row in rows:
+        if row["setting"] != setting:
+            setting = str(row["setting"])
+            console.print(Text(setting, style="bold"))
+        install = f"; pip install 'citeline[{row['extra']}]'" if row["extra"] else ""
+        console.print(Text(f"  {row['provider']:<32} {row['about']}, e.g. {row['example']}{install}"))
+
+
 @app.command("eval")
 def eval_command(
     ctx: typer.Context,
@@ -923,6 +957,7 @@ def keys_revoke(
     with _citeline(ctx) as cl:
         info = cl.revoke_key(key_id)
     console.print(f"revoked key {info.id} ({info.name})", highlight=False)
+
 
 if __name__ == "__main__":
     app()

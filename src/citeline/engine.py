@@ -22,7 +22,7 @@ from citeline.answer.nli import default_judge
 from citeline.chat import store as chat_store
 from citeline.chat.session import ChatSession
 from citeline.chat.store import ConversationInfo, MessageInfo
-from citeline.embed import get_embedder
+from citeline.embed import EMBEDDERS, get_embedder
 from citeline.embed.base import Embedder
 from citeline.errors import (
     AccessDeniedError,
@@ -124,11 +124,16 @@ class Citeline:
         if same(_STORE_SETTINGS) and self._engine is not None:
             other._engine = self._engine
             other._borrowed.add("engine")
-        if same(_EMBEDDER_SETTINGS) and self._embedder is not None:
+        if same(_EMBEDDER_SETTINGS) and self._embedder is not None and same(self._embedder_reads()):
             other._embedder = self._embedder
         if same(_STORE_SETTINGS) and same(_KEYWORD_SETTINGS):
             other.keyword_index = self.keyword_index
         return other
+
+    def _embedder_reads(self) -> tuple[str, ...]:
+        """The settings besides :data:`_EMBEDDER_SETTINGS` that this instance's embedder was built from."""
+        provider, _ = EMBEDDERS.parse(self._settings.embedding_model)
+        return provider.settings
 
     def warm_up(self) -> Citeline:
         """Open the store, load the embedder, the keyword index and the claim judge now rather than at
@@ -168,11 +173,7 @@ class Citeline:
         if self._embedder is None:
             with self._lock:
                 if self._embedder is None:
-                    self._embedder = get_embedder(
-                        self._settings.embedding_model,
-                        batch_size=self._settings.embed_batch_size,
-                        threads=self._settings.embed_threads,
-                    )
+                    self._embedder = get_embedder(self._settings.embedding_model, self._settings)
         return self._embedder
 
     @property
@@ -531,7 +532,7 @@ class Citeline:
             with self._lock:
                 if name not in self._rerankers:
                     try:
-                        self._rerankers[name] = get_reranker(name, embedder=self.embedder)
+                        self._rerankers[name] = get_reranker(name, self.settings)
                     except ConfigError as exc:
                         if spec is None:
                             raise

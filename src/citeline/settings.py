@@ -42,9 +42,38 @@ class Settings(BaseSettings):
         description="Independent collection of documents (one PostgreSQL schema each).",
     )
 
-    embedding_model: str = Field(default="onnx:all-MiniLM-L6-v2", description="provider:model string.")
-    embed_batch_size: Annotated[int, Field(ge=1, le=1024)] = 32
+    embedding_model: str = Field(
+        default="onnx:all-MiniLM-L6-v2",
+        description="provider:model string: onnx:<packaged model>, openai:<model>, ollama:<model>, "
+        "sentence-transformers:<local folder>.",
+    )
+    embed_batch_size: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=32, description="Texts per model run, or per request to a remote provider."
+    )
     embed_threads: Annotated[int, Field(ge=0, le=256, description="0 means all cores.")] = 0
+    embed_base_url: str | None = Field(
+        default=None,
+        description="Base URL of the openai: or ollama: embedding server; unset: OpenAI "
+        "(https://api.openai.com/v1) or a local Ollama (http://127.0.0.1:11434).",
+    )
+    embed_api_key: SecretStr | None = Field(
+        default=None,
+        description="Key sent to the openai: or ollama: embedding server (as a bearer token); unset, "
+        "openai: sends openai_api_key.",
+    )
+    embed_timeout: Annotated[float, Field(gt=0, le=3_600)] = Field(
+        default=60.0, description="Seconds a remote embedding request may take (connecting, then each read)."
+    )
+    embed_retries: Annotated[int, Field(ge=0, le=20)] = Field(
+        default=3,
+        description="Retries of a remote embedding request that failed for a passing reason (timeout, "
+        "connection, HTTP 408, 425, 429, 500, 502-504).",
+    )
+    embed_retry_delay: Annotated[float, Field(ge=0, le=600)] = Field(
+        default=1.0,
+        description="Seconds before the first retry of a remote embedding request; each later one waits "
+        "twice as long (or what the server's Retry-After asks, up to a minute).",
+    )
 
     # Chosen on SciFact (citeline eval, weighted fusion, no reranker), nDCG@10 / recall@100: 500/75
     # 0.726/0.964, 800/120 0.738/0.969, 1000/150 0.730/0.961, 1500/200 0.732/0.965. 800 characters is

@@ -32,7 +32,6 @@ import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
-from citeline.embed.base import register_provider
 from citeline.errors import ConfigError, EmbeddingError
 
 if TYPE_CHECKING:
@@ -290,6 +289,3 @@ def _drop_nan_guards(graph: onnx.GraphProto) -> None:
     kept = [node for node in kept if node.op_type != "IsNaN" or node.output[0] in used]
     del graph.node[:]
     graph.node.extend(kept)
-
-
-register_provider("onnx", OnnxEmbedder)
