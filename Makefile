@@ -9,7 +9,7 @@ export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 PDFJS  := src/citeline/web/static/vendor/pdfjs
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install services web browser demo test test-sentence-transformers lint typecheck bench soak eval clean
+.PHONY: install services web browser demo test test-sentence-transformers lint typecheck bench bench-peers soak eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,22 @@ typecheck: install
 bench: install
 	$(BIN)/python -m bench.run
 
+## bench-peers: citeline against LangChain + Chroma on SciFact (bench/peers.py, docs/performance.md), in
+## .venv-peers: citeline with the `peers` extra, apart from citeline's own environment. Options go in
+## PEERS_ARGS, e.g. `make bench-peers PEERS_ARGS="--limit 300"`, then `PEERS_ARGS="--limit 300 --reuse"`.
+PEERS_VENV  := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+PEERS_ARGS  ?=
+
+$(PEERS_STAMP): pyproject.toml
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e ".[peers]"
+	rm -f $(PEERS_VENV)/.installed-* && touch $@
+
+bench-peers: $(PEERS_STAMP)
+	$(PEERS_VENV)/bin/python -m bench.peers $(PEERS_ARGS)
+
 ## soak: 20 worker kills at random moments while two Celery workers build 50 documents; fails on any
 ## document lost, stuck or duplicated (see bench/workers.py).
 soak: install
@@ -85,4 +101,4 @@ eval: install
 	$(BIN)/citeline eval ../shared/eval/scifact
 
 clean:
-	rm -rf $(VENV) citeline-data .pytest_cache .mypy_cache .ruff_cache web/node_modules $(PDFJS)
+	rm -rf $(VENV) $(PEERS_VENV) citeline-data .pytest_cache .mypy_cache .ruff_cache web/node_modules $(PDFJS)

@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -231,7 +232,8 @@ def audit(cl: Citeline, ids: list[uuid.UUID]) -> dict[str, int]:
 def soak(base: Settings, count: int, kills: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     docs = documents(count)
-    with redis_server() as url, tempfile.TemporaryDirectory(prefix="citeline-soak-") as logs:
+    logs = tempfile.mkdtemp(prefix="citeline-soak-")  # kept: the workers' logs tell what each kill hit
+    with redis_server() as url:
         settings = base.model_copy(
             update={
                 "namespace": f"soak_{uuid.uuid4().hex[:8]}",
@@ -277,6 +279,11 @@ def soak(base: Settings, count: int, kills: int, seed: int) -> dict[str, Any]:
                 elapsed = time.monotonic() - began
                 result = audit(cl, ids)
                 attempts = [cl.document(str(i)).attempts for i in ids]
+                builds = Counter(
+                    v
+                    for path in Path(logs).glob("worker-*.log")
+                    for v in re.findall(r"building version ([0-9a-f-]{36})", path.read_text(errors="replace"))
+                )
             finally:
                 workers.stop()
                 with cl.engine.begin() as conn:
@@ -285,11 +292,16 @@ def soak(base: Settings, count: int, kills: int, seed: int) -> dict[str, Any]:
                     )
     return {
         "soak_documents": count,
+        "soak_worker_logs": logs,
         # Every kill hits a worker in the middle of a version (see Workers.building).
         "soak_kills_mid_build": len(killed),
         "soak_last_kill_s": max(killed) if killed else 0.0,
         "soak_statuses": statuses,
         "soak_seconds": elapsed,
+        # Versions whose build was started more than once (the workers' logs), and the catalog's
+        # attempts (a build killed before its claim committed is not counted there).
+        "soak_versions_built_again": sum(n > 1 for n in builds.values()),
+        "soak_builds_started": sum(builds.values()),
         "soak_documents_retried": sum(a > 1 for a in attempts),
         "soak_max_attempts": max(attempts),
         **{f"soak_{k}": v for k, v in result.items()},

@@ -74,6 +74,20 @@ class Settings(BaseSettings):
         description="Seconds before the first retry of a remote embedding request; each later one waits "
         "twice as long (or what the server's Retry-After asks, up to a minute).",
     )
+    # The quality check before a namespace switches embedding model (citeline migrate, docs/ingesting.md).
+    migration_max_loss: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.02,
+        description="With gold questions, the switch passes when the paired 95% interval of nDCG@10 "
+        "(new minus old) stays above minus this.",
+    )
+    migration_min_overlap: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.3,
+        description="Without gold questions, the switch passes when the mean overlap of old and new "
+        "top-10 on sampled chunks used as queries is at least this.",
+    )
+    migration_sample: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        default=200, description="Chunks sampled as queries by the overlap check."
+    )
 
     # Chosen on SciFact (citeline eval, weighted fusion, no reranker), nDCG@10 / recall@100: 500/75
     # 0.726/0.964, 800/120 0.738/0.969, 1000/150 0.730/0.961, 1500/200 0.732/0.965. 800 characters is

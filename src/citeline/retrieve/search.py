@@ -61,6 +61,9 @@ class Hit:
     fused_score: float
     #: The reranker's score, when a reranker reordered this hit (its scale is the reranker's own).
     rerank_score: float | None = None
+    #: Auto-metadata of the chunk (citeline.annotate): model-number keys and section type.
+    model_numbers: tuple[str, ...] = ()
+    section_type: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -88,6 +91,9 @@ class InScope:
     document_ids: list[uuid.UUID]
     chunks: int
     corpus_chunks: int
+    #: With chunk-level filters (model number, section type): the chunks of those documents that
+    #: pass them, found through their indexes; ``chunks`` then counts these.
+    chunk_ids: list[int] | None = None
 
 
 def check_models(conn: sa.Connection, model: str, filters: Filters) -> InScope | None:
@@ -120,6 +126,18 @@ def check_models(conn: sa.Connection, model: str, filters: Filters) -> InScope |
             {**params, "m": model},
         ).one()
         scope = InScope(list(ids), int(chunks), int(corpus))
+        if filters.on_chunks:
+            condition, bound = filters.chunk_sql("c")
+            chunk_ids = list(
+                conn.execute(
+                    sa.text(
+                        "SELECT c.id FROM chunks c WHERE c.document_id = ANY(CAST(:ids AS uuid[])) "
+                        f"AND c.embedding_model = :m AND {condition}"
+                    ),
+                    {**bound, "ids": scope.document_ids, "m": model},
+                ).scalars()
+            )
+            scope = InScope(scope.document_ids, len(chunk_ids), scope.corpus_chunks, chunk_ids)
     if others:
         raise ModelMismatchError(
             f"the query would be embedded with {model}, but documents in this search were embedded with "
@@ -167,12 +185,14 @@ def hybrid_search(
         "document_ids": scope.document_ids if scope else None,
         "limit": depth,
     }
+    chunk_ids = scope.chunk_ids if scope else None
     documents: list[DocumentMatch] = []
-    # Reciprocal rank fusion has no weights, so whole-document BM25 enters the weighted modes only.
-    if settings.weight_document > 0 and fusion is not Fusion.RECIPROCAL_RANK:
+    # Reciprocal rank fusion has no weights, so whole-document BM25 enters the weighted modes only;
+    # a filter on chunks (not documents) leaves it out too.
+    if settings.weight_document > 0 and fusion is not Fusion.RECIPROCAL_RANK and chunk_ids is None:
         keyword, documents = keyword_index.search_with_documents(conn, terms, **stage)
     else:
-        keyword = keyword_index.search(conn, terms, **stage)
+        keyword = keyword_index.search(conn, terms, **stage, chunk_ids=chunk_ids)
     t1 = time.perf_counter()
     vector = query_vector()
     t2 = time.perf_counter()
@@ -186,6 +206,7 @@ def hybrid_search(
         ef_search=settings.hnsw_ef_search,
         exact_below=settings.exact_search_below,
         scope=(scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None,
+        chunk_ids=scope.chunk_ids if scope else None,
     )
     t3 = time.perf_counter()
 
@@ -308,10 +329,10 @@ def _fetch(conn: sa.Connection, ids: list[int], access: Access = FULL_ACCESS) ->
         sa.text(
             "SELECT c.id AS chunk_id, d.document_id, d.name AS document_name, d.title, c.version, "
             "d.content_type, c.page, c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, "
-            "d.vector_count AS total_chunks, c.text "
+            "d.vector_count AS total_chunks, c.text, c.model_numbers, c.section_type "
             "FROM chunks c JOIN documents d ON d.id = c.document_id "
             f"WHERE c.id = ANY(:ids) AND d.is_active AND {visible}"
         ),
         {"ids": ids, **params},
     )
-    return {row.chunk_id: dict(row._mapping) for row in result}
+    return {row.chunk_id: {**row._mapping, "model_numbers": tuple(row.model_numbers)} for row in result}

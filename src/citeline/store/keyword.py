@@ -200,11 +200,13 @@ class KeywordIndex(Protocol):
         params: dict[str, Any],
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
+        chunk_ids: Sequence[int] | None = None,
     ) -> list[tuple[int, float]]:
         """The ``limit`` best chunks that satisfy ``where``, as ``(chunk_id, score)``, best first.
 
         ``document_ids``, for a filtered search, are the documents ``where`` keeps (already resolved
-        by the caller); ``None`` means the search is not filtered.
+        by the caller); ``None`` means the search is not filtered. ``chunk_ids``, for a search with
+        chunk-level filters, are the only chunks it may return.
         """
         ...
 
@@ -241,7 +243,11 @@ class SqlKeywordIndex:
         params: dict[str, Any],
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
+        chunk_ids: Sequence[int] | None = None,
     ) -> list[tuple[int, float]]:
+        if chunk_ids is not None:
+            where = f"{where} AND d.chunk_id = ANY(CAST(:kw_chunks AS bigint[]))"
+            params = {**params, "kw_chunks": list(chunk_ids)}
         return keyword_search(conn, terms, where=where, params=params, limit=limit)
 
     def search_with_documents(
@@ -322,11 +328,15 @@ class MemoryKeywordIndex:
         params: dict[str, Any],
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
+        chunk_ids: Sequence[int] | None = None,
     ) -> list[tuple[int, float]]:
         with self._lock:
             self._sync(conn)
+            allowed = self._allowed(self._in_filter(document_ids))
+            if chunk_ids is not None:
+                allowed = allowed & np.isin(self._chunk_ids, np.asarray(chunk_ids, dtype=np.int64))
             scores = self._bm25(terms, self._segments, self._alive, self._dl)
-            return self._top_chunks(scores, self._allowed(self._in_filter(document_ids)), limit)
+            return self._top_chunks(scores, allowed, limit)
 
     def search_with_documents(
         self,

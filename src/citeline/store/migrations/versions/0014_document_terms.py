@@ -5,8 +5,8 @@ its length in terms, and ``corpus_stats`` the number and total length of the act
 and avgdl at the document level). Versions stored before this revision get their terms from their
 stored chunks, with the analyzer the namespace was indexed with.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0014
+Revises: 0013
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from alembic import op
 
 from citeline.store.analyzer import Analyzer, DocumentTerms
 
-revision = "0011"
-down_revision = "0010"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
