@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,8 @@ def build_search_corpus(cl: Citeline, size: int, scopes: int) -> None:
                         file_path=None,
                         page_count=1,
                         duration_ms=0,
+                        # The document is its chunks laid end to end.
+                        terms=sum((Counter(r.terms) for r in rows), Counter()),
                     )
                 ],
             )

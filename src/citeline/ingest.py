@@ -43,7 +43,7 @@ from citeline.load import SUPPORTED_SUFFIXES, load
 from citeline.retrieve.filters import normalise_category
 from citeline.split import split
 from citeline.store import catalog
-from citeline.store.analyzer import Analyzer
+from citeline.store.analyzer import Analyzer, DocumentTerms
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
 from citeline.store.models import Status
 from citeline.store.vectors import ensure_index
@@ -251,6 +251,8 @@ class _Job:
     pending: int = 0
     exhausted: bool = False
     failed: bool = False
+    #: The whole version's keyword terms, gathered as its chunks are cut.
+    terms: DocumentTerms | None = None
 
 
 @dataclass
@@ -477,7 +479,9 @@ class Ingestor:
             try:
                 if job.fetch and not self._fetch(job, run):
                     continue
+                job.terms = DocumentTerms(self.analyzer)
                 for draft in self._drafts(job, run):
+                    job.terms.add(draft.page, draft.start, draft.end, draft.text)
                     run.buffer.append((job, self._row(draft)))
                     job.pending += 1
                     if len(run.buffer) >= EMBED_BATCH:
@@ -680,6 +684,7 @@ class Ingestor:
                         page_count=job.pages,
                         duration_ms=(time.perf_counter() - job.started) * 1e3,
                         source_metadata=dict(job.loaded.metadata) if job.loaded else {},
+                        terms=job.terms.counts() if job.terms else {},
                     )
                     for job in ready
                 ],

@@ -103,12 +103,22 @@ class Settings(BaseSettings):
     chunk_overlap: Annotated[int, Field(ge=0, le=10_000)] = 120
 
     # Measured on SciFact (citeline eval, chunks 800/120): dbsf 0.745 nDCG@10, weighted 0.738,
-    # reciprocal rank 0.708; dbsf also led at chunks 500/75 and 1500/200 (docs/search.md).
+    # reciprocal rank 0.708; dbsf also led at chunks 500/75 and 1500/200 (docs/search.md). Against
+    # weighted on 450 claims (300 test, 150 untuned): Δ +0.007, 95% CI +0.001 to +0.013.
     fusion: Fusion = Fusion.DISTRIBUTION
     rrf_k: Annotated[int, Field(ge=1)] = 60
     weight_semantic: Annotated[float, Field(ge=0)] = 0.6
     weight_keyword: Annotated[float, Field(ge=0)] = 0.2
     weight_source: Annotated[float, Field(ge=0)] = 0.2
+    # Off: in place of chunk BM25 it moved nDCG@10 by -0.004 (test claims) and +0.011 (untuned
+    # claims), neither beyond the noise, and 5-fold cross-validation did not prefer it (docs/evaluation.md).
+    weight_document: Annotated[float, Field(ge=0)] = Field(
+        default=0.0,
+        description=(
+            "Weight of whole-document BM25 in weighted and dbsf fusion: the score of each of the best "
+            "documents reaches its candidate chunks. 0 leaves it out."
+        ),
+    )
     source_boost: dict[str, float] = Field(
         default_factory=lambda: {
             "application/pdf": 1.0,

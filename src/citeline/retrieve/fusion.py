@@ -77,12 +77,19 @@ def fuse_weighted(
     w_keyword: float,
     w_source: float,
     scale: Scale = scaled_min_max,
+    document: NDArray[np.float64] | None = None,
+    in_document: NDArray[np.bool_] | None = None,
+    w_document: float = 0.0,
 ) -> NDArray[np.float64]:
     """Weighted score fusion as in the medical search, over arrays aligned on the candidates: each
     list is scaled over its own members (``in_semantic``, ``in_keyword``), a candidate missing from a
-    list scores 0 for it, and a per-source boost in [0, 1] is added."""
+    list scores 0 for it, and a per-source boost in [0, 1] is added. ``document``, when given, is a
+    third list (whole-document BM25 reaching the chunks), scaled over ``in_document``."""
     fused = w_source * source
-    for values, members, weight in ((semantic, in_semantic, w_semantic), (keyword, in_keyword, w_keyword)):
+    lists = [(semantic, in_semantic, w_semantic), (keyword, in_keyword, w_keyword)]
+    if document is not None and in_document is not None and w_document:
+        lists.append((document, in_document, w_document))
+    for values, members, weight in lists:
         part = np.zeros_like(fused)
         part[members] = scale(values[members])
         fused += weight * part
@@ -114,12 +121,20 @@ def weighted(
     w_keyword: float,
     w_source: float,
     normalise: Callable[[Mapping[int, float]], dict[int, float]] = min_max,
+    document: Mapping[int, float] | None = None,
+    w_document: float = 0.0,
 ) -> dict[int, float]:
-    """:func:`fuse_weighted` over mappings (normalised by ``normalise``). A candidate missing from one
+    """Weighted score fusion as in the medical search: normalised similarity and BM25 (min-max by
+    default, or :func:`three_sigma`), plus a per-source boost in [0, 1]. ``document``, when given, is a
+    third list (whole-document BM25 on chunks), normalised on its own. A candidate missing from one
     list scores 0 for it."""
-    sem, kw = normalise(semantic), normalise(keyword)
-    keys = set(semantic) | set(keyword)
+    document = document or {}
+    sem, kw, doc = normalise(semantic), normalise(keyword), normalise(document)
+    keys = set(semantic) | set(keyword) | set(document)
     return {
-        key: w_semantic * sem.get(key, 0.0) + w_keyword * kw.get(key, 0.0) + w_source * source.get(key, 0.0)
+        key: w_semantic * sem.get(key, 0.0)
+        + w_keyword * kw.get(key, 0.0)
+        + w_document * doc.get(key, 0.0)
+        + w_source * source.get(key, 0.0)
         for key in keys
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict
@@ -21,7 +21,7 @@ from citeline.retrieve.filters import Filters
 from citeline.retrieve.fusion import fuse_reciprocal_rank, fuse_weighted, scaled_min_max, scaled_three_sigma
 from citeline.settings import Fusion, Settings
 from citeline.store.analyzer import Analyzer
-from citeline.store.keyword import KeywordIndex
+from citeline.store.keyword import DocumentMatch, KeywordIndex
 from citeline.store.vectors import dense_search, plan_dense, to_pgvector
 
 
@@ -249,16 +249,22 @@ def hybrid_search(
         view = read_catalog(conn, model, request.filters, checked)
         scope = view.scope
         t1 = time.perf_counter()
-        keyword = keyword_index.search(
-            conn,
-            analyzer.term_counts(request.query),
-            where=where,
-            params=params,
-            document_ids=scope.document_ids if scope else None,
-            limit=depth,
-            chunk_ids=scope.chunk_ids if scope else None,
-            log=view.log,
-        )
+        terms = analyzer.term_counts(request.query)
+        stage: dict[str, Any] = {
+            "where": where,
+            "params": params,
+            "document_ids": scope.document_ids if scope else None,
+            "limit": depth,
+            "log": view.log,
+        }
+        chunk_ids = scope.chunk_ids if scope else None
+        documents: list[DocumentMatch] = []
+        # Reciprocal rank fusion has no weights, so whole-document BM25 enters the weighted modes only;
+        # a filter on chunks (not documents) leaves it out too.
+        if settings.weight_document > 0 and fusion is not Fusion.RECIPROCAL_RANK and chunk_ids is None:
+            keyword, documents = keyword_index.search_with_documents(conn, terms, **stage)
+        else:
+            keyword = keyword_index.search(conn, terms, **stage, chunk_ids=chunk_ids)
         t2 = time.perf_counter()
         vector = query_vector()
         t3 = time.perf_counter()
@@ -275,9 +281,10 @@ def hybrid_search(
             **plan_args,
         )
         t4 = time.perf_counter()
-        candidates = _candidates(conn, dense, keyword, vector)
+        # Each of the best documents brings its best keyword chunk, so its score reaches one chunk at least.
+        candidates = _candidates(conn, dense, keyword, vector, [m.best_chunk for m in documents])
         t5 = time.perf_counter()
-        ranked = _rank(candidates, fusion, settings, threshold, top_k)
+        ranked = _rank(candidates, fusion, settings, threshold, top_k, documents)
         t6 = time.perf_counter()
         texts = _texts(conn, [int(candidates.ids[i]) for i, _ in ranked])
         t7 = time.perf_counter()
@@ -307,6 +314,15 @@ class _PlanArgs(TypedDict):
     ef_search: int
     exact_below: int
     tuple_cost: float
+
+
+def document_evidence(
+    documents: Sequence[DocumentMatch], version_of: Mapping[int, uuid.UUID]
+) -> dict[int, float]:
+    """Whole-document BM25 as a list over chunks: every candidate chunk (``version_of``: candidate chunk
+    id to its version) of one of the best ``documents`` gets that document's score."""
+    by_version = {m.version_id: m.score for m in documents}
+    return {cid: by_version[v] for cid, v in version_of.items() if v in by_version}
 
 
 def _plan_args(settings: Settings, depth: int) -> _PlanArgs:
@@ -344,6 +360,8 @@ class _Candidates:
     fields. Ranks are 1-based places in the dense and keyword lists, 0 where a list lacks it."""
 
     ids: NDArray[np.int64]
+    #: Each candidate's version (``documents.id``), which whole-document scores are keyed by.
+    versions: list[uuid.UUID]
     distance: NDArray[np.float64]
     dense_rank: NDArray[np.int64]
     keyword: NDArray[np.float64]
@@ -354,7 +372,7 @@ class _Candidates:
     def hit(self, i: int, fused: float, text: str) -> Hit:
         distance = float(self.distance[i])
         stored = dict(self.rows[i]._mapping)
-        del stored["query_distance"]
+        del stored["query_distance"], stored["version_id"]
         stored["model_numbers"] = tuple(stored["model_numbers"])
         return Hit(
             **stored,
@@ -371,18 +389,19 @@ def _candidates(
     dense: list[tuple[int, float]],
     keyword: list[tuple[int, float]],
     query: NDArray[np.float32],
+    extra: Sequence[int] = (),
 ) -> _Candidates:
     """Read every candidate of both lists in one statement: its stored fields but the text (content
     type included) and, for keyword-only ones, its cosine distance (dense hits bring theirs). Chunks
     retired since the index queries are left out."""
     dense_at = {cid: (rank, distance) for rank, (cid, distance) in enumerate(dense, start=1)}
     keyword_at = {cid: (rank, score) for rank, (cid, score) in enumerate(keyword, start=1)}
-    ids = list(dense_at) + [cid for cid in keyword_at if cid not in dense_at]
+    ids = list(dense_at) + list(dict.fromkeys(c for c in (*keyword_at, *extra) if c not in dense_at))
     rows: Sequence[sa.Row[Any]] = []
     if ids:
         rows = conn.execute(
             sa.text(
-                f"SELECT {_CANDIDATE_COLUMNS}, "
+                f"SELECT {_CANDIDATE_COLUMNS}, d.id AS version_id, "
                 "CASE WHEN c.id = ANY(:todo) THEN c.embedding <=> CAST(:q AS vector) END AS query_distance "
                 "FROM chunks c JOIN documents d ON d.id = c.document_id "
                 "WHERE c.id = ANY(:ids) AND d.is_active"
@@ -393,6 +412,7 @@ def _candidates(
     no_rank = (0, 0.0)
     return _Candidates(
         ids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
+        versions=[r.version_id for r in rows],
         distance=np.fromiter(
             (r.query_distance if r.query_distance is not None else dense_at[r[0]][1] for r in rows),
             dtype=np.float64,
@@ -407,11 +427,18 @@ def _candidates(
 
 
 def _rank(
-    candidates: _Candidates, fusion: Fusion, settings: Settings, threshold: float | None, top_k: int
+    candidates: _Candidates,
+    fusion: Fusion,
+    settings: Settings,
+    threshold: float | None,
+    top_k: int,
+    documents: Sequence[DocumentMatch] = (),
 ) -> list[tuple[int, float]]:
     """The top-k candidates within ``threshold`` as ``(index in candidates, fused score)``, best first
-    (ties by chunk id)."""
+    (ties by chunk id). ``documents`` (whole-document BM25) reach every candidate of theirs."""
     c = candidates
+    by_version = document_evidence(documents, dict(zip(c.ids.tolist(), c.versions, strict=True)))
+    document = np.fromiter((by_version.get(int(i), 0.0) for i in c.ids), dtype=np.float64, count=c.ids.size)
     if fusion is Fusion.RECIPROCAL_RANK:
         fused = fuse_reciprocal_rank([c.dense_rank, c.keyword_rank], k=settings.rrf_k)
     else:
@@ -425,6 +452,9 @@ def _rank(
             w_keyword=settings.weight_keyword,
             w_source=settings.weight_source,
             scale=scaled_three_sigma if fusion is Fusion.DISTRIBUTION else scaled_min_max,
+            document=document,
+            in_document=document > 0,
+            w_document=settings.weight_document,
         )
     order = np.lexsort((c.ids, -fused))
     if threshold is not None:

@@ -13,7 +13,7 @@ import hashlib
 import json
 import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -845,6 +845,8 @@ class Activation:
     page_count: int
     duration_ms: float
     source_metadata: dict[str, str] = field(default_factory=dict)
+    #: The keyword terms of the whole version (see analyzer.DocumentTerms), for document-level BM25.
+    terms: Mapping[str, int] = field(default_factory=dict)
 
 
 def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[DocumentInfo]:
@@ -897,6 +899,7 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
         )
     chosen = [a for a in newest.values() if a.document.embedding_model == served]
     out = _stage(conn, staged)
+    _store_terms(conn, [*staged, *chosen])
     if not chosen:
         return out
     ids = [a.document.version_id for a in chosen]
@@ -914,6 +917,7 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
     _retire_others(conn, sources, keep=ids + _newer_twins(conn, ids, target))
     _record_built(conn, chosen, {i: n for i, (n, _) in totals.items()}, active=True)
     _bump_totals(conn, sum(c for c, _ in totals.values()), sum(t for _, t in totals.values()))
+    _bump_document_totals(conn, ids)
     _log(conn, ids, added=True)
     rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
     by_id = {r.version_id: _row_to_info(r) for r in rows}
@@ -1031,6 +1035,7 @@ def retire_and_activate(
         {"ids": list(ids)},
     )
     _bump_totals(conn, chunks, tokens)
+    _bump_document_totals(conn, ids)
     _log(conn, ids, added=True)
 
 
@@ -1042,6 +1047,43 @@ def versions_by_id(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> lis
     )
     by_id = {r.version_id: _row_to_info(r) for r in rows}
     return [by_id[i] for i in version_ids if i in by_id]
+
+
+def _store_terms(conn: sa.Connection, built: Sequence[Activation]) -> None:
+    """Store built versions' document-level terms and lengths (counted once they become visible)."""
+    ids, terms, tfs = [], [], []
+    for a in built:
+        for term, tf in a.terms.items():
+            ids.append(a.document.version_id)
+            terms.append(term)
+            tfs.append(tf)
+    conn.execute(
+        sa.text(
+            "INSERT INTO document_terms (document_id, term, tf) "
+            "SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:terms AS text[]), CAST(:tfs AS int[]))"
+        ),
+        {"ids": ids, "terms": terms, "tfs": tfs},
+    )
+    conn.execute(
+        sa.text(
+            "UPDATE documents d SET keyword_length = v.n "
+            "FROM unnest(CAST(:ids AS uuid[]), CAST(:ns AS int[])) AS v(id, n) WHERE d.id = v.id"
+        ),
+        {"ids": [a.document.version_id for a in built], "ns": [sum(a.terms.values()) for a in built]},
+    )
+
+
+def _bump_document_totals(conn: sa.Connection, ids: Sequence[uuid.UUID]) -> None:
+    """Count versions just made visible in the document-level totals (BM25's N and avgdl)."""
+    conn.execute(
+        sa.text(
+            "UPDATE corpus_stats SET document_count = document_count + t.n, "
+            "document_token_total = document_token_total + t.total FROM (SELECT count(*) AS n, "
+            "coalesce(sum(keyword_length), 0) AS total FROM documents "
+            "WHERE id = ANY(CAST(:ids AS uuid[])) AND keyword_length IS NOT NULL) t WHERE id = 1"
+        ),
+        {"ids": list(ids)},
+    )
 
 
 def delete_document(conn: sa.Connection, document_id: uuid.UUID) -> list[DocumentInfo]:
@@ -1063,7 +1105,7 @@ def _retire_others(conn: sa.Connection, source_uris: Sequence[str], keep: Sequen
     """Delete every version of these sources but ``keep``, taking the visible ones out of the totals."""
     retired = conn.execute(
         sa.text(
-            "SELECT d.id, count(c.id), coalesce(sum(c.token_count), 0) FROM documents d "
+            "SELECT d.id, count(c.id), coalesce(sum(c.token_count), 0), d.keyword_length FROM documents d "
             "LEFT JOIN chunks c ON c.document_id = d.id "
             "WHERE d.source_uri = ANY(:s) AND d.is_active AND d.id <> ALL(CAST(:keep AS uuid[])) "
             "GROUP BY d.id"
@@ -1072,6 +1114,15 @@ def _retire_others(conn: sa.Connection, source_uris: Sequence[str], keep: Sequen
     ).all()
     if retired:
         _bump_totals(conn, -sum(int(r[1]) for r in retired), -sum(int(r[2]) for r in retired))
+        # A version swapped in by a citeline older than document terms has no length and was not counted.
+        counted = [int(r[3]) for r in retired if r[3] is not None]
+        conn.execute(
+            sa.text(
+                "UPDATE corpus_stats SET document_count = document_count - :c, "
+                "document_token_total = document_token_total - :t WHERE id = 1"
+            ),
+            {"c": len(counted), "t": sum(counted)},
+        )
         _log(conn, [r[0] for r in retired], added=False)
     conn.execute(
         sa.text("DELETE FROM documents WHERE source_uri = ANY(:s) AND id <> ALL(CAST(:keep AS uuid[]))"),
