@@ -1226,6 +1226,7 @@ def serve(
         workers=workers,
         log_level="info",
         log_config=log_config,
+        timeout_keep_alive=int(settings.api_keep_alive_seconds),
     )
 
 

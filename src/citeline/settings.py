@@ -316,6 +316,12 @@ class Settings(BaseSettings):
     api_generation_wait: Annotated[float, Field(ge=0, le=3_600)] = Field(
         default=60.0, description="Seconds an answer waits in the queue before the request gets a 503."
     )
+    api_keep_alive_seconds: Annotated[float, Field(gt=0, le=3_600)] = Field(
+        default=75.0,
+        description="Seconds the server keeps an idle client connection open; longer than the idle "
+        "timeout of a load balancer in front of it, so the balancer never reuses a connection the "
+        "server is closing.",
+    )
     api_heartbeat_seconds: Annotated[float, Field(gt=0, le=300)] = Field(
         default=10.0, description="A streamed answer sends a comment line after this many silent seconds."
     )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,3 +66,16 @@ def test_open_mode_answers_without_a_key_and_says_so_loudly(open_server: Server)
     response = httpx.get(f"{open_server.url}/keys", timeout=30)
     assert response.status_code == 200
     assert "OPEN MODE" in open_server.log_text()
+
+
+def test_an_idle_connection_is_kept_open_longer_than_uvicorns_five_seconds(server: Server) -> None:
+    """A pooled connection reused after a pause must still be open: uvicorn's default keep-alive of 5 s
+    dropped requests of clients (and would of a load balancer) reusing a connection it was closing."""
+    host, port = server.url.removeprefix("http://").split(":")
+    request = f"GET /health/live HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(request)
+        assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(6.5)
+        conn.sendall(request)
+        assert conn.recv(65536).startswith(b"HTTP/1.1 200")  # b"" if the server had closed it
