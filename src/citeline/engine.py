@@ -172,10 +172,17 @@ class Citeline:
         provider, _ = EMBEDDERS.parse(self._settings.embedding_model)
         return provider.settings
 
-    def warm_up(self) -> Citeline:
+    def warm_up(self, *, search: bool = True) -> Citeline:
         """Open the store, load the embedder (with its query session), the keyword index and the claim
-        judge now rather than at the first request."""
+        judge now rather than at the first request.
+
+        ``search`` False loads only what building documents needs (the store and the embedder): a job
+        worker never searches, and the query session, keyword index and judge would cost it memory.
+        """
         self.embedder  # noqa: B018
+        if not search:
+            self.engine  # noqa: B018
+            return self
         # Embedding one text opens the query session (see CITELINE_QUERY_THREADS).
         self.query_vectors.embed(self.query_embedder, "warm up")
         with self.engine.connect() as conn:
