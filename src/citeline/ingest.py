@@ -43,7 +43,7 @@ from citeline.split import split
 from citeline.store import catalog
 from citeline.store.analyzer import Analyzer
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
-from citeline.store.vectors import ensure_index
+from citeline.store.index import VectorIndex
 from citeline.types import ChunkDraft, LoadedSource, Page
 
 log = logging.getLogger(__name__)
@@ -277,6 +277,7 @@ class Ingestor:
         engine: sa.Engine,
         embedder: Embedder,
         analyzer: Analyzer,
+        index: VectorIndex,
         *,
         files_dir: Path,
         chunk_size: int,
@@ -287,6 +288,7 @@ class Ingestor:
         self.engine = engine
         self.embedder = embedder
         self.analyzer = analyzer
+        self.index = index
         self.files_dir = files_dir
         self.chunk_size = chunk_size
         self.chunk_overlap = chunk_overlap
@@ -448,6 +450,9 @@ class Ingestor:
                 jobs.append(_Job(source, doc, started, size, overlap))
                 continue
             outcome = Outcome.RELABELLED if start is VersionStart.RELABELLED else Outcome.UNCHANGED
+            if start is VersionStart.RELABELLED:
+                with self._tx(run) as conn:
+                    self.index.relabelled(conn, [doc.version_id])
             run.report(
                 IngestResult(source.label, outcome, doc, doc.vector_count, 0, time.perf_counter() - started)
             )
@@ -456,7 +461,7 @@ class Ingestor:
     def _ensure_index(self, run: _Run) -> None:
         if not self._index_ready:
             with self._tx(run) as conn:
-                ensure_index(conn, self.embedder.model_id, self.embedder.dimension)
+                self.index.prepare(conn, self.embedder.model_id, self.embedder.dimension)
             self._index_ready = True
 
     def _drafts(self, job: _Job, run: _Run) -> Iterator[ChunkDraft]:
@@ -502,7 +507,9 @@ class Ingestor:
         items, run.buffer = run.buffer, []
         rows = [row for _, row in items]
         with self._tx(run) as conn:
-            known = catalog.cached_vectors(conn, self.embedder.model_id, [r.text_hash for r in rows])
+            known = catalog.cached_vectors(
+                conn, self.embedder.model_id, [r.text_hash for r in rows], self.index
+            )
         todo = [i for i, r in enumerate(rows) if r.text_hash not in known]
         assert run.embedding is not None
         future = run.embedding.submit(self.embedder.embed, [rows[i].text for i in todo])
@@ -529,7 +536,11 @@ class Ingestor:
                 for idxs in by_job.values()
             ]
             with self._tx(run) as conn:
-                catalog.insert_chunks(conn, model, groups)
+                stored = catalog.insert_chunks(conn, model, groups, inline_vectors=self.index.in_rows)
+                # An index outside PostgreSQL writes before the rows commit, and the version is swapped
+                # in later (_finish_ready): a crash leaves at worst vectors without chunks (repair
+                # removes them), never an active chunk without its vector.
+                self.index.add(conn, model, stored)
         except CitelineError as exc:
             for job in {id(job): job for _, job, _ in items}.values():
                 self._drop(job, run, str(exc), transient=isinstance(exc, TRANSIENT))
@@ -562,6 +573,7 @@ class Ingestor:
             return
         with self._tx(run) as conn:
             previous = catalog.version_files(conn, [job.source.uri for job in ready])
+            versions = catalog.version_ids(conn, [job.source.uri for job in ready])
             docs = catalog.activate(
                 conn,
                 [
@@ -576,7 +588,11 @@ class Ingestor:
                     )
                     for job in ready
                 ],
+                vector_index=self.index.name,
             )
+        # The versions this swap retired (and any not swapped in) leave the index after the commit.
+        swapped_in = {doc.version_id for doc in docs}
+        self._forget(run, [v for v in versions if v not in swapped_in])
         remove_unused_files(self.engine, {Path(f) for f in previous})
         swapped = {doc.version_id: doc for doc in docs}
         for job in ready:
@@ -588,6 +604,7 @@ class Ingestor:
                 with self.engine.begin() as conn:
                     catalog.discard_chunks(conn, job.doc.version_id)
                     stopped = catalog.get_version(conn, job.doc.version_id)
+                self._forget(run, [job.doc.version_id])
                 run.report(
                     IngestResult(
                         job.source.label, Outcome.FAILED, stopped, seconds=elapsed, error=stopped.error
@@ -620,6 +637,12 @@ class Ingestor:
             run.conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
             yield run.conn
 
+    def _forget(self, run: _Run, version_ids: Sequence[uuid.UUID]) -> None:
+        """Remove vectors of versions whose chunks the catalog no longer keeps (or will not keep)."""
+        if version_ids and not self.index.in_rows:
+            with self._tx(run) as conn:
+                self.index.remove(conn, version_ids)
+
     def _drop(self, job: _Job, run: _Run, reason: str, *, transient: bool = False) -> None:
         """Fail one version: forget its buffered chunks, record the reason, release its original.
 
@@ -635,6 +658,7 @@ class Ingestor:
             with self.engine.begin() as conn:
                 catalog.requeue(conn, job.doc.version_id, f"{reason} (retrying in {delay:g} s)", delay=delay)
                 queued = catalog.get_version(conn, job.doc.version_id)
+            self._forget(run, [job.doc.version_id])
             run.report(IngestResult(src.label, Outcome.RETRYING, queued, error=reason))
             return
         if transient and run.retry is not None:
@@ -642,6 +666,7 @@ class Ingestor:
         run.report(
             self._record_failure(src.label, src.uri, src.name, run.labels, job.doc, reason, job.started)
         )
+        self._forget(run, [job.doc.version_id])
         if src.stored_file is not None:
             remove_unused_files(self.engine, [src.stored_file])
 

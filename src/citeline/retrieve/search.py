@@ -18,8 +18,9 @@ from citeline.retrieve.filters import Filters
 from citeline.retrieve.fusion import min_max, reciprocal_rank, three_sigma, weighted
 from citeline.settings import Fusion, Settings
 from citeline.store.analyzer import Analyzer
+from citeline.store.index import InScope, VectorIndex, VectorQuery, cosine_distances, fill_vectors
 from citeline.store.keyword import KeywordIndex
-from citeline.store.vectors import dense_search, to_pgvector
+from citeline.store.vectors import as_array, to_pgvector
 
 
 @dataclass(frozen=True)
@@ -80,51 +81,44 @@ class Timings:
     rerank: float = 0.0
 
 
-@dataclass(frozen=True)
-class InScope:
-    """What a filtered search may see, read once per search: the active documents of the query's model
-    that pass the filter, how many chunks they hold, and how many the whole corpus holds."""
-
-    document_ids: list[uuid.UUID]
-    chunks: int
-    corpus_chunks: int
-
-
-def check_models(conn: sa.Connection, model: str, filters: Filters) -> InScope | None:
-    """Refuse a search whose documents were embedded by another model than the query's.
+def check_models(
+    conn: sa.Connection, model: str, filters: Filters, vector_index: str = "pgvector"
+) -> InScope | None:
+    """Refuse a search whose documents were embedded by another model than the query's, or whose vectors
+    another vector index holds than ``vector_index``: a query never mixes vector spaces.
 
     For a filtered search, the same statement also resolves its :class:`InScope`, which the dense and
     keyword stages then share instead of each reading the documents again.
     """
     where, params = filters.sql()
+    bind = {**params, "m": model, "vi": vector_index}
+    other = "(d.embedding_model <> :m OR d.vector_index <> :vi)"
+    space = "d.embedding_model || ' (' || d.vector_index || ')'"
     if filters.is_empty:
         others = list(
             conn.execute(
-                sa.text(
-                    "SELECT DISTINCT d.embedding_model FROM documents d "
-                    f"WHERE {where} AND d.embedding_model <> :m"
-                ),
-                {**params, "m": model},
+                sa.text(f"SELECT DISTINCT {space} FROM documents d WHERE {where} AND {other}"), bind
             ).scalars()
         )
         scope = None
     else:
         ids, chunks, others, corpus = conn.execute(
             sa.text(
-                "SELECT coalesce(array_agg(d.id) FILTER (WHERE d.embedding_model = :m), '{}'), "
-                "coalesce(sum(d.vector_count) FILTER (WHERE d.embedding_model = :m), 0), "
-                "coalesce(array_agg(DISTINCT d.embedding_model) FILTER (WHERE d.embedding_model <> :m), "
-                "'{}'), (SELECT chunk_count FROM corpus_stats WHERE id = 1) "
+                f"SELECT coalesce(array_agg(d.id) FILTER (WHERE NOT {other}), '{{}}'), "
+                f"coalesce(sum(d.vector_count) FILTER (WHERE NOT {other}), 0), "
+                f"coalesce(array_agg(DISTINCT {space}) FILTER (WHERE {other}), '{{}}'), "
+                "(SELECT chunk_count FROM corpus_stats WHERE id = 1) "
                 f"FROM documents d WHERE {where}"
             ),
-            {**params, "m": model},
+            bind,
         ).one()
         scope = InScope(list(ids), int(chunks), int(corpus))
     if others:
         raise ModelMismatchError(
-            f"the query would be embedded with {model}, but documents in this search were embedded with "
-            f"{', '.join(sorted(others))}. Set CITELINE_EMBEDDING_MODEL to that model, or re-ingest the "
-            "documents with the current one."
+            f"the query would be embedded with {model} and searched in {vector_index}, but documents in "
+            f"this search were embedded with {', '.join(sorted(others))}. Set CITELINE_EMBEDDING_MODEL and "
+            "CITELINE_VECTOR_BACKEND to match them, or re-ingest the documents (citeline reingest) with "
+            "the current ones."
         )
     return scope
 
@@ -137,6 +131,7 @@ def hybrid_search(
     model: str,
     analyzer: Analyzer,
     keyword_index: KeywordIndex,
+    vector_index: VectorIndex,
     settings: Settings,
     timings: Timings | None = None,
 ) -> list[Hit]:
@@ -157,7 +152,7 @@ def hybrid_search(
     fusion = request.fusion or settings.fusion
     timings = timings or Timings()
     where, params = request.filters.sql()
-    scope = check_models(conn, model, request.filters)
+    scope = check_models(conn, model, request.filters, vector_index.name)
 
     t0 = time.perf_counter()
     keyword = keyword_index.search(
@@ -171,20 +166,10 @@ def hybrid_search(
     t1 = time.perf_counter()
     vector = query_vector()
     t2 = time.perf_counter()
-    dense = dense_search(
-        conn,
-        vector,
-        model=model,
-        where=where,
-        params=params,
-        limit=depth,
-        ef_search=settings.hnsw_ef_search,
-        exact_below=settings.exact_search_below,
-        scope=(scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None,
-    )
+    dense = vector_index.search(conn, VectorQuery(vector, model, request.filters, scope, depth))
     t3 = time.perf_counter()
 
-    scored = _distances(conn, dict(dense), {cid for cid, _ in keyword}, vector)
+    scored = _distances(conn, dict(dense), {cid for cid, _ in keyword}, vector, vector_index)
     kw_scores = dict(keyword)
     if fusion is Fusion.RECIPROCAL_RANK:
         fused = reciprocal_rank([[c for c, _ in dense], [c for c, _ in keyword]], k=settings.rrf_k)
@@ -225,11 +210,16 @@ def hybrid_search(
 
 
 def _distances(
-    conn: sa.Connection, dense: dict[int, float], keyword: set[int], query: NDArray[np.float32]
+    conn: sa.Connection,
+    dense: dict[int, float],
+    keyword: set[int],
+    query: NDArray[np.float32],
+    vector_index: VectorIndex,
 ) -> dict[int, tuple[float, str | None]]:
     """Cosine distance and content type of every candidate still active.
 
-    Dense hits bring their distance; only keyword-only hits need it computed.
+    Dense hits bring their distance; only keyword-only hits need it computed (from the chunk row, or
+    from the vector index when the row holds no vector).
     """
     ids = set(dense) | keyword
     if not ids:
@@ -237,12 +227,20 @@ def _distances(
     result = conn.execute(
         sa.text(
             "SELECT c.id, CASE WHEN c.id = ANY(:todo) THEN c.embedding <=> CAST(:q AS vector) END, "
-            "d.content_type FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "d.content_type, c.embedding IS NULL FROM chunks c JOIN documents d ON d.id = c.document_id "
             "WHERE c.id = ANY(:ids) AND d.is_active"
         ),
         {"ids": list(ids), "todo": list(keyword - dense.keys()), "q": to_pgvector(query)},
-    )
-    return {int(r[0]): (float(r[1]) if r[1] is not None else dense[r[0]], r[2]) for r in result}
+    ).all()
+    elsewhere = [int(r[0]) for r in result if r[3] and r[0] not in dense]
+    held = cosine_distances(vector_index.vectors(conn, elsewhere), query) if elsewhere else {}
+    out: dict[int, tuple[float, str | None]] = {}
+    for cid, distance, ctype, _ in result:
+        if cid in dense:
+            out[int(cid)] = (dense[cid], ctype)
+        elif distance is not None or cid in held:
+            out[int(cid)] = (float(distance) if distance is not None else held[cid], ctype)
+    return out
 
 
 def fetch_hits(
@@ -250,6 +248,7 @@ def fetch_hits(
     chunk_ids: Sequence[int],
     query_vector: NDArray[np.float32] | None = None,
     *,
+    vector_index: VectorIndex,
     access: Access = FULL_ACCESS,
 ) -> list[Hit]:
     """Chunks by id, in the order given, as hits; ids of chunks no longer active, or outside
@@ -263,10 +262,10 @@ def fetch_hits(
     distances: dict[int, float] = {}
     if query_vector is not None and rows:
         result = conn.execute(
-            sa.text("SELECT id, embedding <=> CAST(:q AS vector) FROM chunks WHERE id = ANY(:ids)"),
-            {"ids": list(rows), "q": to_pgvector(query_vector)},
+            sa.text("SELECT id, embedding FROM chunks WHERE id = ANY(:ids)"), {"ids": list(rows)}
         )
-        distances = {int(r[0]): float(r[1]) for r in result}
+        found = {int(r[0]): None if r[1] is None else as_array(r[1]) for r in result}
+        distances = cosine_distances(fill_vectors(conn, vector_index, found), query_vector)
     return [
         Hit(
             **rows[cid],

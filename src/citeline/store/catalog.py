@@ -26,7 +26,9 @@ from numpy.typing import NDArray
 from citeline.access import FULL_ACCESS, Access
 from citeline.errors import ConfigError, ConflictError, NotFoundError
 from citeline.retrieve.filters import category_condition, like_escape
+from citeline.store.index import VectorIndex, VersionVectors, fill_vectors
 from citeline.store.models import Status
+from citeline.store.vectors import as_array
 
 _DOC_COLUMNS = (
     "document_id AS id, id AS version_id, name, title, source_uri, content_type, file_path, content_hash, "
@@ -251,11 +253,15 @@ def begin_versions(
         active = current.get(req.source_uri)
         labels = req.labels.over(active)
         spec = req.spec
-        if active is not None and not req.force and (
-            active.content_hash == spec.content_hash
-            and active.embedding_model == spec.embedding_model
-            and active.chunk_size == spec.chunk_size
-            and active.chunk_overlap == spec.chunk_overlap
+        if (
+            active is not None
+            and not req.force
+            and (
+                active.content_hash == spec.content_hash
+                and active.embedding_model == spec.embedding_model
+                and active.chunk_size == spec.chunk_size
+                and active.chunk_overlap == spec.chunk_overlap
+            )
         ):
             if _labels_differ(active, labels):
                 _set_labels(conn, active.version_id, labels)
@@ -602,20 +608,24 @@ def cancel_requested(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> s
 
 
 def cached_vectors(
-    conn: sa.Connection, model: str, text_hashes: Sequence[str]
+    conn: sa.Connection, model: str, text_hashes: Sequence[str], index: VectorIndex
 ) -> dict[str, NDArray[np.float32]]:
-    """Vectors ``model`` already computed for any of these chunk texts: no text is embedded twice."""
+    """Vectors ``model`` already computed for any of these chunk texts: no text is embedded twice.
+
+    A chunk row holds its vector unless another index (``index``) holds it by chunk id.
+    """
     if not text_hashes:
         return {}
     rows = conn.execute(
         sa.text(
-            "SELECT DISTINCT ON (text_hash) text_hash, embedding FROM chunks "
-            "WHERE embedding_model = :m AND text_hash = ANY(:h)"
+            "SELECT DISTINCT ON (text_hash) text_hash, id, embedding FROM chunks "
+            "WHERE embedding_model = :m AND text_hash = ANY(:h) ORDER BY text_hash, embedding IS NULL"
         ),
         {"m": model, "h": list(set(text_hashes))},
     ).all()
-    # pgvector's loader gives Vector objects (recent releases) or arrays (older ones).
-    return {h: np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32) for h, v in rows}
+    by_chunk = {int(cid): h for h, cid, _ in rows}
+    found = fill_vectors(conn, index, {int(cid): None if v is None else as_array(v) for _, cid, v in rows})
+    return {by_chunk[cid]: vec for cid, vec in found.items()}
 
 
 @dataclass(frozen=True)
@@ -634,15 +644,18 @@ _CHUNK_COPY_TYPES = (
 )  # fmt: skip
 
 
-def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup]) -> None:
-    """Append chunks with their vectors and postings to (still invisible) versions.
+def insert_chunks(
+    conn: sa.Connection, model: str, groups: Sequence[ChunkGroup], *, inline_vectors: bool = True
+) -> list[VersionVectors]:
+    """Append chunks with their postings, and their vectors when ``inline_vectors``, to (still invisible)
+    versions; returns each group's chunk ids with its vectors, for a vector index that holds them itself.
 
     One id reservation and two COPYs however many versions the chunks belong to: per-version
     statements were most of the cost of ingesting many small documents.
     """
     total = sum(len(g.rows) for g in groups)
     if not total:
-        return
+        return []
     raw = conn.connection.driver_connection
     assert raw is not None
     ids = [
@@ -675,7 +688,7 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
                             row.start,
                             row.end,
                             row.section,
-                            vec,
+                            vec if inline_vectors else None,
                             model,
                             row.token_count,
                         )
@@ -691,6 +704,12 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
                     for term, tf in row.terms.items():
                         copy.write_row((cid, term, tf, dl, doc_id))
                     at += 1
+    out: list[VersionVectors] = []
+    at = 0
+    for g in groups:
+        out.append(VersionVectors(g.document.version_id, ids[at : at + len(g.rows)], g.vectors))
+        at += len(g.rows)
+    return out
 
 
 @dataclass(frozen=True)
@@ -706,8 +725,13 @@ class Activation:
     source_metadata: dict[str, str] = field(default_factory=dict)
 
 
-def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[DocumentInfo]:
+def activate(
+    conn: sa.Connection, activations: Sequence[Activation], *, vector_index: str = "pgvector"
+) -> list[DocumentInfo]:
     """Swap versions in as their sources' visible versions, in the caller's transaction.
+
+    ``vector_index`` names the index that holds their vectors (see store/index.py), which every search
+    of them must then use.
 
     Retires (deletes, with their chunks) every other version of each source and keeps the corpus
     totals in step. Set-based: a handful of statements for any number of versions. When one source
@@ -753,7 +777,8 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
         sa.text(
             "UPDATE documents d SET is_active = true, status = 'completed', error = NULL, title = v.title, "
             "content_type = v.ct, file_path = v.fp, page_count = v.pc, vector_count = v.n, "
-            "duration_ms = v.ms, source_metadata = v.sm, processed_at = :now, updated_at = :now "
+            "duration_ms = v.ms, source_metadata = v.sm, vector_index = :vi, processed_at = :now, "
+            "updated_at = :now "
             "FROM unnest(CAST(:ids AS uuid[]), CAST(:titles AS text[]), CAST(:cts AS text[]), "
             "CAST(:fps AS text[]), CAST(:pcs AS int[]), CAST(:ns AS int[]), CAST(:mss AS float8[]), "
             "CAST(:sms AS jsonb[])) "
@@ -768,6 +793,7 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
             "ns": [totals.get(i, (0, 0))[0] for i in ids],
             "mss": [a.duration_ms for a in chosen],
             "sms": [json.dumps(a.source_metadata) for a in chosen],
+            "vi": vector_index,
             "now": now,
         },
     )
@@ -776,6 +802,15 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
     rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
     by_id = {r.version_id: _row_to_info(r) for r in rows}
     return [by_id[i] for i in ids]
+
+
+def version_ids(conn: sa.Connection, source_uris: Sequence[str]) -> list[uuid.UUID]:
+    """Every version of these sources (what a swap-in of new versions may retire)."""
+    return list(
+        conn.execute(
+            sa.text("SELECT id FROM documents WHERE source_uri = ANY(:s)"), {"s": list(source_uris)}
+        ).scalars()
+    )
 
 
 def delete_document(conn: sa.Connection, document_id: uuid.UUID) -> list[DocumentInfo]:

@@ -69,6 +69,8 @@ class Document(Base):
     page_count: Mapped[int | None] = mapped_column(Integer)
     vector_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     embedding_model: Mapped[str | None] = mapped_column(Text)
+    #: The vector index holding this version's vectors (see store/index.py): pgvector or chroma.
+    vector_index: Mapped[str] = mapped_column(Text, server_default=text("'pgvector'"))
     chunk_size: Mapped[int | None] = mapped_column(Integer)
     chunk_overlap: Mapped[int | None] = mapped_column(Integer)
     category: Mapped[str | None] = mapped_column(Text)
@@ -125,8 +127,9 @@ class Chunk(Base):
     end_offset: Mapped[int] = mapped_column(Integer)
     section: Mapped[str | None] = mapped_column(Text)
     # Untyped so vectors of any model fit; each model gets its own partial HNSW index over a cast to
-    # its dimension (see vectors.ensure_index), which is also what keeps vector spaces apart.
-    embedding: Mapped[Any] = mapped_column(Vector())
+    # its dimension (see vectors.ensure_index), which is also what keeps vector spaces apart. NULL when
+    # another vector index (Chroma) holds the chunk's vector.
+    embedding: Mapped[Any] = mapped_column(Vector(), nullable=True)
     embedding_model: Mapped[str] = mapped_column(Text)
     token_count: Mapped[int] = mapped_column(Integer)
 
