@@ -435,7 +435,7 @@ class Ingestor:
             catalog.VersionRequest(
                 source.uri,
                 source.name,
-                VersionSpec(source.content_hash, model, size, overlap),
+                VersionSpec(source.content_hash, model, size, overlap, self.index.name),
                 run.labels,
                 str(source.stored_file) if source.stored_file else None,
             )
@@ -537,10 +537,12 @@ class Ingestor:
             ]
             with self._tx(run) as conn:
                 stored = catalog.insert_chunks(conn, model, groups, inline_vectors=self.index.in_rows)
-                # An index outside PostgreSQL writes before the rows commit, and the version is swapped
-                # in later (_finish_ready): a crash leaves at worst vectors without chunks (repair
-                # removes them), never an active chunk without its vector.
-                self.index.add(conn, model, stored)
+            if not self.index.in_rows:
+                # After the rows commit, so a vector never exists without its chunk (a repair running
+                # meanwhile in another process removes exactly those), and before the swap-in
+                # (_finish_ready), so an active chunk always has its vector.
+                with self._tx(run) as conn:
+                    self.index.add(conn, model, stored)
         except CitelineError as exc:
             for job in {id(job): job for _, job, _ in items}.values():
                 self._drop(job, run, str(exc), transient=isinstance(exc, TRANSIENT))

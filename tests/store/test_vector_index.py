@@ -133,6 +133,14 @@ class TestVectorIndex:
         assert float(np.dot(vectors[ids[0]], query)) == pytest.approx(1.0, abs=1e-4)
         assert nearest[0][0] == ids[0] and nearest[0][1] == pytest.approx(0.0, abs=1e-4)
 
+    def test_a_text_already_embedded_takes_its_vector_from_the_index(
+        self, store: Citeline, tmp_path: Path
+    ) -> None:
+        [first] = store.ingest([write(tmp_path / "one.txt", TOPICS["bees.txt"])])
+        [again] = store.ingest([write(tmp_path / "two.txt", TOPICS["bees.txt"])])
+        assert (first.embedded, again.chunks, again.embedded) == (1, 1, 0)
+        assert sorted(_names(store, "bees")) == ["one.txt", "two.txt"]
+
     def test_scope_filters_keep_universal_documents_and_nothing_of_other_scopes(
         self, store: Citeline, tmp_path: Path
     ) -> None:
@@ -211,9 +219,10 @@ class TestVectorIndex:
     def test_start_up_repairs_a_crash_between_the_catalog_and_the_index(
         self, store: Citeline, tmp_path: Path
     ) -> None:
-        """A crash after the index write but before the catalog's leaves vectors without chunks; one after
-        the catalog's commit but before the index write leaves active chunks without vectors. Warming up
-        removes the first and restores the second."""
+        """A crash after a version's vectors were written but before its swap-in (start-up then deletes its
+        chunks), or between a delete's commit and the index's removal, leaves vectors without chunks; an
+        index that lost writes leaves active chunks without vectors. Warming up removes the first and
+        restores the second."""
         _ingest(store, tmp_path, TOPICS)
         lost = _chunk_ids(store, "volcano.txt")
         volcano = _document(store, "volcano.txt")
@@ -240,6 +249,20 @@ class TestVectorIndex:
             pytest.raises(ModelMismatchError, match="reingest"),
         ):
             switched.search("bees")
+
+
+def test_ingesting_again_under_chroma_moves_documents_without_embedding_them(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    path = write(tmp_path / "bees.txt", TOPICS["bees.txt"])
+    cl.ingest([path])
+    with cl.derive(vector_backend="chroma") as moved:
+        [result] = moved.ingest([path])
+        assert (result.outcome.value, result.embedded) == ("updated", 0)
+        assert result.document is not None and result.document.vector_index == "chroma"
+        assert [h.document_name for h in moved.search("bees")] == ["bees.txt"]
+    with pytest.raises(ModelMismatchError, match=r"\(chroma\)"):
+        cl.search("bees")
 
 
 def test_a_search_refuses_vectors_of_another_model(cl: Citeline, tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ _DOC_COLUMNS = (
     "document_id AS id, id AS version_id, name, title, source_uri, content_type, file_path, content_hash, "
     "version, is_active, status, error, duration_ms, processed_at, page_count, vector_count, "
     "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by, created_at, "
-    "updated_at, source_metadata, attempts, queued_at, started_at"
+    "updated_at, source_metadata, attempts, queued_at, started_at, vector_index"
 )
 
 
@@ -78,6 +78,8 @@ class DocumentInfo:
     attempts: int = 0
     queued_at: datetime | None = None
     started_at: datetime | None = None
+    #: The vector index holding this version's vectors (see store/index.py).
+    vector_index: str = "pgvector"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -105,6 +107,8 @@ class VersionSpec:
     embedding_model: str
     chunk_size: int
     chunk_overlap: int
+    #: The vector index that will hold the vectors: a source moves to another backend when built again.
+    vector_index: str = "pgvector"
 
 
 @dataclass(frozen=True)
@@ -253,15 +257,12 @@ def begin_versions(
         active = current.get(req.source_uri)
         labels = req.labels.over(active)
         spec = req.spec
-        if (
-            active is not None
-            and not req.force
-            and (
-                active.content_hash == spec.content_hash
-                and active.embedding_model == spec.embedding_model
-                and active.chunk_size == spec.chunk_size
-                and active.chunk_overlap == spec.chunk_overlap
-            )
+        if active is not None and not req.force and (
+            active.content_hash == spec.content_hash
+            and active.embedding_model == spec.embedding_model
+            and active.chunk_size == spec.chunk_size
+            and active.chunk_overlap == spec.chunk_overlap
+            and active.vector_index == spec.vector_index
         ):
             if _labels_differ(active, labels):
                 _set_labels(conn, active.version_id, labels)

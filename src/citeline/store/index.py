@@ -6,9 +6,10 @@ active versions that pass the filters). A chunk row carries its vector inline wh
 and none when another backend does: readers fill the missing ones from the index (:func:`fill_vectors`).
 
 Writes follow one order, so that a crash anywhere leaves only what :meth:`VectorIndex.repair` fixes:
-a version's vectors are stored before its chunk rows commit and long before its swap-in; deletes and
-swaps commit in the catalog first, then remove vectors. So a crash leaves vectors without chunks
-(removed by repair), and an active chunk without a vector means the index lost it (restored by repair).
+a version's vectors are stored after its chunk rows commit and before its swap-in; deletes and swaps
+commit in the catalog first, then remove vectors. So a vector never exists before its chunk (a repair
+may run while other processes ingest), a crash leaves at worst vectors without chunks (removed by
+repair), and an active chunk without a vector means the index lost it (restored by repair).
 """
 
 from __future__ import annotations
