@@ -9,7 +9,7 @@ export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 PDFJS  := src/citeline/web/static/vendor/pdfjs
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install services web browser demo test lint typecheck bench eval clean
+.PHONY: install services web browser demo test lint typecheck bench bench-chroma eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,11 @@ typecheck: install
 ## bench: embedder, ingest and search figures (see bench/README.md).
 bench: install
 	$(BIN)/python -m bench.run
+
+## bench-chroma: the Chroma vector backend at 100k chunks, scoped against unscoped, paired with pgvector
+## (bench/chroma.py; the first run builds both corpora and keeps them in the data directory).
+bench-chroma: install
+	$(BIN)/python -m bench.chroma --pgvector
 
 ## eval: retrieval quality on SciFact (../shared/eval/scifact).
 eval: install

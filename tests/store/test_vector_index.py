@@ -23,7 +23,8 @@ from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
-from citeline.store.catalog import DocumentInfo
+from citeline.store import catalog
+from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec
 from citeline.store.chroma import ChromaIndex, client_spec, collection_name
 from citeline.store.database import schema_name
 from citeline.store.index import VectorQuery, VersionVectors
@@ -140,6 +141,30 @@ class TestVectorIndex:
         [again] = store.ingest([write(tmp_path / "two.txt", TOPICS["bees.txt"])])
         assert (first.embedded, again.chunks, again.embedded) == (1, 1, 0)
         assert sorted(_names(store, "bees")) == ["one.txt", "two.txt"]
+
+    def test_vectors_of_a_version_being_built_neither_show_nor_crowd_out_active_ones(
+        self, store: Citeline, tmp_path: Path
+    ) -> None:
+        _ingest(store, tmp_path, {"tax.txt": TOPICS["tax.txt"]})
+        model = store.embedder.model_id
+        texts = [f"{TOPICS['bees.txt']} Draft {i}." for i in range(12)]
+        rows = [ChunkRow(i, t, 1, 0, len(t), None, {"bee": 1}, 1) for i, t in enumerate(texts)]
+        spec = VersionSpec(uuid.uuid4().hex, model, 800, 120, store.vector_index.name)
+        with store.engine.begin() as conn:
+            doc, _ = catalog.begin_version(
+                conn, source_uri="test://draft", name="draft", spec=spec, labels=Labels()
+            )
+            stored = catalog.insert_chunks(
+                conn, model, [catalog.ChunkGroup(doc, rows, store.embedder.embed(texts))],
+                inline_vectors=store.vector_index.in_rows,
+            )  # fmt: skip
+        with store.engine.begin() as conn:
+            store.vector_index.add(conn, model, stored)
+        query = store.embedder.embed([TOPICS["bees.txt"]])[0]
+        with store.engine.connect() as conn:
+            found = store.vector_index.search(conn, VectorQuery(query, model, Filters(), None, 1))
+        assert [cid for cid, _ in found] == _chunk_ids(store, "tax.txt")
+        assert _names(store, TOPICS["bees.txt"]) == ["tax.txt"]
 
     def test_scope_filters_keep_universal_documents_and_nothing_of_other_scopes(
         self, store: Citeline, tmp_path: Path

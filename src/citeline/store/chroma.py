@@ -80,7 +80,12 @@ def client_spec(settings: Settings) -> ClientSpec:
 
 
 def _connect(spec: ClientSpec) -> Any:
-    import chromadb
+    try:
+        import chromadb
+    except ImportError as exc:
+        raise ConfigError(
+            "CITELINE_VECTOR_BACKEND=chroma needs the chromadb package: pip install 'citeline[chroma]'"
+        ) from exc
     from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT
     from chromadb.config import Settings as ChromaSettings
 
@@ -305,20 +310,25 @@ class ChromaIndex:
             collections = [c for c in (self._collection(query.model, p) for p in parts) if c is not None]
             want = {id(c): math.ceil(query.limit * _SLACK) for c in collections}
             found: dict[int, float] = {}
+            # The farthest distance each partition returned, for those that may hold more.
+            horizon: dict[int, float] = {}
             while True:
-                short = []
                 for c in collections:
                     got = self._query(c, query.vector, want[id(c)])
                     found.update(got)
                     if len(got) == want[id(c)]:
-                        short.append(c)
+                        horizon[id(c)] = max(got.values())
+                    else:
+                        horizon.pop(id(c), None)
                 kept = _kept(conn, found, allowed, bind)
-                # Enough allowed chunks, or every partition gave all it holds.
-                if len(kept) >= query.limit or not short:
+                # Exact (as far as each HNSW query is): a partition cut off nearer than the last hit kept
+                # may hide a nearer allowed chunk, so it is asked for more.
+                last = kept[query.limit - 1][1] if len(kept) >= query.limit else math.inf
+                collections = [c for c in collections if horizon.get(id(c), math.inf) < last]
+                if not collections:
                     return kept[: query.limit]
-                for c in short:
+                for c in collections:
                     want[id(c)] *= 4
-                collections = short
 
     @staticmethod
     def _query(collection: Any, vector: NDArray[np.float32], n: int) -> dict[int, float]:
