@@ -9,7 +9,7 @@ export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 PDFJS  := src/citeline/web/static/vendor/pdfjs
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install services web browser demo test lint typecheck bench bench-chroma eval clean
+.PHONY: install services web browser demo test lint typecheck bench bench-chroma soak eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -71,6 +71,11 @@ bench: install
 ## (bench/chroma.py; the first run builds both corpora and keeps them in the data directory).
 bench-chroma: install
 	$(BIN)/python -m bench.chroma --pgvector
+
+## soak: 20 worker kills at random moments while two Celery workers build 50 documents; fails on any
+## document lost, stuck or duplicated (see bench/workers.py).
+soak: install
+	$(BIN)/python -m bench.workers --soak --documents 50 --kills 20
 
 ## eval: retrieval quality on SciFact (../shared/eval/scifact).
 eval: install

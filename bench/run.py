@@ -311,7 +311,7 @@ def bench_answer(settings: Settings) -> dict[str, Any]:
     }
 
 
-SECTIONS = ("embed", "ingest", "memory", "search", "answer", "api")
+SECTIONS = ("embed", "ingest", "memory", "search", "answer", "api", "workers")
 
 
 def run_section(section: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -332,6 +332,10 @@ def run_section(section: str, args: argparse.Namespace) -> dict[str, Any]:
         from bench.api import run as run_api
 
         return run_api(settings, queries=args.queries)
+    if section == "workers":
+        from bench.workers import throughput
+
+        return throughput(settings, count=20)
     return bench_answer(settings)
 
 

@@ -116,6 +116,7 @@ class Citeline:
         self._rerankers: dict[str, Reranker | None] = {}
         self._query_pool: ThreadPoolExecutor | None = None
         self._jobs: JobRunner | None = None
+        self._key_cache = keys.KeyCache(self._settings.api_key_cache_seconds)
         #: Parts borrowed from the instance this one was derived from: never closed by this one.
         self._borrowed: set[str] = set()
         self.keyword_index: KeywordIndex = (
@@ -766,9 +767,21 @@ class Citeline:
             return catalog.scopes_in_use(conn, access=access)
 
     def authenticate(self, key: str) -> KeyInfo:
-        """The live API key ``key`` is; :class:`AuthenticationError` for an unknown or revoked one."""
-        with self.engine.begin() as conn:
-            return keys.authenticate(conn, key)
+        """The live API key ``key`` is; :class:`AuthenticationError` for an unknown or revoked one.
+
+        A key checked less than ``api_key_cache_seconds`` ago is answered from memory.
+        """
+        info = self._key_cache.get(key)
+        if info is None:
+            with self.engine.begin() as conn:
+                info = keys.authenticate(conn, key)
+            self._key_cache.put(key, info)
+        return info
+
+    def cached_key(self, key: str) -> KeyInfo | None:
+        """The record of ``key`` if this instance checked it less than ``api_key_cache_seconds`` ago,
+        without I/O (the API's authentication reads it on the event loop); None otherwise."""
+        return self._key_cache.get(key)
 
     def has_keys(self) -> bool:
         """Whether any live API key exists."""
@@ -798,7 +811,9 @@ class Citeline:
         """Revoke an API key (admins only); it is refused from the next request on."""
         _require_admin(access, "revoke an API key")
         with self.engine.begin() as conn:
-            return keys.revoke_key(conn, key_id)
+            info = keys.revoke_key(conn, key_id)
+        self._key_cache.forget(info.id)
+        return info
 
     def readiness(self) -> dict[str, bool]:
         """Whether this instance can serve: the database answers, the embedder is loaded and, once

@@ -266,6 +266,11 @@ class Settings(BaseSettings):
         default=600,
         description="Requests per API key per minute, per server process; 0 turns the limit off.",
     )
+    api_key_cache_seconds: Annotated[float, Field(ge=0, le=300)] = Field(
+        default=5.0,
+        description="Seconds a server trusts an API key it has checked before reading it again; a key "
+        "revoked through another server is refused here within this time. 0 reads it on every request.",
+    )
     api_max_generations: Annotated[int, Field(ge=1, le=256)] = Field(
         default=2, description="Answers generated at once per server process; more wait in a queue."
     )

@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import redis
 import sqlalchemy as sa
 
@@ -24,142 +17,8 @@ from citeline.jobs.celery import celery_app, send
 from citeline.jobs.submit import Upload
 from citeline.settings import Settings
 from citeline.store.catalog import DocumentInfo
-from citeline.store.database import schema_name
-from tests.conftest import REPO
+from tests.jobs.conftest import Workers
 from tests.jobs.test_jobs import PUMP
-
-#: Settings a worker is started with (as CITELINE_* variables), taken from the test's settings.
-_WORKER_SETTINGS = (
-    "data_dir",
-    "namespace",
-    "embedding_model",
-    "redis_url",
-    "job_runner",
-    "job_poll_seconds",
-    "job_retries",
-    "job_retry_delay",
-    "job_soft_time_limit",
-    "job_hard_time_limit",
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Debian's redis-server on a free loopback port, keeping nothing on disk."""
-    exe = shutil.which("redis-server")
-    assert exe, "redis-server is missing: `make install` installs it"
-    port = _free_port()
-    folder = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            f"{folder}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-    yield url
-    proc.terminate()
-    proc.wait(10)
-
-
-@pytest.fixture
-def broker(redis_server: str) -> str:
-    """The Redis URL, emptied of what earlier tests left."""
-    redis.Redis.from_url(redis_server).flushall()
-    return redis_server
-
-
-class Workers:
-    """``citeline worker`` processes, each in a process group of its own so a kill takes its pool too."""
-
-    def __init__(self, logs: Path) -> None:
-        self.logs = logs
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, settings: Settings, *, concurrency: int = 1) -> subprocess.Popen[bytes]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CITELINE_")}
-        for name in _WORKER_SETTINGS:
-            env[f"CITELINE_{name.upper()}"] = str(getattr(settings, name))
-        env["CITELINE_EMBED_THREADS"] = "1"
-        env["CITELINE_TEST_GATES"] = str(self.logs)
-        log = (self.logs / f"worker-{len(self.procs)}.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.jobs.worker_main", "worker", "--concurrency", str(concurrency)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.procs.append(proc)
-        return proc
-
-    def kill(self, proc: subprocess.Popen[bytes]) -> None:
-        """SIGKILL the worker and its pool processes, as a machine that dies would."""
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-    def log(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in sorted(self.logs.glob("worker-*.log")))
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    started = Workers(tmp_path)
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-def celery_settings(settings: Settings, broker: str) -> Iterator[Settings]:
-    """The test's namespace with the celery runner; its schema dropped at the end."""
-    yield settings.model_copy(
-        update={
-            "job_runner": "celery",
-            "redis_url": broker,
-            "job_poll_seconds": 0.2,
-            "job_retry_delay": 0.2,
-        }
-    )
-    with Citeline(settings) as cl, cl.engine.begin() as conn:
-        conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(settings.namespace)}" CASCADE'))
 
 
 def upload(name: str, text: str) -> Upload:

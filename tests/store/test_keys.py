@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import sqlalchemy as sa
 
@@ -44,3 +46,44 @@ def test_an_admin_key_cannot_be_bound_to_scopes_and_a_reader_may_be_universal_on
             keys.create_key(conn, role=Role.ADMIN, scopes=["a"])
         info, _ = keys.create_key(conn, role=Role.READER, scopes=[])
     assert info.access.scopes == frozenset()
+
+
+def test_a_checked_key_is_trusted_for_the_cache_time_and_a_revoke_here_ends_it_at_once(cl: Citeline) -> None:
+    info, key = cl.create_key(Role.READER, ["ward-a"])
+    assert cl.cached_key(key) is None  # never checked: the database decides
+    assert cl.authenticate(key).id == info.id
+    assert cached(cl, key) == info.id
+    cl.revoke_key(info.id)
+    assert cl.cached_key(key) is None
+    with pytest.raises(AuthenticationError, match="revoked"):
+        cl.authenticate(key)
+
+
+def test_a_key_revoked_by_another_server_is_refused_here_once_its_cache_time_is_over(cl: Citeline) -> None:
+    with cl.derive(api_key_cache_seconds=3) as quick:
+        info, key = quick.create_key(Role.ADMIN)
+        checked = time.monotonic()
+        assert quick.authenticate(key).id == info.id
+        with cl.engine.begin() as conn:  # another server's revoke: this instance's cache is not told
+            keys.revoke_key(conn, info.id)
+        assert quick.authenticate(key).id == info.id
+        time.sleep(max(0.0, checked + 3.1 - time.monotonic()))
+        assert quick.cached_key(key) is None
+        with pytest.raises(AuthenticationError, match="revoked"):
+            quick.authenticate(key)
+
+
+def test_a_zero_cache_time_reads_the_key_on_every_request(cl: Citeline) -> None:
+    with cl.derive(api_key_cache_seconds=0) as uncached:
+        info, key = uncached.create_key(Role.ADMIN)
+        uncached.authenticate(key)
+        assert uncached.cached_key(key) is None
+        with cl.engine.begin() as conn:
+            keys.revoke_key(conn, info.id)
+        with pytest.raises(AuthenticationError):
+            uncached.authenticate(key)
+
+
+def cached(cl: Citeline, key: str) -> object:
+    info = cl.cached_key(key)
+    return None if info is None else info.id

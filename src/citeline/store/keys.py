@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -129,6 +131,43 @@ def authenticate(conn: sa.Connection, key: str) -> KeyInfo:
         conn.execute(sa.update(_keys).where(_keys.c.id == info.id).values(last_used_at=now))
         info = replace(info, last_used_at=now)
     return info
+
+
+class KeyCache:
+    """Keys this process has checked recently, so a busy key costs no database round trip per request.
+
+    An entry is trusted for ``seconds``: a key revoked through this process is dropped at once
+    (:meth:`forget`), one revoked through another process is refused here within ``seconds``.
+    Only the key's hash is held, as in the catalog.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[float, KeyInfo]] = {}
+
+    def get(self, key: str) -> KeyInfo | None:
+        """The key's record if it was checked less than ``seconds`` ago."""
+        if self.seconds <= 0:
+            return None
+        entry = self._entries.get(hash_key(key))
+        if entry is None or entry[0] <= time.monotonic():
+            return None
+        return entry[1]
+
+    def put(self, key: str, info: KeyInfo) -> None:
+        if self.seconds <= 0:
+            return
+        now = time.monotonic()
+        with self._lock:
+            # Expired entries go when a new one comes, so keys seen once do not pile up.
+            self._entries = {h: e for h, e in self._entries.items() if e[0] > now}
+            self._entries[hash_key(key)] = (now + self.seconds, info)
+
+    def forget(self, key_id: uuid.UUID) -> None:
+        """Drop every entry of the key ``key_id`` (it was just revoked)."""
+        with self._lock:
+            self._entries = {h: e for h, e in self._entries.items() if e[1].id != key_id}
 
 
 def has_keys(conn: sa.Connection) -> bool:

@@ -1,0 +1,24 @@
+# The citeline image of compose.yaml: the API (`citeline serve`) and the workers (`citeline worker`)
+# run from it. PDF.js comes from npm in a build stage, as `make web` does on a development machine.
+FROM node:20-bookworm-slim AS web
+WORKDIR /build/web
+COPY web/package.json web/package-lock.json ./
+RUN npm ci --omit=optional --ignore-scripts --no-audit --no-fund
+
+FROM python:3.11-slim-bookworm
+# tesseract-ocr reads scanned PDFs; nothing else comes from apt.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends tesseract-ocr tesseract-ocr-eng tesseract-ocr-osd \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY src ./src
+COPY --from=web /build/web/node_modules/pdfjs-dist/build/pdf.min.mjs \
+    /build/web/node_modules/pdfjs-dist/build/pdf.worker.min.mjs \
+    /build/web/node_modules/pdfjs-dist/LICENSE \
+    ./src/citeline/web/static/vendor/pdfjs/
+RUN pip install --no-cache-dir . && useradd --create-home citeline && mkdir /data && chown citeline /data
+USER citeline
+ENV CITELINE_DATA_DIR=/data
+EXPOSE 8000
+CMD ["citeline", "serve", "--host", "0.0.0.0", "--port", "8000"]
