@@ -45,8 +45,9 @@ FILTERS = {
 _BUILD_BATCH = 20
 
 
-def build_chroma_corpus(cl: Citeline, size: int, scopes: int) -> None:
-    """``bench.run``'s search corpus, with its vectors in Chroma (once per namespace)."""
+def build_chroma_corpus(cl: Citeline, size: int, scopes: int, base_texts: int) -> None:
+    """``bench.run``'s search corpus, with its vectors in Chroma (once per namespace), copied from the
+    first ``base_texts`` SciFact abstracts (``bench.run`` uses 2000)."""
     with cl.engine.connect() as conn:
         have = conn.execute(sa.text("SELECT chunk_count FROM corpus_stats")).scalar_one()
     if have >= size:
@@ -54,7 +55,7 @@ def build_chroma_corpus(cl: Citeline, size: int, scopes: int) -> None:
     print(
         f"building a {size:,}-chunk Chroma corpus (once; namespace {cl.settings.namespace})", file=sys.stderr
     )
-    base = chunk_texts(2000)
+    base = chunk_texts(base_texts)
     vectors = cl.embedder.embed(base)
     model, dim = cl.embedder.model_id, cl.embedder.dimension
     rng = np.random.default_rng(7)
@@ -128,6 +129,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--pgvector", action="store_true", help="also measure bench.run's pgvector corpus")
+    parser.add_argument(
+        "--base-texts", type=int, default=2000, help="abstracts the chunks are copied from (embedded once)"
+    )
     args = parser.parse_args(argv)
     base = Settings()
     with (SCIFACT / "queries.jsonl").open(encoding="utf-8") as fh:
@@ -140,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         settings = base.model_copy(update={"namespace": namespace, "vector_backend": backend})
         with Citeline(settings) as cl:
             if backend == "chroma":
-                build_chroma_corpus(cl, args.size, scopes=9)
+                build_chroma_corpus(cl, args.size, scopes=9, base_texts=args.base_texts)
             else:
                 build_search_corpus(cl, args.size, scopes=9)
             vectors = cl.embedder.embed(queries)
