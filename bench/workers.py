@@ -24,6 +24,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -34,6 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -106,6 +108,7 @@ class Workers:
         self.settings = settings
         self.logs = logs
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.log_of: dict[int, Path] = {}
         self.started = 0
 
     def start(self) -> subprocess.Popen[bytes]:
@@ -120,7 +123,8 @@ class Workers:
             CITELINE_JOB_RETRY_DELAY=str(self.settings.job_retry_delay),
             CITELINE_EMBED_THREADS="1",
         )
-        log = (self.logs / f"worker-{self.started}.log").open("wb")
+        path = self.logs / f"worker-{self.started}.log"
+        log = path.open("wb")
         self.started += 1
         proc = subprocess.Popen(
             [sys.executable, "-m", "citeline.cli", "worker", "--concurrency", "1"],
@@ -130,10 +134,22 @@ class Workers:
             start_new_session=True,
         )
         self.procs.append(proc)
+        self.log_of[proc.pid] = path
         return proc
 
     def alive(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.procs if p.poll() is None]
+
+    def building(self) -> list[subprocess.Popen[bytes]]:
+        """Live workers in the middle of a version: their log has a "building version V" line
+        without its "finished version V"."""
+        busy = []
+        for proc in self.alive():
+            text = self.log_of[proc.pid].read_text(errors="replace")
+            started = set(re.findall(r"building version ([0-9a-f-]{36})", text))
+            if started - set(re.findall(r"finished version ([0-9a-f-]{36})", text)):
+                busy.append(proc)
+        return busy
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -173,6 +189,12 @@ def _wait_done(cl: Citeline, ids: list[uuid.UUID], timeout: float) -> dict[str, 
         time.sleep(0.5)
 
 
+def _unfinished(cl: Citeline) -> int:
+    with cl.engine.connect() as conn:
+        query = "SELECT count(*) FROM documents WHERE status IN ('queued', 'processing')"
+        return int(conn.execute(sa.text(query)).scalar_one())
+
+
 def audit(cl: Citeline, ids: list[uuid.UUID]) -> dict[str, int]:
     """What a soak must leave: each document completed once, with all its chunks and its original."""
     lost = stuck = duplicated = 0
@@ -210,7 +232,8 @@ def audit(cl: Citeline, ids: list[uuid.UUID]) -> dict[str, int]:
 def soak(base: Settings, count: int, kills: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     docs = documents(count)
-    with redis_server() as url, tempfile.TemporaryDirectory(prefix="citeline-soak-") as logs:
+    logs = tempfile.mkdtemp(prefix="citeline-soak-")  # kept: the workers' logs tell what each kill hit
+    with redis_server() as url:
         settings = base.model_copy(
             update={
                 "namespace": f"soak_{uuid.uuid4().hex[:8]}",
@@ -232,20 +255,21 @@ def soak(base: Settings, count: int, kills: int, seed: int) -> dict[str, Any]:
                 ids = _submit_all(cl, docs)
                 killed: list[float] = []
 
-                mid_document = 0
-
                 def killer() -> None:
-                    nonlocal mid_document
-                    for _ in range(kills):
-                        time.sleep(rng.uniform(1.0, 6.0))
-                        with cl.engine.connect() as conn:
-                            busy = conn.execute(
-                                sa.text("SELECT count(*) FROM documents WHERE status = 'processing'")
-                            ).scalar_one()
-                        victim = rng.choice(workers.alive())
-                        workers.kill(victim)
+                    while len(killed) < kills and time.monotonic() - began < 1800:
+                        # A worker starting up or between documents has nothing to lose: wait until one
+                        # is building, then kill it at a random moment of its build.
+                        if not workers.building():
+                            if not _unfinished(cl):
+                                return  # every document was built before the kills ran out
+                            time.sleep(0.1)
+                            continue
+                        time.sleep(rng.uniform(0.0, 2.0))
+                        candidates = workers.building()
+                        if not candidates:
+                            continue
+                        workers.kill(rng.choice(candidates))
                         killed.append(time.monotonic() - began)
-                        mid_document += bool(busy)
                         workers.start()
 
                 thread = threading.Thread(target=killer, daemon=True)
@@ -255,6 +279,11 @@ def soak(base: Settings, count: int, kills: int, seed: int) -> dict[str, Any]:
                 elapsed = time.monotonic() - began
                 result = audit(cl, ids)
                 attempts = [cl.document(str(i)).attempts for i in ids]
+                builds = Counter(
+                    v
+                    for path in Path(logs).glob("worker-*.log")
+                    for v in re.findall(r"building version ([0-9a-f-]{36})", path.read_text(errors="replace"))
+                )
             finally:
                 workers.stop()
                 with cl.engine.begin() as conn:
@@ -263,12 +292,16 @@ def soak(base: Settings, count: int, kills: int, seed: int) -> dict[str, Any]:
                     )
     return {
         "soak_documents": count,
-        "soak_kills": len(killed),
-        # Kills made while some document was being built (the victim may have been starting up).
-        "soak_kills_while_processing": mid_document,
+        "soak_worker_logs": logs,
+        # Every kill hits a worker in the middle of a version (see Workers.building).
+        "soak_kills_mid_build": len(killed),
         "soak_last_kill_s": max(killed) if killed else 0.0,
         "soak_statuses": statuses,
         "soak_seconds": elapsed,
+        # Versions whose build was started more than once (the workers' logs), and the catalog's
+        # attempts (a build killed before its claim committed is not counted there).
+        "soak_versions_built_again": sum(n > 1 for n in builds.values()),
+        "soak_builds_started": sum(builds.values()),
         "soak_documents_retried": sum(a > 1 for a in attempts),
         "soak_max_attempts": max(attempts),
         **{f"soak_{k}": v for k, v in result.items()},

@@ -9,8 +9,10 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -30,18 +32,22 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from citeline.access import Role
+from citeline.annotate import SectionType
 from citeline.answer import Complete, Error, Token
 from citeline.chat.session import ChatSession
 from citeline.engine import Citeline
 from citeline.errors import CitelineError, InvalidRequestError
 from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
+from citeline.jobs.submit import Refreshed, parse_age
 from citeline.retrieve.filters import Filters
-from citeline.retrieve.search import SearchRequest
+from citeline.retrieve.search import Explain, Hit, SearchRequest, Timings
 from citeline.settings import Fusion, Settings
+from citeline.store.model_migration import MigrationStatus
 from citeline.store.models import Status
 
 if TYPE_CHECKING:
     from citeline.eval.beir import BeirData
+    from citeline.eval.migration import CheckResult
 
 app = typer.Typer(
     help="citeline: ingest documents, search them, answer with citations.", no_args_is_help=True
@@ -120,6 +126,12 @@ TypeOption = Annotated[
     list[str], typer.Option("--type", help="Only these content types, e.g. application/pdf.")
 ]
 MetaOption = Annotated[list[str], typer.Option("--meta", help="Metadata KEY=VALUE that must match.")]
+ModelOption = Annotated[
+    list[str], typer.Option("--model", help="Chunks naming this model number (any spelling: XR-200, xr200).")
+]
+SectionOption = Annotated[
+    list[SectionType], typer.Option("--section", help="Chunks of this section type (repeatable).")
+]
 
 
 def _filters(
@@ -129,6 +141,8 @@ def _filters(
     all_tags: list[str],
     types: list[str],
     meta: list[str],
+    models: list[str],
+    sections: list[SectionType],
 ) -> Filters:
     return _guard(
         lambda: Filters(
@@ -138,6 +152,8 @@ def _filters(
             tags_all=tuple(all_tags),
             content_types=tuple(types),
             metadata=_parse_metadata(meta),
+            model_numbers=tuple(models),
+            section_types=tuple(s.value for s in sections),
         )
     )
 
@@ -231,6 +247,8 @@ def _describe(result: IngestResult) -> str:
         Outcome.UNCHANGED: "dim",
         Outcome.RELABELLED: "cyan",
         Outcome.FAILED: "red",
+        Outcome.RETRYING: "yellow",
+        Outcome.STAGED: "magenta",
     }[result.outcome]
     if result.outcome is Outcome.FAILED:
         return f"[{colour}]failed[/{colour}]     {result.error}"
@@ -239,6 +257,8 @@ def _describe(result: IngestResult) -> str:
     detail = {
         Outcome.UNCHANGED: "content unchanged, nothing to do",
         Outcome.RELABELLED: "content unchanged, labels updated",
+        Outcome.STAGED: f"v{doc.version} embedded by {doc.embedding_model}, {result.chunks} chunks: "
+        "visible once the namespace switches to that model (citeline migrate)",
     }.get(
         result.outcome,
         f"v{doc.version}, {doc.page_count} pages, {result.chunks} chunks "
@@ -257,33 +277,99 @@ def search(
     all_tags: AllTagsOption = [],  # noqa: B006
     content_type: TypeOption = [],  # noqa: B006
     meta: MetaOption = [],  # noqa: B006
+    model: ModelOption = [],  # noqa: B006
+    section: SectionOption = [],  # noqa: B006
     top_k: Annotated[int | None, typer.Option("--top-k", "-k", help="How many hits.")] = None,
     threshold: Annotated[float | None, typer.Option(help="Largest cosine distance kept (0..2).")] = None,
     fusion: Annotated[Fusion | None, typer.Option(help="How to fuse dense and keyword rankings.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Hits as JSON.")] = False,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Also print the stage timings and the plan the search chose.")
+    ] = False,
 ) -> None:
     """Hybrid search (dense + BM25) with filters applied inside the index queries."""
     request = _guard(
         lambda: SearchRequest(
             query=query,
-            filters=_filters(scope, category, tag, all_tags, content_type, meta),
+            filters=_filters(scope, category, tag, all_tags, content_type, meta, model, section),
             top_k=top_k,
             distance_threshold=threshold,
             fusion=fusion,
         )
     )
-    # One query per process: PostgreSQL scores BM25 directly rather than loading the in-memory index.
-    with _citeline(ctx, keyword_index="sql") as cl:
-        hits = cl.search(request)
+    # One query per process: PostgreSQL scores BM25 directly rather than loading the in-memory index,
+    # and the query embeds on the model session already loaded (opening a second one for two threads
+    # takes far longer than they save on one query).
+    timings, plan = Timings(), Explain()
+    with _citeline(ctx, keyword_index="sql", query_threads=1) as cl:
+        # Opened before the clock starts, so the total is the search's and not the process's start-up.
+        cl.engine  # noqa: B018
+        cl.query_embedder  # noqa: B018
+        start = time.perf_counter()
+        hits = cl.search(request, timings=timings, explain=plan)
+        total_ms = (time.perf_counter() - start) * 1e3
+        migration = cl.migration()
+    if migration is not None:
+        err.print(_migration_line(migration), highlight=False)
     if as_json:
-        _print_json([h.as_dict() for h in hits])
+        if explain:
+            _print_json(
+                {
+                    "hits": [h.as_dict() for h in hits],
+                    "explain": {"total_ms": total_ms, "stages_ms": asdict(timings), **asdict(plan)},
+                }
+            )
+        else:
+            _print_json([h.as_dict() for h in hits])
         return
+    _print_hits(hits)
+    if explain:
+        _print_explain(timings, plan, total_ms)
+
+
+def _print_explain(timings: Timings, plan: Explain, total_ms: float) -> None:
+    """How a search ran: its plan, then its stages in the order they ran (waiting for the vector too)."""
+    if plan.selectivity is None:
+        scope = "unfiltered"
+    else:
+        scope = f"selectivity {plan.selectivity:.2%} ({plan.scope_chunks:,} of {plan.corpus_chunks:,} chunks)"
+    vector = "from the cache" if plan.cache_hit else "embedded"
+    console.print(
+        f"plan: dense {plan.dense_plan}, {scope}; candidates {plan.dense_candidates} dense + "
+        f"{plan.keyword_candidates} keyword; {plan.round_trips} round trips to PostgreSQL; "
+        f"query vector {vector}",
+        highlight=False,
+    )
+    stages = {
+        "embed": timings.embed,
+        "catalog": timings.catalog,
+        "keyword": timings.keyword,
+        "wait for vector": plan.vector_wait,
+        "dense": timings.dense,
+        "fetch": timings.fetch,
+        "fuse": timings.fuse,
+        "rerank": timings.rerank,
+    }
+    console.print(
+        "stages (ms): "
+        + "  ".join(f"{name} {ms:.1f}" for name, ms in stages.items())
+        + f"  total {total_ms:.1f}",
+        highlight=False,
+    )
+
+
+def _print_hits(hits: list[Hit]) -> None:
     if not hits:
         console.print("no hits")
         return
     for rank, hit in enumerate(hits, start=1):
         # Names and headings come from documents: printed as text, never read as markup.
-        where = escape(f"{hit.document_name} p.{hit.page}" + (f" § {hit.section}" if hit.section else ""))
+        where = escape(
+            f"{hit.document_name} p.{hit.page}"
+            + (f" § {hit.section}" if hit.section else "")
+            + (f" [{hit.section_type}]" if hit.section_type else "")
+            + (f" models {', '.join(hit.model_numbers)}" if hit.model_numbers else "")
+        )
         console.print(
             f"[bold][{rank}][/bold] {where}  [dim]v{hit.version} chunk {hit.chunk_id} "
             f"chars {hit.start}-{hit.end}  similarity {hit.similarity:.3f}  bm25 {hit.keyword_score:.2f}  "
@@ -379,6 +465,8 @@ def ask(
     all_tags: AllTagsOption = [],  # noqa: B006
     content_type: TypeOption = [],  # noqa: B006
     meta: MetaOption = [],  # noqa: B006
+    model: ModelOption = [],  # noqa: B006
+    section: SectionOption = [],  # noqa: B006
     persona: Annotated[
         str | None, typer.Option(help="general, clinical or repair (a new conversation's system prompt).")
     ] = None,
@@ -393,7 +481,7 @@ def ask(
     ] = False,
 ) -> None:
     """Answer a question from the documents, streamed, each claim citing a numbered source."""
-    filters = _filters(scope, category, tag, all_tags, content_type, meta)
+    filters = _filters(scope, category, tag, all_tags, content_type, meta, model, section)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
         session = _guard(lambda: cl.chat(conversation, persona=persona))
         _stream_answer(session, question, filters, as_json=as_json)
@@ -410,6 +498,8 @@ def chat(
     all_tags: AllTagsOption = [],  # noqa: B006
     content_type: TypeOption = [],  # noqa: B006
     meta: MetaOption = [],  # noqa: B006
+    model: ModelOption = [],  # noqa: B006
+    section: SectionOption = [],  # noqa: B006
     persona: Annotated[str | None, typer.Option(help="general, clinical or repair.")] = None,
     conversation: Annotated[
         str | None, typer.Option("--conversation", "-c", help="Continue this conversation (its id).")
@@ -417,7 +507,7 @@ def chat(
     llm: Annotated[str | None, typer.Option(help="provider:model to answer with (CITELINE_LLM).")] = None,
 ) -> None:
     """An interactive conversation: follow-up questions keep their context and citation numbers."""
-    filters = _filters(scope, category, tag, all_tags, content_type, meta)
+    filters = _filters(scope, category, tag, all_tags, content_type, meta, model, section)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
         session = _guard(lambda: cl.chat(conversation, persona=persona))
         err.print(f"[dim]conversation {session.id}; an empty line or Ctrl-D ends it[/dim]")
@@ -483,7 +573,9 @@ def docs_show(
         console.print(
             f"\n[bold]#{row['chunk_index']}[/bold] p.{row['page']} "
             f"chars {row['start_offset']}-{row['end_offset']}"
-            + (f" § {row['section']}" if row["section"] else "")
+            + (f" § {escape(row['section'])}" if row["section"] else "")
+            + (f" \\[{row['section_type']}]" if row["section_type"] else "")
+            + (f" models {', '.join(row['model_numbers'])}" if row["model_numbers"] else "")
         )
         console.print(row["text"], markup=False, highlight=False)
 
@@ -517,13 +609,23 @@ def reingest(
     sync: Annotated[
         bool, typer.Option("--sync", help="Build in this process and wait, even with Celery workers.")
     ] = False,
+    check_with: CheckWithOption = None,
+    force: ForceOption = False,
 ) -> None:
     """Build a new version of documents from their stored originals, with the current model and chunking.
 
     With the thread runner (or --sync) the documents are built here and the command waits for them;
     with CITELINE_JOB_RUNNER=celery they are queued for `citeline worker` and the command returns.
+
+    When CITELINE_EMBEDDING_MODEL differs from the model the namespace serves, this migrates: every
+    document gets a version embedded by the new model, staged while searches go on with the old one;
+    once all are built (here, or later with `citeline migrate --switch`) a quality check runs and the
+    namespace switches, all at once, if it passes or with --force.
     """
     with _citeline(ctx, **({"job_runner": "thread"} if sync else {})) as cl:
+        if cl.served_model(refresh=True) != cl.settings.embedding_model:
+            _migrate_by_reingest(cl, dry_run, document_id, check_with, force)
+            return
         docs = cl.reingest_candidates(status=status.value, document_ids=document_id)
         if dry_run:
             for doc in docs:
@@ -559,6 +661,244 @@ def reingest(
         raise typer.Exit(65)
 
 
+CheckWithOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--check-with",
+        help="Gold questions for the quality check before a model switch: a BEIR folder, or a JSONL file "
+        'of {"question": ..., "relevant": [document names]}. Unset: overlap of old and new top-10.',
+    ),
+]
+ForceOption = Annotated[
+    bool, typer.Option("--force", help="Switch to the new model even if the quality check does not pass.")
+]
+
+
+def _migration_line(status: MigrationStatus) -> str:
+    m, p = status.migration, status.progress
+    line = (
+        f"embedding-model migration under way: {m.source_model} -> {m.target_model}, "
+        f"{p.done}/{p.total} documents built"
+    )
+    extra = [f"{p.building} building"] if p.building else []
+    extra += [f"{p.failed} failed"] if p.failed else []
+    return line + (f" ({', '.join(extra)})" if extra else "") + "; searches use " + m.source_model
+
+
+def _print_check(result: CheckResult) -> None:
+    if result.method == "ndcg@10":
+        assert result.old is not None and result.delta is not None and result.delta_ci is not None
+        console.print(
+            f"quality check on {result.queries} gold questions ({result.gold}): "
+            f"nDCG@10 old {result.old:.3f}, new {result.new:.3f}, new - old {result.delta:+.3f} "
+            f"[{result.delta_ci[0]:+.3f}, {result.delta_ci[1]:+.3f}] (p {_p_value(result.p_value or 1.0)})",
+            highlight=False,
+        )
+    else:
+        console.print(
+            f"quality check on {result.queries} of the namespace's chunks as queries: old and new top-10 "
+            f"share {result.new:.0%} [{result.new_ci[0]:.0%}, {result.new_ci[1]:.0%}]",
+            highlight=False,
+        )
+    verdict = "[green]passed[/green]" if result.passed else "[red]did not pass[/red]"
+    console.print(f"{verdict}: {escape(result.rule)}")
+
+
+def _check_and_switch(cl: Citeline, check_with: Path | None, force: bool) -> bool:
+    """Run the check, switch if it passes or ``force``; whether the namespace switched."""
+    result, switched = cl.switch_model(gold=check_with, force=force)
+    _print_check(result)
+    if switched:
+        forced = " (forced)" if not result.passed else ""
+        console.print(f"switched{forced}: the namespace now serves {cl.served_model()}", highlight=False)
+    else:
+        err.print(
+            "not switched: searches keep the old model; --force switches anyway, "
+            "citeline migrate --abort discards the new versions"
+        )
+    return switched
+
+
+def _migrate_by_reingest(
+    cl: Citeline, dry_run: bool, document_ids: list[str], check_with: Path | None, force: bool
+) -> None:
+    """``citeline reingest`` when the configured model is not the one the namespace serves."""
+    served, target = cl.served_model(), cl.settings.embedding_model
+    if dry_run:
+        docs = cl.reingest_candidates(status="completed", document_ids=document_ids)
+        for doc in docs:
+            console.print(f"would embed {str(doc.id)[:8]} {doc.name} (v{doc.version}) with {target}")
+        err.print(f"{len(docs)} documents to migrate from {served} to {target} (dry run)")
+        return
+    ids = [cl.document(ref).id for ref in document_ids]
+    here = cl.settings.job_runner == "thread"
+    if here:
+        cl.start_jobs()
+    migration, queued = _guard(lambda: cl.start_migration(document_ids=ids))
+    console.print(
+        f"migrating from {migration.source_model} to {migration.target_model}: {len(queued)} documents "
+        "queued; searches keep the old model until the switch",
+        highlight=False,
+    )
+    if not here:
+        console.print("citeline worker builds them; then run: citeline migrate --switch", highlight=False)
+        return
+    while (status := cl.migration(max_age=0.0)) is not None and status.progress.building:
+        err.print(_migration_line(status), highlight=False)
+        time.sleep(2.0)
+    if status is None:
+        err.print("[red]the migration was aborted meanwhile[/red]")
+        raise typer.Exit(1)
+    if status.progress.done < status.progress.total:
+        err.print(_migration_line(status), highlight=False)
+        for doc in cl.migration_failures():
+            err.print(f"[red]failed[/red]     {escape(doc.name)}: {escape(doc.error or '')}")
+        raise typer.Exit(65)
+    if not _guard(lambda: _check_and_switch(cl, check_with, force)):
+        raise typer.Exit(1)
+
+
+@app.command()
+def migrate(
+    ctx: typer.Context,
+    switch: Annotated[
+        bool, typer.Option("--switch", help="Run the quality check, then switch if it passes (or --force).")
+    ] = False,
+    check: Annotated[bool, typer.Option("--check", help="Run the quality check only.")] = False,
+    abort: Annotated[
+        bool, typer.Option("--abort", help="Stop the migration and discard the new model's versions.")
+    ] = False,
+    check_with: CheckWithOption = None,
+    force: ForceOption = False,
+    as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
+) -> None:
+    """Show, check, switch or abort the change of embedding model under way (see citeline reingest).
+
+    With no option: the model served, the model configured and the migration's progress.
+    """
+    if sum((switch, check, abort)) > 1:
+        err.print("[red]error:[/red] choose one of --switch, --check and --abort")
+        raise typer.Exit(2)
+    with _citeline(ctx) as cl:
+        if abort:
+            migration, discarded = _guard(cl.abort_migration)
+            console.print(
+                f"aborted the migration to {migration.target_model}: {discarded} of its versions "
+                f"discarded; the namespace serves {cl.served_model(refresh=True)}",
+                highlight=False,
+            )
+            return
+        if check:
+            result = _guard(lambda: cl.check_migration(check_with))
+            if as_json:
+                _print_json(result.as_dict())
+            else:
+                _print_check(result)
+            return
+        if switch:
+            if not _guard(lambda: _check_and_switch(cl, check_with, force)):
+                raise typer.Exit(1)
+            return
+        status = cl.migration(max_age=0.0)
+        data = {
+            "served_model": cl.served_model(refresh=True),
+            "configured_model": cl.settings.embedding_model,
+            "migration": status.as_dict() if status else None,
+        }
+    if as_json:
+        _print_json(data)
+        return
+    console.print(f"serves     {data['served_model']}", highlight=False)
+    console.print(f"configured {data['configured_model']}", highlight=False)
+    if status is None:
+        differs = data["served_model"] != data["configured_model"]
+        hint = " (run citeline reingest to migrate)" if differs else ""
+        console.print("no migration under way" + hint, highlight=False)
+    else:
+        console.print(_migration_line(status), highlight=False)
+        if status.migration.check_result:
+            last = json.dumps(status.migration.check_result)
+            console.print(f"last check: {last}", highlight=False, markup=False)
+
+
+@app.command()
+def refresh(
+    ctx: typer.Context,
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", help="Only sources last read longer ago than this: 30m, 12h, 1d, 2w."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be read again; change nothing.")
+    ] = False,
+    document_id: Annotated[
+        list[str], typer.Option("--document-id", help="Only this document (id or prefix); repeatable.")
+    ] = [],  # noqa: B006  (typer reads the default; it is never mutated)
+    sync: Annotated[
+        bool, typer.Option("--sync", help="Build in this process and wait, even with Celery workers.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per document.")] = False,
+) -> None:
+    """Read web pages and files again at their origin; a new version only for changed content.
+
+    Web pages are compared by their extracted text, files by their bytes; a source that cannot be read
+    keeps its current version. With the thread runner (or --sync) the command waits for the new
+    versions; with CITELINE_JOB_RUNNER=celery, web pages are queued for `citeline worker`.
+    """
+    age = _guard(lambda: parse_age(older_than)) if older_than else None
+    with _citeline(ctx, **({"job_runner": "thread"} if sync else {})) as cl:
+        docs = cl.refresh_candidates(older_than=age, document_ids=document_id)
+        if dry_run:
+            for doc in docs:
+                read = doc.last_fetched_at.isoformat(timespec="seconds") if doc.last_fetched_at else "never"
+                console.print(
+                    f"would refresh {str(doc.id)[:8]} {escape(doc.name)} ({escape(doc.source_uri)}, "
+                    f"last read {read})",
+                    highlight=False,
+                )
+            err.print(f"{len(docs)} document{'s' if len(docs) != 1 else ''} to refresh (dry run)")
+            return
+        here = cl.settings.job_runner == "thread"
+        if here:
+            cl.start_jobs()
+        outcomes: list[str] = []
+
+        def report(result: Refreshed) -> None:
+            outcomes.append(str(result.outcome))
+            if as_json:
+                _print_json(result.as_dict())
+            elif result.outcome == Outcome.FAILED:
+                name, error = escape(result.document.name), escape(result.error or "")
+                err.print(f"[red]failed[/red]     {name}: {error}")
+            elif result.outcome == Outcome.UPDATED:
+                doc = result.document
+                console.print(f"changed    {escape(doc.name)}: v{doc.version}, {doc.vector_count} chunks")
+            else:
+                console.print(f"{result.outcome!s:<10} {escape(result.document.name)}", highlight=False)
+
+        queued = []
+        for doc in docs:
+            try:
+                submission = cl.refresh(doc.id)
+            except CitelineError as exc:
+                report(Refreshed(doc, Outcome.FAILED, str(exc)))
+                continue
+            if not submission.created:
+                report(cl.refreshed(submission))
+            elif here:
+                queued.append(submission)
+            else:  # a worker elsewhere fetches it
+                report(Refreshed(submission.document, Status.QUEUED))
+        for submission in queued:
+            report(cl.refreshed(submission, timeout=float("inf")))
+    if not as_json:
+        counts = {o: outcomes.count(o) for o in dict.fromkeys(outcomes)}
+        summary = ", ".join(f"{n} {o}" for o, n in counts.items()) or "nothing to refresh"
+        err.print(f"{len(outcomes)} document{'s' if len(outcomes) != 1 else ''}: {summary}")
+    if Outcome.FAILED.value in outcomes:
+        raise typer.Exit(65)
+
+
 @app.command()
 def worker(
     ctx: typer.Context,
@@ -589,6 +929,40 @@ def stats(
         return
     for key, value in data.items():
         console.print(f"[bold]{key:>20}[/bold]  {value}", highlight=False)
+
+
+@app.command()
+def providers(as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False) -> None:
+    """The providers each provider:model setting can name: embedding models, answering models, rerankers."""
+    from citeline.answer.llm import LLMS
+    from citeline.embed import EMBEDDERS
+    from citeline.retrieve.rerank import RERANKERS
+
+    rows = [
+        {
+            "setting": setting,
+            "provider": provider.usage,
+            "about": provider.about,
+            "example": provider.example,
+            "extra": provider.extra,
+        }
+        for setting, registry in (
+            ("CITELINE_EMBEDDING_MODEL", EMBEDDERS),
+            ("CITELINE_LLM", LLMS),
+            ("CITELINE_RERANKER", RERANKERS),
+        )
+        for provider in registry.providers()
+    ]
+    if as_json:
+        _print_json(rows)
+        return
+    setting = ""
+    for row in rows:
+        if row["setting"] != setting:
+            setting = str(row["setting"])
+            console.print(Text(setting, style="bold"))
+        install = f"; pip install 'citeline[{row['extra']}]'" if row["extra"] else ""
+        console.print(Text(f"  {row['provider']:<32} {row['about']}, e.g. {row['example']}{install}"))
 
 
 @app.command("eval")
@@ -923,6 +1297,7 @@ def keys_revoke(
     with _citeline(ctx) as cl:
         info = cl.revoke_key(key_id)
     console.print(f"revoked key {info.id} ({info.name})", highlight=False)
+
 
 if __name__ == "__main__":
     app()

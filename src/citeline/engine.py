@@ -7,8 +7,9 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -23,7 +24,7 @@ from citeline.answer.nli import default_judge
 from citeline.chat import store as chat_store
 from citeline.chat.session import ChatSession
 from citeline.chat.store import ConversationInfo, MessageInfo
-from citeline.embed import get_embedder
+from citeline.embed import EMBEDDERS, get_embedder
 from citeline.embed.base import Embedder
 from citeline.errors import (
     AccessDeniedError,
@@ -31,8 +32,10 @@ from citeline.errors import (
     ConfigError,
     ConflictError,
     InvalidRequestError,
+    ModelMismatchError,
     NotFoundError,
 )
+from citeline.eval.migration import CheckResult, Space, gold_check, load_gold, overlap_check
 from citeline.ingest import (
     IngestOptions,
     Ingestor,
@@ -44,19 +47,39 @@ from citeline.ingest import (
     file_source,
     remove_unused_files,
     settle_abandoned,
+    url_name,
 )
 from citeline.jobs.runner import JobRunner, ThreadRunner
-from citeline.jobs.submit import Submission, Upload, reingest_request, store_upload, submit, submit_url
+from citeline.jobs.submit import (
+    Refreshed,
+    Submission,
+    Upload,
+    origin_path,
+    reingest_request,
+    store_upload,
+    submit,
+    submit_url,
+)
+from citeline.retrieve.query import QueryVectors
 from citeline.retrieve.rerank import Reranker, get_reranker, rerank_hits
-from citeline.retrieve.search import Hit, SearchRequest, Timings, fetch_hits, hybrid_search
+from citeline.retrieve.search import (
+    Explain,
+    Hit,
+    ModelCheck,
+    SearchRequest,
+    Timings,
+    fetch_hits,
+    hybrid_search,
+)
 from citeline.settings import Settings
-from citeline.store import catalog, keys
+from citeline.store import catalog, keys, model_migration
 from citeline.store.analyzer import Analyzer
 from citeline.store.catalog import DocumentInfo, DocumentPage, DocumentQuery
 from citeline.store.database import connect
 from citeline.store.index import Repair, VectorIndex, open_index
 from citeline.store.keys import KeyInfo
 from citeline.store.keyword import KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
+from citeline.store.model_migration import MigrationInfo, MigrationStatus
 from citeline.store.models import Status
 
 log = logging.getLogger(__name__)
@@ -80,9 +103,12 @@ _INDEX_SETTINGS = (
     "chroma_database",
     "hnsw_ef_search",
     "exact_search_below",
+    "hnsw_tuple_cost",
 )
 #: ... and its embedder.
 _EMBEDDER_SETTINGS = ("embedding_model", "embed_batch_size", "embed_threads")
+#: ... and its query vectors (with their cache).
+_QUERY_SETTINGS = ("query_threads", "query_cache_size")
 #: ... and its in-memory keyword index.
 _KEYWORD_SETTINGS = (
     "keyword_index",
@@ -113,8 +139,15 @@ class Citeline:
         self._embedder: Embedder | None = None
         self._vector_index: VectorIndex | None = None
         self._llm: LLM | None = None
-        self._rerankers: dict[str, Reranker | None] = {}
+        self._rerankers: dict[tuple[str, str], Reranker | None] = {}
+        #: The model the namespace serves, as last read (see :meth:`served_model`).
+        self._served: str | None = None
+        #: The running migration's status and when it was read (see :meth:`migration`).
+        self._migration_seen: tuple[float, MigrationStatus | None] = (-1.0, None)
         self._query_pool: ThreadPoolExecutor | None = None
+        self._query_vectors: QueryVectors | None = None
+        #: Unfiltered searches skip the model check while the catalog's keyword log stays put.
+        self._model_check = ModelCheck()
         self._jobs: JobRunner | None = None
         self._key_cache = keys.KeyCache(self._settings.api_key_cache_seconds)
         #: Parts borrowed from the instance this one was derived from: never closed by this one.
@@ -141,19 +174,31 @@ class Citeline:
         if same(_STORE_SETTINGS) and self._engine is not None:
             other._engine = self._engine
             other._borrowed.add("engine")
-        if same(_EMBEDDER_SETTINGS) and self._embedder is not None:
+        if same(_EMBEDDER_SETTINGS) and self._embedder is not None and same(self._embedder_reads()):
             other._embedder = self._embedder
         if same(_INDEX_SETTINGS) and self._vector_index is not None:
             other._vector_index = self._vector_index
             other._borrowed.add("vector_index")
         if same(_STORE_SETTINGS) and same(_KEYWORD_SETTINGS):
             other.keyword_index = self.keyword_index
+        if same(_STORE_SETTINGS):
+            other._model_check = self._model_check
+        if same(_QUERY_SETTINGS) and self._query_vectors is not None:
+            other._query_vectors = self._query_vectors
         return other
 
+    def _embedder_reads(self) -> tuple[str, ...]:
+        """The settings besides :data:`_EMBEDDER_SETTINGS` that this instance's embedder was built from."""
+        provider, _ = EMBEDDERS.parse(self._settings.embedding_model)
+        return provider.settings
+
     def warm_up(self) -> Citeline:
-        """Open the store, load the embedder, the keyword index and the claim judge now rather than at
-        the first request, and repair what a crash left between the catalog and the vector index."""
+        """Open the store, load the embedder (with its query session), the keyword index and the claim
+        judge now rather than at the first request, and repair what a crash left between the catalog and
+        the vector index."""
         self.embedder  # noqa: B018
+        # Embedding one text opens the query session (see CITELINE_QUERY_THREADS).
+        self.query_vectors.embed(self.query_embedder, "warm up")
         with self.engine.connect() as conn:
             self.keyword_index.warm_up(conn)
         self.repair_vectors()
@@ -214,12 +259,39 @@ class Citeline:
         if self._embedder is None:
             with self._lock:
                 if self._embedder is None:
-                    self._embedder = get_embedder(
-                        self._settings.embedding_model,
-                        batch_size=self._settings.embed_batch_size,
-                        threads=self._settings.embed_threads,
-                    )
+                    self._embedder = get_embedder(self._settings.embedding_model, self._settings)
         return self._embedder
+
+    def embedder_for(self, model: str) -> Embedder:
+        """The embedder of ``model`` (``provider:model``), loaded once per process."""
+        if model == self.settings.embedding_model:
+            return self.embedder
+        return get_embedder(model, self._settings)
+
+    def served_model(self, *, refresh: bool = False) -> str:
+        """The embedding model the namespace serves, which queries are embedded by: the catalog's
+        (it changes only when a migration switches), or the configured one for a namespace that has
+        indexed nothing yet. Read once, again with ``refresh``."""
+        if self._served is None or refresh:
+            with self.engine.connect() as conn:
+                self._served = catalog.served_model(conn) or self.settings.embedding_model
+        return self._served
+
+    @property
+    def query_embedder(self) -> Embedder:
+        """The embedder of the served model (see :meth:`served_model`)."""
+        return self.embedder_for(self.served_model())
+
+    @property
+    def query_vectors(self) -> QueryVectors:
+        """Search queries' vectors: embedded with ``query_threads`` cores, the recent ones cached."""
+        if self._query_vectors is None:
+            with self._lock:
+                if self._query_vectors is None:
+                    self._query_vectors = QueryVectors(
+                        threads=self._settings.query_threads, cache_size=self._settings.query_cache_size
+                    )
+        return self._query_vectors
 
     @property
     def files_dir(self) -> Path:
@@ -273,10 +345,25 @@ class Citeline:
         progress: ProgressCallback | None = None,
         allow_private_urls: bool = False,
     ) -> list[IngestResult]:
-        """Ingest files, folders (recursively) and URLs; one result per source, failures included."""
-        return self.ingestor(allow_private_urls=allow_private_urls).ingest_paths(
-            discover(paths), options or IngestOptions(), progress
-        )
+        """Ingest files, folders (recursively) and URLs; one result per source, failures included.
+
+        While a model migration runs, each new version's twin (embedded by the target model) is built
+        here too, and reported as ``staged``.
+        """
+        ingestor = self.ingestor(allow_private_urls=allow_private_urls)
+        results = ingestor.ingest_paths(discover(paths), options or IngestOptions(), progress)
+        documents = [r.document.id for r in results if r.document is not None and r.chunks]
+        if documents and self.migration(max_age=0.0) is not None:
+            with self.engine.connect() as conn:
+                twins = [
+                    v.version_id
+                    for doc in set(documents)
+                    for v in catalog.versions(conn, doc)
+                    if v.status == Status.QUEUED
+                ]
+            if twins:
+                results += ingestor.run_jobs(limit=len(twins), version_ids=twins, progress=progress)
+        return results
 
     # -- documents as jobs ------------------------------------------------------------------------
 
@@ -349,11 +436,11 @@ class Citeline:
         """Register a web page for the job runner, which fetches it (the private-address guard applies)."""
         _require_admin(access, f"add {url}")
         target = self._document_id(document_id, access) if document_id is not None else None
-        source = file_source(submit_url(url), self.files_dir)
+        # The page's content is known once its job fetches it: the job compares it then.
         return self._register(
-            name=source.name,
+            name=url_name(submit_url(url)),
             source_uri=url,
-            content_hash=source.content_hash,
+            content_hash=None,
             file_path=None,
             options=options or IngestOptions(),
             document_id=target,
@@ -384,6 +471,75 @@ class Citeline:
             return [self.document(ref) for ref in document_ids]
         # The catalog's listing already shows each document once, as its current version.
         return self.list_documents(DocumentQuery(status=status, limit=None)).documents
+
+    def refresh_candidates(
+        self, *, older_than: timedelta | None = None, document_ids: Sequence[str] = ()
+    ) -> list[DocumentInfo]:
+        """What ``citeline refresh`` reads again: the named documents, else every document with a live
+        version whose source has an origin to read (a web page, or a file still at its path), last
+        read more than ``older_than`` ago (any time, when None); by name."""
+        if document_ids:
+            return [self.document(ref) for ref in document_ids]
+        cutoff = datetime.now(UTC) - older_than if older_than is not None else None
+        found = self.list_documents(DocumentQuery(status=Status.COMPLETED, limit=None)).documents
+        return [
+            doc
+            for doc in found
+            if (doc.source_uri.startswith(("http://", "https://")) or _still_there(doc))
+            and (cutoff is None or (doc.last_fetched_at or doc.created_at) < cutoff)
+        ]
+
+    def refresh(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> Submission:
+        """Read a document's source again at its origin; a new version only if its content changed.
+
+        A file is read (and hashed) here: unchanged, it is a no-op that records the read; changed, its
+        new original is stored and queued like an upload. A web page is queued for the job runner,
+        whose job fetches it and builds a new version only if its extracted text changed. Either way
+        the current version stays live until a new one replaces it, and a failure keeps it.
+        """
+        _require_admin(access, f"refresh document {ref}")
+        doc = self.document(str(ref), access=access)
+        options = IngestOptions(chunk_size=doc.chunk_size, chunk_overlap=doc.chunk_overlap)
+        common: dict[str, Any] = {"name": doc.name, "source_uri": doc.source_uri, "document_id": doc.id}
+        if doc.source_uri.startswith(("http://", "https://")):
+            return self._register(content_hash=None, file_path=None, options=options, **common)
+        path = origin_path(doc)
+        if path is None:
+            raise InvalidRequestError(
+                f"document {doc.id} ({doc.name}) was uploaded: it has no origin to read again; "
+                "upload its new version instead"
+            )
+        if not path.is_file():
+            raise NotFoundError(f"document {doc.id}: its original {path} is no longer there")
+        source = file_source(str(path), self.files_dir)
+        assert source.stored_file is not None
+        try:
+            return self._register(
+                content_hash=source.content_hash,
+                file_path=source.stored_file,
+                options=options,
+                fetched_at=source.fetched_at,
+                **common,
+            )
+        finally:
+            remove_unused_files(self.engine, [source.stored_file])
+
+    def refreshed(self, submission: Submission, *, timeout: float = 60.0) -> Refreshed:
+        """What became of a :meth:`refresh`: waits (up to ``timeout`` seconds) for its job, if any."""
+        doc = submission.document
+        if not submission.created:
+            return Refreshed(doc, submission.outcome)
+        current = self.wait(doc.id, timeout=timeout)
+        with self.engine.connect() as conn:
+            versions = {v.version_id: v for v in catalog.versions(conn, doc.id)}
+        mine = versions.get(doc.version_id)
+        if mine is None:  # the job found the page unchanged and dropped its version
+            return Refreshed(current, Outcome.UNCHANGED)
+        if mine.is_active:
+            return Refreshed(mine, Outcome.UPDATED)
+        if mine.status == Status.FAILED:
+            return Refreshed(current, Outcome.FAILED, mine.error)
+        return Refreshed(current, Status(mine.status))
 
     def unused_files(self, *, older_than: float = _UPLOAD_GRACE) -> list[Path]:
         """Stored originals of this namespace that no version refers to, untouched for ``older_than``
@@ -486,13 +642,21 @@ class Citeline:
         return self.document(str(ref), access=access).id
 
     def _register(self, **fields: Any) -> Submission:
-        """Register a version with this store and embedder (:func:`citeline.jobs.submit.submit`) and
-        tell the runner when it is queued."""
-        submission = submit(self.engine, self.settings, model=self.embedder.model_id, **fields)
+        """Register a version with this store (:func:`citeline.jobs.submit.submit`), embedded by the
+        served model, and tell the runner what is queued (with its twin, while a migration runs)."""
+        with self.engine.connect() as conn:
+            model = catalog.ingest_model(conn, self.settings.embedding_model)
+        submission = submit(self.engine, self.settings, model=model, **fields)
         if submission.outcome == Outcome.RELABELLED:
             self._relabelled(submission.document)
         if submission.outcome == Status.QUEUED:
-            self.jobs.notify([submission.document.version_id])
+            with self.engine.connect() as conn:
+                queued = [
+                    v.version_id
+                    for v in catalog.versions(conn, submission.document.id)
+                    if v.status == Status.QUEUED
+                ]
+            self.jobs.notify(queued)
         return submission
 
     def ingestor(self, *, allow_private_urls: bool = False) -> Ingestor:
@@ -507,7 +671,113 @@ class Citeline:
             chunk_overlap=self.settings.chunk_overlap,
             allow_private_urls=allow_private_urls,
             retry=RetryPolicy(self.settings.job_retries, self.settings.job_retry_delay),
+            embedders=self.embedder_for,
         )
+
+    # -- changing the embedding model -----------------------------------------------------------
+
+    def migration(self, *, max_age: float = 2.0) -> MigrationStatus | None:
+        """The model migration under way with its progress, or None. Read again when the last read is
+        older than ``max_age`` seconds: searches report it and should not each count documents."""
+        seen, status = self._migration_seen
+        now = time.monotonic()
+        if max_age <= 0 or now - seen > max_age:
+            with self.engine.connect() as conn:
+                status = model_migration.status(conn)
+            self._migration_seen = (now, status)
+        return status
+
+    def start_migration(
+        self, *, document_ids: Sequence[uuid.UUID] = (), access: Access = FULL_ACCESS
+    ) -> tuple[MigrationInfo, list[DocumentInfo]]:
+        """Start moving the namespace to the configured model (or resume the migration to it): queue a
+        twin embedded by it for each active document that has none staged or being built (only
+        ``document_ids``, if given). Searches go on with the served model meanwhile. Returns the
+        migration and the twins queued."""
+        _require_admin(access, "change the embedding model")
+        target = self.settings.embedding_model
+        self.embedder  # noqa: B018  (a model that cannot be loaded fails here, not in every job)
+        with self.engine.begin() as conn:
+            migration = model_migration.start(conn, target)
+            docs = model_migration.without_twin(conn, migration)
+            if document_ids:
+                docs = [d for d in docs if d.id in set(document_ids)]
+            queued = model_migration.queue_twins(
+                conn, migration, docs, chunking=(self.settings.chunk_size, self.settings.chunk_overlap)
+            )
+        self._migration_seen = (-1.0, None)
+        self.jobs.notify([d.version_id for d in queued])
+        return migration, queued
+
+    def migration_failures(self, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
+        """The documents whose version embedded by the migration's model failed, with the reason."""
+        _require_admin(access, "list the embedding-model migration's failures")
+        with self.engine.connect() as conn:
+            migration = model_migration.running(conn)
+            return model_migration.failures(conn, migration) if migration else []
+
+    def check_migration(self, gold: Path | None = None, *, access: Access = FULL_ACCESS) -> CheckResult:
+        """Run the quality check of the migration under way (:mod:`citeline.eval.migration`): with
+        ``gold`` (a BEIR folder or a JSONL file of questions), nDCG@10 of old and new; without, the
+        overlap of their top-10 on the namespace's own chunks. The result is kept with the migration.
+
+        Raises :class:`ConflictError` when no migration runs or some document's twin is not built yet.
+        """
+        _require_admin(access, "check the embedding-model migration")
+        questions = load_gold(gold) if gold is not None else None
+        with self.engine.connect() as conn:
+            status = model_migration.status(conn)
+            if status is None:
+                raise ConflictError("no embedding-model migration is under way (see citeline migrate)")
+            migration, progress = status.migration, status.progress
+            if progress.done < progress.total:
+                raise ConflictError(
+                    f"{progress.done} of {progress.total} documents are built with {migration.target_model} "
+                    f"({progress.building} being built, {progress.failed} failed); check once all are"
+                )
+            active = [d for d in catalog.list_documents(conn) if d.is_active]
+            staged = model_migration.staged_versions(conn, migration)
+        old = Space(migration.source_model, self.embedder_for(migration.source_model), active)
+        new = Space(migration.target_model, self.embedder_for(migration.target_model), staged)
+        if questions is not None:
+            result = gold_check(self.engine, old, new, questions, self.settings, source=str(gold))
+        else:
+            result = overlap_check(self.engine, old, new, self.settings)
+        with self.engine.begin() as conn:
+            model_migration.record_check(conn, migration, result.as_dict())
+        return result
+
+    def switch_model(
+        self, *, gold: Path | None = None, force: bool = False, access: Access = FULL_ACCESS
+    ) -> tuple[CheckResult, bool]:
+        """Check the migration under way and, if the check passes or ``force``, switch the namespace to
+        the new model atomically: every document's staged twin becomes its visible version, and
+        queries are embedded by the new model from the commit on. Returns the check's result and
+        whether the switch happened."""
+        _require_admin(access, "switch the embedding model")
+        result = self.check_migration(gold)
+        if not result.passed and not force:
+            return result, False
+        with self.engine.begin() as conn:
+            migration = model_migration.running(conn)
+            if migration is None:
+                raise ConflictError("the migration was aborted meanwhile")
+            model_migration.switch(conn, migration, forced=not result.passed)
+        self.served_model(refresh=True)
+        self._migration_seen = (-1.0, None)
+        return result, True
+
+    def abort_migration(self, *, access: Access = FULL_ACCESS) -> tuple[MigrationInfo, int]:
+        """Stop the migration under way and discard its staged versions; the namespace keeps its
+        model. Returns the migration and how many versions were discarded."""
+        _require_admin(access, "abort the embedding-model migration")
+        with self.engine.begin() as conn:
+            migration = model_migration.running(conn)
+            if migration is None:
+                raise ConflictError("no embedding-model migration is under way")
+            discarded = model_migration.abort(conn, migration)
+        self._migration_seen = (-1.0, None)
+        return migration, discarded
 
     # -- search ---------------------------------------------------------------------------------
 
@@ -517,31 +787,52 @@ class Citeline:
         *,
         access: Access = FULL_ACCESS,
         timings: Timings | None = None,
+        explain: Explain | None = None,
     ) -> list[Hit]:
-        """Hybrid search within ``access``; see :class:`SearchRequest` for the knobs."""
+        """Hybrid search within ``access``; see :class:`SearchRequest` for the knobs. ``timings`` and
+        ``explain``, when given, are filled with how the search ran."""
         if isinstance(request, str):
             request = SearchRequest(query=request)
         request = replace(request, filters=access.restrict(request.filters))
         if not request.query.strip():
             raise InvalidRequestError("the search query is empty")
-        embedder, query = self.embedder, request.query
+        try:
+            return self._search(request, access, timings, explain)
+        except ModelMismatchError:
+            # A migration switched the namespace's model since it was read: read it again, once.
+            if self._served == self.served_model(refresh=True):
+                raise
+            return self._search(request, access, timings, explain)
+
+    def _search(
+        self, request: SearchRequest, access: Access, timings: Timings | None, explain: Explain | None
+    ) -> list[Hit]:
+        embedder, vectors, query = self.query_embedder, self.query_vectors, request.query
         embed_ms = 0.0
+        cached = vectors.cached(embedder, query)
 
         def embed_query() -> NDArray[np.float32]:
             nonlocal embed_ms
             t0 = time.perf_counter()
-            vector: NDArray[np.float32] = embedder.embed([query])[0]
+            vector = vectors.embed(embedder, query)
             embed_ms = (time.perf_counter() - t0) * 1e3
             return vector
 
-        if self._query_pool is None:
-            with self._lock:
-                if self._query_pool is None:
-                    # Several, so that concurrent searches do not queue behind one another's embeddings.
-                    self._query_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="citeline-query")
-        # The query embeds (onnxruntime lets go of the GIL) while the search reads the catalog and runs
-        # the keyword stage, which need no vector: about 2.5 ms of a 20 ms search at 100k chunks.
-        pending = self._query_pool.submit(embed_query)
+        pending: Future[NDArray[np.float32]]
+        if cached is not None:
+            pending = Future()
+            pending.set_result(cached)
+        else:
+            if self._query_pool is None:
+                with self._lock:
+                    if self._query_pool is None:
+                        # Several, so that concurrent searches do not queue behind one another's embeddings.
+                        self._query_pool = ThreadPoolExecutor(
+                            max_workers=4, thread_name_prefix="citeline-query"
+                        )
+            # The query embeds (onnxruntime lets go of the GIL) while the search reads the catalog and
+            # runs the keyword stage, which need no vector.
+            pending = self._query_pool.submit(embed_query)
         reranker = self.reranker(request.rerank)
         mmr_lambda = request.mmr_lambda if request.mmr_lambda is not None else self.settings.mmr_lambda
         top_k = request.top_k or self.settings.top_k
@@ -550,20 +841,26 @@ class Citeline:
         if second_stage:
             # The second stage needs its candidates even when fewer hits are asked for.
             request = replace(request, top_k=max(top_k, depth))
-        with self.engine.begin() as conn:
+        # One snapshot for the whole search: its statements all see the catalog before a version swap
+        # or a model switch, or all after it, never the documents of one and the chunks of the other.
+        with self.engine.connect() as conn, conn.execution_options(isolation_level="REPEATABLE READ").begin():
             hits = hybrid_search(
                 conn,
                 request,
                 pending.result,
-                model=self.embedder.model_id,
+                model=embedder.model_id,
                 analyzer=self.analyzer,
                 keyword_index=self.keyword_index,
                 vector_index=self.vector_index,
                 settings=self.settings,
                 timings=timings,
+                explain=explain,
+                checked=self._model_check,
             )
             if timings is not None:
                 timings.embed = embed_ms
+            if explain is not None:
+                explain.cache_hit = cached is not None
             if not second_stage:
                 return hits
             t1 = time.perf_counter()
@@ -585,20 +882,25 @@ class Citeline:
     def reranker(self, spec: str | None = None) -> Reranker | None:
         """The reranker named by ``spec`` (a request's), else by the ``reranker`` setting; None for none.
 
-        Loaded once per spec. An unknown spec is an :class:`InvalidRequestError` when a request gave it
-        and a :class:`ConfigError` when the settings did.
+        Loaded once per spec and served model (a reranker that embeds must embed in the queries'
+        space, which a model switch changes). An unknown spec is an :class:`InvalidRequestError` when
+        a request gave it and a :class:`ConfigError` when the settings did.
         """
         name = spec if spec is not None else self.settings.reranker
-        if name not in self._rerankers:
+        embedder = self.query_embedder
+        key = (name, embedder.model_id)
+        if key not in self._rerankers:
             with self._lock:
-                if name not in self._rerankers:
+                if key not in self._rerankers:
                     try:
-                        self._rerankers[name] = get_reranker(name, embedder=self.embedder)
+                        # Built for the served model, the one the queries are embedded by.
+                        served = self.settings.model_copy(update={"embedding_model": embedder.model_id})
+                        self._rerankers[key] = get_reranker(name, served)
                     except ConfigError as exc:
                         if spec is None:
                             raise
                         raise InvalidRequestError(f"rerank: {exc}") from exc
-        return self._rerankers[name]
+        return self._rerankers[key]
 
     def fetch(
         self, chunk_ids: Sequence[int], query: str | None = None, *, access: Access = FULL_ACCESS
@@ -607,7 +909,7 @@ class Citeline:
 
         With ``query``, each hit carries its cosine distance to the query.
         """
-        vector = self.embedder.embed([query])[0] if query else None
+        vector = self.query_embedder.embed([query])[0] if query else None
         with self.engine.connect() as conn:
             return fetch_hits(conn, chunk_ids, vector, vector_index=self.vector_index, access=access)
 
@@ -673,7 +975,8 @@ class Citeline:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
-                    "SELECT id, chunk_index, page, start_offset, end_offset, section, text FROM chunks "
+                    "SELECT id, chunk_index, page, start_offset, end_offset, section, section_type, "
+                    "model_numbers, text FROM chunks "
                     "WHERE document_id = :id ORDER BY chunk_index"
                 ),
                 {"id": document.version_id},
@@ -685,7 +988,12 @@ class Citeline:
         with self.engine.connect() as conn:
             out = catalog.stats(conn, access=access)
         out["namespace"] = self.settings.namespace
-        out["embedding_model"] = self.settings.embedding_model
+        out["embedding_model"] = self.served_model(refresh=True)
+        if self.settings.embedding_model != out["embedding_model"]:
+            out["configured_embedding_model"] = self.settings.embedding_model
+        status = self.migration(max_age=0.0)
+        if status is not None:
+            out["migration"] = status.as_dict()
         out["mode"] = "external" if self.settings.database_url else "embedded"
         return out
 
@@ -710,7 +1018,8 @@ class Citeline:
             ).scalar_one()
             rows = conn.execute(
                 sa.text(
-                    "SELECT id, chunk_index, page, start_offset, end_offset, section, text FROM chunks "
+                    "SELECT id, chunk_index, page, start_offset, end_offset, section, section_type, "
+                    "model_numbers, text FROM chunks "
                     "WHERE document_id = :id ORDER BY chunk_index LIMIT :limit OFFSET :offset"
                 ),
                 {"id": document.version_id, "limit": limit, "offset": offset},
@@ -828,6 +1137,11 @@ class Citeline:
         if self._jobs is not None:
             checks["job_runner"] = self._jobs.alive
         return checks
+
+
+def _still_there(doc: DocumentInfo) -> bool:
+    path = origin_path(doc)
+    return path is not None and path.is_file()
 
 
 def _require_admin(access: Access, action: str) -> None:

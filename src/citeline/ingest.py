@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
-from citeline.embed.base import Embedder
+from citeline.annotate import annotate
+from citeline.embed.base import Embedder, get_embedder
 from citeline.errors import (
     CitelineError,
     EmbeddingError,
@@ -41,9 +43,10 @@ from citeline.load import SUPPORTED_SUFFIXES, load
 from citeline.retrieve.filters import normalise_category
 from citeline.split import split
 from citeline.store import catalog
-from citeline.store.analyzer import Analyzer
+from citeline.store.analyzer import Analyzer, DocumentTerms
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
 from citeline.store.index import VectorIndex
+from citeline.store.models import Status
 from citeline.types import ChunkDraft, LoadedSource, Page
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,8 @@ class Outcome(StrEnum):
     FAILED = "failed"
     #: A job failed for a passing reason and went back to the queue.
     RETRYING = "retrying"
+    #: Built with the target of a model migration: complete, invisible until the switch.
+    STAGED = "staged"
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,8 @@ class Source:
     content_hash: str
     open: Callable[[], LoadedSource]
     stored_file: Path | None = None
+    #: When the source was read at its origin (None for a stored original or text in memory).
+    fetched_at: datetime | None = None
 
 
 ProgressCallback = Callable[[IngestResult], None]
@@ -162,21 +169,45 @@ def _is_url(text: str) -> bool:
     return text.startswith(("http://", "https://"))
 
 
-def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False) -> Source:
-    """A file or URL as a source. Raises :class:`LoadError` for a missing or unsupported file.
+def url_name(url: str) -> str:
+    """A web page's name: the last part of its path, else the URL."""
+    return url.rstrip("/").rsplit("/", 1)[-1] or url
 
-    A file's original is kept under ``files_dir``, named by its content hash.
+
+def text_hash(pages: Sequence[Page]) -> str:
+    """The hash of a source's extracted text, page by page: what identifies a web page's content (its
+    markup, scripts and advertising may change on every fetch)."""
+    digest = hashlib.sha256()
+    for page in pages:
+        digest.update(page.text.encode())
+        digest.update(b"\f")
+    return digest.hexdigest()
+
+
+def url_source(url: str, *, name: str | None = None, allow_private_urls: bool = False) -> Source:
+    """A web page fetched now, identified by the hash of its extracted text (:func:`text_hash`).
+
+    Raises :class:`LoadError` when the page cannot be fetched or has no text.
+    """
+    fetched_at = datetime.now(UTC)
+    loaded = load(url, allow_private=allow_private_urls)
+    pages = list(loaded.pages)  # a page is at most the fetch limit (10 MB); its text is hashed whole
+
+    def reopen() -> LoadedSource:
+        return LoadedSource(loaded.content_type, loaded.title, iter(pages), dict(loaded.metadata))
+
+    return Source(url, url, name or url_name(url), text_hash(pages), reopen, fetched_at=fetched_at)
+
+
+def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False) -> Source:
+    """A file or URL as a source. Raises :class:`LoadError` for a missing or unsupported file, or a
+    page that cannot be fetched.
+
+    A file's original is kept under ``files_dir``, named by its content hash. A URL is fetched now
+    (:func:`url_source`).
     """
     if _is_url(text):
-        name = text.rstrip("/").rsplit("/", 1)[-1] or text
-        # A URL's content is known only once fetched; its address stands for it.
-        return Source(
-            text,
-            text,
-            name,
-            hashlib.sha256(text.encode()).hexdigest(),
-            lambda: load(text, allow_private=allow_private_urls),
-        )
+        return url_source(text, allow_private_urls=allow_private_urls)
     path = Path(text).expanduser()
     if not path.exists():
         raise LoadError(text, "file not found")
@@ -186,6 +217,7 @@ def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False)
         raise UnsupportedTypeError(
             text, f"unsupported file type {path.suffix!r}; supported: {', '.join(SUPPORTED_SUFFIXES)}"
         )
+    fetched_at = datetime.now(UTC)
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -198,7 +230,7 @@ def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False)
         shutil.copyfile(path, partial)
         partial.replace(stored)
     resolved = path.resolve()
-    return Source(text, resolved.as_uri(), resolved.name, content, lambda: load(path), stored)
+    return Source(text, resolved.as_uri(), resolved.name, content, lambda: load(path), stored, fetched_at)
 
 
 @dataclass
@@ -210,6 +242,8 @@ class _Job:
     started: float
     size: int
     overlap: int
+    #: A web page the job fetches first, to learn its text hash (and whether it changed).
+    fetch: bool = False
     loaded: LoadedSource | None = None
     pages: int = 0
     chunks: int = 0
@@ -217,6 +251,8 @@ class _Job:
     pending: int = 0
     exhausted: bool = False
     failed: bool = False
+    #: The whole version's keyword terms, gathered as its chunks are cut.
+    terms: DocumentTerms | None = None
 
 
 @dataclass
@@ -267,10 +303,17 @@ class _Run:
     conn: sa.Connection | None = None
     #: The run's key (catalog.hold_run), held on ``conn`` while the run lasts.
     key: int | None = None
+    #: What embeds the versions being built: each run (or group of claimed jobs) has one model.
+    embedder: Embedder | None = None
 
 
 class Ingestor:
-    """Ingests sources into one store with one embedder."""
+    """Ingests sources into one store.
+
+    New versions are embedded by the model the namespace serves (``embedder``'s, for a namespace that
+    serves none yet); a claimed job by the model its version names. ``embedders`` resolves a model to
+    its embedder (default: ``embedder`` for its own model, the provider registry for any other).
+    """
 
     def __init__(
         self,
@@ -284,9 +327,13 @@ class Ingestor:
         chunk_overlap: int,
         allow_private_urls: bool = False,
         retry: RetryPolicy | None = None,
+        embedders: Callable[[str], Embedder] | None = None,
     ) -> None:
         self.engine = engine
         self.embedder = embedder
+        self.embedders = embedders or (
+            lambda model: embedder if model == embedder.model_id else get_embedder(model)
+        )
         self.analyzer = analyzer
         self.index = index
         self.files_dir = files_dir
@@ -295,7 +342,7 @@ class Ingestor:
         self.allow_private_urls = allow_private_urls
         #: How jobs left by a dead run are retried when this ingestor sweeps them up.
         self.retry = retry or RetryPolicy()
-        self._index_ready = False
+        self._indexed: set[str] = set()
 
     def ingest_paths(
         self, paths: Iterable[str], options: IngestOptions, progress: ProgressCallback | None = None
@@ -318,16 +365,29 @@ class Ingestor:
         return results
 
     def ingest(
-        self, sources: Iterable[Source], options: IngestOptions, progress: ProgressCallback | None = None
+        self,
+        sources: Iterable[Source],
+        options: IngestOptions,
+        progress: ProgressCallback | None = None,
+        *,
+        model: str | None = None,
     ) -> list[IngestResult]:
-        """Ingest sources, batching the chunks of consecutive sources through the embedder together."""
+        """Ingest sources, batching the chunks of consecutive sources through the embedder together.
+
+        ``model`` embeds them by that model rather than the one the namespace serves: the versions a
+        running migration to it stages, for sources that are not stored originals (in memory).
+        """
         size = options.chunk_size or self.chunk_size
         overlap = options.chunk_overlap if options.chunk_overlap is not None else self.chunk_overlap
         check_chunking(size, overlap)
         run = _Run(options.labels(), lambda result: None)
-        return self._running(
-            run, progress, lambda: self._build(run, self._begun(run, sources, size, overlap))
-        )
+
+        def build() -> None:
+            with self._tx(run) as conn:
+                run.embedder = self.embedders(model or catalog.ingest_model(conn, self.embedder.model_id))
+            self._build(run, self._begun(run, sources, size, overlap))
+
+        return self._running(run, progress, build)
 
     def run_jobs(
         self,
@@ -351,7 +411,19 @@ class Ingestor:
             assert run.key is not None
             with self._tx(run) as conn:
                 claimed = catalog.claim_jobs(conn, run=run.key, limit=limit, version_ids=version_ids)
-            self._build(run, self._claimed(run, claimed))
+            by_model: dict[str, list[DocumentInfo]] = {}
+            for doc in claimed:
+                by_model.setdefault(doc.embedding_model or self.embedder.model_id, []).append(doc)
+            # One model per build: a batch of chunks goes through one embedder.
+            for model, versions in by_model.items():
+                try:
+                    run.embedder = self.embedders(model)
+                except CitelineError as exc:
+                    for doc in versions:
+                        job = _Job(stored_source(doc), doc, time.perf_counter(), 0, 0)
+                        self._drop(job, run, f"{doc.name}: {exc}", transient=isinstance(exc, TRANSIENT))
+                    continue
+                self._build(run, self._claimed(run, versions))
 
         return self._running(run, progress, claim_and_build)
 
@@ -400,13 +472,18 @@ class Ingestor:
             source = stored_source(doc, allow_private_urls=self.allow_private_urls)
             size = doc.chunk_size or self.chunk_size
             overlap = doc.chunk_overlap if doc.chunk_overlap is not None else self.chunk_overlap
-            yield _Job(source, doc, started, size, overlap)
+            fetch = doc.file_path is None and _is_url(doc.source_uri)
+            yield _Job(source, doc, started, size, overlap, fetch)
 
     def _build(self, run: _Run, jobs: Iterable[_Job]) -> None:
         for job in jobs:
             run.open_jobs.append(job)
             try:
+                if job.fetch and not self._fetch(job, run):
+                    continue
+                job.terms = DocumentTerms(self.analyzer)
                 for draft in self._drafts(job, run):
+                    job.terms.add(draft.page, draft.start, draft.end, draft.text)
                     run.buffer.append((job, self._row(draft)))
                     job.pending += 1
                     if len(run.buffer) >= EMBED_BATCH:
@@ -430,7 +507,7 @@ class Ingestor:
     def _begin(self, run: _Run, sources: list[Source], size: int, overlap: int) -> list[_Job]:
         """Start versions for a group of sources; report the unchanged and relabelled ones at once."""
         started = time.perf_counter()
-        model = self.embedder.model_id
+        model = self._embedder(run).model_id
         requests = [
             catalog.VersionRequest(
                 source.uri,
@@ -438,6 +515,7 @@ class Ingestor:
                 VersionSpec(source.content_hash, model, size, overlap, self.index.name),
                 run.labels,
                 str(source.stored_file) if source.stored_file else None,
+                fetched_at=source.fetched_at,
             )
             for source in sources
         ]
@@ -459,10 +537,40 @@ class Ingestor:
         return jobs
 
     def _ensure_index(self, run: _Run) -> None:
-        if not self._index_ready:
+        embedder = self._embedder(run)
+        if embedder.model_id not in self._indexed:
             with self._tx(run) as conn:
-                self.index.prepare(conn, self.embedder.model_id, self.embedder.dimension)
-            self._index_ready = True
+                self.index.prepare(conn, embedder.model_id, embedder.dimension)
+            self._indexed.add(embedder.model_id)
+
+    @staticmethod
+    def _embedder(run: _Run) -> Embedder:
+        assert run.embedder is not None, "a run's embedder is chosen before it builds anything"
+        return run.embedder
+
+    def _fetch(self, job: _Job, run: _Run) -> bool:
+        """Fetch a job's web page and record its text hash; False (and reported) when the page proved
+        unchanged and the job has nothing to build (see :func:`catalog.record_fetch`)."""
+        uri, private = job.doc.source_uri, self.allow_private_urls
+        fetched = url_source(uri, name=job.doc.name, allow_private_urls=private)
+        assert fetched.fetched_at is not None
+        spec = VersionSpec(
+            fetched.content_hash, self._embedder(run).model_id, job.size, job.overlap, self.index.name
+        )
+        with self._tx(run) as conn:
+            settled = catalog.record_fetch(
+                conn, job.doc, spec, fetched.fetched_at, compare=job.doc.content_hash is None
+            )
+        job.source = fetched
+        if settled is None:
+            return True
+        doc, start = settled
+        run.open_jobs.remove(job)
+        outcome = Outcome.RELABELLED if start is VersionStart.RELABELLED else Outcome.UNCHANGED
+        run.report(
+            IngestResult(fetched.label, outcome, doc, doc.vector_count, 0, time.perf_counter() - job.started)
+        )
+        return False
 
     def _drafts(self, job: _Job, run: _Run) -> Iterator[ChunkDraft]:
         job.loaded = job.source.open()
@@ -480,6 +588,7 @@ class Ingestor:
 
     def _row(self, draft: ChunkDraft) -> ChunkRow:
         counts = self.analyzer.term_counts(draft.text)
+        found = annotate(draft.section, draft.text)
         return ChunkRow(
             chunk_index=draft.index,
             text=draft.text,
@@ -489,6 +598,8 @@ class Ingestor:
             section=draft.section,
             terms=dict(counts),
             token_count=sum(counts.values()),
+            model_numbers=found.model_numbers,
+            section_type=found.section_type,
         )
 
     def _flush(self, run: _Run) -> None:
@@ -506,21 +617,21 @@ class Ingestor:
     def _send(self, run: _Run) -> _Batch:
         items, run.buffer = run.buffer, []
         rows = [row for _, row in items]
+        embedder = self._embedder(run)
         with self._tx(run) as conn:
-            known = catalog.cached_vectors(
-                conn, self.embedder.model_id, [r.text_hash for r in rows], self.index
-            )
+            known = catalog.cached_vectors(conn, embedder.model_id, [r.text_hash for r in rows], self.index)
         todo = [i for i, r in enumerate(rows) if r.text_hash not in known]
         assert run.embedding is not None
-        future = run.embedding.submit(self.embedder.embed, [rows[i].text for i in todo])
+        future = run.embedding.submit(embedder.embed, [rows[i].text for i in todo])
         return _Batch(items, known, todo, future)
 
     def _write(self, run: _Run, batch: _Batch) -> None:
         """Store an embedded batch; a failure fails the versions it belongs to, not the whole run."""
-        model = self.embedder.model_id
+        embedder = self._embedder(run)
+        model = embedder.model_id
         items = [(i, job, row) for i, (job, row) in enumerate(batch.items) if not job.failed]
         try:
-            vectors = np.empty((len(batch.items), self.embedder.dimension), dtype=np.float32)
+            vectors = np.empty((len(batch.items), embedder.dimension), dtype=np.float32)
             if batch.todo:
                 vectors[batch.todo] = batch.vectors.result()
             for i, (_, row) in enumerate(batch.items):
@@ -587,22 +698,29 @@ class Ingestor:
                         page_count=job.pages,
                         duration_ms=(time.perf_counter() - job.started) * 1e3,
                         source_metadata=dict(job.loaded.metadata) if job.loaded else {},
+                        terms=job.terms.counts() if job.terms else {},
                     )
                     for job in ready
                 ],
                 vector_index=self.index.name,
             )
-        # The versions this swap retired (and any not swapped in) leave the index after the commit.
-        swapped_in = {doc.version_id for doc in docs}
-        self._forget(run, [v for v in versions if v not in swapped_in])
+            # A version staged for a model migration leaves its source's active version in place.
+            kept = {doc.version_id for doc in catalog.versions_by_id(conn, versions)}
+        # The versions this swap retired leave the index after the commit.
+        self._forget(run, [v for v in versions if v not in kept])
         remove_unused_files(self.engine, {Path(f) for f in previous})
         swapped = {doc.version_id: doc for doc in docs}
         for job in ready:
             elapsed = time.perf_counter() - job.started
             doc = swapped.get(job.doc.version_id)
-            if doc is None and run.retry is not None:
-                # Failed while it was built (cancelled, or over its hard time limit): not swapped in,
-                # and what it wrote goes.
+            refused = False
+            if doc is None:
+                with self.engine.connect() as conn:
+                    now = catalog.versions_by_id(conn, [job.doc.version_id])
+                refused = bool(now) and now[0].status == Status.FAILED
+            if doc is None and (run.retry is not None or refused):
+                # Failed while it was built (cancelled, over its hard time limit, or embedded by a model
+                # the namespace no longer serves): not swapped in, and what it wrote goes.
                 with self.engine.begin() as conn:
                     catalog.discard_chunks(conn, job.doc.version_id)
                     stopped = catalog.get_version(conn, job.doc.version_id)
@@ -625,6 +743,8 @@ class Ingestor:
                 )
                 continue
             outcome = Outcome.ADDED if doc.version == 1 else Outcome.UPDATED
+            if doc.status == Status.STAGED:
+                outcome = Outcome.STAGED
             run.report(IngestResult(job.source.label, outcome, doc, job.chunks, job.embedded, elapsed))
 
     @contextmanager

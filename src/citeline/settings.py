@@ -69,9 +69,59 @@ class Settings(BaseSettings):
         description="Chroma database (also CHROMA_DATABASE); unset: the server's default, or the key's own.",
     )
 
-    embedding_model: str = Field(default="onnx:all-MiniLM-L6-v2", description="provider:model string.")
-    embed_batch_size: Annotated[int, Field(ge=1, le=1024)] = 32
+    embedding_model: str = Field(
+        default="onnx:all-MiniLM-L6-v2",
+        description="provider:model string: onnx:<packaged model>, openai:<model>, ollama:<model>, "
+        "sentence-transformers:<local folder>.",
+    )
+    embed_batch_size: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=32, description="Texts per model run, or per request to a remote provider."
+    )
     embed_threads: Annotated[int, Field(ge=0, le=256, description="0 means all cores.")] = 0
+    # A 21-token query embedded in 5.6 ms with two intra-op threads, 9.9 ms with one (2 cores).
+    query_threads: Annotated[
+        int, Field(ge=1, le=256, description="Cores that embed one search query (its own model session).")
+    ] = 2
+    query_cache_size: Annotated[
+        int, Field(ge=0, le=1_000_000, description="Recent query vectors kept for repeated searches.")
+    ] = 256
+    embed_base_url: str | None = Field(
+        default=None,
+        description="Base URL of the openai: or ollama: embedding server; unset: OpenAI "
+        "(https://api.openai.com/v1) or a local Ollama (http://127.0.0.1:11434).",
+    )
+    embed_api_key: SecretStr | None = Field(
+        default=None,
+        description="Key sent to the openai: or ollama: embedding server (as a bearer token); unset, "
+        "openai: sends openai_api_key.",
+    )
+    embed_timeout: Annotated[float, Field(gt=0, le=3_600)] = Field(
+        default=60.0, description="Seconds a remote embedding request may take (connecting, then each read)."
+    )
+    embed_retries: Annotated[int, Field(ge=0, le=20)] = Field(
+        default=3,
+        description="Retries of a remote embedding request that failed for a passing reason (timeout, "
+        "connection, HTTP 408, 425, 429, 500, 502-504).",
+    )
+    embed_retry_delay: Annotated[float, Field(ge=0, le=600)] = Field(
+        default=1.0,
+        description="Seconds before the first retry of a remote embedding request; each later one waits "
+        "twice as long (or what the server's Retry-After asks, up to a minute).",
+    )
+    # The quality check before a namespace switches embedding model (citeline migrate, docs/ingesting.md).
+    migration_max_loss: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.02,
+        description="With gold questions, the switch passes when the paired 95% interval of nDCG@10 "
+        "(new minus old) stays above minus this.",
+    )
+    migration_min_overlap: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.3,
+        description="Without gold questions, the switch passes when the mean overlap of old and new "
+        "top-10 on sampled chunks used as queries is at least this.",
+    )
+    migration_sample: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        default=200, description="Chunks sampled as queries by the overlap check."
+    )
 
     # Chosen on SciFact (citeline eval, weighted fusion, no reranker), nDCG@10 / recall@100: 500/75
     # 0.726/0.964, 800/120 0.738/0.969, 1000/150 0.730/0.961, 1500/200 0.732/0.965. 800 characters is
@@ -80,12 +130,22 @@ class Settings(BaseSettings):
     chunk_overlap: Annotated[int, Field(ge=0, le=10_000)] = 120
 
     # Measured on SciFact (citeline eval, chunks 800/120): dbsf 0.745 nDCG@10, weighted 0.738,
-    # reciprocal rank 0.708; dbsf also led at chunks 500/75 and 1500/200 (docs/search.md).
+    # reciprocal rank 0.708; dbsf also led at chunks 500/75 and 1500/200 (docs/search.md). Against
+    # weighted on 450 claims (300 test, 150 untuned): Δ +0.007, 95% CI +0.001 to +0.013.
     fusion: Fusion = Fusion.DISTRIBUTION
     rrf_k: Annotated[int, Field(ge=1)] = 60
     weight_semantic: Annotated[float, Field(ge=0)] = 0.6
     weight_keyword: Annotated[float, Field(ge=0)] = 0.2
     weight_source: Annotated[float, Field(ge=0)] = 0.2
+    # Off: in place of chunk BM25 it moved nDCG@10 by -0.004 (test claims) and +0.011 (untuned
+    # claims), neither beyond the noise, and 5-fold cross-validation did not prefer it (docs/evaluation.md).
+    weight_document: Annotated[float, Field(ge=0)] = Field(
+        default=0.0,
+        description=(
+            "Weight of whole-document BM25 in weighted and dbsf fusion: the score of each of the best "
+            "documents reaches its candidate chunks. 0 leaves it out."
+        ),
+    )
     source_boost: dict[str, float] = Field(
         default_factory=lambda: {
             "application/pdf": 1.0,
@@ -120,6 +180,9 @@ class Settings(BaseSettings):
     hnsw_ef_search: Annotated[int, Field(ge=1, le=1000)] = 100
     # Below this many in-filter chunks an exact scan beats walking HNSW (measured ~3.5 us a vector here).
     exact_search_below: Annotated[int, Field(ge=0)] = 2_000
+    # Above it, a filter's chunks are still scanned exactly while that is cheaper than walking the index:
+    # one HNSW result tuple cost about 18 exact-scan rows at 100k chunks (bench/run.py search section).
+    hnsw_tuple_cost: Annotated[float, Field(ge=0, le=10_000)] = 18.0
     # Measured on SciFact (citeline eval, 20 candidates). At chunks 1000/150: none 0.730 nDCG@10, prf
     # 0.740, maxsim 0.739 (~1.3 s a search). At the default chunks 800/120: none 0.738, prf 0.736; so
     # none, the cheaper, is the default. recall@100 is unchanged by a reranker (0.969 at 800/120).

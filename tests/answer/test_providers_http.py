@@ -162,7 +162,7 @@ def test_malformed_settings_are_config_errors() -> None:
         openai("ftp://example.com")
     with pytest.raises(ConfigError, match="anthropic_base_url 'localhost:8080' must be an http"):
         anthropic("localhost:8080")
-    with pytest.raises(ConfigError, match="needs a model name"):
+    with pytest.raises(ConfigError, match="LLM 'openai:' names no model: write openai:<model>"):
         get_llm("openai:", Settings(openai_api_key=SecretStr(KEY)))
 
 

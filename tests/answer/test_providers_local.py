@@ -193,7 +193,7 @@ def test_another_release_of_a_piece_package_is_refused(tmp_path: Path) -> None:
 def test_an_unknown_model_name_is_a_config_error_listing_the_packaged_ones(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=rf"unknown local model 'llama-9000'.*{re.escape(SPEC)}"):
         get_llm("local:llama-9000", Settings(data_dir=tmp_path))
-    with pytest.raises(ConfigError, match="needs a model name"):
+    with pytest.raises(ConfigError, match="LLM 'local:' names no model: write local:<model>"):
         get_llm("local:", Settings(data_dir=tmp_path))
 
 

@@ -20,6 +20,7 @@ from tests.api.conftest import (
     NAMESPACE,
     Server,
     base_env,
+    cli,
     create_key,
     launch_server,
     start_server,
@@ -227,3 +228,25 @@ def test_a_server_killed_mid_document_builds_it_after_a_restart(tmp_path: Path) 
         files = sorted(p for p in cl.files_dir.rglob("*") if p.is_file())
     assert [(n, c) for _, n, c in per_version] == [(done["vector_count"], done["vector_count"])]
     assert orphans == 0 and len(files) == 1
+
+
+def test_refresh_reads_a_changed_file_again_and_reports_each_document(server: Server, tmp_path: Path) -> None:
+    path = tmp_path / "refresh-pump.md"
+    path.write_text(PUMP_V1)
+    done = cli(server.env, "ingest", str(path))
+    assert done.returncode == 0, done.stderr
+    with server.as_("reader") as reader:
+        assert reader.post("/refresh", json={"dry_run": True}).status_code == 403
+    with server.as_("admin") as admin:
+        listed = admin.post("/refresh", json={"dry_run": True})
+        assert listed.status_code == 202, listed.text
+        [mine] = [d for d in listed.json()["documents"] if d["name"] == "refresh-pump.md"]
+        same = admin.post("/refresh", json={"document_ids": [mine["id"]]})
+        assert same.status_code == 202, same.text
+        [unchanged] = same.json()["documents"]
+        assert (unchanged["name"], unchanged["outcome"]) == ("refresh-pump.md", "unchanged")
+        path.write_text(PUMP_V2)
+        [changed] = admin.post("/refresh", json={"document_ids": [mine["id"]]}).json()["documents"]
+        assert changed["outcome"] in ("queued", "processing", "updated")
+        assert poll(admin, mine["id"])["version"] == 2
+        assert admin.post("/refresh", json={"older_than": "soon"}).status_code == 422

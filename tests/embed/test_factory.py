@@ -21,8 +21,13 @@ def test_one_embedder_is_shared_per_setting_and_zero_threads_means_every_core(em
     assert get_embedder(SPEC, batch_size=8) is not embedder
 
 
-def test_an_unknown_provider_is_a_config_error_listing_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match=r"unknown embedding provider 'nope'.*known providers: onnx"):
+def test_an_unknown_provider_is_a_config_error_naming_the_spec_and_the_known_ones() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown embedding provider 'nope' in 'nope:all-MiniLM-L6-v2' .a spec is provider:model.; "
+        r"known providers: ollama:<model>, onnx:<model>, openai:<model>, sentence-transformers:<folder> "
+        r"\(e\.g\. ollama:nomic-embed-text, onnx:all-MiniLM-L6-v2",
+    ):
         get_embedder("nope:all-MiniLM-L6-v2")
 
 
@@ -31,9 +36,22 @@ def test_an_unknown_model_is_a_config_error_listing_the_known_ones() -> None:
         get_embedder("onnx:bge-small")
 
 
-@pytest.mark.parametrize("spec", ["all-MiniLM-L6-v2", "onnx:", ":all-MiniLM-L6-v2", ""])
-def test_a_spec_without_provider_and_model_is_a_config_error_with_an_example(spec: str) -> None:
-    with pytest.raises(ConfigError, match=r"not of the form provider:model, e\.g\. onnx:all-MiniLM-L6-v2"):
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            "all-MiniLM-L6-v2",
+            r"unknown embedding provider 'all-MiniLM-L6-v2' in 'all-MiniLM-L6-v2' .a spec is",
+        ),
+        ("onnx:", r"embedding 'onnx:' names no model: write onnx:<model>, e\.g\. onnx:all-MiniLM-L6-v2"),
+        (":all-MiniLM-L6-v2", r"embedding ':all-MiniLM-L6-v2' names no provider .a spec is provider:model."),
+        ("", r"embedding '' names no provider .a spec is provider:model.; known providers: ollama:<model>"),
+    ],
+)
+def test_a_spec_without_provider_and_model_is_a_config_error_saying_how_to_write_one(
+    spec: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
         get_embedder(spec)
 
 

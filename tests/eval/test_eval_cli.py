@@ -185,3 +185,33 @@ def test_compare_says_whether_differences_are_real_and_cross_validates_the_choic
         ["2", "2", "dense", "1.000"],
     ]
     assert page.findtext(".//strong[@id='held-out']") == "1.000"
+
+
+def test_a_changed_embedding_model_rebuilds_the_stored_corpus_with_it(
+    settings: Settings, beir_folder: Path
+) -> None:
+    code, out, err = _run(settings, str(beir_folder), "--json")
+    assert code == 0, err
+    first = json.loads(out.strip().splitlines()[-1])
+    assert first["corpus_added"] == 6
+    result = runner.invoke(
+        app,
+        [
+            "--data-dir",
+            str(settings.data_dir),
+            "--namespace",
+            settings.namespace,
+            "eval",
+            str(beir_folder),
+            "--json",
+        ],
+        env={"CITELINE_EMBEDDING_MODEL": "onnx:paraphrase-MiniLM-L3-v2"},
+    )
+    assert result.exit_code == 0, result.stderr
+    second = json.loads(result.stdout.strip().splitlines()[-1])
+    # Every entry again, embedded by the other model, and the namespace switched to it at once.
+    assert (second["corpus_added"], second["corpus_unchanged"]) == (6, 0)
+    stats = runner.invoke(
+        app, ["--data-dir", str(settings.data_dir), "--namespace", settings.namespace, "stats", "--json"]
+    )
+    assert json.loads(stats.stdout)["embedding_model"] == "onnx:paraphrase-MiniLM-L3-v2"

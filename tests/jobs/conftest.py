@@ -20,11 +20,11 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from citeline.embed import base, register_provider
-from citeline.embed.base import Embedder
+from citeline.embed import EMBEDDERS, Embedder
 from citeline.embed.onnx import OnnxEmbedder
 from citeline.engine import Citeline
 from citeline.errors import EmbeddingError
+from citeline.registry import Provider
 from citeline.settings import Settings
 from citeline.store.database import schema_name
 from tests.conftest import REPO
@@ -74,12 +74,12 @@ class _Gated(_Faulty):
         return self.inner.embed(texts)
 
 
-def _faulty(model: str, *, batch_size: int, threads: int) -> Embedder:
-    return _Faulty(model, batch_size=batch_size, threads=threads)
+def _faulty(model: str, settings: Settings) -> Embedder:
+    return _Faulty(model, batch_size=settings.embed_batch_size, threads=settings.embed_threads)
 
 
-def _gated(model: str, *, batch_size: int, threads: int) -> Embedder:
-    return _Gated(model, batch_size=batch_size, threads=threads)
+def _gated(model: str, settings: Settings) -> Embedder:
+    return _Gated(model, batch_size=settings.embed_batch_size, threads=settings.embed_threads)
 
 
 @pytest.fixture(autouse=True)
@@ -89,14 +89,15 @@ def fault_injecting_providers() -> Iterator[None]:
     register_test_providers()
     yield
     for name in ("faulty", "gated", "filegate"):
-        base._PROVIDERS.pop(name, None)
+        EMBEDDERS.remove(name)
 
 
 def register_test_providers() -> None:
     """Register the fault-injecting embedders (in the tests, and in the workers they start)."""
-    register_provider("faulty", _faulty)
-    register_provider("gated", _gated)
-    register_provider("filegate", _filegated)
+    for name, build in (("faulty", _faulty), ("gated", _gated), ("filegate", _filegated)):
+        EMBEDDERS.register(
+            Provider(name, build=build, about="the packaged embedder, with faults", example=f"{name}:0-a")
+        )
 
 
 @pytest.fixture
@@ -124,8 +125,8 @@ class _FileGated(_Faulty):
         return self.inner.embed(texts)
 
 
-def _filegated(model: str, *, batch_size: int, threads: int) -> Embedder:
-    return _FileGated(model, batch_size=batch_size, threads=threads)
+def _filegated(model: str, settings: Settings) -> Embedder:
+    return _FileGated(model, batch_size=settings.embed_batch_size, threads=settings.embed_threads)
 
 
 #: Settings a worker is started with (as CITELINE_* variables), taken from the test's settings.

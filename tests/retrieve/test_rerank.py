@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import shutil
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 import onnx
@@ -19,7 +18,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from tokenizers import Tokenizer
 
-from citeline.embed.base import Embedder
 from citeline.embed.onnx import MODELS
 from citeline.engine import Citeline
 from citeline.errors import ConfigError, InvalidRequestError
@@ -33,6 +31,7 @@ from citeline.retrieve.rerank import (
     split_sentences,
 )
 from citeline.retrieve.search import Hit, SearchRequest, Timings
+from citeline.settings import Settings
 from tests.conftest import write
 
 PUMP_SEALS = {
@@ -227,23 +226,25 @@ def test_a_cross_encoder_is_loaded_from_onnx_slash_model_onnx_too(tmp_path: Path
     folder = _counting_cross_encoder(tmp_path / "ce", "valve")
     (folder / "onnx").mkdir()
     (folder / "model.onnx").rename(folder / "onnx" / "model.onnx")
-    reranker = get_reranker(f"cross-encoder:{folder}", embedder=_no_embedder())
+    reranker = get_reranker(f"cross-encoder:{folder}", Settings())
     assert isinstance(reranker, CrossEncoderReranker)
 
 
 def test_cross_encoder_folders_that_cannot_be_used_say_why(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a folder"):
-        get_reranker(f"cross-encoder:{tmp_path / 'missing'}", embedder=_no_embedder())
-    with pytest.raises(ConfigError, match="needs a local model folder"):
-        get_reranker("cross-encoder", embedder=_no_embedder())
+        get_reranker(f"cross-encoder:{tmp_path / 'missing'}", Settings())
+    with pytest.raises(
+        ConfigError, match=r"reranker 'cross-encoder' names no folder: write cross-encoder:<folder>"
+    ):
+        get_reranker("cross-encoder", Settings())
     folder = _counting_cross_encoder(tmp_path / "ce", "valve")
     (folder / "tokenizer.json").unlink()
     with pytest.raises(ConfigError, match=r"no tokenizer\.json"):
-        get_reranker(f"cross-encoder:{folder}", embedder=_no_embedder())
+        get_reranker(f"cross-encoder:{folder}", Settings())
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ConfigError, match=r"neither model\.onnx"):
-        get_reranker(f"cross-encoder:{empty}", embedder=_no_embedder())
+        get_reranker(f"cross-encoder:{empty}", Settings())
 
 
 @pytest.mark.skipif(
@@ -252,12 +253,7 @@ def test_cross_encoder_folders_that_cannot_be_used_say_why(tmp_path: Path) -> No
 def test_a_sentence_transformers_folder_without_torch_says_what_to_install(tmp_path: Path) -> None:
     write(tmp_path / "st" / "config.json", '{"architectures": ["BertForSequenceClassification"]}')
     with pytest.raises(ConfigError, match=r"needs torch and sentence-transformers.*export the model to ONNX"):
-        get_reranker(f"cross-encoder:{tmp_path / 'st'}", embedder=_no_embedder())
-
-
-def _no_embedder() -> Embedder:
-    """Providers that need no embedder must not touch it: this one has nothing to touch."""
-    return cast(Embedder, object())
+        get_reranker(f"cross-encoder:{tmp_path / 'st'}", Settings())
 
 
 # -- the rerank stage in search ---------------------------------------------------------------------------
@@ -300,12 +296,12 @@ def test_search_uses_the_reranker_setting_and_a_request_can_turn_it_off(cl: Cite
 
 def test_an_unknown_reranker_is_a_bad_request_or_a_bad_setting(cl: Citeline, tmp_path: Path) -> None:
     cl.ingest([write(tmp_path / "a.txt", PUMP_SEALS["faces.txt"])])
-    with pytest.raises(InvalidRequestError, match="unknown reranker 'colbert'"):
+    with pytest.raises(InvalidRequestError, match="unknown reranker provider 'colbert' in 'colbert'"):
         cl.search(SearchRequest("seal", rerank="colbert"))
-    with pytest.raises(InvalidRequestError, match="takes no argument"):
+    with pytest.raises(InvalidRequestError, match="reranker provider prf takes no model, got 'prf:3'"):
         cl.search(SearchRequest("seal", rerank="prf:3"))
     with (
         cl.derive(reranker="colbert") as configured,
-        pytest.raises(ConfigError, match="known: none, cross-encoder:<folder>, maxsim, prf"),
+        pytest.raises(ConfigError, match="known providers: cross-encoder:<folder>, maxsim, none, prf"),
     ):
         configured.search("seal")

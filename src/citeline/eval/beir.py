@@ -37,6 +37,7 @@ from citeline.eval.stats import (
 from citeline.ingest import IngestOptions, Outcome, Source
 from citeline.retrieve.search import SearchRequest, Timings
 from citeline.settings import Settings
+from citeline.store import catalog, model_migration
 from citeline.types import LoadedSource, Page, Section
 
 #: Chunks fetched per query for recall@100: enough that 100 distinct documents survive folding chunks
@@ -307,12 +308,25 @@ def ingest_corpus(cl: Citeline, data: BeirData, console: Console) -> tuple[int, 
             counts[result.outcome] += 1
             progress.advance(task)
 
-        ingestor.ingest(corpus_sources(data), IngestOptions(), on_result)
+        target = cl.settings.embedding_model
+        with cl.engine.connect() as conn:
+            current = catalog.ingest_model(conn, target)
+        if current == target:
+            ingestor.ingest(corpus_sources(data), IngestOptions(), on_result)
+        else:
+            # The corpus was stored with another model: rebuild every entry with this one, staged, and
+            # switch the namespace at once (an evaluation namespace needs no quality check to change).
+            with cl.engine.begin() as conn:
+                migration = model_migration.start(conn, target)
+            ingestor.ingest(corpus_sources(data), IngestOptions(), on_result, model=target)
+            with cl.engine.begin() as conn:
+                model_migration.switch(conn, migration, forced=True)
+            cl.served_model(refresh=True)
     seconds = time.perf_counter() - t0
     if counts[Outcome.FAILED]:
         console.print(f"[yellow]{counts[Outcome.FAILED]} corpus entries failed to ingest[/yellow]")
     return (
-        counts[Outcome.ADDED] + counts[Outcome.UPDATED],
+        counts[Outcome.ADDED] + counts[Outcome.UPDATED] + counts[Outcome.STAGED],
         counts[Outcome.UNCHANGED] + counts[Outcome.RELABELLED],
         seconds,
     )
@@ -354,7 +368,9 @@ def evaluate(
 
     results = [ConfigResult(config) for config in configs]
     # One instance per configuration, sharing the open store, embedder and keyword index.
-    searchers = {config.name: cl.derive(config.settings) for config in configs}
+    # Every timed search embeds its query, as a new question does: no vector comes from another
+    # configuration's search of the same query.
+    searchers = {config.name: cl.derive(config.settings, query_cache_size=0) for config in configs}
     try:
         if query_ids:
             # The first search loads the in-memory keyword index (and any model a configuration needs):

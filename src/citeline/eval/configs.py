@@ -28,6 +28,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "dense": {"fusion": "weighted", "weight_semantic": 1.0, "weight_keyword": 0.0, "weight_source": 0.0},
     # BM25 alone. Dense-only candidates score 0 and trail every keyword match (see docs/evaluation.md).
     "keyword": {"fusion": "weighted", "weight_semantic": 0.0, "weight_keyword": 1.0, "weight_source": 0.0},
+    # The keyword side as whole-document BM25 instead of chunk BM25, at the same weight.
+    "doc": {"weight_keyword": 0.0, "weight_document": 0.2},
     "rerank": {"reranker": "maxsim"},
     "mmr": {"mmr_lambda": 0.7},
 }

@@ -163,13 +163,16 @@ class WorkerProcess:
     def build(self, version_id: uuid.UUID, namespace: str) -> None:
         """Claim ``version_id`` and build it; a transient failure sends its retry after its delay."""
         cl, limits = self.store(namespace)
+        log.info("building version %s of %s", version_id, namespace)
         ingestor = cl.ingestor(allow_private_urls=cl.settings.url_allow_private)
         results = ingestor.run_jobs(limit=1, version_ids=[version_id], retry=self._retry, should_stop=limits)
         for result in results:
             if result.outcome is Outcome.RETRYING and result.document is not None:
                 delay = self._retry.delay_after(result.document.attempts)
                 send(self.app, [version_id], namespace, countdown=delay)
-            log.info("%s: %s", result.source, result.error or result.outcome.value)
+            log.info(
+                "finished version %s: %s: %s", version_id, result.source, result.error or result.outcome.value
+            )
 
     def started(self, **_: Any) -> None:
         """In a new pool process: open the worker's own namespace, load the model, start sweeping."""

@@ -10,16 +10,20 @@ labels are updated if they differ).
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import sqlalchemy as sa
 
-from citeline.errors import LimitExceededError, NotFoundError, UnsupportedTypeError
+from citeline.errors import InvalidRequestError, LimitExceededError, NotFoundError, UnsupportedTypeError
 from citeline.ingest import IngestOptions, Outcome, check_chunking
 from citeline.load import SUPPORTED_SUFFIXES
 from citeline.load.url import check_url
@@ -97,17 +101,20 @@ def submit(
     model: str,
     name: str,
     source_uri: str | None,
-    content_hash: str,
+    content_hash: str | None,
     file_path: Path | None,
     options: IngestOptions,
     document_id: uuid.UUID | None = None,
     index: bool = True,
     force: bool = False,
+    fetched_at: datetime | None = None,
 ) -> Submission:
     """Register a new version of a document for a runner to build (see the module's docstring).
 
     ``document_id`` replaces that document (a new version of it); without it a new document is
-    created, for ``source_uri`` when given (a URL), else for the upload itself.
+    created, for ``source_uri`` when given (a URL), else for the upload itself. ``content_hash`` None
+    (a web page not fetched yet) always registers a version: its job compares the page once fetched.
+    ``fetched_at`` is when the source was read at its origin.
     """
     size = options.chunk_size or settings.chunk_size
     overlap = options.chunk_overlap if options.chunk_overlap is not None else settings.chunk_overlap
@@ -130,6 +137,7 @@ def submit(
             status=status,
             document_id=new_id,
             force=force,
+            fetched_at=fetched_at,
         )
         [(doc, start)] = catalog.begin_versions(conn, [request])
     if start is VersionStart.CREATED:
@@ -141,6 +149,51 @@ def submit_url(url: str) -> str:
     """Check a web page's address before it is registered; the address guard applies when fetched."""
     check_url(url)
     return url
+
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
+_AGE_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_age(text: str) -> timedelta:
+    """``30m``, ``12h``, ``1d``, ``2w`` (seconds to weeks) as a :class:`timedelta`."""
+    match = _AGE.match(text)
+    if match is None:
+        raise InvalidRequestError(
+            f"an age is a number and a unit: s, m, h, d or w (e.g. 12h, 1d, 2w), got {text!r}"
+        )
+    return timedelta(**{_AGE_UNITS[match.group(2).lower()]: float(match.group(1))})
+
+
+def origin_path(doc: DocumentInfo) -> Path | None:
+    """Where a file document was read from (its ``file:`` source), or None for web pages and uploads."""
+    parts = urlsplit(doc.source_uri)
+    if parts.scheme != "file":
+        return None
+    return Path(url2pathname(parts.path))
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    """What refreshing a document did: a new version (``UPDATED``), none (``UNCHANGED``), ``FAILED``
+    (the current version kept, ``error`` says why), or still ``QUEUED`` (a worker elsewhere builds it)."""
+
+    document: DocumentInfo
+    outcome: Outcome | Status
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "document_id": str(self.document.id),
+            "name": self.document.name,
+            "source_uri": self.document.source_uri,
+            "outcome": str(self.outcome),
+            "version": self.document.version,
+            "last_fetched_at": self.document.last_fetched_at.isoformat()
+            if self.document.last_fetched_at
+            else None,
+            "error": self.error,
+        }
 
 
 def reingest_request(doc: DocumentInfo) -> tuple[Path | None, str]:

@@ -11,6 +11,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from citeline.annotate import SectionType, model_key
+from citeline.errors import InvalidRequestError
+
 
 def normalise_category(category: str) -> str:
     """``/Engineering//Security/`` -> ``Engineering/Security``: categories are slash-separated paths."""
@@ -36,6 +39,9 @@ class Filters:
     ``category``: the category itself or any below it (``Engineering`` matches ``Engineering/Security``).
     ``tags_any`` / ``tags_all``: the document carries at least one / all of these tags.
     ``metadata``: every key equals the given value in the document's metadata.
+    ``model_numbers`` / ``section_types``: chunk-level auto-metadata (:mod:`citeline.annotate`): the
+    chunk names any of these model numbers (matched by canonical key: ``xr200`` finds ``XR-200``) /
+    has any of these section types.
     """
 
     scopes: tuple[str, ...] | None = None
@@ -45,6 +51,24 @@ class Filters:
     document_ids: tuple[uuid.UUID, ...] = ()
     content_types: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
+    model_numbers: tuple[str, ...] = ()
+    section_types: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        known = [t.value for t in SectionType]
+        unknown = sorted(set(self.section_types) - set(known))
+        if unknown:
+            raise InvalidRequestError(
+                f"unknown section type {', '.join(map(repr, unknown))}; known: {', '.join(known)}"
+            )
+        blank = [m for m in self.model_numbers if not model_key(m)]
+        if blank:
+            raise InvalidRequestError(f"model number {blank[0]!r} has no letters or digits")
+
+    @property
+    def on_chunks(self) -> bool:
+        """Whether a filter applies to chunks (their auto-metadata), not only to their documents."""
+        return bool(self.model_numbers or self.section_types)
 
     @property
     def is_empty(self) -> bool:
@@ -56,6 +80,7 @@ class Filters:
             or self.document_ids
             or self.content_types
             or self.metadata
+            or self.on_chunks
         )
 
     def sql(self) -> tuple[str, dict[str, Any]]:
@@ -86,6 +111,19 @@ class Filters:
         if self.metadata:
             conds.append("d.metadata @> CAST(:f_meta AS jsonb)")
             params["f_meta"] = json.dumps(self.metadata)
+        return " AND ".join(conds), params
+
+    def chunk_sql(self, alias: str = "c") -> tuple[str, dict[str, Any]]:
+        """The chunk-level filters as a boolean SQL condition on the chunks table ``alias`` (``TRUE``
+        when there are none) and its parameters."""
+        conds = ["TRUE"]
+        params: dict[str, Any] = {}
+        if self.model_numbers:
+            conds.append(f"{alias}.model_numbers && CAST(:f_models AS text[])")
+            params["f_models"] = sorted({model_key(m) for m in self.model_numbers})
+        if self.section_types:
+            conds.append(f"{alias}.section_type = ANY(CAST(:f_sections AS text[]))")
+            params["f_sections"] = sorted(set(self.section_types))
         return " AND ".join(conds), params
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,11 +35,13 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
-from citeline.embed.base import Embedder, available_cores
+from citeline.embed.base import Embedder, available_cores, get_embedder
 from citeline.errors import ConfigError, InvalidRequestError
+from citeline.registry import Provider, Registry
 from citeline.retrieve.fusion import min_max
 from citeline.retrieve.mmr import mmr
 from citeline.retrieve.search import Hit
+from citeline.settings import Settings
 from citeline.split import sentence_ends
 from citeline.store.index import VectorIndex
 
@@ -91,33 +93,21 @@ class Reranker(Protocol):
         ...
 
 
-class RerankerFactory(Protocol):
-    """Builds a reranker from the part of its spec after ``name:`` (empty for ``prf``, ``maxsim``)."""
-
-    def __call__(self, argument: str, *, embedder: Embedder) -> Reranker: ...
-
-
-_PROVIDERS: dict[str, tuple[RerankerFactory, str]] = {}
+#: The reranking providers; ``none`` (keep the first-stage order) is a setting, not a provider. A
+#: provider's ``build(argument, settings)`` gets the part of the spec after ``name:``.
+RERANKERS: Registry[Reranker] = Registry("reranker", reserved=("none",))
 
 
-def register_reranker(name: str, factory: RerankerFactory, *, usage: str | None = None) -> None:
-    """Make specs ``name`` and ``name:<argument>`` resolve to ``factory``; ``usage`` shows how to write it."""
-    _PROVIDERS[name] = (factory, usage or name)
-
-
-def get_reranker(spec: str, *, embedder: Embedder) -> Reranker | None:
+def get_reranker(spec: str, settings: Settings) -> Reranker | None:
     """The reranker for ``spec``, loaded and ready, or None for ``none``.
 
-    Raises :class:`ConfigError` for an unknown provider or a model folder that cannot be used.
+    Rerankers that embed (``maxsim``) use the embedder the ``embedding_model`` setting names, shared
+    with the search. Raises :class:`ConfigError` for an unknown provider or a model folder that cannot
+    be used.
     """
-    name, _, argument = spec.strip().partition(":")
-    if name == "none" and not argument:
+    if spec.strip() == "none":
         return None
-    if name not in _PROVIDERS:
-        known = ", ".join(usage for _, (_, usage) in sorted(_PROVIDERS.items()))
-        raise ConfigError(f"unknown reranker {spec!r}; known: none, {known}")
-    factory, _ = _PROVIDERS[name]
-    return factory(argument, embedder=embedder)
+    return RERANKERS.build(spec, settings)
 
 
 def best(candidates: Sequence[Candidate], scores: NDArray[np.float64], top_n: int) -> list[tuple[int, float]]:
@@ -367,10 +357,8 @@ def _open_session(spec: str, path: Path, threads: int) -> Any:
         raise ConfigError(f"reranker {spec}: onnxruntime cannot load {path}: {exc}") from exc
 
 
-def _cross_encoder(argument: str, *, embedder: Embedder) -> Reranker:
+def _cross_encoder(argument: str, settings: Settings) -> Reranker:
     spec = f"cross-encoder:{argument}"
-    if not argument:
-        raise ConfigError("reranker cross-encoder needs a local model folder: cross-encoder:/path/to/model")
     folder = Path(argument).expanduser()
     if not folder.is_dir():
         raise ConfigError(f"reranker {spec}: {folder} is not a folder (models are never downloaded)")
@@ -393,18 +381,38 @@ def _cross_encoder(argument: str, *, embedder: Embedder) -> Reranker:
     return SentenceTransformersCrossEncoder(folder, module, spec=spec)
 
 
-def _no_argument(name: str, build: Callable[[Embedder], Reranker]) -> RerankerFactory:
-    def factory(argument: str, *, embedder: Embedder) -> Reranker:
-        if argument:
-            raise ConfigError(f"reranker {name} takes no argument, got {name}:{argument}")
-        return build(embedder)
-
-    return factory
+def _maxsim(argument: str, settings: Settings) -> Reranker:
+    return SentenceMaxSimReranker(get_embedder(settings.embedding_model, settings))
 
 
-register_reranker("prf", _no_argument("prf", lambda _embedder: FeedbackReranker()))
-register_reranker("maxsim", _no_argument("maxsim", lambda embedder: SentenceMaxSimReranker(embedder)))
-register_reranker("cross-encoder", _cross_encoder, usage="cross-encoder:<folder>")
+RERANKERS.register(
+    Provider(
+        "prf",
+        build=lambda _argument, _settings: FeedbackReranker(),
+        about="pseudo-relevance feedback on the stored chunk vectors (a few ms)",
+        example="prf",
+        model="none",
+    )
+)
+RERANKERS.register(
+    Provider(
+        "maxsim",
+        build=_maxsim,
+        about="each candidate scored by its sentence most similar to the query (embeds per search)",
+        example="maxsim",
+        model="none",
+        settings=("embedding_model",),
+    )
+)
+RERANKERS.register(
+    Provider(
+        "cross-encoder",
+        build=_cross_encoder,
+        about="a cross-encoder from a local folder: ONNX, or sentence-transformers with torch",
+        example="cross-encoder:/models/ms-marco-MiniLM-L-6-v2",
+        placeholder="folder",
+    )
+)
 
 
 def _vectors(candidates: Sequence[Candidate]) -> NDArray[np.float64]:

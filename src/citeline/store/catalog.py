@@ -13,8 +13,8 @@ import hashlib
 import json
 import secrets
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -34,7 +34,7 @@ _DOC_COLUMNS = (
     "document_id AS id, id AS version_id, name, title, source_uri, content_type, file_path, content_hash, "
     "version, is_active, status, error, duration_ms, processed_at, page_count, vector_count, "
     "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by, created_at, "
-    "updated_at, source_metadata, attempts, queued_at, started_at, vector_index"
+    "updated_at, source_metadata, attempts, queued_at, started_at, last_fetched_at, vector_index"
 )
 
 
@@ -78,6 +78,8 @@ class DocumentInfo:
     attempts: int = 0
     queued_at: datetime | None = None
     started_at: datetime | None = None
+    #: When the source was last read at its origin (a web page fetched, a file read at its path).
+    last_fetched_at: datetime | None = None
     #: The vector index holding this version's vectors (see store/index.py).
     vector_index: str = "pgvector"
 
@@ -86,7 +88,7 @@ class DocumentInfo:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["id"] = str(self.id)
         out["version_id"] = str(self.version_id)
-        for key in ("processed_at", "created_at", "updated_at", "queued_at", "started_at"):
+        for key in ("processed_at", "created_at", "updated_at", "queued_at", "started_at", "last_fetched_at"):
             out[key] = out[key].isoformat() if out[key] else None
         return out
 
@@ -101,14 +103,29 @@ class VersionStart(StrEnum):
 
 @dataclass(frozen=True)
 class VersionSpec:
-    """What identifies a version's content: if all of these match the active version, nothing changes."""
+    """What identifies a version's content: if all of these match the active version, nothing changes.
 
-    content_hash: str
+    ``content_hash`` is None for a web page not fetched yet: its version is compared once the job
+    building it has fetched the page (:func:`record_fetch`).
+    """
+
+    content_hash: str | None
     embedding_model: str
     chunk_size: int
     chunk_overlap: int
     #: The vector index that will hold the vectors: a source moves to another backend when built again.
     vector_index: str = "pgvector"
+
+    def same_as(self, version: DocumentInfo) -> bool:
+        """Whether ``version`` has this content, model and chunking (an unknown content never has)."""
+        return (
+            self.content_hash is not None
+            and version.content_hash == self.content_hash
+            and version.embedding_model == self.embedding_model
+            and version.chunk_size == self.chunk_size
+            and version.chunk_overlap == self.chunk_overlap
+            and version.vector_index == self.vector_index
+        )
 
 
 @dataclass(frozen=True)
@@ -152,6 +169,9 @@ class ChunkRow:
     section: str | None
     terms: dict[str, int]
     token_count: int
+    #: Auto-metadata (citeline.annotate): canonical model-number keys and the section's type.
+    model_numbers: tuple[str, ...] = ()
+    section_type: str | None = None
 
     @property
     def text_hash(self) -> str:
@@ -190,6 +210,39 @@ def active_version(conn: sa.Connection, source_uri: str) -> DocumentInfo | None:
     return _row_to_info(row) if row else None
 
 
+def served_model(conn: sa.Connection) -> str | None:
+    """The embedding model the namespace serves: its active versions' and its queries' (None before
+    anything was indexed)."""
+    model: str | None = conn.execute(
+        sa.text("SELECT embedding_model FROM corpus_stats WHERE id = 1")
+    ).scalar_one()
+    return model
+
+
+def migration_target(conn: sa.Connection) -> str | None:
+    """The model a running model migration moves the namespace to, if one runs."""
+    target: str | None = conn.execute(
+        sa.text("SELECT target_model FROM model_migrations WHERE status = 'running'")
+    ).scalar()
+    return target
+
+
+def ingest_model(conn: sa.Connection, configured: str) -> str:
+    """The model new versions are embedded by: the served one while the namespace holds documents or
+    a migration runs (a different ``configured`` model arrives through a migration, never mixed in),
+    else ``configured``."""
+    served = served_model(conn)
+    if served is None or served == configured:
+        return configured
+    busy = conn.execute(
+        sa.text(
+            "SELECT EXISTS (SELECT 1 FROM documents WHERE is_active) "
+            "OR EXISTS (SELECT 1 FROM model_migrations WHERE status = 'running')"
+        )
+    ).scalar_one()
+    return served if busy else configured
+
+
 @dataclass(frozen=True)
 class VersionRequest:
     """A source that may need a new version.
@@ -209,6 +262,9 @@ class VersionRequest:
     document_id: uuid.UUID | None = None
     #: Build a new version even when the content, model and chunking are those of the active one.
     force: bool = False
+    #: When the source was read at its origin for this request (None: not read, e.g. a re-ingest
+    #: from the stored original, which keeps the active version's time).
+    fetched_at: datetime | None = None
 
 
 def begin_version(
@@ -253,17 +309,16 @@ def begin_versions(
     }
     out: dict[str, tuple[DocumentInfo, VersionStart]] = {}
     create: list[tuple[VersionRequest, Labels]] = []
+    #: Unchanged sources read again: their active version's fetch time moves forward.
+    touched: list[tuple[uuid.UUID, datetime]] = []
     for req in requests:
         active = current.get(req.source_uri)
         labels = req.labels.over(active)
         spec = req.spec
-        if active is not None and not req.force and (
-            active.content_hash == spec.content_hash
-            and active.embedding_model == spec.embedding_model
-            and active.chunk_size == spec.chunk_size
-            and active.chunk_overlap == spec.chunk_overlap
-            and active.vector_index == spec.vector_index
-        ):
+        if active is not None and not req.force and spec.same_as(active):
+            if req.fetched_at is not None:
+                touched.append((active.version_id, req.fetched_at))
+                active = replace(active, last_fetched_at=req.fetched_at)
             if _labels_differ(active, labels):
                 _set_labels(conn, active.version_id, labels)
                 out[req.source_uri] = (get_version(conn, active.version_id), VersionStart.RELABELLED)
@@ -271,48 +326,131 @@ def begin_versions(
                 out[req.source_uri] = (active, VersionStart.UNCHANGED)
         else:
             create.append((req, labels))
-    if create:
-        # file_path is recorded now, not at the swap, so nobody removes the original while the
-        # version is built.
-        rows = [
-            {
-                "id": str(uuid.uuid4()),
-                "doc": str(req.document_id) if req.document_id else None,
-                "st": req.status.value,
-                "name": req.name,
-                "s": req.source_uri,
-                "fp": req.file_path,
-                "h": req.spec.content_hash,
-                "m": req.spec.embedding_model,
-                "cs": req.spec.chunk_size,
-                "co": req.spec.chunk_overlap,
-                **_label_params(labels, as_json=True),
-            }
-            for req, labels in create
-        ]
-        created = conn.execute(
+    if touched:
+        conn.execute(
             sa.text(
-                "INSERT INTO documents (id, document_id, name, source_uri, file_path, content_hash, version, "
-                "status, embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, "
-                "uploaded_by, ingest_run, queued_at) "
-                "SELECT v.id, coalesce(v.doc, "
-                "(SELECT document_id FROM documents WHERE source_uri = v.s LIMIT 1), gen_random_uuid()), "
-                "v.name, v.s, v.fp, v.h, "
-                "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = v.s), "
-                "v.st, v.m, v.cs, v.co, v.cat, v.tags, v.scopes, v.meta, v.by, "
-                "CASE WHEN v.st = 'processing' THEN CAST(:run AS bigint) END, "
-                "CASE WHEN v.st = 'queued' THEN now() END "
-                "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, doc uuid, st text, name text, "
-                "s text, fp text, h text, m text, cs int, co int, cat text, tags text[], scopes text[], "
-                "meta jsonb, by text) "
-                f"RETURNING {_DOC_COLUMNS}"
+                "UPDATE documents d SET last_fetched_at = v.t FROM unnest(CAST(:ids AS uuid[]), "
+                "CAST(:ts AS timestamptz[])) AS v(id, t) WHERE d.id = v.id"
             ),
-            {"rows": json.dumps(rows), "run": run},
+            {"ids": [i for i, _ in touched], "ts": [t for _, t in touched]},
         )
-        for r in created:
-            info = _row_to_info(r)
+    if create:
+        for info in _insert_versions(conn, create, run):
             out[info.source_uri] = (info, VersionStart.CREATED)
+        twins = _twins(conn, create)
+        if twins:
+            _insert_versions(conn, twins, None)
     return [out[u] for u in uris]
+
+
+def _touch_fetched(conn: sa.Connection, version_id: uuid.UUID, fetched_at: datetime) -> None:
+    conn.execute(
+        sa.text("UPDATE documents SET last_fetched_at = :t WHERE id = :id"),
+        {"t": fetched_at, "id": version_id},
+    )
+
+
+def record_fetch(
+    conn: sa.Connection, version: DocumentInfo, spec: VersionSpec, fetched_at: datetime, *, compare: bool
+) -> tuple[DocumentInfo, VersionStart] | None:
+    """Record what a job building ``version`` of a web page found when it fetched the page.
+
+    With ``compare`` (a version registered before its page was fetched: added or refreshed, not
+    re-ingested), a page whose text, model and chunking are the active version's makes ``version``
+    unnecessary: it is deleted (nothing of it was stored yet), the active version's fetch time moves
+    forward and takes ``version``'s labels if they differ; that version is returned, ``UNCHANGED`` or
+    ``RELABELLED``. Otherwise ``version`` gets the page's text hash and fetch time, and None is returned:
+    build it.
+    """
+    _lock_source(conn, version.source_uri)
+    active = active_version(conn, version.source_uri)
+    if compare and active is not None and spec.same_as(active):
+        asked = get_version(conn, version.version_id)
+        conn.execute(
+            sa.text("DELETE FROM documents WHERE id = :id AND NOT is_active"), {"id": version.version_id}
+        )
+        _touch_fetched(conn, active.version_id, fetched_at)
+        labels = Labels(tuple(asked.scopes), asked.category, tuple(asked.tags), asked.metadata)
+        start = VersionStart.UNCHANGED
+        if _labels_differ(active, labels):
+            _set_labels(conn, active.version_id, labels)
+            start = VersionStart.RELABELLED
+        return get_version(conn, active.version_id), start
+    conn.execute(
+        sa.text("UPDATE documents SET content_hash = :h, last_fetched_at = :t WHERE id = :id"),
+        {"h": spec.content_hash, "t": fetched_at, "id": version.version_id},
+    )
+    return None
+
+
+def _twins(
+    conn: sa.Connection, created: Sequence[tuple[VersionRequest, Labels]]
+) -> list[tuple[VersionRequest, Labels]]:
+    """While a model migration runs, each new version of the served model gets a twin embedded by the
+    target, queued (or pending, with it) for a runner, so both spaces stay complete until the switch."""
+    target = migration_target(conn)
+    if target is None:
+        return []
+    served = served_model(conn)
+    return [
+        (
+            replace(
+                req,
+                spec=replace(req.spec, embedding_model=target),
+                status=Status.PENDING if req.status is Status.PENDING else Status.QUEUED,
+            ),
+            labels,
+        )
+        for req, labels in created
+        if req.spec.embedding_model == served
+    ]
+
+
+def _insert_versions(
+    conn: sa.Connection, create: Sequence[tuple[VersionRequest, Labels]], run: int | None
+) -> list[DocumentInfo]:
+    """Insert new versions in one statement (each source at most once)."""
+    # file_path is recorded now, not at the swap, so nobody removes the original while the
+    # version is built.
+    rows = [
+        {
+            "id": str(uuid.uuid4()),
+            "doc": str(req.document_id) if req.document_id else None,
+            "st": req.status.value,
+            "name": req.name,
+            "s": req.source_uri,
+            "fp": req.file_path,
+            "h": req.spec.content_hash,
+            "m": req.spec.embedding_model,
+            "cs": req.spec.chunk_size,
+            "co": req.spec.chunk_overlap,
+            "fetched": req.fetched_at.isoformat() if req.fetched_at else None,
+            **_label_params(labels, as_json=True),
+        }
+        for req, labels in create
+    ]
+    created = conn.execute(
+        sa.text(
+            "INSERT INTO documents (id, document_id, name, source_uri, file_path, content_hash, version, "
+            "status, embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, "
+            "uploaded_by, ingest_run, queued_at, last_fetched_at) "
+            "SELECT v.id, coalesce(v.doc, "
+            "(SELECT document_id FROM documents WHERE source_uri = v.s LIMIT 1), gen_random_uuid()), "
+            "v.name, v.s, v.fp, v.h, "
+            "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = v.s), "
+            "v.st, v.m, v.cs, v.co, v.cat, v.tags, v.scopes, v.meta, v.by, "
+            "CASE WHEN v.st = 'processing' THEN CAST(:run AS bigint) END, "
+            "CASE WHEN v.st = 'queued' THEN now() END, "
+            "coalesce(v.fetched, "
+            "(SELECT last_fetched_at FROM documents WHERE source_uri = v.s AND is_active)) "
+            "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, doc uuid, st text, name text, "
+            "s text, fp text, h text, m text, cs int, co int, fetched timestamptz, cat text, "
+            "tags text[], scopes text[], meta jsonb, by text) "
+            f"RETURNING {_DOC_COLUMNS}"
+        ),
+        {"rows": json.dumps(rows), "run": run},
+    )
+    return [_row_to_info(r) for r in created]
 
 
 def _insert_version(
@@ -641,7 +779,7 @@ class ChunkGroup:
 #: The chunk columns written by :func:`insert_chunks`, in order, as PostgreSQL types (for binary COPY).
 _CHUNK_COPY_TYPES = (
     "int8", "uuid", "int4", "int4", "text", "varchar",
-    "int4", "int4", "int4", "text", "vector", "text", "int4",
+    "int4", "int4", "int4", "text", "vector", "text", "int4", "text[]", "text",
 )  # fmt: skip
 
 
@@ -670,7 +808,8 @@ def insert_chunks(
         # Binary COPY: vectors go as packed floats instead of being printed and parsed as decimal text.
         with cur.copy(
             "COPY chunks (id, document_id, version, chunk_index, text, text_hash, page, start_offset, "
-            "end_offset, section, embedding, embedding_model, token_count) FROM STDIN (FORMAT BINARY)"
+            "end_offset, section, embedding, embedding_model, token_count, model_numbers, section_type) "
+            "FROM STDIN (FORMAT BINARY)"
         ) as copy:
             copy.set_types(_CHUNK_COPY_TYPES)
             at = 0
@@ -692,6 +831,8 @@ def insert_chunks(
                             vec if inline_vectors else None,
                             model,
                             row.token_count,
+                            list(row.model_numbers),
+                            row.section_type,
                         )
                     )
                     at += 1
@@ -724,6 +865,8 @@ class Activation:
     page_count: int
     duration_ms: float
     source_metadata: dict[str, str] = field(default_factory=dict)
+    #: The keyword terms of the whole version (see analyzer.DocumentTerms), for document-level BM25.
+    terms: Mapping[str, int] = field(default_factory=dict)
 
 
 def activate(
@@ -737,16 +880,22 @@ def activate(
     Retires (deletes, with their chunks) every other version of each source and keeps the corpus
     totals in step. Set-based: a handful of statements for any number of versions. When one source
     has several versions here, the newest wins and the others are retired with the rest.
+
+    Only versions of the served model are swapped in (the first version of an empty namespace sets
+    it). A version embedded by the target of a running model migration is kept ``staged`` instead,
+    and its source's newer target-model versions are never retired; a version of any other model
+    fails, so a query never meets two vector spaces. Returns the versions swapped in, then the staged.
     """
     if not activations:
         return []
-    newest: dict[str, Activation] = {}
+    newest: dict[tuple[str, str | None], Activation] = {}
     for a in activations:
-        held = newest.get(a.document.source_uri)
+        key = (a.document.source_uri, a.document.embedding_model)
+        held = newest.get(key)
         if held is None or a.document.version > held.document.version:
-            newest[a.document.source_uri] = a
+            newest[key] = a
     _lock_log(conn)
-    _lock_sources(conn, list(newest))
+    _lock_sources(conn, [uri for uri, _ in newest])
     # A version failed meanwhile (cancelled, over its hard time limit) is not swapped in.
     building = set(
         conn.execute(
@@ -760,7 +909,24 @@ def activate(
     newest = {uri: a for uri, a in newest.items() if a.document.version_id in building}
     if not newest:
         return []
-    chosen = list(newest.values())
+    served, target = _bind_model(conn, [a.document for a in newest.values()]), migration_target(conn)
+    staged = [a for a in newest.values() if target is not None and a.document.embedding_model == target]
+    for a in [a for a in newest.values() if a.document.embedding_model not in (served, target)]:
+        doc = a.document
+        record_failure(
+            conn,
+            source_uri=doc.source_uri,
+            name=doc.name,
+            reason=f"embedded by {doc.embedding_model}, but this namespace now serves {served}; "
+            "ingest it again",
+            labels=Labels(),
+            doc_id=doc.version_id,
+        )
+    chosen = [a for a in newest.values() if a.document.embedding_model == served]
+    out = _stage(conn, staged, vector_index)
+    _store_terms(conn, [*staged, *chosen])
+    if not chosen:
+        return out
     ids = [a.document.version_id for a in chosen]
     totals = {
         r[0]: (int(r[1]), int(r[2]))
@@ -772,11 +938,90 @@ def activate(
             {"ids": ids},
         )
     }
-    _retire_others(conn, list(newest), keep=ids)
+    sources = [a.document.source_uri for a in chosen]
+    _retire_others(conn, sources, keep=ids + _newer_twins(conn, ids, target))
+    _record_built(
+        conn, chosen, {i: n for i, (n, _) in totals.items()}, active=True, vector_index=vector_index
+    )
+    _bump_totals(conn, sum(c for c, _ in totals.values()), sum(t for _, t in totals.values()))
+    _bump_document_totals(conn, ids)
+    _log(conn, ids, added=True)
+    rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
+    by_id = {r.version_id: _row_to_info(r) for r in rows}
+    return [by_id[i] for i in ids] + out
+
+
+def _bind_model(conn: sa.Connection, versions: Sequence[DocumentInfo]) -> str | None:
+    """The served model, bound first to the model of the first of ``versions`` when the namespace
+    serves none yet, or holds no active version and no migration runs (an emptied namespace may
+    start again with another model)."""
+    conn.execute(
+        sa.text(
+            "UPDATE corpus_stats SET embedding_model = :m WHERE id = 1 AND (embedding_model IS NULL OR ("
+            "NOT EXISTS (SELECT 1 FROM documents WHERE is_active) "
+            "AND NOT EXISTS (SELECT 1 FROM model_migrations WHERE status = 'running')))"
+        ),
+        {"m": versions[0].embedding_model},
+    )
+    return served_model(conn)
+
+
+def _newer_twins(conn: sa.Connection, ids: Sequence[uuid.UUID], target: str | None) -> list[uuid.UUID]:
+    """Versions embedded by the migration's target that are newer than these versions of their
+    sources: twins of versions being activated, which retiring the older versions must not take."""
+    if target is None:
+        return []
+    return list(
+        conn.execute(
+            sa.text(
+                "SELECT t.id FROM documents t JOIN documents a ON a.source_uri = t.source_uri "
+                "WHERE a.id = ANY(CAST(:ids AS uuid[])) AND t.embedding_model = :m AND t.version > a.version"
+            ),
+            {"ids": list(ids), "m": target},
+        ).scalars()
+    )
+
+
+def _stage(conn: sa.Connection, staged: Sequence[Activation], vector_index: str) -> list[DocumentInfo]:
+    """Keep built versions of a migration's target model ``staged``: complete and invisible until the
+    switch. An older staged version of the same source is superseded and deleted."""
+    if not staged:
+        return []
+    ids = [a.document.version_id for a in staged]
+    counts = {
+        r[0]: int(r[1])
+        for r in conn.execute(
+            sa.text("SELECT document_id, count(*) FROM chunks WHERE document_id = ANY(:ids) GROUP BY 1"),
+            {"ids": ids},
+        )
+    }
+    conn.execute(
+        sa.text(
+            "DELETE FROM documents WHERE source_uri = ANY(:s) AND status = 'staged' "
+            "AND id <> ALL(CAST(:ids AS uuid[]))"
+        ),
+        {"s": [a.document.source_uri for a in staged], "ids": ids},
+    )
+    _record_built(conn, staged, counts, active=False, vector_index=vector_index)
+    rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
+    return [_row_to_info(r) for r in rows]
+
+
+def _record_built(
+    conn: sa.Connection,
+    built: Sequence[Activation],
+    counts: dict[uuid.UUID, int],
+    *,
+    active: bool,
+    vector_index: str,
+) -> None:
+    """Record what was learnt building these versions, held by ``vector_index``; ``active`` makes them
+    visible (``completed``), else they are ``staged``."""
+    ids = [a.document.version_id for a in built]
     now = datetime.now(UTC)
     conn.execute(
         sa.text(
-            "UPDATE documents d SET is_active = true, status = 'completed', error = NULL, title = v.title, "
+            "UPDATE documents d SET is_active = :active, status = :status, error = NULL, title = v.title, "
             "content_type = v.ct, file_path = v.fp, page_count = v.pc, vector_count = v.n, "
             "duration_ms = v.ms, source_metadata = v.sm, vector_index = :vi, processed_at = :now, "
             "updated_at = :now "
@@ -787,22 +1032,92 @@ def activate(
         ),
         {
             "ids": ids,
-            "titles": [a.title for a in chosen],
-            "cts": [a.content_type for a in chosen],
-            "fps": [a.file_path for a in chosen],
-            "pcs": [a.page_count for a in chosen],
-            "ns": [totals.get(i, (0, 0))[0] for i in ids],
-            "mss": [a.duration_ms for a in chosen],
-            "sms": [json.dumps(a.source_metadata) for a in chosen],
+            "titles": [a.title for a in built],
+            "cts": [a.content_type for a in built],
+            "fps": [a.file_path for a in built],
+            "pcs": [a.page_count for a in built],
+            "ns": [counts.get(i, 0) for i in ids],
+            "mss": [a.duration_ms for a in built],
+            "sms": [json.dumps(a.source_metadata) for a in built],
             "vi": vector_index,
             "now": now,
+            "active": active,
+            "status": (Status.COMPLETED if active else Status.STAGED).value,
         },
     )
-    _bump_totals(conn, sum(c for c, _ in totals.values()), sum(t for _, t in totals.values()))
+
+
+def retire_and_activate(
+    conn: sa.Connection,
+    source_uris: Sequence[str],
+    ids: Sequence[uuid.UUID],
+    *,
+    keep: Sequence[uuid.UUID],
+    chunks: int,
+    tokens: int,
+) -> None:
+    """Make built versions (``ids``, holding ``chunks`` chunks of ``tokens`` terms) their sources'
+    visible ones, retiring every other version of those sources but ``keep``; for a model switch,
+    whose versions were recorded when they were staged."""
+    _lock_log(conn)
+    _retire_others(conn, source_uris, keep=list(keep))
+    conn.execute(
+        sa.text(
+            "UPDATE documents SET is_active = true, status = 'completed', updated_at = now() "
+            "WHERE id = ANY(CAST(:ids AS uuid[]))"
+        ),
+        {"ids": list(ids)},
+    )
+    _bump_totals(conn, chunks, tokens)
+    _bump_document_totals(conn, ids)
     _log(conn, ids, added=True)
-    rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
+
+
+def versions_by_id(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> list[DocumentInfo]:
+    """These versions, in the order given (ids of versions that do not exist are skipped)."""
+    rows = conn.execute(
+        sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(CAST(:ids AS uuid[]))"),
+        {"ids": list(version_ids)},
+    )
     by_id = {r.version_id: _row_to_info(r) for r in rows}
-    return [by_id[i] for i in ids]
+    return [by_id[i] for i in version_ids if i in by_id]
+
+
+def _store_terms(conn: sa.Connection, built: Sequence[Activation]) -> None:
+    """Store built versions' document-level terms and lengths (counted once they become visible)."""
+    ids, terms, tfs = [], [], []
+    for a in built:
+        for term, tf in a.terms.items():
+            ids.append(a.document.version_id)
+            terms.append(term)
+            tfs.append(tf)
+    conn.execute(
+        sa.text(
+            "INSERT INTO document_terms (document_id, term, tf) "
+            "SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:terms AS text[]), CAST(:tfs AS int[]))"
+        ),
+        {"ids": ids, "terms": terms, "tfs": tfs},
+    )
+    conn.execute(
+        sa.text(
+            "UPDATE documents d SET keyword_length = v.n "
+            "FROM unnest(CAST(:ids AS uuid[]), CAST(:ns AS int[])) AS v(id, n) WHERE d.id = v.id"
+        ),
+        {"ids": [a.document.version_id for a in built], "ns": [sum(a.terms.values()) for a in built]},
+    )
+
+
+def _bump_document_totals(conn: sa.Connection, ids: Sequence[uuid.UUID]) -> None:
+    """Count versions just made visible in the document-level totals (BM25's N and avgdl)."""
+    conn.execute(
+        sa.text(
+            "UPDATE corpus_stats SET document_count = document_count + t.n, "
+            "document_token_total = document_token_total + t.total FROM (SELECT count(*) AS n, "
+            "coalesce(sum(keyword_length), 0) AS total FROM documents "
+            "WHERE id = ANY(CAST(:ids AS uuid[])) AND keyword_length IS NOT NULL) t WHERE id = 1"
+        ),
+        {"ids": list(ids)},
+    )
 
 
 def version_ids(conn: sa.Connection, source_uris: Sequence[str]) -> list[uuid.UUID]:
@@ -833,7 +1148,7 @@ def _retire_others(conn: sa.Connection, source_uris: Sequence[str], keep: Sequen
     """Delete every version of these sources but ``keep``, taking the visible ones out of the totals."""
     retired = conn.execute(
         sa.text(
-            "SELECT d.id, count(c.id), coalesce(sum(c.token_count), 0) FROM documents d "
+            "SELECT d.id, count(c.id), coalesce(sum(c.token_count), 0), d.keyword_length FROM documents d "
             "LEFT JOIN chunks c ON c.document_id = d.id "
             "WHERE d.source_uri = ANY(:s) AND d.is_active AND d.id <> ALL(CAST(:keep AS uuid[])) "
             "GROUP BY d.id"
@@ -842,6 +1157,15 @@ def _retire_others(conn: sa.Connection, source_uris: Sequence[str], keep: Sequen
     ).all()
     if retired:
         _bump_totals(conn, -sum(int(r[1]) for r in retired), -sum(int(r[2]) for r in retired))
+        # A version swapped in by a citeline older than document terms has no length and was not counted.
+        counted = [int(r[3]) for r in retired if r[3] is not None]
+        conn.execute(
+            sa.text(
+                "UPDATE corpus_stats SET document_count = document_count - :c, "
+                "document_token_total = document_token_total - :t WHERE id = 1"
+            ),
+            {"c": len(counted), "t": sum(counted)},
+        )
         _log(conn, [r[0] for r in retired], added=False)
     conn.execute(
         sa.text("DELETE FROM documents WHERE source_uri = ANY(:s) AND id <> ALL(CAST(:keep AS uuid[]))"),

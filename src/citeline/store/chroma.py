@@ -286,11 +286,14 @@ class ChromaIndex:
 
     def search(self, conn: sa.Connection, query: VectorQuery) -> list[tuple[int, float]]:
         scope = query.scope
-        if scope is not None and not scope.document_ids:
+        if scope is not None and (not scope.document_ids or scope.chunk_ids == []):
             return []
         if scope is not None:
             allowed = "c.document_id = ANY(CAST(:allowed AS uuid[]))"
             bind: dict[str, Any] = {"allowed": list(scope.document_ids)}
+            if scope.chunk_ids is not None:
+                # Chunk-level filters (model number, section type) chose these chunks of those documents.
+                allowed, bind["allowed"] = "c.id = ANY(CAST(:allowed AS bigint[]))", list(scope.chunk_ids)
             parts = sorted(set(_partitions(conn, scope.document_ids).values()))
         else:
             allowed = (

@@ -44,6 +44,9 @@ class InScope:
     document_ids: list[uuid.UUID]
     chunks: int
     corpus_chunks: int
+    #: With chunk-level filters (model number, section type): the chunks of those documents that
+    #: pass them, found through their indexes; ``chunks`` then counts these.
+    chunk_ids: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,11 @@ def open_index(settings: Settings) -> VectorIndex:
         return ChromaIndex.from_settings(settings)
     from citeline.store.vectors import PgVectorIndex
 
-    return PgVectorIndex(ef_search=settings.hnsw_ef_search, exact_below=settings.exact_search_below)
+    return PgVectorIndex(
+        ef_search=settings.hnsw_ef_search,
+        exact_below=settings.exact_search_below,
+        tuple_cost=settings.hnsw_tuple_cost,
+    )
 
 
 def fill_vectors(

@@ -41,6 +41,8 @@ class Status(StrEnum):
     PROCESSING = "processing"
     COMPLETED = "completed"
     FAILED = "failed"
+    #: Complete, embedded by the target of a model migration, waiting for the switch (never visible).
+    STAGED = "staged"
 
 
 class Base(DeclarativeBase):
@@ -68,6 +70,8 @@ class Document(Base):
     processed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     page_count: Mapped[int | None] = mapped_column(Integer)
     vector_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    #: Keyword terms in the whole version (its document-level BM25 length); set when it is swapped in.
+    keyword_length: Mapped[int | None] = mapped_column(Integer)
     embedding_model: Mapped[str | None] = mapped_column(Text)
     #: The vector index holding this version's vectors (see store/index.py): pgvector or chroma.
     vector_index: Mapped[str] = mapped_column(Text, server_default=text("'pgvector'"))
@@ -89,6 +93,9 @@ class Document(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     not_before: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cancel_requested: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    #: When the source was last read at its origin (a URL fetched, a file read at its path); uploads
+    #: have none. ``citeline refresh`` reads the oldest again.
+    last_fetched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
@@ -96,7 +103,8 @@ class Document(Base):
 
     __table_args__ = (
         CheckConstraint(
-            "status IN ('pending', 'queued', 'processing', 'completed', 'failed')", name="documents_status"
+            "status IN ('pending', 'queued', 'processing', 'completed', 'failed', 'staged')",
+            name="documents_status",
         ),
         # At most one visible version per source.
         Index("documents_one_active", "source_uri", unique=True, postgresql_where=text("is_active")),
@@ -132,10 +140,15 @@ class Chunk(Base):
     embedding: Mapped[Any] = mapped_column(Vector(), nullable=True)
     embedding_model: Mapped[str] = mapped_column(Text)
     token_count: Mapped[int] = mapped_column(Integer)
+    #: Auto-metadata (see citeline.annotate): canonical model-number keys, and the section's type.
+    model_numbers: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default="{}")
+    section_type: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         Index("chunks_document", "document_id", "chunk_index"),
         Index("chunks_model_hash", "embedding_model", "text_hash"),
+        Index("chunks_model_numbers", "model_numbers", postgresql_using="gin"),
+        Index("chunks_section_type", "section_type", postgresql_where=section_type.isnot(None)),
     )
 
 
@@ -161,17 +174,62 @@ class Posting(Base):
     )
 
 
+class DocumentTerm(Base):
+    """One document-level keyword entry: term ``term`` occurs ``tf`` times in the whole of version
+    ``document_id`` (BM25 over whole documents, beside the chunks' postings)."""
+
+    __tablename__ = "document_terms"
+
+    document_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("documents.id", ondelete="CASCADE"), primary_key=True
+    )
+    term: Mapped[str] = mapped_column(Text, primary_key=True)
+    tf: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (Index("document_terms_term", "term", postgresql_include=["document_id", "tf"]),)
+
+
 class CorpusStats(Base):
-    """Totals over the active chunks (BM25's N and avgdl), kept in step by the transactions changing them."""
+    """Totals over the active chunks and the active versions (BM25's N and avgdl at each level), kept
+    in step by the transactions changing them."""
 
     __tablename__ = "corpus_stats"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     chunk_count: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     token_total: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    document_count: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    document_token_total: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     analyzer: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    #: The model the namespace serves: every active version and every query is embedded by it.
+    embedding_model: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (CheckConstraint("id = 1", name="corpus_stats_single_row"),)
+
+
+class ModelMigration(Base):
+    """One change of the namespace's embedding model (see citeline.store.model_migration)."""
+
+    __tablename__ = "model_migrations"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    source_model: Mapped[str] = mapped_column(Text)
+    target_model: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, server_default=text("'running'"))
+    forced: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    check_result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        CheckConstraint("status IN ('running', 'switched', 'aborted')", name="model_migrations_status"),
+        Index(
+            "model_migrations_one_running",
+            text("(true)"),
+            unique=True,
+            postgresql_where=text("status = 'running'"),
+        ),
+    )
 
 
 class Conversation(Base):

@@ -14,21 +14,8 @@ import httpx
 from pydantic import SecretStr
 
 from citeline.answer.llm import GenerationOptions
-from citeline.errors import ConfigError, GenerationError
-
-_DETAIL_CHARS = 300
-_MIN_MASKED_KEY = 8
-
-
-def base_url(spec: str, value: str, setting: str) -> str:
-    """``value`` without a trailing slash, once it is an http(s) URL; else a :class:`ConfigError`."""
-    try:
-        url = httpx.URL(value)
-    except httpx.InvalidURL as exc:
-        raise ConfigError(f"{spec}: {setting} {value!r} is not a valid URL ({exc})") from exc
-    if url.scheme not in ("http", "https") or not url.host:
-        raise ConfigError(f"{spec}: {setting} {value!r} must be an http:// or https:// URL")
-    return value.rstrip("/")
+from citeline.errors import GenerationError
+from citeline.remote import DETAIL_CHARS, error_detail, masked
 
 
 def sse_data(lines: Iterable[str]) -> Iterator[str]:
@@ -73,7 +60,7 @@ class StreamingClient:
                     try:
                         event = json.loads(data)
                     except ValueError:
-                        raise self.error(f"sent a non-JSON event: {data[:_DETAIL_CHARS]!r}") from None
+                        raise self.error(f"sent a non-JSON event: {data[:DETAIL_CHARS]!r}") from None
                     yield event
         except httpx.TimeoutException:
             raise self.error(f"did not answer within {options.timeout:g} s (llm_timeout)") from None
@@ -82,12 +69,7 @@ class StreamingClient:
 
     def error(self, reason: str) -> GenerationError:
         """A :class:`GenerationError` naming the model and URL, with any trace of the key masked."""
-        message = f"{self.model_id}: {self.url} {reason}"
-        secret = self._secret.get_secret_value() if self._secret is not None else ""
-        # A very short key could match ordinary words; real keys are long.
-        if len(secret) >= _MIN_MASKED_KEY:
-            message = message.replace(secret, "***")
-        return GenerationError(message)
+        return GenerationError(masked(f"{self.model_id}: {self.url} {reason}", self._secret))
 
     def close(self) -> None:
         self._client.close()
@@ -101,19 +83,3 @@ def _status_message(response: httpx.Response, key_hint: str) -> str:
     elif response.status_code == 404:
         message += "; check the base URL and the model name"
     return message
-
-
-def error_detail(payload: Any) -> str:
-    """The human part of an error body or event (``{"error": {"message": ...}}`` and its variants)."""
-    if isinstance(payload, str):
-        text = payload
-        try:
-            payload = json.loads(text)
-        except ValueError:
-            return text.strip()[:_DETAIL_CHARS]
-    if isinstance(payload, dict):
-        error = payload.get("error", payload)
-        if isinstance(error, dict):
-            return str(error.get("message") or error.get("type") or error)[:_DETAIL_CHARS]
-        return str(error)[:_DETAIL_CHARS]
-    return str(payload)[:_DETAIL_CHARS]

@@ -12,8 +12,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from citeline.answer.llm import GenerationOptions, Message
-from citeline.answer.providers.http_stream import StreamingClient, base_url, error_detail
+from citeline.answer.providers.http_stream import StreamingClient
 from citeline.errors import ConfigError
+from citeline.remote import base_url, error_detail
 from citeline.settings import Settings
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

@@ -109,6 +109,8 @@ def get_chunks(
             "start": r["start_offset"],
             "end": r["end_offset"],
             "section": r["section"],
+            "section_type": r["section_type"],
+            "model_numbers": r["model_numbers"],
             "text": r["text"],
         }
         for r in rows

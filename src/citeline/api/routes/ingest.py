@@ -2,7 +2,8 @@
 document in place, relabel, queue, re-ingest, cancel; and the knowledge-base seed's ``/index`` names.
 
 Every action is one library call (:meth:`Citeline.submit`, :meth:`~Citeline.submit_url`,
-:meth:`~Citeline.relabel`, :meth:`~Citeline.index`, :meth:`~Citeline.reingest`, :meth:`~Citeline.cancel`);
+:meth:`~Citeline.relabel`, :meth:`~Citeline.index`, :meth:`~Citeline.reingest`, :meth:`~Citeline.cancel`,
+:meth:`~Citeline.refresh`);
 these routes only read the request and shape the answer.
 """
 
@@ -20,9 +21,9 @@ from starlette.datastructures import UploadFile
 
 from citeline.api.deps import AdminDep, CitelineDep
 from citeline.api.routes.documents import DocumentId, document_json
-from citeline.errors import InvalidRequestError
-from citeline.ingest import IngestOptions
-from citeline.jobs.submit import Submission, Upload
+from citeline.errors import CitelineError, InvalidRequestError
+from citeline.ingest import IngestOptions, Outcome
+from citeline.jobs.submit import Refreshed, Submission, Upload, parse_age
 from citeline.store.models import Status
 
 router = APIRouter(tags=["documents"])
@@ -168,6 +169,33 @@ async def index_all(
     done = await _run(cl.index_all, status, access=access)
     summary = [{"document_id": str(d.id), "name": d.name, "status": d.status} for d in done]
     return {"status": status.value, "documents": summary}
+
+
+class RefreshBody(BaseModel):
+    older_than: str | None = Field(
+        default=None, description="Only sources last read longer ago than this: 30m, 12h, 1d, 2w."
+    )
+    document_ids: list[str] = Field(default_factory=list, description="Only these documents.")
+    dry_run: bool = Field(default=False, description="List what would be read again; change nothing.")
+
+
+@router.post("/refresh", status_code=202, summary="Read web pages and files again; new versions if changed")
+async def refresh(body: RefreshBody, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
+    age = parse_age(body.older_than) if body.older_than else None
+    docs = await _run(cl.refresh_candidates, older_than=age, document_ids=body.document_ids)
+    if body.dry_run:
+        return {"dry_run": True, "documents": [document_json(d) for d in docs]}
+
+    def refresh_all() -> list[dict[str, Any]]:
+        out = []
+        for doc in docs:
+            try:
+                out.append(cl.refreshed(cl.refresh(doc.id, access=access), timeout=0).as_dict())
+            except CitelineError as exc:
+                out.append(Refreshed(doc, Outcome.FAILED, str(exc)).as_dict())
+        return out
+
+    return {"dry_run": False, "documents": await _run(refresh_all)}
 
 
 async def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AliasChoices, BaseModel, Field
 
 from citeline.access import Access
+from citeline.annotate import SectionType
 from citeline.api.deps import AccessDep, CitelineDep
 from citeline.api.limits import check_text_length
 from citeline.api.routes.links import file_url
@@ -34,6 +35,12 @@ class FilterFields(BaseModel):
     content_types: list[str] = Field(default_factory=list, description="E.g. application/pdf.")
     document_ids: list[uuid.UUID] = Field(default_factory=list, description="Only these documents.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Metadata values that must match.")
+    model_numbers: list[str] = Field(
+        default_factory=list, description="Chunks naming any of these model numbers (XR-200 = xr200)."
+    )
+    section_types: list[SectionType] = Field(
+        default_factory=list, description="Chunks of any of these section types."
+    )
 
     def filters(self) -> Filters:
         return Filters(
@@ -44,6 +51,8 @@ class FilterFields(BaseModel):
             document_ids=tuple(self.document_ids),
             content_types=tuple(self.content_types),
             metadata=self.metadata,
+            model_numbers=tuple(self.model_numbers),
+            section_types=tuple(t.value for t in self.section_types),
         )
 
 
@@ -77,6 +86,8 @@ def result(hit: Hit) -> dict[str, Any]:
         "start": hit.start,
         "end": hit.end,
         "section": hit.section,
+        "section_type": hit.section_type,
+        "model_numbers": list(hit.model_numbers),
         "text": hit.text,
         "distance": hit.distance,
         "similarity": hit.similarity,
@@ -92,7 +103,18 @@ def _run(cl: Citeline, access: Access, request: SearchRequest) -> JSONResponse:
     check_text_length(request.query, "query", cl.settings)
     hits = cl.search(request, access=access)
     # Plain JSON, not through a response model: search is the hot path, and its results are built here.
-    return JSONResponse({"query": request.query, "count": len(hits), "results": [result(h) for h in hits]})
+    body: dict[str, Any] = {"query": request.query, "count": len(hits), "results": [result(h) for h in hits]}
+    migration = cl.migration()
+    if migration is not None:
+        # Searches go on in the old model's space while the new one is built; say how far it is.
+        m, p = migration.migration, migration.progress
+        body["migration"] = {
+            "source_model": m.source_model,
+            "target_model": m.target_model,
+            "done": p.done,
+            "total": p.total,
+        }
+    return JSONResponse(body)
 
 
 @router.post("/search", summary="Hybrid search with every filter and knob")
@@ -119,6 +141,16 @@ def search_get(
     category: Annotated[str | None, Query(description="This category or any below it.")] = None,
     scope: Annotated[list[str] | None, Query(description="Repeatable: documents in these scopes.")] = None,
     tag: Annotated[list[str] | None, Query(description="Repeatable: any of these tags.")] = None,
+    model: Annotated[list[str] | None, Query(description="Repeatable: chunks naming a model number.")] = None,
+    section: Annotated[
+        list[SectionType] | None, Query(description="Repeatable: chunks of a section type.")
+    ] = None,
 ) -> JSONResponse:
-    filters = Filters(scopes=tuple(scope) if scope else None, category=category, tags_any=tuple(tag or ()))
+    filters = Filters(
+        scopes=tuple(scope) if scope else None,
+        category=category,
+        tags_any=tuple(tag or ()),
+        model_numbers=tuple(model or ()),
+        section_types=tuple(t.value for t in section or ()),
+    )
     return _run(cl, access, SearchRequest(query=q, filters=filters, top_k=n))

@@ -30,6 +30,11 @@ async function loadStats() {
       ...Object.entries(byStatus).map(([status, count]) => [status, count]),
       ["Embedding model", stats.embedding_model],
     ];
+    const migration = stats.migration;
+    if (migration) {
+      // Searches use the served model until the switch; this is how far the new one is built.
+      items.push(["Migrating to", `${migration.target_model}: ${migration.done}/${migration.total} documents`]);
+    }
     $("stats").replaceChildren(
       ...items.flatMap(([term, value]) => [
         el("div", { className: "stat" }, el("dt", {}, term), el("dd", {}, String(value ?? "–"))),

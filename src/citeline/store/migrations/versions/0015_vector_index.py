@@ -5,16 +5,16 @@ id. A search compares its query only with versions of its own model held by its 
 switched from one backend to the other refuses to search its older versions until they are re-ingested,
 instead of silently missing them. Versions written before this migration are pgvector's.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0015
+Revises: 0014
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

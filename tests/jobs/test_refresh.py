@@ -1,0 +1,260 @@
+"""Source changes reach the index: ``citeline refresh`` and :meth:`Citeline.refresh` against a real web
+server on loopback whose page changes, and real files that change or go away."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from citeline.cli import app
+from citeline.engine import Citeline
+from citeline.errors import InvalidRequestError
+from citeline.ingest import IngestOptions, Outcome
+from citeline.jobs.submit import Upload
+from citeline.settings import Settings
+from citeline.store.database import schema_name
+from tests.conftest import write
+
+runner = CliRunner()
+#: The tests' server is on loopback, which URL loading refuses unless allowed.
+PRIVATE = {"CITELINE_URL_ALLOW_PRIVATE": "true"}
+
+
+def page(body: str, *, noise: str = "") -> str:
+    return (
+        f"<html><head><title>Pump notes</title><script>var build = '{noise}';</script></head><body>"
+        f"<nav>Home | Products {noise}</nav><article><h1>Pump notes</h1>{body}</article></body></html>"
+    )
+
+
+ORIGINAL = page(
+    "<p>Prime the centrifugal pump by filling its casing with water until it overflows at the vent "
+    "plug. A dry pump destroys its mechanical seal within seconds.</p>"
+)
+CHANGED = page(
+    "<p>Prime the centrifugal pump with water. Since the 2024 revision, also bleed the volute through "
+    "the quartzite vent screw before the first start.</p>"
+)
+
+
+class Site(http.server.ThreadingHTTPServer):
+    """A web server on a free loopback port whose pages the test changes: ``pages[path] = (status, html)``."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, tuple[int, str]] = {}
+        self.requests = 0
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}{path}"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: Site
+
+    def do_GET(self) -> None:
+        self.server.requests += 1
+        status, html = self.server.pages.get(self.path, (404, "<p>not here</p>"))
+        body = html.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Keep test output quiet."""
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    server = Site()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def namespace(settings: Settings) -> Iterator[Settings]:
+    """The test's namespace, dropped at the end (the CLI opens and closes it many times)."""
+    yield settings
+    with Citeline(settings) as cl, cl.engine.begin() as conn:
+        conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(settings.namespace)}" CASCADE'))
+
+
+def run(settings: Settings, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = runner.invoke(
+        app,
+        ["--data-dir", str(settings.data_dir), "--namespace", settings.namespace, *args],
+        env={**PRIVATE, **(env or {})},
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+def current(settings: Settings, name: str) -> tuple[int, str]:
+    """A document's live version and its text."""
+    with Citeline(settings) as cl:
+        [doc] = [d for d in cl.documents() if d.name == name and d.is_active]
+        return doc.version, " ".join(str(c["text"]) for c in cl.chunks(doc))
+
+
+def test_a_changed_page_becomes_a_new_version_and_an_unchanged_one_is_a_no_op(
+    namespace: Settings, site: Site
+) -> None:
+    site.pages["/pumps"] = (200, ORIGINAL)
+    code, _, err = run(namespace, "ingest", site.url("/pumps"), "--allow-private-urls")
+    assert code == 0, err
+    with Citeline(namespace) as cl:
+        [first] = cl.documents()
+    assert first.last_fetched_at is not None
+
+    code, out, err = run(namespace, "refresh")
+    assert code == 0, err
+    assert "unchanged  pumps" in out and "1 document: 1 unchanged" in err
+    with Citeline(namespace) as cl:
+        [again] = cl.documents()
+    assert (again.version_id, again.version) == (first.version_id, 1)
+    assert again.last_fetched_at is not None and again.last_fetched_at > first.last_fetched_at
+
+    site.pages["/pumps"] = (200, CHANGED)
+    code, out, err = run(namespace, "refresh")
+    assert code == 0, err
+    assert "changed    pumps: v2" in out and "1 document: 1 updated" in err
+    version, text = current(namespace, "pumps")
+    assert version == 2 and "quartzite vent screw" in text and "mechanical seal" not in text
+    with Citeline(namespace) as cl:
+        assert "quartzite" in cl.search("how do I bleed the volute before the first start?")[0].text
+        assert [v.version for v in cl.versions(first.id)] == [2]
+
+
+def test_a_page_whose_markup_changes_but_not_its_text_is_unchanged(namespace: Settings, site: Site) -> None:
+    site.pages["/pumps"] = (200, ORIGINAL)
+    assert run(namespace, "ingest", site.url("/pumps"), "--allow-private-urls")[0] == 0
+    article = ORIGINAL[ORIGINAL.index("<p>") : ORIGINAL.index("</article>")]
+    site.pages["/pumps"] = (200, page(article, noise="build 2"))
+    assert site.pages["/pumps"][1] != ORIGINAL
+    code, out, err = run(namespace, "refresh")
+    assert code == 0, err
+    assert "unchanged  pumps" in out
+    assert current(namespace, "pumps")[0] == 1
+
+
+def test_a_page_that_cannot_be_fetched_keeps_its_current_version(namespace: Settings, site: Site) -> None:
+    site.pages["/pumps"] = (200, ORIGINAL)
+    assert run(namespace, "ingest", site.url("/pumps"), "--allow-private-urls")[0] == 0
+    site.pages["/pumps"] = (503, "<p>down for maintenance</p>")
+    code, _, err = run(namespace, "refresh")
+    assert code == 65
+    assert "failed" in err and "HTTP error 503" in err and "1 document: 1 failed" in err
+    version, text = current(namespace, "pumps")
+    assert version == 1 and "mechanical seal" in text
+    with Citeline(namespace) as cl:
+        assert "mechanical seal" in cl.search("what destroys the mechanical seal?")[0].text
+    # The page is back: the next refresh finds it as it was.
+    site.pages["/pumps"] = (200, ORIGINAL)
+    code, out, err = run(namespace, "refresh")
+    assert code == 0 and "unchanged  pumps" in out, err
+
+
+def test_files_are_read_again_at_their_path_and_only_changed_ones_get_a_version(
+    namespace: Settings, tmp_path: Path
+) -> None:
+    changing = write(tmp_path / "docs" / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar.")
+    same = write(tmp_path / "docs" / "pumps.md", "# Pumps\n\nPrime the pump with water first.")
+    gone = write(tmp_path / "docs" / "fans.md", "# Fans\n\nClean the fan blades every spring.")
+    assert run(namespace, "ingest", str(tmp_path / "docs"))[0] == 0
+    changing.write_text("# Valves\n\nThe relief valve opens at 8 bar since the 2025 service bulletin.")
+    gone.unlink()
+
+    code, out, err = run(namespace, "refresh", "--dry-run")
+    assert code == 0, err
+    assert "valves.md" in out and "pumps.md" in out and "fans.md" not in out
+    assert "2 documents to refresh (dry run)" in err
+
+    code, out, err = run(namespace, "refresh")
+    assert code == 0, err
+    assert "changed    valves.md: v2" in out and "unchanged  pumps.md" in out and "fans.md" not in out
+    assert "8 bar" in current(namespace, "valves.md")[1]
+    assert current(namespace, "pumps.md")[0] == 1 and current(namespace, "fans.md")[0] == 1
+    assert same.exists()
+
+
+def test_older_than_picks_the_sources_read_longest_ago(namespace: Settings, tmp_path: Path) -> None:
+    write(tmp_path / "old.md", "# Old\n\nRead long ago.")
+    write(tmp_path / "new.md", "# New\n\nRead just now.")
+    assert run(namespace, "ingest", str(tmp_path))[0] == 0
+    with Citeline(namespace) as cl:
+        with cl.engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "UPDATE documents SET last_fetched_at = now() - interval '3 days' WHERE name = 'old.md'"
+                )
+            )
+        assert [d.name for d in cl.refresh_candidates(older_than=timedelta(days=1))] == ["old.md"]
+        assert len(cl.refresh_candidates()) == 2
+    code, out, err = run(namespace, "refresh", "--older-than", "2d", "--dry-run")
+    assert code == 0, err
+    assert "old.md" in out and "new.md" not in out
+    code, _, err = run(namespace, "refresh", "--older-than", "soon")
+    assert code != 0 and "e.g. 12h, 1d, 2w" in err
+
+
+def test_adding_a_page_again_is_compared_by_its_text(cl: Citeline, site: Site) -> None:
+    site.pages["/pumps"] = (200, ORIGINAL)
+    cl = cl.derive(url_allow_private=True)
+    try:
+        cl.start_jobs()
+        added = cl.submit_url(site.url("/pumps"))
+        assert cl.wait(added.document.id).version == 1
+        again = cl.submit_url(site.url("/pumps"), IngestOptions(tags=("pumps",)))
+        assert again.created  # the page is fetched by its job, not here
+        result = cl.refreshed(again)
+        # No new version: the labels that came with it are the live version's now.
+        assert result.outcome is Outcome.UNCHANGED and result.document.tags == ["pumps"]
+        assert [v.version for v in cl.versions(added.document.id)] == [1]
+        site.pages["/pumps"] = (200, CHANGED)
+        changed = cl.refreshed(cl.refresh(added.document.id))
+        assert changed.outcome is Outcome.UPDATED and changed.document.version == 2
+        assert changed.document.tags == ["pumps"]
+    finally:
+        cl.close()
+
+
+def test_an_uploaded_document_has_no_origin_to_refresh(cl: Citeline, tmp_path: Path) -> None:
+    path = write(tmp_path / "notes.md", "# Notes\n\nUploaded, not read from a path.")
+    with path.open("rb") as fh:
+        submitted = cl.submit(Upload("notes.md", fh))
+    cl.start_jobs()
+    cl.wait(submitted.document.id)
+    assert cl.refresh_candidates() == []
+    with pytest.raises(InvalidRequestError, match="no origin to read again"):
+        cl.refresh(submitted.document.id)
+
+
+def test_with_celery_workers_pages_are_queued_and_files_read_here(
+    namespace: Settings, site: Site, tmp_path: Path
+) -> None:
+    site.pages["/pumps"] = (200, ORIGINAL)
+    assert run(namespace, "ingest", site.url("/pumps"), "--allow-private-urls")[0] == 0
+    assert run(namespace, "ingest", str(write(tmp_path / "valves.md", "# Valves\n\nOpens at 6 bar.")))[0] == 0
+    # A broker nobody listens on: the page's job waits in the catalog for workers to come.
+    celery = {"CITELINE_JOB_RUNNER": "celery", "CITELINE_REDIS_URL": "redis://127.0.0.1:9/0"}
+    requests = site.requests
+    code, out, err = run(namespace, "refresh", env=celery)
+    assert code == 0, err
+    assert "queued     pumps" in out and "unchanged  valves.md" in out
+    assert site.requests == requests  # the page is fetched by the worker, not by the command
+    with Citeline(namespace) as cl:
+        [page_doc] = [d for d in cl.documents() if d.name == "pumps" and d.is_active]
+        assert [(v.version, v.status) for v in cl.versions(page_doc.id)] == [(1, "completed"), (2, "queued")]
