@@ -29,6 +29,7 @@ from citeline.store.chroma import ChromaIndex, client_spec, collection_name
 from citeline.store.database import schema_name
 from citeline.store.index import VectorQuery, VersionVectors
 from tests.conftest import write
+from tests.test_annotate import MANUAL
 
 TOPICS = {
     "bees.txt": "Honey bees communicate the direction of flowers to the hive with a waggle dance.",
@@ -182,6 +183,21 @@ class TestVectorIndex:
         _ingest(store, tmp_path / "y", {"tax.txt": TOPICS["tax.txt"]}, category="money", tags=("forms",))
         assert _names(store, "bees", filters=Filters(category="nature")) == ["bees.txt"]
         assert _names(store, "bees", filters=Filters(tags_any=("forms",))) == ["tax.txt"]
+
+    def test_chunk_level_filters_keep_only_the_chunks_that_pass_them(
+        self, store: Citeline, tmp_path: Path
+    ) -> None:
+        # One section a chunk; notes that answer the query better but have no section type.
+        options = IngestOptions(chunk_size=200, chunk_overlap=0)
+        store.ingest([write(tmp_path / "xr200.md", MANUAL)], options)
+        query = "the unit does not start, what should I check?"
+        _ingest(store, tmp_path / "notes", {f"note-{i}.txt": f"Note {i}: {query}" for i in range(8)})
+        assert all(n.startswith("note-") for n in _names(store, query, top_k=3))
+        hits = store.search(SearchRequest(query, Filters(section_types=("troubleshooting",)), top_k=3))
+        assert hits and all(h.section_type == "troubleshooting" for h in hits)
+        # Every hit, keyword-only ones included, has its distance from wherever its vector lives.
+        assert all(0.0 <= h.distance < 1.0 for h in hits)
+        assert store.search(SearchRequest(query, Filters(model_numbers=("ZZ-999",)))) == []
 
     @pytest.mark.parametrize("exact_below", [0, 2_000], ids=["walk", "narrow"])
     def test_a_scope_is_isolated_at_top_k_1(self, store: Citeline, tmp_path: Path, exact_below: int) -> None:
