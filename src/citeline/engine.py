@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -75,10 +76,13 @@ from citeline.store import catalog, keys, model_migration
 from citeline.store.analyzer import Analyzer
 from citeline.store.catalog import DocumentInfo, DocumentPage, DocumentQuery
 from citeline.store.database import connect
+from citeline.store.index import Repair, VectorIndex, open_index
 from citeline.store.keys import KeyInfo
 from citeline.store.keyword import KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
 from citeline.store.model_migration import MigrationInfo, MigrationStatus
 from citeline.store.models import Status
+
+log = logging.getLogger(__name__)
 
 #: Statuses of a version whose job has not ended.
 _UNFINISHED = ("pending", "queued", "processing")
@@ -89,6 +93,18 @@ _UPLOAD_GRACE = 3600.0
 
 #: Settings a derived instance may change while sharing the parent's database connection pool.
 _STORE_SETTINGS = ("data_dir", "database_url", "namespace")
+#: ... and its vector index.
+_INDEX_SETTINGS = (
+    *_STORE_SETTINGS,
+    "vector_backend",
+    "chroma_url",
+    "chroma_api_key",
+    "chroma_tenant",
+    "chroma_database",
+    "hnsw_ef_search",
+    "exact_search_below",
+    "hnsw_tuple_cost",
+)
 #: ... and its embedder.
 _EMBEDDER_SETTINGS = ("embedding_model", "embed_batch_size", "embed_threads")
 #: ... and its query vectors (with their cache).
@@ -121,6 +137,7 @@ class Citeline:
         self._lock = threading.RLock()
         self._engine: sa.Engine | None = None
         self._embedder: Embedder | None = None
+        self._vector_index: VectorIndex | None = None
         self._llm: LLM | None = None
         self._rerankers: dict[tuple[str, str], Reranker | None] = {}
         #: The model the namespace serves, as last read (see :meth:`served_model`).
@@ -159,6 +176,9 @@ class Citeline:
             other._borrowed.add("engine")
         if same(_EMBEDDER_SETTINGS) and self._embedder is not None and same(self._embedder_reads()):
             other._embedder = self._embedder
+        if same(_INDEX_SETTINGS) and self._vector_index is not None:
+            other._vector_index = self._vector_index
+            other._borrowed.add("vector_index")
         if same(_STORE_SETTINGS) and same(_KEYWORD_SETTINGS):
             other.keyword_index = self.keyword_index
         if same(_STORE_SETTINGS):
@@ -174,14 +194,16 @@ class Citeline:
 
     def warm_up(self, *, search: bool = True) -> Citeline:
         """Open the store, load the embedder (with its query session), the keyword index and the claim
-        judge now rather than at the first request.
+        judge now rather than at the first request, and repair what a crash left between the catalog and
+        the vector index.
 
-        ``search`` False loads only what building documents needs (the store and the embedder): a job
-        worker never searches, and the query session, keyword index and judge would cost it memory.
+        ``search`` False loads only what building documents needs (the store, the embedder, the repaired
+        vector index): a job worker never searches, and the query session, keyword index and judge would
+        cost it memory.
         """
         self.embedder  # noqa: B018
+        self.repair_vectors()
         if not search:
-            self.engine  # noqa: B018
             return self
         # Embedding one text opens the query session (see CITELINE_QUERY_THREADS).
         self.query_vectors.embed(self.query_embedder, "warm up")
@@ -189,6 +211,31 @@ class Citeline:
             self.keyword_index.warm_up(conn)
         default_judge().load()
         return self
+
+    @property
+    def vector_index(self) -> VectorIndex:
+        """The vector index of the ``vector_backend`` setting (pgvector, or Chroma)."""
+        if self._vector_index is None:
+            with self._lock:
+                if self._vector_index is None:
+                    self._vector_index = open_index(self._settings)
+        return self._vector_index
+
+    def repair_vectors(self) -> Repair:
+        """Make the vector index agree with the catalog after a crash between their writes: vectors whose
+        chunk is gone are removed, active chunks without a vector are embedded again and added."""
+        with self.engine.connect() as conn:
+            report = self.vector_index.repair(conn, self.embedder.model_id, self.embedder.embed)
+        if report.removed or report.restored or report.unrestorable:
+            log.warning(
+                "vector index %s repaired: %d vectors without a chunk removed, %d missing vectors restored, "
+                "%d could not be restored (another embedding model: re-ingest those documents)",
+                self.vector_index.name,
+                report.removed,
+                report.restored,
+                report.unrestorable,
+            )
+        return report
 
     @property
     def engine(self) -> sa.Engine:
@@ -283,6 +330,9 @@ class Citeline:
             if self._engine is not None and "engine" not in self._borrowed:
                 self._engine.dispose()
             self._engine = None
+            if self._vector_index is not None and "vector_index" not in self._borrowed:
+                self._vector_index.close()
+            self._vector_index = None
 
     def __enter__(self) -> Citeline:
         return self
@@ -567,7 +617,15 @@ class Citeline:
             raise InvalidRequestError("chunking changes need a re-ingest, not a relabel")
         doc = self.document(str(ref), access=access)
         with self.engine.begin() as conn:
-            return catalog.relabel(conn, doc.id, labels.labels())
+            relabelled = catalog.relabel(conn, doc.id, labels.labels())
+        self._relabelled(relabelled)
+        return relabelled
+
+    def _relabelled(self, doc: DocumentInfo) -> None:
+        """Tell the vector index that a document's labels changed (committed): Chroma files vectors by
+        scopes. A crash before this leaves them filed under the old scopes, which repair moves."""
+        with self.engine.connect() as conn:
+            self.vector_index.relabelled(conn, [v.version_id for v in catalog.versions(conn, doc.id)])
 
     def versions(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
         """Every version of a document the catalog holds, oldest first."""
@@ -596,6 +654,8 @@ class Citeline:
         with self.engine.connect() as conn:
             model = catalog.ingest_model(conn, self.settings.embedding_model)
         submission = submit(self.engine, self.settings, model=model, **fields)
+        if submission.outcome == Outcome.RELABELLED:
+            self._relabelled(submission.document)
         if submission.outcome == Status.QUEUED:
             with self.engine.connect() as conn:
                 queued = [
@@ -612,6 +672,7 @@ class Citeline:
             self.engine,
             self.embedder,
             self.analyzer,
+            self.vector_index,
             files_dir=self.files_dir,
             chunk_size=self.settings.chunk_size,
             chunk_overlap=self.settings.chunk_overlap,
@@ -797,6 +858,7 @@ class Citeline:
                 model=embedder.model_id,
                 analyzer=self.analyzer,
                 keyword_index=self.keyword_index,
+                vector_index=self.vector_index,
                 settings=self.settings,
                 timings=timings,
                 explain=explain,
@@ -818,6 +880,7 @@ class Citeline:
                 depth=depth,
                 top_k=top_k,
                 mmr_lambda=mmr_lambda,
+                vector_index=self.vector_index,
             )
         if timings is not None:
             timings.rerank = (time.perf_counter() - t1) * 1e3
@@ -855,7 +918,7 @@ class Citeline:
         """
         vector = self.query_embedder.embed([query])[0] if query else None
         with self.engine.connect() as conn:
-            return fetch_hits(conn, chunk_ids, vector, access=access)
+            return fetch_hits(conn, chunk_ids, vector, vector_index=self.vector_index, access=access)
 
     # -- answers ----------------------------------------------------------------------------------
 
@@ -906,6 +969,9 @@ class Citeline:
         _require_admin(access, f"delete document {ref}")
         with self.engine.begin() as conn:
             removed = catalog.delete_document(conn, doc.id)
+        # After the commit: a crash before this line leaves vectors without chunks, which repair removes.
+        with self.engine.connect() as conn:
+            self.vector_index.remove(conn, [d.version_id for d in removed])
         remove_unused_files(self.engine, {Path(d.file_path) for d in removed if d.file_path})
         return removed
 

@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 NAMESPACE_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
@@ -40,6 +40,33 @@ class Settings(BaseSettings):
     namespace: str = Field(
         default="default",
         description="Independent collection of documents (one PostgreSQL schema each).",
+    )
+
+    vector_backend: Literal["pgvector", "chroma"] = Field(
+        default="pgvector",
+        description="Where chunk vectors live and are searched: pgvector (in the catalog's PostgreSQL) or "
+        "chroma (embedded in the data directory, a server at chroma_url, or Chroma Cloud).",
+    )
+    chroma_url: str | None = Field(
+        default=None,
+        description="http(s):// URL of a Chroma server (`chroma run`); unset: embedded, or Chroma Cloud when "
+        "chroma_api_key is set.",
+    )
+    chroma_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("chroma_api_key", "CITELINE_CHROMA_API_KEY", "CHROMA_API_KEY"),
+        description="Chroma Cloud API key (also read from CHROMA_API_KEY); with no chroma_url, selects the "
+        "cloud.",
+    )
+    chroma_tenant: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("chroma_tenant", "CITELINE_CHROMA_TENANT", "CHROMA_TENANT"),
+        description="Chroma tenant (also CHROMA_TENANT); unset: the server's default, or the key's own.",
+    )
+    chroma_database: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("chroma_database", "CITELINE_CHROMA_DATABASE", "CHROMA_DATABASE"),
+        description="Chroma database (also CHROMA_DATABASE); unset: the server's default, or the key's own.",
     )
 
     embedding_model: str = Field(
@@ -341,6 +368,13 @@ class Settings(BaseSettings):
     def _url_is_redis(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("redis_url must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @field_validator("chroma_url")
+    @classmethod
+    def _url_is_http(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("chroma_url must be an http:// or https:// URL, e.g. http://localhost:8000")
         return value
 
     @field_validator("database_url")

@@ -35,10 +35,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 #: Settings fixed when the corpus is stored or the store is opened; a comparison cannot vary them.
-FIXED_SETTINGS = frozenset({"data_dir", "database_url", "namespace", "chunk_size", "chunk_overlap"})
-#: Whole families of fixed settings: the embedding model and its runtime, and the keyword index and
-#: its analyzer (a namespace is searched with the analyzer it was indexed with).
-FIXED_PREFIXES = ("embed", "keyword_")
+FIXED_SETTINGS = frozenset(
+    {"data_dir", "database_url", "namespace", "chunk_size", "chunk_overlap", "vector_backend"}
+)
+#: Whole families of fixed settings: the embedding model and its runtime, the keyword index and its
+#: analyzer (a namespace is searched with the analyzer it was indexed with), and Chroma's connection.
+FIXED_PREFIXES = ("embed", "keyword_", "chroma_")
 
 
 def is_fixed(setting: str) -> bool:

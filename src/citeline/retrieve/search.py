@@ -21,8 +21,9 @@ from citeline.retrieve.filters import Filters
 from citeline.retrieve.fusion import fuse_reciprocal_rank, fuse_weighted, scaled_min_max, scaled_three_sigma
 from citeline.settings import Fusion, Settings
 from citeline.store.analyzer import Analyzer
+from citeline.store.index import InScope, VectorIndex, VectorQuery, cosine_distances, fill_vectors
 from citeline.store.keyword import DocumentMatch, KeywordIndex
-from citeline.store.vectors import dense_search, plan_dense, to_pgvector
+from citeline.store.vectors import as_array, plan_dense, to_pgvector
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ class Explain:
     """How the last search ran, beyond its stage timings (``citeline search --explain``)."""
 
     #: The dense plan: ``hnsw`` (the index, unfiltered), ``hnsw-iterative`` (the index, scanning on
-    #: until the filter's share is found), ``exact`` (every in-filter vector compared) or ``empty``.
+    #: until the filter's share is found), ``exact`` (every in-filter vector compared) or ``empty``;
+    #: with another vector backend, its name (it plans its own search).
     dense_plan: str = ""
     #: The share of the corpus's chunks the filter keeps (None when unfiltered).
     selectivity: float | None = None
@@ -111,19 +113,6 @@ class Explain:
 
 
 @dataclass(frozen=True)
-class InScope:
-    """What a filtered search may see, read once per search: the active documents of the query's model
-    that pass the filter, how many chunks they hold, and how many the whole corpus holds."""
-
-    document_ids: list[uuid.UUID]
-    chunks: int
-    corpus_chunks: int
-    #: With chunk-level filters (model number, section type): the chunks of those documents that
-    #: pass them, found through their indexes; ``chunks`` then counts these.
-    chunk_ids: list[int] | None = None
-
-
-@dataclass(frozen=True)
 class CatalogView:
     """What a search reads of the catalog before it needs the query vector: its scope (filtered
     searches) and the keyword log's first and last positions, in one statement's snapshot."""
@@ -133,7 +122,8 @@ class CatalogView:
 
 
 class ModelCheck:
-    """Remembers, per model, the keyword log position at which no active document had another model.
+    """Remembers, per model and vector index, the keyword log position at which no active document had
+    another model or index.
 
     Every change to which documents are active writes the log (store/catalog.py), so while its last
     position is the same, so is the answer: an unfiltered search then skips reading the documents.
@@ -142,22 +132,27 @@ class ModelCheck:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._clean: dict[str, int] = {}
+        self._clean: dict[tuple[str, str], int] = {}
 
-    def position(self, model: str) -> int:
-        """The log position last found clean for ``model``; -1 if none."""
+    def position(self, model: str, vector_index: str = "pgvector") -> int:
+        """The log position last found clean for ``model`` in ``vector_index``; -1 if none."""
         with self._lock:
-            return self._clean.get(model, -1)
+            return self._clean.get((model, vector_index), -1)
 
-    def record(self, model: str, position: int) -> None:
+    def record(self, model: str, position: int, vector_index: str = "pgvector") -> None:
         with self._lock:
-            self._clean[model] = position
+            self._clean[(model, vector_index)] = position
 
 
 def read_catalog(
-    conn: sa.Connection, model: str, filters: Filters, checked: ModelCheck | None = None
+    conn: sa.Connection,
+    model: str,
+    filters: Filters,
+    checked: ModelCheck | None = None,
+    vector_index: str = "pgvector",
 ) -> CatalogView:
-    """Refuse a search whose documents were embedded by another model than the query's, and read what
+    """Refuse a search whose documents were embedded by another model than the query's, or whose vectors
+    another vector index holds than ``vector_index`` (a query never mixes vector spaces), and read what
     the later stages share, in one statement.
 
     For a filtered search that is its :class:`InScope`, which the dense and keyword stages then share
@@ -165,31 +160,33 @@ def read_catalog(
     documents only when the keyword log moved since a search of ``model`` last found them clean.
     """
     where, params = filters.sql()
+    other = "(d.embedding_model <> :m OR d.vector_index <> :vi)"
+    space = "d.embedding_model || ' (' || d.vector_index || ')'"
     log = "(SELECT coalesce(min(seq), 0) FROM keyword_log), (SELECT coalesce(max(seq), 0) FROM keyword_log)"
     if filters.is_empty:
-        known = checked.position(model) if checked else -1
+        known = checked.position(model, vector_index) if checked else -1
         # An uncorrelated subquery runs only when its CASE branch is taken.
         first, last, others = conn.execute(
             sa.text(
                 f"SELECT {log}, CASE WHEN (SELECT coalesce(max(seq), 0) FROM keyword_log) = :known "
-                "THEN CAST('{}' AS text[]) ELSE (SELECT coalesce(array_agg(DISTINCT d.embedding_model), "
-                f"'{{}}') FROM documents d WHERE {where} AND d.embedding_model <> :m) END"
+                f"THEN CAST('{{}}' AS text[]) ELSE (SELECT coalesce(array_agg(DISTINCT {space}), "
+                f"'{{}}') FROM documents d WHERE {where} AND {other}) END"
             ),
-            {**params, "m": model, "known": known},
+            {**params, "m": model, "vi": vector_index, "known": known},
         ).one()
         scope = None
         if checked and not others:
-            checked.record(model, int(last))
+            checked.record(model, int(last), vector_index)
     else:
         ids, chunks, others, corpus, first, last = conn.execute(
             sa.text(
-                "SELECT coalesce(array_agg(d.id) FILTER (WHERE d.embedding_model = :m), '{}'), "
-                "coalesce(sum(d.vector_count) FILTER (WHERE d.embedding_model = :m), 0), "
-                "coalesce(array_agg(DISTINCT d.embedding_model) FILTER (WHERE d.embedding_model <> :m), "
+                f"SELECT coalesce(array_agg(d.id) FILTER (WHERE NOT {other}), '{{}}'), "
+                f"coalesce(sum(d.vector_count) FILTER (WHERE NOT {other}), 0), "
+                f"coalesce(array_agg(DISTINCT {space}) FILTER (WHERE {other}), "
                 f"'{{}}'), (SELECT chunk_count FROM corpus_stats WHERE id = 1), {log} "
                 f"FROM documents d WHERE {where}"
             ),
-            {**params, "m": model},
+            {**params, "m": model, "vi": vector_index},
         ).one()
         scope = InScope(list(ids), int(chunks), int(corpus))
         if filters.on_chunks:
@@ -206,9 +203,10 @@ def read_catalog(
             scope = InScope(scope.document_ids, len(chunk_ids), scope.corpus_chunks, chunk_ids)
     if others:
         raise ModelMismatchError(
-            f"the query would be embedded with {model}, but documents in this search were embedded with "
-            f"{', '.join(sorted(others))}. Set CITELINE_EMBEDDING_MODEL to that model, or re-ingest the "
-            "documents with the current one."
+            f"the query would be embedded with {model} and searched in {vector_index}, but documents in "
+            f"this search were embedded with {', '.join(sorted(others))}. Set CITELINE_EMBEDDING_MODEL and "
+            "CITELINE_VECTOR_BACKEND to match them, or re-ingest the documents (citeline reingest) with "
+            "the current ones."
         )
     return CatalogView(scope, (int(first), int(last)))
 
@@ -221,6 +219,7 @@ def hybrid_search(
     model: str,
     analyzer: Analyzer,
     keyword_index: KeywordIndex,
+    vector_index: VectorIndex,
     settings: Settings,
     timings: Timings | None = None,
     explain: Explain | None = None,
@@ -246,7 +245,7 @@ def hybrid_search(
     where, params = request.filters.sql()
     with _counting(conn, explain is not None) as statements:
         t0 = time.perf_counter()
-        view = read_catalog(conn, model, request.filters, checked)
+        view = read_catalog(conn, model, request.filters, checked, vector_index.name)
         scope = view.scope
         t1 = time.perf_counter()
         terms = analyzer.term_counts(request.query)
@@ -270,19 +269,12 @@ def hybrid_search(
         t3 = time.perf_counter()
         in_scope = (scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None
         plan_args = _plan_args(settings, depth)
-        dense = dense_search(
-            conn,
-            vector,
-            model=model,
-            where=where,
-            params=params,
-            scope=in_scope,
-            chunk_ids=scope.chunk_ids if scope else None,
-            **plan_args,
-        )
+        dense = vector_index.search(conn, VectorQuery(vector, model, request.filters, scope, depth))
         t4 = time.perf_counter()
         # Each of the best documents brings its best keyword chunk, so its score reaches one chunk at least.
-        candidates = _candidates(conn, dense, keyword, vector, [m.best_chunk for m in documents])
+        candidates = _candidates(
+            conn, dense, keyword, vector, vector_index, [m.best_chunk for m in documents]
+        )
         t5 = time.perf_counter()
         ranked = _rank(candidates, fusion, settings, threshold, top_k, documents)
         t6 = time.perf_counter()
@@ -299,7 +291,9 @@ def hybrid_search(
     timings.dense, timings.fuse = (t4 - t3) * 1e3, (t6 - t5) * 1e3
     timings.fetch = (t5 - t4 + t7 - t6) * 1e3
     if explain is not None:
-        explain.dense_plan = plan_dense(in_scope, **plan_args).kind
+        # Another backend plans its own search: only pgvector's plan is citeline's to report.
+        plan = plan_dense(in_scope, **plan_args).kind
+        explain.dense_plan = plan if vector_index.in_rows else vector_index.name
         explain.scope_chunks = scope.chunks if scope else None
         explain.corpus_chunks = scope.corpus_chunks if scope else 0
         explain.selectivity = scope.chunks / scope.corpus_chunks if scope and scope.corpus_chunks else None
@@ -372,7 +366,7 @@ class _Candidates:
     def hit(self, i: int, fused: float, text: str) -> Hit:
         distance = float(self.distance[i])
         stored = dict(self.rows[i]._mapping)
-        del stored["query_distance"], stored["version_id"]
+        del stored["query_distance"], stored["version_id"], stored["elsewhere"]
         stored["model_numbers"] = tuple(stored["model_numbers"])
         return Hit(
             **stored,
@@ -389,11 +383,12 @@ def _candidates(
     dense: list[tuple[int, float]],
     keyword: list[tuple[int, float]],
     query: NDArray[np.float32],
+    vector_index: VectorIndex,
     extra: Sequence[int] = (),
 ) -> _Candidates:
     """Read every candidate of both lists in one statement: its stored fields but the text (content
-    type included) and, for keyword-only ones, its cosine distance (dense hits bring theirs). Chunks
-    retired since the index queries are left out."""
+    type included) and, for keyword-only ones, its cosine distance (dense hits bring theirs; a row that
+    holds no vector has it from the vector index). Chunks retired since the index queries are left out."""
     dense_at = {cid: (rank, distance) for rank, (cid, distance) in enumerate(dense, start=1)}
     keyword_at = {cid: (rank, score) for rank, (cid, score) in enumerate(keyword, start=1)}
     ids = list(dense_at) + list(dict.fromkeys(c for c in (*keyword_at, *extra) if c not in dense_at))
@@ -402,19 +397,31 @@ def _candidates(
         rows = conn.execute(
             sa.text(
                 f"SELECT {_CANDIDATE_COLUMNS}, d.id AS version_id, "
-                "CASE WHEN c.id = ANY(:todo) THEN c.embedding <=> CAST(:q AS vector) END AS query_distance "
+                "CASE WHEN c.id = ANY(:todo) THEN c.embedding <=> CAST(:q AS vector) END AS query_distance, "
+                "c.embedding IS NULL AS elsewhere "
                 "FROM chunks c JOIN documents d ON d.id = c.document_id "
                 "WHERE c.id = ANY(:ids) AND d.is_active"
             ),
             {"ids": ids, "todo": ids[len(dense_at) :], "q": to_pgvector(query)},
         ).all()
+    elsewhere = [int(r[0]) for r in rows if r.elsewhere and r[0] not in dense_at]
+    held = cosine_distances(vector_index.vectors(conn, elsewhere), query) if elsewhere else {}
+    # A keyword-only chunk whose vector neither its row nor the index holds cannot be ranked by distance.
+    rows = [r for r in rows if r[0] in dense_at or r.query_distance is not None or r[0] in held]
     n = len(rows)
     no_rank = (0, 0.0)
     return _Candidates(
         ids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
         versions=[r.version_id for r in rows],
         distance=np.fromiter(
-            (r.query_distance if r.query_distance is not None else dense_at[r[0]][1] for r in rows),
+            (
+                r.query_distance
+                if r.query_distance is not None
+                else dense_at[r[0]][1]
+                if r[0] in dense_at
+                else held[r[0]]
+                for r in rows
+            ),
             dtype=np.float64,
             count=n,
         ),
@@ -487,6 +494,7 @@ def fetch_hits(
     chunk_ids: Sequence[int],
     query_vector: NDArray[np.float32] | None = None,
     *,
+    vector_index: VectorIndex,
     access: Access = FULL_ACCESS,
 ) -> list[Hit]:
     """Chunks by id, in the order given, as hits; ids of chunks no longer active, or outside
@@ -500,10 +508,10 @@ def fetch_hits(
     distances: dict[int, float] = {}
     if query_vector is not None and rows:
         result = conn.execute(
-            sa.text("SELECT id, embedding <=> CAST(:q AS vector) FROM chunks WHERE id = ANY(:ids)"),
-            {"ids": list(rows), "q": to_pgvector(query_vector)},
+            sa.text("SELECT id, embedding FROM chunks WHERE id = ANY(:ids)"), {"ids": list(rows)}
         )
-        distances = {int(r[0]): float(r[1]) for r in result}
+        found = {int(r[0]): None if r[1] is None else as_array(r[1]) for r in result}
+        distances = cosine_distances(fill_vectors(conn, vector_index, found), query_vector)
     return [
         Hit(
             **rows[cid],

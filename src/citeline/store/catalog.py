@@ -26,13 +26,15 @@ from numpy.typing import NDArray
 from citeline.access import FULL_ACCESS, Access
 from citeline.errors import ConfigError, ConflictError, NotFoundError
 from citeline.retrieve.filters import category_condition, like_escape
+from citeline.store.index import VectorIndex, VersionVectors, fill_vectors
 from citeline.store.models import Status
+from citeline.store.vectors import as_array
 
 _DOC_COLUMNS = (
     "document_id AS id, id AS version_id, name, title, source_uri, content_type, file_path, content_hash, "
     "version, is_active, status, error, duration_ms, processed_at, page_count, vector_count, "
     "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by, created_at, "
-    "updated_at, source_metadata, attempts, queued_at, started_at, last_fetched_at"
+    "updated_at, source_metadata, attempts, queued_at, started_at, last_fetched_at, vector_index"
 )
 
 
@@ -78,6 +80,8 @@ class DocumentInfo:
     started_at: datetime | None = None
     #: When the source was last read at its origin (a web page fetched, a file read at its path).
     last_fetched_at: datetime | None = None
+    #: The vector index holding this version's vectors (see store/index.py).
+    vector_index: str = "pgvector"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -109,6 +113,8 @@ class VersionSpec:
     embedding_model: str
     chunk_size: int
     chunk_overlap: int
+    #: The vector index that will hold the vectors: a source moves to another backend when built again.
+    vector_index: str = "pgvector"
 
     def same_as(self, version: DocumentInfo) -> bool:
         """Whether ``version`` has this content, model and chunking (an unknown content never has)."""
@@ -118,6 +124,7 @@ class VersionSpec:
             and version.embedding_model == self.embedding_model
             and version.chunk_size == self.chunk_size
             and version.chunk_overlap == self.chunk_overlap
+            and version.vector_index == self.vector_index
         )
 
 
@@ -740,20 +747,24 @@ def cancel_requested(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> s
 
 
 def cached_vectors(
-    conn: sa.Connection, model: str, text_hashes: Sequence[str]
+    conn: sa.Connection, model: str, text_hashes: Sequence[str], index: VectorIndex
 ) -> dict[str, NDArray[np.float32]]:
-    """Vectors ``model`` already computed for any of these chunk texts: no text is embedded twice."""
+    """Vectors ``model`` already computed for any of these chunk texts: no text is embedded twice.
+
+    A chunk row holds its vector unless another index (``index``) holds it by chunk id.
+    """
     if not text_hashes:
         return {}
     rows = conn.execute(
         sa.text(
-            "SELECT DISTINCT ON (text_hash) text_hash, embedding FROM chunks "
-            "WHERE embedding_model = :m AND text_hash = ANY(:h)"
+            "SELECT DISTINCT ON (text_hash) text_hash, id, embedding FROM chunks "
+            "WHERE embedding_model = :m AND text_hash = ANY(:h) ORDER BY text_hash, embedding IS NULL"
         ),
         {"m": model, "h": list(set(text_hashes))},
     ).all()
-    # pgvector's loader gives Vector objects (recent releases) or arrays (older ones).
-    return {h: np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32) for h, v in rows}
+    by_chunk = {int(cid): h for h, cid, _ in rows}
+    found = fill_vectors(conn, index, {int(cid): None if v is None else as_array(v) for _, cid, v in rows})
+    return {by_chunk[cid]: vec for cid, vec in found.items()}
 
 
 @dataclass(frozen=True)
@@ -772,15 +783,18 @@ _CHUNK_COPY_TYPES = (
 )  # fmt: skip
 
 
-def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup]) -> None:
-    """Append chunks with their vectors and postings to (still invisible) versions.
+def insert_chunks(
+    conn: sa.Connection, model: str, groups: Sequence[ChunkGroup], *, inline_vectors: bool = True
+) -> list[VersionVectors]:
+    """Append chunks with their postings, and their vectors when ``inline_vectors``, to (still invisible)
+    versions; returns each group's chunk ids with its vectors, for a vector index that holds them itself.
 
     One id reservation and two COPYs however many versions the chunks belong to: per-version
     statements were most of the cost of ingesting many small documents.
     """
     total = sum(len(g.rows) for g in groups)
     if not total:
-        return
+        return []
     raw = conn.connection.driver_connection
     assert raw is not None
     ids = [
@@ -814,7 +828,7 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
                             row.start,
                             row.end,
                             row.section,
-                            vec,
+                            vec if inline_vectors else None,
                             model,
                             row.token_count,
                             list(row.model_numbers),
@@ -832,6 +846,12 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
                     for term, tf in row.terms.items():
                         copy.write_row((cid, term, tf, dl, doc_id))
                     at += 1
+    out: list[VersionVectors] = []
+    at = 0
+    for g in groups:
+        out.append(VersionVectors(g.document.version_id, ids[at : at + len(g.rows)], g.vectors))
+        at += len(g.rows)
+    return out
 
 
 @dataclass(frozen=True)
@@ -849,8 +869,13 @@ class Activation:
     terms: Mapping[str, int] = field(default_factory=dict)
 
 
-def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[DocumentInfo]:
+def activate(
+    conn: sa.Connection, activations: Sequence[Activation], *, vector_index: str = "pgvector"
+) -> list[DocumentInfo]:
     """Swap versions in as their sources' visible versions, in the caller's transaction.
+
+    ``vector_index`` names the index that holds their vectors (see store/index.py), which every search
+    of them must then use.
 
     Retires (deletes, with their chunks) every other version of each source and keeps the corpus
     totals in step. Set-based: a handful of statements for any number of versions. When one source
@@ -898,7 +923,7 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
             doc_id=doc.version_id,
         )
     chosen = [a for a in newest.values() if a.document.embedding_model == served]
-    out = _stage(conn, staged)
+    out = _stage(conn, staged, vector_index)
     _store_terms(conn, [*staged, *chosen])
     if not chosen:
         return out
@@ -915,7 +940,9 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
     }
     sources = [a.document.source_uri for a in chosen]
     _retire_others(conn, sources, keep=ids + _newer_twins(conn, ids, target))
-    _record_built(conn, chosen, {i: n for i, (n, _) in totals.items()}, active=True)
+    _record_built(
+        conn, chosen, {i: n for i, (n, _) in totals.items()}, active=True, vector_index=vector_index
+    )
     _bump_totals(conn, sum(c for c, _ in totals.values()), sum(t for _, t in totals.values()))
     _bump_document_totals(conn, ids)
     _log(conn, ids, added=True)
@@ -955,7 +982,7 @@ def _newer_twins(conn: sa.Connection, ids: Sequence[uuid.UUID], target: str | No
     )
 
 
-def _stage(conn: sa.Connection, staged: Sequence[Activation]) -> list[DocumentInfo]:
+def _stage(conn: sa.Connection, staged: Sequence[Activation], vector_index: str) -> list[DocumentInfo]:
     """Keep built versions of a migration's target model ``staged``: complete and invisible until the
     switch. An older staged version of the same source is superseded and deleted."""
     if not staged:
@@ -975,23 +1002,29 @@ def _stage(conn: sa.Connection, staged: Sequence[Activation]) -> list[DocumentIn
         ),
         {"s": [a.document.source_uri for a in staged], "ids": ids},
     )
-    _record_built(conn, staged, counts, active=False)
+    _record_built(conn, staged, counts, active=False, vector_index=vector_index)
     rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
     return [_row_to_info(r) for r in rows]
 
 
 def _record_built(
-    conn: sa.Connection, built: Sequence[Activation], counts: dict[uuid.UUID, int], *, active: bool
+    conn: sa.Connection,
+    built: Sequence[Activation],
+    counts: dict[uuid.UUID, int],
+    *,
+    active: bool,
+    vector_index: str,
 ) -> None:
-    """Record what was learnt building these versions; ``active`` makes them visible (``completed``),
-    else they are ``staged``."""
+    """Record what was learnt building these versions, held by ``vector_index``; ``active`` makes them
+    visible (``completed``), else they are ``staged``."""
     ids = [a.document.version_id for a in built]
     now = datetime.now(UTC)
     conn.execute(
         sa.text(
             "UPDATE documents d SET is_active = :active, status = :status, error = NULL, title = v.title, "
             "content_type = v.ct, file_path = v.fp, page_count = v.pc, vector_count = v.n, "
-            "duration_ms = v.ms, source_metadata = v.sm, processed_at = :now, updated_at = :now "
+            "duration_ms = v.ms, source_metadata = v.sm, vector_index = :vi, processed_at = :now, "
+            "updated_at = :now "
             "FROM unnest(CAST(:ids AS uuid[]), CAST(:titles AS text[]), CAST(:cts AS text[]), "
             "CAST(:fps AS text[]), CAST(:pcs AS int[]), CAST(:ns AS int[]), CAST(:mss AS float8[]), "
             "CAST(:sms AS jsonb[])) "
@@ -1006,6 +1039,7 @@ def _record_built(
             "ns": [counts.get(i, 0) for i in ids],
             "mss": [a.duration_ms for a in built],
             "sms": [json.dumps(a.source_metadata) for a in built],
+            "vi": vector_index,
             "now": now,
             "active": active,
             "status": (Status.COMPLETED if active else Status.STAGED).value,
@@ -1083,6 +1117,15 @@ def _bump_document_totals(conn: sa.Connection, ids: Sequence[uuid.UUID]) -> None
             "WHERE id = ANY(CAST(:ids AS uuid[])) AND keyword_length IS NOT NULL) t WHERE id = 1"
         ),
         {"ids": list(ids)},
+    )
+
+
+def version_ids(conn: sa.Connection, source_uris: Sequence[str]) -> list[uuid.UUID]:
+    """Every version of these sources (what a swap-in of new versions may retire)."""
+    return list(
+        conn.execute(
+            sa.text("SELECT id FROM documents WHERE source_uri = ANY(:s)"), {"s": list(source_uris)}
+        ).scalars()
     )
 
 

@@ -73,6 +73,8 @@ class Document(Base):
     #: Keyword terms in the whole version (its document-level BM25 length); set when it is swapped in.
     keyword_length: Mapped[int | None] = mapped_column(Integer)
     embedding_model: Mapped[str | None] = mapped_column(Text)
+    #: The vector index holding this version's vectors (see store/index.py): pgvector or chroma.
+    vector_index: Mapped[str] = mapped_column(Text, server_default=text("'pgvector'"))
     chunk_size: Mapped[int | None] = mapped_column(Integer)
     chunk_overlap: Mapped[int | None] = mapped_column(Integer)
     category: Mapped[str | None] = mapped_column(Text)
@@ -133,8 +135,9 @@ class Chunk(Base):
     end_offset: Mapped[int] = mapped_column(Integer)
     section: Mapped[str | None] = mapped_column(Text)
     # Untyped so vectors of any model fit; each model gets its own partial HNSW index over a cast to
-    # its dimension (see vectors.ensure_index), which is also what keeps vector spaces apart.
-    embedding: Mapped[Any] = mapped_column(Vector())
+    # its dimension (see vectors.ensure_index), which is also what keeps vector spaces apart. NULL when
+    # another vector index (Chroma) holds the chunk's vector.
+    embedding: Mapped[Any] = mapped_column(Vector(), nullable=True)
     embedding_model: Mapped[str] = mapped_column(Text)
     token_count: Mapped[int] = mapped_column(Integer)
     #: Auto-metadata (see citeline.annotate): canonical model-number keys, and the section's type.

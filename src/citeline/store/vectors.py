@@ -11,11 +11,13 @@ import hashlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
+
+from citeline.store.index import EmbedFn, Repair, VectorQuery, VersionVectors
 
 #: pgvector settings every connection starts with (store/database.py passes them at connect time),
 #: so a search that needs nothing else sends no statement to set them. Iterative scanning
@@ -175,3 +177,70 @@ def dense_search(
         bind,
     ).all()
     return [(int(r[0]), float(r[1])) for r in rows]
+
+
+class PgVectorIndex:
+    """The default :class:`~citeline.store.index.VectorIndex`: vectors in the chunk rows themselves.
+
+    The catalog's COPY writes each vector with its chunk and cascades delete them with their version,
+    so adding and removing need nothing more, and a crash cannot part a vector from its chunk.
+    """
+
+    name: ClassVar[str] = "pgvector"
+    in_rows: ClassVar[bool] = True
+
+    def __init__(self, *, ef_search: int, exact_below: int, tuple_cost: float = 0.0) -> None:
+        self.ef_search = ef_search
+        self.exact_below = exact_below
+        self.tuple_cost = tuple_cost
+
+    def prepare(self, conn: sa.Connection, model: str, dimension: int) -> None:
+        ensure_index(conn, model, dimension)
+
+    def add(self, conn: sa.Connection, model: str, batch: Sequence[VersionVectors]) -> None:
+        """Nothing to do: :func:`~citeline.store.catalog.insert_chunks` wrote the vectors in the rows."""
+
+    def remove(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
+        """Nothing to do: deleting a version's row deletes its chunks, and their vectors with them."""
+
+    def relabelled(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
+        """Nothing to do: searches read the labels from the catalog."""
+
+    def search(self, conn: sa.Connection, query: VectorQuery) -> list[tuple[int, float]]:
+        where, params = query.filters.sql()
+        scope = query.scope
+        return dense_search(
+            conn,
+            query.vector,
+            model=query.model,
+            where=where,
+            params=params,
+            limit=query.limit,
+            ef_search=self.ef_search,
+            exact_below=self.exact_below,
+            tuple_cost=self.tuple_cost,
+            scope=(scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None,
+            chunk_ids=scope.chunk_ids if scope else None,
+        )
+
+    def vectors(self, conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:
+        if not chunk_ids:
+            return {}
+        rows = conn.execute(
+            sa.text("SELECT id, embedding FROM chunks WHERE id = ANY(:ids) AND embedding IS NOT NULL"),
+            {"ids": list(chunk_ids)},
+        )
+        return {int(r[0]): as_array(r[1]) for r in rows}
+
+    def repair(self, conn: sa.Connection, model: str, embed: EmbedFn) -> Repair:
+        """Nothing to repair: a vector lives and dies with its chunk row."""
+        return Repair()
+
+    def close(self) -> None:
+        """Nothing to close: the catalog's engine is the caller's."""
+
+
+def as_array(value: Any) -> NDArray[np.float32]:
+    """A vector read from PostgreSQL as a numpy array (pgvector's loader gives Vector objects in recent
+    releases, arrays in older ones)."""
+    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
