@@ -9,7 +9,7 @@ export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 PDFJS  := src/citeline/web/static/vendor/pdfjs
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install services web browser demo test test-sentence-transformers lint typecheck bench bench-peers soak eval clean
+.PHONY: install services web browser demo test test-sentence-transformers lint typecheck bench bench-chroma bench-peers soak eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -74,6 +74,11 @@ typecheck: install
 ## bench: embedder, ingest and search figures (see bench/README.md).
 bench: install
 	$(BIN)/python -m bench.run
+
+## bench-chroma: the Chroma vector backend at 100k chunks, scoped against unscoped, paired with pgvector
+## (bench/chroma.py; the first run builds both corpora and keeps them in the data directory).
+bench-chroma: install
+	$(BIN)/python -m bench.chroma --pgvector
 
 ## bench-peers: citeline against LangChain + Chroma on SciFact (bench/peers.py, docs/performance.md), in
 ## .venv-peers: citeline with the `peers` extra, apart from citeline's own environment. Options go in

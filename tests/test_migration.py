@@ -115,6 +115,9 @@ def test_searches_keep_the_old_model_during_a_migration_and_move_atomically_at_t
         old_space = set(conn.execute(sa.text("SELECT id FROM chunks")).scalars())
     searcher = Searcher(settings.model_copy(update={"embedding_model": L6}))
     searcher.start()
+    # The searcher's first search loads its models: searches run before the migration starts.
+    while not searcher.seen and searcher.is_alive():
+        time.sleep(0.05)
     with configured(settings, L3) as new:
         new.start_jobs()
         migration, queued = new.start_migration()

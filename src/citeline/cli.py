@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -39,7 +40,7 @@ from citeline.errors import CitelineError, InvalidRequestError
 from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
 from citeline.jobs.submit import Refreshed, parse_age
 from citeline.retrieve.filters import Filters
-from citeline.retrieve.search import SearchRequest
+from citeline.retrieve.search import Explain, Hit, SearchRequest, Timings
 from citeline.settings import Fusion, Settings
 from citeline.store.model_migration import MigrationStatus
 from citeline.store.models import Status
@@ -282,6 +283,9 @@ def search(
     threshold: Annotated[float | None, typer.Option(help="Largest cosine distance kept (0..2).")] = None,
     fusion: Annotated[Fusion | None, typer.Option(help="How to fuse dense and keyword rankings.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Hits as JSON.")] = False,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Also print the stage timings and the plan the search chose.")
+    ] = False,
 ) -> None:
     """Hybrid search (dense + BM25) with filters applied inside the index queries."""
     request = _guard(
@@ -293,15 +297,68 @@ def search(
             fusion=fusion,
         )
     )
-    # One query per process: PostgreSQL scores BM25 directly rather than loading the in-memory index.
-    with _citeline(ctx, keyword_index="sql") as cl:
-        hits = cl.search(request)
+    # One query per process: PostgreSQL scores BM25 directly rather than loading the in-memory index,
+    # and the query embeds on the model session already loaded (opening a second one for two threads
+    # takes far longer than they save on one query).
+    timings, plan = Timings(), Explain()
+    with _citeline(ctx, keyword_index="sql", query_threads=1) as cl:
+        # Opened before the clock starts, so the total is the search's and not the process's start-up.
+        cl.engine  # noqa: B018
+        cl.query_embedder  # noqa: B018
+        start = time.perf_counter()
+        hits = cl.search(request, timings=timings, explain=plan)
+        total_ms = (time.perf_counter() - start) * 1e3
         migration = cl.migration()
     if migration is not None:
         err.print(_migration_line(migration), highlight=False)
     if as_json:
-        _print_json([h.as_dict() for h in hits])
+        if explain:
+            _print_json(
+                {
+                    "hits": [h.as_dict() for h in hits],
+                    "explain": {"total_ms": total_ms, "stages_ms": asdict(timings), **asdict(plan)},
+                }
+            )
+        else:
+            _print_json([h.as_dict() for h in hits])
         return
+    _print_hits(hits)
+    if explain:
+        _print_explain(timings, plan, total_ms)
+
+
+def _print_explain(timings: Timings, plan: Explain, total_ms: float) -> None:
+    """How a search ran: its plan, then its stages in the order they ran (waiting for the vector too)."""
+    if plan.selectivity is None:
+        scope = "unfiltered"
+    else:
+        scope = f"selectivity {plan.selectivity:.2%} ({plan.scope_chunks:,} of {plan.corpus_chunks:,} chunks)"
+    vector = "from the cache" if plan.cache_hit else "embedded"
+    console.print(
+        f"plan: dense {plan.dense_plan}, {scope}; candidates {plan.dense_candidates} dense + "
+        f"{plan.keyword_candidates} keyword; {plan.round_trips} round trips to PostgreSQL; "
+        f"query vector {vector}",
+        highlight=False,
+    )
+    stages = {
+        "embed": timings.embed,
+        "catalog": timings.catalog,
+        "keyword": timings.keyword,
+        "wait for vector": plan.vector_wait,
+        "dense": timings.dense,
+        "fetch": timings.fetch,
+        "fuse": timings.fuse,
+        "rerank": timings.rerank,
+    }
+    console.print(
+        "stages (ms): "
+        + "  ".join(f"{name} {ms:.1f}" for name, ms in stages.items())
+        + f"  total {total_ms:.1f}",
+        highlight=False,
+    )
+
+
+def _print_hits(hits: list[Hit]) -> None:
     if not hits:
         console.print("no hits")
         return
@@ -1169,6 +1226,7 @@ def serve(
         workers=workers,
         log_level="info",
         log_config=log_config,
+        timeout_keep_alive=int(settings.api_keep_alive_seconds),
     )
 
 

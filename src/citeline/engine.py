@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -59,17 +60,29 @@ from citeline.jobs.submit import (
     submit,
     submit_url,
 )
+from citeline.retrieve.query import QueryVectors
 from citeline.retrieve.rerank import Reranker, get_reranker, rerank_hits
-from citeline.retrieve.search import Hit, SearchRequest, Timings, fetch_hits, hybrid_search
+from citeline.retrieve.search import (
+    Explain,
+    Hit,
+    ModelCheck,
+    SearchRequest,
+    Timings,
+    fetch_hits,
+    hybrid_search,
+)
 from citeline.settings import Settings
 from citeline.store import catalog, keys, model_migration
 from citeline.store.analyzer import Analyzer
 from citeline.store.catalog import DocumentInfo, DocumentPage, DocumentQuery
 from citeline.store.database import connect
+from citeline.store.index import Repair, VectorIndex, open_index
 from citeline.store.keys import KeyInfo
 from citeline.store.keyword import KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
 from citeline.store.model_migration import MigrationInfo, MigrationStatus
 from citeline.store.models import Status
+
+log = logging.getLogger(__name__)
 
 #: Statuses of a version whose job has not ended.
 _UNFINISHED = ("pending", "queued", "processing")
@@ -80,8 +93,22 @@ _UPLOAD_GRACE = 3600.0
 
 #: Settings a derived instance may change while sharing the parent's database connection pool.
 _STORE_SETTINGS = ("data_dir", "database_url", "namespace")
+#: ... and its vector index.
+_INDEX_SETTINGS = (
+    *_STORE_SETTINGS,
+    "vector_backend",
+    "chroma_url",
+    "chroma_api_key",
+    "chroma_tenant",
+    "chroma_database",
+    "hnsw_ef_search",
+    "exact_search_below",
+    "hnsw_tuple_cost",
+)
 #: ... and its embedder.
 _EMBEDDER_SETTINGS = ("embedding_model", "embed_batch_size", "embed_threads")
+#: ... and its query vectors (with their cache).
+_QUERY_SETTINGS = ("query_threads", "query_cache_size")
 #: ... and its in-memory keyword index.
 _KEYWORD_SETTINGS = (
     "keyword_index",
@@ -110,6 +137,7 @@ class Citeline:
         self._lock = threading.RLock()
         self._engine: sa.Engine | None = None
         self._embedder: Embedder | None = None
+        self._vector_index: VectorIndex | None = None
         self._llm: LLM | None = None
         self._rerankers: dict[tuple[str, str], Reranker | None] = {}
         #: The model the namespace serves, as last read (see :meth:`served_model`).
@@ -117,6 +145,9 @@ class Citeline:
         #: The running migration's status and when it was read (see :meth:`migration`).
         self._migration_seen: tuple[float, MigrationStatus | None] = (-1.0, None)
         self._query_pool: ThreadPoolExecutor | None = None
+        self._query_vectors: QueryVectors | None = None
+        #: Unfiltered searches skip the model check while the catalog's keyword log stays put.
+        self._model_check = ModelCheck()
         self._jobs: JobRunner | None = None
         self._key_cache = keys.KeyCache(self._settings.api_key_cache_seconds)
         #: Parts borrowed from the instance this one was derived from: never closed by this one.
@@ -145,8 +176,15 @@ class Citeline:
             other._borrowed.add("engine")
         if same(_EMBEDDER_SETTINGS) and self._embedder is not None and same(self._embedder_reads()):
             other._embedder = self._embedder
+        if same(_INDEX_SETTINGS) and self._vector_index is not None:
+            other._vector_index = self._vector_index
+            other._borrowed.add("vector_index")
         if same(_STORE_SETTINGS) and same(_KEYWORD_SETTINGS):
             other.keyword_index = self.keyword_index
+        if same(_STORE_SETTINGS):
+            other._model_check = self._model_check
+        if same(_QUERY_SETTINGS) and self._query_vectors is not None:
+            other._query_vectors = self._query_vectors
         return other
 
     def _embedder_reads(self) -> tuple[str, ...]:
@@ -154,15 +192,50 @@ class Citeline:
         provider, _ = EMBEDDERS.parse(self._settings.embedding_model)
         return provider.settings
 
-    def warm_up(self) -> Citeline:
-        """Open the store, load the embedder, the keyword index and the claim judge now rather than at
-        the first request."""
+    def warm_up(self, *, search: bool = True) -> Citeline:
+        """Open the store, load the embedder (with its query session), the keyword index and the claim
+        judge now rather than at the first request, and repair what a crash left between the catalog and
+        the vector index.
+
+        ``search`` False loads only what building documents needs (the store, the embedder, the repaired
+        vector index): a job worker never searches, and the query session, keyword index and judge would
+        cost it memory.
+        """
         self.embedder  # noqa: B018
-        self.query_embedder  # noqa: B018
+        self.repair_vectors()
+        if not search:
+            return self
+        # Embedding one text opens the query session (see CITELINE_QUERY_THREADS).
+        self.query_vectors.embed(self.query_embedder, "warm up")
         with self.engine.connect() as conn:
             self.keyword_index.warm_up(conn)
         default_judge().load()
         return self
+
+    @property
+    def vector_index(self) -> VectorIndex:
+        """The vector index of the ``vector_backend`` setting (pgvector, or Chroma)."""
+        if self._vector_index is None:
+            with self._lock:
+                if self._vector_index is None:
+                    self._vector_index = open_index(self._settings)
+        return self._vector_index
+
+    def repair_vectors(self) -> Repair:
+        """Make the vector index agree with the catalog after a crash between their writes: vectors whose
+        chunk is gone are removed, active chunks without a vector are embedded again and added."""
+        with self.engine.connect() as conn:
+            report = self.vector_index.repair(conn, self.embedder.model_id, self.embedder.embed)
+        if report.removed or report.restored or report.unrestorable:
+            log.warning(
+                "vector index %s repaired: %d vectors without a chunk removed, %d missing vectors restored, "
+                "%d could not be restored (another embedding model: re-ingest those documents)",
+                self.vector_index.name,
+                report.removed,
+                report.restored,
+                report.unrestorable,
+            )
+        return report
 
     @property
     def engine(self) -> sa.Engine:
@@ -217,6 +290,17 @@ class Citeline:
         return self.embedder_for(self.served_model())
 
     @property
+    def query_vectors(self) -> QueryVectors:
+        """Search queries' vectors: embedded with ``query_threads`` cores, the recent ones cached."""
+        if self._query_vectors is None:
+            with self._lock:
+                if self._query_vectors is None:
+                    self._query_vectors = QueryVectors(
+                        threads=self._settings.query_threads, cache_size=self._settings.query_cache_size
+                    )
+        return self._query_vectors
+
+    @property
     def files_dir(self) -> Path:
         # One folder per namespace: a file's presence is decided by that namespace's catalog alone.
         return self._settings.data_dir.expanduser().resolve() / "files" / self._settings.namespace
@@ -246,6 +330,9 @@ class Citeline:
             if self._engine is not None and "engine" not in self._borrowed:
                 self._engine.dispose()
             self._engine = None
+            if self._vector_index is not None and "vector_index" not in self._borrowed:
+                self._vector_index.close()
+            self._vector_index = None
 
     def __enter__(self) -> Citeline:
         return self
@@ -530,7 +617,15 @@ class Citeline:
             raise InvalidRequestError("chunking changes need a re-ingest, not a relabel")
         doc = self.document(str(ref), access=access)
         with self.engine.begin() as conn:
-            return catalog.relabel(conn, doc.id, labels.labels())
+            relabelled = catalog.relabel(conn, doc.id, labels.labels())
+        self._relabelled(relabelled)
+        return relabelled
+
+    def _relabelled(self, doc: DocumentInfo) -> None:
+        """Tell the vector index that a document's labels changed (committed): Chroma files vectors by
+        scopes. A crash before this leaves them filed under the old scopes, which repair moves."""
+        with self.engine.connect() as conn:
+            self.vector_index.relabelled(conn, [v.version_id for v in catalog.versions(conn, doc.id)])
 
     def versions(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
         """Every version of a document the catalog holds, oldest first."""
@@ -559,6 +654,8 @@ class Citeline:
         with self.engine.connect() as conn:
             model = catalog.ingest_model(conn, self.settings.embedding_model)
         submission = submit(self.engine, self.settings, model=model, **fields)
+        if submission.outcome == Outcome.RELABELLED:
+            self._relabelled(submission.document)
         if submission.outcome == Status.QUEUED:
             with self.engine.connect() as conn:
                 queued = [
@@ -575,6 +672,7 @@ class Citeline:
             self.engine,
             self.embedder,
             self.analyzer,
+            self.vector_index,
             files_dir=self.files_dir,
             chunk_size=self.settings.chunk_size,
             chunk_overlap=self.settings.chunk_overlap,
@@ -696,40 +794,52 @@ class Citeline:
         *,
         access: Access = FULL_ACCESS,
         timings: Timings | None = None,
+        explain: Explain | None = None,
     ) -> list[Hit]:
-        """Hybrid search within ``access``; see :class:`SearchRequest` for the knobs."""
+        """Hybrid search within ``access``; see :class:`SearchRequest` for the knobs. ``timings`` and
+        ``explain``, when given, are filled with how the search ran."""
         if isinstance(request, str):
             request = SearchRequest(query=request)
         request = replace(request, filters=access.restrict(request.filters))
         if not request.query.strip():
             raise InvalidRequestError("the search query is empty")
         try:
-            return self._search(request, access, timings)
+            return self._search(request, access, timings, explain)
         except ModelMismatchError:
             # A migration switched the namespace's model since it was read: read it again, once.
             if self._served == self.served_model(refresh=True):
                 raise
-            return self._search(request, access, timings)
+            return self._search(request, access, timings, explain)
 
-    def _search(self, request: SearchRequest, access: Access, timings: Timings | None) -> list[Hit]:
-        embedder, query = self.query_embedder, request.query
+    def _search(
+        self, request: SearchRequest, access: Access, timings: Timings | None, explain: Explain | None
+    ) -> list[Hit]:
+        embedder, vectors, query = self.query_embedder, self.query_vectors, request.query
         embed_ms = 0.0
+        cached = vectors.cached(embedder, query)
 
         def embed_query() -> NDArray[np.float32]:
             nonlocal embed_ms
             t0 = time.perf_counter()
-            vector: NDArray[np.float32] = embedder.embed([query])[0]
+            vector = vectors.embed(embedder, query)
             embed_ms = (time.perf_counter() - t0) * 1e3
             return vector
 
-        if self._query_pool is None:
-            with self._lock:
-                if self._query_pool is None:
-                    # Several, so that concurrent searches do not queue behind one another's embeddings.
-                    self._query_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="citeline-query")
-        # The query embeds (onnxruntime lets go of the GIL) while the search reads the catalog and runs
-        # the keyword stage, which need no vector: about 2.5 ms of a 20 ms search at 100k chunks.
-        pending = self._query_pool.submit(embed_query)
+        pending: Future[NDArray[np.float32]]
+        if cached is not None:
+            pending = Future()
+            pending.set_result(cached)
+        else:
+            if self._query_pool is None:
+                with self._lock:
+                    if self._query_pool is None:
+                        # Several, so that concurrent searches do not queue behind one another's embeddings.
+                        self._query_pool = ThreadPoolExecutor(
+                            max_workers=4, thread_name_prefix="citeline-query"
+                        )
+            # The query embeds (onnxruntime lets go of the GIL) while the search reads the catalog and
+            # runs the keyword stage, which need no vector.
+            pending = self._query_pool.submit(embed_query)
         reranker = self.reranker(request.rerank)
         mmr_lambda = request.mmr_lambda if request.mmr_lambda is not None else self.settings.mmr_lambda
         top_k = request.top_k or self.settings.top_k
@@ -748,11 +858,16 @@ class Citeline:
                 model=embedder.model_id,
                 analyzer=self.analyzer,
                 keyword_index=self.keyword_index,
+                vector_index=self.vector_index,
                 settings=self.settings,
                 timings=timings,
+                explain=explain,
+                checked=self._model_check,
             )
             if timings is not None:
                 timings.embed = embed_ms
+            if explain is not None:
+                explain.cache_hit = cached is not None
             if not second_stage:
                 return hits
             t1 = time.perf_counter()
@@ -765,6 +880,7 @@ class Citeline:
                 depth=depth,
                 top_k=top_k,
                 mmr_lambda=mmr_lambda,
+                vector_index=self.vector_index,
             )
         if timings is not None:
             timings.rerank = (time.perf_counter() - t1) * 1e3
@@ -802,7 +918,7 @@ class Citeline:
         """
         vector = self.query_embedder.embed([query])[0] if query else None
         with self.engine.connect() as conn:
-            return fetch_hits(conn, chunk_ids, vector, access=access)
+            return fetch_hits(conn, chunk_ids, vector, vector_index=self.vector_index, access=access)
 
     # -- answers ----------------------------------------------------------------------------------
 
@@ -853,6 +969,9 @@ class Citeline:
         _require_admin(access, f"delete document {ref}")
         with self.engine.begin() as conn:
             removed = catalog.delete_document(conn, doc.id)
+        # After the commit: a crash before this line leaves vectors without chunks, which repair removes.
+        with self.engine.connect() as conn:
+            self.vector_index.remove(conn, [d.version_id for d in removed])
         remove_unused_files(self.engine, {Path(d.file_path) for d in removed if d.file_path})
         return removed
 

@@ -43,10 +43,10 @@ from citeline.load import SUPPORTED_SUFFIXES, load
 from citeline.retrieve.filters import normalise_category
 from citeline.split import split
 from citeline.store import catalog
-from citeline.store.analyzer import Analyzer
+from citeline.store.analyzer import Analyzer, DocumentTerms
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
+from citeline.store.index import VectorIndex
 from citeline.store.models import Status
-from citeline.store.vectors import ensure_index
 from citeline.types import ChunkDraft, LoadedSource, Page
 
 log = logging.getLogger(__name__)
@@ -251,6 +251,8 @@ class _Job:
     pending: int = 0
     exhausted: bool = False
     failed: bool = False
+    #: The whole version's keyword terms, gathered as its chunks are cut.
+    terms: DocumentTerms | None = None
 
 
 @dataclass
@@ -318,6 +320,7 @@ class Ingestor:
         engine: sa.Engine,
         embedder: Embedder,
         analyzer: Analyzer,
+        index: VectorIndex,
         *,
         files_dir: Path,
         chunk_size: int,
@@ -332,6 +335,7 @@ class Ingestor:
             lambda model: embedder if model == embedder.model_id else get_embedder(model)
         )
         self.analyzer = analyzer
+        self.index = index
         self.files_dir = files_dir
         self.chunk_size = chunk_size
         self.chunk_overlap = chunk_overlap
@@ -477,7 +481,9 @@ class Ingestor:
             try:
                 if job.fetch and not self._fetch(job, run):
                     continue
+                job.terms = DocumentTerms(self.analyzer)
                 for draft in self._drafts(job, run):
+                    job.terms.add(draft.page, draft.start, draft.end, draft.text)
                     run.buffer.append((job, self._row(draft)))
                     job.pending += 1
                     if len(run.buffer) >= EMBED_BATCH:
@@ -506,7 +512,7 @@ class Ingestor:
             catalog.VersionRequest(
                 source.uri,
                 source.name,
-                VersionSpec(source.content_hash, model, size, overlap),
+                VersionSpec(source.content_hash, model, size, overlap, self.index.name),
                 run.labels,
                 str(source.stored_file) if source.stored_file else None,
                 fetched_at=source.fetched_at,
@@ -522,6 +528,9 @@ class Ingestor:
                 jobs.append(_Job(source, doc, started, size, overlap))
                 continue
             outcome = Outcome.RELABELLED if start is VersionStart.RELABELLED else Outcome.UNCHANGED
+            if start is VersionStart.RELABELLED:
+                with self._tx(run) as conn:
+                    self.index.relabelled(conn, [doc.version_id])
             run.report(
                 IngestResult(source.label, outcome, doc, doc.vector_count, 0, time.perf_counter() - started)
             )
@@ -531,7 +540,7 @@ class Ingestor:
         embedder = self._embedder(run)
         if embedder.model_id not in self._indexed:
             with self._tx(run) as conn:
-                ensure_index(conn, embedder.model_id, embedder.dimension)
+                self.index.prepare(conn, embedder.model_id, embedder.dimension)
             self._indexed.add(embedder.model_id)
 
     @staticmethod
@@ -545,7 +554,9 @@ class Ingestor:
         uri, private = job.doc.source_uri, self.allow_private_urls
         fetched = url_source(uri, name=job.doc.name, allow_private_urls=private)
         assert fetched.fetched_at is not None
-        spec = VersionSpec(fetched.content_hash, self._embedder(run).model_id, job.size, job.overlap)
+        spec = VersionSpec(
+            fetched.content_hash, self._embedder(run).model_id, job.size, job.overlap, self.index.name
+        )
         with self._tx(run) as conn:
             settled = catalog.record_fetch(
                 conn, job.doc, spec, fetched.fetched_at, compare=job.doc.content_hash is None
@@ -608,7 +619,7 @@ class Ingestor:
         rows = [row for _, row in items]
         embedder = self._embedder(run)
         with self._tx(run) as conn:
-            known = catalog.cached_vectors(conn, embedder.model_id, [r.text_hash for r in rows])
+            known = catalog.cached_vectors(conn, embedder.model_id, [r.text_hash for r in rows], self.index)
         todo = [i for i, r in enumerate(rows) if r.text_hash not in known]
         assert run.embedding is not None
         future = run.embedding.submit(embedder.embed, [rows[i].text for i in todo])
@@ -636,7 +647,13 @@ class Ingestor:
                 for idxs in by_job.values()
             ]
             with self._tx(run) as conn:
-                catalog.insert_chunks(conn, model, groups)
+                stored = catalog.insert_chunks(conn, model, groups, inline_vectors=self.index.in_rows)
+            if not self.index.in_rows:
+                # After the rows commit, so a vector never exists without its chunk (a repair running
+                # meanwhile in another process removes exactly those), and before the swap-in
+                # (_finish_ready), so an active chunk always has its vector.
+                with self._tx(run) as conn:
+                    self.index.add(conn, model, stored)
         except CitelineError as exc:
             for job in {id(job): job for _, job, _ in items}.values():
                 self._drop(job, run, str(exc), transient=isinstance(exc, TRANSIENT))
@@ -669,6 +686,7 @@ class Ingestor:
             return
         with self._tx(run) as conn:
             previous = catalog.version_files(conn, [job.source.uri for job in ready])
+            versions = catalog.version_ids(conn, [job.source.uri for job in ready])
             docs = catalog.activate(
                 conn,
                 [
@@ -680,10 +698,16 @@ class Ingestor:
                         page_count=job.pages,
                         duration_ms=(time.perf_counter() - job.started) * 1e3,
                         source_metadata=dict(job.loaded.metadata) if job.loaded else {},
+                        terms=job.terms.counts() if job.terms else {},
                     )
                     for job in ready
                 ],
+                vector_index=self.index.name,
             )
+            # A version staged for a model migration leaves its source's active version in place.
+            kept = {doc.version_id for doc in catalog.versions_by_id(conn, versions)}
+        # The versions this swap retired leave the index after the commit.
+        self._forget(run, [v for v in versions if v not in kept])
         remove_unused_files(self.engine, {Path(f) for f in previous})
         swapped = {doc.version_id: doc for doc in docs}
         for job in ready:
@@ -700,6 +724,7 @@ class Ingestor:
                 with self.engine.begin() as conn:
                     catalog.discard_chunks(conn, job.doc.version_id)
                     stopped = catalog.get_version(conn, job.doc.version_id)
+                self._forget(run, [job.doc.version_id])
                 run.report(
                     IngestResult(
                         job.source.label, Outcome.FAILED, stopped, seconds=elapsed, error=stopped.error
@@ -734,6 +759,12 @@ class Ingestor:
             run.conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
             yield run.conn
 
+    def _forget(self, run: _Run, version_ids: Sequence[uuid.UUID]) -> None:
+        """Remove vectors of versions whose chunks the catalog no longer keeps (or will not keep)."""
+        if version_ids and not self.index.in_rows:
+            with self._tx(run) as conn:
+                self.index.remove(conn, version_ids)
+
     def _drop(self, job: _Job, run: _Run, reason: str, *, transient: bool = False) -> None:
         """Fail one version: forget its buffered chunks, record the reason, release its original.
 
@@ -749,6 +780,7 @@ class Ingestor:
             with self.engine.begin() as conn:
                 catalog.requeue(conn, job.doc.version_id, f"{reason} (retrying in {delay:g} s)", delay=delay)
                 queued = catalog.get_version(conn, job.doc.version_id)
+            self._forget(run, [job.doc.version_id])
             run.report(IngestResult(src.label, Outcome.RETRYING, queued, error=reason))
             return
         if transient and run.retry is not None:
@@ -756,6 +788,7 @@ class Ingestor:
         run.report(
             self._record_failure(src.label, src.uri, src.name, run.labels, job.doc, reason, job.started)
         )
+        self._forget(run, [job.doc.version_id])
         if src.stored_file is not None:
             remove_unused_files(self.engine, [src.stored_file])
 

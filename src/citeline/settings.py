@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 NAMESPACE_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
@@ -42,6 +42,33 @@ class Settings(BaseSettings):
         description="Independent collection of documents (one PostgreSQL schema each).",
     )
 
+    vector_backend: Literal["pgvector", "chroma"] = Field(
+        default="pgvector",
+        description="Where chunk vectors live and are searched: pgvector (in the catalog's PostgreSQL) or "
+        "chroma (embedded in the data directory, a server at chroma_url, or Chroma Cloud).",
+    )
+    chroma_url: str | None = Field(
+        default=None,
+        description="http(s):// URL of a Chroma server (`chroma run`); unset: embedded, or Chroma Cloud when "
+        "chroma_api_key is set.",
+    )
+    chroma_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("chroma_api_key", "CITELINE_CHROMA_API_KEY", "CHROMA_API_KEY"),
+        description="Chroma Cloud API key (also read from CHROMA_API_KEY); with no chroma_url, selects the "
+        "cloud.",
+    )
+    chroma_tenant: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("chroma_tenant", "CITELINE_CHROMA_TENANT", "CHROMA_TENANT"),
+        description="Chroma tenant (also CHROMA_TENANT); unset: the server's default, or the key's own.",
+    )
+    chroma_database: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("chroma_database", "CITELINE_CHROMA_DATABASE", "CHROMA_DATABASE"),
+        description="Chroma database (also CHROMA_DATABASE); unset: the server's default, or the key's own.",
+    )
+
     embedding_model: str = Field(
         default="onnx:all-MiniLM-L6-v2",
         description="provider:model string: onnx:<packaged model>, openai:<model>, ollama:<model>, "
@@ -51,6 +78,13 @@ class Settings(BaseSettings):
         default=32, description="Texts per model run, or per request to a remote provider."
     )
     embed_threads: Annotated[int, Field(ge=0, le=256, description="0 means all cores.")] = 0
+    # A 21-token query embedded in 5.6 ms with two intra-op threads, 9.9 ms with one (2 cores).
+    query_threads: Annotated[
+        int, Field(ge=1, le=256, description="Cores that embed one search query (its own model session).")
+    ] = 2
+    query_cache_size: Annotated[
+        int, Field(ge=0, le=1_000_000, description="Recent query vectors kept for repeated searches.")
+    ] = 256
     embed_base_url: str | None = Field(
         default=None,
         description="Base URL of the openai: or ollama: embedding server; unset: OpenAI "
@@ -96,12 +130,22 @@ class Settings(BaseSettings):
     chunk_overlap: Annotated[int, Field(ge=0, le=10_000)] = 120
 
     # Measured on SciFact (citeline eval, chunks 800/120): dbsf 0.745 nDCG@10, weighted 0.738,
-    # reciprocal rank 0.708; dbsf also led at chunks 500/75 and 1500/200 (docs/search.md).
+    # reciprocal rank 0.708; dbsf also led at chunks 500/75 and 1500/200 (docs/search.md). Against
+    # weighted on 450 claims (300 test, 150 untuned): Δ +0.007, 95% CI +0.001 to +0.013.
     fusion: Fusion = Fusion.DISTRIBUTION
     rrf_k: Annotated[int, Field(ge=1)] = 60
     weight_semantic: Annotated[float, Field(ge=0)] = 0.6
     weight_keyword: Annotated[float, Field(ge=0)] = 0.2
     weight_source: Annotated[float, Field(ge=0)] = 0.2
+    # Off: in place of chunk BM25 it moved nDCG@10 by -0.004 (test claims) and +0.011 (untuned
+    # claims), neither beyond the noise, and 5-fold cross-validation did not prefer it (docs/evaluation.md).
+    weight_document: Annotated[float, Field(ge=0)] = Field(
+        default=0.0,
+        description=(
+            "Weight of whole-document BM25 in weighted and dbsf fusion: the score of each of the best "
+            "documents reaches its candidate chunks. 0 leaves it out."
+        ),
+    )
     source_boost: dict[str, float] = Field(
         default_factory=lambda: {
             "application/pdf": 1.0,
@@ -136,6 +180,9 @@ class Settings(BaseSettings):
     hnsw_ef_search: Annotated[int, Field(ge=1, le=1000)] = 100
     # Below this many in-filter chunks an exact scan beats walking HNSW (measured ~3.5 us a vector here).
     exact_search_below: Annotated[int, Field(ge=0)] = 2_000
+    # Above it, a filter's chunks are still scanned exactly while that is cheaper than walking the index:
+    # one HNSW result tuple cost about 18 exact-scan rows at 100k chunks (bench/run.py search section).
+    hnsw_tuple_cost: Annotated[float, Field(ge=0, le=10_000)] = 18.0
     # Measured on SciFact (citeline eval, 20 candidates). At chunks 1000/150: none 0.730 nDCG@10, prf
     # 0.740, maxsim 0.739 (~1.3 s a search). At the default chunks 800/120: none 0.738, prf 0.736; so
     # none, the cheaper, is the default. recall@100 is unchanged by a reranker (0.969 at 800/120).
@@ -296,6 +343,12 @@ class Settings(BaseSettings):
     api_generation_wait: Annotated[float, Field(ge=0, le=3_600)] = Field(
         default=60.0, description="Seconds an answer waits in the queue before the request gets a 503."
     )
+    api_keep_alive_seconds: Annotated[float, Field(gt=0, le=3_600)] = Field(
+        default=75.0,
+        description="Seconds the server keeps an idle client connection open; longer than the idle "
+        "timeout of a load balancer in front of it, so the balancer never reuses a connection the "
+        "server is closing.",
+    )
     api_heartbeat_seconds: Annotated[float, Field(gt=0, le=300)] = Field(
         default=10.0, description="A streamed answer sends a comment line after this many silent seconds."
     )
@@ -315,6 +368,13 @@ class Settings(BaseSettings):
     def _url_is_redis(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("redis_url must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @field_validator("chroma_url")
+    @classmethod
+    def _url_is_http(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("chroma_url must be an http:// or https:// URL, e.g. http://localhost:8000")
         return value
 
     @field_validator("database_url")

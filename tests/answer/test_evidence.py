@@ -117,7 +117,8 @@ def test_five_whole_chunks_fit_in_a_few_hundred_tokens_with_every_passage_given(
         "Which embedding model does citeline use?", hits, VectorCache(embedder), max_tokens=200
     )
 
-    assert whole / CHARS_PER_TOKEN > 1000
+    # The five chunks whole are several times the budget (about 1,000 tokens of the user guide).
+    assert whole / CHARS_PER_TOKEN > 4 * 200
     assert [p.chunk_id for p in passages] == [h.chunk_id for h in hits]
     assert evidence_chars(passages) <= 200 * CHARS_PER_TOKEN
 

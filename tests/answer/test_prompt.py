@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from citeline.answer.llm import LLM
-from citeline.answer.prompt import PERSONAS, REFUSAL, Passage, approx_tokens, build_prompt, select_passages
+from citeline.answer.prompt import (
+    CLAIM_PERSONAS,
+    PERSONAS,
+    REFUSAL,
+    Passage,
+    approx_tokens,
+    build_findings_prompt,
+    build_prompt,
+    select_passages,
+)
 from citeline.errors import InvalidRequestError
 
 from .conftest import PUMP_PAGES, ScriptedLLM, make_hit, pump_hits
@@ -77,6 +86,23 @@ def test_personas_differ_where_their_readers_differ() -> None:
     assert "advice" in PERSONAS["clinical"]
     assert "step by step" in PERSONAS["repair"] and "safety warning" in PERSONAS["repair"]
     assert "advice" not in PERSONAS["general"]
+
+
+@pytest.mark.parametrize("persona", sorted(PERSONAS))
+def test_a_findings_prompt_asks_what_the_passages_found_and_gives_no_way_to_decline(persona: str) -> None:
+    dry = Passage(number=1, hit=pump_hits()[1])
+
+    prompt = build_findings_prompt([dry], persona=persona)
+
+    system, user = prompt.messages
+    assert system.content == CLAIM_PERSONAS[persona]
+    assert "each followed by the number of its source, like [1]" in system.content
+    assert REFUSAL not in system.content and prompt.refusal == ""
+    # The persona's guidance holds for claims too.
+    assert ("advice" in system.content) == (persona == "clinical")
+    assert user.content == f"Source:\n\n[1] Pump manual\n{dry.text}\n\nWhat did [1] find?"
+    assert prompt.passages == (dry,)
+    assert approx_tokens(system.content) < 200
 
 
 def test_an_unknown_persona_is_refused_with_the_known_ones() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from citeline.cli import app
+from citeline.settings import Settings
 from tests.api.conftest import Server, cli, start_server, stop_server
 
 runner = CliRunner()
@@ -27,8 +30,13 @@ def test_keys_create_prints_the_key_once_as_the_last_json_line(server: Server) -
     with server.client(made["key"]) as client:
         assert client.get("/stats").status_code == 200
     assert cli(server.env, "keys", "revoke", made["id"]).returncode == 0
+    # Revoked by another process: the server trusts what it checked for CITELINE_API_KEY_CACHE_SECONDS
+    # (5 s by default), then refuses the key.
+    deadline = time.monotonic() + Settings().api_key_cache_seconds + 5
     with server.client(made["key"]) as client:
-        assert client.get("/stats").status_code == 401
+        while (status := client.get("/stats").status_code) == 200 and time.monotonic() < deadline:
+            time.sleep(0.25)
+    assert status == 401
 
 
 @pytest.mark.parametrize(
@@ -64,3 +72,18 @@ def test_open_mode_answers_without_a_key_and_says_so_loudly(open_server: Server)
     response = httpx.get(f"{open_server.url}/keys", timeout=30)
     assert response.status_code == 200
     assert "OPEN MODE" in open_server.log_text()
+
+
+def test_an_idle_connection_is_kept_open_longer_than_uvicorns_five_seconds(server: Server) -> None:
+    """A pooled connection reused after a pause must still be open: uvicorn's default keep-alive of 5 s
+    dropped requests of clients (and would of a load balancer) reusing a connection it was closing."""
+    host, port = server.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("GET", "/health/live")
+        assert conn.getresponse().read() == b'{"status":"live"}'
+        time.sleep(6.5)
+        conn.request("GET", "/health/live")  # on the same socket: RemoteDisconnected if it was closed
+        assert conn.getresponse().read() == b'{"status":"live"}'
+    finally:
+        conn.close()

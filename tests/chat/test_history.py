@@ -52,6 +52,7 @@ def remember(
             model=cl.embedder.model_id,
             filters=filters or Filters(),
             limit=limit,
+            vector_index=cl.vector_index,
             exclude=exclude,
             max_distance=max_distance,
         )

@@ -33,6 +33,7 @@ from citeline.eval.answers import (
     expected_verdict,
     sample_claims,
     verdict_macro_f1,
+    verdict_macro_f1_ci,
 )
 from citeline.eval.beir import load_beir
 from citeline.settings import Settings
@@ -298,6 +299,8 @@ def test_verdicts_and_stances_are_scored_against_the_evidence_labels(
     right = [records[q].verdict == records[q].expected_verdict for q in labels]
     assert summary["claims_labelled"] == 3
     assert summary["verdict_accuracy"] == sum(right) / 3
+    low, high = summary["verdict_accuracy_ci"]
+    assert low <= summary["verdict_accuracy"] <= high
     gold = [
         stance == records[q].expected_verdict
         for q in labels
@@ -327,3 +330,10 @@ def test_verdict_macro_f1_averages_the_expected_classes() -> None:
     assert verdict_macro_f1(records) == pytest.approx((2 / 3 + 0) / 2)
     assert expected_verdict({"a": "SUPPORT", "b": "CONTRADICT"}) == "mixed"
     assert expected_verdict({}) is None
+    # The interval holds the figure, and narrows to it when every verdict is right.
+    low, high = verdict_macro_f1_ci(records * 10)
+    assert low <= verdict_macro_f1(records * 10) <= high and low < high
+    assert verdict_macro_f1_ci([record("supports", "supports"), record("contradicts", "contradicts")]) == (
+        1.0,
+        1.0,
+    )

@@ -59,6 +59,8 @@ def test_ad_hoc_configuration_is_parsed_and_validated() -> None:
         ("ns=namespace:other", ["namespace", "same stored corpus"]),
         ("sql=keyword_index:sql", ["keyword_index", "same stored corpus"]),
         ("one=embed_threads:1", ["embed_threads", "same stored corpus"]),
+        ("chroma=vector_backend:chroma", ["vector_backend", "same stored corpus"]),
+        ("far=chroma_url:http://127.0.0.1:1", ["chroma_url", "same stored corpus"]),
         ("neg=weight_keyword:-1", ["configuration 'neg' is invalid", "weight_keyword"]),
         ("odd=fusion:sum", ["configuration 'odd' is invalid", "fusion"]),
         ("broken=fusion", ["'fusion' is not key:value"]),

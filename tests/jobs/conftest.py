@@ -44,7 +44,9 @@ def _packaged(batch_size: int, threads: int) -> Embedder:
 
 
 class _Faulty:
-    """The packaged embedder, failing its first ``failures`` calls as a remote provider that timed out."""
+    """The packaged embedder, failing its first ``failures`` batches of chunks as a remote provider that
+    timed out. Single texts (queries, the warm-up's) always pass and are not counted, so a worker that
+    warms up its query path first does not use up a failure."""
 
     def __init__(self, model: str, *, batch_size: int, threads: int) -> None:
         self.inner = _packaged(batch_size, threads)
@@ -54,9 +56,10 @@ class _Faulty:
         self.calls = 0
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        self.calls += 1
-        if self.calls <= self.failures and len(texts) > 1:
-            raise EmbeddingError(f"{self.model_id}: the embedding server timed out (call {self.calls})")
+        if len(texts) > 1:
+            self.calls += 1
+            if self.calls <= self.failures:
+                raise EmbeddingError(f"{self.model_id}: the embedding server timed out (call {self.calls})")
         return self.inner.embed(texts)
 
 

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from citeline.retrieve.fusion import min_max, reciprocal_rank, three_sigma, weighted
+from citeline.retrieve.fusion import (
+    fuse_reciprocal_rank,
+    fuse_weighted,
+    min_max,
+    reciprocal_rank,
+    scaled_min_max,
+    scaled_three_sigma,
+    three_sigma,
+    weighted,
+)
 
 
 def test_three_sigma_puts_the_mean_at_one_half_and_three_deviations_at_the_ends() -> None:
@@ -50,3 +60,33 @@ def test_reciprocal_rank_rewards_agreement() -> None:
 
     assert fused[2] == pytest.approx(2 / 62)
     assert fused[2] > fused[1] and fused[2] > fused[4]
+
+
+def test_array_fusion_gives_the_scores_of_the_mapping_forms() -> None:
+    dense, keyword = [3, 1, 2], [2, 4]
+    ids = [1, 2, 3, 4]
+    ranks = [
+        np.array([dense.index(i) + 1 if i in dense else 0 for i in ids]),
+        np.array([keyword.index(i) + 1 if i in keyword else 0 for i in ids]),
+    ]
+    by_rank = reciprocal_rank([dense, keyword], k=60)
+    assert fuse_reciprocal_rank(ranks, k=60).tolist() == pytest.approx([by_rank[i] for i in ids])
+    semantic = {1: 0.9, 2: 0.5, 3: 0.7, 4: 0.2}
+    bm25 = {2: 7.0, 4: 1.0}
+    source = {1: 1.0, 2: 0.5, 3: 0.5, 4: 0.0}
+    for scale, normalise in ((scaled_min_max, min_max), (scaled_three_sigma, three_sigma)):
+        arrays = fuse_weighted(
+            np.array([semantic[i] for i in ids]),
+            np.ones(4, dtype=bool),
+            np.array([bm25.get(i, 0.0) for i in ids]),
+            np.array([i in bm25 for i in ids]),
+            np.array([source[i] for i in ids]),
+            w_semantic=0.6,
+            w_keyword=0.2,
+            w_source=0.2,
+            scale=scale,
+        )
+        mapping = weighted(
+            semantic, bm25, source, w_semantic=0.6, w_keyword=0.2, w_source=0.2, normalise=normalise
+        )
+        assert arrays.tolist() == pytest.approx([mapping[i] for i in ids])

@@ -27,7 +27,6 @@ from citeline.retrieve.rerank import (
     CrossEncoderReranker,
     FeedbackReranker,
     SentenceMaxSimReranker,
-    chunk_vectors,
     get_reranker,
     split_sentences,
 )
@@ -71,7 +70,7 @@ def _ingest(cl: Citeline, tmp_path: Path, texts: dict[str, str]) -> dict[str, Hi
 
 def _candidates(cl: Citeline, hits: list[Hit], scores: list[float]) -> list[Candidate]:
     with cl.engine.connect() as conn:
-        vectors = chunk_vectors(conn, [h.chunk_id for h in hits])
+        vectors = cl.vector_index.vectors(conn, [h.chunk_id for h in hits])
     return [Candidate(h.chunk_id, h.text, s, vectors[h.chunk_id]) for h, s in zip(hits, scores, strict=True)]
 
 

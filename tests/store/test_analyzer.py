@@ -1,5 +1,6 @@
 """Keyword analysis: technical terms stay whole, ordinary words are stemmed, stop words dropped."""
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,9 @@ import pytest
 from citeline.engine import Citeline
 from citeline.errors import ConfigError
 from citeline.settings import Settings
-from citeline.store.analyzer import Analyzer
+from citeline.split import split
+from citeline.store.analyzer import Analyzer, DocumentTerms
+from citeline.types import Page
 from tests.conftest import write
 
 
@@ -54,3 +57,23 @@ def test_an_empty_namespace_takes_a_new_analyzer(settings: Settings) -> None:
         cl.stats()
     with Citeline(settings.model_copy(update={"keyword_stem": False})) as cl:
         assert cl.stats()["chunks"] == 0
+
+
+@pytest.mark.parametrize(("size", "overlap"), [(60, 0), (60, 25), (23, 11), (90, 40)])
+def test_document_terms_from_overlapping_chunks_are_those_of_the_whole_text(size: int, overlap: int) -> None:
+    pages = [
+        Page(
+            1,
+            "Statins lower LDL-C in FH patients.\n\nHigh LDL-C raises cardiovascular risk; statins lower it.",
+        ),
+        Page(
+            2, "Aspirin thins blood. Aspirin lowers the risk of a second myocardial infarction, aspirin-wise."
+        ),
+    ]
+    analyzer = Analyzer()
+    gathered = DocumentTerms(analyzer)
+    drafts = list(split(pages, chunk_size=size, chunk_overlap=overlap))
+    for draft in drafts:
+        gathered.add(draft.page, draft.start, draft.end, draft.text)
+    assert len(drafts) > 2  # the chunks do overlap and repeat words
+    assert gathered.counts() == sum((analyzer.term_counts(p.text) for p in pages), Counter())

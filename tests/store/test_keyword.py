@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import uuid
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import bm25s
@@ -13,10 +16,23 @@ import sqlalchemy as sa
 from citeline.engine import Citeline
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
-from citeline.retrieve.search import check_models
+from citeline.retrieve.search import read_catalog
 from citeline.store import catalog
-from citeline.store.keyword import K1, B, MemoryKeywordIndex, SqlKeywordIndex
+from citeline.store.database import MIGRATIONS
+from citeline.store.keyword import K1, B, DocumentMatch, KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
 from tests.conftest import write
+
+
+def _migration(name: str) -> ModuleType:
+    path = next((MIGRATIONS / "versions").glob(f"*_{name}.py"))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+backfill = _migration("document_terms")._backfill
 
 TEXTS = {
     "statins.txt": "Statins lower LDL-C. High LDL-C raises cardiovascular risk in FH patients.",
@@ -43,7 +59,7 @@ def _both(
     where, params = filters.sql()
     terms = cl.analyzer.term_counts(query)
     with cl.engine.connect() as conn:
-        scope = check_models(conn, cl.embedder.model_id, filters)
+        scope = read_catalog(conn, cl.embedder.model_id, filters).scope
         ids = scope.document_ids if scope else None
         args: dict[str, Any] = {"where": where, "params": params, "document_ids": ids, "limit": 50}
         return SqlKeywordIndex().search(conn, terms, **args), memory.search(conn, terms, **args)
@@ -113,3 +129,99 @@ def test_scores_match_bm25s(indexed: Citeline) -> None:
         _, ours = _both(indexed, memory, query)
         got = dict(ours)
         assert np.allclose([got.get(cid, 0.0) for cid, _ in rows], expected, rtol=1e-5)
+
+
+# Documents of several overlapping chunks each, so whole-document BM25 differs from any chunk's.
+LONG_TEXTS = {
+    "statins.txt": "Statins lower LDL-C. High LDL-C raises cardiovascular risk in FH patients. "
+    "Statin therapy for familial hypercholesterolaemia starts early. Muscle pain is the common side effect.",
+    "aspirin.txt": "Aspirin lowers the risk of a second myocardial infarction. Aspirin also thins blood, "
+    "so bleeding risk rises. Low-dose aspirin is no longer advised for primary prevention in the elderly.",
+    "diet.txt": "A Mediterranean diet lowers cardiovascular risk and LDL cholesterol modestly. Olive oil "
+    "and nuts replace butter. Blood pressure falls a little as salt intake drops.",
+    "sleep.txt": "Short sleep raises blood pressure, insulin resistance and cardiovascular risk. Shift "
+    "workers sleep least. Sleep apnoea adds to the risk and is often missed.",
+}
+DOCUMENT_QUERIES = [*QUERIES, "aspirin bleeding risk elderly", "sleep blood pressure cardiovascular"]
+SMALL_CHUNKS = IngestOptions(chunk_size=90, chunk_overlap=40)
+
+
+def _documents(
+    cl: Citeline, index: KeywordIndex, query: str
+) -> tuple[list[tuple[int, float]], list[DocumentMatch]]:
+    where, params = NO_FILTERS.sql()
+    with cl.engine.connect() as conn:
+        return index.search_with_documents(
+            conn, cl.analyzer.term_counts(query), where=where, params=params, document_ids=None, limit=50
+        )
+
+
+def _assert_documents_match_bm25s(cl: Citeline, memory: MemoryKeywordIndex, texts: dict[str, str]) -> None:
+    """Both backends score whole documents as bm25s does over the documents' full texts, and each
+    match's best chunk is its document's best chunk by chunk-level BM25."""
+    with cl.engine.connect() as conn:
+        versions: dict[str, uuid.UUID] = {
+            r[0]: r[1] for r in conn.execute(sa.text("SELECT name, id FROM documents WHERE is_active"))
+        }
+        chunk_version = {r[0]: r[1] for r in conn.execute(sa.text("SELECT id, document_id FROM chunks"))}
+    assert sorted(versions) == sorted(texts)
+    names = sorted(texts)
+    reference = bm25s.BM25(k1=K1, b=B, method="lucene")
+    reference.index([cl.analyzer.terms(texts[name]) for name in names], show_progress=False)
+    for query in DOCUMENT_QUERIES:
+        expected = reference.get_scores(cl.analyzer.terms(query)) * (K1 + 1)
+        want = sorted(
+            ((versions[n], float(s)) for n, s in zip(names, expected, strict=True) if s > 0),
+            key=lambda item: (-item[1], item[0]),
+        )
+        for index in (memory, SqlKeywordIndex()):
+            chunks, documents = _documents(cl, index, query)
+            assert [m.version_id for m in documents] == [v for v, _ in want]
+            assert [m.score for m in documents] == pytest.approx([s for _, s in want], rel=1e-5)
+            for match in documents:
+                of_document = [cid for cid, _ in chunks if chunk_version[cid] == match.version_id]
+                assert match.best_chunk == of_document[0]
+
+
+@pytest.fixture
+def long_documents(cl: Citeline, tmp_path: Path) -> Citeline:
+    cl.ingest([write(tmp_path / name, text) for name, text in LONG_TEXTS.items()], SMALL_CHUNKS)
+    return cl
+
+
+def test_document_scores_match_bm25s_on_whole_documents(long_documents: Citeline) -> None:
+    with long_documents.engine.connect() as conn:
+        chunks = conn.execute(sa.text("SELECT count(*) FROM chunks")).scalar_one()
+    assert chunks >= 3 * len(LONG_TEXTS)  # every document is several overlapping chunks
+    _assert_documents_match_bm25s(long_documents, MemoryKeywordIndex(), LONG_TEXTS)
+    _, documents = _documents(long_documents, MemoryKeywordIndex(), "aspirin bleeding risk elderly")
+    assert documents[0].score > 0 and len(documents) == len(LONG_TEXTS)  # "risk" is in every one
+
+
+def test_document_scores_follow_a_version_swap_and_a_delete(long_documents: Citeline, tmp_path: Path) -> None:
+    memory = MemoryKeywordIndex()
+    _assert_documents_match_bm25s(long_documents, memory, LONG_TEXTS)  # loaded now
+    texts = dict(LONG_TEXTS)
+    texts["aspirin.txt"] = (
+        "Aspirin: no longer advised for primary prevention in the elderly, whose bleeding risk is high."
+    )
+    long_documents.ingest([write(tmp_path / "aspirin.txt", texts["aspirin.txt"])], SMALL_CHUNKS)
+    doomed = next(d for d in long_documents.documents() if d.name == "sleep.txt")
+    long_documents.delete(str(doomed.id))
+    del texts["sleep.txt"]
+    _assert_documents_match_bm25s(long_documents, memory, texts)
+    assert _documents(long_documents, memory, "shift workers apnoea")[1] == []
+    with long_documents.engine.connect() as conn:
+        totals = conn.execute(sa.text("SELECT document_count, document_token_total FROM corpus_stats")).one()
+        stored = conn.execute(sa.text("SELECT count(*) FROM document_terms")).scalar_one()
+    assert tuple(totals) == (len(texts), sum(len(long_documents.analyzer.terms(t)) for t in texts.values()))
+    assert stored == sum(len(long_documents.analyzer.term_counts(t)) for t in texts.values())
+
+
+def test_stores_indexed_before_document_terms_get_them_from_their_chunks(long_documents: Citeline) -> None:
+    with long_documents.engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM document_terms"))
+        conn.execute(sa.text("UPDATE documents SET keyword_length = NULL"))
+        conn.execute(sa.text("UPDATE corpus_stats SET document_count = 0, document_token_total = 0"))
+        backfill(conn)
+    _assert_documents_match_bm25s(long_documents, MemoryKeywordIndex(), LONG_TEXTS)

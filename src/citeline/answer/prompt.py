@@ -56,19 +56,41 @@ _EXAMPLE = (
     "Answer: Running without water destroys the seal within seconds. [2]"
 )
 
-PERSONAS: Mapping[str, str] = {
-    "general": f"You answer questions from documents. {_RULES}\n\n{_EXAMPLE}",
+_INTROS: Mapping[str, tuple[str, str]] = {
+    "general": ("You answer questions from documents.", ""),
     "clinical": (
-        f"You summarise clinical evidence for health professionals. {_RULES} Report what the studies "
-        "found and their limits, cautiously. Give no advice, diagnosis or dosing beyond what the sources "
-        f"state.\n\n{_EXAMPLE}"
+        "You summarise clinical evidence for health professionals.",
+        " Report what the studies found and their limits, cautiously. Give no advice, diagnosis or dosing "
+        "beyond what the sources state.",
     ),
     "repair": (
-        f"You assist a repair technician, answering from device manuals. {_RULES} Give procedures step "
-        f"by step, in order, and put any safety warning from the sources first.\n\n{_EXAMPLE}"
+        "You assist a repair technician, answering from device manuals.",
+        " Give procedures step by step, in order, and put any safety warning from the sources first.",
     ),
 }
+"""Each persona's role, then its guidance, which both kinds of system prompt carry."""
+
+PERSONAS: Mapping[str, str] = {
+    name: f"{intro} {_RULES}{guidance}\n\n{_EXAMPLE}" for name, (intro, guidance) in _INTROS.items()
+}
 """The system prompt of each persona, by name."""
+
+_CLAIM_RULES = (
+    "Write 1 to 3 sentences saying what the numbered source found, taken from it, each followed by the "
+    "number of its source, like [1]."
+)
+
+_CLAIM_EXAMPLE = (
+    "Example:\nSource:\n\n[1] Pump manual\nThe pump was tested dry. Running without water destroyed the "
+    "seal within seconds.\n\nWhat did [1] find?\n"
+    "Answer: Running without water destroyed the seal within seconds. [1]"
+)
+
+CLAIM_PERSONAS: Mapping[str, str] = {
+    name: f"{intro} {_CLAIM_RULES}{guidance}\n\n{_CLAIM_EXAMPLE}"
+    for name, (intro, guidance) in _INTROS.items()
+}
+"""The system prompt of each persona for a claim whose verdict is decided (:func:`build_findings_prompt`)."""
 
 
 def system_prompt(persona: str) -> str:
@@ -152,11 +174,16 @@ class Passage:
 
 @dataclass(frozen=True)
 class Prompt:
-    """The messages for the model and the passages they number, in order (``passages[i].number == i + 1``)."""
+    """The messages for the model and the passages they number, in order (``passages[i].number == i + 1``).
+
+    ``refusal`` is the reply the model is told to give when the passages do not answer; empty when it
+    is given no such way out (:func:`build_claim_prompt`).
+    """
 
     persona: str
     messages: tuple[Message, ...]
     passages: tuple[Passage, ...]
+    refusal: str = REFUSAL
 
     def passage(self, number: int) -> Passage | None:
         """The passage numbered ``number`` in this prompt, or None when no such passage was given."""
@@ -210,4 +237,24 @@ def build_prompt(question: str, passages: Sequence[Passage], *, persona: str) ->
         persona=persona,
         messages=(Message("system", system), Message("user", user)),
         passages=tuple(passages),
+    )
+
+
+def build_findings_prompt(passages: Sequence[Passage], *, persona: str) -> Prompt:
+    """The messages asking the model what ``passages`` (numbered from 1, in order) found.
+
+    For a claim whose verdict is decided (:mod:`citeline.answer.stance`): the passages are the ones
+    that bear the verdict out, shown as the sentences that best match the claim, and the model only
+    reports their findings. The claim itself is not shown: given it, the 0.5B model restated it as the
+    finding (6 of 6 SciFact claims, three of them contradicted). The model is given no way to decline.
+    """
+    system_prompt(persona)  # an unknown persona is refused as for any prompt
+    system = CLAIM_PERSONAS[persona]
+    numbers = " and ".join(f"[{p.number}]" for p in passages)
+    user = f"{EVIDENCE_HEADING}:\n\n{evidence_text(passages)}\n\nWhat did {numbers} find?"
+    return Prompt(
+        persona=persona,
+        messages=(Message("system", system), Message("user", user)),
+        passages=tuple(passages),
+        refusal="",
     )

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Hit, fetch_hits
+from citeline.store.index import VectorIndex
 
 # Cited chunks looked at per remembered slot, so retired or out-of-scope ones can be replaced by older
 # citations without reading a long conversation's whole list.
@@ -30,6 +31,7 @@ def remembered_hits(
     model: str,
     filters: Filters,
     limit: int,
+    vector_index: VectorIndex,
     exclude: Collection[int] = (),
     max_distance: float | None = None,
 ) -> list[Hit]:
@@ -55,7 +57,9 @@ def remembered_hits(
             {**params, "cited": candidates, "model": model},
         ).scalars()
     )
-    hits = fetch_hits(conn, [cid for cid in candidates if cid in allowed], query_vector)
+    hits = fetch_hits(
+        conn, [cid for cid in candidates if cid in allowed], query_vector, vector_index=vector_index
+    )
     return [h for h in hits if max_distance is None or h.distance <= max_distance][:limit]
 
 

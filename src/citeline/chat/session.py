@@ -172,6 +172,7 @@ class ChatSession:
                 model=self.cl.embedder.model_id,
                 filters=self.access.restrict(filters),
                 limit=settings.history_chunks,
+                vector_index=self.cl.vector_index,
                 exclude={h.chunk_id for h in fresh},
                 max_distance=settings.distance_threshold,
             )

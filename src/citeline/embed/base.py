@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +34,15 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed ``texts`` as an ``(len(texts), dimension)`` float32 array of L2-normalised rows, in order."""
+        ...
+
+
+@runtime_checkable
+class QueryEmbedder(Protocol):
+    """An embedder with a path built for one short text that a caller waits for (a search query)."""
+
+    def embed_query(self, text: str, *, threads: int) -> npt.NDArray[np.float32]:
+        """Embed one text with up to ``threads`` cores, as ``embed([text])[0]`` would (same vector)."""
         ...
 
 

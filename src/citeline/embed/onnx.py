@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -188,7 +189,11 @@ class OnnxEmbedder:
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=self.max_tokens)
         self._tokenizer = tokenizer
+        self._model_path, self._model_bytes = files.model.path, model_bytes
         self._session = _open_session(self.model_id, files.model.path, model_bytes)
+        # Sessions for single queries, by thread count, opened on the first query (ingest never pays).
+        self._query_sessions: dict[int, Any] = {}
+        self._query_lock = threading.Lock()
         inputs = {i.name for i in self._session.get_inputs()}
         # BERT exports differ on whether token types are an input; all texts here are one segment.
         self._token_types = "token_type_ids" in inputs
@@ -221,6 +226,22 @@ class OnnxEmbedder:
                 out[rows] = vectors
         return out
 
+    def embed_query(self, text: str, *, threads: int) -> npt.NDArray[np.float32]:
+        """Embed one text on a session whose runs use ``threads`` cores: the vector ``embed([text])[0]``
+        gives (up to float rounding), sooner when the caller waits for this text alone. One thread
+        uses the ingest session, so a process that embeds a single query loads no second session."""
+        session = self._session if threads == 1 else self._query_sessions.get(threads)
+        if session is None:
+            with self._query_lock:
+                session = self._query_sessions.get(threads)
+                if session is None:
+                    session = _open_session(
+                        self.model_id, self._model_path, self._model_bytes, threads=threads
+                    )
+                    self._query_sessions[threads] = session
+        vector: npt.NDArray[np.float32] = self._run([self._tokenizer.encode(text).ids], session)[0]
+        return vector
+
     def _plan(self, lengths: list[int]) -> list[list[int]]:
         """Group text indices into runs of similar length, longest first.
 
@@ -239,8 +260,9 @@ class OnnxEmbedder:
         runs.append(current)
         return runs
 
-    def _run(self, seqs: list[list[int]]) -> npt.NDArray[np.float32]:
-        """Embed one run of token sequences, longest first, padded to the first one's length."""
+    def _run(self, seqs: list[list[int]], session: Any = None) -> npt.NDArray[np.float32]:
+        """Embed one run of token sequences, longest first, padded to the first one's length, on
+        ``session`` (the ingest session by default)."""
         lengths = np.array([len(seq) for seq in seqs], dtype=np.int64)
         input_ids = np.zeros((len(seqs), lengths[0]), dtype=np.int64)
         for row, seq in enumerate(seqs):
@@ -250,7 +272,7 @@ class OnnxEmbedder:
         if self._token_types:
             feeds["token_type_ids"] = np.zeros_like(input_ids)
         try:
-            hidden: npt.NDArray[np.float32] = self._session.run(self._output, feeds)[0]
+            hidden: npt.NDArray[np.float32] = (session or self._session).run(self._output, feeds)[0]
         except Exception as exc:
             raise EmbeddingError(
                 f"{self.model_id}: onnxruntime failed on a run of {len(seqs)} texts: {exc}"
@@ -263,7 +285,7 @@ class OnnxEmbedder:
         return pooled
 
 
-def _open_session(model_id: str, path: Path, data: bytes) -> Any:
+def _open_session(model_id: str, path: Path, data: bytes, *, threads: int = 1) -> Any:
     # Imported here: together they cost a quarter of a second that commands without a model should
     # not pay.
     import onnx
@@ -274,10 +296,12 @@ def _open_session(model_id: str, path: Path, data: bytes) -> Any:
         _drop_nan_guards(model.graph)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Parallelism comes from concurrent runs (see the module docstring), so each run keeps to its
-        # calling thread.
-        options.intra_op_num_threads = 1
+        # Ingest's parallelism comes from concurrent runs (see the module docstring), so each of its
+        # runs keeps to its calling thread; a query session splits its one run over ``threads``.
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # Idle intra-op threads would spin for the next run, taking a core from PostgreSQL meanwhile.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         session = ort.InferenceSession(
             model.SerializeToString(),

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
@@ -51,6 +52,7 @@ from citeline.engine import Citeline
 from citeline.errors import GenerationError, InvalidRequestError
 from citeline.eval.beir import BeirData, ingest_corpus
 from citeline.eval.metrics import percentile
+from citeline.eval.stats import CONFIDENCE, RESAMPLES, SEED, bootstrap_ci
 from citeline.retrieve.search import Hit, SearchRequest
 
 _STANCE_OF_LABEL = {"SUPPORT": "supports", "CONTRADICT": "contradicts"}
@@ -253,11 +255,15 @@ class AnswerEvaluation:
             "citations_by_model": sum(r.model_cited for r in records),
             "citations_attributed": sum(r.attributed for r in records),
             "model_written_rate": count["model"] / n,
+            "model_written_rate_ci": _share_ci([r.answered_by == "model" for r in records]),
+            "gold_cited_rate_ci": _share_ci([r.gold_cited for r in records]),
             "claims_labelled": len(labelled),
             "verdict_accuracy": (sum(r.verdict_right for r in labelled) / len(labelled))
             if labelled
             else None,
+            "verdict_accuracy_ci": _share_ci([r.verdict_right for r in labelled]),
             "verdict_macro_f1": verdict_macro_f1(labelled) if labelled else None,
+            "verdict_macro_f1_ci": verdict_macro_f1_ci(labelled) if labelled else None,
             # How often each verdict was given; "none": the answer gave no verdict.
             "verdicts": {v or "none": sum(r.verdict == v for r in records) for v in (*VERDICTS, None)},
             "gold_citations_with_label": len(stances),
@@ -369,6 +375,41 @@ def verdict_macro_f1(records: Sequence[AnswerRecord]) -> float:
         fn = sum(r.verdict != c and r.expected_verdict == c for r in records)
         scores.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
     return sum(scores) / len(scores)
+
+
+def verdict_macro_f1_ci(records: Sequence[AnswerRecord]) -> tuple[float, float]:
+    """Percentile bootstrap interval of :func:`verdict_macro_f1`, resampling the labelled claims.
+
+    Seeded and sized as :func:`~citeline.eval.stats.bootstrap_ci`; a class absent from a resample is
+    left out of that resample's mean, as :func:`verdict_macro_f1` leaves out a class no claim expects.
+    """
+    classes = sorted({r.expected_verdict for r in records if r.expected_verdict is not None})
+    expected = np.array([classes.index(r.expected_verdict) for r in records if r.expected_verdict in classes])
+    given = np.array(
+        [
+            classes.index(r.verdict) if r.verdict in classes else -1
+            for r in records
+            if r.expected_verdict in classes
+        ]
+    )
+    picks = np.random.default_rng(SEED).integers(0, expected.size, size=(RESAMPLES, expected.size))
+    e, g = expected[picks], given[picks]
+    scores = np.zeros((RESAMPLES, len(classes)))
+    present = np.zeros((RESAMPLES, len(classes)), dtype=bool)
+    for c in range(len(classes)):
+        tp = ((g == c) & (e == c)).sum(axis=1)
+        wrong = ((g == c) & (e != c)).sum(axis=1) + ((g != c) & (e == c)).sum(axis=1)
+        scores[:, c] = np.where(tp > 0, 2 * tp / np.maximum(2 * tp + wrong, 1), 0.0)
+        present[:, c] = (e == c).any(axis=1)
+    means = (scores * present).sum(axis=1) / present.sum(axis=1)
+    tail = (1.0 - CONFIDENCE) / 2.0 * 100.0
+    low, high = np.percentile(means, [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
+def _share_ci(hits: Sequence[bool]) -> tuple[float, float] | None:
+    """The bootstrap interval of a share (None for no claims)."""
+    return bootstrap_ci([float(h) for h in hits]) if hits else None
 
 
 def _ask_claim(
@@ -521,6 +562,10 @@ def summary_table(summary: Mapping[str, Any]) -> Table:
         value = summary[key]
         return "n/a" if value is None else f"{value:.1%}"
 
+    def interval(key: str) -> str:
+        value = summary.get(f"{key}_ci")
+        return "" if value is None else f" [{value[0]:.1%}, {value[1]:.1%}]"
+
     def ms(key: str) -> str:
         value = summary[key]
         return "n/a" if value is None else f"{value:.0f}"
@@ -534,7 +579,7 @@ def summary_table(summary: Mapping[str, Any]) -> Table:
         ),
         ("answers fully resolved", rate("answers_resolved_rate")),
         ("gold abstract given", rate("gold_given_rate")),
-        ("gold abstract cited", rate("gold_cited_rate")),
+        ("gold abstract cited", rate("gold_cited_rate") + interval("gold_cited_rate")),
         ("answers without citation", str(summary["answers_without_citation"])),
         ("evidence missing", str(summary["evidence_missing"])),
         ("errors", str(summary["errors"])),
@@ -548,11 +593,23 @@ def summary_table(summary: Mapping[str, Any]) -> Table:
             "citations by model / attributed",
             f"{summary['citations_by_model']} / {summary['citations_attributed']}",
         ),
-        ("answers the model wrote", rate("model_written_rate")),
-        ("verdict accuracy", rate("verdict_accuracy") + f" (of {summary['claims_labelled']} labelled)"),
+        ("answers the model wrote", rate("model_written_rate") + interval("model_written_rate")),
+        (
+            "verdict accuracy",
+            rate("verdict_accuracy")
+            + interval("verdict_accuracy")
+            + f" (of {summary['claims_labelled']} labelled)",
+        ),
         (
             "verdict macro-F1",
-            "n/a" if summary["verdict_macro_f1"] is None else f"{summary['verdict_macro_f1']:.3f}",
+            "n/a"
+            if summary["verdict_macro_f1"] is None
+            else f"{summary['verdict_macro_f1']:.3f}"
+            + (
+                f" [{summary['verdict_macro_f1_ci'][0]:.3f}, {summary['verdict_macro_f1_ci'][1]:.3f}]"
+                if summary["verdict_macro_f1_ci"] is not None
+                else ""
+            ),
         ),
         (
             "stance right on gold abstracts",

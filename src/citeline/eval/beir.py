@@ -368,7 +368,9 @@ def evaluate(
 
     results = [ConfigResult(config) for config in configs]
     # One instance per configuration, sharing the open store, embedder and keyword index.
-    searchers = {config.name: cl.derive(config.settings) for config in configs}
+    # Every timed search embeds its query, as a new question does: no vector comes from another
+    # configuration's search of the same query.
+    searchers = {config.name: cl.derive(config.settings, query_cache_size=0) for config in configs}
     try:
         if query_ids:
             # The first search loads the in-memory keyword index (and any model a configuration needs):

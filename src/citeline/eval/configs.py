@@ -28,15 +28,19 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "dense": {"fusion": "weighted", "weight_semantic": 1.0, "weight_keyword": 0.0, "weight_source": 0.0},
     # BM25 alone. Dense-only candidates score 0 and trail every keyword match (see docs/evaluation.md).
     "keyword": {"fusion": "weighted", "weight_semantic": 0.0, "weight_keyword": 1.0, "weight_source": 0.0},
+    # The keyword side as whole-document BM25 instead of chunk BM25, at the same weight.
+    "doc": {"weight_keyword": 0.0, "weight_document": 0.2},
     "rerank": {"reranker": "maxsim"},
     "mmr": {"mmr_lambda": 0.7},
 }
 
 #: Settings fixed when the corpus is stored or the store is opened; a comparison cannot vary them.
-FIXED_SETTINGS = frozenset({"data_dir", "database_url", "namespace", "chunk_size", "chunk_overlap"})
-#: Whole families of fixed settings: the embedding model and its runtime, and the keyword index and
-#: its analyzer (a namespace is searched with the analyzer it was indexed with).
-FIXED_PREFIXES = ("embed", "keyword_")
+FIXED_SETTINGS = frozenset(
+    {"data_dir", "database_url", "namespace", "chunk_size", "chunk_overlap", "vector_backend"}
+)
+#: Whole families of fixed settings: the embedding model and its runtime, the keyword index and its
+#: analyzer (a namespace is searched with the analyzer it was indexed with), and Chroma's connection.
+FIXED_PREFIXES = ("embed", "keyword_", "chroma_")
 
 
 def is_fixed(setting: str) -> bool:

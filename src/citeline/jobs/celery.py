@@ -188,7 +188,7 @@ class WorkerProcess:
 
     def _sweeping(self) -> None:
         try:
-            self.store(self.settings.namespace)[0].warm_up()
+            self.store(self.settings.namespace)[0].warm_up(search=False)
         except Exception:
             log.exception(
                 "opening namespace %s failed; trying again at the next sweep", self.settings.namespace

@@ -131,7 +131,7 @@ def submit(
         request = VersionRequest(
             source_uri,
             name,
-            VersionSpec(content_hash, model, size, overlap),
+            VersionSpec(content_hash, model, size, overlap, settings.vector_backend),
             options.labels(),
             str(file_path) if file_path else None,
             status=status,

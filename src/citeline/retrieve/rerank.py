@@ -43,6 +43,7 @@ from citeline.retrieve.mmr import mmr
 from citeline.retrieve.search import Hit
 from citeline.settings import Settings
 from citeline.split import sentence_ends
+from citeline.store.index import VectorIndex
 
 #: Share of the ``prf`` score given to the feedback similarity (the rest is the first-stage score).
 PRF_WEIGHT = 0.3
@@ -416,18 +417,8 @@ RERANKERS.register(
 
 def _vectors(candidates: Sequence[Candidate]) -> NDArray[np.float64]:
     if any(c.vector is None for c in candidates):
-        raise ValueError("this reranker needs every candidate's vector; fetch them with chunk_vectors()")
+        raise ValueError("this reranker needs every candidate's vector; read them with VectorIndex.vectors()")
     return np.stack([np.asarray(c.vector, dtype=np.float64) for c in candidates])
-
-
-def chunk_vectors(conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:
-    """The stored vectors of ``chunk_ids`` (ids without a row are left out)."""
-    if not chunk_ids:
-        return {}
-    rows = conn.execute(
-        sa.text("SELECT id, embedding FROM chunks WHERE id = ANY(:ids)"), {"ids": list(chunk_ids)}
-    )
-    return {int(r[0]): np.asarray(r[1].to_numpy(), dtype=np.float32) for r in rows}
 
 
 def rerank_hits(
@@ -440,6 +431,7 @@ def rerank_hits(
     depth: int,
     top_k: int,
     mmr_lambda: float | None,
+    vector_index: VectorIndex,
 ) -> list[Hit]:
     """The stage after hybrid search: rerank the first ``depth`` hits, then diversify them by MMR.
 
@@ -453,7 +445,7 @@ def rerank_hits(
     if not head:
         return []
     wanted = mmr_lambda is not None or (reranker is not None and reranker.needs_vectors)
-    vectors = chunk_vectors(conn, [h.chunk_id for h in head]) if wanted else {}
+    vectors = vector_index.vectors(conn, [h.chunk_id for h in head]) if wanted else {}
     # A chunk retired since the search has no vector any more; it cannot be compared, so it goes.
     if wanted:
         head = [h for h in head if h.chunk_id in vectors]

@@ -263,3 +263,43 @@ def _is_technical(token: str) -> bool:
         return True
     has_digit = any(c.isdigit() for c in token)
     return has_digit and any(c.isalpha() for c in token)
+
+
+class DocumentTerms:
+    """The keyword terms of a whole document, gathered from its chunks in order.
+
+    Chunks overlap and leave out the whitespace between them, so the text they cover is put back
+    together page by page (each chunk adds only what lies past the previous one's end) and analysed
+    a page at a time: the counts are those of the document's text, each word once, and a long
+    document is never held whole. Ingest feeds it chunk drafts as they are cut; a store indexed
+    before document terms existed feeds it its stored chunks.
+    """
+
+    def __init__(self, analyzer: Analyzer) -> None:
+        self._analyzer = analyzer
+        self._counts: Counter[str] = Counter()
+        self._page: int | None = None
+        self._pieces: list[str] = []
+        self._end = 0
+
+    def add(self, page: int, start: int, end: int, text: str) -> None:
+        """Add a chunk: ``text`` spans ``start:end`` of page ``page``; chunks come in document order."""
+        if page != self._page:
+            self._flush()
+            self._page = page
+        elif start < self._end:
+            text = text[self._end - start :]
+        elif self._pieces:
+            self._pieces.append(" ")
+        self._pieces.append(text)
+        self._end = max(self._end, end)
+
+    def counts(self) -> Counter[str]:
+        """Every term of the chunks added so far, with its number of occurrences."""
+        self._flush()
+        return self._counts
+
+    def _flush(self) -> None:
+        if self._pieces:
+            self._counts.update(self._analyzer.terms("".join(self._pieces)))
+        self._pieces, self._end = [], 0

@@ -13,7 +13,7 @@ import hashlib
 import json
 import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -26,13 +26,15 @@ from numpy.typing import NDArray
 from citeline.access import FULL_ACCESS, Access
 from citeline.errors import ConfigError, ConflictError, NotFoundError
 from citeline.retrieve.filters import category_condition, like_escape
+from citeline.store.index import VectorIndex, VersionVectors, fill_vectors
 from citeline.store.models import Status
+from citeline.store.vectors import as_array
 
 _DOC_COLUMNS = (
     "document_id AS id, id AS version_id, name, title, source_uri, content_type, file_path, content_hash, "
     "version, is_active, status, error, duration_ms, processed_at, page_count, vector_count, "
     "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by, created_at, "
-    "updated_at, source_metadata, attempts, queued_at, started_at, last_fetched_at"
+    "updated_at, source_metadata, attempts, queued_at, started_at, last_fetched_at, vector_index"
 )
 
 
@@ -78,6 +80,8 @@ class DocumentInfo:
     started_at: datetime | None = None
     #: When the source was last read at its origin (a web page fetched, a file read at its path).
     last_fetched_at: datetime | None = None
+    #: The vector index holding this version's vectors (see store/index.py).
+    vector_index: str = "pgvector"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -109,6 +113,8 @@ class VersionSpec:
     embedding_model: str
     chunk_size: int
     chunk_overlap: int
+    #: The vector index that will hold the vectors: a source moves to another backend when built again.
+    vector_index: str = "pgvector"
 
     def same_as(self, version: DocumentInfo) -> bool:
         """Whether ``version`` has this content, model and chunking (an unknown content never has)."""
@@ -118,6 +124,7 @@ class VersionSpec:
             and version.embedding_model == self.embedding_model
             and version.chunk_size == self.chunk_size
             and version.chunk_overlap == self.chunk_overlap
+            and version.vector_index == self.vector_index
         )
 
 
@@ -740,20 +747,24 @@ def cancel_requested(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> s
 
 
 def cached_vectors(
-    conn: sa.Connection, model: str, text_hashes: Sequence[str]
+    conn: sa.Connection, model: str, text_hashes: Sequence[str], index: VectorIndex
 ) -> dict[str, NDArray[np.float32]]:
-    """Vectors ``model`` already computed for any of these chunk texts: no text is embedded twice."""
+    """Vectors ``model`` already computed for any of these chunk texts: no text is embedded twice.
+
+    A chunk row holds its vector unless another index (``index``) holds it by chunk id.
+    """
     if not text_hashes:
         return {}
     rows = conn.execute(
         sa.text(
-            "SELECT DISTINCT ON (text_hash) text_hash, embedding FROM chunks "
-            "WHERE embedding_model = :m AND text_hash = ANY(:h)"
+            "SELECT DISTINCT ON (text_hash) text_hash, id, embedding FROM chunks "
+            "WHERE embedding_model = :m AND text_hash = ANY(:h) ORDER BY text_hash, embedding IS NULL"
         ),
         {"m": model, "h": list(set(text_hashes))},
     ).all()
-    # pgvector's loader gives Vector objects (recent releases) or arrays (older ones).
-    return {h: np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32) for h, v in rows}
+    by_chunk = {int(cid): h for h, cid, _ in rows}
+    found = fill_vectors(conn, index, {int(cid): None if v is None else as_array(v) for _, cid, v in rows})
+    return {by_chunk[cid]: vec for cid, vec in found.items()}
 
 
 @dataclass(frozen=True)
@@ -772,15 +783,18 @@ _CHUNK_COPY_TYPES = (
 )  # fmt: skip
 
 
-def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup]) -> None:
-    """Append chunks with their vectors and postings to (still invisible) versions.
+def insert_chunks(
+    conn: sa.Connection, model: str, groups: Sequence[ChunkGroup], *, inline_vectors: bool = True
+) -> list[VersionVectors]:
+    """Append chunks with their postings, and their vectors when ``inline_vectors``, to (still invisible)
+    versions; returns each group's chunk ids with its vectors, for a vector index that holds them itself.
 
     One id reservation and two COPYs however many versions the chunks belong to: per-version
     statements were most of the cost of ingesting many small documents.
     """
     total = sum(len(g.rows) for g in groups)
     if not total:
-        return
+        return []
     raw = conn.connection.driver_connection
     assert raw is not None
     ids = [
@@ -814,7 +828,7 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
                             row.start,
                             row.end,
                             row.section,
-                            vec,
+                            vec if inline_vectors else None,
                             model,
                             row.token_count,
                             list(row.model_numbers),
@@ -832,6 +846,12 @@ def insert_chunks(conn: sa.Connection, model: str, groups: Sequence[ChunkGroup])
                     for term, tf in row.terms.items():
                         copy.write_row((cid, term, tf, dl, doc_id))
                     at += 1
+    out: list[VersionVectors] = []
+    at = 0
+    for g in groups:
+        out.append(VersionVectors(g.document.version_id, ids[at : at + len(g.rows)], g.vectors))
+        at += len(g.rows)
+    return out
 
 
 @dataclass(frozen=True)
@@ -845,10 +865,17 @@ class Activation:
     page_count: int
     duration_ms: float
     source_metadata: dict[str, str] = field(default_factory=dict)
+    #: The keyword terms of the whole version (see analyzer.DocumentTerms), for document-level BM25.
+    terms: Mapping[str, int] = field(default_factory=dict)
 
 
-def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[DocumentInfo]:
+def activate(
+    conn: sa.Connection, activations: Sequence[Activation], *, vector_index: str = "pgvector"
+) -> list[DocumentInfo]:
     """Swap versions in as their sources' visible versions, in the caller's transaction.
+
+    ``vector_index`` names the index that holds their vectors (see store/index.py), which every search
+    of them must then use.
 
     Retires (deletes, with their chunks) every other version of each source and keeps the corpus
     totals in step. Set-based: a handful of statements for any number of versions. When one source
@@ -896,7 +923,8 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
             doc_id=doc.version_id,
         )
     chosen = [a for a in newest.values() if a.document.embedding_model == served]
-    out = _stage(conn, staged)
+    out = _stage(conn, staged, vector_index)
+    _store_terms(conn, [*staged, *chosen])
     if not chosen:
         return out
     ids = [a.document.version_id for a in chosen]
@@ -912,8 +940,11 @@ def activate(conn: sa.Connection, activations: Sequence[Activation]) -> list[Doc
     }
     sources = [a.document.source_uri for a in chosen]
     _retire_others(conn, sources, keep=ids + _newer_twins(conn, ids, target))
-    _record_built(conn, chosen, {i: n for i, (n, _) in totals.items()}, active=True)
+    _record_built(
+        conn, chosen, {i: n for i, (n, _) in totals.items()}, active=True, vector_index=vector_index
+    )
     _bump_totals(conn, sum(c for c, _ in totals.values()), sum(t for _, t in totals.values()))
+    _bump_document_totals(conn, ids)
     _log(conn, ids, added=True)
     rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
     by_id = {r.version_id: _row_to_info(r) for r in rows}
@@ -951,7 +982,7 @@ def _newer_twins(conn: sa.Connection, ids: Sequence[uuid.UUID], target: str | No
     )
 
 
-def _stage(conn: sa.Connection, staged: Sequence[Activation]) -> list[DocumentInfo]:
+def _stage(conn: sa.Connection, staged: Sequence[Activation], vector_index: str) -> list[DocumentInfo]:
     """Keep built versions of a migration's target model ``staged``: complete and invisible until the
     switch. An older staged version of the same source is superseded and deleted."""
     if not staged:
@@ -971,23 +1002,29 @@ def _stage(conn: sa.Connection, staged: Sequence[Activation]) -> list[DocumentIn
         ),
         {"s": [a.document.source_uri for a in staged], "ids": ids},
     )
-    _record_built(conn, staged, counts, active=False)
+    _record_built(conn, staged, counts, active=False, vector_index=vector_index)
     rows = conn.execute(sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE id = ANY(:ids)"), {"ids": ids})
     return [_row_to_info(r) for r in rows]
 
 
 def _record_built(
-    conn: sa.Connection, built: Sequence[Activation], counts: dict[uuid.UUID, int], *, active: bool
+    conn: sa.Connection,
+    built: Sequence[Activation],
+    counts: dict[uuid.UUID, int],
+    *,
+    active: bool,
+    vector_index: str,
 ) -> None:
-    """Record what was learnt building these versions; ``active`` makes them visible (``completed``),
-    else they are ``staged``."""
+    """Record what was learnt building these versions, held by ``vector_index``; ``active`` makes them
+    visible (``completed``), else they are ``staged``."""
     ids = [a.document.version_id for a in built]
     now = datetime.now(UTC)
     conn.execute(
         sa.text(
             "UPDATE documents d SET is_active = :active, status = :status, error = NULL, title = v.title, "
             "content_type = v.ct, file_path = v.fp, page_count = v.pc, vector_count = v.n, "
-            "duration_ms = v.ms, source_metadata = v.sm, processed_at = :now, updated_at = :now "
+            "duration_ms = v.ms, source_metadata = v.sm, vector_index = :vi, processed_at = :now, "
+            "updated_at = :now "
             "FROM unnest(CAST(:ids AS uuid[]), CAST(:titles AS text[]), CAST(:cts AS text[]), "
             "CAST(:fps AS text[]), CAST(:pcs AS int[]), CAST(:ns AS int[]), CAST(:mss AS float8[]), "
             "CAST(:sms AS jsonb[])) "
@@ -1002,6 +1039,7 @@ def _record_built(
             "ns": [counts.get(i, 0) for i in ids],
             "mss": [a.duration_ms for a in built],
             "sms": [json.dumps(a.source_metadata) for a in built],
+            "vi": vector_index,
             "now": now,
             "active": active,
             "status": (Status.COMPLETED if active else Status.STAGED).value,
@@ -1031,6 +1069,7 @@ def retire_and_activate(
         {"ids": list(ids)},
     )
     _bump_totals(conn, chunks, tokens)
+    _bump_document_totals(conn, ids)
     _log(conn, ids, added=True)
 
 
@@ -1042,6 +1081,52 @@ def versions_by_id(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> lis
     )
     by_id = {r.version_id: _row_to_info(r) for r in rows}
     return [by_id[i] for i in version_ids if i in by_id]
+
+
+def _store_terms(conn: sa.Connection, built: Sequence[Activation]) -> None:
+    """Store built versions' document-level terms and lengths (counted once they become visible)."""
+    ids, terms, tfs = [], [], []
+    for a in built:
+        for term, tf in a.terms.items():
+            ids.append(a.document.version_id)
+            terms.append(term)
+            tfs.append(tf)
+    conn.execute(
+        sa.text(
+            "INSERT INTO document_terms (document_id, term, tf) "
+            "SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:terms AS text[]), CAST(:tfs AS int[]))"
+        ),
+        {"ids": ids, "terms": terms, "tfs": tfs},
+    )
+    conn.execute(
+        sa.text(
+            "UPDATE documents d SET keyword_length = v.n "
+            "FROM unnest(CAST(:ids AS uuid[]), CAST(:ns AS int[])) AS v(id, n) WHERE d.id = v.id"
+        ),
+        {"ids": [a.document.version_id for a in built], "ns": [sum(a.terms.values()) for a in built]},
+    )
+
+
+def _bump_document_totals(conn: sa.Connection, ids: Sequence[uuid.UUID]) -> None:
+    """Count versions just made visible in the document-level totals (BM25's N and avgdl)."""
+    conn.execute(
+        sa.text(
+            "UPDATE corpus_stats SET document_count = document_count + t.n, "
+            "document_token_total = document_token_total + t.total FROM (SELECT count(*) AS n, "
+            "coalesce(sum(keyword_length), 0) AS total FROM documents "
+            "WHERE id = ANY(CAST(:ids AS uuid[])) AND keyword_length IS NOT NULL) t WHERE id = 1"
+        ),
+        {"ids": list(ids)},
+    )
+
+
+def version_ids(conn: sa.Connection, source_uris: Sequence[str]) -> list[uuid.UUID]:
+    """Every version of these sources (what a swap-in of new versions may retire)."""
+    return list(
+        conn.execute(
+            sa.text("SELECT id FROM documents WHERE source_uri = ANY(:s)"), {"s": list(source_uris)}
+        ).scalars()
+    )
 
 
 def delete_document(conn: sa.Connection, document_id: uuid.UUID) -> list[DocumentInfo]:
@@ -1063,7 +1148,7 @@ def _retire_others(conn: sa.Connection, source_uris: Sequence[str], keep: Sequen
     """Delete every version of these sources but ``keep``, taking the visible ones out of the totals."""
     retired = conn.execute(
         sa.text(
-            "SELECT d.id, count(c.id), coalesce(sum(c.token_count), 0) FROM documents d "
+            "SELECT d.id, count(c.id), coalesce(sum(c.token_count), 0), d.keyword_length FROM documents d "
             "LEFT JOIN chunks c ON c.document_id = d.id "
             "WHERE d.source_uri = ANY(:s) AND d.is_active AND d.id <> ALL(CAST(:keep AS uuid[])) "
             "GROUP BY d.id"
@@ -1072,6 +1157,15 @@ def _retire_others(conn: sa.Connection, source_uris: Sequence[str], keep: Sequen
     ).all()
     if retired:
         _bump_totals(conn, -sum(int(r[1]) for r in retired), -sum(int(r[2]) for r in retired))
+        # A version swapped in by a citeline older than document terms has no length and was not counted.
+        counted = [int(r[3]) for r in retired if r[3] is not None]
+        conn.execute(
+            sa.text(
+                "UPDATE corpus_stats SET document_count = document_count - :c, "
+                "document_token_total = document_token_total - :t WHERE id = 1"
+            ),
+            {"c": len(counted), "t": sum(counted)},
+        )
         _log(conn, [r[0] for r in retired], added=False)
     conn.execute(
         sa.text("DELETE FROM documents WHERE source_uri = ANY(:s) AND id <> ALL(CAST(:keep AS uuid[]))"),

@@ -16,6 +16,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from citeline.errors import ExtensionMissingError, StoreError
 from citeline.settings import Settings
 from citeline.store.server import embedded_url
+from citeline.store.vectors import SESSION_SETTINGS
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,12 @@ def connect(settings: Settings) -> Engine:
     engine = sa.create_engine(
         url,
         pool_pre_ping=True,
-        connect_args={"options": f"-c search_path={schema},public"},
+        connect_args={
+            "options": " ".join(
+                f"-c {name}={value}"
+                for name, value in {"search_path": f"{schema},public", **SESSION_SETTINGS}.items()
+            )
+        },
     )
     try:
         with engine.begin() as conn:

@@ -3,6 +3,10 @@
 Scores follow Lucene's BM25: ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))`` and
 ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``, with N, avgdl and df taken over active
 chunks, whatever the filters (filters choose which chunks are returned, not how terms weigh).
+
+The same BM25 is also computed over whole documents (``document_terms``), with N, avgdl and df taken
+over the active versions: how well a document as a whole matches the query, which an 800-character
+window with window-level statistics judges poorly. Search lets that score reach the document's chunks.
 """
 
 from __future__ import annotations
@@ -78,6 +82,108 @@ def keyword_search(
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
+def _document_search(
+    conn: sa.Connection,
+    terms: Counter[str],
+    *,
+    where: str,
+    params: dict[str, Any],
+    limit: int,
+) -> list[tuple[uuid.UUID, float]]:
+    """The ``limit`` best BM25 matches among whole active documents that satisfy ``where``, as
+    ``(version id, score)``, best first."""
+    n, total = conn.execute(
+        sa.text("SELECT document_count, document_token_total FROM corpus_stats WHERE id = 1")
+    ).one()
+    if not n or not total:
+        return []
+    rows = conn.execute(
+        sa.text(
+            f"""
+            WITH q AS (SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:qtf AS int[])) AS q(term, qtf)),
+            hits AS (
+                SELECT t.term, t.tf, d.keyword_length AS dl, q.qtf, d.id, d.document_id, d.is_active,
+                       d.scopes, d.category, d.tags, d.content_type, d.metadata
+                FROM q JOIN document_terms t ON t.term = q.term
+                JOIN documents d ON d.id = t.document_id AND d.is_active
+            ),
+            df AS (SELECT term, count(*) AS df FROM hits GROUP BY term)
+            SELECT d.id, sum(
+                d.qtf * ln(1 + (:n - df.df + 0.5) / (df.df + 0.5))
+                * d.tf * (:k1 + 1) / (d.tf + :k1 * (1 - :b + :b * d.dl / :avgdl))
+            ) AS score
+            FROM hits d JOIN df USING (term)
+            WHERE {where}
+            GROUP BY d.id
+            ORDER BY score DESC, d.id
+            LIMIT :lim
+            """
+        ),
+        {
+            **params,
+            "terms": list(terms.keys()),
+            "qtf": list(terms.values()),
+            "n": float(n),
+            "avgdl": float(total) / float(n),
+            "k1": K1,
+            "b": B,
+            "lim": limit,
+        },
+    ).all()
+    return [(r[0], float(r[1])) for r in rows]
+
+
+def _best_chunks(conn: sa.Connection, terms: Counter[str], versions: list[uuid.UUID]) -> dict[uuid.UUID, int]:
+    """Each version's chunk with the best chunk-level BM25 (the lowest id among equals)."""
+    n, total = conn.execute(sa.text("SELECT chunk_count, token_total FROM corpus_stats WHERE id = 1")).one()
+    if not n:
+        return {}
+    rows = conn.execute(
+        sa.text(
+            """
+            WITH q AS (SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:qtf AS int[])) AS q(term, qtf)),
+            hits AS (
+                SELECT p.chunk_id, p.document_id, p.term, p.tf, p.dl, q.qtf
+                FROM q JOIN postings p ON p.term = q.term
+                JOIN documents d ON d.id = p.document_id AND d.is_active
+            ),
+            df AS (SELECT term, count(*) AS df FROM hits GROUP BY term),
+            scored AS (
+                SELECT h.document_id, h.chunk_id, sum(
+                    h.qtf * ln(1 + (:n - df.df + 0.5) / (df.df + 0.5))
+                    * h.tf * (:k1 + 1) / (h.tf + :k1 * (1 - :b + :b * h.dl / :avgdl))
+                ) AS score
+                FROM hits h JOIN df USING (term)
+                WHERE h.document_id = ANY(CAST(:versions AS uuid[]))
+                GROUP BY h.document_id, h.chunk_id
+            )
+            SELECT DISTINCT ON (document_id) document_id, chunk_id FROM scored
+            ORDER BY document_id, score DESC, chunk_id
+            """
+        ),
+        {
+            "terms": list(terms.keys()),
+            "qtf": list(terms.values()),
+            "versions": versions,
+            "n": float(n),
+            "avgdl": float(total) / float(n),
+            "k1": K1,
+            "b": B,
+        },
+    ).all()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+@dataclass(frozen=True)
+class DocumentMatch:
+    """A document whose whole text matches the query: its version, its document-level BM25 and its
+    chunk with the best chunk-level BM25 (the lowest id among equals), the one it is surely seen by."""
+
+    version_id: uuid.UUID
+    score: float
+    best_chunk: int
+
+
 class KeywordIndex(Protocol):
     """A BM25 keyword index over the active chunks. Every backend gives the same scores."""
 
@@ -95,13 +201,31 @@ class KeywordIndex(Protocol):
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
         chunk_ids: Sequence[int] | None = None,
+        log: tuple[int, int] | None = None,
     ) -> list[tuple[int, float]]:
         """The ``limit`` best chunks that satisfy ``where``, as ``(chunk_id, score)``, best first.
 
         ``document_ids``, for a filtered search, are the documents ``where`` keeps (already resolved
         by the caller); ``None`` means the search is not filtered. ``chunk_ids``, for a search with
-        chunk-level filters, are the only chunks it may return.
+        chunk-level filters, are the only chunks it may return. ``log``, when the caller has just read
+        them, are the first and last positions of ``keyword_log``, which the index then need not read
+        again.
         """
+        ...
+
+    def search_with_documents(
+        self,
+        conn: sa.Connection,
+        terms: Counter[str],
+        *,
+        where: str,
+        params: dict[str, Any],
+        document_ids: Sequence[uuid.UUID] | None,
+        limit: int,
+        log: tuple[int, int] | None = None,
+    ) -> tuple[list[tuple[int, float]], list[DocumentMatch]]:
+        """What :meth:`search` returns, and the ``limit`` best whole documents by document-level BM25,
+        best first (ties by version id)."""
         ...
 
 
@@ -124,11 +248,32 @@ class SqlKeywordIndex:
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
         chunk_ids: Sequence[int] | None = None,
+        log: tuple[int, int] | None = None,
     ) -> list[tuple[int, float]]:
         if chunk_ids is not None:
             where = f"{where} AND d.chunk_id = ANY(CAST(:kw_chunks AS bigint[]))"
             params = {**params, "kw_chunks": list(chunk_ids)}
         return keyword_search(conn, terms, where=where, params=params, limit=limit)
+
+    def search_with_documents(
+        self,
+        conn: sa.Connection,
+        terms: Counter[str],
+        *,
+        where: str,
+        params: dict[str, Any],
+        document_ids: Sequence[uuid.UUID] | None,
+        limit: int,
+        log: tuple[int, int] | None = None,
+    ) -> tuple[list[tuple[int, float]], list[DocumentMatch]]:
+        chunks = keyword_search(conn, terms, where=where, params=params, limit=limit)
+        if not terms:
+            return chunks, []
+        documents = _document_search(conn, terms, where=where, params=params, limit=limit)
+        if not documents:
+            return chunks, []
+        best = _best_chunks(conn, terms, [v for v, _ in documents])
+        return chunks, [DocumentMatch(v, score, best[v]) for v, score in documents if v in best]
 
 
 @dataclass
@@ -144,11 +289,12 @@ class _Segment:
 class MemoryKeywordIndex:
     """BM25 from arrays held in this process, kept in step with the catalog through ``keyword_log``.
 
-    The first search loads the postings of every active chunk; each later search first replays the
-    log entries committed since (versions made visible or retired), so results always match the SQL
-    backend. The log keeps its last ``catalog.KEYWORD_LOG_KEEP`` entries; an index that fell further
-    behind loads everything again. Chunks are slots in flat arrays; retired chunks are masked out and
-    the arrays rebuilt when most slots are dead. Safe to share between threads.
+    The first search loads the postings of every active chunk and the terms of every active document;
+    each later search first replays the log entries committed since (versions made visible or
+    retired), so results always match the SQL backend. The log keeps its last
+    ``catalog.KEYWORD_LOG_KEEP`` entries; an index that fell further behind loads everything again.
+    Chunks and documents are slots in flat arrays; retired ones are masked out and the postings
+    rebuilt when most chunk slots are dead. Safe to share between threads.
     """
 
     MAX_SEGMENTS = 8
@@ -166,9 +312,13 @@ class MemoryKeywordIndex:
         self._doc_slot = np.empty(0, dtype=np.int64)
         self._alive = np.empty(0, dtype=bool)
         self._docs: dict[uuid.UUID, int] = {}
-        self._next_doc = 1
+        #: Per document slot (slot 0 unused): its version id, length in terms and whether it counts.
+        self._versions: list[uuid.UUID | None] = [None]
+        self._doc_len = np.zeros(1, dtype=np.float32)
+        self._doc_alive = np.zeros(1, dtype=bool)
         self._doc_chunks: dict[int, NDArray[np.int64]] = {}
         self._segments: list[_Segment] = []
+        self._doc_segments: list[_Segment] = []
 
     def warm_up(self, conn: sa.Connection) -> None:
         """Load the postings of every active chunk (or catch up with the log) now."""
@@ -185,32 +335,98 @@ class MemoryKeywordIndex:
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
         chunk_ids: Sequence[int] | None = None,
+        log: tuple[int, int] | None = None,
     ) -> list[tuple[int, float]]:
         with self._lock:
-            self._sync(conn)
-            allowed = self._alive
-            if document_ids is not None:
-                doc_mask = np.zeros(self._next_doc, dtype=bool)
-                doc_mask[[self._docs[i] for i in document_ids if i in self._docs]] = True
-                allowed = self._alive & doc_mask[self._doc_slot]
+            self._sync(conn, log)
+            allowed = self._allowed(self._in_filter(document_ids))
             if chunk_ids is not None:
                 allowed = allowed & np.isin(self._chunk_ids, np.asarray(chunk_ids, dtype=np.int64))
-            return self._score(terms, allowed, limit)
+            scores = self._bm25(terms, self._segments, self._alive, self._dl)
+            return self._top_chunks(scores, allowed, limit)
 
-    def _score(self, terms: Counter[str], allowed: NDArray[np.bool_], limit: int) -> list[tuple[int, float]]:
-        n = int(self._alive.sum())
-        if n == 0 or not terms:
-            return []
-        avgdl = float(self._dl[self._alive].sum()) / n
-        norm = K1 * (1 - B + B * self._dl / avgdl)
-        scores = np.zeros(len(self._chunk_ids), dtype=np.float64)
+    def search_with_documents(
+        self,
+        conn: sa.Connection,
+        terms: Counter[str],
+        *,
+        where: str,
+        params: dict[str, Any],
+        document_ids: Sequence[uuid.UUID] | None,
+        limit: int,
+        log: tuple[int, int] | None = None,
+    ) -> tuple[list[tuple[int, float]], list[DocumentMatch]]:
+        with self._lock:
+            self._sync(conn, log)
+            in_filter = self._in_filter(document_ids)
+            scores = self._bm25(terms, self._segments, self._alive, self._dl)
+            chunks = self._top_chunks(scores, self._allowed(in_filter), limit)
+            by_doc = self._bm25(terms, self._doc_segments, self._doc_alive, self._doc_len)
+            docs_allowed = self._doc_alive if in_filter is None else self._doc_alive & in_filter
+            found = np.flatnonzero((by_doc > 0) & docs_allowed)
+            if found.size > limit:
+                # Every document scoring at least the limit-th best, so ties at the cut are all kept.
+                cut = -np.partition(-by_doc[found], limit - 1)[limit - 1]
+                found = found[by_doc[found] >= cut]
+            top = sorted(found.tolist(), key=lambda d: (-by_doc[d], self._versions[d]))[:limit]
+            if not top:
+                return chunks, []
+            chosen = np.zeros(self._doc_len.size, dtype=bool)
+            chosen[top] = True
+            # Each chosen document's best chunk: order its matching chunks by score, then id.
+            slots = np.flatnonzero((scores > 0) & chosen[self._doc_slot])
+            slots = slots[np.lexsort((self._chunk_ids[slots], -scores[slots], self._doc_slot[slots]))]
+            docs, first = np.unique(self._doc_slot[slots], return_index=True)
+            best = dict(zip(docs.tolist(), self._chunk_ids[slots[first]].tolist(), strict=True))
+            return chunks, [
+                DocumentMatch(version, float(by_doc[d]), int(best[d]))
+                for d in top
+                if d in best and (version := self._versions[d]) is not None
+            ]
+
+    def _in_filter(self, document_ids: Sequence[uuid.UUID] | None) -> NDArray[np.bool_] | None:
+        """Per document slot: whether a search filtered to ``document_ids`` keeps it; None, unfiltered."""
+        if document_ids is None:
+            return None
+        mask = np.zeros(self._doc_len.size, dtype=bool)
+        mask[[self._docs[i] for i in document_ids if i in self._docs]] = True
+        return mask
+
+    def _allowed(self, in_filter: NDArray[np.bool_] | None) -> NDArray[np.bool_]:
+        """The chunk slots a search may return."""
+        return self._alive if in_filter is None else self._alive & in_filter[self._doc_slot]
+
+    def _top_chunks(
+        self, scores: NDArray[np.float64], allowed: NDArray[np.bool_], limit: int
+    ) -> list[tuple[int, float]]:
+        candidates = np.flatnonzero((scores > 0) & allowed)
+        if candidates.size > limit:
+            candidates = candidates[np.argpartition(-scores[candidates], limit - 1)[:limit]]
+        order = sorted(candidates.tolist(), key=lambda s: (-scores[s], self._chunk_ids[s]))
+        return [(int(self._chunk_ids[s]), float(scores[s])) for s in order]
+
+    def _bm25(
+        self,
+        terms: Counter[str],
+        segments: list[_Segment],
+        alive: NDArray[np.bool_],
+        lengths: NDArray[np.float32],
+    ) -> NDArray[np.float64]:
+        """BM25 of every slot (chunks or documents) whose postings are ``segments``; N, avgdl and df
+        are taken over the ``alive`` slots."""
+        scores = np.zeros(alive.size, dtype=np.float64)
+        n = int(alive.sum())
+        total = float(lengths[alive].sum())
+        if n == 0 or total == 0 or not terms:
+            return scores
+        norm = K1 * (1 - B + B * lengths / (total / n))
         for term, qtf in terms.items():
             tid = self._vocab.get(term)
             if tid is None:
                 continue
-            lists = [self._postings(seg, tid) for seg in self._segments]
+            lists = [self._postings(seg, tid) for seg in segments]
             slots = np.concatenate([s for s, _ in lists]) if lists else np.empty(0, dtype=np.int64)
-            live = self._alive[slots]
+            live = alive[slots]
             slots = slots[live]
             if slots.size == 0:
                 continue
@@ -218,11 +434,7 @@ class MemoryKeywordIndex:
             df = slots.size
             idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
             scores[slots] += qtf * idf * tfs * (K1 + 1) / (tfs + norm[slots])
-        candidates = np.flatnonzero((scores > 0) & allowed)
-        if candidates.size > limit:
-            candidates = candidates[np.argpartition(-scores[candidates], limit - 1)[:limit]]
-        order = sorted(candidates.tolist(), key=lambda s: (-scores[s], self._chunk_ids[s]))
-        return [(int(self._chunk_ids[s]), float(scores[s])) for s in order]
+        return scores
 
     @staticmethod
     def _postings(seg: _Segment, tid: int) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
@@ -232,11 +444,15 @@ class MemoryKeywordIndex:
         lo, hi = seg.ptr[i], seg.ptr[i + 1]
         return seg.slots[lo:hi], seg.tfs[lo:hi]
 
-    def _sync(self, conn: sa.Connection) -> None:
-        """Replay the log since the last sync; on first use, load everything active."""
-        first, last = conn.execute(
-            sa.text("SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM keyword_log")
-        ).one()
+    def _sync(self, conn: sa.Connection, log: tuple[int, int] | None = None) -> None:
+        """Replay the log since the last sync (up to ``log``'s last position when given); on first use,
+        load everything active."""
+        first, last = (
+            log
+            or conn.execute(
+                sa.text("SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM keyword_log")
+            ).one()
+        )
         if self._loaded and last == self._seq:
             return
         # A log that restarted, or was trimmed past this index's position, cannot be replayed.
@@ -259,10 +475,10 @@ class MemoryKeywordIndex:
         for doc_id, added in entries:
             net[doc_id] = added
         for doc_id in net:
-            slot = self._docs.get(doc_id)
+            slot = self._docs.pop(doc_id, None)
             if slot is not None:
                 self._alive[self._doc_chunks.pop(slot, np.empty(0, dtype=np.int64))] = False
-                del self._docs[doc_id]
+                self._doc_alive[slot] = False
         fresh = [d for d, added in net.items() if added]
         # In batches of documents, so a first load of a large corpus never holds all postings as rows.
         for start in range(0, len(fresh), 200):
@@ -273,10 +489,32 @@ class MemoryKeywordIndex:
             self._compact()
 
     def _load(self, conn: sa.Connection, doc_ids: list[uuid.UUID]) -> None:
+        # Versions still active now: one retired since the log entry was read is left out (its
+        # retirement is a later entry, replayed by a later sync).
+        lengths = conn.execute(
+            sa.text("SELECT id, keyword_length FROM documents WHERE id = ANY(:ids) AND is_active"),
+            {"ids": doc_ids},
+        ).all()
+        if not lengths:
+            return
+        for version, _ in lengths:
+            self._docs[version] = len(self._versions)
+            self._versions.append(version)
+        self._doc_len = np.concatenate(
+            [self._doc_len, np.asarray([length or 0 for _, length in lengths], dtype=np.float32)]
+        )
+        # A version swapped in by a citeline older than document terms has no length: it is not counted.
+        self._doc_alive = np.concatenate(
+            [self._doc_alive, np.asarray([length is not None for _, length in lengths], dtype=bool)]
+        )
+        versions = [version for version, _ in lengths]
+        self._load_chunks(conn, versions)
+        self._load_document_terms(conn, versions)
+
+    def _load_chunks(self, conn: sa.Connection, doc_ids: list[uuid.UUID]) -> None:
         rows = conn.execute(
             sa.text(
                 "SELECT p.chunk_id, p.term, p.tf, p.dl, p.document_id FROM postings p "
-                "JOIN documents d ON d.id = p.document_id AND d.is_active "
                 "WHERE p.document_id = ANY(:ids) ORDER BY p.chunk_id"
             ),
             {"ids": doc_ids},
@@ -297,9 +535,6 @@ class MemoryKeywordIndex:
                 last_chunk = chunk_id
                 chunk_ids.append(chunk_id)
                 dls.append(dl)
-                if doc_id not in self._docs:
-                    self._docs[doc_id] = self._next_doc
-                    self._next_doc += 1
                 docs.append(self._docs[doc_id])
             term_ids[i] = vocab.setdefault(term, len(vocab))
             slots[i] = base + len(chunk_ids) - 1
@@ -316,13 +551,35 @@ class MemoryKeywordIndex:
             self._doc_chunks[int(self._doc_slot[group[0]])] = group
         self._segments.append(_build_segment(term_ids, slots, tfs))
 
+    def _load_document_terms(self, conn: sa.Connection, doc_ids: list[uuid.UUID]) -> None:
+        rows = conn.execute(
+            sa.text("SELECT document_id, term, tf FROM document_terms WHERE document_id = ANY(:ids)"),
+            {"ids": doc_ids},
+        ).all()
+        if not rows:
+            return
+        vocab, docs = self._vocab, self._docs
+        term_ids = np.fromiter(
+            (vocab.setdefault(r[1], len(vocab)) for r in rows), dtype=np.int64, count=len(rows)
+        )
+        slots = np.fromiter((docs[r[0]] for r in rows), dtype=np.int64, count=len(rows))
+        tfs = np.fromiter((r[2] for r in rows), dtype=np.float32, count=len(rows))
+        self._doc_segments.append(_build_segment(term_ids, slots, tfs))
+
     def _compact(self) -> None:
-        """Merge segments into one and drop dead slots' postings."""
-        terms = np.concatenate([np.repeat(s.terms, np.diff(s.ptr)) for s in self._segments])
-        slots = np.concatenate([s.slots for s in self._segments])
-        tfs = np.concatenate([s.tfs for s in self._segments])
-        keep = self._alive[slots]
-        self._segments = [_build_segment(terms[keep], slots[keep], tfs[keep])]
+        """Merge segments into one and drop dead slots' postings, for chunks and documents alike."""
+        self._segments = _merged(self._segments, self._alive)
+        self._doc_segments = _merged(self._doc_segments, self._doc_alive)
+
+
+def _merged(segments: list[_Segment], alive: NDArray[np.bool_]) -> list[_Segment]:
+    if not segments:
+        return []
+    terms = np.concatenate([np.repeat(s.terms, np.diff(s.ptr)) for s in segments])
+    slots = np.concatenate([s.slots for s in segments])
+    tfs = np.concatenate([s.tfs for s in segments])
+    keep = alive[slots]
+    return [_build_segment(terms[keep], slots[keep], tfs[keep])]
 
 
 def _build_segment(

@@ -70,7 +70,11 @@ class Document(Base):
     processed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     page_count: Mapped[int | None] = mapped_column(Integer)
     vector_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    #: Keyword terms in the whole version (its document-level BM25 length); set when it is swapped in.
+    keyword_length: Mapped[int | None] = mapped_column(Integer)
     embedding_model: Mapped[str | None] = mapped_column(Text)
+    #: The vector index holding this version's vectors (see store/index.py): pgvector or chroma.
+    vector_index: Mapped[str] = mapped_column(Text, server_default=text("'pgvector'"))
     chunk_size: Mapped[int | None] = mapped_column(Integer)
     chunk_overlap: Mapped[int | None] = mapped_column(Integer)
     category: Mapped[str | None] = mapped_column(Text)
@@ -131,8 +135,9 @@ class Chunk(Base):
     end_offset: Mapped[int] = mapped_column(Integer)
     section: Mapped[str | None] = mapped_column(Text)
     # Untyped so vectors of any model fit; each model gets its own partial HNSW index over a cast to
-    # its dimension (see vectors.ensure_index), which is also what keeps vector spaces apart.
-    embedding: Mapped[Any] = mapped_column(Vector())
+    # its dimension (see vectors.ensure_index), which is also what keeps vector spaces apart. NULL when
+    # another vector index (Chroma) holds the chunk's vector.
+    embedding: Mapped[Any] = mapped_column(Vector(), nullable=True)
     embedding_model: Mapped[str] = mapped_column(Text)
     token_count: Mapped[int] = mapped_column(Integer)
     #: Auto-metadata (see citeline.annotate): canonical model-number keys, and the section's type.
@@ -169,14 +174,32 @@ class Posting(Base):
     )
 
 
+class DocumentTerm(Base):
+    """One document-level keyword entry: term ``term`` occurs ``tf`` times in the whole of version
+    ``document_id`` (BM25 over whole documents, beside the chunks' postings)."""
+
+    __tablename__ = "document_terms"
+
+    document_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("documents.id", ondelete="CASCADE"), primary_key=True
+    )
+    term: Mapped[str] = mapped_column(Text, primary_key=True)
+    tf: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (Index("document_terms_term", "term", postgresql_include=["document_id", "tf"]),)
+
+
 class CorpusStats(Base):
-    """Totals over the active chunks (BM25's N and avgdl), kept in step by the transactions changing them."""
+    """Totals over the active chunks and the active versions (BM25's N and avgdl at each level), kept
+    in step by the transactions changing them."""
 
     __tablename__ = "corpus_stats"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     chunk_count: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     token_total: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    document_count: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    document_token_total: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     analyzer: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     #: The model the namespace serves: every active version and every query is embedded by it.
     embedding_model: Mapped[str | None] = mapped_column(Text)

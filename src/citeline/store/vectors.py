@@ -10,15 +10,27 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
-# Ask the ANN index for more candidates while rows fail the filters (pgvector >= 0.8): filtered
-# queries still fill k without falling back to a full scan.
-_ITERATIVE = "SET LOCAL hnsw.iterative_scan = relaxed_order"
+from citeline.store.index import EmbedFn, Repair, VectorQuery, VersionVectors
+
+#: pgvector settings every connection starts with (store/database.py passes them at connect time),
+#: so a search that needs nothing else sends no statement to set them. Iterative scanning
+#: (pgvector >= 0.8) asks the ANN index for more candidates while rows fail the filters, so filtered
+#: queries still fill k without falling back to a full scan; ef_search is the default breadth for
+#: the default 100 candidates; the scan budget is pgvector's own default.
+SESSION_EF_SEARCH = 100
+SESSION_SCAN_BUDGET = 20_000
+SESSION_SETTINGS = {
+    "hnsw.iterative_scan": "relaxed_order",
+    "hnsw.ef_search": str(SESSION_EF_SEARCH),
+    "hnsw.max_scan_tuples": str(SESSION_SCAN_BUDGET),
+}
 
 
 def _literal(value: str) -> str:
@@ -52,6 +64,47 @@ def to_pgvector(vector: NDArray[np.float32]) -> str:
     return "[" + ",".join(f"{x:.7g}" for x in vector.tolist()) + "]"
 
 
+@dataclass(frozen=True)
+class DensePlan:
+    """How a dense search runs: ``kind`` is ``hnsw`` (the index, unfiltered), ``hnsw-iterative`` (the
+    index, scanning on past tuples the filter drops), ``exact`` (every in-filter vector compared) or
+    ``empty`` (nothing in the filter); ``ef_search`` and ``scan_budget`` are pgvector's search breadth
+    and its cap on index tuples an iterative scan visits."""
+
+    kind: str
+    ef_search: int
+    scan_budget: int
+
+
+def plan_dense(
+    scope: tuple[Sequence[uuid.UUID], int, int] | None,
+    *,
+    limit: int,
+    ef_search: int,
+    exact_below: int,
+    tuple_cost: float = 0.0,
+) -> DensePlan:
+    """The plan of :func:`dense_search` for these arguments.
+
+    A filter keeping ``n`` of ``total`` chunks is scanned exactly when ``n <= exact_below``, or when
+    that is cheaper than the index: an exact scan reads ``n`` rows, while the index walks about
+    ``limit * total / n`` tuples to find ``limit`` in the filter, each costing ``tuple_cost`` rows
+    of an exact scan (0 never compares: the index above ``exact_below``).
+    """
+    ef = max(int(ef_search), limit)
+    if scope is None:
+        return DensePlan("hnsw", ef, SESSION_SCAN_BUDGET)
+    doc_ids, in_scope, total = scope
+    if not doc_ids or not in_scope:
+        return DensePlan("empty", ef, SESSION_SCAN_BUDGET)
+    if in_scope <= exact_below or in_scope * in_scope <= tuple_cost * limit * total:
+        return DensePlan("exact", ef, SESSION_SCAN_BUDGET)
+    # A filter keeping a share p of the chunks needs about limit / p index tuples to fill the limit;
+    # pgvector stops at hnsw.max_scan_tuples, so raise it for narrow filters.
+    budget = min(max(SESSION_SCAN_BUDGET, 4 * limit * total // in_scope), 2_000_000)
+    return DensePlan("hnsw-iterative", ef, budget)
+
+
 def dense_search(
     conn: sa.Connection,
     query: NDArray[np.float32],
@@ -62,50 +115,47 @@ def dense_search(
     limit: int,
     ef_search: int,
     exact_below: int,
+    tuple_cost: float = 0.0,
     scope: tuple[Sequence[uuid.UUID], int, int] | None = None,
     chunk_ids: Sequence[int] | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` nearest active chunks to ``query`` that satisfy ``where``: ``(chunk_id, distance)``.
 
     ``scope``, for a filtered search, is what the filter leaves: the documents of ``model`` it keeps,
-    their chunk count and the corpus's. When that is at most ``exact_below`` chunks, they are scanned
-    exactly (cheap, and no approximate index can miss one); otherwise the HNSW index is walked with
-    iterative scanning, keeping the tuples of those documents (``where`` is then not read again).
-    ``chunk_ids``, for a search with chunk-level filters, are the chunks of those documents that pass
-    them: the tuples kept are then these, and ``scope``'s count is theirs.
+    their chunk count and the corpus's. When that is few chunks (see :func:`plan_dense`), they are
+    scanned exactly (cheap, and no approximate index can miss one); otherwise the HNSW index is
+    walked with iterative scanning, keeping the tuples of those documents (``where`` is then not
+    read again). ``chunk_ids``, for a search with chunk-level filters, are the chunks of those
+    documents that pass them: the tuples kept are then these, and ``scope``'s count is theirs.
     """
+    plan = plan_dense(scope, limit=limit, ef_search=ef_search, exact_below=exact_below, tuple_cost=tuple_cost)
+    if plan.kind == "empty":
+        return []
     dim = int(query.shape[0])
     cast = f"c.embedding::vector({dim})"
     bind = {**params, "q": to_pgvector(query), "lim": limit, "m": model}
-    in_scope = total = 0
-    if scope is not None:
-        doc_ids, in_scope, total = scope
-        if in_scope <= exact_below:
-            if not doc_ids or (chunk_ids is not None and not chunk_ids):
-                return []
-            kept = "c.document_id = ANY(CAST(:ids AS uuid[]))"
-            if chunk_ids is not None:
-                kept = "c.id = ANY(CAST(:cids AS bigint[]))"
-            # Ordering by the uncast expression keeps the planner off the ANN index: this scan is exact.
-            rows = conn.execute(
-                sa.text(
-                    "SELECT c.id, c.embedding <=> CAST(:q AS vector) AS distance FROM chunks c "
-                    f"WHERE {kept} AND c.embedding_model = :m ORDER BY distance LIMIT :lim"
-                ),
-                {**bind, "ids": list(doc_ids), "cids": list(chunk_ids or [])},
-            ).all()
-            return [(int(r[0]), float(r[1])) for r in rows]
-    # A filter keeping a share p of the chunks needs about limit / p index tuples to fill the limit;
-    # pgvector stops at hnsw.max_scan_tuples (20,000 by default), so raise it for narrow filters.
-    budget = 20_000
-    if in_scope:
-        budget = min(max(budget, 4 * limit * total // in_scope), 2_000_000)
-    conn.execute(
-        sa.text(
-            f"{_ITERATIVE}; SET LOCAL hnsw.ef_search = {max(int(ef_search), limit)}; "
-            f"SET LOCAL hnsw.max_scan_tuples = {budget}"
-        )
-    )
+    if plan.kind == "exact":
+        assert scope is not None
+        kept = "c.document_id = ANY(CAST(:ids AS uuid[]))"
+        if chunk_ids is not None:
+            kept = "c.id = ANY(CAST(:cids AS bigint[]))"
+        # Ordering by the uncast expression keeps the planner off the ANN index: this scan is exact.
+        rows = conn.execute(
+            sa.text(
+                "SELECT c.id, c.embedding <=> CAST(:q AS vector) AS distance FROM chunks c "
+                f"WHERE {kept} AND c.embedding_model = :m ORDER BY distance LIMIT :lim"
+            ),
+            {**bind, "ids": list(scope[0]), "cids": list(chunk_ids or [])},
+        ).all()
+        return [(int(r[0]), float(r[1])) for r in rows]
+    # Connections start with SESSION_SETTINGS: only a search that needs others pays a statement for them.
+    changes = []
+    if plan.ef_search != SESSION_EF_SEARCH:
+        changes.append(f"SET LOCAL hnsw.ef_search = {plan.ef_search}")
+    if plan.scan_budget != SESSION_SCAN_BUDGET:
+        changes.append(f"SET LOCAL hnsw.max_scan_tuples = {plan.scan_budget}")
+    if changes:
+        conn.execute(sa.text("; ".join(changes)))
     if scope is not None:
         # The documents the filter keeps are known: each index tuple is checked against them (a hashed
         # array lookup) instead of joining its document: at 100k chunks with 20% in scope, 5.5 ms
@@ -127,3 +177,70 @@ def dense_search(
         bind,
     ).all()
     return [(int(r[0]), float(r[1])) for r in rows]
+
+
+class PgVectorIndex:
+    """The default :class:`~citeline.store.index.VectorIndex`: vectors in the chunk rows themselves.
+
+    The catalog's COPY writes each vector with its chunk and cascades delete them with their version,
+    so adding and removing need nothing more, and a crash cannot part a vector from its chunk.
+    """
+
+    name: ClassVar[str] = "pgvector"
+    in_rows: ClassVar[bool] = True
+
+    def __init__(self, *, ef_search: int, exact_below: int, tuple_cost: float = 0.0) -> None:
+        self.ef_search = ef_search
+        self.exact_below = exact_below
+        self.tuple_cost = tuple_cost
+
+    def prepare(self, conn: sa.Connection, model: str, dimension: int) -> None:
+        ensure_index(conn, model, dimension)
+
+    def add(self, conn: sa.Connection, model: str, batch: Sequence[VersionVectors]) -> None:
+        """Nothing to do: :func:`~citeline.store.catalog.insert_chunks` wrote the vectors in the rows."""
+
+    def remove(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
+        """Nothing to do: deleting a version's row deletes its chunks, and their vectors with them."""
+
+    def relabelled(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
+        """Nothing to do: searches read the labels from the catalog."""
+
+    def search(self, conn: sa.Connection, query: VectorQuery) -> list[tuple[int, float]]:
+        where, params = query.filters.sql()
+        scope = query.scope
+        return dense_search(
+            conn,
+            query.vector,
+            model=query.model,
+            where=where,
+            params=params,
+            limit=query.limit,
+            ef_search=self.ef_search,
+            exact_below=self.exact_below,
+            tuple_cost=self.tuple_cost,
+            scope=(scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None,
+            chunk_ids=scope.chunk_ids if scope else None,
+        )
+
+    def vectors(self, conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:
+        if not chunk_ids:
+            return {}
+        rows = conn.execute(
+            sa.text("SELECT id, embedding FROM chunks WHERE id = ANY(:ids) AND embedding IS NOT NULL"),
+            {"ids": list(chunk_ids)},
+        )
+        return {int(r[0]): as_array(r[1]) for r in rows}
+
+    def repair(self, conn: sa.Connection, model: str, embed: EmbedFn) -> Repair:
+        """Nothing to repair: a vector lives and dies with its chunk row."""
+        return Repair()
+
+    def close(self) -> None:
+        """Nothing to close: the catalog's engine is the caller's."""
+
+
+def as_array(value: Any) -> NDArray[np.float32]:
+    """A vector read from PostgreSQL as a numpy array (pgvector's loader gives Vector objects in recent
+    releases, arrays in older ones)."""
+    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)

@@ -307,8 +307,10 @@ def server_params(
     return params
 
 
-# What no sentence may hold (but a decimal point): sentence ends, brackets, line breaks, CJK characters.
-_EXCLUDED = r".!?\[\]\r\n\u3000-\u9fff\uff00-\uffef"
+# What no sentence may hold (but a decimal point): sentence ends, brackets, line breaks, the ellipsis
+# that marks sentences left out of the evidence (a sentence spanning one joins two that were apart),
+# CJK characters.
+_EXCLUDED = r".!?\[\]\r\n\u2026\u3000-\u9fff\uff00-\uffef"
 
 
 def citation_grammar(shape: AnswerShape) -> str:
@@ -318,7 +320,8 @@ def citation_grammar(shape: AnswerShape) -> str:
     line break: where the model would end a sentence, it has to cite. A 0.5B model rarely writes a
     citation of its own accord, but given the choice of number after its full stop it mostly picks the
     passage it drew on. CJK characters are left out too: the small Qwen models drift into Chinese when
-    a sentence is kept from ending. The reply may not open with ``shape.not_opening`` (the word that
+    a sentence is kept from ending; so is the ellipsis, which the model copies from the evidence to join
+    sentences that were apart. The reply may not open with ``shape.not_opening`` (the word that
     heads the evidence, which small models echo before listing the sources back).
     """
     if shape.passages < 1:

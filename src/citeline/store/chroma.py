@@ -1,0 +1,453 @@
+"""Chroma behind the :class:`~citeline.store.index.VectorIndex` protocol: embedded, server or cloud.
+
+The catalog in PostgreSQL keeps everything but the vectors (text, labels, what is active); Chroma keeps
+each vector under its chunk id, with its version id as metadata.
+
+**Layout: one collection per namespace, model and scope partition.** A document's partition is its set
+of scopes (universal documents share one). A scoped search queries, unfiltered, only the partitions of
+the documents its filters keep (resolved by the catalog, so every filter kind counts), merges them by
+distance and keeps chunks of the allowed versions; an unscoped search queries every partition. Chroma's
+own ``where`` filters are never used on the search path: at 100k vectors here they cost 100 to 500
+times an unfiltered query whatever their selectivity (bench/chroma.py), and reading metadata with each
+hit several times its price, so hits are checked against the catalog instead. Vectors move between
+partitions when a document's scopes change (:meth:`ChromaIndex.relabelled`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
+
+import numpy as np
+import sqlalchemy as sa
+from numpy.typing import NDArray
+from pydantic import SecretStr
+
+from citeline.errors import ConfigError, StoreError
+from citeline.settings import Settings
+from citeline.store.index import EmbedFn, Repair, VectorQuery, VersionVectors
+
+#: Ids read or written per Chroma call (its batch limit is larger; this keeps requests small).
+_PAGE = 5_000
+#: Extra room asked of Chroma over what the filter's share of the corpus predicts.
+_SLACK = 1.5
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """Which Chroma client to open, and with what (the API key stays secret in logs and reprs)."""
+
+    kind: Literal["embedded", "server", "cloud"]
+    path: Path | None = None
+    host: str | None = None
+    port: int | None = None
+    ssl: bool = False
+    api_key: SecretStr | None = None
+    tenant: str | None = None
+    database: str | None = None
+
+
+def client_spec(settings: Settings) -> ClientSpec:
+    """The client the settings ask for: a server at ``chroma_url``; else Chroma Cloud when an API key
+    is set; else embedded in the data directory."""
+    tenant, database = settings.chroma_tenant, settings.chroma_database
+    if settings.chroma_url:
+        url = urlsplit(settings.chroma_url)
+        if not url.hostname:
+            raise ConfigError(f"chroma_url {settings.chroma_url!r} names no host")
+        ssl = url.scheme == "https"
+        return ClientSpec(
+            "server",
+            host=url.hostname,
+            port=url.port or (443 if ssl else 8000),
+            ssl=ssl,
+            api_key=settings.chroma_api_key,
+            tenant=tenant,
+            database=database,
+        )
+    if settings.chroma_api_key is not None:
+        return ClientSpec("cloud", api_key=settings.chroma_api_key, tenant=tenant, database=database)
+    path = settings.data_dir.expanduser().resolve() / "chroma"
+    return ClientSpec("embedded", path=path, tenant=tenant, database=database)
+
+
+def _connect(spec: ClientSpec) -> Any:
+    try:
+        import chromadb
+    except ImportError as exc:
+        raise ConfigError(
+            "CITELINE_VECTOR_BACKEND=chroma needs the chromadb package: pip install 'citeline[chroma]'"
+        ) from exc
+    from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT
+    from chromadb.config import Settings as ChromaSettings
+
+    # Nothing reaches the network unless the user configured it: no usage reports.
+    quiet = ChromaSettings(anonymized_telemetry=False)
+    tenant, database = spec.tenant or DEFAULT_TENANT, spec.database or DEFAULT_DATABASE
+    if spec.kind == "embedded":
+        assert spec.path is not None
+        spec.path.mkdir(parents=True, exist_ok=True)
+        return chromadb.PersistentClient(
+            path=str(spec.path), settings=quiet, tenant=tenant, database=database
+        )
+    if spec.kind == "server":
+        headers = {"x-chroma-token": spec.api_key.get_secret_value()} if spec.api_key else None
+        return chromadb.HttpClient(
+            host=spec.host or "localhost",
+            port=spec.port or 8000,
+            ssl=spec.ssl,
+            headers=headers,
+            settings=quiet,
+            tenant=tenant,
+            database=database,
+        )
+    assert spec.api_key is not None
+    # The cloud resolves an unset tenant and database from the key.
+    return chromadb.CloudClient(
+        tenant=spec.tenant, database=spec.database, api_key=spec.api_key.get_secret_value(), settings=quiet
+    )
+
+
+#: The partition of universal documents (no scopes).
+UNIVERSAL = "u"
+
+
+def collection_name(namespace: str, model: str, partition: str = UNIVERSAL) -> str:
+    """The collection of one namespace's vectors of one model and scope partition: vector spaces never
+    share a collection."""
+    return f"{_prefix(namespace)}{hashlib.sha1(model.encode()).hexdigest()[:12]}_{partition}"
+
+
+def _prefix(namespace: str) -> str:
+    return f"citeline_{namespace}_"
+
+
+def partition(scopes: Sequence[str]) -> str:
+    """The partition of a document with these scopes: its set of scopes, as a short stable name."""
+    if not scopes:
+        return UNIVERSAL
+    return hashlib.sha1("\n".join(sorted(set(scopes))).encode()).hexdigest()[:12]
+
+
+class ChromaIndex:
+    """Vectors in Chroma, partitioned by scopes; see the module's docstring."""
+
+    name: ClassVar[str] = "chroma"
+    in_rows: ClassVar[bool] = False
+
+    def __init__(self, spec: ClientSpec, *, namespace: str, ef_search: int) -> None:
+        self.spec = spec
+        self.namespace = namespace
+        self.ef_search = ef_search
+        self._client: Any = None
+        self._collections: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ChromaIndex:
+        return cls(client_spec(settings), namespace=settings.namespace, ef_search=settings.hnsw_ef_search)
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            with self._lock, self._errors("connect"):
+                if self._client is None:
+                    self._client = _connect(self.spec)
+        return self._client
+
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """Chroma's failures as :class:`StoreError` (a job retries them), saying where it failed."""
+        try:
+            yield
+        except (StoreError, ConfigError):
+            raise
+        except Exception as exc:
+            where = {"embedded": str(self.spec.path), "cloud": "Chroma Cloud"}.get(
+                self.spec.kind, f"{self.spec.host}:{self.spec.port}"
+            )
+            raise StoreError(f"Chroma ({self.spec.kind}, {where}) failed to {action}: {exc}") from exc
+
+    def _collection(self, model: str, part: str, dimension: int | None = None) -> Any:
+        """A partition's collection; created when ``dimension`` is given, else None if it does not exist."""
+        name = collection_name(self.namespace, model, part)
+        held = self._collections.get(name)
+        if held is not None:
+            return held
+        if dimension is None:
+            try:
+                found = self.client.get_collection(name)
+            except Exception:  # Chroma raises its NotFoundError, or ValueError in older clients
+                return None
+        else:
+            found = self.client.get_or_create_collection(
+                name,
+                configuration={"hnsw": {"space": "cosine", "ef_search": self.ef_search}},
+                metadata={"citeline_model": model, "partition": part},
+            )
+        self._collections[name] = found
+        return found
+
+    def _namespace_collections(self) -> list[Any]:
+        out = []
+        for listed in self.client.list_collections():
+            name = listed.name if hasattr(listed, "name") else str(listed)
+            if name.startswith(_prefix(self.namespace)):
+                out.append(self._collections.get(name) or self.client.get_collection(name))
+        return out
+
+    def prepare(self, conn: sa.Connection, model: str, dimension: int) -> None:
+        with self._errors(f"prepare the collections of {model}"):
+            self._collection(model, UNIVERSAL, dimension)
+
+    def add(self, conn: sa.Connection, model: str, batch: Sequence[VersionVectors]) -> None:
+        if not any(len(part.chunk_ids) for part in batch):
+            return
+        parts = _partitions(conn, [part.version_id for part in batch])
+        grouped: dict[str, list[tuple[str, str, NDArray[np.float32]]]] = {}
+        for part in batch:
+            # A version the catalog no longer holds goes to the universal partition; repair removes it.
+            target = grouped.setdefault(parts.get(part.version_id, UNIVERSAL), [])
+            target.extend(
+                (str(cid), str(part.version_id), vec)
+                for cid, vec in zip(part.chunk_ids, part.vectors, strict=True)
+            )
+        with self._errors(f"add {sum(len(g) for g in grouped.values())} vectors"):
+            for name, rows in grouped.items():
+                self._upsert(self._collection(model, name, int(rows[0][2].shape[0])), rows)
+
+    @staticmethod
+    def _upsert(collection: Any, rows: Sequence[tuple[str, str, NDArray[np.float32]]]) -> None:
+        for at in range(0, len(rows), _PAGE):
+            page = rows[at : at + _PAGE]
+            collection.upsert(
+                ids=[r[0] for r in page],
+                embeddings=np.stack([r[2] for r in page]),
+                metadatas=[{"version": r[1]} for r in page],
+            )
+
+    def remove(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
+        if not version_ids:
+            return
+        where = {"version": {"$in": [str(v) for v in version_ids]}}
+        with self._errors(f"remove the vectors of {len(version_ids)} versions"):
+            for collection in self._namespace_collections():
+                collection.delete(where=where)
+
+    def relabelled(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
+        """Move the vectors of versions whose scopes changed to their new partition."""
+        if not version_ids:
+            return
+        parts = _partitions(conn, version_ids)
+        rows = conn.execute(
+            sa.text(
+                "SELECT c.id, c.document_id, c.embedding_model FROM chunks c "
+                "WHERE c.document_id = ANY(CAST(:ids AS uuid[])) AND c.embedding IS NULL"
+            ),
+            {"ids": list(version_ids)},
+        ).all()
+        wanted: dict[str, tuple[str, str]] = {
+            str(cid): (model, parts[version]) for cid, version, model in rows if version in parts
+        }
+        with self._errors(f"move the vectors of {len(version_ids)} relabelled versions"):
+            self._refile(wanted)
+
+    def _refile(self, wanted: dict[str, tuple[str, str]]) -> int:
+        """Move each chunk id of ``wanted`` found outside its (model, partition) there; returns how many."""
+        moved = 0
+        if not wanted:
+            return moved
+        ids = list(wanted)
+        for collection in self._namespace_collections():
+            meta = collection.metadata or {}
+            here = (meta.get("citeline_model"), meta.get("partition"))
+            misplaced = [i for i in ids if wanted[i] != here]
+            for at in range(0, len(misplaced), _PAGE):
+                got = collection.get(ids=misplaced[at : at + _PAGE], include=["embeddings", "metadatas"])
+                if not got["ids"]:
+                    continue
+                by_target: dict[tuple[str, str], list[tuple[str, str, NDArray[np.float32]]]] = {}
+                for i, vec, m in zip(got["ids"], got["embeddings"], got["metadatas"], strict=True):
+                    row = (i, str((m or {}).get("version", "")), np.asarray(vec, dtype=np.float32))
+                    by_target.setdefault(wanted[i], []).append(row)
+                for (model, part), rows in by_target.items():
+                    self._upsert(self._collection(model, part, int(rows[0][2].shape[0])), rows)
+                collection.delete(ids=list(got["ids"]))
+                moved += len(got["ids"])
+        return moved
+
+    def search(self, conn: sa.Connection, query: VectorQuery) -> list[tuple[int, float]]:
+        scope = query.scope
+        if scope is not None and (not scope.document_ids or scope.chunk_ids == []):
+            return []
+        if scope is not None:
+            allowed = "c.document_id = ANY(CAST(:allowed AS uuid[]))"
+            bind: dict[str, Any] = {"allowed": list(scope.document_ids)}
+            if scope.chunk_ids is not None:
+                # Chunk-level filters (model number, section type) chose these chunks of those documents.
+                allowed, bind["allowed"] = "c.id = ANY(CAST(:allowed AS bigint[]))", list(scope.chunk_ids)
+            parts = sorted(set(_partitions(conn, scope.document_ids).values()))
+        else:
+            allowed = (
+                "c.document_id IN (SELECT id FROM documents WHERE is_active AND embedding_model = :m "
+                "AND vector_index = :vi)"
+            )
+            bind = {"m": query.model, "vi": self.name}
+            listed = conn.execute(
+                sa.text(
+                    "SELECT DISTINCT scopes FROM documents "
+                    "WHERE is_active AND embedding_model = :m AND vector_index = :vi"
+                ),
+                bind,
+            ).scalars()
+            parts = sorted({partition(scopes) for scopes in listed})
+        with self._errors("search"):
+            collections = [c for c in (self._collection(query.model, p) for p in parts) if c is not None]
+            want = {id(c): math.ceil(query.limit * _SLACK) for c in collections}
+            found: dict[int, float] = {}
+            # The farthest distance each partition returned, for those that may hold more.
+            horizon: dict[int, float] = {}
+            while True:
+                for c in collections:
+                    got = self._query(c, query.vector, want[id(c)])
+                    found.update(got)
+                    if len(got) == want[id(c)]:
+                        horizon[id(c)] = max(got.values())
+                    else:
+                        horizon.pop(id(c), None)
+                kept = _kept(conn, found, allowed, bind)
+                # Exact (as far as each HNSW query is): a partition cut off nearer than the last hit kept
+                # may hide a nearer allowed chunk, so it is asked for more.
+                last = kept[query.limit - 1][1] if len(kept) >= query.limit else math.inf
+                collections = [c for c in collections if horizon.get(id(c), math.inf) < last]
+                if not collections:
+                    return kept[: query.limit]
+                for c in collections:
+                    want[id(c)] *= 4
+
+    @staticmethod
+    def _query(collection: Any, vector: NDArray[np.float32], n: int) -> dict[int, float]:
+        size = int(collection.count())
+        if size == 0:
+            return {}
+        # Distances only: asking for metadata with the hits costs several times the search itself.
+        result = collection.query(query_embeddings=[vector], n_results=min(n, size), include=["distances"])
+        return {int(i): float(d) for i, d in zip(result["ids"][0], result["distances"][0], strict=True)}
+
+    def vectors(self, conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:
+        out: dict[int, NDArray[np.float32]] = {}
+        if not chunk_ids:
+            return out
+        rows = conn.execute(
+            sa.text(
+                "SELECT c.id, c.embedding_model, d.scopes FROM chunks c "
+                "JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(:ids)"
+            ),
+            {"ids": list(chunk_ids)},
+        ).all()
+        where: dict[tuple[str, str], list[str]] = {}
+        for cid, model, scopes in rows:
+            where.setdefault((model, partition(scopes)), []).append(str(cid))
+        with self._errors(f"read {len(chunk_ids)} vectors"):
+            for (model, part), ids in where.items():
+                collection = self._collection(model, part)
+                if collection is None:
+                    continue
+                got = collection.get(ids=ids, include=["embeddings"])
+                for i, vec in zip(got["ids"], got["embeddings"], strict=True):
+                    out[int(i)] = np.asarray(vec, dtype=np.float32)
+        return out
+
+    def repair(self, conn: sa.Connection, model: str, embed: EmbedFn) -> Repair:
+        """Remove vectors whose chunk is gone, move vectors filed under old scopes, and restore active
+        chunks that have no vector.
+
+        Chroma's ids are read before the catalog's: a version is activated only after its vectors were
+        added, so an active chunk missing from what was read really has no vector (or was added since,
+        and is then written again, which changes nothing).
+        """
+        removed = restored = unrestorable = 0
+        with self._errors("repair"):
+            held: set[int] = set()
+            for collection in self._namespace_collections():
+                ids = self._all_ids(collection)
+                existing = set(
+                    conn.execute(
+                        sa.text("SELECT id FROM chunks WHERE id = ANY(:ids)"), {"ids": sorted(ids)}
+                    ).scalars()
+                )
+                orphans = [str(i) for i in ids - existing]
+                for at in range(0, len(orphans), _PAGE):
+                    collection.delete(ids=orphans[at : at + _PAGE])
+                removed += len(orphans)
+                held |= ids & existing
+            rows = conn.execute(
+                sa.text(
+                    "SELECT c.id, c.document_id, c.embedding_model, d.scopes, c.text, d.is_active "
+                    "FROM chunks c JOIN documents d ON d.id = c.document_id "
+                    "WHERE d.vector_index = :name AND c.embedding IS NULL "
+                    "AND (d.is_active OR c.id = ANY(:held))"
+                ),
+                {"name": self.name, "held": sorted(held)},
+            ).all()
+            self._refile({str(r[0]): (r[2], partition(r[3])) for r in rows if int(r[0]) in held})
+            missing = [r for r in rows if r[5] and int(r[0]) not in held]
+            todo = [r for r in missing if r[2] == model]
+            unrestorable = len(missing) - len(todo)
+            for at in range(0, len(todo), _PAGE):
+                part = todo[at : at + _PAGE]
+                vectors = embed([r[4] for r in part])
+                self.add(
+                    conn,
+                    model,
+                    [VersionVectors(r[1], [int(r[0])], vectors[i : i + 1]) for i, r in enumerate(part)],
+                )
+                restored += len(part)
+        return Repair(removed=removed, restored=restored, unrestorable=unrestorable)
+
+    @staticmethod
+    def _all_ids(collection: Any) -> set[int]:
+        ids: set[int] = set()
+        offset = 0
+        while True:
+            page = collection.get(include=[], limit=_PAGE, offset=offset)["ids"]
+            ids.update(int(i) for i in page)
+            if len(page) < _PAGE:
+                return ids
+            offset += _PAGE
+
+    def close(self) -> None:
+        self._collections.clear()
+        self._client = None
+
+
+def _partitions(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The partition of each of these versions, as the catalog labels them now."""
+    rows = conn.execute(
+        sa.text("SELECT id, scopes FROM documents WHERE id = ANY(CAST(:ids AS uuid[]))"),
+        {"ids": list(version_ids)},
+    )
+    return {r[0]: partition(r[1]) for r in rows}
+
+
+def _kept(
+    conn: sa.Connection, found: dict[int, float], allowed: str, bind: dict[str, Any]
+) -> list[tuple[int, float]]:
+    """The candidates that are chunks of allowed versions, nearest first."""
+    if not found:
+        return []
+    ok = set(
+        conn.execute(
+            sa.text(f"SELECT c.id FROM chunks c WHERE c.id = ANY(:cands) AND {allowed}"),
+            {**bind, "cands": list(found)},
+        ).scalars()
+    )
+    return sorted(((cid, d) for cid, d in found.items() if cid in ok), key=lambda item: (item[1], item[0]))

@@ -1,0 +1,162 @@
+"""The vector index: one protocol, one backend per store (``CITELINE_VECTOR_BACKEND``).
+
+The catalog in PostgreSQL stays the source of truth for what is searchable. A backend holds vectors by
+chunk id and answers "which chunks are nearest"; the catalog decides which of them count (chunks of
+active versions that pass the filters). A chunk row carries its vector inline when pgvector holds it,
+and none when another backend does: readers fill the missing ones from the index (:func:`fill_vectors`).
+
+Writes follow one order, so that a crash anywhere leaves only what :meth:`VectorIndex.repair` fixes:
+a version's vectors are stored after its chunk rows commit and before its swap-in; deletes and swaps
+commit in the catalog first, then remove vectors. So a vector never exists before its chunk (a repair
+may run while other processes ingest), a crash leaves at worst vectors without chunks (removed by
+repair), and an active chunk without a vector means the index lost it (restored by repair).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import numpy as np
+import sqlalchemy as sa
+from numpy.typing import NDArray
+
+from citeline.retrieve.filters import Filters
+from citeline.settings import Settings
+
+
+@dataclass(frozen=True)
+class VersionVectors:
+    """The vectors of some chunks of one version, to add to the index."""
+
+    version_id: uuid.UUID
+    chunk_ids: Sequence[int]
+    vectors: NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class InScope:
+    """What a filtered search may see, read once per search from the catalog: the active versions of the
+    query's model that pass the filter, how many chunks they hold, and how many the whole corpus holds."""
+
+    document_ids: list[uuid.UUID]
+    chunks: int
+    corpus_chunks: int
+    #: With chunk-level filters (model number, section type): the chunks of those documents that
+    #: pass them, found through their indexes; ``chunks`` then counts these.
+    chunk_ids: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class VectorQuery:
+    """One dense search. ``scope`` is what ``filters`` keep (None for an unfiltered search); each backend
+    compiles the two into its own query."""
+
+    vector: NDArray[np.float32]
+    model: str
+    filters: Filters
+    scope: InScope | None
+    limit: int
+
+
+@dataclass(frozen=True)
+class Repair:
+    """What :meth:`VectorIndex.repair` found and fixed."""
+
+    #: Vectors whose chunk no longer exists (deleted, or never committed), removed.
+    removed: int = 0
+    #: Active chunks that had no vector, embedded again from their text and added.
+    restored: int = 0
+    #: Active chunks without a vector that could not be restored: their model is not the embedder's.
+    unrestorable: int = 0
+
+
+#: Embeds texts with the store's embedder (for :meth:`VectorIndex.repair`).
+EmbedFn = Callable[[list[str]], NDArray[np.float32]]
+
+
+class VectorIndex(Protocol):
+    """Where chunk vectors live and are searched. Every method takes the catalog connection of the caller,
+    whose transaction decides what is visible; a backend outside PostgreSQL ignores it for its own writes.
+    """
+
+    #: Recorded on each version it holds, so that a search never compares vectors held elsewhere.
+    name: ClassVar[str]
+    #: Whether the vectors live in the chunk rows, written by the catalog's own insert (pgvector).
+    in_rows: ClassVar[bool]
+
+    def prepare(self, conn: sa.Connection, model: str, dimension: int) -> None:
+        """Make ready to hold vectors of ``model`` (an ANN index, a collection)."""
+        ...
+
+    def add(self, conn: sa.Connection, model: str, batch: Sequence[VersionVectors]) -> None:
+        """Store the vectors of chunks already written to the catalog (still invisible versions)."""
+        ...
+
+    def remove(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
+        """Drop every vector of these versions (a retired version, or all versions of a deleted document)."""
+        ...
+
+    def relabelled(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
+        """These versions' labels changed in the catalog (committed): a backend that lays vectors out by
+        label files them anew."""
+        ...
+
+    def search(self, conn: sa.Connection, query: VectorQuery) -> list[tuple[int, float]]:
+        """The ``query.limit`` nearest active chunks within the filters, nearest first:
+        ``(chunk_id, cosine distance)``."""
+        ...
+
+    def vectors(self, conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:
+        """The vectors of these chunks (ids it does not hold are left out)."""
+        ...
+
+    def repair(self, conn: sa.Connection, model: str, embed: EmbedFn) -> Repair:
+        """Make the index agree with the catalog after a crash: no vector without a chunk, no active chunk
+        without a vector (chunks of ``model`` are embedded again with ``embed``)."""
+        ...
+
+    def close(self) -> None:
+        """Let go of clients and connections."""
+        ...
+
+
+def open_index(settings: Settings) -> VectorIndex:
+    """The backend named by ``settings.vector_backend``, not yet connected to anything remote."""
+    if settings.vector_backend == "chroma":
+        from citeline.store.chroma import ChromaIndex  # chromadb is imported only by those who use it
+
+        return ChromaIndex.from_settings(settings)
+    from citeline.store.vectors import PgVectorIndex
+
+    return PgVectorIndex(
+        ef_search=settings.hnsw_ef_search,
+        exact_below=settings.exact_search_below,
+        tuple_cost=settings.hnsw_tuple_cost,
+    )
+
+
+def fill_vectors(
+    conn: sa.Connection, index: VectorIndex, found: dict[int, NDArray[np.float32] | None]
+) -> dict[int, NDArray[np.float32]]:
+    """``found`` (vectors read from chunk rows, None where the row holds none) completed from ``index``;
+    ids neither holds are left out."""
+    missing = [cid for cid, vec in found.items() if vec is None]
+    out = {cid: vec for cid, vec in found.items() if vec is not None}
+    if missing:
+        out.update(index.vectors(conn, missing))
+    return out
+
+
+def cosine_distances(vectors: dict[int, NDArray[np.float32]], query: NDArray[np.float32]) -> dict[int, float]:
+    """Cosine distance (1 - cosine similarity, as pgvector's ``<=>``) of each vector to ``query``."""
+    if not vectors:
+        return {}
+    ids = list(vectors)
+    matrix = np.stack([vectors[i] for i in ids]).astype(np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(q))
+    sims = matrix @ q / np.where(norms == 0, 1.0, norms)
+    return {cid: float(1.0 - s) for cid, s in zip(ids, sims.tolist(), strict=True)}

@@ -1,0 +1,237 @@
+"""The search path: scoped dense plans find exactly what a brute-force scan finds, query vectors are
+cached per model and text, and concurrent searches return what a lone search returns."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from numpy.typing import NDArray
+
+from citeline.engine import Citeline
+from citeline.ingest import IngestOptions
+from citeline.retrieve.filters import Filters
+from citeline.retrieve.query import QueryVectors, VectorCache
+from citeline.retrieve.search import Explain, SearchRequest, read_catalog
+from citeline.store import catalog
+from citeline.store.catalog import ChunkGroup, ChunkRow, Labels, VersionSpec
+from citeline.store.vectors import dense_search, ensure_index, plan_dense
+from tests.conftest import write
+
+DOCS, PER_DOC, DIM = 60, 50, 384
+#: Filters keeping about 1.7%, 10% and 50% of the synthetic corpus, and a scope with a universal document.
+SELECTIVITIES = {
+    "one-document": Filters(tags_any=("one",)),
+    "tenth": Filters(tags_any=("tenth",)),
+    "half": Filters(tags_any=("half",)),
+    "scope-with-universal": Filters(scopes=("s1",)),
+}
+
+
+def _labels(d: int) -> Labels:
+    tags = [tag for tag, keep in (("one", d == 1), ("tenth", d % 10 == 1), ("half", d % 2 == 1)) if keep]
+    # Document 0 is universal: in every scope.
+    return Labels(tags=tuple(tags), scopes=() if d == 0 else (f"s{d % 3}",))
+
+
+@pytest.fixture
+def synthetic(cl: Citeline) -> tuple[Citeline, dict[int, NDArray[np.float32]]]:
+    """3,000 chunks whose vectors lie around 40 random centres (so nearest neighbours are well defined,
+    as with real embeddings), labelled by :func:`_labels`; returns each chunk's vector by id."""
+    rng = np.random.default_rng(11)
+    centres = rng.normal(size=(40, DIM))
+    model = cl.embedder.model_id
+    for d in range(DOCS):
+        vectors = centres[rng.integers(0, 40, PER_DOC)] + rng.normal(scale=0.6, size=(PER_DOC, DIM))
+        vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+        rows = [ChunkRow(i, f"doc {d} chunk {i}", 1, 0, 10, None, {"chunk": 1}, 1) for i in range(PER_DOC)]
+        with cl.engine.begin() as conn:
+            doc, _ = catalog.begin_version(
+                conn,
+                source_uri=f"synthetic://{d}",
+                name=f"doc-{d}",
+                spec=VersionSpec(uuid.uuid4().hex, model, 800, 120),
+                labels=_labels(d),
+            )
+            catalog.insert_chunks(conn, model, [ChunkGroup(doc, rows, vectors)])
+            catalog.activate(conn, [catalog.Activation(doc, f"doc {d}", "text/plain", None, 1, 0)])
+    with cl.engine.begin() as conn:
+        ensure_index(conn, model, DIM)
+        conn.execute(sa.text("ANALYZE"))
+        stored = conn.execute(sa.text("SELECT id, embedding FROM chunks")).all()
+    return cl, {int(cid): vec.to_numpy() for cid, vec in stored}
+
+
+def _brute_force(
+    cl: Citeline,
+    vectors: dict[int, NDArray[np.float32]],
+    query: NDArray[np.float32],
+    filters: Filters,
+    k: int,
+) -> list[int]:
+    where, params = filters.sql()
+    with cl.engine.connect() as conn:
+        in_filter = conn.execute(
+            sa.text(f"SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE {where}"),
+            params,
+        ).scalars()
+        ids = np.array(sorted(in_filter))
+    distances = 1 - np.stack([vectors[int(i)] for i in ids]) @ query
+    return [int(ids[i]) for i in np.argsort(distances, kind="stable")[:k]]
+
+
+#: ``exact_search_below`` settings: always the index, the default (chosen by the filter's size), always exact.
+PLAN_SETTINGS = {"index": 0, "default": 2_000, "exact": 1_000_000}
+
+
+def test_scoped_dense_search_finds_the_brute_force_top_k(
+    synthetic: tuple[Citeline, dict[int, NDArray[np.float32]]],
+) -> None:
+    cl, vectors = synthetic
+    rng = np.random.default_rng(5)
+    queries = []
+    for _ in range(5):
+        query = next(iter(vectors.values())) + rng.normal(scale=0.05, size=DIM).astype(np.float32)
+        queries.append(query / np.linalg.norm(query))
+    plans: dict[str, set[str]] = {setting: set() for setting in PLAN_SETTINGS}
+    for name, filters in SELECTIVITIES.items():
+        where, params = filters.sql()
+        for setting, exact_below in PLAN_SETTINGS.items():
+            for query in queries:
+                with cl.engine.begin() as conn:
+                    view = read_catalog(conn, cl.embedder.model_id, filters)
+                    assert view.scope is not None
+                    scope = (view.scope.document_ids, view.scope.chunks, view.scope.corpus_chunks)
+                    plans[setting].add(
+                        plan_dense(scope, limit=10, ef_search=100, exact_below=exact_below).kind
+                    )
+                    found = dense_search(
+                        conn,
+                        query,
+                        model=cl.embedder.model_id,
+                        where=where,
+                        params=params,
+                        scope=scope,
+                        limit=10,
+                        ef_search=100,
+                        exact_below=exact_below,
+                    )
+                expected = _brute_force(cl, vectors, query, filters, 10)
+                assert [cid for cid, _ in found] == expected, (name, setting)
+    # Each setting exercises the plan it is meant to.
+    assert plans["index"] == {"hnsw-iterative"} and plans["exact"] == {"exact"}
+
+
+def test_explain_reports_the_plan_and_the_filter_share(
+    synthetic: tuple[Citeline, dict[int, NDArray[np.float32]]],
+) -> None:
+    cl, _ = synthetic
+    half = SearchRequest("chunk", filters=SELECTIVITIES["half"])
+    explain = Explain()
+    cl.search(half, explain=explain)
+    assert explain.selectivity == pytest.approx(0.5)
+    assert (explain.scope_chunks, explain.corpus_chunks) == (1_500, 3_000)
+    # 1,500 * 1,500 <= 18 * 100 * 3,000: at this corpus size, scanning half of it is the cheaper plan.
+    assert explain.dense_plan == "exact" and explain.dense_candidates == 100
+    with cl.derive(exact_search_below=0, hnsw_tuple_cost=0) as index_only:
+        forced = Explain()
+        index_only.search(half, explain=forced)
+    assert forced.dense_plan == "hnsw-iterative" and forced.dense_candidates == 100
+    unfiltered = Explain()
+    cl.search(SearchRequest("chunk"), explain=unfiltered)
+    assert unfiltered.dense_plan == "hnsw" and unfiltered.selectivity is None
+    # The catalog, the dense search, the candidates' fields, the kept texts (the keyword index is
+    # loaded by now, and reads no log position of its own).
+    assert unfiltered.round_trips == 4
+
+
+def test_the_cache_never_returns_a_vector_for_another_model_or_text() -> None:
+    cache = VectorCache(size=4)
+    vector = np.arange(3, dtype=np.float32)
+    cache.put("onnx:a", "insulin dose", vector)
+    assert np.array_equal(cache.get("onnx:a", "insulin dose"), vector)  # type: ignore[arg-type]
+    for model, text in [("onnx:b", "insulin dose"), ("onnx:a", "insulin dose "), ("onnx:a", "Insulin dose")]:
+        assert cache.get(model, text) is None
+    # Model and text are one key, never joined into a string that two pairs could share.
+    cache.put("onnx:a:x", "y", vector + 1)
+    assert cache.get("onnx:a", "x:y") is None
+
+
+def test_cached_vectors_are_read_only_and_the_least_recently_used_goes_first() -> None:
+    cache = VectorCache(size=2)
+    stored = cache.put("m", "a", np.zeros(2, dtype=np.float32))
+    with pytest.raises(ValueError, match="read-only"):
+        stored[0] = 1.0
+    cache.put("m", "b", np.ones(2, dtype=np.float32))
+    assert cache.get("m", "a") is not None  # "a" is now the most recently used
+    cache.put("m", "c", np.ones(2, dtype=np.float32))
+    assert cache.get("m", "b") is None and cache.get("m", "a") is not None and len(cache) == 2
+
+
+def test_the_cache_keeps_each_threads_vector_under_its_own_key() -> None:
+    cache = VectorCache(size=64)
+    wrong: list[tuple[int, int]] = []
+
+    def work(worker: int) -> None:
+        for i in range(500):
+            key = worker * 1000 + i % 80
+            cache.put(f"m{worker}", str(key), np.full(4, key, dtype=np.float32))
+            got = cache.get(f"m{worker}", str(key))
+            if got is not None and int(got[0]) != key:
+                wrong.append((key, int(got[0])))
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong and len(cache) == 64
+
+
+def test_query_vectors_match_the_ingest_embedding_and_are_cached_per_text(cl: Citeline) -> None:
+    vectors = QueryVectors(threads=2, cache_size=8)
+    texts = ["insulin dose adjustment", "hand hygiene before surgery"]
+    for text in texts:
+        assert vectors.cached(cl.embedder, text) is None
+        fresh = vectors.embed(cl.embedder, text)
+        np.testing.assert_allclose(fresh, cl.embedder.embed([text])[0], atol=1e-5)
+    first, second = (vectors.cached(cl.embedder, t) for t in texts)
+    assert first is not None and second is not None and not np.allclose(first, second)
+
+
+def test_a_repeated_search_reuses_its_vector_and_finds_the_same(cl: Citeline, tmp_path: Path) -> None:
+    cl.ingest([write(tmp_path / "a.txt", "Titrate basal insulin by two units every three days.")])
+    first, again = Explain(), Explain()
+    hits = cl.search("basal insulin titration", explain=first)
+    assert cl.search("basal insulin titration", explain=again) == hits
+    assert (first.cache_hit, again.cache_hit) == (False, True)
+
+
+def test_concurrent_searches_return_what_a_lone_search_returns(cl: Citeline, tmp_path: Path) -> None:
+    topics = ["insulin dosing", "hand hygiene", "blood pressure", "asthma inhalers", "fever in children"]
+    for n, topic in enumerate(topics):
+        paths = [
+            write(tmp_path / f"{n}-{i}.txt", f"Notes {i} on {topic}: guidance and doses.") for i in range(6)
+        ]
+        cl.ingest(paths, IngestOptions(scopes=(f"unit-{n % 2}",)))
+    requests = [
+        SearchRequest(f"{topic} guidance", filters=filters, top_k=5)
+        for topic in topics
+        for filters in (Filters(), Filters(scopes=("unit-1",)), Filters(tags_any=("none",)))
+    ]
+    with cl.derive(query_cache_size=0) as uncached:
+        alone = [[(h.chunk_id, round(h.fused_score, 9)) for h in uncached.search(r)] for r in requests]
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            together = list(
+                pool.map(
+                    lambda r: [(h.chunk_id, round(h.fused_score, 9)) for h in uncached.search(r)],
+                    requests * 3,
+                )
+            )
+    assert together == alone * 3
+    assert any(alone) and all(len(hits) == 5 for hits in alone[:2])
