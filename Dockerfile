@@ -17,7 +17,9 @@ COPY --from=web /build/web/node_modules/pdfjs-dist/build/pdf.min.mjs \
     /build/web/node_modules/pdfjs-dist/build/pdf.worker.min.mjs \
     /build/web/node_modules/pdfjs-dist/LICENSE \
     ./src/citeline/web/static/vendor/pdfjs/
-RUN pip install --no-cache-dir . && useradd --create-home citeline && mkdir /data && chown citeline /data
+# EXTRAS=[chroma] adds the Chroma client (compose.yaml's chroma profile sets it).
+ARG EXTRAS=""
+RUN pip install --no-cache-dir ".${EXTRAS}" && useradd --create-home citeline && mkdir /data && chown citeline /data
 USER citeline
 ENV CITELINE_DATA_DIR=/data
 EXPOSE 8000
