@@ -229,67 +229,76 @@ def audit(cl: Citeline, ids: list[uuid.UUID]) -> dict[str, int]:
     return {"lost": lost, "stuck": stuck, "duplicated": duplicated, "orphan_chunks": orphans}
 
 
-def soak(base: Settings, count: int, kills: int, seed: int) -> dict[str, Any]:
-    rng = random.Random(seed)
-    docs = documents(count)
-    logs = tempfile.mkdtemp(prefix="citeline-soak-")  # kept: the workers' logs tell what each kill hit
+@contextmanager
+def celery_namespace(
+    base: Settings, prefix: str, logs: Path, **updates: Any
+) -> Iterator[tuple[Citeline, Workers]]:
+    """A fresh namespace served by two ready ``citeline worker`` processes over a Redis of its own;
+    the workers stopped and the namespace dropped at the end."""
     with redis_server() as url:
         settings = base.model_copy(
             update={
-                "namespace": f"soak_{uuid.uuid4().hex[:8]}",
+                "namespace": f"{prefix}_{uuid.uuid4().hex[:8]}",
                 "job_runner": "celery",
                 "redis_url": url,
                 "job_poll_seconds": 0.5,
-                "job_retry_delay": 0.5,
-                # A document may be hit by several of the kills; each hit costs it an attempt.
-                "job_retries": 8,
+                **updates,
             }
         )
-        workers = Workers(settings, Path(logs))
+        workers = Workers(settings, logs)
         with Citeline(settings) as cl:
             try:
                 for _ in range(2):
                     workers.start()
                 _wait_ready(workers, 2)
-                began = time.monotonic()
-                ids = _submit_all(cl, docs)
-                killed: list[float] = []
-
-                def killer() -> None:
-                    while len(killed) < kills and time.monotonic() - began < 1800:
-                        # A worker starting up or between documents has nothing to lose: wait until one
-                        # is building, then kill it at a random moment of its build.
-                        if not workers.building():
-                            if not _unfinished(cl):
-                                return  # every document was built before the kills ran out
-                            time.sleep(0.1)
-                            continue
-                        time.sleep(rng.uniform(0.0, 2.0))
-                        candidates = workers.building()
-                        if not candidates:
-                            continue
-                        workers.kill(rng.choice(candidates))
-                        killed.append(time.monotonic() - began)
-                        workers.start()
-
-                thread = threading.Thread(target=killer, daemon=True)
-                thread.start()
-                thread.join()
-                statuses = _wait_done(cl, ids, timeout=1800)
-                elapsed = time.monotonic() - began
-                result = audit(cl, ids)
-                attempts = [cl.document(str(i)).attempts for i in ids]
-                builds = Counter(
-                    v
-                    for path in Path(logs).glob("worker-*.log")
-                    for v in re.findall(r"building version ([0-9a-f-]{36})", path.read_text(errors="replace"))
-                )
+                yield cl, workers
             finally:
                 workers.stop()
                 with cl.engine.begin() as conn:
                     conn.execute(
                         sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(settings.namespace)}" CASCADE')
                     )
+
+
+def soak(base: Settings, count: int, kills: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    docs = documents(count)
+    logs = tempfile.mkdtemp(prefix="citeline-soak-")  # kept: the workers' logs tell what each kill hit
+    # job_retries 8: a document may be hit by several of the kills; each hit costs it an attempt.
+    with celery_namespace(base, "soak", Path(logs), job_retry_delay=0.5, job_retries=8) as (cl, workers):
+        began = time.monotonic()
+        ids = _submit_all(cl, docs)
+        killed: list[float] = []
+
+        def killer() -> None:
+            while len(killed) < kills and time.monotonic() - began < 1800:
+                # A worker starting up or between documents has nothing to lose: wait until one
+                # is building, then kill it at a random moment of its build.
+                if not workers.building():
+                    if not _unfinished(cl):
+                        return  # every document was built before the kills ran out
+                    time.sleep(0.1)
+                    continue
+                time.sleep(rng.uniform(0.0, 2.0))
+                candidates = workers.building()
+                if not candidates:
+                    continue
+                workers.kill(rng.choice(candidates))
+                killed.append(time.monotonic() - began)
+                workers.start()
+
+        thread = threading.Thread(target=killer, daemon=True)
+        thread.start()
+        thread.join()
+        statuses = _wait_done(cl, ids, timeout=1800)
+        elapsed = time.monotonic() - began
+        result = audit(cl, ids)
+        attempts = [cl.document(str(i)).attempts for i in ids]
+        builds = Counter(
+            v
+            for path in Path(logs).glob("worker-*.log")
+            for v in re.findall(r"building version ([0-9a-f-]{36})", path.read_text(errors="replace"))
+        )
     return {
         "soak_documents": count,
         "soak_worker_logs": logs,
@@ -326,42 +335,25 @@ def throughput(base: Settings, count: int) -> dict[str, Any]:
         out["thread_errors"] = sorted({e for i in ids if (e := cl.document(str(i)).error)})
         with cl.engine.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(thread_settings.namespace)}" CASCADE'))
-    with redis_server() as url, tempfile.TemporaryDirectory(prefix="citeline-workers-") as logs:
-        settings = base.model_copy(
-            update={
-                "namespace": f"wcel_{uuid.uuid4().hex[:8]}",
-                "job_runner": "celery",
-                "redis_url": url,
-                "job_poll_seconds": 0.5,
-            }
-        )
-        workers = Workers(settings, Path(logs))
-        with Citeline(settings) as cl:
-            try:
-                for _ in range(2):
-                    workers.start()
-                _wait_ready(workers, 2)
-                began = time.monotonic()
-                ids = _submit_all(cl, docs)
-                statuses = _wait_done(cl, ids, timeout=1800)
-                out["celery_documents_per_s"] = count / (time.monotonic() - began)
-                out["celery_statuses"] = statuses
-                out["celery_errors"] = sorted({e for i in ids if (e := cl.document(str(i)).error)})
-                pickups = []
-                for i in range(10):
-                    name, text = docs[i % len(docs)]
-                    doc = cl.submit(Upload(f"again-{i}-{name}", io.BytesIO(f"{text}\n\nCopy {i}.".encode())))
-                    info = cl.wait(doc.document.id, timeout=300)
-                    if info.started_at and info.queued_at:
-                        pickups.append((info.started_at - info.queued_at).total_seconds() * 1e3)
-                out["celery_pickup_p50_ms"] = statistics.median(pickups)
-                out["celery_pickup_max_ms"] = max(pickups)
-            finally:
-                workers.stop()
-                with cl.engine.begin() as conn:
-                    conn.execute(
-                        sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(settings.namespace)}" CASCADE')
-                    )
+    with (
+        tempfile.TemporaryDirectory(prefix="citeline-workers-") as logs,
+        celery_namespace(base, "wcel", Path(logs)) as (cl, _workers),
+    ):
+        began = time.monotonic()
+        ids = _submit_all(cl, docs)
+        statuses = _wait_done(cl, ids, timeout=1800)
+        out["celery_documents_per_s"] = count / (time.monotonic() - began)
+        out["celery_statuses"] = statuses
+        out["celery_errors"] = sorted({e for i in ids if (e := cl.document(str(i)).error)})
+        pickups = []
+        for i in range(10):
+            name, text = docs[i % len(docs)]
+            doc = cl.submit(Upload(f"again-{i}-{name}", io.BytesIO(f"{text}\n\nCopy {i}.".encode())))
+            info = cl.wait(doc.document.id, timeout=300)
+            if info.started_at and info.queued_at:
+                pickups.append((info.started_at - info.queued_at).total_seconds() * 1e3)
+        out["celery_pickup_p50_ms"] = statistics.median(pickups)
+        out["celery_pickup_max_ms"] = max(pickups)
     out["celery_vs_thread"] = out["celery_documents_per_s"] / out["thread_documents_per_s"]
     return out
 
