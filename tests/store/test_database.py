@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import string
+import time
 import uuid
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import sqlalchemy as sa
 from citeline.engine import Citeline
 from citeline.errors import ExtensionMissingError, StoreError
 from citeline.settings import Settings
-from citeline.store.database import _ensure_pgvector, schema_name
+from citeline.store.database import PING_AFTER_IDLE_SECONDS, _ensure_pgvector, schema_name
 from citeline.store.server import embedded_url
 from tests.conftest import write
 
@@ -76,3 +77,36 @@ def test_a_chunks_vector_stays_in_its_row_and_its_text_moves_out(cl: Citeline, t
     assert storage == "m"
     assert chunks > 0 and vectors_out == 0
     assert texts_out > 0, "the rows were over the TOAST threshold: something had to move out"
+
+
+def _backend_pid(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def test_a_pooled_connection_the_server_dropped_while_idle_is_replaced_unseen(cl: Citeline) -> None:
+    # As after a server restart: the pool's connection is gone, the next user must not see it.
+    pid = _backend_pid(cl.engine)
+    with sa.create_engine(embedded_url(cl.settings.data_dir)).connect() as admin:
+        assert admin.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
+    time.sleep(PING_AFTER_IDLE_SECONDS + 0.2)
+    assert _backend_pid(cl.engine) != pid
+    assert cl.stats()["chunks"] == 0
+
+
+def test_a_connection_back_in_the_pool_a_moment_ago_is_handed_out_without_a_ping(
+    cl: Citeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ping is a round trip each search would pay; only a connection idle past the second pays it.
+    pings: list[object] = []
+    ping = cl.engine.dialect.do_ping
+
+    def counted(dbapi: object) -> bool:
+        pings.append(dbapi)
+        return ping(dbapi)
+
+    monkeypatch.setattr(cl.engine.dialect, "do_ping", counted)
+    first = _backend_pid(cl.engine)
+    assert _backend_pid(cl.engine) == first and pings == []
+    time.sleep(PING_AFTER_IDLE_SECONDS + 0.2)
+    assert _backend_pid(cl.engine) == first and len(pings) == 1

@@ -242,6 +242,17 @@ class OnnxEmbedder:
         vector: npt.NDArray[np.float32] = self._run([self._tokenizer.encode(text).ids], session)[0]
         return vector
 
+    @property
+    def model_path(self) -> Path:
+        """The model file this embedder loaded (its bytes checked against the pinned digest)."""
+        return self._model_path
+
+    def embed_on(self, session: Any, text: str) -> npt.NDArray[np.float32]:
+        """Embed one text as :meth:`embed_query` does, on ``session``: another onnxruntime session of
+        this model file, opened by the caller with options of its own (a comparison's, for one)."""
+        vector: npt.NDArray[np.float32] = self._run([self._tokenizer.encode(text).ids], session)[0]
+        return vector
+
     def _plan(self, lengths: list[int]) -> list[list[int]]:
         """Group text indices into runs of similar length, longest first.
 
