@@ -7,6 +7,7 @@ import string
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -101,7 +102,7 @@ def test_a_connection_back_in_the_pool_a_moment_ago_is_handed_out_without_a_ping
     pings: list[object] = []
     ping = cl.engine.dialect.do_ping
 
-    def counted(dbapi: object) -> bool:
+    def counted(dbapi: Any) -> bool:
         pings.append(dbapi)
         return ping(dbapi)
 
