@@ -1,9 +1,9 @@
 """The peer stack of ``make bench-peers`` (bench/peers.py): LangChain's ``RecursiveCharacterTextSplitter``
 and ``langchain-chroma`` over embedded (in-process) Chroma, dense search, as most teams start.
 
-It embeds with citeline's embedder (the same int8 all-MiniLM-L6-v2 ONNX file), wrapped as a LangChain
-``Embeddings``, so the two stacks differ in everything but the model. It runs in a process of its own
-and needs the ``peers`` extra (installed into ``.venv-peers`` by ``make bench-peers``).
+It embeds with the same int8 all-MiniLM-L6-v2 ONNX file, on onnxruntime's default session, wrapped as
+a LangChain ``Embeddings``, so the two stacks share the model and differ in everything else. It runs in
+a process of its own and needs the ``peers`` extra (installed into ``.venv-peers`` by ``make bench-peers``).
 """
 
 from __future__ import annotations
@@ -21,40 +21,29 @@ from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from bench.peers_common import CHUNK_OVERLAP, CHUNK_SIZE, Doc
-from citeline.embed import get_embedder
 from citeline.embed.onnx import OnnxEmbedder
 from citeline.settings import Settings
 
 COLLECTION = "scifact"
 
 
-class CitelineEmbeddings(Embeddings):
-    """The same ONNX file as a LangChain ``Embeddings``: documents through citeline's embedder, a query on
-    a session with onnxruntime's default options, as a user who wraps the model file gets it.
-
-    A query is what a search waits for, so its session is the one users would have: onnxruntime's
-    defaults use every core for one run (as sentence-transformers on torch, or fastembed, do), where
-    citeline's ingest session keeps each run to one thread, a handicap no user of the peer stack has.
-    Nor does the peer get citeline's graph changes (onnx.py): a user loading the file has none. The
-    tokenizer is citeline's (truncation at 256 tokens, no padding for one text, as sentence-transformers).
-    """
+class OnnxEmbeddings(Embeddings):
+    """The same ONNX file as a LangChain ``Embeddings``, opened as a user who wraps the file would open
+    it: one session with onnxruntime's default options (each run on every core, as sentence-transformers
+    on torch or fastembed also run), for documents and queries alike. citeline's own session options
+    (one thread a run for ingest workers, a query session, its graph changes) are citeline's: the peer
+    gets none of them, neither as a help nor as a handicap. The tokenizer is citeline's (truncation at
+    256 tokens, each run padded to its longest text, as sentence-transformers does)."""
 
     def __init__(self, embedder: OnnxEmbedder) -> None:
-        import onnxruntime as ort
-
         self.embedder = embedder
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        self.query_session = ort.InferenceSession(
-            str(embedder.model_path), sess_options=options, providers=["CPUExecutionProvider"]
-        )
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         vectors: list[list[float]] = self.embedder.embed(texts).tolist()
         return vectors
 
     def embed_query(self, text: str) -> list[float]:
-        vector: list[float] = self.embedder.embed_on(self.query_session, text).tolist()
+        vector: list[float] = self.embedder.embed([text])[0].tolist()
         return vector
 
 
@@ -64,12 +53,11 @@ class ChromaSide:
     def __init__(self, folder: Path) -> None:
         # The embedder citeline's settings name, built as citeline builds it (same batch size, threads).
         settings = Settings()
-        embedder = get_embedder(
-            settings.embedding_model, batch_size=settings.embed_batch_size, threads=settings.embed_threads
+        name = settings.embedding_model.removeprefix("onnx:")
+        # One worker: the session's runs already use every core.
+        self.embeddings = OnnxEmbeddings(
+            OnnxEmbedder(name, batch_size=settings.embed_batch_size, threads=1, defaults=True)
         )
-        if not isinstance(embedder, OnnxEmbedder):
-            raise TypeError(f"the peer stack embeds with an onnx: model, not {settings.embedding_model}")
-        self.embeddings = CitelineEmbeddings(embedder)
         self.embeddings.embed_query("warm up")
         self.splitter = RecursiveCharacterTextSplitter(chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP)
         self.store = Chroma(

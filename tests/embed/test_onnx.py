@@ -218,9 +218,13 @@ def test_a_tampered_second_model_is_refused_naming_its_package(tmp_path: Path) -
         OnnxEmbedder("paraphrase-MiniLM-L3-v2", files=files)
 
 
-def test_a_text_embedded_on_a_session_with_onnxruntimes_defaults_gives_the_same_vector() -> None:
-    # The peer benchmark embeds its queries so (bench/peers_chroma.py): same file, none of our options.
-    onnx = OnnxEmbedder("all-MiniLM-L6-v2")
-    session = ort.InferenceSession(str(onnx.model_path), providers=["CPUExecutionProvider"])
-    for text in ("Heart attack?", SENTENCE * 3):
-        np.testing.assert_allclose(onnx.embed_on(session, text), onnx.embed([text])[0], atol=1e-6)
+def test_an_embedder_on_onnxruntimes_defaults_gives_the_same_vectors_from_one_session(
+    embedder: Embedder,
+) -> None:
+    # The peer benchmark embeds so (bench/peers_chroma.py): same file, none of citeline's options.
+    plain = OnnxEmbedder("all-MiniLM-L6-v2", defaults=True)
+    texts = varied_texts()
+    np.testing.assert_allclose(plain.embed(texts), embedder.embed(texts), atol=1e-6)
+    np.testing.assert_allclose(
+        plain.embed_query(texts[0], threads=2), embedder.embed(texts[:1])[0], atol=1e-6
+    )
