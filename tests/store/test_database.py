@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import random
 import string
-import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -15,7 +13,7 @@ import sqlalchemy as sa
 from citeline.engine import Citeline
 from citeline.errors import ExtensionMissingError, StoreError
 from citeline.settings import Settings
-from citeline.store.database import PING_AFTER_IDLE_SECONDS, _ensure_pgvector, schema_name
+from citeline.store.database import _ensure_pgvector, schema_name
 from citeline.store.server import embedded_url
 from tests.conftest import write
 
@@ -90,24 +88,5 @@ def test_a_pooled_connection_the_server_dropped_while_idle_is_replaced_unseen(cl
     pid = _backend_pid(cl.engine)
     with sa.create_engine(embedded_url(cl.settings.data_dir)).connect() as admin:
         assert admin.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
-    time.sleep(PING_AFTER_IDLE_SECONDS + 0.2)
     assert _backend_pid(cl.engine) != pid
     assert cl.stats()["chunks"] == 0
-
-
-def test_a_connection_back_in_the_pool_a_moment_ago_is_handed_out_without_a_ping(
-    cl: Citeline, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The ping is a round trip each search would pay; only a connection idle past the second pays it.
-    pings: list[object] = []
-    ping = cl.engine.dialect.do_ping
-
-    def counted(dbapi: Any) -> bool:
-        pings.append(dbapi)
-        return ping(dbapi)
-
-    monkeypatch.setattr(cl.engine.dialect, "do_ping", counted)
-    first = _backend_pid(cl.engine)
-    assert _backend_pid(cl.engine) == first and pings == []
-    time.sleep(PING_AFTER_IDLE_SECONDS + 0.2)
-    assert _backend_pid(cl.engine) == first and len(pings) == 1

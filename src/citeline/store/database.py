@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
 from alembic import command
@@ -13,8 +11,7 @@ from alembic.config import Config
 from pgvector.psycopg import register_vector
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import DisconnectionError, OperationalError, ProgrammingError
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from citeline.errors import ExtensionMissingError, StoreError
 from citeline.settings import Settings
@@ -26,8 +23,6 @@ log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).parent / "migrations"
 # Serialises migrations when several processes open a fresh store at once.
 _MIGRATION_LOCK = 0x0C17E11E
-#: A pooled connection idle longer than this is pinged before it is handed out (see :func:`ping_when_idle`).
-PING_AFTER_IDLE_SECONDS = 1.0
 
 
 def schema_name(namespace: str) -> str:
@@ -49,6 +44,7 @@ def connect(settings: Settings) -> Engine:
     schema = schema_name(settings.namespace)
     engine = sa.create_engine(
         url,
+        pool_pre_ping=True,
         connect_args={
             "options": " ".join(
                 f"-c {name}={value}"
@@ -72,35 +68,7 @@ def connect(settings: Settings) -> Engine:
     # so vectors read back (cached embeddings) are arrays, not strings.
     engine.dispose()
     event.listen(engine, "connect", lambda dbapi_conn, _record: register_vector(dbapi_conn))
-    ping_when_idle(engine)
     return engine
-
-
-def ping_when_idle(engine: Engine, idle_seconds: float = PING_AFTER_IDLE_SECONDS) -> None:
-    """Check a pooled connection before handing it out once it has been idle ``idle_seconds``; a dead
-    one is replaced (and the pool's older ones with it, as SQLAlchemy does for a lost connection).
-
-    SQLAlchemy's ``pool_pre_ping`` pings on every checkout: one more round trip to the server on each
-    search, the costliest one under load, where a search waits for the server process to be scheduled
-    at each of its round trips. A connection back in the pool within the second was in use a moment
-    ago; a server restart takes longer than that, so what it leaves behind has been idle and is pinged.
-    """
-
-    def checked_in(_dbapi: Any, record: ConnectionPoolEntry) -> None:
-        record.info["idle_since"] = time.monotonic()
-
-    def checked_out(dbapi: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
-        since = record.info.pop("idle_since", None)
-        if since is None or time.monotonic() - since <= idle_seconds:
-            return
-        try:
-            engine.dialect.do_ping(dbapi)
-        except engine.dialect.loaded_dbapi.Error as exc:
-            # The pool takes this as a lost connection: it opens another and retries the checkout.
-            raise DisconnectionError(f"the pooled connection no longer answers: {exc}") from exc
-
-    event.listen(engine, "checkin", checked_in)
-    event.listen(engine, "checkout", checked_out)
 
 
 def _ensure_pgvector(conn: sa.Connection, engine: Engine) -> None:
