@@ -40,7 +40,8 @@ def folder(tmp_path: Path) -> Path:
 
 def _reingest(cl: Citeline, folder: Path, text: str, scopes: tuple[str, ...] = ()) -> None:
     write(folder / "priming.md", text)
-    [result] = [r for r in cl.ingest([folder], IngestOptions(scopes=scopes)) if r.source.endswith("priming.md")]
+    results = cl.ingest([folder], IngestOptions(scopes=scopes))
+    [result] = [r for r in results if r.source.endswith("priming.md")]
     assert result.outcome.value == "updated", result
 
 
@@ -87,7 +88,8 @@ def test_a_superseded_version_is_never_searched_and_holds_only_what_its_citation
         held = conn.execute(
             sa.text(
                 "SELECT d.vector_count, count(c.id), count(c.embedding), "
-                "(SELECT count(*) FROM postings p JOIN chunks k ON k.id = p.chunk_id WHERE k.document_id = d.id),"
+                "(SELECT count(*) FROM postings p JOIN chunks k ON k.id = p.chunk_id "
+                "WHERE k.document_id = d.id), "
                 "(SELECT count(*) FROM document_terms t WHERE t.document_id = d.id) "
                 "FROM documents d JOIN chunks c ON c.document_id = d.id WHERE d.status = 'superseded' "
                 "GROUP BY d.id"
