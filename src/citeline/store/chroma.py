@@ -350,11 +350,9 @@ class ChromaIndex:
 
     @staticmethod
     def _query(collection: Any, vector: NDArray[np.float32], n: int) -> dict[int, float]:
-        size = int(collection.count())
-        if size == 0:
-            return {}
+        # No count first (a round trip to a server): Chroma returns what it holds when asked for more.
         # Distances only: asking for metadata with the hits costs several times the search itself.
-        result = collection.query(query_embeddings=[vector], n_results=min(n, size), include=["distances"])
+        result = collection.query(query_embeddings=[vector], n_results=n, include=["distances"])
         return {int(i): float(d) for i, d in zip(result["ids"][0], result["distances"][0], strict=True)}
 
     def vectors(self, conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:
@@ -426,12 +424,14 @@ class ChromaIndex:
             ]
             for chunk_model in {r[2] for r in halves}:
                 mine = [r for r in halves if r[2] == chunk_model]
-                vectors = self._find(chunk_model, [str(r[0]) for r in mine])
-                self.add(
-                    conn,
-                    chunk_model,
-                    [VersionVectors(r[1], [int(r[0])], vectors[int(r[0])][None, :]) for r in mine],
-                )
+                for at in range(0, len(mine), _PAGE):
+                    page = mine[at : at + _PAGE]
+                    found = self._find(chunk_model, [str(r[0]) for r in page])
+                    self.add(
+                        conn,
+                        chunk_model,
+                        [VersionVectors(r[1], [int(r[0])], found[int(r[0])][None, :]) for r in page],
+                    )
                 restored += len(mine)
             missing = [r for r in rows if r[5] and int(r[0]) not in held]
             todo = [r for r in missing if r[2] == model]
