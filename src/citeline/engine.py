@@ -1119,8 +1119,7 @@ class Citeline:
         with self.engine.begin() as conn:
             pruned = catalog.prune_superseded(conn)
         if pruned:
-            with self.engine.connect() as conn:
-                self.vector_index.remove(conn, [d.version_id for d in pruned])
+            self.remove_vectors([d.version_id for d in pruned])
             remove_unused_files(self.engine, {Path(d.file_path) for d in pruned if d.file_path})
         return pruned
 

@@ -274,15 +274,12 @@ def switch(conn: sa.Connection, migration: MigrationInfo, *, forced: bool) -> li
         {"ids": ids},
     ).one()
     sources = [d.source_uri for d in staged]
-    retired = list(
-        conn.execute(
-            sa.text(
-                "SELECT id FROM documents WHERE source_uri = ANY(:s) AND id <> ALL(CAST(:keep AS uuid[]))"
-            ),
-            {"s": sources, "keep": keep},
-        ).scalars()
-    )
+    versions = sa.text("SELECT id FROM documents WHERE source_uri = ANY(:s)")
+    before = set(conn.execute(versions, {"s": sources}).scalars())
     catalog.retire_and_activate(conn, sources, ids, keep=keep, chunks=int(chunks), tokens=int(tokens))
+    # The versions deleted: a retired one that a live conversation cites is kept (superseded), with its
+    # vectors, until pruned.
+    retired = sorted(before - set(conn.execute(versions, {"s": sources}).scalars()))
     # A pending version (registered, never asked to index) holds no vectors: it is built with the
     # model served when it is indexed. One with a pending twin is that twin's duplicate.
     conn.execute(
