@@ -84,7 +84,7 @@ def claim_question(claim: str) -> str:
 
 
 def sample_claims(data: BeirData, sample: int, *, skip: int = 0) -> list[str]:
-    """The fixed sample: ``sample`` claim ids in judgement-file order that have a text, after the first ``skip``."""
+    """The fixed sample: ``sample`` claim ids in judgement-file order that have a text, after ``skip``."""
     if sample < 1:
         raise InvalidRequestError(f"the answer sample must hold at least one claim, got {sample}")
     if skip < 0:
