@@ -259,6 +259,20 @@ def test_cli_answers_prints_the_summary_and_writes_one_line_per_claim(
         assert lines[1]["gold_given"] is False and lines[1]["gold_cited"] is False
         assert all(line["resolved"] for line in lines)
         assert [line["answered_by"] for line in lines] == ["extractive", "nobody"]
+
+        # Claims held out from tuning: the sample starts after the ones skipped.
+        code, out, err = _run(
+            settings,
+            str(claims_folder),
+            "--answers",
+            "1",
+            "--answers-skip",
+            "2",
+            "--per-query",
+            str(per_claim),
+        )
+        assert code == 0, err
+        assert [json.loads(line)["claim_id"] for line in per_claim.read_text().splitlines()] == ["statins"]
     finally:
         with _open(settings):
             pass
