@@ -14,6 +14,9 @@ repeated with jitter; built once and kept), at 10,000 chunks: the API's cost doe
   trip (client included) costs on the machine at the time.
 - Idle RSS: the server process's resident memory after start-up (embedder and keyword index loaded)
   and before any request.
+- First token (``--first-token`` alone; the ``api`` section of ``make bench`` runs both): the packaged
+  local model answers questions on the user guide over ``POST /chat/stream``, timed to its first
+  ``token`` event and to the ``start`` and ``evidence`` events before it (see :func:`first_token`).
 """
 
 from __future__ import annotations
