@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from citeline.answer.llm import LLM, GenerationOptions, Message, complete, get_llm
+from citeline.answer.prompt import system_prompt
 from citeline.answer.providers.local import MODELS, LocalLLM, PackagedModel, Piece, joined_model
 from citeline.errors import ConfigError, GenerationError
 from citeline.settings import Settings
@@ -86,6 +87,35 @@ def test_threads_share_one_model_and_each_gets_its_own_whole_answer(
         thread.join()
 
     assert answers == [reference_answer, reference_answer]
+
+
+@pytest.mark.slow
+def test_concurrent_answers_each_read_the_system_prompt_from_the_cache(local_llm: LocalLLM) -> None:
+    # The answer path's own system prompt, about 130 tokens, with two questions asked at once: the
+    # second waits for the model, and must still find the system prompt cached (primed after the first).
+    system = Message("system", system_prompt("general"))
+    questions = [
+        Message(
+            "user",
+            "Sources:\n\n[1] Bridges\nThe Harlow Bridge opened in 1932.\n\nQuestion: When did it open?",
+        ),
+        Message("user", "Sources:\n\n[1] Rivers\nThe Ness is 12 km long.\n\nQuestion: How long is the Ness?"),
+    ]
+    complete(local_llm, [system, questions[0]], SHORT)  # the cache now holds this system prompt
+    threads = [
+        threading.Thread(target=complete, args=(local_llm, [system, question], SHORT))
+        for question in questions
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    readings = list(local_llm.readings)[-2:]
+    assert len(readings) == 2
+    for reading in readings:
+        assert reading.cached >= 100, readings  # the system prompt, not read again
+        assert 0 < reading.read < 60, readings  # the question and its passage only
 
 
 @pytest.mark.slow

@@ -58,6 +58,9 @@ class ChatSession:
         self.options = options or GenerationOptions.from_settings(cl.settings)
         self.last_rewrite: Rewrite | None = None
         """How the latest question was turned into a query (set before its search runs)."""
+        # Set by start(): a conversation this session made holds no turn until it stores one, so its
+        # first question reads nothing back from the database before searching.
+        self._empty = False
 
     @classmethod
     def start(
@@ -81,7 +84,9 @@ class ChatSession:
             )
         if expired:
             cl.prune_superseded()
-        return cls(cl, conversation, llm=llm, access=access, options=options)
+        session = cls(cl, conversation, llm=llm, access=access, options=options)
+        session._empty = True
+        return session
 
     @classmethod
     def resume(
@@ -127,11 +132,16 @@ class ChatSession:
         if not question:
             raise InvalidRequestError(f"the question to conversation {self.id} is empty")
         filters = self.access.restrict(filters or Filters())
-        history = await asyncio.to_thread(self.history)
-        rewriter = self.llm if _rewrites_with_llm(self.cl.settings) else None
-        self.last_rewrite = await asyncio.to_thread(
-            rewrite, question, history, llm=rewriter, options=self.options
-        )
+        if self._empty:
+            # Nothing to read back, and a first question is never rewritten (no model call).
+            history: list[Turn] = []
+            self.last_rewrite = rewrite(question, history, llm=None)
+        else:
+            history = await asyncio.to_thread(self.history)
+            rewriter = self.llm if _rewrites_with_llm(self.cl.settings) else None
+            self.last_rewrite = await asyncio.to_thread(
+                rewrite, question, history, llm=rewriter, options=self.options
+            )
         query = self.last_rewrite.query
         yield TurnStart(self.id, len(history) + 1, question, self.last_rewrite)
         evidence = await asyncio.to_thread(self.evidence, query, history, filters, top_k)
@@ -199,6 +209,7 @@ class ChatSession:
             )
             # The title and expiry have moved; callers showing them should not see stale ones.
             self.conversation = store.get_conversation(conn, self.id, user_id)
+        self._empty = False
 
 
 def conversations(cl: Citeline, access: Access = FULL_ACCESS, *, limit: int = 50) -> list[ConversationInfo]:

@@ -26,8 +26,10 @@ nothing reaches the model except through this class.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import importlib.metadata
+import logging
 import os
 import queue
 import re
@@ -49,6 +51,8 @@ from citeline.settings import Settings
 
 if TYPE_CHECKING:
     import xllamacpp
+
+log = logging.getLogger("citeline.llm")
 
 GGUF_MAGIC = b"GGUF"
 SEED = 42
@@ -355,6 +359,16 @@ def _not_opening(word: str) -> str:
 _DONE = object()
 
 
+@dataclass(frozen=True, slots=True)
+class PromptReading:
+    """How llama.cpp read one request's prompt: ``cached`` tokens reused from the prompt cache, ``read``
+    tokens computed, in ``ms`` milliseconds (llama.cpp's own timings)."""
+
+    cached: int
+    read: int
+    ms: float
+
+
 class LocalLLM:
     """An :class:`~citeline.answer.llm.LLM` running a GGUF model in this process.
 
@@ -390,6 +404,8 @@ class LocalLLM:
         # One request at a time, with the priming of the prompt cache that goes with it.
         self._serving = threading.Lock()
         self._primed: str | None = None
+        self.readings: collections.deque[PromptReading] = collections.deque(maxlen=64)
+        """The latest requests' prompt readings, oldest first: what shows the cache hitting."""
 
     def load(self) -> None:
         """Load the model now rather than on the first request (say, when a server starts)."""
@@ -519,6 +535,22 @@ class LocalLLM:
         self._primed = system
 
     def _texts(self, chunk: dict[str, Any]) -> Iterator[str]:
+        timings = chunk.get("timings")
+        if isinstance(timings, dict) and "prompt_n" in timings:
+            # Sent once, with the last piece: the prompt is long read by then.
+            reading = PromptReading(
+                cached=int(timings.get("cache_n", 0)),
+                read=int(timings["prompt_n"]),
+                ms=float(timings.get("prompt_ms", 0.0)),
+            )
+            self.readings.append(reading)
+            log.debug(
+                "%s read %d prompt tokens in %.0f ms, %d from the cache",
+                self.model_id,
+                reading.read,
+                reading.ms,
+                reading.cached,
+            )
         error = chunk.get("error")
         if error is not None:
             if not isinstance(error, dict):

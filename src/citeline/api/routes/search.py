@@ -7,13 +7,13 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from fastapi.responses import JSONResponse
 from pydantic import AliasChoices, BaseModel, Field
 
 from citeline.access import Access
 from citeline.annotate import SectionType
 from citeline.api.deps import AccessDep, CitelineDep
 from citeline.api.limits import check_text_length
+from citeline.api.responses import FastJSONResponse
 from citeline.api.routes.links import file_url
 from citeline.engine import Citeline
 from citeline.retrieve.filters import Filters
@@ -99,10 +99,11 @@ def result(hit: Hit) -> dict[str, Any]:
     }
 
 
-def _run(cl: Citeline, access: Access, request: SearchRequest) -> JSONResponse:
+def _run(cl: Citeline, access: Access, request: SearchRequest) -> FastJSONResponse:
     check_text_length(request.query, "query", cl.settings)
     hits = cl.search(request, access=access)
-    # Plain JSON, not through a response model: search is the hot path, and its results are built here.
+    # Plain JSON, not through a response model: search is the hot path, and its results are built here
+    # and rendered by pydantic-core (see citeline.api.responses).
     body: dict[str, Any] = {"query": request.query, "count": len(hits), "results": [result(h) for h in hits]}
     migration = cl.migration()
     if migration is not None:
@@ -114,11 +115,11 @@ def _run(cl: Citeline, access: Access, request: SearchRequest) -> JSONResponse:
             "done": p.done,
             "total": p.total,
         }
-    return JSONResponse(body)
+    return FastJSONResponse(body)
 
 
 @router.post("/search", summary="Hybrid search with every filter and knob")
-def search_post(body: SearchBody, cl: CitelineDep, access: AccessDep) -> JSONResponse:
+def search_post(body: SearchBody, cl: CitelineDep, access: AccessDep) -> FastJSONResponse:
     request = SearchRequest(
         query=body.query,
         filters=body.filters(),
@@ -145,7 +146,7 @@ def search_get(
     section: Annotated[
         list[SectionType] | None, Query(description="Repeatable: chunks of a section type.")
     ] = None,
-) -> JSONResponse:
+) -> FastJSONResponse:
     filters = Filters(
         scopes=tuple(scope) if scope else None,
         category=category,
