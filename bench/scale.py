@@ -50,6 +50,7 @@ from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
 from citeline.store.bulk import PreparedChunk, PreparedDocument
 from citeline.store.catalog import Labels
+from citeline.store.keyword import MemoryKeywordIndex
 
 CHUNKS_PER_DOCUMENT = 20
 CHUNK_CHARS = 800
@@ -241,17 +242,13 @@ def pss_mb(pids: set[int]) -> float:
 
 
 def keyword_index_mb(cl: Citeline) -> float | None:
-    """The arrays (and vocabulary) an in-process keyword index holds, in MB; None for the SQL index."""
+    """The arrays an in-process keyword index holds, with ~100 bytes a distinct term for its vocabulary,
+    in MB; None for the SQL index."""
     index = cl.keyword_index
-    if not hasattr(index, "_segments"):
+    if not isinstance(index, MemoryKeywordIndex):
         return None
-    arrays = [v for v in vars(index).values() if isinstance(v, np.ndarray)]
-    for seg in [*index._segments, *index._doc_segments]:
-        arrays += [seg.terms, seg.ptr, seg.slots, seg.tfs]
-    size = sum(a.nbytes for a in arrays) + sum(a.nbytes for a in index._doc_chunks.values())
-    # A dict entry with its str key: about 100 bytes for short terms.
-    size += 100 * len(index._vocab) + 150 * len(index._docs)
-    return round(size / 2**20, 1)
+    held = index.memory()
+    return round((held["chunk_postings"] + held["document_terms"] + 100 * held["terms"]) / 2**20, 1)
 
 
 def serve(args: argparse.Namespace, keyword_index: str, share: list[str], go: Any, out: Any) -> None:
@@ -280,8 +277,7 @@ def measure_processes(args: argparse.Namespace, count: int, keyword_index: str) 
     results = ctx.Queue()
     go = ctx.Event()
     procs = [
-        ctx.Process(target=serve, args=(args, keyword_index, qs[i::count], go, results))
-        for i in range(count)
+        ctx.Process(target=serve, args=(args, keyword_index, qs[i::count], go, results)) for i in range(count)
     ]
     for p in procs:
         p.start()

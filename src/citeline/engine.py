@@ -209,7 +209,7 @@ class Citeline:
         # Embedding one text opens the query session (see CITELINE_QUERY_THREADS).
         self.query_vectors.embed(self.query_embedder, "warm up")
         with self.engine.connect() as conn:
-            self.keyword_index.warm_up(conn)
+            self.keyword_index.warm_up(conn, documents=self._settings.weight_document > 0)
         default_judge().load()
         return self
 
