@@ -285,7 +285,7 @@ def measure_processes(args: argparse.Namespace, count: int, keyword_index: str) 
     go.set()  # every process has warmed up: all start searching at once
     server = postmaster_pid(Path(args.data) / "pg")
     peak = 0.0
-    done = []
+    done: list[Any] = []
     while len(done) < count:
         pids = {p.pid for p in procs if p.pid} | (
             with_descendants([server], parent_pids()) if server else set()
@@ -337,15 +337,15 @@ def measure_latency(args: argparse.Namespace) -> dict[str, Any]:
                     (scope, str(h.document_id)) for scope in FILTERS[label].scopes or () for h in hits
                 )
         with cl.engine.connect() as conn:
-            labels_of = dict(
+            labels_of: dict[str, list[str]] = dict(
                 conn.execute(
                     sa.text("SELECT document_id::text, scopes FROM documents WHERE is_active "
                             "AND document_id = ANY(CAST(:ids AS uuid[]))"),
                     {"ids": sorted({d for _, d in seen})},
-                ).all()
+                ).tuples()
             )  # fmt: skip
         # A scoped hit must come from a document of that scope or a universal one.
-        out["hits_outside_scope"] = sum(1 for s, d in seen if labels_of[d] and s not in labels_of[d])
+        out["hits_outside_scope"] = sum(bool(labels_of[d]) and s not in labels_of[d] for s, d in seen)
         out["latency_ms"] = {
             label: {"p50": round(statistics.median(t), 1), "p99": round(percentile(t, 99), 1)}
             for label, t in times.items()

@@ -50,7 +50,7 @@ def _keyword_hits(cl: Citeline, index: MemoryKeywordIndex | SqlKeywordIndex, que
 
 def _chunk_texts(cl: Citeline, chunk_ids: list[int]) -> list[str]:
     with cl.engine.connect() as conn:
-        rows = dict(
+        rows: dict[int, str] = dict(
             conn.execute(
                 sa.text("SELECT id, text FROM chunks WHERE id = ANY(:ids)"), {"ids": chunk_ids}
             ).all()
@@ -166,7 +166,7 @@ def test_vectors_of_3072_dimensions_are_indexed_as_halfvec_and_found_exactly(cl:
             sa.text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"), {"n": index_name(WIDE_MODEL)}
         ).scalar_one()
         assert "halfvec(3072)" in definition and "halfvec_cosine_ops" in definition
-        by_name = dict(
+        by_name: dict[str, int] = dict(
             conn.execute(
                 sa.text("SELECT d.name, c.id FROM chunks c JOIN documents d ON d.id = c.document_id")
             ).all()
