@@ -174,7 +174,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         out["uptime_after_load"] = uptime()
         model, dim = cl.served_model(), cl.embedder.dimension
         with cl.engine.connect() as conn:
-            out["maintenance_work_mem"] = conn.execute(sa.text("SHOW maintenance_work_mem")).scalar_one()
+            out["server_maintenance_work_mem"] = conn.execute(sa.text("SHOW maintenance_work_mem")).scalar()
+        out["hnsw_build_memory_mb"] = cl.settings.hnsw_build_memory_mb
         started = time.perf_counter()
         cl.build_vector_index(model, dim)
         out["hnsw_build_s"] = round(time.perf_counter() - started, 1)
@@ -206,7 +207,7 @@ def disk(args: argparse.Namespace) -> dict[str, Any]:
         out["indexes_mb"] = {r[0]: r[1] >> 20 for r in indexes}
         out["chunks"] = conn.execute(sa.text("SELECT chunk_count FROM corpus_stats")).scalar_one()
         out["postings"] = conn.execute(
-            sa.text("SELECT reltuples::bigint FROM pg_class WHERE relname = 'postings'")
+            sa.text("SELECT reltuples::bigint FROM pg_class WHERE oid = 'postings'::regclass")
         ).scalar_one()
     du = subprocess.run(
         ["du", "-sm", str(Path(args.data) / "pg")], capture_output=True, text=True, check=False
