@@ -338,13 +338,16 @@ def measure_latency(args: argparse.Namespace) -> dict[str, Any]:
                     (scope, str(h.document_id)) for scope in FILTERS[label].scopes or () for h in hits
                 )
         with cl.engine.connect() as conn:
-            labels_of: dict[str, list[str]] = dict(
-                conn.execute(
-                    sa.text("SELECT document_id::text, scopes FROM documents WHERE is_active "
-                            "AND document_id = ANY(CAST(:ids AS uuid[]))"),
+            labels_of: dict[str, list[str]] = {
+                r[0]: r[1]
+                for r in conn.execute(
+                    sa.text(
+                        "SELECT document_id::text, scopes FROM documents WHERE is_active "
+                        "AND document_id = ANY(CAST(:ids AS uuid[]))"
+                    ),
                     {"ids": sorted({d for _, d in seen})},
-                ).tuples()
-            )  # fmt: skip
+                )
+            }
         # A scoped hit must come from a document of that scope or a universal one.
         out["hits_outside_scope"] = sum(bool(labels_of[d]) and s not in labels_of[d] for s, d in seen)
         out["latency_ms"] = {
