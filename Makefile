@@ -71,7 +71,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-## bench: embedder, ingest and search figures (see bench/README.md).
+## bench: embedder, ingest, search, answer, API and worker figures (bench/README.md lists every benchmark).
 bench: install
 	$(BIN)/python -m bench.run
 

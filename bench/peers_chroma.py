@@ -1,9 +1,9 @@
 """The peer stack of ``make bench-peers`` (bench/peers.py): LangChain's ``RecursiveCharacterTextSplitter``
 and ``langchain-chroma`` over embedded (in-process) Chroma, dense search, as most teams start.
 
-It embeds with citeline's embedder (the same int8 all-MiniLM-L6-v2 ONNX file), wrapped as a LangChain
-``Embeddings``, so the two stacks differ in everything but the model. It runs in a process of its own
-and needs the ``peers`` extra (installed into ``.venv-peers`` by ``make bench-peers``).
+It embeds with the same int8 all-MiniLM-L6-v2 ONNX file, on onnxruntime's default session, wrapped as
+a LangChain ``Embeddings``, so the two stacks share the model and differ in everything else. It runs in
+a process of its own and needs the ``peers`` extra (installed into ``.venv-peers`` by ``make bench-peers``).
 """
 
 from __future__ import annotations
@@ -21,16 +21,21 @@ from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from bench.peers_common import CHUNK_OVERLAP, CHUNK_SIZE, Doc
-from citeline.embed import Embedder, get_embedder
+from citeline.embed.onnx import OnnxEmbedder
 from citeline.settings import Settings
 
 COLLECTION = "scifact"
 
 
-class CitelineEmbeddings(Embeddings):
-    """citeline's embedder as a LangChain ``Embeddings``: unit vectors from the same ONNX file."""
+class OnnxEmbeddings(Embeddings):
+    """The same ONNX file as a LangChain ``Embeddings``, opened as a user who wraps the file would open
+    it: one session with onnxruntime's default options (each run on every core, as sentence-transformers
+    on torch or fastembed also run), for documents and queries alike. citeline's own session options
+    (one thread a run for ingest workers, a query session, its graph changes) are citeline's: the peer
+    gets none of them, neither as a help nor as a handicap. The tokenizer is citeline's (truncation at
+    256 tokens, each run padded to its longest text, as sentence-transformers does)."""
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: OnnxEmbedder) -> None:
         self.embedder = embedder
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -48,10 +53,10 @@ class ChromaSide:
     def __init__(self, folder: Path) -> None:
         # The embedder citeline's settings name, built as citeline builds it (same batch size, threads).
         settings = Settings()
-        self.embeddings = CitelineEmbeddings(
-            get_embedder(
-                settings.embedding_model, batch_size=settings.embed_batch_size, threads=settings.embed_threads
-            )
+        name = settings.embedding_model.removeprefix("onnx:")
+        # One worker: the session's runs already use every core.
+        self.embeddings = OnnxEmbeddings(
+            OnnxEmbedder(name, batch_size=settings.embed_batch_size, threads=1, defaults=True)
         )
         self.embeddings.embed_query("warm up")
         self.splitter = RecursiveCharacterTextSplitter(chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP)

@@ -37,9 +37,13 @@ class CitelineSide:
 
     def __init__(self, folder: Path) -> None:
         # database_url=None: always the bench's own embedded server, whose processes are measured.
+        # query_cache_size=0: the bench searches each query several times (unfiltered, in a scope, for
+        # the ranking figures), and a cached vector would spare citeline's later searches the embedding
+        # the peer pays every time; a new query, the case measured, has nothing in the cache.
         self.settings = Settings(
             data_dir=folder,
             database_url=None,
+            query_cache_size=0,
             namespace=NAMESPACE,
             chunk_size=CHUNK_SIZE,
             chunk_overlap=CHUNK_OVERLAP,

@@ -4,6 +4,7 @@ the memory reading. Standard library only, so importing it costs a measured proc
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,20 @@ def pss_kib(pid: int) -> int:
         if line.startswith("Pss:"):
             return int(line.split()[1])
     return 0
+
+
+def cpu_seconds(roots: Iterable[int], parents: Mapping[int, int]) -> float:
+    """CPU seconds (user and system) used so far by ``roots`` and every process below them, with what
+    their children that already exited used (so a database backend that quits is still counted)."""
+    total = 0
+    for pid in with_descendants(roots, parents):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        # Fields 14 to 17 of the stat line (utime, stime, cutime, cstime), counted from the state.
+        total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def parent_pids(proc: Path = Path("/proc")) -> dict[int, int]:

@@ -18,6 +18,7 @@ from bench.peers import build_rows, distinct, render
 from bench.peers_common import (
     SCOPE_A,
     SCOPE_B,
+    cpu_seconds,
     group_by_scope,
     outside_scope,
     parent_pids,
@@ -55,6 +56,27 @@ def test_pss_of_a_process_that_is_gone_is_zero(holder: subprocess.Popen[str]) ->
     holder.kill()
     holder.wait()
     assert pss_kib(holder.pid) == 0
+
+
+def test_cpu_seconds_count_a_busy_child_and_a_child_that_already_exited() -> None:
+    # A child that spins 0.3 s of CPU and exits: its time moves to the parent's children's total.
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {spin!r}]); "
+            "print('ok', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "ok"
+        assert 0.3 <= cpu_seconds([parent.pid], parent_pids()) < 2.0
+    finally:
+        parent.kill()
+        parent.wait()
 
 
 def test_a_process_tree_includes_children_and_grandchildren_but_not_the_parent() -> None:
@@ -125,6 +147,7 @@ def _figures(**citeline: float) -> dict[str, dict[str, float]]:
         "scoped_p50_ms": 50.0,
         "scoped_p99_ms": 80.0,
         "throughput_qps": 40.0,
+        "cpu_ms_per_search": 30.0,
         "ndcg10": 0.67,
         "recall100": 0.9,
         "peak_mb": 2000.0,
@@ -157,6 +180,7 @@ def test_the_table_gives_citeline_over_peer_and_checks_each_target_on_its_side_o
     assert rows["search p50 ms, one scope (half the corpus)"].met  # exactly 0.4
     assert rows["search p99 ms, one scope"].met is False  # 0.6125 > 0.6
     assert rows["searches/s, 4 concurrent searchers"].met is False  # 1.475 < 1.5
+    assert rows["CPU ms per search, 4 searchers (server included)"].met is None  # a diagnosis, no target
     assert rows["nDCG@10"].met
     assert rows["recall@100"].met is None and rows["recall@100"].ratio == pytest.approx(1.0)
     assert rows["peak memory MB (PSS, database server included)"].met  # exactly 0.35
@@ -174,7 +198,7 @@ def test_the_table_renders_every_row_with_its_ratio_and_verdict() -> None:
     table = render(build_rows(_figures(p50_ms=5.0, peak_mb=1000.0)))
     lines = table.splitlines()
     assert lines[0].startswith("| | citeline | LangChain + Chroma | ratio |")
-    assert len(lines) == 2 + 10
+    assert len(lines) == 2 + 11
     assert "| search p50 ms, no filter | 5.0 | 10.0 | 0.50 | ratio <= 0.65 | yes |" in lines
     assert (
         "| peak memory MB (PSS, database server included) | 1,000 | 2,000 | 0.50 | ratio <= 0.35 | no |"

@@ -973,8 +973,9 @@ class Citeline:
         with self.engine.connect() as conn:
             return catalog.list_documents(conn, access=access)
 
-    def document(self, ref: str, *, access: Access = FULL_ACCESS) -> DocumentInfo:
-        """A document by id or unambiguous id prefix; one outside ``access`` is not found."""
+    def document(self, ref: str, *, access: Access = FULL_ACCESS, version: int | None = None) -> DocumentInfo:
+        """A document by id or unambiguous id prefix: its current version, or ``version`` (a replaced
+        version is kept while a conversation cites it). One outside ``access`` is not found."""
         with self.engine.connect() as conn:
             try:
                 doc = catalog.get_document(conn, uuid.UUID(ref))
@@ -983,12 +984,18 @@ class Citeline:
             else:
                 if not access.sees(doc.scopes):
                     raise NotFoundError(f"no document with id {ref!r}")
-                return doc
-        if not matches:
-            raise NotFoundError(f"no document with id {ref!r}")
-        if len(matches) > 1:
-            raise InvalidRequestError(f"id prefix {ref!r} matches {len(matches)} documents; give more of it")
-        return matches[0]
+                matches = [doc]
+            if not matches:
+                raise NotFoundError(f"no document with id {ref!r}")
+            if len(matches) > 1:
+                raise InvalidRequestError(
+                    f"id prefix {ref!r} matches {len(matches)} documents; give more of it"
+                )
+            if version is None or version == matches[0].version:
+                return matches[0]
+            # Every version carries the document's labels (relabelling changes them all), so the
+            # grant that sees the document sees its versions.
+            return catalog.get_document_version(conn, matches[0].id, version)
 
     def delete(self, ref: str, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
         """Delete a document (every version of its source) with its chunks, vectors, postings and files."""
@@ -1096,10 +1103,23 @@ class Citeline:
     def conversation(
         self, conversation_id: str | uuid.UUID, *, access: Access = FULL_ACCESS
     ) -> tuple[ConversationInfo, list[MessageInfo]]:
-        """One of ``access.user_id``'s conversations with its messages; another user's is not found."""
+        """One of ``access.user_id``'s conversations with its messages, each answer's citations
+        resolved within ``access`` (see :func:`citeline.chat.store.with_citations`); another user's
+        conversation is not found."""
         with self.engine.connect() as conn:
             info = chat_store.get_conversation(conn, chat_store.parse_id(conversation_id), access.user_id)
-            return info, chat_store.messages(conn, info.id)
+            return info, chat_store.with_citations(conn, chat_store.messages(conn, info.id), access=access)
+
+    def prune_superseded(self) -> list[DocumentInfo]:
+        """Delete the replaced document versions that no live conversation cites any more, with the
+        originals only they held; returns them."""
+        with self.engine.begin() as conn:
+            pruned = catalog.prune_superseded(conn)
+        if pruned:
+            with self.engine.connect() as conn:
+                self.vector_index.remove(conn, [d.version_id for d in pruned])
+            remove_unused_files(self.engine, {Path(d.file_path) for d in pruned if d.file_path})
+        return pruned
 
     def scopes(self, *, access: Access = FULL_ACCESS) -> list[str]:
         """The scopes a caller may search in, sorted: a reader's own scopes, or for a grant of every

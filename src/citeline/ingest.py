@@ -704,8 +704,13 @@ class Ingestor:
                 ],
                 vector_index=self.index.name,
             )
-            # A version staged for a model migration leaves its source's active version in place.
-            kept = {doc.version_id for doc in catalog.versions_by_id(conn, versions)}
+            # A version staged for a model migration leaves its source's active version in place; a
+            # superseded one stays in the catalog for its citations, but not in the vector index.
+            kept = {
+                doc.version_id
+                for doc in catalog.versions_by_id(conn, versions)
+                if doc.status != Status.SUPERSEDED
+            }
         # The versions this swap retired leave the index after the commit.
         self._forget(run, [v for v in versions if v not in kept])
         remove_unused_files(self.engine, {Path(f) for f in previous})

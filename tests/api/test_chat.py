@@ -45,8 +45,8 @@ def test_a_streamed_answer_arrives_in_order_and_its_citations_resolve(server: Se
             assert f"[{event.data['number']}]" in streamed
             passage = event.data["passage"]
             assert passage["chunk_id"] in given and passage["text"]
-            assert (
-                passage["download_url"] == f"/documents/{passage['document_id']}/file#page={passage['page']}"
+            assert passage["download_url"] == (
+                f"/documents/{passage['document_id']}/file?version={passage['version']}#page={passage['page']}"
             )
     assert streamed == complete.data["answer"]
     cited = [e.data for e in events if e.name == "citation"]
@@ -54,8 +54,9 @@ def test_a_streamed_answer_arrives_in_order_and_its_citations_resolve(server: Se
     for citation in complete.data["citations"]:
         passage = given[citation["chunk_id"]]  # every citation is a passage the stream gave
         assert (citation["document_id"], citation["page"]) == (passage["document_id"], passage["page"])
-        assert (
-            citation["download_url"] == f"/documents/{citation['document_id']}/file#page={citation['page']}"
+        # Pinned to the version cited: it keeps opening what was cited after a re-ingest.
+        assert citation["download_url"] == (
+            f"/documents/{citation['document_id']}/file?version={citation['version']}#page={citation['page']}"
         )
         assert f"[{citation['number']}]" in complete.data["answer"]
     assert server.documents["acme_note"] in {c["document_id"] for c in complete.data["citations"]}
@@ -81,6 +82,15 @@ def test_a_follow_up_continues_the_conversation(server: Server) -> None:
     with server.as_("reader") as client:
         stored = client.get(f"/conversations/{conversation}").json()
     assert [m["role"] for m in stored["messages"]] == ["user", "assistant", "user", "assistant"]
+    # Read back, each answer has its citations as its stream's end gave them, and where they are now.
+    for message, streamed in zip(stored["messages"][1::2], (first, second), strict=True):
+        shown = streamed[-1].data
+        assert (message["unsupported"], message["evidence_missing"]) == (
+            shown["unsupported"],
+            shown["evidence_missing"],
+        )
+        assert [{k: c[k] for k in shown["citations"][0]} for c in message["citations"]] == shown["citations"]
+        assert all(c["available"] and not c["superseded"] and c["text"] for c in message["citations"])
 
 
 def test_the_whole_answer_at_once(server: Server) -> None:

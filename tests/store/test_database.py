@@ -76,3 +76,17 @@ def test_a_chunks_vector_stays_in_its_row_and_its_text_moves_out(cl: Citeline, t
     assert storage == "m"
     assert chunks > 0 and vectors_out == 0
     assert texts_out > 0, "the rows were over the TOAST threshold: something had to move out"
+
+
+def _backend_pid(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def test_a_pooled_connection_the_server_dropped_while_idle_is_replaced_unseen(cl: Citeline) -> None:
+    # As after a server restart: the pool's connection is gone, the next user must not see it.
+    pid = _backend_pid(cl.engine)
+    with sa.create_engine(embedded_url(cl.settings.data_dir)).connect() as admin:
+        assert admin.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
+    assert _backend_pid(cl.engine) != pid
+    assert cl.stats()["chunks"] == 0

@@ -75,10 +75,12 @@ class ChatSession:
         persona = persona or cl.settings.persona
         system_prompt(persona)  # an unknown persona fails now, not at every question
         with cl.engine.begin() as conn:
-            store.expire_conversations(conn)
+            expired = store.expire_conversations(conn)
             conversation = store.create_conversation(
                 conn, user_id=access.user_id, persona=persona, ttl=_ttl(cl), title=title
             )
+        if expired:
+            cl.prune_superseded()
         return cls(cl, conversation, llm=llm, access=access, options=options)
 
     @classmethod
@@ -180,6 +182,8 @@ class ChatSession:
 
     def _store(self, question: str, query: str, complete: Complete, cited: list[int]) -> None:
         user_id = self.conversation.user_id
+        shown = complete.as_dict()
+        checks = {key: shown[key] for key in ("citations", "unsupported", "evidence_missing")}
         with self.cl.engine.begin() as conn:
             store.append_turn(
                 conn,
@@ -191,6 +195,7 @@ class ChatSession:
                 cited_chunk_ids=cited,
                 provider=complete.provider,
                 ttl=_ttl(self.cl),
+                checks=checks,
             )
             # The title and expiry have moved; callers showing them should not see stale ones.
             self.conversation = store.get_conversation(conn, self.id, user_id)
@@ -203,15 +208,21 @@ def conversations(cl: Citeline, access: Access = FULL_ACCESS, *, limit: int = 50
 
 
 def delete_conversation(cl: Citeline, conversation_id: str | uuid.UUID, access: Access = FULL_ACCESS) -> None:
-    """Delete one of the caller's conversations with its messages."""
+    """Delete one of the caller's conversations with its messages, and the replaced document versions
+    that only it cited."""
     with cl.engine.begin() as conn:
         store.delete_conversation(conn, store.parse_id(conversation_id), access.user_id)
+    cl.prune_superseded()
 
 
 def expire_conversations(cl: Citeline) -> int:
-    """Delete every expired conversation; returns how many (for a periodic worker task)."""
+    """Delete every expired conversation, and the replaced document versions that only they cited;
+    returns how many conversations (for a periodic worker task)."""
     with cl.engine.begin() as conn:
-        return store.expire_conversations(conn)
+        expired = store.expire_conversations(conn)
+    if expired:
+        cl.prune_superseded()
+    return expired
 
 
 def _cited_in_number_order(

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
 import sqlalchemy as sa
 
+from citeline.access import FULL_ACCESS, Access
 from citeline.errors import InvalidRequestError, NotFoundError
+from citeline.store import catalog
 from citeline.store.models import Conversation, Message
 
 _conversations = cast(sa.Table, Conversation.__table__)
@@ -50,7 +52,11 @@ class ConversationInfo:
 
 @dataclass(frozen=True)
 class MessageInfo:
-    """One stored message. A turn is a user message and the assistant message answering it."""
+    """One stored message. A turn is a user message and the assistant message answering it.
+
+    ``checks`` is what citeline checked of an answer when it was given (see :func:`append_turn`);
+    ``citations`` is empty until :func:`with_citations` resolves them for showing.
+    """
 
     id: int
     conversation_id: uuid.UUID
@@ -61,13 +67,21 @@ class MessageInfo:
     cited_chunk_ids: tuple[int, ...]
     provider: str | None
     created_at: datetime
+    checks: dict[str, Any] | None = None
+    citations: tuple[dict[str, Any], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """JSON-ready fields: the message, its resolved ``citations``, and for an answer the sentences
+        found ``unsupported`` and whether ``evidence_missing`` (as the answer's ``complete`` event had
+        them)."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "checks"}
         out["conversation_id"] = str(self.conversation_id)
         out["cited_chunk_ids"] = list(self.cited_chunk_ids)
         out["created_at"] = self.created_at.isoformat()
+        out["citations"] = [dict(c) for c in self.citations]
+        checks = self.checks or {}
+        out["unsupported"] = list(checks.get("unsupported", []))
+        out["evidence_missing"] = bool(checks.get("evidence_missing", False))
         return out
 
 
@@ -176,12 +190,15 @@ def append_turn(
     cited_chunk_ids: Sequence[int],
     provider: str | None,
     ttl: timedelta,
+    checks: dict[str, Any] | None = None,
     now: datetime | None = None,
 ) -> int:
     """Store one question and its answer as the next turn; returns the turn number (1-based).
 
     The conversation's expiry moves to ``now + ttl``, and a conversation without a title takes the
     first question's start. ``cited_chunk_ids`` must be in the order of their citation numbers.
+    ``checks`` is what the answer's reader was shown of its checks: ``citations`` (each as
+    :meth:`~citeline.answer.Citation.as_dict` gives it), ``unsupported`` and ``evidence_missing``.
     """
     now = now or datetime.now(UTC)
     # The row lock serialises concurrent turns of one conversation, so turn numbers never collide.
@@ -213,6 +230,7 @@ def append_turn(
                 "standalone_query": standalone_query,
                 "cited_chunk_ids": [],
                 "provider": None,
+                "checks": None,
                 "created_at": now,
             },
             {
@@ -223,6 +241,7 @@ def append_turn(
                 "standalone_query": None,
                 "cited_chunk_ids": list(dict.fromkeys(cited_chunk_ids)),
                 "provider": provider,
+                "checks": checks,
                 "created_at": now,
             },
         ],
@@ -293,6 +312,62 @@ def recently_cited(history: Sequence[Turn]) -> list[int]:
     """Every chunk cited in the conversation, the most recently cited first."""
     newest_first = sorted(history, key=lambda t: -t.number)
     return list(dict.fromkeys(cid for turn in newest_first for cid in turn.cited_chunk_ids))
+
+
+def with_citations(
+    conn: sa.Connection, stored: Sequence[MessageInfo], *, access: Access = FULL_ACCESS
+) -> list[MessageInfo]:
+    """``stored`` (a conversation's messages, in order) with each answer's citations resolved as a
+    reader can open them now.
+
+    A citation is the one shown with the answer (number, passage, excerpt, support score...; for an
+    answer stored before these were kept, the number and passage alone), plus where its passage is
+    now: ``text`` (the whole passage), ``content_type``, ``available``, and when the document has a
+    newer version than the one cited, ``superseded`` and ``current_version``. A citation keeps
+    opening the version it cited (kept while the conversation lives, see ``catalog.activate``). One
+    whose document was deleted, or is outside ``access``, shows only its number, ``chunk_id`` and
+    ``available: false``.
+    """
+    numbers = {cid: n for n, cid in enumerate(citation_order(turns(stored)), start=1)}
+    passages = catalog.cited_passages(conn, list(numbers), access=access)
+    out = []
+    for message in stored:
+        if message.role != "assistant":
+            out.append(message)
+            continue
+        shown = (message.checks or {}).get("citations")
+        if shown is None:
+            shown = [
+                {"number": numbers[cid], "chunk_id": cid} for cid in message.cited_chunk_ids if cid in numbers
+            ]
+        citations = []
+        for citation in shown:
+            passage = passages.get(int(citation["chunk_id"]))
+            if passage is None:
+                citations.append(
+                    {"number": citation["number"], "chunk_id": citation["chunk_id"], "available": False}
+                )
+                continue
+            citations.append(
+                {
+                    "document_id": str(passage.document_id),
+                    "document_name": passage.document_name,
+                    "title": passage.title,
+                    "version": passage.version,
+                    "page": passage.page,
+                    "start": passage.start,
+                    "end": passage.end,
+                    "section": passage.section,
+                    **citation,
+                    "text": passage.text,
+                    "content_type": passage.content_type,
+                    "available": True,
+                    "superseded": passage.superseded,
+                    "current_version": passage.current_version,
+                }
+            )
+        out.append(replace(message, citations=tuple(citations)))
+    return out
 
 
 def _title(question: str) -> str:

@@ -157,14 +157,23 @@ class OnnxEmbedder:
     """An :class:`~citeline.embed.base.Embedder` for one model of :data:`MODELS`, loaded on construction.
 
     A model run takes at most ``batch_size`` texts; ``threads`` workers do runs concurrently. ``files``
-    replaces the installed files (each is still checked against its pinned sha256).
+    replaces the installed files (each is still checked against its pinned sha256). ``defaults`` opens
+    the model as onnxruntime's defaults do, as someone who loads the file themselves runs it (each run
+    on every core, none of this module's graph changes, queries on that same session): for comparisons
+    (``make bench-peers``); the vectors are the same.
 
     Raises :class:`ConfigError` for an unknown model and :class:`EmbeddingError` when a file is
     missing or does not match its digest, or the model cannot be loaded.
     """
 
     def __init__(
-        self, model: str, *, batch_size: int = 32, threads: int = 1, files: ModelFiles | None = None
+        self,
+        model: str,
+        *,
+        batch_size: int = 32,
+        threads: int = 1,
+        files: ModelFiles | None = None,
+        defaults: bool = False,
     ) -> None:
         known = MODELS.get(model)
         if known is None:
@@ -190,7 +199,8 @@ class OnnxEmbedder:
         tokenizer.enable_truncation(max_length=self.max_tokens)
         self._tokenizer = tokenizer
         self._model_path, self._model_bytes = files.model.path, model_bytes
-        self._session = _open_session(self.model_id, files.model.path, model_bytes)
+        self._defaults = defaults
+        self._session = _open_session(self.model_id, files.model.path, model_bytes, defaults=defaults)
         # Sessions for single queries, by thread count, opened on the first query (ingest never pays).
         self._query_sessions: dict[int, Any] = {}
         self._query_lock = threading.Lock()
@@ -229,8 +239,9 @@ class OnnxEmbedder:
     def embed_query(self, text: str, *, threads: int) -> npt.NDArray[np.float32]:
         """Embed one text on a session whose runs use ``threads`` cores: the vector ``embed([text])[0]``
         gives (up to float rounding), sooner when the caller waits for this text alone. One thread
-        uses the ingest session, so a process that embeds a single query loads no second session."""
-        session = self._session if threads == 1 else self._query_sessions.get(threads)
+        uses the ingest session, so a process that embeds a single query loads no second session (nor
+        does an embedder on onnxruntime's defaults, whose one session already spans every core)."""
+        session = self._session if threads == 1 or self._defaults else self._query_sessions.get(threads)
         if session is None:
             with self._query_lock:
                 session = self._query_sessions.get(threads)
@@ -285,12 +296,19 @@ class OnnxEmbedder:
         return pooled
 
 
-def _open_session(model_id: str, path: Path, data: bytes, *, threads: int = 1) -> Any:
+def _open_session(model_id: str, path: Path, data: bytes, *, threads: int = 1, defaults: bool = False) -> Any:
     # Imported here: together they cost a quarter of a second that commands without a model should
     # not pay.
     import onnx
     import onnxruntime as ort
 
+    if defaults:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        try:
+            return ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
+        except Exception as exc:
+            raise EmbeddingError(f"{model_id}: onnxruntime cannot load {path}: {exc}") from exc
     try:
         model = onnx.load_from_string(data)
         _drop_nan_guards(model.graph)

@@ -877,9 +877,10 @@ def activate(
     ``vector_index`` names the index that holds their vectors (see store/index.py), which every search
     of them must then use.
 
-    Retires (deletes, with their chunks) every other version of each source and keeps the corpus
-    totals in step. Set-based: a handful of statements for any number of versions. When one source
-    has several versions here, the newest wins and the others are retired with the rest.
+    Retires every other version of each source and keeps the corpus totals in step: deletes it with
+    its chunks, or keeps one a live conversation cites as ``superseded`` (:func:`_supersede`).
+    Set-based: a handful of statements for any number of versions. When one source has several
+    versions here, the newest wins and the others are retired with the rest.
 
     Only versions of the served model are swapped in (the first version of an empty namespace sets
     it). A version embedded by the target of a running model migration is kept ``staged`` instead,
@@ -939,7 +940,7 @@ def activate(
         )
     }
     sources = [a.document.source_uri for a in chosen]
-    _retire_others(conn, sources, keep=ids + _newer_twins(conn, ids, target))
+    _retire_others(conn, sources, keep=ids + _newer_twins(conn, ids, target), supersede=True)
     _record_built(
         conn, chosen, {i: n for i, (n, _) in totals.items()}, active=True, vector_index=vector_index
     )
@@ -1060,7 +1061,7 @@ def retire_and_activate(
     visible ones, retiring every other version of those sources but ``keep``; for a model switch,
     whose versions were recorded when they were staged."""
     _lock_log(conn)
-    _retire_others(conn, source_uris, keep=list(keep))
+    _retire_others(conn, source_uris, keep=list(keep), supersede=True)
     conn.execute(
         sa.text(
             "UPDATE documents SET is_active = true, status = 'completed', updated_at = now() "
@@ -1144,8 +1145,14 @@ def delete_document(conn: sa.Connection, document_id: uuid.UUID) -> list[Documen
     return removed
 
 
-def _retire_others(conn: sa.Connection, source_uris: Sequence[str], keep: Sequence[uuid.UUID]) -> None:
-    """Delete every version of these sources but ``keep``, taking the visible ones out of the totals."""
+def _retire_others(
+    conn: sa.Connection, source_uris: Sequence[str], keep: Sequence[uuid.UUID], *, supersede: bool = False
+) -> None:
+    """Delete every version of these sources but ``keep``, taking the visible ones out of the totals.
+
+    With ``supersede`` (a newer version replaces them), a built version that a live conversation cites
+    is kept as ``superseded`` instead (see :func:`_supersede`).
+    """
     retired = conn.execute(
         sa.text(
             "SELECT d.id, count(c.id), coalesce(sum(c.token_count), 0), d.keyword_length FROM documents d "
@@ -1167,10 +1174,88 @@ def _retire_others(conn: sa.Connection, source_uris: Sequence[str], keep: Sequen
             {"c": len(counted), "t": sum(counted)},
         )
         _log(conn, [r[0] for r in retired], added=False)
+    kept = _supersede(conn, source_uris, keep) if supersede else []
     conn.execute(
         sa.text("DELETE FROM documents WHERE source_uri = ANY(:s) AND id <> ALL(CAST(:keep AS uuid[]))"),
-        {"s": list(source_uris), "keep": list(keep)},
+        {"s": list(source_uris), "keep": [*keep, *kept]},
     )
+
+
+#: A chunk that a live conversation cites (``c`` is the chunk; the GIN index on the messages' cited
+#: chunk ids answers it).
+_CITED = (
+    "EXISTS (SELECT 1 FROM messages m JOIN conversations v ON v.id = m.conversation_id "
+    "WHERE m.cited_chunk_ids @> ARRAY[c.id] AND v.expires_at > now())"
+)
+
+
+def _supersede(conn: sa.Connection, source_uris: Sequence[str], keep: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    """Keep the built versions of these sources (but ``keep``) that a live conversation cites, as
+    ``superseded``; returns their ids.
+
+    A superseded version keeps what opening its citations needs and nothing more: the chunks of the
+    pages its cited chunks are on (a page's text is rebuilt from them) and its stored original. Its
+    vectors, keyword postings and document terms go, so it is never searched, and storage stays
+    bounded by the citations of live conversations (:func:`prune_superseded` deletes it once none
+    cites it).
+    """
+    pages = conn.execute(
+        sa.text(
+            "SELECT DISTINCT c.document_id, c.page FROM documents d JOIN chunks c ON c.document_id = d.id "
+            "WHERE d.source_uri = ANY(:s) AND d.id <> ALL(CAST(:keep AS uuid[])) "
+            f"AND d.status IN ('completed', 'superseded') AND {_CITED}"
+        ),
+        {"s": list(source_uris), "keep": list(keep)},
+    ).all()
+    ids = list({r[0] for r in pages})
+    if not ids:
+        return []
+    params = {"ids": ids, "docs": [r[0] for r in pages], "pages": [r[1] for r in pages]}
+    conn.execute(
+        sa.text(
+            "DELETE FROM chunks c WHERE c.document_id = ANY(CAST(:ids AS uuid[])) "
+            "AND (c.document_id, c.page) NOT IN "
+            "(SELECT * FROM unnest(CAST(:docs AS uuid[]), CAST(:pages AS int[])))"
+        ),
+        params,
+    )
+    conn.execute(
+        sa.text(
+            "DELETE FROM postings WHERE chunk_id IN "
+            "(SELECT id FROM chunks WHERE document_id = ANY(CAST(:ids AS uuid[])))"
+        ),
+        params,
+    )
+    conn.execute(sa.text("DELETE FROM document_terms WHERE document_id = ANY(CAST(:ids AS uuid[]))"), params)
+    conn.execute(
+        sa.text(
+            "UPDATE chunks SET embedding = NULL WHERE document_id = ANY(CAST(:ids AS uuid[])) "
+            "AND embedding IS NOT NULL"
+        ),
+        params,
+    )
+    conn.execute(
+        sa.text(
+            "UPDATE documents SET is_active = false, status = :st, vector_count = 0, updated_at = now() "
+            "WHERE id = ANY(CAST(:ids AS uuid[]))"
+        ),
+        {**params, "st": Status.SUPERSEDED.value},
+    )
+    return ids
+
+
+def prune_superseded(conn: sa.Connection) -> list[DocumentInfo]:
+    """Delete the superseded versions that no live conversation cites any more (their conversations
+    expired or were deleted); returns them, so that their originals can be removed after the commit."""
+    rows = conn.execute(
+        sa.text(
+            f"DELETE FROM documents d WHERE d.status = :st AND NOT EXISTS "
+            f"(SELECT 1 FROM chunks c WHERE c.document_id = d.id AND {_CITED}) "
+            f"RETURNING {_DOC_COLUMNS}"
+        ),
+        {"st": Status.SUPERSEDED.value},
+    )
+    return [_row_to_info(r) for r in rows]
 
 
 #: Held from a keyword_log insert to its commit, so log order is commit order: a reader that has
@@ -1238,6 +1323,69 @@ def get_document(conn: sa.Connection, document_id: uuid.UUID) -> DocumentInfo:
     return _row_to_info(row)
 
 
+def get_document_version(conn: sa.Connection, document_id: uuid.UUID, version: int) -> DocumentInfo:
+    """Version ``version`` of a document; :class:`NotFoundError` if the catalog no longer holds it."""
+    row = conn.execute(
+        sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE document_id = :id AND version = :v"),
+        {"id": document_id, "v": version},
+    ).first()
+    if row is None:
+        raise NotFoundError(
+            f"document {document_id} has no version {version} (a replaced version is kept only while a "
+            "conversation cites it)"
+        )
+    return _row_to_info(row)
+
+
+@dataclass(frozen=True)
+class CitedPassage:
+    """A cited chunk as the catalog holds it now: where it is, and whether its version is current.
+
+    ``current_version`` is the document's visible version (None when it has none: being rebuilt, or
+    failed); ``superseded`` says that a newer version replaced the cited one.
+    """
+
+    chunk_id: int
+    document_id: uuid.UUID
+    version_id: uuid.UUID
+    version: int
+    document_name: str
+    title: str | None
+    content_type: str | None
+    page: int
+    start: int
+    end: int
+    section: str | None
+    text: str
+    current_version: int | None
+
+    @property
+    def superseded(self) -> bool:
+        return self.current_version is not None and self.current_version != self.version
+
+
+def cited_passages(
+    conn: sa.Connection, chunk_ids: Sequence[int], *, access: Access = FULL_ACCESS
+) -> dict[int, CitedPassage]:
+    """The cited chunks the catalog still holds and ``access`` sees, by chunk id, whatever their
+    version's state (a citation opens the version it cited). A chunk of a deleted document, or of one
+    outside the grant, is missing from the result."""
+    if not chunk_ids:
+        return {}
+    where, params = access.sql("d")
+    rows = conn.execute(
+        sa.text(
+            "SELECT c.id, d.document_id, d.id AS version_id, d.version, d.name, d.title, d.content_type, "
+            "c.page, c.start_offset, c.end_offset, c.section, c.text, "
+            "(SELECT a.version FROM documents a WHERE a.document_id = d.document_id AND a.is_active) "
+            "AS current_version FROM chunks c JOIN documents d ON d.id = c.document_id "
+            f"WHERE c.id = ANY(:cited) AND {where}"
+        ),
+        {**params, "cited": list(chunk_ids)},
+    )
+    return {int(r[0]): CitedPassage(int(r[0]), r[1], r[2], int(r[3]), r[4], r[5], r[6], *r[7:]) for r in rows}
+
+
 def relabel(conn: sa.Connection, document_id: uuid.UUID, labels: Labels) -> DocumentInfo:
     """Change a document's labels (unset fields kept) on every version it has: no re-embedding.
 
@@ -1257,7 +1405,8 @@ def relabel(conn: sa.Connection, document_id: uuid.UUID, labels: Labels) -> Docu
 
 
 def versions(conn: sa.Connection, document_id: uuid.UUID) -> list[DocumentInfo]:
-    """Every version of a document the catalog holds (the active one, and any in progress or failed)."""
+    """Every version of a document the catalog holds (the active one, any in progress or failed, and
+    superseded ones that live conversations cite)."""
     rows = conn.execute(
         sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE document_id = :id ORDER BY version"),
         {"id": document_id},

@@ -43,6 +43,9 @@ class Status(StrEnum):
     FAILED = "failed"
     #: Complete, embedded by the target of a model migration, waiting for the switch (never visible).
     STAGED = "staged"
+    #: Replaced by a newer version but cited by a live conversation: kept, never searched, with only
+    #: its cited pages' chunks (no vectors, no postings) and its original (see catalog.activate).
+    SUPERSEDED = "superseded"
 
 
 class Base(DeclarativeBase):
@@ -103,7 +106,7 @@ class Document(Base):
 
     __table_args__ = (
         CheckConstraint(
-            "status IN ('pending', 'queued', 'processing', 'completed', 'failed', 'staged')",
+            "status IN ('pending', 'queued', 'processing', 'completed', 'failed', 'staged', 'superseded')",
             name="documents_status",
         ),
         # At most one visible version per source.
@@ -255,7 +258,10 @@ class Message(Base):
     """One message of a turn: the user's question (with the standalone query searched for it) or the answer.
 
     ``cited_chunk_ids`` lists the chunks an answer cited, in the order of their citation numbers. It has
-    no foreign key: chunks are retired with their versions, and old answers keep their numbers.
+    no foreign key: while the conversation lives, a version it cites is kept when a newer one replaces
+    it (status ``superseded``), but a deleted document takes its chunks with it, and old answers keep
+    their numbers. ``checks`` holds what citeline checked of an answer (its citations as they were
+    shown, unsupported sentences, missing evidence); None for answers stored before it was kept.
     """
 
     __tablename__ = "messages"
@@ -270,11 +276,13 @@ class Message(Base):
     standalone_query: Mapped[str | None] = mapped_column(Text)
     cited_chunk_ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger), server_default=text("'{}'"))
     provider: Mapped[str | None] = mapped_column(Text)
+    checks: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
         CheckConstraint("role IN ('user', 'assistant')", name="messages_role"),
         UniqueConstraint("conversation_id", "turn", "role", name="messages_turn_role"),
+        Index("messages_cited_chunks", "cited_chunk_ids", postgresql_using="gin"),
     )
 
 

@@ -1,8 +1,8 @@
 """``POST /chat`` (the whole answer at once) and ``POST /chat/stream`` (server-sent events).
 
 The library streams an answer as events (:mod:`citeline.answer.events`); this module only names them
-for SSE, adds links to the API's file route, and stops the generation when the client goes away. Event
-names and payloads are documented in docs/api.md.
+for SSE, adds links to the API's file route, and stops the generation when the client goes away
+(from either route). Event names and payloads are documented in docs/api.md.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import Field
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from citeline.access import Access
@@ -72,7 +72,8 @@ async def _begin(cl: Citeline, access: Access, slots: GenerationSlots, body: Cha
 
 
 def _with_link(data: dict[str, Any]) -> dict[str, Any]:
-    data["download_url"] = file_url(data["document_id"], data.get("page"))
+    # Pinned to the cited version: the link keeps opening what was cited after a re-ingest.
+    data["download_url"] = file_url(data["document_id"], data.get("page"), data.get("version"))
     return data
 
 
@@ -225,18 +226,50 @@ async def chat_stream(body: ChatBody, cl: CitelineDep, access: AccessDep, slots:
     return EventStream(_stream(answer, first, cl.settings.api_heartbeat_seconds))
 
 
-@router.post("/chat", summary="Answer a question; the whole answer at once")
-async def chat(body: ChatBody, cl: CitelineDep, access: AccessDep, slots: SlotsDep) -> dict[str, Any]:
-    answer = await _begin(cl, access, slots, body)
+async def _collect(answer: _Answer) -> dict[str, dict[str, Any]]:
+    """The answer's events as their SSE payloads by name (the last of each name)."""
     parts: dict[str, dict[str, Any]] = {}
+    async for event in answer.events:
+        if isinstance(event, Error):
+            raise event.exception or GenerationError(event.message)
+        parts.update(sse_events(event, answer))
+    return parts
+
+
+async def _client_gone(request: Request) -> None:
+    """Return once the client has closed its connection (the body was read already, so the next ASGI
+    message a request receives is its disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+@router.post("/chat", summary="Answer a question; the whole answer at once", response_model=None)
+async def chat(
+    body: ChatBody, request: Request, cl: CitelineDep, access: AccessDep, slots: SlotsDep
+) -> dict[str, Any] | Response:
+    answer = await _begin(cl, access, slots, body)
+    collecting = asyncio.ensure_future(_collect(answer))
+    gone = asyncio.ensure_future(_client_gone(request))
     try:
-        async for event in answer.events:
-            if isinstance(event, Error):
-                raise event.exception or GenerationError(event.message)
-            parts.update(sse_events(event, answer))
+        await asyncio.wait({collecting, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        await answer.events.aclose()
-        answer.slot.release()
+        # A client that went away (or a server shutting down) stops the model, as the stream does.
+        stopped = not collecting.done()
+        with anyio.CancelScope(shield=True):
+            for task in (collecting, gone):
+                task.cancel()
+            with suppress(asyncio.CancelledError):
+                await gone
+            if stopped:
+                with suppress(asyncio.CancelledError, Exception):
+                    await collecting
+            await answer.events.aclose()
+        answer.slot.release(stopped_early=stopped)
+    if stopped:
+        log.info("answer in conversation %s stopped: the client went away", answer.session.id)
+        # Nobody reads it; 499 (nginx's "client closed request") says so in the access log.
+        return Response(status_code=499)
+    parts = collecting.result()
     if "complete" not in parts:
         raise GenerationError("the answer ended without completing")
     return {**parts["complete"], "query": parts["rewrite"]["query"], "sources": parts["evidence"]["passages"]}

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 
 from citeline.api.deps import AccessDep, CitelineDep
+from citeline.api.routes.links import file_url
 from citeline.chat.session import conversations, delete_conversation
 
 router = APIRouter(prefix="/conversations", tags=["conversations"])
@@ -20,10 +21,17 @@ def list_conversations(
     return {"conversations": [c.as_dict() for c in found]}
 
 
-@router.get("/{conversation_id}", summary="One conversation with its messages")
+@router.get("/{conversation_id}", summary="One conversation with its messages and their citations, openable")
 def get_conversation(conversation_id: str, cl: CitelineDep, access: AccessDep) -> dict[str, Any]:
     info, messages = cl.conversation(conversation_id, access=access)
-    return {**info.as_dict(), "messages": [m.as_dict() for m in messages]}
+    shown = [m.as_dict() for m in messages]
+    for message in shown:
+        for citation in message["citations"]:
+            if citation["available"]:
+                citation["download_url"] = file_url(
+                    citation["document_id"], citation["page"], citation["version"]
+                )
+    return {**info.as_dict(), "messages": shown}
 
 
 @router.delete("/{conversation_id}", status_code=204, summary="Delete a conversation and its messages")

@@ -16,6 +16,14 @@ from citeline.store.models import Status
 router = APIRouter(tags=["documents"])
 
 DocumentId = Annotated[str, Path(description="A document id, or an unambiguous prefix of one.")]
+Version = Annotated[
+    int | None,
+    Query(
+        ge=1,
+        description="This version instead of the current one (a citation's; a replaced version is kept "
+        "while a conversation cites it).",
+    ),
+]
 
 
 def document_json(doc: DocumentInfo) -> dict[str, Any]:
@@ -23,7 +31,9 @@ def document_json(doc: DocumentInfo) -> dict[str, Any]:
     server path where it is stored."""
     out = doc.as_dict()
     out.pop("file_path")
-    out["file_url"] = file_url(doc.id) if doc.file_path else None
+    out["file_url"] = (
+        file_url(doc.id, version=None if doc.is_active else doc.version) if doc.file_path else None
+    )
     return out
 
 
@@ -60,8 +70,10 @@ def list_documents(
 
 
 @router.get("/documents/{document_id}", summary="One document: status, labels, counts, source metadata")
-def get_document(document_id: DocumentId, cl: CitelineDep, access: AccessDep) -> dict[str, Any]:
-    return document_json(cl.document(document_id, access=access))
+def get_document(
+    document_id: DocumentId, cl: CitelineDep, access: AccessDep, version: Version = None
+) -> dict[str, Any]:
+    return document_json(cl.document(document_id, access=access, version=version))
 
 
 @router.get(
@@ -69,8 +81,10 @@ def get_document(document_id: DocumentId, cl: CitelineDep, access: AccessDep) ->
     summary="The stored original, with its content type (supports HTTP range requests)",
     response_class=FileResponse,
 )
-def get_file(document_id: DocumentId, cl: CitelineDep, access: AccessDep) -> FileResponse:
-    doc = cl.document(document_id, access=access)
+def get_file(
+    document_id: DocumentId, cl: CitelineDep, access: AccessDep, version: Version = None
+) -> FileResponse:
+    doc = cl.document(document_id, access=access, version=version)
     path = cl.document_file(doc, access=access)
     return FileResponse(
         path,
@@ -86,9 +100,15 @@ def get_page(
     page: Annotated[int, Path(ge=1, description="1-based page number.")],
     cl: CitelineDep,
     access: AccessDep,
+    version: Version = None,
 ) -> dict[str, Any]:
-    doc = cl.document(document_id, access=access)
-    return {"document_id": str(doc.id), "page": page, "text": cl.page_text(doc, page, access=access)}
+    doc = cl.document(document_id, access=access, version=version)
+    return {
+        "document_id": str(doc.id),
+        "version": doc.version,
+        "page": page,
+        "text": cl.page_text(doc, page, access=access),
+    }
 
 
 @router.get("/documents/{document_id}/chunks", summary="A document's chunks, in order, paged")
@@ -98,8 +118,9 @@ def get_chunks(
     access: AccessDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
+    version: Version = None,
 ) -> dict[str, Any]:
-    doc = cl.document(document_id, access=access)
+    doc = cl.document(document_id, access=access, version=version)
     rows, total = cl.chunk_page(doc, offset=offset, limit=limit, access=access)
     chunks = [
         {

@@ -23,7 +23,7 @@ const state = {
   conversationId: null,
   // Citation numbers continue through a conversation, so one map serves all its answers.
   citations: new Map(),
-  documents: new Map(), // document id -> promise of GET /documents/{id}
+  documents: new Map(), // "id" or "id@version" -> promise of GET /documents/{id}[?version=n]
   controller: null,
   current: null, // the citation shown in the panel
   viewer: null,
@@ -82,6 +82,20 @@ function citationLink(number) {
   const citation = state.citations.get(number);
   const label = `[${number}]`;
   if (!citation) return el("span", { className: "cite pending" }, label);
+  if (citation.available === false) {
+    return el(
+      "button",
+      {
+        type: "button",
+        className: "cite gone",
+        title: "No longer available",
+        "aria-label": `Citation ${number}: no longer available`,
+        dataset: { number: String(number) },
+        onclick: () => showCitation(number),
+      },
+      label,
+    );
+  }
   const unsupported = citation.supported === false;
   return el(
     "button",
@@ -133,6 +147,30 @@ function renderAnswer(node, text, unsupported = []) {
   node.replaceChildren(...parts);
 }
 
+/**
+ * Show a finished answer as citeline checked it: its citations (a `complete` event's, or a stored
+ * answer's), the sentences its passages do not back, and whether the evidence was missing. A live
+ * answer and one reopened from the server go through here alike, so they look alike.
+ */
+function showChecked(message, body, answer) {
+  for (const citation of answer.citations) {
+    state.citations.set(citation.number, { ...state.citations.get(citation.number), ...citation });
+  }
+  const unsupported = answer.unsupported ?? [];
+  renderAnswer(body, answer.answer, unsupported);
+  if (answer.evidence_missing) {
+    message.append(
+      el("p", { className: "not-in-evidence", role: "note" },
+        "Not in the evidence: the documents this key can see do not answer this question."),
+    );
+  } else if (unsupported.length) {
+    message.append(
+      el("p", { className: "unsupported-note" },
+        `${unsupported.length} sentence${unsupported.length > 1 ? "s are" : " is"} not supported by the cited passages (marked).`),
+    );
+  }
+}
+
 function addMessage(role, text) {
   const body = el("div", { className: "message-text" });
   const message = el("article", { className: `message ${role}` }, el("h3", {}, role === "user" ? "You" : "citeline"), body);
@@ -162,7 +200,6 @@ async function ask(question) {
   const { message, body } = addMessage("assistant", "");
   message.setAttribute("aria-busy", "true");
   let text = "";
-  let unsupported = [];
   state.controller = new AbortController();
   setBusy(true);
   say(status, "Searching the documents…");
@@ -176,7 +213,7 @@ async function ask(question) {
         message.prepend(el("p", { className: "rewrite" }, `Searched for: ${data.query}`));
       } else if (name === "evidence") {
         say(status, `Answering from ${data.passages.length} passages…`);
-        for (const passage of data.passages) prefetchDocument(passage.document_id);
+        for (const passage of data.passages) prefetchDocument(passage.document_id, passage.version);
       } else if (name === "token") {
         text += data.text;
         renderAnswer(body, text);
@@ -185,28 +222,13 @@ async function ask(question) {
         // support score) comes with `complete`.
         const known = state.citations.get(data.number);
         if (data.passage || known) {
-          state.citations.set(data.number, { ...known, ...data.passage, number: data.number, stance: data.stance });
-          prefetchDocument((data.passage ?? known).document_id);
+          const citation = { ...known, ...data.passage, number: data.number, stance: data.stance };
+          state.citations.set(data.number, citation);
+          prefetchDocument(citation.document_id, citation.version);
         }
         renderAnswer(body, text);
       } else if (name === "complete") {
-        for (const citation of data.citations) {
-          state.citations.set(citation.number, { ...state.citations.get(citation.number), ...citation });
-        }
-        text = data.answer;
-        unsupported = data.unsupported ?? [];
-        renderAnswer(body, text, unsupported);
-        if (data.evidence_missing) {
-          message.append(
-            el("p", { className: "not-in-evidence", role: "note" },
-              "Not in the evidence: the documents this key can see do not answer this question."),
-          );
-        } else if (unsupported.length) {
-          message.append(
-            el("p", { className: "unsupported-note" },
-              `${unsupported.length} sentence${unsupported.length > 1 ? "s are" : " is"} not supported by the cited passages (marked).`),
-          );
-        }
+        showChecked(message, body, data);
         say(status, "");
       } else if (name === "error") {
         message.append(el("p", { className: "error", role: "alert" }, `The answer failed: ${data.message}`));
@@ -231,13 +253,26 @@ async function ask(question) {
 
 // -- the citation panel ---------------------------------------------------------------------------
 
-function prefetchDocument(id) {
-  if (!state.documents.has(id)) {
-    const request = api(`/documents/${encodeURIComponent(id)}`);
-    request.catch(() => state.documents.delete(id));
-    state.documents.set(id, request);
+/** GET /documents/{id}, of `version` when given (a citation's), else the current version; cached. */
+function prefetchDocument(id, version) {
+  const key = version === undefined ? id : `${id}@${version}`;
+  if (!state.documents.has(key)) {
+    const query = version === undefined ? "" : `?version=${encodeURIComponent(version)}`;
+    const request = api(`/documents/${encodeURIComponent(id)}${query}`);
+    request.catch(() => state.documents.delete(key));
+    state.documents.set(key, request);
   }
-  return state.documents.get(id);
+  return state.documents.get(key);
+}
+
+/** The routes of a citation's document: of the version it cited, or (`current`) of the current one. */
+function documentUrls(citation, current = false) {
+  const id = encodeURIComponent(citation.document_id);
+  const query = current ? "" : `?version=${encodeURIComponent(citation.version)}`;
+  return {
+    fileUrl: `/documents/${id}/file${query}`,
+    pageUrl: `/documents/${id}/pages/${citation.page}${query}`,
+  };
 }
 
 function fact(term, value) {
@@ -251,19 +286,37 @@ async function showCitation(number) {
   const panel = $("citation-panel");
   panel.hidden = false;
   $("citation-title").textContent = `Citation [${number}]`;
+  $("viewer").hidden = true;
+  $("citation-version").hidden = true;
+  if (citation.available === false) {
+    $("citation-facts").replaceChildren();
+    $("citation-support").className = "support";
+    $("citation-support").textContent =
+      "This passage is no longer available: its document was deleted, or this key may not see it.";
+    $("citation-passage").replaceChildren();
+    $("open-page").hidden = true;
+    panel.focus();
+    return;
+  }
+  $("open-page").hidden = false;
   $("citation-facts").replaceChildren(
     ...fact("Document", citation.title || citation.document_name),
     ...(citation.title ? fact("File", citation.document_name) : []),
     ...fact("Version", String(citation.version)),
     ...fact("Page", String(citation.page)),
     ...(citation.section ? fact("Section", citation.section) : []),
-    ...fact("Support score", citation.score === undefined ? "being checked" : citation.score.toFixed(2)),
+    ...fact(
+      "Support score",
+      citation.score === undefined ? (citation.stored ? "not recorded" : "being checked") : citation.score.toFixed(2),
+    ),
     ...(citation.stance ? fact("Stance", citation.stance) : []),
   );
   const support = $("citation-support");
   if (citation.supported === undefined) {
     support.className = "support";
-    support.textContent = "The answer is still being written; the citation is checked at its end.";
+    support.textContent = citation.stored
+      ? "This answer was stored before citeline kept its checks."
+      : "The answer is still being written; the citation is checked at its end.";
   } else {
     support.className = citation.supported ? "support supported" : "support unsupported";
     support.textContent = citation.supported
@@ -274,11 +327,11 @@ async function showCitation(number) {
   if (citation.attributed) support.textContent += " (Cited by citeline, not by the model.)";
   const passage = $("citation-passage");
   passage.replaceChildren(citation.excerpt ?? citation.text ?? "");
-  $("viewer").hidden = true;
   panel.focus();
+  showVersionNote(citation);
   // The whole passage, with the cited sentence marked, from the page text the offsets index.
   try {
-    const page = await api(`/documents/${encodeURIComponent(citation.document_id)}/pages/${citation.page}`);
+    const page = await api(documentUrls(citation).pageUrl);
     if (state.current !== citation) return;
     const text = page.text;
     const { start, end, excerpt_start: xs, excerpt_end: xe } = citation;
@@ -292,24 +345,43 @@ async function showCitation(number) {
   }
 }
 
-async function openAtPage() {
+/**
+ * Say so when the document has a newer version than the one cited: the citation still opens the text
+ * and page it cited, and "Open the current version" opens the newer one at the same page.
+ */
+async function showVersionNote(citation) {
+  let current = citation.current_version;
+  if (current === undefined) {
+    try {
+      current = (await prefetchDocument(citation.document_id)).version;
+    } catch {
+      return;
+    }
+  }
+  if (state.current !== citation || current === null || current === citation.version) return;
+  $("citation-version-text").textContent =
+    `This passage is from version ${citation.version}, as it was cited. The document now has a newer version (${current}).`;
+  $("citation-version").hidden = false;
+}
+
+async function openAtPage(current = false) {
   const citation = state.current;
   if (!citation) return;
   const box = $("viewer");
   box.hidden = false;
   state.viewer ??= new CitationViewer(box, { headers: authHeaders() });
-  const id = encodeURIComponent(citation.document_id);
   let contentType = "text/plain";
   try {
-    contentType = (await prefetchDocument(citation.document_id)).content_type || contentType;
+    const shown = await prefetchDocument(citation.document_id, current ? undefined : citation.version);
+    contentType = shown.content_type || contentType;
   } catch (error) {
     box.replaceChildren(el("p", { className: "error", role: "alert" }, `Could not open the document: ${describeError(error)}`));
     return;
   }
   try {
+    // The current version may have moved the passage: the viewer then looks for its words on the page.
     await state.viewer.open({
-      fileUrl: `/documents/${id}/file`,
-      pageUrl: `/documents/${id}/pages/${citation.page}`,
+      ...documentUrls(citation, current),
       contentType,
       page: citation.page,
       // The cited sentence once the answer is checked; until then the whole passage.
@@ -327,6 +399,7 @@ async function openAtPage() {
 function newConversation() {
   state.conversationId = null;
   state.citations.clear();
+  state.documents.clear(); // a document may have a newer version since it was fetched
   $("messages").replaceChildren();
   $("citation-panel").hidden = true;
   markCurrentConversation();
@@ -373,8 +446,17 @@ async function openConversation(id) {
     newConversation();
     state.conversationId = conversation.id;
     $("persona").value = conversation.persona;
-    for (const message of conversation.messages) addMessage(message.role, message.content);
-    say($("chat-status"), "Earlier answers are shown as text; ask a follow-up to continue (citation numbers continue).");
+    for (const stored of conversation.messages) {
+      if (stored.role === "user") {
+        addMessage("user", stored.content);
+      } else {
+        const { message, body } = addMessage("assistant", "");
+        // `stored` tells an answer kept before its checks were (no support score) from one being written.
+        const citations = stored.citations.map((citation) => ({ ...citation, stored: true }));
+        showChecked(message, body, { ...stored, answer: stored.content, citations });
+      }
+    }
+    say($("chat-status"), "Ask a follow-up to continue the conversation (citation numbers continue).");
     markCurrentConversation();
   } catch (error) {
     say($("chat-status"), `Could not open the conversation: ${describeError(error)}`, "error");
@@ -433,7 +515,8 @@ $("question").addEventListener("keydown", (event) => {
 });
 $("stop").addEventListener("click", () => state.controller?.abort());
 $("new-conversation").addEventListener("click", newConversation);
-$("open-page").addEventListener("click", openAtPage);
+$("open-page").addEventListener("click", () => openAtPage());
+$("open-current").addEventListener("click", () => openAtPage(true));
 $("close-panel").addEventListener("click", () => {
   $("citation-panel").hidden = true;
   document.querySelector(`.cite[data-number="${state.current?.number}"]`)?.focus();

@@ -1,0 +1,151 @@
+"""Conversations reopened in the chat page, in Debian's chromium, against a real ``citeline serve``
+(its own embedded database, real embedder, extractive answers): their citations open exactly as live
+ones do, and a citation keeps opening the text and page it cited after its document is re-ingested."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import BrowserContext, Page, expect
+
+from tests.api.conftest import Server, base_env, cli, create_key, ingest, start_server, stop_server
+from tests.conftest import write
+from tests.web.conftest import fold
+from tests.web.test_pages import ask, completed_answer, marked_text, sign_in
+
+OLD = (
+    "# Relief valve\n\nThe relief valve opens at 8 bar and closes again at 7 bar. Check the relief valve "
+    "every month by lifting its lever.\n\nThe drain cock sits under the tank.\n"
+)
+NEW = (
+    "# Relief valve\n\nSince the 2026 revision the relief valve opens at 9 bar. Replace it every two "
+    "years.\n\nThe drain cock sits under the tank.\n"
+)
+QUESTION = "At what pressure does the relief valve open?"
+
+
+@dataclass
+class Site:
+    server: Server
+    corpus: Path
+    key: str
+    #: The conversation asked over the API before any browser test: its id and ``complete`` payload.
+    conversation_id: str
+    answer: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    env = base_env(tmp_path_factory.mktemp("conversations-data"), CITELINE_LLM="extractive")
+    corpus = tmp_path_factory.mktemp("conversations-corpus")
+    write(corpus / "valve.md", OLD)
+    ingest(env, corpus)
+    server = start_server(env, tmp_path_factory.mktemp("conversations-log") / "serve.log")
+    try:
+        key = create_key(env, "--role", "admin", "--name", "conversations")["key"]
+        with (
+            httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as api,
+            api.stream("POST", "/chat/stream", json={"question": QUESTION}) as response,
+        ):
+            answer = completed_answer(response.read().decode())
+        assert answer["citations"], answer
+        yield Site(server, corpus, key, answer["conversation_id"], answer)
+    finally:
+        stop_server(server)
+
+
+@pytest.fixture
+def context(browser: Any) -> Iterator[BrowserContext]:
+    instance: BrowserContext = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield instance
+    instance.close()
+
+
+def reopen(page: Page, site: Site) -> None:
+    """Sign in and open the site's conversation from the list."""
+    sign_in(page, site.server.url + "/", site.key)
+    page.locator(f'#conversation-list li[data-id="{site.conversation_id}"] button.continue').click()
+    expect(page.locator(".message.assistant")).to_have_count(1)
+
+
+def citation_buttons(page: Page) -> list[dict[str, str]]:
+    shown: list[dict[str, str]] = (
+        page.locator(".message.assistant")
+        .last.locator(".cite")
+        .evaluate_all(
+            "nodes => nodes.map(n => ({tag: n.tagName, cls: n.className, "
+            "label: n.getAttribute('aria-label') ?? '', text: n.textContent}))"
+        )
+    )
+    return shown
+
+
+def open_citation(page: Page, number: int) -> None:
+    page.locator(f'.message.assistant .cite[data-number="{number}"]').first.click()
+    expect(page.get_by_role("complementary", name="Citation")).to_contain_text(f"Citation [{number}]")
+
+
+def test_a_reopened_conversation_shows_its_citations_as_they_were_shown_live(
+    site: Site, context: BrowserContext
+) -> None:
+    live = context.new_page()
+    sign_in(live, site.server.url + "/", site.key)
+    with live.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
+        ask(live, QUESTION)
+    answer = completed_answer(streamed.value.text())
+    shown_live = citation_buttons(live)
+    assert shown_live and all(b["tag"] == "BUTTON" for b in shown_live), shown_live
+
+    again = context.new_page()
+    sign_in(again, site.server.url + "/", site.key)
+    again.locator(f'#conversation-list li[data-id="{answer["conversation_id"]}"] button.continue').click()
+    expect(again.locator(".message.assistant")).to_have_count(1)
+    assert citation_buttons(again) == shown_live
+    assert again.locator(".message.assistant").inner_text() == live.locator(".message.assistant").inner_text()
+
+    cited = answer["citations"][0]
+    open_citation(again, cited["number"])
+    panel = again.get_by_role("complementary", name="Citation")
+    expect(panel).to_contain_text(f"{cited['score']:.2f}")
+    expect(panel.locator("dd").filter(has_text="valve.md")).to_have_count(1)
+    expect(again.locator("#citation-version")).to_be_hidden()
+    again.get_by_role("button", name="Open at the page").click()
+    expect(again.locator("#viewer mark.citeline-mark").first).to_be_visible(timeout=30_000)
+    assert fold(marked_text(again)) == fold(cited["excerpt"])
+
+
+def test_a_citation_keeps_opening_what_it_cited_after_a_reingest(site: Site, context: BrowserContext) -> None:
+    cited = site.answer["citations"][0]
+    write(site.corpus / "valve.md", NEW)
+    done = cli(site.server.env, "ingest", str(site.corpus), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["outcome"] == "updated", done.stdout
+
+    # The links the answer gave: the original and the page text of the version cited, not the new one.
+    with httpx.Client(
+        base_url=site.server.url, headers={"Authorization": f"Bearer {site.key}"}, timeout=60
+    ) as api:
+        assert cited["download_url"].startswith(f"/documents/{cited['document_id']}/file?version=1#page=")
+        assert api.get(cited["download_url"].split("#")[0]).text == OLD
+        assert api.get(f"/documents/{cited['document_id']}/file").text == NEW
+        old_page = api.get(f"/documents/{cited['document_id']}/pages/{cited['page']}", params={"version": 1})
+        page_text = old_page.json()["text"]
+        assert page_text[cited["excerpt_start"] : cited["excerpt_end"]] == cited["excerpt"]
+        stored = api.get(f"/conversations/{site.conversation_id}").json()["messages"][1]["citations"][0]
+        assert (stored["version"], stored["superseded"], stored["current_version"]) == (1, True, 2)
+
+    page = context.new_page()
+    reopen(page, site)
+    open_citation(page, cited["number"])
+    expect(page.locator("#citation-version")).to_be_visible()
+    expect(page.locator("#citation-version")).to_contain_text("newer version (2)")
+    page.get_by_role("button", name="Open at the page").click()
+    expect(page.locator("#viewer mark.citeline-mark").first).to_be_visible(timeout=30_000)
+    assert fold(marked_text(page)) == fold(cited["excerpt"])
+    page.get_by_role("button", name="Open the current version").click()
+    expect(page.locator("#viewer")).to_contain_text("Since the 2026 revision", timeout=30_000)
