@@ -9,7 +9,7 @@ export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 PDFJS  := src/citeline/web/static/vendor/pdfjs
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install services web browser demo test test-sentence-transformers lint typecheck bench bench-chroma bench-scale bench-peers soak eval clean
+.PHONY: install services web browser demo test test-sentence-transformers lint typecheck bench bench-chroma bench-scale bench-peers soak eval eval-chroma clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -114,6 +114,10 @@ soak: install
 ## eval: retrieval quality on SciFact (../shared/eval/scifact).
 eval: install
 	$(BIN)/citeline eval ../shared/eval/scifact
+
+## eval-chroma: SciFact nDCG@10 with vectors in Chroma (embedded) against pgvector, paired per query.
+eval-chroma: install
+	$(BIN)/citeline eval ../shared/eval/scifact --compare 'pgvector=vector_backend:pgvector,chroma=vector_backend:chroma'
 
 clean:
 	rm -rf $(VENV) $(PEERS_VENV) citeline-data .pytest_cache .mypy_cache .ruff_cache web/node_modules $(PDFJS)

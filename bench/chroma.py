@@ -9,12 +9,17 @@ For each filter it reports the median of the vector index's own search (the dens
 embedded beforehand) and of the whole hybrid search. With ``--pgvector`` the same queries also run on
 ``bench.run``'s pgvector corpus of the same size, in the same run, for a paired comparison. The target
 (issue 14): scoped dense search p50 <= 3x unscoped.
+
+``layout`` times the choice behind an unscoped search, on Chroma alone: one query of the model's whole
+collection against one query of each scope partition (what an unscoped search cost before the whole
+collections), the same hits asked of each, query by query.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -31,6 +36,7 @@ from citeline.retrieve.search import SearchRequest, read_catalog
 from citeline.settings import Settings
 from citeline.store import catalog
 from citeline.store.catalog import ChunkRow, Labels, VersionSpec
+from citeline.store.chroma import WHOLE, ChromaIndex, collection_name
 from citeline.store.index import VectorQuery
 
 #: Filters measured: none; one scope of nine (its documents and the universal ones, 20% of the corpus);
@@ -124,6 +130,39 @@ def measure(cl: Citeline, queries: list[str], vectors: np.ndarray[Any, Any]) -> 
     return out
 
 
+def layout(cl: Citeline, vectors: np.ndarray[Any, Any]) -> dict[str, float]:
+    """Medians of one whole-collection query and of querying every partition, in milliseconds."""
+    index = cl.vector_index
+    assert isinstance(index, ChromaIndex)
+    model = cl.embedder.model_id
+    whole = index.client.get_collection(collection_name(cl.settings.namespace, model, WHOLE))
+    prefix = collection_name(cl.settings.namespace, model, "")
+    parts = [
+        index.client.get_collection(c.name)
+        for c in index.client.list_collections()
+        if c.name.startswith(prefix) and c.name != whole.name
+    ]
+    n = math.ceil(cl.settings.candidates * 1.5)
+    one: list[float] = []
+    each: list[float] = []
+    for warm, vector in enumerate(vectors):
+        t0 = time.perf_counter()
+        whole.query(query_embeddings=[vector], n_results=n, include=["distances"])
+        t1 = time.perf_counter()
+        for part in parts:
+            part.query(query_embeddings=[vector], n_results=n, include=["distances"])
+        t2 = time.perf_counter()
+        if warm >= 5:
+            one.append((t1 - t0) * 1e3)
+            each.append((t2 - t1) * 1e3)
+    return {
+        "partitions": len(parts),
+        "whole_collection_p50_ms": round(statistics.median(one), 2),
+        "every_partition_p50_ms": round(statistics.median(each), 2),
+        "every_partition_over_whole": round(statistics.median(each) / statistics.median(one), 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--size", type=int, default=100_000)
@@ -145,10 +184,16 @@ def main(argv: list[str] | None = None) -> None:
         with Citeline(settings) as cl:
             if backend == "chroma":
                 build_chroma_corpus(cl, args.size, scopes=9, base_texts=args.base_texts)
+                # As serving does at start-up: a corpus kept from an older layout is brought up to date.
+                repaired = cl.repair_vectors()
+                if repaired.restored:
+                    print(f"repair filed {repaired.restored:,} vectors anew", file=sys.stderr)
             else:
                 build_search_corpus(cl, args.size, scopes=9)
             vectors = cl.embedder.embed(queries)
             report[label] = measure(cl, queries, vectors)
+            if backend == "chroma":
+                report["chroma_layout"] = layout(cl, vectors)
     print(json.dumps(report, indent=2))
 
 

@@ -5,14 +5,21 @@ Run from the repository root::
     .venv/bin/python -m bench.verdicts [--claims-dir ../shared/eval/scifact-claims] \\
         [--corpus ../shared/eval/scifact/corpus.jsonl] [--folds 5] [--margins out.json]
 
-Each labelled claim of ``evidence.jsonl`` (its first labelled abstract) is judged by
-:class:`citeline.answer.nli.NliJudge` against that abstract, given as the passage, exactly as an
-answer judges its best passage. The threshold on the margin is chosen by ``--folds``-fold
-cross-validation (the best macro-F1 on the other folds, applied to the held-out fold; fixed shuffle),
-and the held-out predictions are scored: verdict accuracy and macro-F1 over SUPPORT/CONTRADICT. The
-threshold best on all claims is printed too (the one to compare with
-:data:`citeline.answer.stance.CONTRADICTS_MARGIN`), with the figures of the threshold in use. 150
-claims are few: a difference of a few claims is noise.
+Every labelled (claim, abstract) pair of ``evidence.jsonl`` is judged by
+:class:`citeline.answer.nli.NliJudge` against that abstract, given whole as the passage, exactly as an
+answer judges a passage: stance accuracy counts the pairs whose stance matches the label, and a
+claim's verdict is the stance of its first labelled abstract (no claim of the 150 has abstracts of
+both labels). The threshold on the margin is chosen by ``--folds``-fold cross-validation (the best
+macro-F1 on the other folds, applied to the held-out fold; fixed shuffle), and the held-out
+predictions are scored: verdict accuracy and macro-F1 over SUPPORT/CONTRADICT.
+
+The claims are split in two, by their position in ``qrels/test.tsv`` (the order ``citeline eval
+--answers`` asks them in): :data:`HELD_OUT` (positions 31 to 90) was never looked at while tuning and
+is what ``citeline eval --answers 60 --answers-skip 30`` asks; the rest is the development set. The
+threshold chosen on the development claims alone (the one to compare with
+:data:`citeline.answer.stance.CONTRADICTS_MARGIN`) is scored on the held-out claims too. A
+classification error here is the classifier's; ``citeline eval --answers`` adds retrieval's (the
+passage judged is not the gold abstract, or only a chunk of it).
 """
 
 from __future__ import annotations
@@ -32,10 +39,15 @@ from citeline.answer.stance import CONTRADICTS_MARGIN
 from citeline.answer.support import VectorCache
 from citeline.embed import get_embedder
 from citeline.eval.answers import claim_question
+from citeline.eval.stats import bootstrap_ci
 from citeline.retrieve.search import Hit
 from citeline.settings import Settings
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "eval"
+
+HELD_OUT = range(30, 90)
+"""Claims held out from tuning: 0-based positions in ``qrels/test.tsv`` order. Of the others, claims
+1 to 30 were asked while the answer path was built and claims 91 to 96 chose the claim prompt."""
 
 
 def _passage(doc_id: str, title: str, text: str) -> Passage:
@@ -94,12 +106,14 @@ def main() -> None:
         for q in map(json.loads, (args.claims_dir / "queries.jsonl").read_text().splitlines())
         if q
     }
-    first: dict[str, tuple[str, str]] = {}
+    order = list(dict.fromkeys(line.split("\t")[0] for line in _qrels_lines(args.claims_dir)))
+    labels: dict[str, dict[str, str]] = {}
     for line in (args.claims_dir / "evidence.jsonl").read_text().splitlines():
         if line.strip():
             item = json.loads(line)
-            first.setdefault(str(item["query_id"]), (str(item["doc_id"]), str(item["label"])))
-    wanted = {doc for doc, _ in first.values()}
+            labels.setdefault(str(item["query_id"]), {})[str(item["doc_id"])] = str(item["label"])
+    claims = [q for q in order if q in labels and q in queries]
+    wanted = {doc for q in claims for doc in labels[q]}
     docs: dict[str, tuple[str, str]] = {}
     with args.corpus.open(encoding="utf-8") as fh:
         for line in fh:
@@ -112,43 +126,67 @@ def main() -> None:
     cache = VectorCache(get_embedder(Settings().embedding_model))
     rows: list[dict[str, object]] = []
     times: list[float] = []
-    for qid, (doc, label) in first.items():
-        title, text = docs[doc]
-        began = time.perf_counter()
+    pairs: list[tuple[float, bool]] = []
+    for position, qid in enumerate(claims):
         # The claim as citeline.eval asks it, then as the answer's judge sees it (the claim itself).
         claim = claim_question(queries[qid]).removeprefix("Is it true that ").removesuffix("?")
-        judgement = judge.judge(claim, _passage(doc, title, text), cache)
-        times.append(time.perf_counter() - began)
-        rows.append({"claim_id": qid, "doc_id": doc, "label": label, "margin": judgement.margin})
+        for n, (doc, label) in enumerate(labels[qid].items()):
+            title, text = docs[doc]
+            began = time.perf_counter()
+            judgement = judge.judge(claim, _passage(doc, title, text), cache)
+            times.append(time.perf_counter() - began)
+            pairs.append((judgement.margin, label == "CONTRADICT"))
+            if n == 0:
+                row = {"claim_id": qid, "position": position + 1, "doc_id": doc, "label": label}
+                rows.append({**row, "margin": judgement.margin, "held_out": position in HELD_OUT})
     margins = [float(str(r["margin"])) for r in rows]
     contradicts = [r["label"] == "CONTRADICT" for r in rows]
 
-    order = list(range(len(rows)))
-    random.Random(0).shuffle(order)
-    held_out: list[bool] = [False] * len(rows)
+    shuffled = list(range(len(rows)))
+    random.Random(0).shuffle(shuffled)
+    predicted: list[bool] = [False] * len(rows)
     for fold in range(args.folds):
-        test = set(order[fold :: args.folds])
-        train = [i for i in order if i not in test]
+        test = set(shuffled[fold :: args.folds])
+        train = [i for i in shuffled if i not in test]
         threshold = best_threshold([margins[i] for i in train], [contradicts[i] for i in train])
         for i in test:
-            held_out[i] = margins[i] >= threshold
-    cv_accuracy = sum(p == g for p, g in zip(held_out, contradicts, strict=True)) / len(rows)
-    cv_f1 = scores([float(p) for p in held_out], contradicts, 1.0)[1]
-    best = best_threshold(margins, contradicts)
+            predicted[i] = margins[i] >= threshold
+    cv_accuracy = sum(p == g for p, g in zip(predicted, contradicts, strict=True)) / len(rows)
+    cv_f1 = scores([float(p) for p in predicted], contradicts, 1.0)[1]
+    dev = [i for i, r in enumerate(rows) if not r["held_out"]]
+    held = [i for i, r in enumerate(rows) if r["held_out"]]
+    dev_threshold = best_threshold([margins[i] for i in dev], [contradicts[i] for i in dev])
+    held_scores = scores([margins[i] for i in held], [contradicts[i] for i in held], dev_threshold)
+    pair_right = [(m >= CONTRADICTS_MARGIN) == c for m, c in pairs]
     report = {
         "claims": len(rows),
         "contradicted": sum(contradicts),
         "cv_folds": args.folds,
         "cv_accuracy": round(cv_accuracy, 3),
+        "cv_accuracy_ci": [
+            round(x, 3)
+            for x in bootstrap_ci([float(p == g) for p, g in zip(predicted, contradicts, strict=True)])
+        ],
         "cv_macro_f1": round(cv_f1, 3),
-        "best_threshold_all": round(best, 3),
+        "best_threshold_all": round(best_threshold(margins, contradicts), 3),
+        "dev_claims": len(dev),
+        "dev_threshold": round(dev_threshold, 3),
+        "held_out_claims": len(held),
+        "held_out_accuracy_f1": [round(x, 3) for x in held_scores],
         "in_use_threshold": CONTRADICTS_MARGIN,
         "in_use_accuracy_f1": [round(x, 3) for x in scores(margins, contradicts, CONTRADICTS_MARGIN)],
+        "pairs": len(pairs),
+        "in_use_stance_accuracy_pairs": round(sum(pair_right) / len(pairs), 3),
         "judge_ms_p50": round(statistics.median(times) * 1e3, 1),
     }
     if args.margins:
         args.margins.write_text(json.dumps(rows, indent=1))
     print(json.dumps(report))
+
+
+def _qrels_lines(folder: Path) -> list[str]:
+    lines = (folder / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines()
+    return [line for line in lines[1:] if line.strip()]
 
 
 if __name__ == "__main__":

@@ -1003,6 +1003,14 @@ def eval_command(
             "and check their citations.",
         ),
     ] = None,
+    answers_skip: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="With --answers: skip the first N claims (qrels order) before taking the sample, "
+            "to ask claims held out from tuning.",
+        ),
+    ] = 0,
     llm: Annotated[
         str | None, typer.Option(help="With --answers: provider:model that answers (CITELINE_LLM).")
     ] = None,
@@ -1028,7 +1036,7 @@ def eval_command(
         more["fusion"] = fusion
     if answers is not None or llm is not None:
         given = {"--compare": compare, "--report": report, "--limit": limit, "--folds": folds}
-        _eval_answers(ctx, data, more, answers, llm, per_query, as_json, given)
+        _eval_answers(ctx, data, more, answers, answers_skip, llm, per_query, as_json, given)
         return
     settings = _settings(ctx, **more)
     # Checked before the store opens, so a mistyped name costs no ingest; no --compare: the settings as set.
@@ -1137,6 +1145,7 @@ def _eval_answers(
     data: BeirData,
     more: dict[str, Any],
     answers: int | None,
+    skip: int,
     llm: str | None,
     per_query: Path | None,
     as_json: bool,
@@ -1155,7 +1164,7 @@ def _eval_answers(
     if llm is not None:
         more = {**more, "llm": llm}
     with _citeline(ctx, **more) as cl:
-        evaluation = evaluate_answers(cl, data, sample=answers, console=err)
+        evaluation = evaluate_answers(cl, data, sample=answers, skip=skip, console=err)
         if per_query is not None:
             write_per_claim(evaluation, per_query)
     summary = evaluation.summary()

@@ -224,9 +224,18 @@ class Citeline:
 
     def repair_vectors(self) -> Repair:
         """Make the vector index agree with the catalog after a crash between their writes: vectors whose
-        chunk is gone are removed, active chunks without a vector are embedded again and added."""
+        chunk is gone are removed, active chunks without a vector are embedded again (by the model the
+        namespace serves) and added."""
+        # The served model, not the configured one: they differ while a migration runs, and after a
+        # switch until the configuration follows; the chunks to restore are in the served space.
+        model = self.served_model()
+
+        def embed(texts: list[str]) -> NDArray[np.float32]:
+            # Loaded only when a vector is missing.
+            return self.embedder_for(model).embed(texts)
+
         with self.engine.connect() as conn:
-            report = self.vector_index.repair(conn, self.embedder.model_id, self.embedder.embed)
+            report = self.vector_index.repair(conn, model, embed)
         if report.removed or report.restored or report.unrestorable:
             log.warning(
                 "vector index %s repaired: %d vectors without a chunk removed, %d missing vectors restored, "
@@ -237,6 +246,15 @@ class Citeline:
                 report.unrestorable,
             )
         return report
+
+    def remove_vectors(self, version_ids: Sequence[uuid.UUID]) -> None:
+        """Remove from the vector index the vectors of versions whose deletion the catalog committed.
+
+        Only after the commit: a crash before it leaves vectors without chunks, which
+        :meth:`repair_vectors` removes, never a searchable chunk without its vector."""
+        if version_ids and not self.vector_index.in_rows:
+            with self.engine.connect() as conn:
+                self.vector_index.remove(conn, version_ids)
 
     @property
     def engine(self) -> sa.Engine:
@@ -693,11 +711,22 @@ class Citeline:
             self.jobs.notify(queued)
         return submission
 
-    def ingestor(self, *, allow_private_urls: bool = False) -> Ingestor:
-        """An :class:`Ingestor` bound to this store and embedder, for sources built in memory."""
+    def ingestor(self, *, allow_private_urls: bool = False, embedder: Embedder | None = None) -> Ingestor:
+        """An :class:`Ingestor` bound to this store and embedder, for sources built in memory.
+
+        ``embedder`` embeds in place of the configured model's own (it must be that model: ``citeline
+        eval`` passes one that takes the vectors another store already computed)."""
+        if embedder is None:
+            embedder, embedders = self.embedder, self.embedder_for
+        else:
+            given = embedder
+
+            def embedders(model: str) -> Embedder:
+                return given if model == given.model_id else self.embedder_for(model)
+
         return Ingestor(
             self.engine,
-            self.embedder,
+            embedder,
             self.analyzer,
             self.vector_index,
             files_dir=self.files_dir,
@@ -705,7 +734,7 @@ class Citeline:
             chunk_overlap=self.settings.chunk_overlap,
             allow_private_urls=allow_private_urls,
             retry=RetryPolicy(self.settings.job_retries, self.settings.job_retry_delay),
-            embedders=self.embedder_for,
+            embedders=embedders,
         )
 
     # -- changing the embedding model -----------------------------------------------------------
@@ -774,9 +803,11 @@ class Citeline:
         old = Space(migration.source_model, self.embedder_for(migration.source_model), active)
         new = Space(migration.target_model, self.embedder_for(migration.target_model), staged)
         if questions is not None:
-            result = gold_check(self.engine, old, new, questions, self.settings, source=str(gold))
+            result = gold_check(
+                self.engine, self.vector_index, old, new, questions, self.settings, source=str(gold)
+            )
         else:
-            result = overlap_check(self.engine, old, new, self.settings)
+            result = overlap_check(self.engine, self.vector_index, old, new, self.settings)
         with self.engine.begin() as conn:
             model_migration.record_check(conn, migration, result.as_dict())
         return result
@@ -796,7 +827,8 @@ class Citeline:
             migration = model_migration.running(conn)
             if migration is None:
                 raise ConflictError("the migration was aborted meanwhile")
-            model_migration.switch(conn, migration, forced=not result.passed)
+            retired = model_migration.switch(conn, migration, forced=not result.passed)
+        self.remove_vectors(retired)
         self.served_model(refresh=True)
         self._migration_seen = (-1.0, None)
         return result, True
@@ -1003,9 +1035,7 @@ class Citeline:
         _require_admin(access, f"delete document {ref}")
         with self.engine.begin() as conn:
             removed = catalog.delete_document(conn, doc.id)
-        # After the commit: a crash before this line leaves vectors without chunks, which repair removes.
-        with self.engine.connect() as conn:
-            self.vector_index.remove(conn, [d.version_id for d in removed])
+        self.remove_vectors([d.version_id for d in removed])
         remove_unused_files(self.engine, {Path(d.file_path) for d in removed if d.file_path})
         return removed
 
@@ -1116,8 +1146,7 @@ class Citeline:
         with self.engine.begin() as conn:
             pruned = catalog.prune_superseded(conn)
         if pruned:
-            with self.engine.connect() as conn:
-                self.vector_index.remove(conn, [d.version_id for d in pruned])
+            self.remove_vectors([d.version_id for d in pruned])
             remove_unused_files(self.engine, {Path(d.file_path) for d in pruned if d.file_path})
         return pruned
 

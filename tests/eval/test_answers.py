@@ -107,6 +107,15 @@ def test_the_sample_is_the_first_claims_in_judgement_order(claims_folder: Path) 
         sample_claims(data, 0)
 
 
+def test_claims_held_out_are_taken_after_the_ones_skipped(claims_folder: Path) -> None:
+    data = load_beir(claims_folder)
+    assert sample_claims(data, 2, skip=1) == ["tea", "statins"]
+    assert sample_claims(data, 100, skip=3) == list(JUDGED)[3:]
+    assert sample_claims(data, 5, skip=len(JUDGED)) == []
+    with pytest.raises(InvalidRequestError, match="fewer than none"):
+        sample_claims(data, 1, skip=-1)
+
+
 def test_extractive_answers_resolve_and_cite_the_gold_abstract_only_when_it_was_given(
     extractive: Citeline, claims_folder: Path
 ) -> None:
@@ -134,6 +143,9 @@ def test_extractive_answers_resolve_and_cite_the_gold_abstract_only_when_it_was_
         assert record.problems == () and record.error is None and not record.evidence_missing
         assert record.first_token_ms is not None and 0 < record.first_token_ms <= record.answer_ms
         assert record.answer_ms < record.total_ms
+        assert record.cpu_ms > 0, "the processor time of the question is recorded"
+        assert 0 < record.prompt_ms <= record.answer_ms and record.generation_ms == 0.0  # no model
+        assert record.as_dict()["prompt_ms"] == record.prompt_ms
     assert conversations(extractive) == [], "each claim's conversation is deleted"
 
     summary = evaluation.summary()
@@ -146,6 +158,7 @@ def test_extractive_answers_resolve_and_cite_the_gold_abstract_only_when_it_was_
     assert summary["answered_extractive"] == 3 and summary["answered_by_model"] == 0
     assert summary["fallback_rate"] == 0.0 and summary["citations_by_model"] == 0
     assert summary["ttft_p50_ms"] <= summary["ttft_p90_ms"]
+    assert summary["total_cpu_p50_ms"] > 0 and summary["generation_p50_ms"] == 0.0
 
 
 def test_missing_evidence_is_not_counted_as_an_answer_without_citation(
@@ -246,6 +259,20 @@ def test_cli_answers_prints_the_summary_and_writes_one_line_per_claim(
         assert lines[1]["gold_given"] is False and lines[1]["gold_cited"] is False
         assert all(line["resolved"] for line in lines)
         assert [line["answered_by"] for line in lines] == ["extractive", "nobody"]
+
+        # Claims held out from tuning: the sample starts after the ones skipped.
+        code, out, err = _run(
+            settings,
+            str(claims_folder),
+            "--answers",
+            "1",
+            "--answers-skip",
+            "2",
+            "--per-query",
+            str(per_claim),
+        )
+        assert code == 0, err
+        assert [json.loads(line)["claim_id"] for line in per_claim.read_text().splitlines()] == ["statins"]
     finally:
         with _open(settings):
             pass

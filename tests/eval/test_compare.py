@@ -12,11 +12,13 @@ from rich.console import Console
 
 from citeline.engine import Citeline
 from citeline.errors import InvalidRequestError
-from citeline.eval.beir import CHUNK_DEPTH, STAGES, Evaluation, evaluate, load_beir
+from citeline.eval.beir import CHUNK_DEPTH, STAGES, Evaluation, KnownVectors, evaluate, load_beir
 from citeline.eval.configs import make_config, parse_configs
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Hit, SearchRequest
 from citeline.settings import Settings
+from citeline.store.chroma import ChromaIndex
+from citeline.store.database import schema_name
 from citeline.store.keyword import SqlKeywordIndex
 from tests.eval.conftest import QRELS, QUERIES
 
@@ -169,3 +171,44 @@ def test_without_folds_there_is_no_cross_validation(cl: Citeline, beir_folder: P
     evaluation = evaluate(cl, load_beir(beir_folder), parse_configs("rrf,dense", cl.settings), console=QUIET)
     assert evaluation.cross_validation is None and "cross_validation" not in evaluation.summary()
     assert list(evaluation.spreads) == ["rrf", "dense"] and evaluation.spreads["rrf"].vs_first is None
+
+
+def test_vector_backends_are_compared_query_by_query_on_identical_vectors(
+    cl: Citeline, beir_folder: Path
+) -> None:
+    """A configuration on Chroma searches the corpus in a namespace of its own, built from the vectors
+    the pgvector store computed: same vectors, same rankings, a paired difference of exactly 0."""
+    data = load_beir(beir_folder)
+    configs = parse_configs("pgvector=vector_backend:pgvector,chroma=vector_backend:chroma", cl.settings)
+    other = f"{cl.settings.namespace}_chroma"
+    try:
+        evaluation = evaluate(cl, data, configs, console=QUIET)
+        assert evaluation.corpus_added == 12  # six entries in each store
+        for qid in QUERIES:
+            assert _ranking(evaluation, "chroma", qid) == _ranking(evaluation, "pgvector", qid)
+        spread = evaluation.spreads["chroma"]
+        assert spread.vs_first is not None and spread.vs_first.delta == 0.0
+        # What the Chroma store was built from: the vectors of the open store, by text.
+        assert len(KnownVectors.of(cl, cl.embedder).known) == 6
+        with Citeline(
+            cl.settings.model_copy(update={"namespace": other, "vector_backend": "chroma"})
+        ) as chroma:
+            assert {d.vector_index for d in chroma.documents()} == {"chroma"}
+            with chroma.engine.connect() as conn:
+                texts: dict[int, str] = dict(
+                    conn.execute(sa.text("SELECT id, text FROM chunks")).tuples().all()
+                )
+                vectors = chroma.vector_index.vectors(conn, list(texts))
+            assert len(vectors) == 6
+            for cid, text in texts.items():
+                assert float(np.dot(vectors[cid], cl.embedder.embed([text])[0])) == pytest.approx(
+                    1.0, abs=1e-5
+                )
+            index = chroma.vector_index
+            assert isinstance(index, ChromaIndex)
+            for collection in index.client.list_collections():
+                if collection.name.startswith(f"citeline_{other}_"):
+                    index.client.delete_collection(collection.name)
+    finally:
+        with cl.engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other)}" CASCADE'))

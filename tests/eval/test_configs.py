@@ -43,6 +43,12 @@ def test_every_builtin_either_validates_or_names_the_setting_it_waits_for() -> N
         assert "valid configurations: default, rrf, weighted, dense, keyword" in str(info.value)
 
 
+def test_a_configuration_may_name_another_vector_backend() -> None:
+    """It is evaluated on a store of its own (see tests/eval/test_compare.py)."""
+    (chroma,) = parse_configs("chroma=vector_backend:chroma", BASE)
+    assert chroma.settings.vector_backend == "chroma" and chroma.describe() == {"vector_backend": "chroma"}
+
+
 def test_ad_hoc_configuration_is_parsed_and_validated() -> None:
     (wide,) = parse_configs("sharp=fusion:rrf;rrf_k:5", BASE)
     assert wide.name == "sharp" and wide.settings.fusion is Fusion.RECIPROCAL_RANK
@@ -59,7 +65,6 @@ def test_ad_hoc_configuration_is_parsed_and_validated() -> None:
         ("ns=namespace:other", ["namespace", "same stored corpus"]),
         ("sql=keyword_index:sql", ["keyword_index", "same stored corpus"]),
         ("one=embed_threads:1", ["embed_threads", "same stored corpus"]),
-        ("chroma=vector_backend:chroma", ["vector_backend", "same stored corpus"]),
         ("far=chroma_url:http://127.0.0.1:1", ["chroma_url", "same stored corpus"]),
         ("neg=weight_keyword:-1", ["configuration 'neg' is invalid", "weight_keyword"]),
         ("odd=fusion:sum", ["configuration 'odd' is invalid", "fusion"]),

@@ -21,11 +21,11 @@ from citeline.engine import Citeline
 from citeline.errors import ModelMismatchError
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
-from citeline.retrieve.search import SearchRequest
+from citeline.retrieve.search import SearchRequest, read_catalog
 from citeline.settings import Settings
 from citeline.store import catalog
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec
-from citeline.store.chroma import ChromaIndex, client_spec, collection_name
+from citeline.store.chroma import UNIVERSAL, WHOLE, ChromaIndex, client_spec, collection_name
 from citeline.store.database import schema_name
 from citeline.store.index import VectorQuery, VersionVectors
 from tests.conftest import write
@@ -353,3 +353,40 @@ def test_each_namespace_and_model_has_its_own_collection() -> None:
         collection_name("other", "onnx:all-MiniLM-L6-v2"),
     }
     assert len(names) == 3
+
+
+def test_a_vector_missing_from_one_of_its_two_chroma_collections_is_copied_back(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Chroma holds each vector in its model's whole collection (unscoped searches) and in its scope
+    partition (scoped ones): a repair copies one that either lost back from the other, embedding nothing."""
+    with Citeline(settings.model_copy(update={"vector_backend": "chroma"})) as cl:
+        _ingest(cl, tmp_path, {"bees.txt": TOPICS["bees.txt"]}, scopes=("a",))
+        _ingest(cl, tmp_path / "u", {"volcano.txt": TOPICS["volcano.txt"], "tax.txt": TOPICS["tax.txt"]})
+        index = cl.vector_index
+        assert isinstance(index, ChromaIndex)
+        model = cl.embedder.model_id
+        whole = index.client.get_collection(collection_name(settings.namespace, model, WHOLE))
+        universal = index.client.get_collection(collection_name(settings.namespace, model, UNIVERSAL))
+        bees, volcano = _chunk_ids(cl, "bees.txt"), _chunk_ids(cl, "volcano.txt")
+        whole.delete(ids=[str(i) for i in bees])
+        universal.delete(ids=[str(i) for i in volcano])
+
+        def nearest(text: str, filters: Filters) -> int:
+            vector = cl.embedder.embed([text])[0]
+            with cl.engine.connect() as conn:
+                scope = read_catalog(conn, model, filters, vector_index=index.name).scope
+                return index.search(conn, VectorQuery(vector, model, filters, scope, 1))[0][0]
+
+        assert nearest(TOPICS["bees.txt"], Filters()) not in bees
+        assert nearest(TOPICS["volcano.txt"], Filters(scopes=())) not in volcano
+        report = cl.repair_vectors()
+        assert (report.removed, report.restored, report.unrestorable) == (0, len(bees) + len(volcano), 0)
+        assert nearest(TOPICS["bees.txt"], Filters()) in bees
+        assert nearest(TOPICS["volcano.txt"], Filters(scopes=())) in volcano
+        assert cl.repair_vectors().restored == 0
+        for collection in index.client.list_collections():
+            if collection.name.startswith(f"citeline_{settings.namespace}_"):
+                index.client.delete_collection(collection.name)
+        with cl.engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(settings.namespace)}" CASCADE'))

@@ -83,11 +83,13 @@ def claim_question(claim: str) -> str:
     return QUESTION_TEMPLATE.format(claim=text)
 
 
-def sample_claims(data: BeirData, sample: int) -> list[str]:
-    """The fixed sample: the first ``sample`` claim ids in judgement-file order that have a text."""
+def sample_claims(data: BeirData, sample: int, *, skip: int = 0) -> list[str]:
+    """The fixed sample: ``sample`` claim ids in judgement-file order that have a text, after ``skip``."""
     if sample < 1:
         raise InvalidRequestError(f"the answer sample must hold at least one claim, got {sample}")
-    return [qid for qid in data.qrels if qid in data.queries][:sample]
+    if skip < 0:
+        raise InvalidRequestError(f"the claims to skip cannot be fewer than none, got {skip}")
+    return [qid for qid in data.qrels if qid in data.queries][skip : skip + sample]
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,14 @@ class AnswerRecord:
     answer_ms: float
     #: The whole question: search, answer and storing the turn.
     total_ms: float
+    #: Processor time of this process over the whole question, every thread (on a shared machine, the
+    #: steadier figure: close to what the question takes alone on an idle machine).
+    cpu_ms: float = 0.0
+    #: The answer's stages (see :class:`~citeline.answer.events.AnswerTimings`): until the prompt was
+    #: ready (focusing the evidence, judging the claim), the model's whole reply, checking it.
+    prompt_ms: float = 0.0
+    generation_ms: float = 0.0
+    verify_ms: float = 0.0
     #: The answer's verdict on the claim (None: no verdict was given).
     verdict: str | None = None
     #: The verdict the evidence labels call for (None: the claim has no labels).
@@ -192,6 +202,10 @@ class AnswerRecord:
             "first_token_ms": self.first_token_ms,
             "answer_ms": self.answer_ms,
             "total_ms": self.total_ms,
+            "cpu_ms": self.cpu_ms,
+            "prompt_ms": self.prompt_ms,
+            "generation_ms": self.generation_ms,
+            "verify_ms": self.verify_ms,
         }
 
 
@@ -272,6 +286,10 @@ class AnswerEvaluation:
             "ttft_p90_ms": percentile(first_tokens, 90) if first_tokens else None,
             "answer_p50_ms": percentile([r.answer_ms for r in records], 50),
             "total_p50_ms": percentile([r.total_ms for r in records], 50),
+            "total_cpu_p50_ms": percentile([r.cpu_ms for r in records], 50),
+            "prompt_p50_ms": percentile([r.prompt_ms for r in records], 50),
+            "generation_p50_ms": percentile([r.generation_ms for r in records], 50),
+            "verify_p50_ms": percentile([r.verify_ms for r in records], 50),
         }
 
 
@@ -280,11 +298,13 @@ def evaluate_answers(
     data: BeirData,
     *,
     sample: int = 100,
+    skip: int = 0,
     persona: str | None = None,
     console: Console | None = None,
 ) -> AnswerEvaluation:
     """Ingest (or reuse) the corpus, ask the fixed sample of claims, check every answer's citations.
 
+    The sample is ``sample`` claims after the first ``skip`` (:func:`sample_claims`).
     The model named by ``cl``'s ``llm`` setting answers (``extractive``: no model), in the persona given
     (default: the ``persona`` setting). The model is loaded and the keyword index filled before the
     first claim, so no claim's timings include them.
@@ -292,7 +312,7 @@ def evaluate_answers(
     console = console or Console(stderr=True)
     persona = persona or cl.settings.persona
     system_prompt(persona)  # an unknown persona fails before the ingest, not at the first claim
-    claim_ids = sample_claims(data, sample)
+    claim_ids = sample_claims(data, sample, skip=skip)
     evidence = load_evidence(data.folder)
     cl.llm  # an unknown provider fails before the ingest  # noqa: B018
     added, unchanged, ingest_seconds = ingest_corpus(cl, data, console)
@@ -427,10 +447,11 @@ def _ask_claim(
                 return start, event
         return start, None
 
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     try:
         start, end = asyncio.run(run())
         total_ms = (time.perf_counter() - began) * 1e3
+        cpu_ms = (time.process_time() - cpu_began) * 1e3
     finally:
         # Turns that failed are not stored, but the conversation is: it goes either way.
         delete_conversation(cl, session.id, session.access)
@@ -443,6 +464,7 @@ def _ask_claim(
         "gold": gold,
         "given": tuple(p.hit.document_name for p in passages),
         "total_ms": total_ms,
+        "cpu_ms": cpu_ms,
         "expected_verdict": expected_verdict(labels),
         "labels": tuple(labels.items()),
     }
@@ -480,6 +502,9 @@ def _ask_claim(
         answer=end.answer,
         first_token_ms=end.timings.first_token,
         answer_ms=end.timings.total,
+        prompt_ms=end.timings.prompt,
+        generation_ms=end.timings.generation,
+        verify_ms=end.timings.verify,
         verdict=end.verdict,
         stances=tuple((c.document_name, c.stance) for c in end.citations),
     )
@@ -618,6 +643,11 @@ def summary_table(summary: Mapping[str, Any]) -> Table:
         ("first token p50 / p90 ms", f"{ms('ttft_p50_ms')} / {ms('ttft_p90_ms')}"),
         ("answer p50 ms", ms("answer_p50_ms")),
         ("question p50 ms (with search)", ms("total_p50_ms")),
+        ("question p50 processor ms, all threads", ms("total_cpu_p50_ms")),
+        (
+            "answer stages p50 ms: prompt / model / check",
+            f"{ms('prompt_p50_ms')} / {ms('generation_p50_ms')} / {ms('verify_p50_ms')}",
+        ),
     ]
     for name, value in rows:
         table.add_row(name, value)

@@ -19,12 +19,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import sqlalchemy as sa
+from numpy.typing import NDArray
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+from citeline.embed.base import Embedder
 from citeline.engine import Citeline
 from citeline.errors import InvalidRequestError
-from citeline.eval.configs import Config, is_fixed, make_config
+from citeline.eval.configs import Config, backend_namespace, is_fixed, make_config
 from citeline.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
 from citeline.eval.stats import (
     CrossValidation,
@@ -288,9 +292,49 @@ class Evaluation:
         return summary
 
 
-def ingest_corpus(cl: Citeline, data: BeirData, console: Console) -> tuple[int, int, float]:
-    """Ingest (or find unchanged) every corpus entry; returns (added, unchanged, seconds)."""
-    ingestor = cl.ingestor()
+class KnownVectors:
+    """An embedder that takes the vectors another store holds for the same texts, of the same model
+    (so the same vectors), and embeds only the texts it lacks: a second store of one corpus costs no
+    second embedding, and two backends compared hold identical vectors."""
+
+    def __init__(self, embedder: Embedder, known: Mapping[str, NDArray[np.float32]]) -> None:
+        self.embedder = embedder
+        self.known = known
+        self.model_id = embedder.model_id
+        self.dimension = embedder.dimension
+        self.max_tokens = embedder.max_tokens
+
+    @classmethod
+    def of(cls, store: Citeline, embedder: Embedder) -> KnownVectors:
+        """The vectors of ``embedder``'s model that ``store`` holds for its active chunks, by text."""
+        with store.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT c.id, c.text FROM chunks c JOIN documents d ON d.id = c.document_id "
+                    "WHERE d.is_active AND c.embedding_model = :m"
+                ),
+                {"m": embedder.model_id},
+            ).all()
+            vectors = store.vector_index.vectors(conn, [int(r[0]) for r in rows])
+        return cls(embedder, {text: vectors[int(cid)] for cid, text in rows if int(cid) in vectors})
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        todo = [i for i, text in enumerate(texts) if text not in self.known]
+        for i, text in enumerate(texts):
+            if text in self.known:
+                out[i] = self.known[text]
+        if todo:
+            out[todo] = self.embedder.embed([texts[i] for i in todo])
+        return out
+
+
+def ingest_corpus(
+    cl: Citeline, data: BeirData, console: Console, *, embedder: Embedder | None = None
+) -> tuple[int, int, float]:
+    """Ingest (or find unchanged) every corpus entry, embedding with ``embedder`` if given (else the
+    store's); returns (added, unchanged, seconds)."""
+    ingestor = cl.ingestor(embedder=embedder)
     total = sum(1 for _ in data.corpus_path.open(encoding="utf-8"))
     counts = dict.fromkeys(Outcome, 0)
     t0 = time.perf_counter()
@@ -320,7 +364,8 @@ def ingest_corpus(cl: Citeline, data: BeirData, console: Console) -> tuple[int, 
                 migration = model_migration.start(conn, target)
             ingestor.ingest(corpus_sources(data), IngestOptions(), on_result, model=target)
             with cl.engine.begin() as conn:
-                model_migration.switch(conn, migration, forced=True)
+                retired = model_migration.switch(conn, migration, forced=True)
+            cl.remove_vectors(retired)
             cl.served_model(refresh=True)
     seconds = time.perf_counter() - t0
     if counts[Outcome.FAILED]:
@@ -345,8 +390,10 @@ def evaluate(
 
     Without ``configs`` the current settings are evaluated as one configuration named ``default``.
     The configurations take turns query by query, so a slow spell of a shared machine falls on all of
-    them alike. ``folds`` cross-validates choosing among the configurations
-    (:attr:`Evaluation.cross_validation`); it is checked before anything is ingested.
+    them alike. A configuration on another vector backend than ``cl``'s searches its own store: the
+    corpus ingested into :func:`~citeline.eval.configs.backend_namespace` with that backend. ``folds``
+    cross-validates choosing among the configurations (:attr:`Evaluation.cross_validation`); it is
+    checked before anything is ingested.
     """
     console = console or Console(stderr=True)
     configs = list(configs) if configs else [make_config("default", {}, cl.settings)]
@@ -364,14 +411,25 @@ def evaluate(
                 f"configuration {config.name!r} differs from the open store in {', '.join(changed)}; "
                 "build configurations from the settings of the Citeline that runs them"
             )
-    added, unchanged, ingest_seconds = ingest_corpus(cl, data, console)
-
-    results = [ConfigResult(config) for config in configs]
-    # One instance per configuration, sharing the open store, embedder and keyword index.
-    # Every timed search embeds its query, as a new question does: no vector comes from another
-    # configuration's search of the same query.
-    searchers = {config.name: cl.derive(config.settings, query_cache_size=0) for config in configs}
+    stores = _stores(cl, configs)
+    searchers: dict[str, Citeline] = {}
     try:
+        added = unchanged = 0
+        ingest_seconds = 0.0
+        for store in stores.values():
+            # Another backend's store takes the vectors the open store computed instead of embedding.
+            known = None if store is cl else KnownVectors.of(cl, store.embedder)
+            more, same, seconds = ingest_corpus(store, data, console, embedder=known)
+            added, unchanged, ingest_seconds = added + more, unchanged + same, ingest_seconds + seconds
+        results = [ConfigResult(config) for config in configs]
+        # One instance per configuration, sharing its store's engine, embedder and keyword index.
+        # Every timed search embeds its query, as a new question does: no vector comes from another
+        # configuration's search of the same query.
+        for config in configs:
+            store = stores[config.settings.vector_backend]
+            searchers[config.name] = store.derive(
+                config.settings, namespace=store.settings.namespace, query_cache_size=0
+            )
         if query_ids:
             # The first search loads the in-memory keyword index (and any model a configuration needs):
             # one untimed search per configuration keeps that out of the latencies.
@@ -381,9 +439,26 @@ def evaluate(
     finally:
         for searcher in searchers.values():
             searcher.close()
+        for store in stores.values():
+            if store is not cl:
+                store.close()
     return Evaluation(
         data.folder.name, cl.settings.namespace, added, unchanged, round(ingest_seconds, 1), results, folds
     )
+
+
+def _stores(cl: Citeline, configs: Sequence[Config]) -> dict[str, Citeline]:
+    """The store each vector backend the configurations name is searched in: ``cl`` for its own, a
+    namespace of its own for each other (opened here; the caller closes it)."""
+    stores: dict[str, Citeline] = {cl.settings.vector_backend: cl}
+    for config in configs:
+        backend = config.settings.vector_backend
+        if backend not in stores:
+            namespace = backend_namespace(cl.settings.namespace, backend)
+            stores[backend] = Citeline(
+                cl.settings.model_copy(update={"vector_backend": backend, "namespace": namespace})
+            )
+    return stores
 
 
 def _run_queries(

@@ -3,8 +3,9 @@
 A configuration is a name and the settings it overrides, e.g. ``rrf -> {"fusion": "rrf"}``. Its settings
 are validated by :class:`~citeline.settings.Settings` itself, so a configuration that names a setting
 works as soon as that setting exists, and nothing here duplicates the settings' rules. Only settings read
-at search time may differ: every configuration of one run searches the same stored corpus through the same
-open store, embedder and keyword index.
+at search time may differ, with one exception: ``vector_backend``. Configurations that name another
+backend than the open store's are evaluated on a store of their own, the same corpus ingested into the
+namespace :func:`backend_namespace` names, so that backends compare query by query like any two settings.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 #: Settings fixed when the corpus is stored or the store is opened; a comparison cannot vary them.
-FIXED_SETTINGS = frozenset(
-    {"data_dir", "database_url", "namespace", "chunk_size", "chunk_overlap", "vector_backend"}
-)
+FIXED_SETTINGS = frozenset({"data_dir", "database_url", "namespace", "chunk_size", "chunk_overlap"})
+#: Settings a comparison may vary by giving a configuration a store of its own (see the module's docstring).
+STORE_SETTINGS = frozenset({"vector_backend"})
 #: Whole families of fixed settings: the embedding model and its runtime, the keyword index and its
 #: analyzer (a namespace is searched with the analyzer it was indexed with), and Chroma's connection.
 FIXED_PREFIXES = ("embed", "keyword_", "chroma_")
@@ -59,6 +60,11 @@ class Config:
     def describe(self) -> dict[str, Any]:
         """The overridden settings with their validated values, JSON-ready."""
         return self.settings.model_dump(mode="json", include=set(self.overrides))
+
+
+def backend_namespace(namespace: str, backend: str) -> str:
+    """The namespace holding the corpus of ``namespace`` for configurations on another vector backend."""
+    return f"{namespace}_{backend}"
 
 
 def missing_settings(overrides: Mapping[str, Any]) -> list[str]:

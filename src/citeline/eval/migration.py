@@ -34,9 +34,10 @@ from citeline.embed.base import Embedder
 from citeline.errors import InvalidRequestError
 from citeline.eval.metrics import ndcg_at
 from citeline.eval.stats import bootstrap_ci, paired_comparison
+from citeline.retrieve.filters import Filters
 from citeline.settings import Settings
 from citeline.store.catalog import DocumentInfo
-from citeline.store.vectors import dense_search
+from citeline.store.index import InScope, VectorIndex, VectorQuery
 
 #: Chunks each space returns per query: enough for ten distinct documents in the ranking.
 _DEPTH = 100
@@ -140,26 +141,15 @@ def _embed(embedder: Embedder, texts: Sequence[str]) -> NDArray[np.float32]:
 
 
 def _rankings(
-    conn: sa.Connection, space: Space, queries: Sequence[str], settings: Settings, depth: int
+    conn: sa.Connection, index: VectorIndex, space: Space, queries: Sequence[str], depth: int
 ) -> list[list[int]]:
-    """Each query's nearest chunks in ``space``, best first."""
-    scope = space.scope(conn)
+    """Each query's nearest chunks in ``space``, best first, as the namespace's vector index finds them
+    (the space's versions as the scope: the staged ones are not active yet)."""
+    ids, chunks, total = space.scope(conn)
+    scope = InScope(ids, chunks, total)
     vectors = _embed(space.embedder, queries)
     return [
-        [
-            cid
-            for cid, _ in dense_search(
-                conn,
-                vector,
-                model=space.model,
-                where="true",
-                params={},
-                limit=depth,
-                ef_search=settings.hnsw_ef_search,
-                exact_below=settings.exact_search_below,
-                scope=scope,
-            )
-        ]
+        [cid for cid, _ in index.search(conn, VectorQuery(vector, space.model, Filters(), scope, depth))]
         for vector in vectors
     ]
 
@@ -179,6 +169,7 @@ def _chunk_keys(conn: sa.Connection, chunk_ids: set[int]) -> dict[int, tuple[uui
 
 def gold_check(
     engine: sa.Engine,
+    index: VectorIndex,
     old: Space,
     new: Space,
     questions: Sequence[GoldQuestion],
@@ -205,8 +196,8 @@ def gold_check(
         )
     texts = [text for text, _ in kept]
     with engine.connect() as conn:
-        old_ranked = _rankings(conn, old, texts, settings, _DEPTH)
-        new_ranked = _rankings(conn, new, texts, settings, _DEPTH)
+        old_ranked = _rankings(conn, index, old, texts, _DEPTH)
+        new_ranked = _rankings(conn, index, new, texts, _DEPTH)
         keys = _chunk_keys(conn, {c for r in old_ranked + new_ranked for c in r})
 
     def documents(ranked: list[int]) -> list[str]:
@@ -233,7 +224,9 @@ def gold_check(
     )
 
 
-def overlap_check(engine: sa.Engine, old: Space, new: Space, settings: Settings) -> CheckResult:
+def overlap_check(
+    engine: sa.Engine, index: VectorIndex, old: Space, new: Space, settings: Settings
+) -> CheckResult:
     """Overlap of the old and new top-10 for a seeded sample of the namespace's chunks used as queries."""
     ids = [v.version_id for v in old.versions]
     with engine.connect() as conn:
@@ -249,8 +242,8 @@ def overlap_check(engine: sa.Engine, old: Space, new: Space, settings: Settings)
         )
         if not texts:
             raise InvalidRequestError("this namespace holds no chunk to sample queries from")
-        old_ranked = _rankings(conn, old, texts, settings, 10)
-        new_ranked = _rankings(conn, new, texts, settings, 10)
+        old_ranked = _rankings(conn, index, old, texts, 10)
+        new_ranked = _rankings(conn, index, new, texts, 10)
         keys = _chunk_keys(conn, {c for r in old_ranked + new_ranked for c in r})
     overlaps = [
         # Out of ten, or of all there are in a namespace of fewer chunks.

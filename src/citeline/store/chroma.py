@@ -3,14 +3,19 @@
 The catalog in PostgreSQL keeps everything but the vectors (text, labels, what is active); Chroma keeps
 each vector under its chunk id, with its version id as metadata.
 
-**Layout: one collection per namespace, model and scope partition.** A document's partition is its set
-of scopes (universal documents share one). A scoped search queries, unfiltered, only the partitions of
-the documents its filters keep (resolved by the catalog, so every filter kind counts), merges them by
-distance and keeps chunks of the allowed versions; an unscoped search queries every partition. Chroma's
-own ``where`` filters are never used on the search path: at 100k vectors here they cost 100 to 500
-times an unfiltered query whatever their selectivity (bench/chroma.py), and reading metadata with each
-hit several times its price, so hits are checked against the catalog instead. Vectors move between
-partitions when a document's scopes change (:meth:`ChromaIndex.relabelled`).
+**Layout: each namespace and model has one collection of all its vectors, and one per scope partition.**
+A document's partition is its set of scopes (universal documents share one); each vector is held twice,
+in the model's whole collection and in its partition's. An unscoped search is one query of the whole
+collection. A scoped search queries, unfiltered, only the partitions of the documents its filters keep
+(resolved by the catalog, so every filter kind counts), merges them by distance and keeps chunks of the
+allowed versions; when the filter keeps so much of the corpus that querying its partitions one by one
+would cost more than asking the whole collection for proportionally more hits, it asks the whole
+collection instead. Querying every partition for an unscoped search cost about as many times one query
+as there are partitions (bench/chroma.py), which the whole collection avoids, at twice the storage.
+Chroma's own ``where`` filters are never used on the search path: at 100k vectors here they cost 100 to
+500 times an unfiltered query whatever their selectivity, and reading metadata with each hit several
+times its price, so hits are checked against the catalog instead. Vectors move between partitions when
+a document's scopes change (:meth:`ChromaIndex.relabelled`).
 """
 
 from __future__ import annotations
@@ -118,11 +123,14 @@ def _connect(spec: ClientSpec) -> Any:
 
 #: The partition of universal documents (no scopes).
 UNIVERSAL = "u"
+#: The collection of all of a model's vectors, whatever their partition (never a partition's name: those
+#: are ``UNIVERSAL`` or 12 hex digits).
+WHOLE = "all"
 
 
 def collection_name(namespace: str, model: str, partition: str = UNIVERSAL) -> str:
-    """The collection of one namespace's vectors of one model and scope partition: vector spaces never
-    share a collection."""
+    """The collection of one namespace's vectors of one model and scope partition (or ``WHOLE``): vector
+    spaces never share a collection."""
     return f"{_prefix(namespace)}{hashlib.sha1(model.encode()).hexdigest()[:12]}_{partition}"
 
 
@@ -206,7 +214,7 @@ class ChromaIndex:
 
     def prepare(self, conn: sa.Connection, model: str, dimension: int) -> None:
         with self._errors(f"prepare the collections of {model}"):
-            self._collection(model, UNIVERSAL, dimension)
+            self._collection(model, WHOLE, dimension)
 
     def add(self, conn: sa.Connection, model: str, batch: Sequence[VersionVectors]) -> None:
         if not any(len(part.chunk_ids) for part in batch):
@@ -222,7 +230,9 @@ class ChromaIndex:
             )
         with self._errors(f"add {sum(len(g) for g in grouped.values())} vectors"):
             for name, rows in grouped.items():
-                self._upsert(self._collection(model, name, int(rows[0][2].shape[0])), rows)
+                dimension = int(rows[0][2].shape[0])
+                self._upsert(self._collection(model, name, dimension), rows)
+                self._upsert(self._collection(model, WHOLE, dimension), rows)
 
     @staticmethod
     def _upsert(collection: Any, rows: Sequence[tuple[str, str, NDArray[np.float32]]]) -> None:
@@ -268,6 +278,8 @@ class ChromaIndex:
         ids = list(wanted)
         for collection in self._namespace_collections():
             meta = collection.metadata or {}
+            if meta.get("partition") == WHOLE:
+                continue  # holds every partition's vectors: nothing in it is misplaced
             here = (meta.get("citeline_model"), meta.get("partition"))
             misplaced = [i for i in ids if wanted[i] != here]
             for at in range(0, len(misplaced), _PAGE):
@@ -288,6 +300,10 @@ class ChromaIndex:
         scope = query.scope
         if scope is not None and (not scope.document_ids or scope.chunk_ids == []):
             return []
+        # Hits asked of each collection per result wanted: more from the whole collection for a filter
+        # that keeps only part of it.
+        share = 1.0
+        parts = [WHOLE]
         if scope is not None:
             allowed = "c.document_id = ANY(CAST(:allowed AS uuid[]))"
             bind: dict[str, Any] = {"allowed": list(scope.document_ids)}
@@ -295,25 +311,24 @@ class ChromaIndex:
                 # Chunk-level filters (model number, section type) chose these chunks of those documents.
                 allowed, bind["allowed"] = "c.id = ANY(CAST(:allowed AS bigint[]))", list(scope.chunk_ids)
             parts = sorted(set(_partitions(conn, scope.document_ids).values()))
+            share = max(scope.chunks, 1) / max(scope.corpus_chunks, scope.chunks, 1)
+            # A query's cost grows with the hits asked (past ef_search): asking the whole collection for
+            # 1/share times more costs about 1/share queries, against one query per partition.
+            if 1 / share < len(parts):
+                parts = [WHOLE]
+            else:
+                share = 1.0
         else:
             allowed = (
                 "c.document_id IN (SELECT id FROM documents WHERE is_active AND embedding_model = :m "
                 "AND vector_index = :vi)"
             )
             bind = {"m": query.model, "vi": self.name}
-            listed = conn.execute(
-                sa.text(
-                    "SELECT DISTINCT scopes FROM documents "
-                    "WHERE is_active AND embedding_model = :m AND vector_index = :vi"
-                ),
-                bind,
-            ).scalars()
-            parts = sorted({partition(scopes) for scopes in listed})
         with self._errors("search"):
             collections = [c for c in (self._collection(query.model, p) for p in parts) if c is not None]
-            want = {id(c): math.ceil(query.limit * _SLACK) for c in collections}
+            want = {id(c): math.ceil(query.limit * _SLACK / share) for c in collections}
             found: dict[int, float] = {}
-            # The farthest distance each partition returned, for those that may hold more.
+            # The farthest distance each collection returned, for those that may hold more.
             horizon: dict[int, float] = {}
             while True:
                 for c in collections:
@@ -324,7 +339,7 @@ class ChromaIndex:
                     else:
                         horizon.pop(id(c), None)
                 kept = _kept(conn, found, allowed, bind)
-                # Exact (as far as each HNSW query is): a partition cut off nearer than the last hit kept
+                # Exact (as far as each HNSW query is): a collection cut off nearer than the last hit kept
                 # may hide a nearer allowed chunk, so it is asked for more.
                 last = kept[query.limit - 1][1] if len(kept) >= query.limit else math.inf
                 collections = [c for c in collections if horizon.get(id(c), math.inf) < last]
@@ -335,11 +350,9 @@ class ChromaIndex:
 
     @staticmethod
     def _query(collection: Any, vector: NDArray[np.float32], n: int) -> dict[int, float]:
-        size = int(collection.count())
-        if size == 0:
-            return {}
+        # No count first (a round trip to a server): Chroma returns what it holds when asked for more.
         # Distances only: asking for metadata with the hits costs several times the search itself.
-        result = collection.query(query_embeddings=[vector], n_results=min(n, size), include=["distances"])
+        result = collection.query(query_embeddings=[vector], n_results=n, include=["distances"])
         return {int(i): float(d) for i, d in zip(result["ids"][0], result["distances"][0], strict=True)}
 
     def vectors(self, conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:
@@ -347,28 +360,30 @@ class ChromaIndex:
         if not chunk_ids:
             return out
         rows = conn.execute(
-            sa.text(
-                "SELECT c.id, c.embedding_model, d.scopes FROM chunks c "
-                "JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(:ids)"
-            ),
-            {"ids": list(chunk_ids)},
+            sa.text("SELECT id, embedding_model FROM chunks WHERE id = ANY(:ids)"), {"ids": list(chunk_ids)}
         ).all()
-        where: dict[tuple[str, str], list[str]] = {}
-        for cid, model, scopes in rows:
-            where.setdefault((model, partition(scopes)), []).append(str(cid))
+        by_model: dict[str, list[str]] = {}
+        for cid, model in rows:
+            by_model.setdefault(model, []).append(str(cid))
         with self._errors(f"read {len(chunk_ids)} vectors"):
-            for (model, part), ids in where.items():
-                collection = self._collection(model, part)
-                if collection is None:
-                    continue
-                got = collection.get(ids=ids, include=["embeddings"])
-                for i, vec in zip(got["ids"], got["embeddings"], strict=True):
-                    out[int(i)] = np.asarray(vec, dtype=np.float32)
+            for model, ids in by_model.items():
+                collection = self._collection(model, WHOLE)
+                if collection is not None:
+                    out.update(self._read(collection, ids))
+        return out
+
+    @staticmethod
+    def _read(collection: Any, ids: Sequence[str]) -> dict[int, NDArray[np.float32]]:
+        out: dict[int, NDArray[np.float32]] = {}
+        for at in range(0, len(ids), _PAGE):
+            got = collection.get(ids=list(ids[at : at + _PAGE]), include=["embeddings"])
+            for i, vec in zip(got["ids"], got["embeddings"], strict=True):
+                out[int(i)] = np.asarray(vec, dtype=np.float32)
         return out
 
     def repair(self, conn: sa.Connection, model: str, embed: EmbedFn) -> Repair:
-        """Remove vectors whose chunk is gone, move vectors filed under old scopes, and restore active
-        chunks that have no vector.
+        """Remove vectors whose chunk is gone, move vectors filed under old scopes, copy a vector held
+        in only one of its two collections into the other, and restore active chunks that have none.
 
         Chroma's ids are read before the catalog's: a version is activated only after its vectors were
         added, so an active chunk missing from what was read really has no vector (or was added since,
@@ -376,7 +391,8 @@ class ChromaIndex:
         """
         removed = restored = unrestorable = 0
         with self._errors("repair"):
-            held: set[int] = set()
+            whole: set[int] = set()
+            parted: set[int] = set()
             for collection in self._namespace_collections():
                 ids = self._all_ids(collection)
                 existing = set(
@@ -388,7 +404,9 @@ class ChromaIndex:
                 for at in range(0, len(orphans), _PAGE):
                     collection.delete(ids=orphans[at : at + _PAGE])
                 removed += len(orphans)
-                held |= ids & existing
+                is_whole = (collection.metadata or {}).get("partition") == WHOLE
+                (whole if is_whole else parted).update(ids & existing)
+            held = whole | parted
             rows = conn.execute(
                 sa.text(
                     "SELECT c.id, c.document_id, c.embedding_model, d.scopes, c.text, d.is_active "
@@ -398,7 +416,23 @@ class ChromaIndex:
                 ),
                 {"name": self.name, "held": sorted(held)},
             ).all()
-            self._refile({str(r[0]): (r[2], partition(r[3])) for r in rows if int(r[0]) in held})
+            self._refile({str(r[0]): (r[2], partition(r[3])) for r in rows if int(r[0]) in parted})
+            # An active chunk's vector belongs in both collections; one held in only one of them (an
+            # index older than the whole collections, or a crash between the two writes) is copied.
+            halves = [
+                r for r in rows if r[5] and int(r[0]) in held and not (r[0] in whole and r[0] in parted)
+            ]
+            for chunk_model in {r[2] for r in halves}:
+                mine = [r for r in halves if r[2] == chunk_model]
+                for at in range(0, len(mine), _PAGE):
+                    page = mine[at : at + _PAGE]
+                    found = self._find(chunk_model, [str(r[0]) for r in page])
+                    self.add(
+                        conn,
+                        chunk_model,
+                        [VersionVectors(r[1], [int(r[0])], found[int(r[0])][None, :]) for r in page],
+                    )
+                restored += len(mine)
             missing = [r for r in rows if r[5] and int(r[0]) not in held]
             todo = [r for r in missing if r[2] == model]
             unrestorable = len(missing) - len(todo)
@@ -412,6 +446,17 @@ class ChromaIndex:
                 )
                 restored += len(part)
         return Repair(removed=removed, restored=restored, unrestorable=unrestorable)
+
+    def _find(self, model: str, ids: Sequence[str]) -> dict[int, NDArray[np.float32]]:
+        """The vectors of ``model`` held for these ids in any of its collections."""
+        out: dict[int, NDArray[np.float32]] = {}
+        for collection in self._namespace_collections():
+            if (collection.metadata or {}).get("citeline_model") != model:
+                continue
+            out.update(self._read(collection, [i for i in ids if int(i) not in out]))
+            if len(out) == len(ids):
+                break
+        return out
 
     @staticmethod
     def _all_ids(collection: Any) -> set[int]:

@@ -19,6 +19,7 @@ discards the twins. The quality check that decides whether to switch is in
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -228,9 +229,11 @@ def record_check(conn: sa.Connection, migration: MigrationInfo, result: dict[str
     )
 
 
-def switch(conn: sa.Connection, migration: MigrationInfo, *, forced: bool) -> list[DocumentInfo]:
+def switch(conn: sa.Connection, migration: MigrationInfo, *, forced: bool) -> list[uuid.UUID]:
     """Make the target model the namespace's, in the caller's transaction: every staged twin becomes
     its document's active version, every older version is retired, queries embed with the target.
+    Returns the versions it retired (deleted with their chunks), whose vectors a backend outside
+    PostgreSQL still holds: the caller removes them once the transaction commits.
 
     The table is locked against writers for the switch (readers go on, and see the old space until
     the commit). Raises :class:`ConflictError`, switching nothing, while a version is queued or
@@ -270,9 +273,13 @@ def switch(conn: sa.Connection, migration: MigrationInfo, *, forced: bool) -> li
         sa.text("SELECT count(*), coalesce(sum(token_count), 0) FROM chunks WHERE document_id = ANY(:ids)"),
         {"ids": ids},
     ).one()
-    catalog.retire_and_activate(
-        conn, [d.source_uri for d in staged], ids, keep=keep, chunks=int(chunks), tokens=int(tokens)
-    )
+    sources = [d.source_uri for d in staged]
+    versions = sa.text("SELECT id FROM documents WHERE source_uri = ANY(:s)")
+    before = set(conn.execute(versions, {"s": sources}).scalars())
+    catalog.retire_and_activate(conn, sources, ids, keep=keep, chunks=int(chunks), tokens=int(tokens))
+    # The versions deleted: a retired one that a live conversation cites is kept (superseded), with its
+    # vectors, until pruned.
+    retired = sorted(before - set(conn.execute(versions, {"s": sources}).scalars()))
     # A pending version (registered, never asked to index) holds no vectors: it is built with the
     # model served when it is indexed. One with a pending twin is that twin's duplicate.
     conn.execute(
@@ -298,7 +305,7 @@ def switch(conn: sa.Connection, migration: MigrationInfo, *, forced: bool) -> li
         ),
         {"f": forced, "id": migration.id},
     )
-    return catalog.versions_by_id(conn, ids)
+    return retired
 
 
 def abort(conn: sa.Connection, migration: MigrationInfo) -> int:
