@@ -9,7 +9,7 @@ export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 PDFJS  := src/citeline/web/static/vendor/pdfjs
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install services web browser demo test test-sentence-transformers lint typecheck bench bench-chroma bench-peers soak eval eval-chroma clean
+.PHONY: install services web browser demo test test-sentence-transformers lint typecheck bench bench-chroma bench-scale bench-peers soak eval eval-chroma clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -79,6 +79,16 @@ bench: install
 ## (bench/chroma.py; the first run builds both corpora and keeps them in the data directory).
 bench-chroma: install
 	$(BIN)/python -m bench.chroma --pgvector
+
+## bench-scale: citeline at 2M chunks (bench/scale.py, docs/performance.md "2M chunks"): load and HNSW build
+## time, disk, hybrid search p50/p99 unscoped and at scope selectivities of 0.1%, 10% and 50%, keyword-index
+## memory per process, and 1, 2 and 4 serving processes at once. The store stays in SCALE_DATA for
+## `SCALE_ARGS=--reuse`; delete it when done. 2M chunks need ~45 GB of disk and hours on 2 cores; a
+## first run at `SCALE_ARGS="--chunks 200000"` takes ~4.5 GB.
+SCALE_DATA ?= $(CURDIR)/scale-data
+SCALE_ARGS ?=
+bench-scale: install
+	$(BIN)/python -m bench.scale --data $(SCALE_DATA) $(SCALE_ARGS)
 
 ## bench-peers: citeline against LangChain + Chroma on SciFact (bench/peers.py, docs/performance.md), in
 ## .venv-peers: citeline with the `peers` extra, apart from citeline's own environment. Options go in

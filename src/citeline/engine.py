@@ -74,6 +74,7 @@ from citeline.retrieve.search import (
 from citeline.settings import Settings
 from citeline.store import catalog, keys, model_migration
 from citeline.store.analyzer import Analyzer
+from citeline.store.bulk import PreparedDocument, load_prepared
 from citeline.store.catalog import DocumentInfo, DocumentPage, DocumentQuery
 from citeline.store.database import connect
 from citeline.store.index import Repair, VectorIndex, open_index
@@ -208,7 +209,7 @@ class Citeline:
         # Embedding one text opens the query session (see CITELINE_QUERY_THREADS).
         self.query_vectors.embed(self.query_embedder, "warm up")
         with self.engine.connect() as conn:
-            self.keyword_index.warm_up(conn)
+            self.keyword_index.warm_up(conn, documents=self._settings.weight_document > 0)
         default_judge().load()
         return self
 
@@ -389,6 +390,32 @@ class Citeline:
             if twins:
                 results += ingestor.run_jobs(limit=len(twins), version_ids=twins, progress=progress)
         return results
+
+    def load_prepared(
+        self, documents: Sequence[PreparedDocument], *, model: str | None = None, build_index: bool = True
+    ) -> list[DocumentInfo]:
+        """Store documents chunked and embedded elsewhere (their vectors given, by ``model``, default
+        the served model) as ingest stores them, and swap them in; returns the versions swapped in.
+
+        For corpora already embedded by another system, or too large to embed here in time. With
+        ``build_index`` false the ANN index is left to :meth:`build_vector_index`, one build after
+        many loads (see :func:`citeline.store.bulk.load_prepared`).
+        """
+        return load_prepared(
+            self.engine,
+            self.vector_index,
+            self.analyzer,
+            documents,
+            model=model or self.served_model(),
+            chunk_size=self.settings.chunk_size,
+            chunk_overlap=self.settings.chunk_overlap,
+            build_index=build_index,
+        )
+
+    def build_vector_index(self, model: str, dimension: int) -> None:
+        """Build ``model``'s ANN index now if it does not exist (ingest builds it on first use)."""
+        with self.engine.begin() as conn:
+            self.vector_index.prepare(conn, model, dimension)
 
     # -- documents as jobs ------------------------------------------------------------------------
 

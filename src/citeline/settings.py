@@ -183,6 +183,15 @@ class Settings(BaseSettings):
     # Above it, a filter's chunks are still scanned exactly while that is cheaper than walking the index:
     # one HNSW result tuple cost about 18 exact-scan rows at 100k chunks (bench/run.py search section).
     hnsw_tuple_cost: Annotated[float, Field(ge=0, le=10_000)] = 18.0
+    # PostgreSQL's default maintenance_work_mem (64 MB) holds the HNSW graph of only ~35k 384-dim chunks;
+    # past that pgvector builds on disk, many times slower. A build takes this much once, then frees it.
+    hnsw_build_memory_mb: Annotated[int, Field(ge=64, le=1_048_576)] = Field(
+        default=1024,
+        description=(
+            "maintenance_work_mem for building a model's HNSW index, in MB: the graph of n vectors of d "
+            "dimensions needs about n * (4 * d + 300) bytes to build in memory (2M x 384: ~3.7 GB)."
+        ),
+    )
     # Measured on SciFact (citeline eval, 20 candidates). At chunks 1000/150: none 0.730 nDCG@10, prf
     # 0.740, maxsim 0.739 (~1.3 s a search). At the default chunks 800/120: none 0.738, prf 0.736; so
     # none, the cheaper, is the default. recall@100 is unchanged by a reranker (0.969 at 800/120).

@@ -225,3 +225,40 @@ def test_stores_indexed_before_document_terms_get_them_from_their_chunks(long_do
         conn.execute(sa.text("UPDATE corpus_stats SET document_count = 0, document_token_total = 0"))
         backfill(conn)
     _assert_documents_match_bm25s(long_documents, MemoryKeywordIndex(), LONG_TEXTS)
+
+
+def test_document_terms_are_loaded_only_once_document_matches_are_asked_for(
+    long_documents: Citeline, tmp_path: Path
+) -> None:
+    memory = MemoryKeywordIndex()
+    chunk_only = _both(long_documents, memory, "aspirin")  # weight_document 0: chunk postings only
+    _assert_same(*chunk_only)
+    assert memory.memory()["chunk_postings"] > 0
+    assert memory.memory()["document_terms"] == 0
+    # Versions swapped and deleted before document terms were ever loaded are loaded as they are now.
+    texts = dict(LONG_TEXTS)
+    texts["aspirin.txt"] = "Aspirin: no longer advised for primary prevention in the elderly."
+    long_documents.ingest([write(tmp_path / "aspirin.txt", texts["aspirin.txt"])], SMALL_CHUNKS)
+    doomed = next(d for d in long_documents.documents() if d.name == "diet.txt")
+    long_documents.delete(str(doomed.id))
+    del texts["diet.txt"]
+    _assert_same(*_both(long_documents, memory, "aspirin elderly"))
+    assert memory.memory()["document_terms"] == 0
+
+    _assert_documents_match_bm25s(long_documents, memory, texts)
+
+    assert memory.memory()["document_terms"] > 0
+    # From then on each new version brings its document terms.
+    texts["sleep.txt"] = "Sleep debt, not short sleep alone, predicts hypertension in shift workers."
+    long_documents.ingest([write(tmp_path / "sleep.txt", texts["sleep.txt"])], SMALL_CHUNKS)
+    _assert_documents_match_bm25s(long_documents, memory, texts)
+
+
+def test_warm_up_with_documents_loads_document_terms(long_documents: Citeline) -> None:
+    memory = MemoryKeywordIndex()
+    with long_documents.engine.connect() as conn:
+        memory.warm_up(conn)
+        assert memory.memory()["document_terms"] == 0
+        memory.warm_up(conn, documents=True)
+    assert memory.memory()["document_terms"] > 0
+    _assert_documents_match_bm25s(long_documents, memory, LONG_TEXTS)

@@ -135,6 +135,7 @@ def open_index(settings: Settings) -> VectorIndex:
         ef_search=settings.hnsw_ef_search,
         exact_below=settings.exact_search_below,
         tuple_cost=settings.hnsw_tuple_cost,
+        build_memory_mb=settings.hnsw_build_memory_mb,
     )
 
 

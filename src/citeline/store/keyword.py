@@ -187,8 +187,9 @@ class DocumentMatch:
 class KeywordIndex(Protocol):
     """A BM25 keyword index over the active chunks. Every backend gives the same scores."""
 
-    def warm_up(self, conn: sa.Connection) -> None:
-        """Load whatever the first search would otherwise load."""
+    def warm_up(self, conn: sa.Connection, *, documents: bool = False) -> None:
+        """Load whatever the first search would otherwise load; with ``documents``, what the first
+        :meth:`search_with_documents` would."""
         ...
 
     def search(
@@ -235,7 +236,7 @@ class SqlKeywordIndex:
     Right for one-shot processes (a CLI search); slow on large corpora (~80 ms at 100k chunks here).
     """
 
-    def warm_up(self, conn: sa.Connection) -> None:
+    def warm_up(self, conn: sa.Connection, *, documents: bool = False) -> None:
         """Nothing to load: every search reads the postings table."""
 
     def search(
@@ -278,20 +279,27 @@ class SqlKeywordIndex:
 
 @dataclass
 class _Segment:
-    """Postings of a batch of chunks, grouped by term: ``slots[ptr[i]:ptr[i+1]]`` hold term ``terms[i]``."""
+    """Postings of a batch of chunks, grouped by term: ``slots[ptr[i]:ptr[i+1]]`` hold term ``terms[i]``.
 
-    terms: NDArray[np.int64]
+    Term ids and slots are 32-bit: 8 bytes a posting (slot and tf) instead of 12; 2M chunks hold ~150M."""
+
+    terms: NDArray[np.int32]
     ptr: NDArray[np.int64]
-    slots: NDArray[np.int64]
+    slots: NDArray[np.int32]
     tfs: NDArray[np.float32]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.terms.nbytes + self.ptr.nbytes + self.slots.nbytes + self.tfs.nbytes)
 
 
 class MemoryKeywordIndex:
     """BM25 from arrays held in this process, kept in step with the catalog through ``keyword_log``.
 
-    The first search loads the postings of every active chunk and the terms of every active document;
-    each later search first replays the log entries committed since (versions made visible or
-    retired), so results always match the SQL backend. The log keeps its last
+    The first search loads the postings of every active chunk; the first search that asks for document
+    matches (``weight_document`` > 0) loads the terms of every active document, and from then on those
+    of each new version. Each later search first replays the log entries committed since (versions made
+    visible or retired), so results always match the SQL backend. The log keeps its last
     ``catalog.KEYWORD_LOG_KEEP`` entries; an index that fell further behind loads everything again.
     Chunks and documents are slots in flat arrays; retired ones are masked out and the postings
     rebuilt when most chunk slots are dead. Safe to share between threads.
@@ -301,6 +309,8 @@ class MemoryKeywordIndex:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        #: Whether document terms are wanted: loaded on the first search_with_documents, then kept.
+        self._document_terms = False
         self._reset()
 
     def _reset(self) -> None:
@@ -320,10 +330,24 @@ class MemoryKeywordIndex:
         self._segments: list[_Segment] = []
         self._doc_segments: list[_Segment] = []
 
-    def warm_up(self, conn: sa.Connection) -> None:
-        """Load the postings of every active chunk (or catch up with the log) now."""
+    def warm_up(self, conn: sa.Connection, *, documents: bool = False) -> None:
+        """Load the postings of every active chunk (or catch up with the log) now; with ``documents``,
+        the terms of every active document too."""
         with self._lock:
             self._sync(conn)
+            if documents:
+                self._want_documents(conn)
+
+    def memory(self) -> dict[str, int]:
+        """Bytes held in arrays: chunk postings and per-chunk columns, and document terms; and the number
+        of distinct terms (each also costs a Python string and a dictionary entry, ~100 bytes)."""
+        with self._lock:
+            per_chunk = self._chunk_ids.nbytes + self._dl.nbytes + self._doc_slot.nbytes + self._alive.nbytes
+            return {
+                "chunk_postings": sum(seg.nbytes for seg in self._segments) + int(per_chunk),
+                "document_terms": sum(seg.nbytes for seg in self._doc_segments),
+                "terms": len(self._vocab),
+            }
 
     def search(
         self,
@@ -358,6 +382,7 @@ class MemoryKeywordIndex:
     ) -> tuple[list[tuple[int, float]], list[DocumentMatch]]:
         with self._lock:
             self._sync(conn, log)
+            self._want_documents(conn)
             in_filter = self._in_filter(document_ids)
             scores = self._bm25(terms, self._segments, self._alive, self._dl)
             chunks = self._top_chunks(scores, self._allowed(in_filter), limit)
@@ -383,6 +408,15 @@ class MemoryKeywordIndex:
                 for d in top
                 if d in best and (version := self._versions[d]) is not None
             ]
+
+    def _want_documents(self, conn: sa.Connection) -> None:
+        """Load the terms of every active document, once: from then on each new version's come with it."""
+        if self._document_terms:
+            return
+        self._document_terms = True
+        live = list(self._docs)
+        for start in range(0, len(live), 200):
+            self._load_document_terms(conn, live[start : start + 200])
 
     def _in_filter(self, document_ids: Sequence[uuid.UUID] | None) -> NDArray[np.bool_] | None:
         """Per document slot: whether a search filtered to ``document_ids`` keeps it; None, unfiltered."""
@@ -425,7 +459,7 @@ class MemoryKeywordIndex:
             if tid is None:
                 continue
             lists = [self._postings(seg, tid) for seg in segments]
-            slots = np.concatenate([s for s, _ in lists]) if lists else np.empty(0, dtype=np.int64)
+            slots = np.concatenate([s for s, _ in lists]) if lists else np.empty(0, dtype=np.int32)
             live = alive[slots]
             slots = slots[live]
             if slots.size == 0:
@@ -437,10 +471,10 @@ class MemoryKeywordIndex:
         return scores
 
     @staticmethod
-    def _postings(seg: _Segment, tid: int) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
+    def _postings(seg: _Segment, tid: int) -> tuple[NDArray[np.int32], NDArray[np.float32]]:
         i = int(np.searchsorted(seg.terms, tid))
         if i == seg.terms.size or seg.terms[i] != tid:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+            return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float32)
         lo, hi = seg.ptr[i], seg.ptr[i + 1]
         return seg.slots[lo:hi], seg.tfs[lo:hi]
 
@@ -509,7 +543,8 @@ class MemoryKeywordIndex:
         )
         versions = [version for version, _ in lengths]
         self._load_chunks(conn, versions)
-        self._load_document_terms(conn, versions)
+        if self._document_terms:
+            self._load_document_terms(conn, versions)
 
     def _load_chunks(self, conn: sa.Connection, doc_ids: list[uuid.UUID]) -> None:
         rows = conn.execute(
@@ -525,8 +560,8 @@ class MemoryKeywordIndex:
         chunk_ids: list[int] = []
         dls: list[float] = []
         docs: list[int] = []
-        term_ids = np.empty(len(rows), dtype=np.int64)
-        slots = np.empty(len(rows), dtype=np.int64)
+        term_ids = np.empty(len(rows), dtype=np.int32)
+        slots = np.empty(len(rows), dtype=np.int32)
         tfs = np.empty(len(rows), dtype=np.float32)
         vocab = self._vocab
         last_chunk = None
@@ -560,9 +595,9 @@ class MemoryKeywordIndex:
             return
         vocab, docs = self._vocab, self._docs
         term_ids = np.fromiter(
-            (vocab.setdefault(r[1], len(vocab)) for r in rows), dtype=np.int64, count=len(rows)
+            (vocab.setdefault(r[1], len(vocab)) for r in rows), dtype=np.int32, count=len(rows)
         )
-        slots = np.fromiter((docs[r[0]] for r in rows), dtype=np.int64, count=len(rows))
+        slots = np.fromiter((docs[r[0]] for r in rows), dtype=np.int32, count=len(rows))
         tfs = np.fromiter((r[2] for r in rows), dtype=np.float32, count=len(rows))
         self._doc_segments.append(_build_segment(term_ids, slots, tfs))
 
@@ -583,10 +618,10 @@ def _merged(segments: list[_Segment], alive: NDArray[np.bool_]) -> list[_Segment
 
 
 def _build_segment(
-    term_ids: NDArray[np.int64], slots: NDArray[np.int64], tfs: NDArray[np.float32]
+    term_ids: NDArray[np.int32], slots: NDArray[np.int32], tfs: NDArray[np.float32]
 ) -> _Segment:
     order = np.argsort(term_ids, kind="stable")
     sorted_terms = term_ids[order]
     uniq, starts = np.unique(sorted_terms, return_index=True)
     ptr = np.append(starts, sorted_terms.size).astype(np.int64)
-    return _Segment(uniq.astype(np.int64), ptr, slots[order], tfs[order])
+    return _Segment(uniq.astype(np.int32), ptr, slots[order].astype(np.int32), tfs[order])

@@ -17,6 +17,7 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
+from citeline.errors import StoreError
 from citeline.store.index import EmbedFn, Repair, VectorQuery, VersionVectors
 
 #: pgvector settings every connection starts with (store/database.py passes them at connect time),
@@ -37,12 +38,33 @@ def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+#: pgvector's HNSW indexes ``vector`` up to 2,000 dimensions and ``halfvec`` (16-bit floats) up to 4,000.
+VECTOR_INDEX_MAX_DIM = 2000
+HALFVEC_INDEX_MAX_DIM = 4000
+
+
 def index_name(model: str) -> str:
     return "chunks_hnsw_" + hashlib.sha1(model.encode()).hexdigest()[:12]
 
 
-def ensure_index(conn: sa.Connection, model: str, dimension: int) -> None:
-    """Create the model's HNSW index (cosine) if it does not exist yet."""
+def index_type(dimension: int) -> str:
+    """The type a model's vectors are cast to for its HNSW index and its queries: ``vector`` up to 2,000
+    dimensions, ``halfvec`` above (OpenAI's text-embedding-3-large has 3,072). Rows keep full ``vector``
+    precision either way: exact scans and re-ranking distances read them uncast."""
+    if dimension > HALFVEC_INDEX_MAX_DIM:
+        raise StoreError(
+            f"pgvector's HNSW index holds at most {HALFVEC_INDEX_MAX_DIM} dimensions (as halfvec); this "
+            f"model's vectors have {dimension}: choose a model, or a dimension, of at most that"
+        )
+    return "halfvec" if dimension > VECTOR_INDEX_MAX_DIM else "vector"
+
+
+def ensure_index(
+    conn: sa.Connection, model: str, dimension: int, *, build_memory_mb: int | None = None
+) -> None:
+    """Create the model's HNSW index (cosine, over :func:`index_type`) if it does not exist yet, with
+    ``build_memory_mb`` of maintenance_work_mem for the build (None: the server's setting)."""
+    kind = index_type(dimension)
     name = index_name(model)
     exists = conn.execute(
         sa.text("SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = :n"),
@@ -51,10 +73,12 @@ def ensure_index(conn: sa.Connection, model: str, dimension: int) -> None:
     if exists:
         return
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:n))"), {"n": name})
+    if build_memory_mb is not None:
+        conn.execute(sa.text(f"SET LOCAL maintenance_work_mem = '{int(build_memory_mb)}MB'"))
     conn.execute(
         sa.text(
             f"CREATE INDEX IF NOT EXISTS {name} ON chunks USING hnsw "
-            f"((embedding::vector({int(dimension)})) vector_cosine_ops) "
+            f"((embedding::{kind}({int(dimension)})) {kind}_cosine_ops) "
             f"WITH (m = 16, ef_construction = 64) WHERE embedding_model = {_literal(model)}"
         )
     )
@@ -132,7 +156,8 @@ def dense_search(
     if plan.kind == "empty":
         return []
     dim = int(query.shape[0])
-    cast = f"c.embedding::vector({dim})"
+    kind = index_type(dim)
+    cast = f"c.embedding::{kind}({dim})"
     bind = {**params, "q": to_pgvector(query), "lim": limit, "m": model}
     if plan.kind == "exact":
         assert scope is not None
@@ -169,9 +194,9 @@ def dense_search(
     rows = conn.execute(
         sa.text(
             f"WITH nearest AS MATERIALIZED ("
-            f"SELECT c.id, {cast} <=> CAST(:q AS vector({dim})) AS distance "
+            f"SELECT c.id, {cast} <=> CAST(:q AS {kind}({dim})) AS distance "
             f"FROM {source} WHERE c.embedding_model = {_literal(model)} AND {condition} "
-            f"ORDER BY {cast} <=> CAST(:q AS vector({dim})) LIMIT :lim"
+            f"ORDER BY {cast} <=> CAST(:q AS {kind}({dim})) LIMIT :lim"
             f") SELECT id, distance FROM nearest ORDER BY distance"
         ),
         bind,
@@ -189,13 +214,16 @@ class PgVectorIndex:
     name: ClassVar[str] = "pgvector"
     in_rows: ClassVar[bool] = True
 
-    def __init__(self, *, ef_search: int, exact_below: int, tuple_cost: float = 0.0) -> None:
+    def __init__(
+        self, *, ef_search: int, exact_below: int, tuple_cost: float = 0.0, build_memory_mb: int | None = None
+    ) -> None:
         self.ef_search = ef_search
         self.exact_below = exact_below
         self.tuple_cost = tuple_cost
+        self.build_memory_mb = build_memory_mb
 
     def prepare(self, conn: sa.Connection, model: str, dimension: int) -> None:
-        ensure_index(conn, model, dimension)
+        ensure_index(conn, model, dimension, build_memory_mb=self.build_memory_mb)
 
     def add(self, conn: sa.Connection, model: str, batch: Sequence[VersionVectors]) -> None:
         """Nothing to do: :func:`~citeline.store.catalog.insert_chunks` wrote the vectors in the rows."""
