@@ -19,7 +19,7 @@ def test_a_corpus_stored_as_a_link_in_text_is_followed(beir_folder: Path, tmp_pa
     assert beir_folder.parent == claims.parent
     data = load_beir(claims)
     assert data.corpus_path == (beir_folder / "corpus.jsonl").resolve()
-    assert len(list(corpus_sources(data))) == len(list(corpus_sources(load_beir(beir_folder))))
+    assert len(list(corpus_sources(data, "ns"))) == len(list(corpus_sources(load_beir(beir_folder), "ns")))
     assert set(data.queries) == set(QUERIES)
 
 

@@ -13,7 +13,7 @@ from citeline.cli import app
 from citeline.eval.beir import STAGES
 from citeline.eval.stats import bootstrap_ci, paired_comparison
 from citeline.settings import Settings
-from tests.eval.conftest import QUERIES
+from tests.eval.conftest import QUERIES, write_beir
 
 runner = CliRunner()
 SVG = "{http://www.w3.org/2000/svg}"
@@ -215,3 +215,33 @@ def test_a_changed_embedding_model_rebuilds_the_stored_corpus_with_it(
         app, ["--data-dir", str(settings.data_dir), "--namespace", settings.namespace, "stats", "--json"]
     )
     assert json.loads(stats.stdout)["embedding_model"] == "onnx:paraphrase-MiniLM-L3-v2"
+
+
+def test_another_folder_over_the_same_corpus_finds_it_stored(
+    settings: Settings, beir_folder: Path, tmp_path: Path
+) -> None:
+    claims = write_beir(tmp_path / "claims", {"c1": "Statins lower cholesterol."}, {"c1": "statins"})
+    code, _, err = _run(settings, str(beir_folder), "--json")
+    assert code == 0, err
+    code, out, err = _run(settings, str(claims), "--json")
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    # Stored once: a second copy would change the keyword statistics and crowd the top ten.
+    assert (summary["corpus_added"], summary["corpus_unchanged"]) == (0, 6)
+
+
+def test_a_namespace_holding_other_documents_is_refused_and_left_as_it_was(
+    settings: Settings, beir_folder: Path, tmp_path: Path
+) -> None:
+    code, _, err = _run(settings, str(beir_folder), "--json")
+    assert code == 0, err
+    other = write_beir(
+        tmp_path / "other", {"o1": "tides"}, {"o1": "moon"}, [("moon", "Moon", "The moon pulls the tides.")]
+    )
+    code, _, err = _run(settings, str(other), "--json")
+    assert code != 0
+    assert settings.namespace in err and "6 document(s)" in err and str(other) in err
+    stats = runner.invoke(
+        app, ["--data-dir", str(settings.data_dir), "--namespace", settings.namespace, "stats", "--json"]
+    )
+    assert json.loads(stats.stdout)["documents"] == 6

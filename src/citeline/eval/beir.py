@@ -104,7 +104,22 @@ def load_beir(folder: Path, *, split: str = "test") -> BeirData:
     return BeirData(folder, f"eval_{slug}"[:41], corpus, queries, qrels)
 
 
-def corpus_sources(data: BeirData) -> Iterator[Source]:
+def corpus_ids(data: BeirData) -> Iterator[str]:
+    """The corpus entries' ids, in file order."""
+    with data.corpus_path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield str(json.loads(line)["_id"])
+
+
+def corpus_uri(namespace: str, doc_id: str) -> str:
+    """Where a corpus entry is stored: by the namespace it is stored in, not by the folder it was read
+    from, so a folder of other queries over the same corpus (SciFact's claims) finds its entries
+    unchanged instead of storing the corpus a second time."""
+    return f"beir://{namespace}/{doc_id}"
+
+
+def corpus_sources(data: BeirData, namespace: str) -> Iterator[Source]:
     """One in-memory source per corpus entry, hashed so an unchanged entry is recognised next time."""
     with data.corpus_path.open(encoding="utf-8") as fh:
         for line in fh:
@@ -119,7 +134,7 @@ def corpus_sources(data: BeirData) -> Iterator[Source]:
                 sections = (Section(0, title),) if title else ()
                 return LoadedSource("text/plain", title, iter([Page(1, body, sections)]))
 
-            yield Source(doc_id, f"beir://{data.namespace}/{doc_id}", doc_id, digest, opener)
+            yield Source(doc_id, corpus_uri(namespace, doc_id), doc_id, digest, opener)
 
 
 #: Stages of a search, as :class:`Timings` names them (query embedding, dense, keyword, fusion, ...).
@@ -334,8 +349,24 @@ def ingest_corpus(
 ) -> tuple[int, int, float]:
     """Ingest (or find unchanged) every corpus entry, embedding with ``embedder`` if given (else the
     store's); returns (added, unchanged, seconds)."""
+    namespace = cl.settings.namespace
+    uris = {corpus_uri(namespace, doc_id) for doc_id in corpus_ids(data)}
+    with cl.engine.connect() as conn:
+        others = [
+            uri
+            for (uri,) in conn.execute(sa.text("SELECT DISTINCT source_uri FROM documents WHERE is_active"))
+            if uri not in uris
+        ]
+    if others:
+        # Scores over a corpus mixed with other documents are not the data set's scores, and deleting
+        # them could delete a user's real documents: stop, and say what is in the way.
+        raise InvalidRequestError(
+            f"namespace {namespace!r} holds {len(others)} document(s) that are not entries of the corpus "
+            f"of {data.folder} (for example {others[0]}); evaluate in a namespace of its own: leave out "
+            "--namespace, or name a new one"
+        )
     ingestor = cl.ingestor(embedder=embedder)
-    total = sum(1 for _ in data.corpus_path.open(encoding="utf-8"))
+    total = len(uris)
     counts = dict.fromkeys(Outcome, 0)
     t0 = time.perf_counter()
     with Progress(
@@ -356,13 +387,13 @@ def ingest_corpus(
         with cl.engine.connect() as conn:
             current = catalog.ingest_model(conn, target)
         if current == target:
-            ingestor.ingest(corpus_sources(data), IngestOptions(), on_result)
+            ingestor.ingest(corpus_sources(data, namespace), IngestOptions(), on_result)
         else:
             # The corpus was stored with another model: rebuild every entry with this one, staged, and
             # switch the namespace at once (an evaluation namespace needs no quality check to change).
             with cl.engine.begin() as conn:
                 migration = model_migration.start(conn, target)
-            ingestor.ingest(corpus_sources(data), IngestOptions(), on_result, model=target)
+            ingestor.ingest(corpus_sources(data, namespace), IngestOptions(), on_result, model=target)
             with cl.engine.begin() as conn:
                 retired = model_migration.switch(conn, migration, forced=True)
             cl.remove_vectors(retired)
