@@ -195,9 +195,8 @@ def test_vector_backends_are_compared_query_by_query_on_identical_vectors(
         ) as chroma:
             assert {d.vector_index for d in chroma.documents()} == {"chroma"}
             with chroma.engine.connect() as conn:
-                texts: dict[int, str] = dict(
-                    conn.execute(sa.text("SELECT id, text FROM chunks")).tuples().all()
-                )
+                rows = conn.execute(sa.text("SELECT id, text FROM chunks")).all()
+                texts: dict[int, str] = {int(r[0]): str(r[1]) for r in rows}
                 vectors = chroma.vector_index.vectors(conn, list(texts))
             assert len(vectors) == 6
             for cid, text in texts.items():
