@@ -26,6 +26,30 @@ K1 = 1.2
 B = 0.75
 
 
+#: The query's terms with their counts, as the table ``q(term, qtf)`` every BM25 statement starts from.
+_QUERY_TERMS = "q AS (SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:qtf AS int[])) AS q(term, qtf))"
+
+
+def _bm25(h: str) -> str:
+    """Lucene's BM25 summed over the matched terms of rows ``h`` (with ``df`` joined on the term)."""
+    return f"""sum(
+                {h}.qtf * ln(1 + (:n - df.df + 0.5) / (df.df + 0.5))
+                * {h}.tf * (:k1 + 1) / ({h}.tf + :k1 * (1 - :b + :b * {h}.dl / :avgdl))
+            )"""
+
+
+def _bm25_params(terms: Counter[str], n: Any, total: Any, k1: float = K1, b: float = B) -> dict[str, Any]:
+    """The bound values of a BM25 statement: the query's terms, N, avgdl, k1 and b."""
+    return {
+        "terms": list(terms.keys()),
+        "qtf": list(terms.values()),
+        "n": float(n),
+        "avgdl": float(total) / float(n),
+        "k1": k1,
+        "b": b,
+    }
+
+
 def keyword_search(
     conn: sa.Connection,
     terms: Counter[str],
@@ -45,11 +69,10 @@ def keyword_search(
     n, total = conn.execute(sa.text("SELECT chunk_count, token_total FROM corpus_stats WHERE id = 1")).one()
     if not n:
         return []
-    avgdl = float(total) / float(n)
     rows = conn.execute(
         sa.text(
             f"""
-            WITH q AS (SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:qtf AS int[])) AS q(term, qtf)),
+            WITH {_QUERY_TERMS},
             hits AS (
                 SELECT p.chunk_id, p.term, p.tf, p.dl, q.qtf, d.id, d.is_active, d.scopes, d.category,
                        d.tags, d.content_type, d.metadata
@@ -57,10 +80,7 @@ def keyword_search(
                 JOIN documents d ON d.id = p.document_id AND d.is_active
             ),
             df AS (SELECT term, count(*) AS df FROM hits GROUP BY term)
-            SELECT d.chunk_id, sum(
-                d.qtf * ln(1 + (:n - df.df + 0.5) / (df.df + 0.5))
-                * d.tf * (:k1 + 1) / (d.tf + :k1 * (1 - :b + :b * d.dl / :avgdl))
-            ) AS score
+            SELECT d.chunk_id, {_bm25("d")} AS score
             FROM hits d JOIN df USING (term)
             WHERE {where}
             GROUP BY d.chunk_id
@@ -68,16 +88,7 @@ def keyword_search(
             LIMIT :lim
             """
         ),
-        {
-            **params,
-            "terms": list(terms.keys()),
-            "qtf": list(terms.values()),
-            "n": float(n),
-            "avgdl": avgdl,
-            "k1": k1,
-            "b": b,
-            "lim": limit,
-        },
+        {**params, **_bm25_params(terms, n, total, k1, b), "lim": limit},
     ).all()
     return [(int(r[0]), float(r[1])) for r in rows]
 
@@ -100,7 +111,7 @@ def _document_search(
     rows = conn.execute(
         sa.text(
             f"""
-            WITH q AS (SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:qtf AS int[])) AS q(term, qtf)),
+            WITH {_QUERY_TERMS},
             hits AS (
                 SELECT t.term, t.tf, d.keyword_length AS dl, q.qtf, d.id, d.document_id, d.is_active,
                        d.scopes, d.category, d.tags, d.content_type, d.metadata
@@ -108,10 +119,7 @@ def _document_search(
                 JOIN documents d ON d.id = t.document_id AND d.is_active
             ),
             df AS (SELECT term, count(*) AS df FROM hits GROUP BY term)
-            SELECT d.id, sum(
-                d.qtf * ln(1 + (:n - df.df + 0.5) / (df.df + 0.5))
-                * d.tf * (:k1 + 1) / (d.tf + :k1 * (1 - :b + :b * d.dl / :avgdl))
-            ) AS score
+            SELECT d.id, {_bm25("d")} AS score
             FROM hits d JOIN df USING (term)
             WHERE {where}
             GROUP BY d.id
@@ -119,16 +127,7 @@ def _document_search(
             LIMIT :lim
             """
         ),
-        {
-            **params,
-            "terms": list(terms.keys()),
-            "qtf": list(terms.values()),
-            "n": float(n),
-            "avgdl": float(total) / float(n),
-            "k1": K1,
-            "b": B,
-            "lim": limit,
-        },
+        {**params, **_bm25_params(terms, n, total), "lim": limit},
     ).all()
     return [(r[0], float(r[1])) for r in rows]
 
@@ -140,8 +139,8 @@ def _best_chunks(conn: sa.Connection, terms: Counter[str], versions: list[uuid.U
         return {}
     rows = conn.execute(
         sa.text(
-            """
-            WITH q AS (SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:qtf AS int[])) AS q(term, qtf)),
+            f"""
+            WITH {_QUERY_TERMS},
             hits AS (
                 SELECT p.chunk_id, p.document_id, p.term, p.tf, p.dl, q.qtf
                 FROM q JOIN postings p ON p.term = q.term
@@ -149,10 +148,7 @@ def _best_chunks(conn: sa.Connection, terms: Counter[str], versions: list[uuid.U
             ),
             df AS (SELECT term, count(*) AS df FROM hits GROUP BY term),
             scored AS (
-                SELECT h.document_id, h.chunk_id, sum(
-                    h.qtf * ln(1 + (:n - df.df + 0.5) / (df.df + 0.5))
-                    * h.tf * (:k1 + 1) / (h.tf + :k1 * (1 - :b + :b * h.dl / :avgdl))
-                ) AS score
+                SELECT h.document_id, h.chunk_id, {_bm25("h")} AS score
                 FROM hits h JOIN df USING (term)
                 WHERE h.document_id = ANY(CAST(:versions AS uuid[]))
                 GROUP BY h.document_id, h.chunk_id
@@ -161,15 +157,7 @@ def _best_chunks(conn: sa.Connection, terms: Counter[str], versions: list[uuid.U
             ORDER BY document_id, score DESC, chunk_id
             """
         ),
-        {
-            "terms": list(terms.keys()),
-            "qtf": list(terms.values()),
-            "versions": versions,
-            "n": float(n),
-            "avgdl": float(total) / float(n),
-            "k1": K1,
-            "b": B,
-        },
+        {**_bm25_params(terms, n, total), "versions": versions},
     ).all()
     return {r[0]: int(r[1]) for r in rows}
 
