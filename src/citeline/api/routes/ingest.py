@@ -93,7 +93,7 @@ async def add_document(
         return _submitted(submission, response)
     if not content_type.startswith("multipart/form-data"):
         raise InvalidRequestError(
-            "POST /documents takes a multipart upload (a `file` field) or JSON {\"url\": ...}, "
+            'POST /documents takes a multipart upload (a `file` field) or JSON {"url": ...}, '
             f"not {content_type or 'a body without a content type'}"
         )
     form = await request.form(max_files=1, max_fields=100)
@@ -127,9 +127,7 @@ async def add_document(
 
 
 @router.patch("/documents/{document_id}", summary="Change a document's labels (no re-embedding)")
-async def relabel(
-    document_id: DocumentId, body: Labels, cl: CitelineDep, access: AdminDep
-) -> dict[str, Any]:
+async def relabel(document_id: DocumentId, body: Labels, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
     return document_json(await _run(cl.relabel, document_id, body.options(), access=access))
 
 
@@ -232,4 +230,3 @@ def _metadata(text: str | None) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise InvalidRequestError("metadata must be a JSON object")
     return value
-

@@ -25,8 +25,7 @@ _STATUSES = "'pending', 'queued', 'processing', 'completed', 'failed', 'staged'"
 def upgrade() -> None:
     op.execute("ALTER TABLE documents DROP CONSTRAINT documents_status")
     op.execute(
-        "ALTER TABLE documents ADD CONSTRAINT documents_status "
-        f"CHECK (status IN ({_STATUSES}, 'superseded'))"
+        f"ALTER TABLE documents ADD CONSTRAINT documents_status CHECK (status IN ({_STATUSES}, 'superseded'))"
     )
     op.execute("CREATE INDEX messages_cited_chunks ON messages USING gin (cited_chunk_ids)")
     op.execute("ALTER TABLE messages ADD COLUMN checks jsonb")
