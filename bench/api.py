@@ -65,7 +65,13 @@ def _queries(n: int) -> list[str]:
         return [json.loads(line)["text"] for line in fh][:n]
 
 
-def _start(settings: Settings, port: int, log: Path, llm: str = "extractive") -> subprocess.Popen[bytes]:
+def _start(
+    settings: Settings, port: int, log: Path, llm: str = "extractive", extra: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``citeline serve`` on ``port`` with the bench's settings and ``extra`` ones (``CITELINE_*``), ready.
+
+    The caller's own ``CITELINE_*`` variables are not passed on: the server runs on defaults unless
+    ``extra`` says otherwise, so a variant differs from the default in what it names only."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CITELINE_")}
     env.update(
         CITELINE_DATA_DIR=str(settings.data_dir),
@@ -73,6 +79,7 @@ def _start(settings: Settings, port: int, log: Path, llm: str = "extractive") ->
         CITELINE_LLM=llm,
         CITELINE_API_RATE_LIMIT="0",
     )
+    env.update(extra or {})
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "citeline.cli", "serve", "--port", str(port)],
@@ -193,7 +200,12 @@ GUIDE_QUESTIONS = (
 )
 
 
-def first_token(settings: Settings, rounds: int = 2, questions: int = len(GUIDE_QUESTIONS)) -> dict[str, Any]:
+def first_token(
+    settings: Settings,
+    rounds: int = 2,
+    questions: int = len(GUIDE_QUESTIONS),
+    variants: dict[str, dict[str, str]] | None = None,
+) -> dict[str, Any]:
     """Milliseconds from ``POST /chat/stream`` to the first ``token`` event, with the packaged local
     model answering questions on the user guide; and the server's memory after its first answer.
 
@@ -201,48 +213,83 @@ def first_token(settings: Settings, rounds: int = 2, questions: int = len(GUIDE_
     conversation made, the question rewritten), to ``evidence`` (the search, the evidence focused on
     the question and the prompt built), and from ``evidence`` to the first token (the model reading
     its prompt and writing its first token, and the server passing it on).
+
+    ``variants`` (name -> ``CITELINE_*`` settings) starts one server per variant on the same store and
+    asks each question of every variant in turn, the order rotating from one question to the next, so
+    a slow spell of the machine falls on all of them; the figures of each are suffixed with its name
+    (none when there is one variant).
     """
+    variants = variants or {"": {}}
     ns = settings.model_copy(update={"namespace": "bench_api_answers"})
     guide = Path(__file__).resolve().parents[1] / "docs"
     asked = GUIDE_QUESTIONS[:questions]
+    names = list(variants)
     with Citeline(ns) as cl:
         cl.ingest([guide])
         info, key = cl.create_key(Role.ADMIN, name="bench-answers")
-        port = _free_port()
-        log = ns.data_dir.expanduser().resolve() / "bench-api-answers.log"
-        process = _start(ns, port, log, llm=Settings().llm)
-        marks: dict[str, list[float]] = {"start": [], "evidence": [], "token": [], "complete": []}
-        fell_back = 0
-        rss_after_first: float | None = None
+        processes: dict[str, subprocess.Popen[bytes]] = {}
+        marks: dict[str, dict[str, list[float]]] = {
+            n: {"start": [], "evidence": [], "token": [], "complete": []} for n in names
+        }
+        fell_back = dict.fromkeys(names, 0)
+        rss_after_first: dict[str, float] = {}
         try:
-            url = f"http://127.0.0.1:{port}"
+            ports = {}
+            for name in names:
+                ports[name] = _free_port()
+                log = ns.data_dir.expanduser().resolve() / f"bench-api-answers{name and '-' + name}.log"
+                processes[name] = _start(ns, ports[name], log, llm=Settings().llm, extra=variants[name])
             headers = {"Authorization": f"Bearer {key}"}
-            with httpx.Client(base_url=url, headers=headers, timeout=600) as client:
-                for round_ in range(rounds + 1):  # the first round warms the model up, untimed
-                    for question in asked:
-                        seen = _ask(client, question)
+            clients = {
+                n: httpx.Client(base_url=f"http://127.0.0.1:{ports[n]}", headers=headers, timeout=600)
+                for n in names
+            }
+            turn = 0
+            for round_ in range(rounds + 1):  # the first round warms the models up, untimed
+                for question in asked:
+                    for name in names[turn % len(names) :] + names[: turn % len(names)]:
+                        seen = _ask(clients[name], question)
                         if round_:
-                            for name, times in marks.items():
-                                times.append(seen.get(name, float("nan")))
-                            fell_back += bool(seen.get("fell_back"))
-                        if rss_after_first is None:
-                            rss_after_first = _rss_mb(process.pid)
+                            for event, times in marks[name].items():
+                                times.append(seen.get(event, float("nan")))
+                            fell_back[name] += bool(seen.get("fell_back"))
+                        if name not in rss_after_first:
+                            rss_after_first[name] = _rss_mb(processes[name].pid)
+                    turn += 1
+            for client in clients.values():
+                client.close()
         finally:
-            process.terminate()
-            process.wait(timeout=60)
+            for process in processes.values():
+                process.terminate()
+            for process in processes.values():
+                process.wait(timeout=60)
             cl.revoke_key(info.id)
-    return {
-        "sse_first_token_p50_ms": statistics.median(marks["token"]),
-        "sse_answer_p50_ms": statistics.median(marks["complete"]),
-        "sse_start_p50_ms": statistics.median(marks["start"]),
-        "sse_evidence_p50_ms": statistics.median(marks["evidence"]),
-        "sse_evidence_to_token_p50_ms": statistics.median(
-            t - e for t, e in zip(marks["token"], marks["evidence"], strict=True)
-        ),
-        "sse_answers": len(marks["token"]),
-        "sse_fell_back": fell_back,
-        "api_rss_after_first_answer_mb": rss_after_first,
-    }
+    out: dict[str, Any] = {}
+    for name in names:
+        m, suffix = marks[name], name and f"[{name}]"
+        out |= {
+            f"sse_first_token_p50_ms{suffix}": statistics.median(m["token"]),
+            f"sse_answer_p50_ms{suffix}": statistics.median(m["complete"]),
+            f"sse_start_p50_ms{suffix}": statistics.median(m["start"]),
+            f"sse_evidence_p50_ms{suffix}": statistics.median(m["evidence"]),
+            f"sse_evidence_to_token_p50_ms{suffix}": statistics.median(
+                t - e for t, e in zip(m["token"], m["evidence"], strict=True)
+            ),
+            f"sse_answers{suffix}": len(m["token"]),
+            f"sse_fell_back{suffix}": fell_back[name],
+            f"api_rss_after_first_answer_mb{suffix}": rss_after_first.get(name),
+        }
+    return out
+
+
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    """``name:KEY=VALUE,KEY=VALUE`` (``KEY`` without its ``CITELINE_`` prefix) as a variant; ``name:``
+    alone is the defaults."""
+    name, _, rest = text.partition(":")
+    pairs = [p for p in rest.split(",") if p]
+    if not name or any("=" not in p for p in pairs):
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: expected name:KEY=VALUE[,KEY=VALUE...]")
+    return name, {f"CITELINE_{k.strip().upper()}": v.strip() for k, v in (p.split("=", 1) for p in pairs)}
 
 
 def _ask(client: httpx.Client, question: str) -> dict[str, float]:
@@ -275,9 +322,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--questions", type=int, default=len(GUIDE_QUESTIONS), help="--first-token: guide questions asked."
     )
+    parser.add_argument(
+        "--variant",
+        type=_variant,
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE,...",
+        help="--first-token: a server with these settings (e.g. 'short:answer_evidence_tokens=100'), "
+        "timed in turns with the others; 'base:' is the defaults. Repeat for more.",
+    )
     args = parser.parse_args(argv)
     if args.first_token:
-        report = first_token(Settings(), args.rounds, args.questions)
+        report = first_token(Settings(), args.rounds, args.questions, dict(args.variant) or None)
     else:
         report = run(Settings(), args.clients, args.seconds, args.queries)
     width = max(len(k) for k in report)
