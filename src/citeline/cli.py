@@ -336,7 +336,9 @@ def _print_explain(timings: Timings, plan: Explain, total_ms: float) -> None:
     vector = "from the cache" if plan.cache_hit else "embedded"
     console.print(
         f"plan: dense {plan.dense_plan}, {scope}; candidates {plan.dense_candidates} dense + "
-        f"{plan.keyword_candidates} keyword; {plan.round_trips} round trips to PostgreSQL; "
+        f"{plan.keyword_candidates} keyword"
+        + (f" + {plan.document_candidates} whole documents" if plan.document_candidates else "")
+        + f", {plan.fused_candidates} chunks fused; {plan.round_trips} round trips to PostgreSQL; "
         f"query vector {vector}",
         highlight=False,
     )

@@ -146,6 +146,14 @@ class Settings(BaseSettings):
             "documents reaches its candidate chunks. 0 leaves it out."
         ),
     )
+    document_chunks: Annotated[int, Field(ge=0, le=1000)] = Field(
+        default=0,
+        description=(
+            "With whole-document BM25 on (weight_document > 0): each of the best documents brings its "
+            "first N chunks into the candidates, besides its best keyword chunk, so its score can lift "
+            "a chunk that neither the dense nor the chunk keyword list found. 0: its best keyword chunk only."
+        ),
+    )
     source_boost: dict[str, float] = Field(
         default_factory=lambda: {
             "application/pdf": 1.0,

@@ -104,6 +104,10 @@ class Explain:
     #: Candidates each list brought to fusion.
     dense_candidates: int = 0
     keyword_candidates: int = 0
+    #: Whole-document BM25 matches (``weight_document``), and the chunks fused in all: both lists, each
+    #: match's best keyword chunk and its first ``document_chunks`` chunks, every chunk once.
+    document_candidates: int = 0
+    fused_candidates: int = 0
     #: Statements sent to PostgreSQL by the search stages (the transaction's end not counted).
     round_trips: int = 0
     #: The query vector came from the cache of recent queries.
@@ -271,9 +275,17 @@ def hybrid_search(
         plan_args = _plan_args(settings, depth)
         dense = vector_index.search(conn, VectorQuery(vector, model, request.filters, scope, depth))
         t4 = time.perf_counter()
-        # Each of the best documents brings its best keyword chunk, so its score reaches one chunk at least.
+        # Each of the best documents brings its best keyword chunk, so its score reaches one chunk at least,
+        # and with document_chunks its first chunks too (bounded, however long the document).
         candidates = _candidates(
-            conn, dense, keyword, vector, vector_index, [m.best_chunk for m in documents]
+            conn,
+            dense,
+            keyword,
+            vector,
+            vector_index,
+            [m.best_chunk for m in documents],
+            [m.version_id for m in documents] if settings.document_chunks else (),
+            settings.document_chunks,
         )
         t5 = time.perf_counter()
         ranked = _rank(candidates, fusion, settings, threshold, top_k, documents)
@@ -298,6 +310,7 @@ def hybrid_search(
         explain.corpus_chunks = scope.corpus_chunks if scope else 0
         explain.selectivity = scope.chunks / scope.corpus_chunks if scope and scope.corpus_chunks else None
         explain.dense_candidates, explain.keyword_candidates = len(dense), len(keyword)
+        explain.document_candidates, explain.fused_candidates = len(documents), int(candidates.ids.size)
         explain.round_trips = statements[0]
         explain.vector_wait = (t3 - t2) * 1e3
     return hits
@@ -385,24 +398,42 @@ def _candidates(
     query: NDArray[np.float32],
     vector_index: VectorIndex,
     extra: Sequence[int] = (),
+    versions: Sequence[uuid.UUID] = (),
+    first_chunks: int = 0,
 ) -> _Candidates:
     """Read every candidate of both lists in one statement: its stored fields but the text (content
     type included) and, for keyword-only ones, its cosine distance (dense hits bring theirs; a row that
-    holds no vector has it from the vector index). Chunks retired since the index queries are left out."""
+    holds no vector has it from the vector index). Chunks retired since the index queries are left out.
+
+    ``extra`` chunks join the candidates, and so do the first ``first_chunks`` chunks (by index) of each
+    version in ``versions``: the best whole-document matches, which the search found within its filter."""
     dense_at = {cid: (rank, distance) for rank, (cid, distance) in enumerate(dense, start=1)}
     keyword_at = {cid: (rank, score) for rank, (cid, score) in enumerate(keyword, start=1)}
     ids = list(dense_at) + list(dict.fromkeys(c for c in (*keyword_at, *extra) if c not in dense_at))
     rows: Sequence[sa.Row[Any]] = []
-    if ids:
+    if ids or (versions and first_chunks):
+        # chunks_document (document_id, chunk_index) finds a version's first chunks without a scan.
+        expand = (
+            " OR (c.document_id = ANY(CAST(:versions AS uuid[])) AND c.chunk_index < :first)"
+            if versions and first_chunks
+            else ""
+        )
         rows = conn.execute(
             sa.text(
                 f"SELECT {_CANDIDATE_COLUMNS}, d.id AS version_id, "
-                "CASE WHEN c.id = ANY(:todo) THEN c.embedding <=> CAST(:q AS vector) END AS query_distance, "
+                "CASE WHEN c.id <> ALL(:dense) THEN c.embedding <=> CAST(:q AS vector) END "
+                "AS query_distance, "
                 "c.embedding IS NULL AS elsewhere "
                 "FROM chunks c JOIN documents d ON d.id = c.document_id "
-                "WHERE c.id = ANY(:ids) AND d.is_active"
+                f"WHERE (c.id = ANY(:ids){expand}) AND d.is_active"
             ),
-            {"ids": ids, "todo": ids[len(dense_at) :], "q": to_pgvector(query)},
+            {
+                "ids": ids,
+                "dense": list(dense_at),
+                "q": to_pgvector(query),
+                "versions": [str(v) for v in versions],
+                "first": first_chunks,
+            },
         ).all()
     elsewhere = [int(r[0]) for r in rows if r.elsewhere and r[0] not in dense_at]
     held = cosine_distances(vector_index.vectors(conn, elsewhere), query) if elsewhere else {}
