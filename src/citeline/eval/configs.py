@@ -31,6 +31,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "keyword": {"fusion": "weighted", "weight_semantic": 0.0, "weight_keyword": 1.0, "weight_source": 0.0},
     # The keyword side as whole-document BM25 instead of chunk BM25, at the same weight.
     "doc": {"weight_keyword": 0.0, "weight_document": 0.2},
+    # The same, each of the best documents bringing its first 8 chunks into the candidates.
+    "doc-chunks": {"weight_keyword": 0.0, "weight_document": 0.2, "document_chunks": 8},
     "rerank": {"reranker": "maxsim"},
     "mmr": {"mmr_lambda": 0.7},
 }
