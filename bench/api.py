@@ -217,7 +217,10 @@ def first_token(
     ``variants`` (name -> ``CITELINE_*`` settings) starts one server per variant on the same store and
     asks each question of every variant in turn, the order rotating from one question to the next, so
     a slow spell of the machine falls on all of them; the figures of each are suffixed with its name
-    (none when there is one variant).
+    (none when there is one variant), and ``sse_first_token_ratio[name]`` is the median, over the
+    questions timed, of each variant's first token over the first variant's for the same question
+    asked in the same turn. ``load_average`` is the machine's 1-minute load at the start and the end
+    of the timed rounds: figures mean little beside a busy machine's.
     """
     variants = variants or {"": {}}
     ns = settings.model_copy(update={"namespace": "bench_api_answers"})
@@ -245,7 +248,10 @@ def first_token(
                 for n in names
             }
             turn = 0
+            load: list[float] = []
             for round_ in range(rounds + 1):  # the first round warms the models up, untimed
+                if round_ == 1:
+                    load.append(round(os.getloadavg()[0], 2))
                 for question in asked:
                     for name in names[turn % len(names) :] + names[: turn % len(names)]:
                         seen = _ask(clients[name], question)
@@ -256,6 +262,7 @@ def first_token(
                         if name not in rss_after_first:
                             rss_after_first[name] = _rss_mb(processes[name].pid)
                     turn += 1
+            load.append(round(os.getloadavg()[0], 2))
             for client in clients.values():
                 client.close()
         finally:
@@ -264,9 +271,13 @@ def first_token(
             for process in processes.values():
                 process.wait(timeout=60)
             cl.revoke_key(info.id)
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"load_average": load}
     for name in names:
         m, suffix = marks[name], name and f"[{name}]"
+        if len(names) > 1:
+            out[f"sse_first_token_ratio{suffix}"] = statistics.median(
+                t / b for t, b in zip(m["token"], marks[names[0]]["token"], strict=True)
+            )
         out |= {
             f"sse_first_token_p50_ms{suffix}": statistics.median(m["token"]),
             f"sse_answer_p50_ms{suffix}": statistics.median(m["complete"]),
