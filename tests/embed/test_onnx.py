@@ -228,3 +228,19 @@ def test_an_embedder_on_onnxruntimes_defaults_gives_the_same_vectors_from_one_se
     np.testing.assert_allclose(
         plain.embed_query(texts[0], threads=2), embedder.embed(texts[:1])[0], atol=1e-6
     )
+
+
+def test_a_small_call_is_cut_into_a_few_runs_per_worker_and_a_large_one_into_full_runs() -> None:
+    two_workers = get_embedder(SPEC, threads=2)
+    assert isinstance(two_workers, OnnxEmbedder)
+
+    # An answer's sentences to focus: 36 of 20 to 40 tokens, about 1,000 tokens in all.
+    lengths = [20 + i % 21 for i in range(36)]
+    small = two_workers._plan(lengths)
+    # An ingest batch: 128 chunks of about 200 tokens.
+    large = two_workers._plan([200] * 128)
+
+    assert len(small) >= 2 * 2
+    assert max(len(run) * max(lengths[i] for i in run) for run in small) <= 128  # padded tokens
+    assert all(len(run) == 2 for run in large)  # 512-token runs of two chunks
+    assert sorted(i for run in small for i in run) == list(range(36))

@@ -10,7 +10,10 @@ attention mask, L2 normalisation. What makes it fast on a small CPU (measured in
 
 - texts are tokenised once, sorted by length and cut into runs of at most ``_TOKENS_PER_RUN`` padded
   tokens, so runs carry little padding and their activations stay cache-sized (big runs of long texts
-  are slower per text even with no padding at all);
+  are slower per text even with no padding at all); a call too small to make several such runs per
+  worker (an answer's 30 to 40 sentences to focus, about 1,000 tokens) is cut into smaller runs, down
+  to ``_MIN_TOKENS_PER_RUN``, so the workers finish together: 170 ms against 265 ms for those
+  sentences on 2 cores (medians over the guide questions of ``bench/api.py``, session 9);
 - one session whose runs each use one thread, called concurrently from ``threads`` workers
   (onnxruntime releases the GIL): on 2 cores this is 10 to 15% faster than each run spread over both
   cores, whose operators are too small to split well, and it keeps a single copy of the weights;
@@ -50,6 +53,10 @@ PARAPHRASE_L3_MODEL_SHA256 = "b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a
 # Padded tokens per model run. Measured on 2 cores: 256 to 512 is fastest for short and long texts
 # alike; 2,048 and up is 10 to 25% slower.
 _TOKENS_PER_RUN = 512
+# The smallest run a small call is cut into; 64 to 192 measured alike for an answer's sentences.
+_MIN_TOKENS_PER_RUN = 128
+# A small call is cut into at least this many runs per worker.
+_RUNS_PER_WORKER = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +216,7 @@ class OnnxEmbedder:
         self._token_types = "token_type_ids" in inputs
         self._output = [_token_output(self._session, self.model_id, files.model.path, self.dimension)]
         # Workers beyond the first only pay off when a call has several runs to share out.
+        self._workers = threads
         self._pool = (
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="citeline-embed")
             if threads > 1
@@ -256,13 +264,18 @@ class OnnxEmbedder:
     def _plan(self, lengths: list[int]) -> list[list[int]]:
         """Group text indices into runs of similar length, longest first.
 
-        Longest first so the workers finish together: the last runs handed out are the cheapest.
+        Longest first so the workers finish together: the last runs handed out are the cheapest. With
+        several workers, a small call's runs are made smaller, so that each worker gets a few.
         """
+        budget = _TOKENS_PER_RUN
+        if self._workers > 1:
+            share = sum(lengths) // (_RUNS_PER_WORKER * self._workers)
+            budget = min(_TOKENS_PER_RUN, max(_MIN_TOKENS_PER_RUN, share))
         runs: list[list[int]] = []
         current: list[int] = []
         width = 0
         for index in sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True):
-            if current and (len(current) == self.batch_size or (len(current) + 1) * width > _TOKENS_PER_RUN):
+            if current and (len(current) == self.batch_size or (len(current) + 1) * width > budget):
                 runs.append(current)
                 current = []
             if not current:
