@@ -310,6 +310,8 @@ def _check_vectors(remotes: dict[str, Remote], texts: list[str]) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The whole benchmark; returns its record (also written to ``--store``/record.json)."""
+    # Read now: the record names the code this process loaded, not a commit made while it ran.
+    measured = commit()
     queries, qrels = read_queries(args.data)
     judged = {doc_id for relevant in qrels.values() for doc_id, grade in relevant.items() if grade > 0}
     docs = read_corpus(args.data / "corpus.jsonl", args.limit, judged)
@@ -428,11 +430,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     record: dict[str, Any] = {
         "documents": len(docs),
         "queries": len(qids),
-        "commit": commit(),
+        "commit": measured,
         "chunking": [CHUNK_SIZE, CHUNK_OVERLAP],
         "ingest": ingest,
         "ingest_load": previous["ingest_load"] if previous else load_before,
-        "ingest_commit": previous.get("ingest_commit", "unknown") if previous else commit(),
+        "ingest_commit": previous.get("ingest_commit", "unknown") if previous else measured,
         "ingest_date": previous["ingest_date"] if previous else started,
         "date": searched,
         "load_before": search_load,
