@@ -215,3 +215,19 @@ def test_the_sentences_are_embedded_once_for_the_citation_check_too(embedder: Em
 def test_a_budget_below_the_minimum_is_refused(embedder: Embedder) -> None:
     with pytest.raises(InvalidRequestError, match="max_evidence_tokens must be at least 32, got 5"):
         focus_passages("q", pump_hits(), VectorCache(embedder), max_tokens=5)
+
+
+def test_a_list_number_cut_off_as_a_sentence_is_never_shown(embedder: Embedder) -> None:
+    steps = (
+        "To keep two care journeys apart:\n\n1. Ingest each journey's documents with one scope naming the "
+        "journey.\n2.\nSearch with that scope.\n3.\nGive the clinician a reader key bound to the scope.\n\n"
+        "Scopes are free text. A document may carry several. The admin page lists them all, with counts."
+    )
+
+    [passage] = focus_passages(
+        "How do I keep care journeys apart?", [make_hit(1, steps)], VectorCache(embedder), max_tokens=50
+    )
+
+    assert passage.shown is not None  # focused, not whole
+    assert "journey" in passage.shown_text
+    assert not any(passage.text[s:e].strip() in {"2.", "3."} for s, e in passage.shown)

@@ -18,9 +18,9 @@ Sentences are scored against the question as the extractive answerer scores them
 question's content terms, and a decayed share of the score of the sentence before), and shown in page
 order, with `` … `` where sentences were left out. Never shown: a sentence that repeats the passage's
 title (its header shows the title), one an earlier passage already gave (chunks overlap), markdown
-headings, and sentences with no content terms. A passage none of whose sentences fit is not given. The
-embeddings go into the answer's :class:`VectorCache`, where the citation check and the extractive
-answerer find them again.
+headings, and sentences whose only content terms are numbers (or that have none). A passage none of
+whose sentences fit is not given. The embeddings go into the answer's :class:`VectorCache`, where the
+citation check and the extractive answerer find them again.
 
 Citations still resolve to the whole chunk: a focused passage only changes what the model reads.
 """
@@ -125,7 +125,9 @@ def _candidates(question: str, passages: Sequence[Passage], cache: VectorCache) 
             # inside the title (chunks may start mid-title) is in the block's header already.
             if text.startswith("#") or folded in title or any(folded in s for s in earlier):
                 continue
-            if content_terms(text):
+            # A sentence of numbers alone is most often a list item's bare "2." that the splitter cut
+            # off; shown, it spends the budget on "… 2. … 3." (seen in the user guide's lists).
+            if any(not term.isdigit() for term in content_terms(text)):
                 out.append(_Candidate(index, i, span, scores[index][i]))
         earlier.extend(s.casefold() for s in sentences.sentences)
     return out
