@@ -6,7 +6,9 @@ Run from the repository root with the project's virtualenv::
 
 One in-process llama.cpp server per variant of :func:`~citeline.answer.providers.local.server_params`
 (the provider's settings, both cores for reading and writing): as the provider loads it, flash
-attention off, flash attention on, and threads that do not poll for work. Each round sends every
+attention off, flash attention on, threads that do not poll for work, and the provider's settings on
+the file as published (its Q5_0 matrices not widened to Q8_0: see
+:mod:`citeline.answer.providers.gguf`). Each round sends every
 server the same prompt (the system prompt and two SciFact abstracts cut to about 90 tokens: about 250
 tokens, what an answer's prompt holds with the default evidence budget) in a rotating order, so the
 variants share the machine's load; each request reads the whole prompt (no prompt cache) and writes one
@@ -22,13 +24,14 @@ import os
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import xllamacpp
 
 from bench.llm import DEFAULT_MODEL, one_run, prompt
-from citeline.answer.providers.local import packaged_model_path, server_params
+from citeline.answer.providers.local import MODELS, joined_model, packaged_model_path, server_params
 
 # Variant name -> (flash attention type or None for the provider's, poll level or None for the provider's).
 VARIANTS: dict[str, tuple[int | None, int | None]] = {
@@ -52,6 +55,10 @@ def server(path: Path, flash_attn: int | None, poll: int | None) -> Any:
 def run(rounds: int, data_dir: Path) -> dict[str, Any]:
     path = packaged_model_path(DEFAULT_MODEL, data_dir)
     servers = {name: server(path, *variant) for name, variant in VARIANTS.items()}
+    model = MODELS[DEFAULT_MODEL]
+    if model.widened is not None:
+        published = joined_model(replace(model, widened=None), data_dir / "published")
+        servers["published_file"] = server(published, None, None)
     messages = prompt(2, 90)
     for each in servers.values():  # warm-up: first-request allocations
         one_run(each, prompt(1, 50), 4)
