@@ -1,12 +1,18 @@
-"""Shared fixtures: one real embedded PostgreSQL for the session, a fresh namespace (schema) per test."""
+"""Shared fixtures: one real embedded PostgreSQL for the session, a fresh namespace (schema) per test,
+and a real Redis for the tests that need one."""
 
 from __future__ import annotations
 
+import shutil
+import socket
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 import sqlalchemy as sa
 
 from citeline.engine import Citeline
@@ -40,3 +46,48 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Debian's redis-server on a free loopback port, keeping nothing on disk."""
+    exe = shutil.which("redis-server")
+    assert exe, "redis-server is missing: `make install` installs it"
+    port = _free_port()
+    folder = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            f"{folder}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+    yield url
+    proc.terminate()
+    proc.wait(10)

@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 NAMESPACE_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
@@ -344,7 +344,13 @@ class Settings(BaseSettings):
     )
     api_rate_limit: Annotated[int, Field(ge=0)] = Field(
         default=600,
-        description="Requests per API key per minute, per server process; 0 turns the limit off.",
+        description="Requests per API key per minute; 0 turns the limit off. Counted per server process "
+        "unless CITELINE_API_RATE_LIMIT_REDIS_URL names a Redis that every process shares.",
+    )
+    api_rate_limit_redis_url: str | None = Field(
+        default=None,
+        description="redis:// URL where every server process and replica counts each key's requests "
+        "together (the broker's Redis will do); unset, each process counts its own.",
     )
     api_key_cache_seconds: Annotated[float, Field(ge=0, le=300)] = Field(
         default=5.0,
@@ -380,11 +386,11 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("redis_url")
+    @field_validator("redis_url", "api_rate_limit_redis_url")
     @classmethod
-    def _url_is_redis(cls, value: str | None) -> str | None:
+    def _url_is_redis(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("redis_url must be a redis://, rediss:// or unix:// URL")
+            raise ValueError(f"{info.field_name} must be a redis://, rediss:// or unix:// URL")
         return value
 
     @field_validator("chroma_url")

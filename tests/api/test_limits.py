@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import socket
 from collections.abc import Iterator
+from pathlib import Path
 
-from tests.api.conftest import LIMITS, Server
+import pytest
+
+from citeline.api.limits import RateLimiter
+from citeline.errors import LimitExceededError
+from citeline.settings import Settings
+from tests.api.conftest import LIMITS, Server, start_server, stop_server
 
 
 def assert_limit(response_json: dict[str, dict[str, str]], setting: str) -> None:
@@ -58,3 +66,52 @@ def test_requests_over_the_per_key_rate_are_told_when_to_come_back(server: Serve
     assert_limit(over.json(), "CITELINE_API_RATE_LIMIT")
     assert 1 <= int(over.headers["Retry-After"]) <= 60
     assert unaffected.status_code == 200
+
+
+def test_with_a_shared_redis_a_key_is_counted_once_across_server_processes(
+    server: Server, redis_server: str, tmp_path: Path
+) -> None:
+    per_minute = int(LIMITS["CITELINE_API_RATE_LIMIT"])
+    with server.as_("admin") as admin:
+        made = admin.post("/keys", json={"role": "reader", "all_scopes": True}).json()
+    # Another replica, counting in the same Redis, has already served most of the key's minute.
+    replica = RateLimiter(per_minute, redis_server)
+    for _ in range(per_minute - 5):
+        replica.hit(f"key:{made['id']}")
+    shared = start_server(
+        dict(server.env, CITELINE_API_RATE_LIMIT_REDIS_URL=redis_server), tmp_path / "shared.log"
+    )
+    try:
+        with shared.client(made["key"]) as client:
+            statuses = [client.get("/conversations").status_code for _ in range(5)]
+            over = client.get("/conversations")
+    finally:
+        stop_server(shared)
+
+    assert statuses == [200] * 5
+    assert over.status_code == 429
+    assert_limit(over.json(), "CITELINE_API_RATE_LIMIT")
+    with pytest.raises(LimitExceededError):
+        replica.hit(f"key:{made['id']}")
+
+
+def test_a_rate_limit_redis_that_does_not_answer_lets_requests_through_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    limiter = RateLimiter(2, f"redis://127.0.0.1:{closed}/0")
+
+    with caplog.at_level(logging.WARNING, logger="citeline.api"):
+        for _ in range(5):
+            limiter.hit("key:someone")
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # once, not per request
+    assert "CITELINE_API_RATE_LIMIT_REDIS_URL" in warnings[0]
+
+
+def test_a_rate_limit_redis_url_of_another_scheme_is_refused() -> None:
+    with pytest.raises(ValueError, match="api_rate_limit_redis_url must be a redis://"):
+        Settings(api_rate_limit_redis_url="http://127.0.0.1:6379")

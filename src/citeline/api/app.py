@@ -36,7 +36,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             cl.start_jobs()
             app.state.citeline = cl
             app.state.generation_slots = GenerationSlots(settings)
-            app.state.rate_limiter = RateLimiter(settings.api_rate_limit)
+            app.state.rate_limiter = RateLimiter(settings.api_rate_limit, settings.api_rate_limit_redis_url)
             if settings.api_open:
                 log.warning(OPEN_MODE_WARNING)
             yield

@@ -2,17 +2,21 @@
 per minute, and answers generated at once (with a bounded queue).
 
 Every refusal is a :class:`LimitExceededError` whose message names the limit and its setting. The
-counters live in the server process: with ``--workers N`` each worker applies them on its own.
+generation slots belong to the server process (they guard its own cores): with ``--workers N`` each
+worker has its own. The request counts live in the process too, unless ``api_rate_limit_redis_url``
+names a Redis, where every process and replica counts each key's requests together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
 from limits import RateLimitItemPerMinute
-from limits.storage import MemoryStorage
+from limits.errors import StorageError
+from limits.storage import MemoryStorage, RedisStorage, Storage
 from limits.strategies import MovingWindowRateLimiter
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -21,6 +25,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from citeline.api.errors import error_response
 from citeline.errors import LimitExceededError
 from citeline.settings import Settings
+
+log = logging.getLogger("citeline.api")
 
 #: What a client told to wait for a generation slot is asked to wait before trying again, in seconds.
 GENERATION_RETRY_AFTER = 10.0
@@ -91,18 +97,48 @@ def _message(size: int, limit: int, setting: str, *, at_least: bool = False) -> 
 
 
 class RateLimiter:
-    """Requests per API key per minute (``api_rate_limit``; 0 turns it off), over a moving window."""
+    """Requests per API key per minute (``api_rate_limit``; 0 turns it off), over a moving window.
 
-    def __init__(self, per_minute: int) -> None:
+    Counted in this process, or in the Redis at ``redis_url``, shared by every process that names it.
+    Should that Redis stop answering, requests are let through (and the failure logged) rather than
+    refused: the limit protects the service, and an outage of its counter should not stop it.
+    """
+
+    def __init__(self, per_minute: int, redis_url: str | None = None) -> None:
         self.per_minute = per_minute
         self._item = RateLimitItemPerMinute(per_minute) if per_minute else None
-        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+        storage: Storage = MemoryStorage()
+        if redis_url is not None:
+            # The limits library's own Redis storage: its moving window is one Lua script per hit.
+            storage = RedisStorage(
+                redis_url,
+                wrap_exceptions=True,
+                key_prefix="citeline-rate",
+                socket_timeout=1.0,
+                socket_connect_timeout=1.0,
+            )
+        self._limiter = MovingWindowRateLimiter(storage)
+        self._failing_since: float | None = None
 
     def hit(self, key: str) -> None:
         """Count one request of ``key``; :class:`LimitExceededError` (429) once over the limit."""
-        if self._item is None or self._limiter.hit(self._item, key):
+        if self._item is None:
             return
-        reset = self._limiter.get_window_stats(self._item, key).reset_time
+        try:
+            if self._limiter.hit(self._item, key):
+                self._failing_since = None
+                return
+            reset = self._limiter.get_window_stats(self._item, key).reset_time
+        except StorageError as exc:
+            now = time.monotonic()
+            if self._failing_since is None or now - self._failing_since > 60:
+                log.warning(
+                    "the rate limit's Redis (CITELINE_API_RATE_LIMIT_REDIS_URL) does not answer (%s); "
+                    "requests are not counted until it does",
+                    exc.storage_error,
+                )
+                self._failing_since = now
+            return
         raise LimitExceededError(
             f"more than {self.per_minute} requests a minute with this API key "
             "(setting CITELINE_API_RATE_LIMIT); slow down",
