@@ -122,6 +122,11 @@ def test_a_reopened_conversation_shows_its_citations_as_they_were_shown_live(
 
 def test_a_citation_keeps_opening_what_it_cited_after_a_reingest(site: Site, context: BrowserContext) -> None:
     cited = site.answer["citations"][0]
+    # A page left open across the re-ingest: its citation panel must learn of the new version too.
+    open_before = context.new_page()
+    reopen(open_before, site)
+    open_citation(open_before, cited["number"])
+    expect(open_before.locator("#citation-version")).to_be_hidden()
     write(site.corpus / "valve.md", NEW)
     done = cli(site.server.env, "ingest", str(site.corpus), "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["outcome"] == "updated", done.stdout
@@ -138,6 +143,11 @@ def test_a_citation_keeps_opening_what_it_cited_after_a_reingest(site: Site, con
         assert page_text[cited["excerpt_start"] : cited["excerpt_end"]] == cited["excerpt"]
         stored = api.get(f"/conversations/{site.conversation_id}").json()["messages"][1]["citations"][0]
         assert (stored["version"], stored["superseded"], stored["current_version"]) == (1, True, 2)
+
+    # Past the few seconds a current version is reused for, the open page asks again.
+    open_before.wait_for_timeout(5_500)
+    open_citation(open_before, cited["number"])
+    expect(open_before.locator("#citation-version")).to_contain_text("newer version (2)")
 
     page = context.new_page()
     reopen(page, site)

@@ -23,7 +23,8 @@ const state = {
   conversationId: null,
   // Citation numbers continue through a conversation, so one map serves all its answers.
   citations: new Map(),
-  documents: new Map(), // "id" or "id@version" -> promise of GET /documents/{id}[?version=n]
+  documents: new Map(), // "id@version" -> promise of GET /documents/{id}?version=n (versions never change)
+  currentDocuments: new Map(), // "id" -> {at, request}: the current version, asked again after a few seconds
   controller: null,
   current: null, // the citation shown in the panel
   viewer: null,
@@ -253,12 +254,25 @@ async function ask(question) {
 
 // -- the citation panel ---------------------------------------------------------------------------
 
-/** GET /documents/{id}, of `version` when given (a citation's), else the current version; cached. */
+/** How long an answer about a document's current version is reused (ms): a re-ingest may replace it. */
+const CURRENT_VERSION_REUSE_MS = 5000;
+
+/**
+ * GET /documents/{id}, of `version` when given (a citation's: kept, a version never changes), else the
+ * current version (reused for a few seconds only, so a version swapped in meanwhile shows).
+ */
 function prefetchDocument(id, version) {
-  const key = version === undefined ? id : `${id}@${version}`;
+  if (version === undefined) {
+    const held = state.currentDocuments.get(id);
+    if (held && Date.now() - held.at < CURRENT_VERSION_REUSE_MS) return held.request;
+    const request = api(`/documents/${encodeURIComponent(id)}`);
+    request.catch(() => state.currentDocuments.delete(id));
+    state.currentDocuments.set(id, { at: Date.now(), request });
+    return request;
+  }
+  const key = `${id}@${version}`;
   if (!state.documents.has(key)) {
-    const query = version === undefined ? "" : `?version=${encodeURIComponent(version)}`;
-    const request = api(`/documents/${encodeURIComponent(id)}${query}`);
+    const request = api(`/documents/${encodeURIComponent(id)}?version=${encodeURIComponent(version)}`);
     request.catch(() => state.documents.delete(key));
     state.documents.set(key, request);
   }
@@ -350,13 +364,13 @@ async function showCitation(number) {
  * and page it cited, and "Open the current version" opens the newer one at the same page.
  */
 async function showVersionNote(citation) {
-  let current = citation.current_version;
-  if (current === undefined) {
-    try {
-      current = (await prefetchDocument(citation.document_id)).version;
-    } catch {
-      return;
-    }
+  // Asked each time: the version a reopened conversation recorded may have been replaced since.
+  let current;
+  try {
+    current = (await prefetchDocument(citation.document_id)).version;
+  } catch {
+    current = citation.current_version; // gone (null), or what the conversation last knew
+    if (current === undefined) return;
   }
   if (state.current !== citation || current === null || current === citation.version) return;
   $("citation-version-text").textContent =
@@ -399,7 +413,7 @@ async function openAtPage(current = false) {
 function newConversation() {
   state.conversationId = null;
   state.citations.clear();
-  state.documents.clear(); // a document may have a newer version since it was fetched
+  state.currentDocuments.clear(); // a document may have a newer version since it was fetched
   $("messages").replaceChildren();
   $("citation-panel").hidden = true;
   markCurrentConversation();
