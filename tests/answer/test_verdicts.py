@@ -142,6 +142,46 @@ def test_the_verdict_comes_first_cites_the_passage_that_bears_it_out_and_every_c
     assert done.unsupported == () and done.uncited == ()
 
 
+def second_study(chunk_id: int, text: str) -> Hit:
+    """A passage of another document than the pump manual's."""
+    return replace(
+        make_hit(chunk_id, text, title="Seal wear study"),
+        document_id=uuid.UUID(int=8),
+        document_name="seal-wear.pdf",
+    )
+
+
+SECOND = 201
+SEAL_STUDY = "In bench tests, pumps run without water lost their mechanical seal within a minute."
+
+
+def test_another_document_that_bears_out_the_verdict_is_judged_and_cited_with_it(embedder: Embedder) -> None:
+    judge = ScriptedJudge({DRY: "supports", SECOND: "supports"})
+    evidence = [pump_hits()[1], pump_hits()[0], second_study(SECOND, SEAL_STUDY), *pump_hits()[2:]]
+
+    done = completed(run(None, embedder, judge, evidence=evidence))
+
+    # The best passage, then the best passage of the next other document (not the manual's page 1).
+    assert judge.judged == [DRY, SECOND]
+    assert done.verdict == "supports"
+    assert done.answer.startswith("Yes: the sources support this claim [1, 2].")
+    assert {(c.chunk_id, c.stance) for c in done.citations} >= {(DRY, "supports"), (SECOND, "supports")}
+
+
+def test_another_document_that_disagrees_neither_changes_the_verdict_nor_is_cited_for_it(
+    embedder: Embedder,
+) -> None:
+    judge = ScriptedJudge({DRY: "supports", SECOND: "contradicts"})
+    evidence = [pump_hits()[1], second_study(SECOND, SEAL_STUDY), *pump_hits()[2:]]
+
+    done = completed(run(None, embedder, judge, evidence=evidence))
+
+    assert judge.judged == [DRY, SECOND]
+    assert done.verdict == "supports"
+    assert done.answer.startswith("Yes: the sources support this claim [1].")
+    assert all(c.stance != "contradicts" for c in done.citations)
+
+
 def test_a_contradicted_claim_says_no_first_and_a_reply_citing_nothing_gives_way_to_the_extract(
     embedder: Embedder,
 ) -> None:

@@ -6,7 +6,11 @@ A question that is a claim ("Is it true that X?", "Does X lower Y?", or a plain 
 - a :class:`StanceJudge` (by default the packaged NLI classifier of :mod:`citeline.answer.nli`, the
   same whichever provider writes the answer) judges the first :data:`JUDGED_PASSAGES` passages the
   model reads, best-ranked first: ``supports`` or ``contradicts``;
-- passages not judged are ``neutral``;
+- the best-ranked passage of the next :data:`CORROBORATING_DOCUMENTS` other documents is judged too,
+  and counts (is cited with that stance) when it bears out the same verdict: a second study that
+  agrees is worth citing, while one that disagrees is mostly about something else (see
+  :data:`JUDGED_PASSAGES`) and stays ``neutral``;
+- passages not judged, or not counted, are ``neutral``;
 - the verdict is a function of the stances alone (:func:`verdict_of`): ``supports`` needs a passage
   that supports, ``contradicts`` one that contradicts, ``mixed`` both, and anything else is
   ``not_enough_evidence``. The answer's opening sentence (:func:`verdict_sentence`) cites exactly the
@@ -37,6 +41,11 @@ VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 JUDGED_PASSAGES = 1
 """Passages judged per claim. On SciFact the gold abstract is mostly the best-ranked passage; a
 second judged passage is mostly another study, whose stance turns a right verdict into ``mixed``."""
+
+CORROBORATING_DOCUMENTS = 1
+"""Other documents whose best-ranked read passage is judged, and cited when it agrees with the verdict.
+On the development claims of the 150 labelled SciFact claims, the gold abstract was often the second
+document ranked when the first was another study (see docs/answers.md)."""
 
 CONTRADICTS_MARGIN = 4.44
 """The NLI margin at or above which a passage contradicts the claim (below it, supports): the best
@@ -141,13 +150,28 @@ def assess(
     cache: VectorCache,
     *,
     limit: int = JUDGED_PASSAGES,
+    corroborating: int = CORROBORATING_DOCUMENTS,
 ) -> Assessment:
-    """Judge the first ``limit`` passages the model reads (``shown`` is not empty) against ``claim``.
+    """Judge the first ``limit`` passages the model reads (``shown`` is not empty) against ``claim``,
+    then the best-ranked read passage of each of the next ``corroborating`` other documents, which
+    counts only when its stance bears out the verdict of the first ones.
 
     Raises :class:`~citeline.errors.CitelineError` when the judge fails.
     """
-    read = [p for p in passages if p.shown != ()][:limit]
-    judged = {p.chunk_id: judge.judge(claim, p, cache) for p in read}
+    read = [p for p in passages if p.shown != ()]
+    judged = {p.chunk_id: judge.judge(claim, p, cache) for p in read[:limit]}
+    wanted = _BEARING[verdict_of(j.stance for j in judged.values())]
+    if wanted and corroborating:
+        documents = {p.hit.document_id for p in read[:limit]}
+        others: list[Passage] = []
+        for p in read[limit:]:
+            if p.hit.document_id not in documents and len(others) < corroborating:
+                documents.add(p.hit.document_id)
+                others.append(p)
+        for p in others:
+            judgement = judge.judge(claim, p, cache)
+            if judgement.stance in wanted:
+                judged[p.chunk_id] = judgement
     return Assessment(
         claim=claim,
         stances={chunk_id: j.stance for chunk_id, j in judged.items()},
