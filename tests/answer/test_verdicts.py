@@ -182,6 +182,18 @@ def test_another_document_that_disagrees_neither_changes_the_verdict_nor_is_cite
     assert all(c.stance != "contradicts" for c in done.citations)
 
 
+def test_another_document_on_another_subject_is_neither_judged_nor_cited(embedder: Embedder) -> None:
+    # The judge only tells contradiction from the rest: unasked, it would find this "supporting".
+    judge = ScriptedJudge({DRY: "supports"})
+    aspirin = "Aspirin lowers the risk of a second heart attack in patients with coronary disease."
+    evidence = [pump_hits()[1], second_study(SECOND, aspirin), *pump_hits()[2:]]
+
+    done = completed(run(None, embedder, judge, evidence=evidence))
+
+    assert judge.judged == [DRY]
+    assert done.answer.startswith("Yes: the sources support this claim [1].")
+
+
 def test_a_contradicted_claim_says_no_first_and_a_reply_citing_nothing_gives_way_to_the_extract(
     embedder: Embedder,
 ) -> None:

@@ -6,10 +6,11 @@ A question that is a claim ("Is it true that X?", "Does X lower Y?", or a plain 
 - a :class:`StanceJudge` (by default the packaged NLI classifier of :mod:`citeline.answer.nli`, the
   same whichever provider writes the answer) judges the first :data:`JUDGED_PASSAGES` passages the
   model reads, best-ranked first: ``supports`` or ``contradicts``;
-- the best-ranked passage of the next :data:`CORROBORATING_DOCUMENTS` other documents is judged too,
-  and counts (is cited with that stance) when it bears out the same verdict: a second study that
-  agrees is worth citing, while one that disagrees is mostly about something else (see
-  :data:`JUDGED_PASSAGES`) and stays ``neutral``;
+- the best-ranked passage of the next :data:`CORROBORATING_DOCUMENTS` other documents is judged too
+  when it is about the claim (its support score, as the citation check measures it, reaches
+  :data:`~citeline.answer.support.SUPPORT_THRESHOLD`), and counts (is cited with that stance) when it
+  bears out the same verdict: a second study that agrees is worth citing, while one that disagrees
+  is mostly about something else (see :data:`JUDGED_PASSAGES`) and stays ``neutral``;
 - passages not judged, or not counted, are ``neutral``;
 - the verdict is a function of the stances alone (:func:`verdict_of`): ``supports`` needs a passage
   that supports, ``contradicts`` one that contradicts, ``mixed`` both, and anything else is
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, get_args
 
 from citeline.answer.prompt import Passage
-from citeline.answer.support import VectorCache
+from citeline.answer.support import SUPPORT_THRESHOLD, PassageSentences, VectorCache, support
 
 Stance = Literal["supports", "contradicts", "neutral"]
 """How a cited passage bears on the claim."""
@@ -154,7 +155,7 @@ def assess(
 ) -> Assessment:
     """Judge the first ``limit`` passages the model reads (``shown`` is not empty) against ``claim``,
     then the best-ranked read passage of each of the next ``corroborating`` other documents, which
-    counts only when its stance bears out the verdict of the first ones.
+    counts only when it is about the claim and its stance bears out the verdict of the first ones.
 
     Raises :class:`~citeline.errors.CitelineError` when the judge fails.
     """
@@ -169,6 +170,10 @@ def assess(
                 documents.add(p.hit.document_id)
                 others.append(p)
         for p in others:
+            # The judge tells contradiction from the rest, so a passage on another subject "supports"
+            # any claim: one counts only when it is about the claim, by the citation check's measure.
+            if support(claim, PassageSentences.of(p.text), cache).score < SUPPORT_THRESHOLD:
+                continue
             judgement = judge.judge(claim, p, cache)
             if judgement.stance in wanted:
                 judged[p.chunk_id] = judgement
