@@ -48,7 +48,8 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port nothing listens on now, for a server a test starts."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -59,7 +60,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Debian's redis-server on a free loopback port, keeping nothing on disk."""
     exe = shutil.which("redis-server")
     assert exe, "redis-server is missing: `make install` installs it"
-    port = _free_port()
+    port = free_port()
     folder = tmp_path_factory.mktemp("redis")
     proc = subprocess.Popen(
         [

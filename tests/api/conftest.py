@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import PDFS, REPO, write
+from tests.conftest import PDFS, REPO, free_port, write
 
 # The shared fixtures sit beside the main checkout; a worktree is one level further down.
 SAMPLE_PDF = next(
@@ -36,13 +35,6 @@ LIMITS = {
     "CITELINE_API_MAX_QUESTION_CHARS": "500",
     "CITELINE_API_RATE_LIMIT": "120",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def base_env(data_dir: Path, **more: str) -> dict[str, str]:

@@ -4,7 +4,6 @@ the packaged embedder, hybrid search) against each backend and expects the same 
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec
 from citeline.store.chroma import UNIVERSAL, WHOLE, ChromaIndex, client_spec, collection_name
 from citeline.store.database import schema_name
 from citeline.store.index import VectorQuery, VersionVectors
-from tests.conftest import write
+from tests.conftest import free_port, write
 from tests.test_annotate import MANUAL
 
 TOPICS = {
@@ -38,16 +37,10 @@ TOPICS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Chroma server (the ``chroma run`` of the chromadb package) on a free loopback port."""
-    port = _free_port()
+    port = free_port()
     folder = tmp_path_factory.mktemp("chroma-server")
     exe = Path(sys.executable).with_name("chroma")
     proc = subprocess.Popen(
