@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from citeline.cli import app
 from citeline.settings import Settings
-from tests.api.conftest import Server, cli, start_server, stop_server
+from tests.api.conftest import Server, base_env, cli, start_server, stop_server
 
 runner = CliRunner()
 
@@ -87,3 +87,21 @@ def test_an_idle_connection_is_kept_open_longer_than_uvicorns_five_seconds(serve
         assert conn.getresponse().read() == b'{"status":"live"}'
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_server_stopped_by_sigterm_stops_its_embedded_database(tmp_path: Path, workers: int) -> None:
+    # A store of its own: the session's other servers hold theirs.
+    data = tmp_path / "data"
+    started = start_server(base_env(data), tmp_path / "serve.log", "--open", "--workers", str(workers))
+    postmaster = data / "pg" / "postmaster.pid"
+    assert postmaster.exists()
+
+    started.process.terminate()  # SIGTERM, as systemd, docker stop and kill send it
+    started.process.wait(timeout=60)
+
+    deadline = time.monotonic() + 30
+    while postmaster.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not postmaster.exists(), "the embedded PostgreSQL outlived citeline serve"
+    assert json.loads((data / "pg" / ".handle_pids.json").read_text()) == []

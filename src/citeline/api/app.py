@@ -13,6 +13,7 @@ from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter
 from citeline.api.routes import chat, conversations, documents, health, ingest, keys, search, stats
 from citeline.engine import Citeline
 from citeline.settings import Settings
+from citeline.store.server import release_embedded
 from citeline.web.pages import mount_pages
 
 log = logging.getLogger("citeline.api")
@@ -23,8 +24,12 @@ OPEN_MODE_WARNING = (
 )
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The citeline API over the store ``settings`` name (default: from the environment)."""
+def create_app(settings: Settings | None = None, *, own_process: bool = False) -> FastAPI:
+    """The citeline API over the store ``settings`` name (default: from the environment).
+
+    ``own_process``: the app is the process (``citeline serve``), which lets go of the embedded
+    database server when the app shuts down (see :func:`~citeline.store.server.release_embedded`).
+    """
     settings = settings or Settings()
 
     @asynccontextmanager
@@ -42,6 +47,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             cl.close()
+            if own_process and settings.database_url is None:
+                release_embedded(settings.data_dir)
 
     app = FastAPI(
         title="citeline",
@@ -59,4 +66,4 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def app_from_env() -> FastAPI:
     """The factory ``citeline serve`` hands uvicorn: settings from ``CITELINE_*`` variables."""
-    return create_app(Settings())
+    return create_app(Settings(), own_process=True)

