@@ -13,7 +13,7 @@ from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter
 from citeline.api.routes import chat, conversations, documents, health, ingest, keys, search, stats
 from citeline.engine import Citeline
 from citeline.settings import Settings
-from citeline.store.server import release_embedded
+from citeline.store.database import release_server
 from citeline.web.pages import mount_pages
 
 log = logging.getLogger("citeline.api")
@@ -28,7 +28,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     """The citeline API over the store ``settings`` name (default: from the environment).
 
     ``own_process``: the app is the process (``citeline serve``), which lets go of the embedded
-    database server when the app shuts down (see :func:`~citeline.store.server.release_embedded`).
+    database server when the app shuts down (see :func:`~citeline.store.database.release_server`).
     """
     settings = settings or Settings()
 
@@ -47,8 +47,8 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             yield
         finally:
             cl.close()
-            if own_process and settings.database_url is None:
-                release_embedded(settings.data_dir)
+            if own_process:
+                release_server(settings)
 
     app = FastAPI(
         title="citeline",

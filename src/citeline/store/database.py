@@ -15,7 +15,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from citeline.errors import ExtensionMissingError, StoreError
 from citeline.settings import Settings
-from citeline.store.server import embedded_url
+from citeline.store.server import embedded_url, release_embedded
 from citeline.store.vectors import SESSION_SETTINGS
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,13 @@ def server_url(settings: Settings) -> str:
         return embedded_url(settings.data_dir)
     url = make_url(settings.database_url)
     return str(url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False))
+
+
+def release_server(settings: Settings) -> None:
+    """Let go of this process's hold on the embedded server, if that is the mode (see
+    :func:`~citeline.store.server.release_embedded`); an external server is not this process's."""
+    if settings.database_url is None:
+        release_embedded(settings.data_dir)
 
 
 def connect(settings: Settings) -> Engine:
