@@ -163,10 +163,13 @@ def assess(
     judged = {p.chunk_id: judge.judge(claim, p, cache) for p in read[:limit]}
     wanted = _BEARING[verdict_of(j.stance for j in judged.values())]
     if wanted and corroborating:
+        # Each other document's best-ranked read passage, in rank order.
         documents = {p.hit.document_id for p in read[:limit]}
         others: list[Passage] = []
         for p in read[limit:]:
-            if p.hit.document_id not in documents and len(others) < corroborating:
+            if len(others) == corroborating:
+                break
+            if p.hit.document_id not in documents:
                 documents.add(p.hit.document_id)
                 others.append(p)
         for p in others:

@@ -20,6 +20,7 @@ tensor starting at a multiple of the alignment.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from dataclasses import dataclass
@@ -54,10 +55,7 @@ class TensorInfo:
 
     @property
     def elements(self) -> int:
-        count = 1
-        for d in self.dims:
-            count *= d
-        return count
+        return math.prod(self.dims)
 
 
 @dataclass(frozen=True)

@@ -217,10 +217,11 @@ def _assemble(model: PackagedModel, target: Path) -> None:
             )
         if model.widened is not None:
             widen_q5_0(temp, wide)
-            if _sha256(wide) != model.widened.sha256:
+            widened = _sha256(wide)
+            if widened != model.widened.sha256:
                 # The pieces were right, so the widening itself went wrong: a defect, not the install.
                 raise GenerationError(
-                    f"{model.spec}: the widened model has sha256 {_sha256(wide)}, not the pinned "
+                    f"{model.spec}: the widened model has sha256 {widened}, not the pinned "
                     f"{model.widened.sha256}; report this as a citeline bug"
                 )
             os.replace(wide, target)
