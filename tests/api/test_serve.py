@@ -105,3 +105,25 @@ def test_a_server_stopped_by_sigterm_stops_its_embedded_database(tmp_path: Path,
         time.sleep(0.2)
     assert not postmaster.exists(), "the embedded PostgreSQL outlived citeline serve"
     assert json.loads((data / "pg" / ".handle_pids.json").read_text()) == []
+
+
+def test_a_server_killed_outright_does_not_keep_the_embedded_database_running(tmp_path: Path) -> None:
+    """SIGKILL leaves the killed server's pid in the list of holders; the next process to let go must
+    not wait for it, or the database runs on with no citeline process left."""
+    data = tmp_path / "data"
+    postmaster = data / "pg" / "postmaster.pid"
+    killed = start_server(base_env(data), tmp_path / "killed.log", "--open")
+    killed.process.kill()  # SIGKILL: it never lets go
+    killed.process.wait(timeout=60)
+    assert postmaster.exists()  # nothing stops the database in the meantime
+    assert killed.process.pid in json.loads((data / "pg" / ".handle_pids.json").read_text())
+
+    started = start_server(base_env(data), tmp_path / "serve.log", "--open")
+    started.process.terminate()
+    started.process.wait(timeout=60)
+
+    deadline = time.monotonic() + 30
+    while postmaster.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not postmaster.exists(), "a holder killed outright kept the embedded PostgreSQL running"
+    assert json.loads((data / "pg" / ".handle_pids.json").read_text()) == []

