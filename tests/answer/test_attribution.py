@@ -122,6 +122,26 @@ def test_the_refusal_is_never_shown_nor_attributed_and_the_passages_answer_inste
     assert done.citations
 
 
+def test_a_refusal_in_other_words_falls_back_like_the_refusal(embedder: Embedder) -> None:
+    # What the packaged 0.5B model wrote, asked how to answer without a language model: the refusal
+    # bent around the subject, citing a passage that shares its words.
+    shown, done = ask("The pump does not answer the question. [2]", embedder)
+
+    assert done.fell_back and done.fallback_reason == "the model found no answer in the passages"
+    assert "does not answer" not in done.answer and done.citations
+
+
+def test_an_answer_with_one_sentence_on_what_the_sources_leave_open_stands(embedder: Embedder) -> None:
+    _, done = ask(
+        "Fill the casing with clean water until it overflows [1]. The manual does not answer how long "
+        "it takes.",
+        embedder,
+    )
+
+    assert not done.fell_back
+    assert done.answer.startswith("Fill the casing with clean water until it overflows [1].")
+
+
 def test_a_passage_the_model_cites_itself_is_not_marked_attributed(embedder: Embedder) -> None:
     _, done = ask("Never run the pump dry [2]. Running without water destroys the mechanical seal.", embedder)
 

@@ -65,6 +65,7 @@ from citeline.answer.prompt import (
     build_findings_prompt,
     build_prompt,
     check_request,
+    declines,
     select_passages,
 )
 from citeline.answer.relevance import answerable
@@ -391,7 +392,7 @@ class _Draft:
             rest = self.rewriter.finish()
             attributor = self.attributor
             self.reply += await asyncio.to_thread(lambda: attributor.feed(rest) + attributor.finish())
-            if len(self.reply) > self.sent and not (refusal and self.reply.strip() == refusal):
+            if len(self.reply) > self.sent and not (refusal and declines(self.reply, refusal)):
                 yield self._unsent()
         except GenerationError as exc:
             self.error = f"generation failed: {exc}"
@@ -410,7 +411,8 @@ class _Draft:
         """Stage 4: why the finished reply cannot stand on its face, or None."""
         if self.error is not None:
             return self.error
-        if self.prompt.refusal and self.reply.strip() == self.prompt.refusal:
+        # The refusal, word for word or bent ("Citeline does not answer the question. [1]").
+        if self.prompt.refusal and declines(self.reply, self.prompt.refusal):
             return "the model found no answer in the passages"
         if not self.rewriter.cited and not self.attributor.attributions:
             return "the model's reply cited no given passage, and no passage backs its sentences"

@@ -15,6 +15,7 @@ cite: on 20 SciFact claims its own citations survived in 0 to 1 answers without 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -36,6 +37,11 @@ every passage's header counts against the evidence budget."""
 
 REFUSAL = "The sources do not answer the question."
 """What the model is told to reply, exactly, when the evidence does not answer the question."""
+
+_DECLINING = re.compile(
+    r"\b(?:(?:do|does|did|can|could)\s*(?:not|n't)|cannot)\s+answer\b|\bno answer\b", re.IGNORECASE
+)
+"""A sentence saying that something does not answer (the question)."""
 
 EVIDENCE_HEADING = "Source"
 """The word the evidence opens with ("Sources:"); small models echo it, then list the sources back."""
@@ -192,6 +198,21 @@ class Prompt:
     @property
     def approx_tokens(self) -> int:
         return approx_tokens("".join(m.content for m in self.messages))
+
+
+def declines(reply: str, refusal: str = REFUSAL) -> bool:
+    """Whether ``reply`` is the refusal, word for word or in other words: every sentence of it says that
+    something does not answer. A 0.5B model bends the refusal it was given ("Citeline does not answer the
+    question. [1]", asked how to answer without a model) and cites a passage that shares the words, so
+    the citation check alone lets it through.
+    """
+    text = without_markers(reply).strip()
+    if not text:
+        return False
+    if refusal and normalise(text) == normalise(refusal):
+        return True
+    sentences = [text[start:end] for start, end in sentence_spans(text)] or [text]
+    return all(_DECLINING.search(sentence) for sentence in sentences)
 
 
 def approx_tokens(text: str) -> int:
