@@ -125,7 +125,7 @@ def test_the_refusal_is_never_shown_nor_attributed_and_the_passages_answer_inste
 def test_a_refusal_in_other_words_falls_back_like_the_refusal(embedder: Embedder) -> None:
     # What the packaged 0.5B model wrote, asked how to answer without a language model: the refusal
     # bent around the subject, citing a passage that shares its words.
-    shown, done = ask("The pump does not answer the question. [2]", embedder)
+    _, done = ask("The pump does not answer the question. [2]", embedder)
 
     assert done.fell_back and done.fallback_reason == "the model found no answer in the passages"
     assert "does not answer" not in done.answer and done.citations

@@ -64,7 +64,7 @@ def run(
             e
             async for e in answer_stream(
                 question,
-                pump_hits() if evidence is None else evidence,
+                about_the_claim() if evidence is None else evidence,
                 llm=llm,
                 embedder=embedder,
                 numbering=numbering if numbering is not None else CitationNumbering(),
@@ -76,6 +76,12 @@ def run(
         ]
 
     return asyncio.run(collect())
+
+
+def about_the_claim() -> list[Hit]:
+    """The pump manual's pages, the one about running dry (and so about :data:`CLAIM`) ranked first."""
+    hits = pump_hits()
+    return [hits[1], hits[0], *hits[2:]]
 
 
 def completed(events: list[Event]) -> Complete:
@@ -103,7 +109,7 @@ def test_a_verdict_without_a_citation_that_bears_it_out_cannot_be_made(embedder:
         for stances in itertools.product(STANCES, repeat=size):
             verdict = verdict_of(stances)
             assert needs.get(verdict, set()) <= set(stances), (stances, verdict)
-    done = completed(run(None, embedder, ScriptedJudge({PRIME: "contradicts"})))
+    done = completed(run(None, embedder, ScriptedJudge({DRY: "contradicts"})))
     # A Complete whose citations lose their stances loses its verdict with them.
     assert done.verdict == "contradicts"
     assert replace(done, citations=tuple(replace(c, stance="neutral") for c in done.citations)).verdict == (
@@ -194,6 +200,20 @@ def test_another_document_on_another_subject_is_neither_judged_nor_cited(embedde
     assert done.answer.startswith("Yes: the sources support this claim [1].")
 
 
+def test_a_best_passage_on_another_subject_gives_no_verdict_rather_than_a_yes(embedder: Embedder) -> None:
+    # Unasked, the judge would find the aspirin study "supporting" a claim about the pump's seal.
+    judge = ScriptedJudge({})
+    aspirin = "Aspirin lowers the risk of a second heart attack in patients with coronary disease."
+    evidence = [second_study(SECOND, aspirin)]
+
+    done = completed(run(None, embedder, judge, evidence=evidence))
+
+    assert judge.judged == []
+    assert done.verdict == "not_enough_evidence"
+    assert done.answer.startswith("The sources neither clearly support nor contradict this claim.")
+    assert all(c.stance == "neutral" for c in done.citations)
+
+
 def test_a_contradicted_claim_says_no_first_and_a_reply_citing_nothing_gives_way_to_the_extract(
     embedder: Embedder,
 ) -> None:
@@ -202,7 +222,7 @@ def test_a_contradicted_claim_says_no_first_and_a_reply_citing_nothing_gives_way
     model = ScriptedLLM("The sources do not answer the question.")
     judge = ScriptedJudge({PRIME: "contradicts"})
 
-    events = run(model, embedder, judge, question="Does the pump need no priming?")
+    events = run(model, embedder, judge, question="Does the pump need no priming?", evidence=pump_hits())
 
     done = completed(events)
     assert done.answer.startswith("No: the sources contradict this claim [1]. ")
@@ -240,7 +260,7 @@ def test_a_reply_the_model_breaks_off_still_ends_in_a_valid_answer_with_the_verd
     )
     numbering = CitationNumbering()
 
-    events = run(model, embedder, ScriptedJudge({PRIME: "supports"}), numbering=numbering)
+    events = run(model, embedder, ScriptedJudge({DRY: "supports"}), numbering=numbering)
 
     done = completed(events)
     assert done.fell_back and done.provider == EXTRACTIVE
@@ -254,7 +274,7 @@ def test_a_reply_the_model_breaks_off_still_ends_in_a_valid_answer_with_the_verd
 
 
 def test_a_malformed_reply_falls_back_and_keeps_the_verdict(embedder: Embedder) -> None:
-    events = run(ScriptedLLM("[1]"), embedder, ScriptedJudge({PRIME: "contradicts"}))
+    events = run(ScriptedLLM("[1]"), embedder, ScriptedJudge({DRY: "contradicts"}))
 
     done = completed(events)
     assert done.fell_back and done.fallback_reason == "the model's reply made no statement with a citation"

@@ -5,7 +5,11 @@ A question that is a claim ("Is it true that X?", "Does X lower Y?", or a plain 
 
 - a :class:`StanceJudge` (by default the packaged NLI classifier of :mod:`citeline.answer.nli`, the
   same whichever provider writes the answer) judges the first :data:`JUDGED_PASSAGES` passages the
-  model reads, best-ranked first: ``supports`` or ``contradicts``;
+  model reads, best-ranked first, that are about the claim (their support score, as the citation
+  check measures it, reaches :data:`~citeline.answer.support.SUPPORT_THRESHOLD`): ``supports`` or
+  ``contradicts``. The judge only tells contradiction from the rest, so unasked it would find a passage
+  on another subject "supporting" any claim; when the best passage is not about the claim, there is
+  no verdict but ``not_enough_evidence``;
 - the best-ranked passage of the next :data:`CORROBORATING_DOCUMENTS` other documents is judged too
   when it is about the claim (its support score, as the citation check measures it, reaches
   :data:`~citeline.answer.support.SUPPORT_THRESHOLD`), and counts (is cited with that stance) when it
@@ -160,7 +164,10 @@ def assess(
     Raises :class:`~citeline.errors.CitelineError` when the judge fails.
     """
     read = [p for p in passages if p.shown != ()]
-    judged = {p.chunk_id: judge.judge(claim, p, cache) for p in read[:limit]}
+    # The judge tells contradiction from the rest, so a passage on another subject "supports" any claim:
+    # a passage is judged only when it is about the claim, by the citation check's measure.
+    about = [p for p in read[:limit] if _about(claim, p, cache)]
+    judged = {p.chunk_id: judge.judge(claim, p, cache) for p in about}
     wanted = _BEARING[verdict_of(j.stance for j in judged.values())]
     if wanted and corroborating:
         # Each other document's best-ranked read passage, in rank order.
@@ -173,9 +180,7 @@ def assess(
                 documents.add(p.hit.document_id)
                 others.append(p)
         for p in others:
-            # The judge tells contradiction from the rest, so a passage on another subject "supports"
-            # any claim: one counts only when it is about the claim, by the citation check's measure.
-            if support(claim, PassageSentences.of(p.text), cache).score < SUPPORT_THRESHOLD:
+            if not _about(claim, p, cache):
                 continue
             judgement = judge.judge(claim, p, cache)
             if judgement.stance in wanted:
@@ -185,6 +190,11 @@ def assess(
         stances={chunk_id: j.stance for chunk_id, j in judged.items()},
         margins={chunk_id: j.margin for chunk_id, j in judged.items()},
     )
+
+
+def _about(claim: str, passage: Passage, cache: VectorCache) -> bool:
+    """Whether ``passage`` is about ``claim``: its best sentence reaches the citation check's threshold."""
+    return support(claim, PassageSentences.of(passage.text), cache).score >= SUPPORT_THRESHOLD
 
 
 def verdict_sentence(verdict: Verdict, numbers: Mapping[Stance, Sequence[int]]) -> str:
