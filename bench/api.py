@@ -189,7 +189,8 @@ def run(settings: Settings, clients: int = 50, seconds: float = 60, queries: int
     return out
 
 
-#: Questions on the user guide (docs/), which the first-token run ingests: what `make demo` asks, and kin.
+#: Questions on the user guide (docs/ at GUIDE_COMMIT), which the first-token run ingests: what `make demo`
+#: asks, and kin.
 GUIDE_QUESTIONS = (
     "how do I keep documents of one care journey apart from another?",
     "what happens to searches while a document is re-ingested?",
@@ -198,6 +199,35 @@ GUIDE_QUESTIONS = (
     "what does the relevance floor of answers do?",
     "how are follow-up questions searched?",
 )
+
+
+#: The commit whose user guide (docs/) the first-token run asks about. The guide changes with the code,
+#: and with it the passages and prompts timed: asking about one fixed version keeps runs of different
+#: sessions comparable. Change it only on purpose, and say so beside the figures.
+GUIDE_COMMIT = "7d89d29107cdc89ce62e9972020164461b8d5ba4"
+
+
+def frozen_guide(data_dir: Path) -> tuple[Path, str]:
+    """The user guide at :data:`GUIDE_COMMIT`, exported once into ``data_dir``, and that commit; or,
+    where this checkout does not hold it (a shallow clone), the working tree's docs/ and
+    ``"working-tree"``."""
+    repo = Path(__file__).resolve().parents[1]
+    folder = data_dir / f"bench-guide-{GUIDE_COMMIT[:12]}"
+    if (folder / "docs").is_dir():
+        return folder / "docs", GUIDE_COMMIT
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", GUIDE_COMMIT, "docs"],
+        capture_output=True,
+        check=False,
+    )
+    if archive.returncode != 0:
+        print(f"bench: commit {GUIDE_COMMIT} is not in this checkout; asking about the working tree's docs/")
+        return repo / "docs", "working-tree"
+    staging = data_dir / f".bench-guide-{os.getpid()}"
+    staging.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-x", "-C", str(staging)], input=archive.stdout, check=True)
+    staging.rename(folder)
+    return folder / "docs", GUIDE_COMMIT
 
 
 def first_token(
@@ -223,8 +253,9 @@ def first_token(
     of the timed rounds: figures mean little beside a busy machine's.
     """
     variants = variants or {"": {}}
-    ns = settings.model_copy(update={"namespace": "bench_api_answers"})
-    guide = Path(__file__).resolve().parents[1] / "docs"
+    guide, revision = frozen_guide(settings.data_dir.expanduser().resolve())
+    # One namespace per version of the guide: a store never mixes two versions' passages.
+    ns = settings.model_copy(update={"namespace": f"bench_api_answers_{revision[:8]}"})
     asked = GUIDE_QUESTIONS[:questions]
     names = list(variants)
     with Citeline(ns) as cl:
@@ -271,7 +302,7 @@ def first_token(
             for process in processes.values():
                 process.wait(timeout=60)
             cl.revoke_key(info.id)
-    out: dict[str, Any] = {"load_average": load}
+    out: dict[str, Any] = {"load_average": load, "guide": revision}
     for name in names:
         m, suffix = marks[name], name and f"[{name}]"
         if len(names) > 1:
