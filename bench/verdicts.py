@@ -3,7 +3,7 @@
 Run from the repository root::
 
     .venv/bin/python -m bench.verdicts [--claims-dir ../shared/eval/scifact-claims] \\
-        [--corpus ../shared/eval/scifact/corpus.jsonl] [--folds 5] [--margins out.json]
+        [--corpus ../shared/eval/scifact/corpus.jsonl] [--folds 5] [--margins out.json] [--retrieved]
 
 Every labelled (claim, abstract) pair of ``evidence.jsonl`` is judged by
 :class:`citeline.answer.nli.NliJudge` against that abstract, given whole as the passage, exactly as an
@@ -20,6 +20,14 @@ threshold chosen on the development claims alone (the one to compare with
 :data:`citeline.answer.stance.CONTRADICTS_MARGIN`) is scored on the held-out claims too. A
 classification error here is the classifier's; ``citeline eval --answers`` adds retrieval's (the
 passage judged is not the gold abstract, or only a chunk of it).
+
+With ``--retrieved``, each claim's margin is instead that of the passage an answer judges (see
+:func:`citeline.answer.stance.assess`): the best-ranked passage about the claim among those citeline's
+search returns for the claim's question, from the store ``citeline eval --answers`` built over the
+same folder (``CITELINE_DATA_DIR``, namespace ``--namespace``). That is the margin
+:data:`~citeline.answer.stance.CONTRADICTS_MARGIN` is applied to in answers, so it is chosen on these
+readings; ``in_use_vs_dev_held_out`` pairs the two thresholds on the held-out claims. A claim with no
+passage about it gets no margin (-inf: "supports" here; ``not_enough_evidence`` in an answer).
 """
 
 from __future__ import annotations
@@ -34,13 +42,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from citeline.answer.nli import NliJudge
-from citeline.answer.prompt import Passage
-from citeline.answer.stance import CONTRADICTS_MARGIN
+from citeline.answer.prompt import Passage, select_passages
+from citeline.answer.stance import CONTRADICTS_MARGIN, assess
 from citeline.answer.support import VectorCache
 from citeline.embed import get_embedder
+from citeline.engine import Citeline
 from citeline.eval.answers import claim_question
-from citeline.eval.stats import bootstrap_ci
-from citeline.retrieve.search import Hit
+from citeline.eval.stats import bootstrap_ci, paired_comparison
+from citeline.retrieve.search import Hit, SearchRequest
 from citeline.settings import Settings
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "eval"
@@ -99,6 +108,10 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=SHARED / "scifact" / "corpus.jsonl")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--margins", type=Path, help="write each claim's margin and label here (JSON)")
+    parser.add_argument(
+        "--retrieved", action="store_true", help="judge the passage an answer judges, not the gold abstract"
+    )
+    parser.add_argument("--namespace", default="eval_scifact_claims", help="with --retrieved: the eval store")
     args = parser.parse_args()
 
     queries = {
@@ -127,9 +140,26 @@ def main() -> None:
     rows: list[dict[str, object]] = []
     times: list[float] = []
     pairs: list[tuple[float, bool]] = []
+    store = Citeline(Settings(namespace=args.namespace)) if args.retrieved else None
     for position, qid in enumerate(claims):
         # The claim as citeline.eval asks it, then as the answer's judge sees it (the claim itself).
-        claim = claim_question(queries[qid]).removeprefix("Is it true that ").removesuffix("?")
+        question = claim_question(queries[qid])
+        claim = question.removeprefix("Is it true that ").removesuffix("?")
+        if store is not None:
+            label = next(iter(labels[qid].values()))
+            hits = store.search(SearchRequest(question, top_k=store.settings.answer_passages))
+            began = time.perf_counter()
+            assessment = assess(
+                claim, select_passages(hits), judge, VectorCache(store.embedder), corroborating=0
+            )
+            times.append(time.perf_counter() - began)
+            margin = max(assessment.margins.values(), default=float("-inf"))
+            pairs.append((margin, label == "CONTRADICT"))
+            judged = next(iter(assessment.margins), None)
+            doc = next((h.document_name for h in hits if h.chunk_id == judged), None)
+            row = {"claim_id": qid, "position": position + 1, "doc_id": doc, "label": label}
+            rows.append({**row, "margin": margin, "held_out": position in HELD_OUT})
+            continue
         for n, (doc, label) in enumerate(labels[qid].items()):
             title, text = docs[doc]
             began = time.perf_counter()
@@ -158,6 +188,9 @@ def main() -> None:
     dev_threshold = best_threshold([margins[i] for i in dev], [contradicts[i] for i in dev])
     held_scores = scores([margins[i] for i in held], [contradicts[i] for i in held], dev_threshold)
     pair_right = [(m >= CONTRADICTS_MARGIN) == c for m, c in pairs]
+    in_use_right = [float((margins[i] >= CONTRADICTS_MARGIN) == contradicts[i]) for i in held]
+    dev_right = [float((margins[i] >= dev_threshold) == contradicts[i]) for i in held]
+    paired = paired_comparison(in_use_right, dev_right)
     report = {
         "claims": len(rows),
         "contradicted": sum(contradicts),
@@ -177,10 +210,18 @@ def main() -> None:
         "in_use_accuracy_f1": [round(x, 3) for x in scores(margins, contradicts, CONTRADICTS_MARGIN)],
         "pairs": len(pairs),
         "in_use_stance_accuracy_pairs": round(sum(pair_right) / len(pairs), 3),
+        # The development threshold against the one in use, claim by claim on the held-out claims.
+        "in_use_vs_dev_held_out": {
+            "delta": round(paired.delta, 3),
+            "delta_ci": [round(x, 3) for x in paired.delta_ci],
+            "p": round(paired.p_value, 4),
+        },
         "judge_ms_p50": round(statistics.median(times) * 1e3, 1),
     }
     if args.margins:
         args.margins.write_text(json.dumps(rows, indent=1))
+    if store is not None:
+        store.close()
     print(json.dumps(report))
 
 
