@@ -89,6 +89,14 @@ def test_an_idle_connection_is_kept_open_longer_than_uvicorns_five_seconds(serve
         conn.close()
 
 
+def gone(path: Path, timeout: float = 30.0) -> bool:
+    """Whether ``path`` (a server's pid file) is gone within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not path.exists()
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_server_stopped_by_sigterm_stops_its_embedded_database(tmp_path: Path, workers: int) -> None:
     # A store of its own: the session's other servers hold theirs.
@@ -100,10 +108,7 @@ def test_a_server_stopped_by_sigterm_stops_its_embedded_database(tmp_path: Path,
     started.process.terminate()  # SIGTERM, as systemd, docker stop and kill send it
     started.process.wait(timeout=60)
 
-    deadline = time.monotonic() + 30
-    while postmaster.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not postmaster.exists(), "the embedded PostgreSQL outlived citeline serve"
+    assert gone(postmaster), "the embedded PostgreSQL outlived citeline serve"
     assert json.loads((data / "pg" / ".handle_pids.json").read_text()) == []
 
 
@@ -122,8 +127,5 @@ def test_a_server_killed_outright_does_not_keep_the_embedded_database_running(tm
     started.process.terminate()
     started.process.wait(timeout=60)
 
-    deadline = time.monotonic() + 30
-    while postmaster.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not postmaster.exists(), "a holder killed outright kept the embedded PostgreSQL running"
+    assert gone(postmaster), "a holder killed outright kept the embedded PostgreSQL running"
     assert json.loads((data / "pg" / ".handle_pids.json").read_text()) == []
