@@ -182,11 +182,14 @@ def dense_search(
     if changes:
         conn.execute(sa.text("; ".join(changes)))
     if scope is not None:
-        # The documents the filter keeps are known: each index tuple is checked against them (a hashed
-        # array lookup) instead of joining its document: at 100k chunks with 20% in scope, 5.5 ms
-        # against 13.2 ms a search (medians of 200 queries, side by side, on a loaded machine).
-        source, condition = "chunks c", "c.document_id = ANY(CAST(:ids AS uuid[]))"
-        bind["ids"] = list(scope[0])
+        # Each index tuple is checked against the documents the filter keeps, found by the filter itself
+        # in a hashed subplan (built once per statement), instead of joining its document. "IS TRUE"
+        # keeps the planner from pulling the IN up into a join, which would lose the index's order.
+        # The documents' ids bound as an array instead cost 15.8 ms against 5.3 ms with half of
+        # SciFact's 5,183 documents in scope (unscoped: 2.5 ms): sending 2,600 ids each search, and a
+        # bound array is searched item by item for every tuple, not hashed.
+        source = "chunks c"
+        condition = f"(c.document_id IN (SELECT d.id FROM documents d WHERE {where})) IS TRUE"
         if chunk_ids is not None:
             condition, bind["cids"] = "c.id = ANY(CAST(:cids AS bigint[]))", list(chunk_ids)
     else:
