@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import socket
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -224,8 +226,8 @@ def frozen_guide(data_dir: Path) -> tuple[Path, str]:
         print(f"bench: commit {GUIDE_COMMIT} is not in this checkout; asking about the working tree's docs/")
         return repo / "docs", "working-tree"
     staging = data_dir / f".bench-guide-{os.getpid()}"
-    staging.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["tar", "-x", "-C", str(staging)], input=archive.stdout, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(staging, filter="data")
     staging.rename(folder)
     return folder / "docs", GUIDE_COMMIT
 

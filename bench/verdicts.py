@@ -149,14 +149,9 @@ def main() -> None:
             label = next(iter(labels[qid].values()))
             hits = store.search(SearchRequest(question, top_k=store.settings.answer_passages))
             began = time.perf_counter()
-            assessment = assess(
-                claim, select_passages(hits), judge, VectorCache(store.embedder), corroborating=0
-            )
+            doc, margin = _judged(hits, judge, claim, VectorCache(store.embedder))
             times.append(time.perf_counter() - began)
-            margin = max(assessment.margins.values(), default=float("-inf"))
             pairs.append((margin, label == "CONTRADICT"))
-            judged = next(iter(assessment.margins), None)
-            doc = next((h.document_name for h in hits if h.chunk_id == judged), None)
             row = {"claim_id": qid, "position": position + 1, "doc_id": doc, "label": label}
             rows.append({**row, "margin": margin, "held_out": position in HELD_OUT})
             continue
@@ -223,6 +218,15 @@ def main() -> None:
     if store is not None:
         store.close()
     print(json.dumps(report))
+
+
+def _judged(hits: Sequence[Hit], judge: NliJudge, claim: str, cache: VectorCache) -> tuple[str | None, float]:
+    """The document and margin of the passage an answer given ``hits`` judges for ``claim``: -inf when
+    no passage is about the claim."""
+    assessment = assess(claim, select_passages(hits), judge, cache, corroborating=0)
+    for chunk_id, margin in assessment.margins.items():  # one passage at most is judged
+        return next(h.document_name for h in hits if h.chunk_id == chunk_id), margin
+    return None, float("-inf")
 
 
 def _qrels_lines(folder: Path) -> list[str]:

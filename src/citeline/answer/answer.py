@@ -392,7 +392,7 @@ class _Draft:
             rest = self.rewriter.finish()
             attributor = self.attributor
             self.reply += await asyncio.to_thread(lambda: attributor.feed(rest) + attributor.finish())
-            if len(self.reply) > self.sent and not (refusal and declines(self.reply, refusal)):
+            if len(self.reply) > self.sent and not declines(self.reply, refusal):
                 yield self._unsent()
         except GenerationError as exc:
             self.error = f"generation failed: {exc}"
@@ -412,7 +412,7 @@ class _Draft:
         if self.error is not None:
             return self.error
         # The refusal, word for word or bent ("Citeline does not answer the question. [1]").
-        if self.prompt.refusal and declines(self.reply, self.prompt.refusal):
+        if declines(self.reply, self.prompt.refusal):
             return "the model found no answer in the passages"
         if not self.rewriter.cited and not self.attributor.attributions:
             return "the model's reply cited no given passage, and no passage backs its sentences"

@@ -200,16 +200,17 @@ class Prompt:
         return approx_tokens("".join(m.content for m in self.messages))
 
 
-def declines(reply: str, refusal: str = REFUSAL) -> bool:
-    """Whether ``reply`` is the refusal, word for word or in other words: every sentence of it says that
-    something does not answer. A 0.5B model bends the refusal it was given ("Citeline does not answer the
-    question. [1]", asked how to answer without a model) and cites a passage that shares the words, so
-    the citation check alone lets it through.
+def declines(reply: str, refusal: str) -> bool:
+    """Whether ``reply`` is ``refusal``, the reply a prompt offers for evidence that does not answer, word
+    for word or in other words: every sentence of it says that something does not answer. A 0.5B model
+    bends the refusal it was given ("Citeline does not answer the question. [1]", asked how to answer
+    without a model) and cites a passage that shares the words, so the citation check alone lets it
+    through. Never, for a prompt that offers no refusal (``refusal`` empty).
     """
     text = without_markers(reply).strip()
-    if not text:
+    if not refusal or not text:
         return False
-    if refusal and normalise(text) == normalise(refusal):
+    if normalise(text) == normalise(refusal):
         return True
     sentences = [text[start:end] for start, end in sentence_spans(text)] or [text]
     return all(_DECLINING.search(sentence) for sentence in sentences)

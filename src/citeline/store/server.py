@@ -19,6 +19,8 @@ import os
 import warnings
 from pathlib import Path
 
+import psutil
+
 from citeline.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -100,8 +102,6 @@ def _drop_dead_holders(pgdata: Path) -> list[int]:
 
 
 def _running(pid: int) -> bool:
-    import psutil
-
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
