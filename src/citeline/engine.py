@@ -80,6 +80,7 @@ from citeline.store.database import connect
 from citeline.store.index import Repair, VectorIndex, open_index
 from citeline.store.keys import KeyInfo
 from citeline.store.keyword import KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
+from citeline.store.keyword_files import snapshot_root
 from citeline.store.model_migration import MigrationInfo, MigrationStatus
 from citeline.store.models import Status
 
@@ -154,7 +155,15 @@ class Citeline:
         #: Parts borrowed from the instance this one was derived from: never closed by this one.
         self._borrowed: set[str] = set()
         self.keyword_index: KeywordIndex = (
-            MemoryKeywordIndex() if self._settings.keyword_index == "memory" else SqlKeywordIndex()
+            MemoryKeywordIndex(
+                snapshot_root(
+                    self._settings.data_dir,
+                    self._settings.database_url or "embedded",
+                    self._settings.namespace,
+                )
+            )
+            if self._settings.keyword_index == "memory"
+            else SqlKeywordIndex()
         )
 
     @property

@@ -18,7 +18,7 @@ from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import read_catalog
 from citeline.store import catalog
-from citeline.store.database import MIGRATIONS
+from citeline.store.database import MIGRATIONS, schema_name
 from citeline.store.keyword import K1, B, DocumentMatch, KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
 from tests.conftest import write
 
@@ -262,3 +262,97 @@ def test_warm_up_with_documents_loads_document_terms(long_documents: Citeline) -
         memory.warm_up(conn, documents=True)
     assert memory.memory()["document_terms"] > 0
     _assert_documents_match_bm25s(long_documents, memory, LONG_TEXTS)
+
+
+# --- snapshots shared between processes -----------------------------------------------------------
+
+
+def _snapshot_index(root: Path) -> MemoryKeywordIndex:
+    # Every store here is tiny: a snapshot is written whatever the size.
+    return MemoryKeywordIndex(root, snapshot_min_postings=1)
+
+
+def _snapshot_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def test_a_second_index_maps_the_snapshot_the_first_wrote_and_follows_later_changes(
+    indexed: Citeline, tmp_path: Path
+) -> None:
+    root = tmp_path / "snapshots"
+    first = _snapshot_index(root)
+    _assert_same(*_both(indexed, first, "aspirin"))
+    assert first.source == "catalog"
+    [written] = _snapshot_dirs(root)
+    assert first.memory()["shared"] > 0  # the loader maps what it wrote instead of keeping a copy
+
+    second = _snapshot_index(root)
+    for query in QUERIES:
+        _assert_same(*_both(indexed, second, query))
+        _assert_same(*_both(indexed, second, query, Filters(scopes=("cardio",))))
+    assert second.source == str(written)
+    assert second.memory()["shared"] == first.memory()["shared"] > 0
+
+    write(tmp_path / "aspirin.txt", "Aspirin: no longer advised for primary prevention in the elderly.")
+    indexed.ingest([tmp_path / "aspirin.txt"])
+    doomed = next(d for d in indexed.documents() if d.name == "sleep.txt")
+    indexed.delete(str(doomed.id))
+    third = _snapshot_index(root)  # starts after the changes: maps the snapshot, then replays the log
+    for memory in (first, second, third):
+        for query in [*QUERIES, "elderly prevention", "sleep"]:
+            _assert_same(*_both(indexed, memory, query))
+        assert _both(indexed, memory, "short sleep")[1] == []
+    assert third.source == str(written)
+
+
+def test_a_snapshot_of_another_stores_log_is_never_used(indexed: Citeline, tmp_path: Path) -> None:
+    root = tmp_path / "snapshots"
+    _both(indexed, _snapshot_index(root), "aspirin")
+    other_settings = indexed.settings.model_copy(update={"namespace": f"t_{uuid.uuid4().hex[:12]}"})
+    with Citeline(other_settings) as other:
+        try:
+            # As many log entries as the first store's, naming other documents.
+            paths = [write(tmp_path / "other" / name, text[::-1]) for name, text in TEXTS.items()]
+            other.ingest(paths[:3])
+            other.ingest(paths[3:])
+            memory = _snapshot_index(root)
+            for query in [*QUERIES, "snoitaruas"]:
+                _assert_same(*_both(other, memory, query))
+            assert memory.source == "catalog"
+        finally:
+            with other.engine.begin() as conn:
+                conn.execute(
+                    sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.settings.namespace)}" CASCADE')
+                )
+
+
+def test_compacting_writes_a_newer_snapshot_and_keeps_the_last_two(
+    indexed: Citeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "snapshots"
+    memory = _snapshot_index(root)
+    _both(indexed, memory, "aspirin")
+    monkeypatch.setattr(MemoryKeywordIndex, "MAX_SEGMENTS", 1)
+    for i in range(3):
+        write(tmp_path / f"extra{i}.txt", f"Extra note {i}: statins and aspirin in the elderly.")
+        indexed.ingest([tmp_path / f"extra{i}.txt"])
+        _assert_same(*_both(indexed, memory, "statins aspirin elderly"))  # replays, then compacts
+    kept = _snapshot_dirs(root)
+    assert len(kept) == 2
+    with indexed.engine.connect() as conn:
+        last = conn.execute(sa.text("SELECT max(seq) FROM keyword_log")).scalar_one()
+    assert int(kept[-1].name.split("-")[0]) == last
+    fresh = _snapshot_index(root)
+    _assert_same(*_both(indexed, fresh, "statins aspirin elderly"))
+    assert fresh.source == str(kept[-1])
+
+
+def test_a_snapshot_folder_that_cannot_be_written_leaves_the_index_private(
+    indexed: Citeline, tmp_path: Path
+) -> None:
+    blocked = write(tmp_path / "not-a-folder", "a file where the snapshot folder would go")
+    memory = _snapshot_index(blocked / "snapshots")
+    for query in QUERIES:
+        _assert_same(*_both(indexed, memory, query))
+    assert memory.source == "catalog"
+    assert memory.memory()["shared"] == 0

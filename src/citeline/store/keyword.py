@@ -16,11 +16,21 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
+
+from citeline.store.keyword_files import (
+    Postings,
+    Snapshot,
+    loading,
+    open_snapshot,
+    read_postings,
+    write_snapshot,
+)
 
 K1 = 1.2
 B = 0.75
@@ -294,9 +304,23 @@ class MemoryKeywordIndex:
     """
 
     MAX_SEGMENTS = 8
+    #: Postings from which a loaded index is written as a snapshot for other processes to map (below
+    #: this, loading from the catalog takes well under a second and the memory is small).
+    SNAPSHOT_MIN_POSTINGS = 1_000_000
+    #: The arrays of a snapshot that are mapped read-only (shared by every process that maps them);
+    #: the others are small and written in place, so each process reads its own copy.
+    _SHARED = ("terms", "ptr", "slots", "tfs", "chunk_ids", "dl", "doc_slot")
 
-    def __init__(self) -> None:
+    def __init__(self, snapshots: Path | None = None, *, snapshot_min_postings: int | None = None) -> None:
+        """``snapshots``: the folder where this store's snapshots are shared between processes (see
+        :mod:`citeline.store.keyword_files`); None keeps the index private to this process."""
         self._lock = threading.Lock()
+        self._snapshots = snapshots
+        self._snapshot_min = (
+            self.SNAPSHOT_MIN_POSTINGS if snapshot_min_postings is None else snapshot_min_postings
+        )
+        #: Where the index came from on its last full load: "catalog" or the snapshot folder.
+        self.source = ""
         #: Whether document terms are wanted: loaded on the first search_with_documents, then kept.
         self._document_terms = False
         self._reset()
@@ -327,13 +351,18 @@ class MemoryKeywordIndex:
                 self._want_documents(conn)
 
     def memory(self) -> dict[str, int]:
-        """Bytes held in arrays: chunk postings and per-chunk columns, and document terms; and the number
-        of distinct terms (each also costs a Python string and a dictionary entry, ~100 bytes)."""
+        """Bytes held in arrays: chunk postings and per-chunk columns, and document terms; of those, the
+        bytes mapped from a snapshot (``shared``: in the page cache, once for every process that maps
+        them); and the number of distinct terms (each also costs a Python string and a dictionary entry,
+        ~100 bytes)."""
         with self._lock:
-            per_chunk = self._chunk_ids.nbytes + self._dl.nbytes + self._doc_slot.nbytes + self._alive.nbytes
+            arrays: list[NDArray[Any]] = [self._chunk_ids, self._dl, self._doc_slot, self._alive]
+            for seg in self._segments:
+                arrays += [seg.terms, seg.ptr, seg.slots, seg.tfs]
             return {
-                "chunk_postings": sum(seg.nbytes for seg in self._segments) + int(per_chunk),
+                "chunk_postings": sum(int(a.nbytes) for a in arrays),
                 "document_terms": sum(seg.nbytes for seg in self._doc_segments),
+                "shared": sum(int(a.nbytes) for a in arrays if isinstance(a, np.memmap)),
                 "terms": len(self._vocab),
             }
 
@@ -468,7 +497,7 @@ class MemoryKeywordIndex:
 
     def _sync(self, conn: sa.Connection, log: tuple[int, int] | None = None) -> None:
         """Replay the log since the last sync (up to ``log``'s last position when given); on first use,
-        load everything active."""
+        map a snapshot and replay from its position, or load everything active from the catalog."""
         first, last = (
             log
             or conn.execute(
@@ -479,36 +508,60 @@ class MemoryKeywordIndex:
             return
         # A log that restarted, or was trimmed past this index's position, cannot be replayed.
         if not self._loaded or last < self._seq or first > self._seq + 1:
-            self._reset()
-            entries = [
-                (d, True) for d in conn.execute(sa.text("SELECT id FROM documents WHERE is_active")).scalars()
-            ]
+            # One process on the machine loads from the catalog at a time: the others wait, then map
+            # what it wrote instead of each reading every posting at once.
+            with loading(self._snapshots):
+                self._reset()
+                if not (
+                    self._open_snapshot(conn, first, last)
+                    and self._replay(conn, last)
+                    and self._consistent(conn)
+                ):
+                    self._reset()
+                    self._load_all(conn)
+                    self._seq = int(last)
+                    self._loaded = True
+                    self.source = "catalog"
+                    self._save_snapshot(conn)
+                    return
         else:
-            entries = [
-                (r[0], bool(r[1]))
-                for r in conn.execute(
-                    sa.text(
-                        "SELECT document_id, added FROM keyword_log WHERE seq > :a AND seq <= :b ORDER BY seq"
-                    ),
-                    {"a": self._seq, "b": last},
-                )
-            ]
+            self._replay(conn, last)
+        if len(self._segments) > self.MAX_SEGMENTS or (self._alive.size and self._alive.mean() < 0.5):
+            self._compact(conn)
+
+    def _replay(self, conn: sa.Connection, last: int) -> bool:
+        """Apply the log's entries after this index's position up to ``last``."""
+        entries = conn.execute(
+            sa.text("SELECT document_id, added FROM keyword_log WHERE seq > :a AND seq <= :b ORDER BY seq"),
+            {"a": self._seq, "b": last},
+        ).all()
         net: dict[uuid.UUID, bool] = {}
         for doc_id, added in entries:
-            net[doc_id] = added
+            net[doc_id] = bool(added)
         for doc_id in net:
             slot = self._docs.pop(doc_id, None)
             if slot is not None:
                 self._alive[self._doc_chunks.pop(slot, np.empty(0, dtype=np.int64))] = False
                 self._doc_alive[slot] = False
         fresh = [d for d, added in net.items() if added]
-        # In batches of documents, so a first load of a large corpus never holds all postings as rows.
-        for start in range(0, len(fresh), 200):
-            self._load(conn, fresh[start : start + 200])
+        # In batches of documents, so a large replay never holds all its postings as raw records.
+        for start in range(0, len(fresh), 2000):
+            self._load(conn, fresh[start : start + 2000])
         self._seq = int(last)
         self._loaded = True
-        if len(self._segments) > self.MAX_SEGMENTS or (self._alive.size and self._alive.mean() < 0.5):
-            self._compact()
+        return True
+
+    def _load_all(self, conn: sa.Connection) -> None:
+        """Load every active version's postings in one bulk read (and their document terms if wanted)."""
+        rows = conn.execute(
+            sa.text("SELECT id, keyword_length FROM documents WHERE is_active ORDER BY id")
+        ).all()
+        slots = self._add_versions([(r[0], r[1]) for r in rows])
+        versions = [r[0] for r in rows]
+        self._add_chunks(read_postings(conn, versions, slots, self._vocab, everything=True))
+        if self._document_terms:
+            for start in range(0, len(versions), 200):
+                self._load_document_terms(conn, versions[start : start + 200])
 
     def _load(self, conn: sa.Connection, doc_ids: list[uuid.UUID]) -> None:
         # Versions still active now: one retired since the log entry was read is left out (its
@@ -519,8 +572,17 @@ class MemoryKeywordIndex:
         ).all()
         if not lengths:
             return
-        for version, _ in lengths:
-            self._docs[version] = len(self._versions)
+        slots = self._add_versions([(r[0], r[1]) for r in lengths])
+        versions = [version for version, _ in lengths]
+        self._add_chunks(read_postings(conn, versions, slots, self._vocab))
+        if self._document_terms:
+            self._load_document_terms(conn, versions)
+
+    def _add_versions(self, lengths: list[tuple[uuid.UUID, int | None]]) -> list[int]:
+        """Give each version a document slot; returns the slots."""
+        slots = list(range(len(self._versions), len(self._versions) + len(lengths)))
+        for (version, _), slot in zip(lengths, slots, strict=True):
+            self._docs[version] = slot
             self._versions.append(version)
         self._doc_len = np.concatenate(
             [self._doc_len, np.asarray([length or 0 for _, length in lengths], dtype=np.float32)]
@@ -529,50 +591,34 @@ class MemoryKeywordIndex:
         self._doc_alive = np.concatenate(
             [self._doc_alive, np.asarray([length is not None for _, length in lengths], dtype=bool)]
         )
-        versions = [version for version, _ in lengths]
-        self._load_chunks(conn, versions)
-        if self._document_terms:
-            self._load_document_terms(conn, versions)
+        return slots
 
-    def _load_chunks(self, conn: sa.Connection, doc_ids: list[uuid.UUID]) -> None:
-        rows = conn.execute(
-            sa.text(
-                "SELECT p.chunk_id, p.term, p.tf, p.dl, p.document_id FROM postings p "
-                "WHERE p.document_id = ANY(:ids) ORDER BY p.chunk_id"
-            ),
-            {"ids": doc_ids},
-        ).all()
-        if not rows:
+    def _add_chunks(self, postings: Postings) -> None:
+        n = postings.chunk_ids.size
+        if not n:
             return
         base = self._chunk_ids.size
-        chunk_ids: list[int] = []
-        dls: list[float] = []
-        docs: list[int] = []
-        term_ids = np.empty(len(rows), dtype=np.int32)
-        slots = np.empty(len(rows), dtype=np.int32)
-        tfs = np.empty(len(rows), dtype=np.float32)
-        vocab = self._vocab
-        last_chunk = None
-        for i, (chunk_id, term, tf, dl, doc_id) in enumerate(rows):
-            if chunk_id != last_chunk:
-                last_chunk = chunk_id
-                chunk_ids.append(chunk_id)
-                dls.append(dl)
-                docs.append(self._docs[doc_id])
-            term_ids[i] = vocab.setdefault(term, len(vocab))
-            slots[i] = base + len(chunk_ids) - 1
-            tfs[i] = tf
-        new_docs = np.asarray(docs, dtype=np.int64)
-        self._chunk_ids = np.concatenate([self._chunk_ids, np.asarray(chunk_ids, dtype=np.int64)])
-        self._dl = np.concatenate([self._dl, np.asarray(dls, dtype=np.float32)])
-        self._doc_slot = np.concatenate([self._doc_slot, new_docs])
-        self._alive = np.concatenate([self._alive, np.ones(len(chunk_ids), dtype=bool)])
-        new_slots = np.arange(base, base + len(chunk_ids))
-        order = np.argsort(new_docs, kind="stable")
-        bounds = np.flatnonzero(np.diff(new_docs[order])) + 1
-        for group in np.split(new_slots[order], bounds):
-            self._doc_chunks[int(self._doc_slot[group[0]])] = group
-        self._segments.append(_build_segment(term_ids, slots, tfs))
+        self._chunk_ids = np.concatenate([self._chunk_ids, postings.chunk_ids])
+        self._dl = np.concatenate([self._dl, postings.dl])
+        self._doc_slot = np.concatenate([self._doc_slot, postings.doc_slot])
+        self._alive = np.concatenate([self._alive, np.ones(n, dtype=bool)])
+        self._group_chunks(base)
+        slots = (postings.chunk_of + base).astype(np.int32)
+        self._segments.append(_build_segment(postings.term_ids, slots, postings.tfs))
+
+    def _group_chunks(self, base: int) -> None:
+        """Record which chunk slots from ``base`` on each live document holds."""
+        docs = np.asarray(self._doc_slot[base:])
+        if not docs.size:
+            return
+        order = np.argsort(docs, kind="stable")
+        bounds = np.flatnonzero(np.diff(docs[order])) + 1
+        live = self._alive[base:][order]
+        documents = set(self._docs.values())
+        for group, alive in zip(np.split(order + base, bounds), np.split(live, bounds), strict=True):
+            slot = int(self._doc_slot[group[0]])
+            if slot in documents:
+                self._doc_chunks[slot] = group[alive]
 
     def _load_document_terms(self, conn: sa.Connection, doc_ids: list[uuid.UUID]) -> None:
         rows = conn.execute(
@@ -589,10 +635,96 @@ class MemoryKeywordIndex:
         tfs = np.fromiter((r[2] for r in rows), dtype=np.float32, count=len(rows))
         self._doc_segments.append(_build_segment(term_ids, slots, tfs))
 
-    def _compact(self) -> None:
-        """Merge segments into one and drop dead slots' postings, for chunks and documents alike."""
+    def _compact(self, conn: sa.Connection) -> None:
+        """Merge segments into one and drop dead slots' postings, for chunks and documents alike; and
+        share the result as a new snapshot rather than keep a private copy of it."""
         self._segments = _merged(self._segments, self._alive)
         self._doc_segments = _merged(self._doc_segments, self._doc_alive)
+        self._save_snapshot(conn)
+
+    def _postings_count(self) -> int:
+        return sum(int(seg.slots.size) for seg in self._segments)
+
+    def _save_snapshot(self, conn: sa.Connection) -> None:
+        """Write this index as a snapshot and map it in place of the private arrays, when it is large
+        enough to be worth sharing."""
+        if self._snapshots is None or self._postings_count() < max(self._snapshot_min, 1):
+            return
+        if len(self._segments) > 1:
+            self._segments = _merged(self._segments, self._alive)
+        seg = self._segments[0]
+        live = np.zeros(len(self._versions), dtype=bool)
+        live[list(self._docs.values())] = True
+        arrays: dict[str, NDArray[Any]] = {
+            "terms": seg.terms,
+            "ptr": seg.ptr,
+            "slots": seg.slots,
+            "tfs": seg.tfs,
+            "chunk_ids": self._chunk_ids,
+            "dl": self._dl,
+            "doc_slot": self._doc_slot,
+            "alive": self._alive,
+            "doc_len": self._doc_len,
+            "doc_alive": self._doc_alive,
+            "doc_live": live,
+            "versions": np.frombuffer(
+                b"".join(v.bytes if v else bytes(16) for v in self._versions), dtype=np.uint8
+            ).reshape(-1, 16),
+        }
+        seq_document = conn.execute(
+            sa.text("SELECT document_id FROM keyword_log WHERE seq = :s"), {"s": self._seq}
+        ).scalar()
+        vocab = sorted(self._vocab, key=self._vocab.__getitem__)
+        path = write_snapshot(self._snapshots, self._seq, seq_document, vocab, arrays)
+        if path is None:
+            return
+        snapshot = open_snapshot(self._snapshots, self._seq, self._seq, self._SHARED, only=path)
+        if snapshot is not None:
+            self._adopt(snapshot)
+
+    def _open_snapshot(self, conn: sa.Connection, first: int, last: int) -> bool:
+        """Map the newest snapshot the log can be replayed from; False if there is none, or the one
+        found belongs to another store's log."""
+        if self._snapshots is None:
+            return False
+        snapshot = open_snapshot(self._snapshots, first, last, self._SHARED)
+        if snapshot is None:
+            return False
+        if snapshot.seq >= first:
+            named = conn.execute(
+                sa.text("SELECT document_id FROM keyword_log WHERE seq = :s"), {"s": snapshot.seq}
+            ).scalar()
+            if named != snapshot.seq_document:
+                return False
+        self._adopt(snapshot)
+        self.source = str(snapshot.path)
+        if self._document_terms:
+            live = list(self._docs)
+            for start in range(0, len(live), 200):
+                self._load_document_terms(conn, live[start : start + 200])
+        return True
+
+    def _adopt(self, snapshot: Snapshot) -> None:
+        """Take a snapshot's state: its large arrays mapped, its small ones as private copies."""
+        a = snapshot.arrays
+        self._vocab = {term: i for i, term in enumerate(snapshot.vocab)}
+        self._segments = [_Segment(a["terms"], a["ptr"], a["slots"], a["tfs"])] if a["terms"].size else []
+        self._chunk_ids, self._dl, self._doc_slot = a["chunk_ids"], a["dl"], a["doc_slot"]
+        self._alive = np.array(a["alive"], dtype=bool)
+        self._doc_len = np.array(a["doc_len"], dtype=np.float32)
+        self._doc_alive = np.array(a["doc_alive"], dtype=bool)
+        self._versions = [None] + [uuid.UUID(bytes=bytes(row)) for row in a["versions"][1:]]
+        self._docs = {self._versions[i]: i for i in np.flatnonzero(a["doc_live"]).tolist()}  # type: ignore[misc]
+        self._doc_chunks = {}
+        self._group_chunks(0)
+        self._seq = snapshot.seq
+        self._loaded = True
+
+    def _consistent(self, conn: sa.Connection) -> bool:
+        """Whether the index (after replaying the log from a snapshot) holds exactly the active
+        versions: a last check that the snapshot belongs to this store."""
+        active = conn.execute(sa.text("SELECT count(*) FROM documents WHERE is_active")).scalar_one()
+        return int(active) == len(self._docs)
 
 
 def _merged(segments: list[_Segment], alive: NDArray[np.bool_]) -> list[_Segment]:
