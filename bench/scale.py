@@ -29,6 +29,7 @@ import json
 import multiprocessing as mp
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -258,9 +259,29 @@ def serve(args: argparse.Namespace, keyword_index: str, share: list[str], go: An
     with Citeline(settings_for(args, keyword_index=keyword_index, query_cache_size=0)) as cl:
         before = pss_kib(pid)
         t0 = time.perf_counter()
+        # The keyword index first, timed on its own, then the rest (embedder, judge) as servers warm up.
+        with cl.engine.connect() as conn:
+            cl.keyword_index.warm_up(conn)
+        keyword = time.perf_counter() - t0
+        keyword_pss = (pss_kib(pid) - before) / 1024
         cl.warm_up()
         warm = time.perf_counter() - t0
-        out.put(("ready", pid, warm, (pss_kib(pid) - before) / 1024, keyword_index_mb(cl)))
+        index = cl.keyword_index
+        source = index.source if isinstance(index, MemoryKeywordIndex) else "sql"
+        shared = index.memory()["shared"] / 2**20 if isinstance(index, MemoryKeywordIndex) else 0.0
+        out.put(
+            (
+                "ready",
+                pid,
+                warm,
+                (pss_kib(pid) - before) / 1024,
+                keyword_index_mb(cl),
+                keyword,
+                keyword_pss,
+                "snapshot" if source not in ("catalog", "sql") else source,
+                round(shared, 1),
+            )
+        )
         go.wait()
         times = []
         t0 = time.perf_counter()
@@ -271,8 +292,19 @@ def serve(args: argparse.Namespace, keyword_index: str, share: list[str], go: An
         out.put(("done", pid, time.perf_counter() - t0, times, pss_kib(pid) / 1024))
 
 
-def measure_processes(args: argparse.Namespace, count: int, keyword_index: str) -> dict[str, Any]:
-    """``count`` processes started together, each with its own keyword index, searching at once."""
+def measure_processes(
+    args: argparse.Namespace, count: int, keyword_index: str, start: str = "mapped"
+) -> dict[str, Any]:
+    """``count`` processes started together, each with its own keyword index, searching at once.
+
+    ``start`` "cold": the keyword index's snapshots are deleted first, so one process loads the index
+    from the catalog (and writes a snapshot) while the others wait for it; "mapped": the processes
+    find the snapshot an earlier run wrote and map it."""
+    if start == "cold":
+        with Citeline(settings_for(args)) as cl:
+            index = cl.keyword_index
+            if isinstance(index, MemoryKeywordIndex) and index.snapshots is not None:
+                shutil.rmtree(index.snapshots, ignore_errors=True)
     qs = queries()[: args.queries]
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -303,9 +335,14 @@ def measure_processes(args: argparse.Namespace, count: int, keyword_index: str) 
     return {
         "processes": count,
         "keyword_index": keyword_index,
+        "start": start if keyword_index == "memory" else None,
         "warm_up_s": [round(r[2], 1) for r in ready],
         "warm_up_pss_mb": [round(r[3], 1) for r in ready],
+        "keyword_warm_up_s": [round(r[5], 2) for r in ready],
+        "keyword_warm_up_pss_mb": [round(r[6], 1) for r in ready],
+        "keyword_sources": [r[7] for r in ready],
         "keyword_arrays_mb": ready[0][4],
+        "keyword_mapped_mb": ready[0][8],
         "process_pss_mb_after": [round(d[4], 1) for d in done],
         "peak_total_pss_mb_with_server": peak,
         "searches_per_s": round(len(times) / wall, 2),
@@ -374,6 +411,11 @@ def main(argv: list[str] | None = None) -> None:
         "--keyword-indexes", default="memory,sql", help="keyword indexes for the process runs"
     )
     parser.add_argument(
+        "--starts",
+        default="cold,mapped",
+        help="in-memory keyword index: start with no snapshot (cold), and from the snapshot (mapped)",
+    )
+    parser.add_argument(
         "--warm-timeout", type=float, default=900.0, help="seconds a process may take to warm up"
     )
     args = parser.parse_args(argv)
@@ -388,8 +430,9 @@ def main(argv: list[str] | None = None) -> None:
     report["processes"] = []
     for kind in args.keyword_indexes.split(","):
         for count in map(int, args.processes.split(",")):
-            report["processes"].append(measure_processes(args, count, kind))
-            print(json.dumps(report["processes"][-1]), file=sys.stderr)
+            for start in args.starts.split(",") if kind == "memory" else ["-"]:
+                report["processes"].append(measure_processes(args, count, kind, start))
+                print(json.dumps(report["processes"][-1]), file=sys.stderr)
     print(json.dumps(report, indent=2))
 
 

@@ -315,7 +315,7 @@ class MemoryKeywordIndex:
         """``snapshots``: the folder where this store's snapshots are shared between processes (see
         :mod:`citeline.store.keyword_files`); None keeps the index private to this process."""
         self._lock = threading.Lock()
-        self._snapshots = snapshots
+        self.snapshots = snapshots
         self._snapshot_min = (
             self.SNAPSHOT_MIN_POSTINGS if snapshot_min_postings is None else snapshot_min_postings
         )
@@ -467,7 +467,7 @@ class MemoryKeywordIndex:
         are taken over the ``alive`` slots."""
         scores = np.zeros(alive.size, dtype=np.float64)
         n = int(alive.sum())
-        total = float(lengths[alive].sum())
+        total = float(lengths[alive].sum(dtype=np.float64))  # exact, whatever the slot order
         if n == 0 or total == 0 or not terms:
             return scores
         norm = K1 * (1 - B + B * lengths / (total / n))
@@ -510,7 +510,7 @@ class MemoryKeywordIndex:
         if not self._loaded or last < self._seq or first > self._seq + 1:
             # One process on the machine loads from the catalog at a time: the others wait, then map
             # what it wrote instead of each reading every posting at once.
-            with loading(self._snapshots):
+            with loading(self.snapshots):
                 self._reset()
                 if not (
                     self._open_snapshot(conn, first, last)
@@ -648,7 +648,7 @@ class MemoryKeywordIndex:
     def _save_snapshot(self, conn: sa.Connection) -> None:
         """Write this index as a snapshot and map it in place of the private arrays, when it is large
         enough to be worth sharing."""
-        if self._snapshots is None or self._postings_count() < max(self._snapshot_min, 1):
+        if self.snapshots is None or self._postings_count() < max(self._snapshot_min, 1):
             return
         if len(self._segments) > 1:
             self._segments = _merged(self._segments, self._alive)
@@ -675,19 +675,19 @@ class MemoryKeywordIndex:
             sa.text("SELECT document_id FROM keyword_log WHERE seq = :s"), {"s": self._seq}
         ).scalar()
         vocab = sorted(self._vocab, key=self._vocab.__getitem__)
-        path = write_snapshot(self._snapshots, self._seq, seq_document, vocab, arrays)
+        path = write_snapshot(self.snapshots, self._seq, seq_document, vocab, arrays)
         if path is None:
             return
-        snapshot = open_snapshot(self._snapshots, self._seq, self._seq, self._SHARED, only=path)
+        snapshot = open_snapshot(self.snapshots, self._seq, self._seq, self._SHARED, only=path)
         if snapshot is not None:
             self._adopt(snapshot)
 
     def _open_snapshot(self, conn: sa.Connection, first: int, last: int) -> bool:
         """Map the newest snapshot the log can be replayed from; False if there is none, or the one
         found belongs to another store's log."""
-        if self._snapshots is None:
+        if self.snapshots is None:
             return False
-        snapshot = open_snapshot(self._snapshots, first, last, self._SHARED)
+        snapshot = open_snapshot(self.snapshots, first, last, self._SHARED)
         if snapshot is None:
             return False
         if snapshot.seq >= first:
