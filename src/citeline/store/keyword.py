@@ -11,6 +11,7 @@ window with window-level statistics judges poorly. Search lets that score reach 
 
 from __future__ import annotations
 
+import mmap
 import threading
 import uuid
 from collections import Counter
@@ -710,6 +711,8 @@ class MemoryKeywordIndex:
         self._vocab = {term: i for i, term in enumerate(snapshot.vocab)}
         self._segments = [_Segment(a["terms"], a["ptr"], a["slots"], a["tfs"])] if a["terms"].size else []
         self._chunk_ids, self._dl, self._doc_slot = a["chunk_ids"], a["dl"], a["doc_slot"]
+        for name in self._SHARED:
+            _touch(a[name])
         self._alive = np.array(a["alive"], dtype=bool)
         self._doc_len = np.array(a["doc_len"], dtype=np.float32)
         self._doc_alive = np.array(a["doc_alive"], dtype=bool)
@@ -725,6 +728,13 @@ class MemoryKeywordIndex:
         versions: a last check that the snapshot belongs to this store."""
         active = conn.execute(sa.text("SELECT count(*) FROM documents WHERE is_active")).scalar_one()
         return int(active) == len(self._docs)
+
+
+def _touch(array: NDArray[Any]) -> None:
+    """Read one byte of every page of a mapped array, so this process's first searches do not each
+    stop to map the pages they read (the pages stay shared: reading never copies them)."""
+    flat = array.reshape(-1).view(np.uint8)
+    int(flat[:: mmap.PAGESIZE].sum())
 
 
 def _merged(segments: list[_Segment], alive: NDArray[np.bool_]) -> list[_Segment]:
