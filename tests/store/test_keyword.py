@@ -19,6 +19,7 @@ from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import read_catalog
 from citeline.store import catalog
 from citeline.store.database import MIGRATIONS, schema_name
+from citeline.store.index import VersionIds
 from citeline.store.keyword import K1, B, DocumentMatch, KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
 from tests.conftest import write
 
@@ -356,3 +357,44 @@ def test_a_snapshot_folder_that_cannot_be_written_leaves_the_index_private(
         _assert_same(*_both(indexed, memory, query))
     assert memory.source == "catalog"
     assert memory.memory()["shared"] == 0
+
+
+# --- the filter's versions, packed -------------------------------------------------------------------
+
+
+def test_packed_version_ids_read_back_as_the_ids_they_hold() -> None:
+    ids = [uuid.uuid4() for _ in range(5)]
+    packed = VersionIds.of(ids)
+    assert len(packed) == 5 and list(packed) == ids and packed == ids
+    assert packed[1] == ids[1] and packed[-1] == ids[-1] and list(packed[1:3]) == ids[1:3]
+    assert sorted(packed.keys().tolist()) == sorted(i.bytes for i in ids)
+    assert not VersionIds(b"")
+    with pytest.raises(ValueError, match="16 bytes each"):
+        VersionIds(b"x" * 17)
+
+
+def test_a_filtered_keyword_search_keeps_exactly_the_versions_named(indexed: Citeline) -> None:
+    memory = MemoryKeywordIndex()
+    terms = indexed.analyzer.term_counts("cardiovascular risk blood pressure")
+    by_name = {d.name: d.id for d in indexed.documents()}
+    with indexed.engine.connect() as conn:
+        versions = {
+            name: conn.execute(
+                sa.text("SELECT id FROM documents WHERE document_id = :d AND is_active"), {"d": doc}
+            ).scalar_one()
+            for name, doc in by_name.items()
+        }
+
+        def names(document_ids: Any) -> list[str]:
+            found = memory.search(conn, terms, where="true", params={}, document_ids=document_ids, limit=50)
+            chunk_docs = dict(
+                conn.execute(
+                    sa.text("SELECT c.id, d.name FROM chunks c JOIN documents d ON d.id = c.document_id")
+                ).all()
+            )
+            return sorted(chunk_docs[c] for c, _ in found)
+
+        kept = [versions["diet.txt"], versions["sleep.txt"], uuid.uuid4()]  # one unknown: ignored
+        assert names(VersionIds.of(kept)) == names(kept) == ["diet.txt", "sleep.txt"]
+        assert names(VersionIds(b"")) == []
+        assert names(None) == sorted(TEXTS)  # unfiltered: each document says one of the words

@@ -21,7 +21,7 @@ from citeline.retrieve.filters import Filters
 from citeline.retrieve.fusion import fuse_reciprocal_rank, fuse_weighted, scaled_min_max, scaled_three_sigma
 from citeline.settings import Fusion, Settings
 from citeline.store.analyzer import Analyzer
-from citeline.store.index import InScope, VectorIndex, VectorQuery, cosine_distances, fill_vectors
+from citeline.store.index import InScope, VectorIndex, VectorQuery, VersionIds, cosine_distances, fill_vectors
 from citeline.store.keyword import DocumentMatch, KeywordIndex
 from citeline.store.vectors import as_array, plan_dense, to_pgvector
 
@@ -184,7 +184,8 @@ def read_catalog(
     else:
         ids, chunks, others, corpus, first, last = conn.execute(
             sa.text(
-                f"SELECT coalesce(array_agg(d.id) FILTER (WHERE NOT {other}), '{{}}'), "
+                "SELECT coalesce(string_agg(uuid_send(d.id), ''::bytea) "
+                f"FILTER (WHERE NOT {other}), ''::bytea), "
                 f"coalesce(sum(d.vector_count) FILTER (WHERE NOT {other}), 0), "
                 f"coalesce(array_agg(DISTINCT {space}) FILTER (WHERE {other}), "
                 f"'{{}}'), (SELECT chunk_count FROM corpus_stats WHERE id = 1), {log} "
@@ -192,7 +193,7 @@ def read_catalog(
             ),
             {**params, "m": model, "vi": vector_index},
         ).one()
-        scope = InScope(list(ids), int(chunks), int(corpus))
+        scope = InScope(VersionIds(ids), int(chunks), int(corpus))
         if filters.on_chunks:
             condition, bound = filters.chunk_sql("c")
             chunk_ids = list(
@@ -201,7 +202,7 @@ def read_catalog(
                         "SELECT c.id FROM chunks c WHERE c.document_id = ANY(CAST(:ids AS uuid[])) "
                         f"AND c.embedding_model = :m AND {condition}"
                     ),
-                    {**bound, "ids": scope.document_ids, "m": model},
+                    {**bound, "ids": list(scope.document_ids), "m": model},
                 ).scalars()
             )
             scope = InScope(scope.document_ids, len(chunk_ids), scope.corpus_chunks, chunk_ids)

@@ -15,9 +15,9 @@ repair), and an active chunk without a vector means the index lost it (restored 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, overload
 
 import numpy as np
 import sqlalchemy as sa
@@ -36,12 +36,67 @@ class VersionVectors:
     vectors: NDArray[np.float32]
 
 
+class VersionIds(Sequence[uuid.UUID]):
+    """Version ids as PostgreSQL sends them packed (``uuid_send``: 16 bytes each, concatenated).
+
+    A filter keeping half of 100,000 documents would otherwise cost 50,000 UUID objects a search; packed,
+    they are counted for free, matched in numpy (:meth:`keys`), and decoded only where a list is needed.
+    """
+
+    __slots__ = ("packed",)
+
+    def __init__(self, packed: bytes) -> None:
+        if len(packed) % 16:
+            raise ValueError(f"packed version ids must be 16 bytes each, got {len(packed)} bytes")
+        self.packed = bytes(packed)
+
+    @classmethod
+    def of(cls, ids: Iterable[uuid.UUID]) -> VersionIds:
+        return cls(b"".join(i.bytes for i in ids))
+
+    def keys(self) -> NDArray[np.bytes_]:
+        """Each id's 16 bytes, as one fixed-width string (sortable and comparable in numpy)."""
+        return np.frombuffer(self.packed, dtype="S16")
+
+    def __len__(self) -> int:
+        return len(self.packed) // 16
+
+    @overload
+    def __getitem__(self, index: int) -> uuid.UUID: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> VersionIds: ...
+
+    def __getitem__(self, index: int | slice) -> uuid.UUID | VersionIds:
+        if isinstance(index, slice):
+            return VersionIds.of(list(self)[index])
+        i = range(len(self))[index]
+        return uuid.UUID(bytes=self.packed[16 * i : 16 * i + 16])
+
+    def __iter__(self) -> Iterator[uuid.UUID]:
+        for i in range(0, len(self.packed), 16):
+            yield uuid.UUID(bytes=self.packed[i : i + 16])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, VersionIds):
+            return self.packed == other.packed
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.packed)
+
+    def __repr__(self) -> str:
+        return f"VersionIds({len(self)} ids)"
+
+
 @dataclass(frozen=True)
 class InScope:
     """What a filtered search may see, read once per search from the catalog: the active versions of the
     query's model that pass the filter, how many chunks they hold, and how many the whole corpus holds."""
 
-    document_ids: list[uuid.UUID]
+    document_ids: Sequence[uuid.UUID]
     chunks: int
     corpus_chunks: int
     #: With chunk-level filters (model number, section type): the chunks of those documents that

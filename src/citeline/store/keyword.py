@@ -24,6 +24,7 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
+from citeline.store.index import VersionIds
 from citeline.store.keyword_files import (
     Postings,
     Snapshot,
@@ -335,6 +336,8 @@ class MemoryKeywordIndex:
         self._doc_slot = np.empty(0, dtype=np.int64)
         self._alive = np.empty(0, dtype=bool)
         self._docs: dict[uuid.UUID, int] = {}
+        #: The live versions' ids sorted, with their slots (see :meth:`_in_filter`); None when stale.
+        self._doc_keys: tuple[NDArray[np.bytes_], NDArray[np.int64]] | None = None
         #: Per document slot (slot 0 unused): its version id, length in terms and whether it counts.
         self._versions: list[uuid.UUID | None] = [None]
         self._doc_len = np.zeros(1, dtype=np.float32)
@@ -440,8 +443,19 @@ class MemoryKeywordIndex:
         """Per document slot: whether a search filtered to ``document_ids`` keeps it; None, unfiltered."""
         if document_ids is None:
             return None
+        ids = document_ids if isinstance(document_ids, VersionIds) else VersionIds.of(document_ids)
         mask = np.zeros(self._doc_len.size, dtype=bool)
-        mask[[self._docs[i] for i in document_ids if i in self._docs]] = True
+        if self._doc_keys is None:
+            # Rebuilt after the documents change: the live versions' ids, sorted, and their slots.
+            keys = VersionIds.of(self._docs).keys()
+            order = np.argsort(keys)
+            self._doc_keys = (keys[order], np.fromiter(self._docs.values(), np.int64, len(self._docs))[order])
+        known, slots = self._doc_keys
+        wanted = ids.keys()
+        if not known.size or not wanted.size:
+            return mask
+        at = np.minimum(np.searchsorted(known, wanted), known.size - 1)
+        mask[slots[at[known[at] == wanted]]] = True
         return mask
 
     def _allowed(self, in_filter: NDArray[np.bool_] | None) -> NDArray[np.bool_]:
@@ -541,6 +555,7 @@ class MemoryKeywordIndex:
             net[doc_id] = bool(added)
         for doc_id in net:
             slot = self._docs.pop(doc_id, None)
+            self._doc_keys = None
             if slot is not None:
                 self._alive[self._doc_chunks.pop(slot, np.empty(0, dtype=np.int64))] = False
                 self._doc_alive[slot] = False
@@ -585,6 +600,7 @@ class MemoryKeywordIndex:
         for (version, _), slot in zip(lengths, slots, strict=True):
             self._docs[version] = slot
             self._versions.append(version)
+        self._doc_keys = None
         self._doc_len = np.concatenate(
             [self._doc_len, np.asarray([length or 0 for _, length in lengths], dtype=np.float32)]
         )
@@ -718,6 +734,7 @@ class MemoryKeywordIndex:
         self._doc_alive = np.array(a["doc_alive"], dtype=bool)
         self._versions = [None] + [uuid.UUID(bytes=bytes(row)) for row in a["versions"][1:]]
         self._docs = {self._versions[i]: i for i in np.flatnonzero(a["doc_live"]).tolist()}  # type: ignore[misc]
+        self._doc_keys = None
         self._doc_chunks = {}
         self._group_chunks(0)
         self._seq = snapshot.seq
