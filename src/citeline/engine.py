@@ -217,7 +217,9 @@ class Citeline:
             return self
         # Embedding one text opens the query session (see CITELINE_QUERY_THREADS).
         self.query_vectors.embed(self.query_embedder, "warm up")
-        with self.engine.connect() as conn:
+        # One snapshot of the catalog, as a search reads it: the log position, the versions and their
+        # postings then agree even while other processes ingest.
+        with self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
             self.keyword_index.warm_up(conn, documents=self._settings.weight_document > 0)
         default_judge().load()
         return self
