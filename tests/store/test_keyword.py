@@ -387,11 +387,10 @@ def test_a_filtered_keyword_search_keeps_exactly_the_versions_named(indexed: Cit
 
         def names(document_ids: Any) -> list[str]:
             found = memory.search(conn, terms, where="true", params={}, document_ids=document_ids, limit=50)
-            chunk_docs = dict(
-                conn.execute(
-                    sa.text("SELECT c.id, d.name FROM chunks c JOIN documents d ON d.id = c.document_id")
-                ).all()
-            )
+            rows = conn.execute(
+                sa.text("SELECT c.id, d.name FROM chunks c JOIN documents d ON d.id = c.document_id")
+            ).all()
+            chunk_docs: dict[int, str] = {row[0]: row[1] for row in rows}
             return sorted(chunk_docs[c] for c, _ in found)
 
         kept = [versions["diet.txt"], versions["sleep.txt"], uuid.uuid4()]  # one unknown: ignored
