@@ -20,7 +20,16 @@ from citeline.retrieve.search import read_catalog
 from citeline.store import catalog
 from citeline.store.database import MIGRATIONS, schema_name
 from citeline.store.index import VersionIds
-from citeline.store.keyword import K1, B, DocumentMatch, KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
+from citeline.store.keyword import (
+    K1,
+    B,
+    DocumentMatch,
+    KeywordIndex,
+    MemoryKeywordIndex,
+    SqlKeywordIndex,
+    VersionSlots,
+    top_chunks,
+)
 from tests.conftest import write
 
 
@@ -397,3 +406,54 @@ def test_a_filtered_keyword_search_keeps_exactly_the_versions_named(indexed: Cit
         assert names(VersionIds.of(kept)) == names(kept) == ["diet.txt", "sleep.txt"]
         assert names(VersionIds(b"")) == []
         assert names(None) == sorted(TEXTS)  # unfiltered: each document says one of the words
+
+
+def _sorted_top(
+    scores: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any], ids: np.ndarray[Any, Any], limit: int
+) -> list[tuple[int, float]]:
+    """The top by brute force: every allowed match sorted by score, then chunk id."""
+    rows = [(int(ids[s]), float(scores[s])) for s in range(scores.size) if scores[s] > 0 and allowed[s]]
+    return sorted(rows, key=lambda r: (-r[1], r[0]))[:limit]
+
+
+@pytest.mark.parametrize("limit", [1, 7, 50])
+def test_the_top_chunks_are_exact_however_the_best_scores_fall_in_the_sample(limit: int) -> None:
+    rng = np.random.default_rng(limit)
+    n = 20_000
+    ids = rng.permutation(n).astype(np.int64) + 1000
+    low = rng.uniform(0.1, 1.0, n)
+    cases = {
+        "random": rng.uniform(0, 5, n),
+        # The best scores only where the sample (every eighth match) looks: it sees nothing else
+        # above its cut, so the cut is not taken.
+        "best in the sample": np.where(np.arange(n) % 8 == 0, low + 10, low),
+        # The best scores only where the sample does not look.
+        "best outside the sample": np.where(np.arange(n) % 8 == 3, low + 10, low),
+        # Thousands tied at the cut: decided by chunk id, as the SQL backend does.
+        "ties": np.round(rng.uniform(0, 3, n), 1),
+        "few matches": np.where(rng.uniform(size=n) < 0.002, low, 0.0),
+    }
+    for name, scores in cases.items():
+        for allowed in (np.ones(n, dtype=bool), rng.uniform(size=n) < 0.3):
+            got = top_chunks(scores, allowed, ids, limit)
+            assert got == _sorted_top(scores, allowed, ids, limit), name
+
+
+def test_version_slots_find_every_known_id_even_when_fingerprints_collide() -> None:
+    ids = [uuid.uuid4() for _ in range(200)]
+    # Two ids whose halves XOR to the same fingerprint as the first one's.
+    hi, lo = ids[0].int >> 64, ids[0].int & (2**64 - 1)
+    twin = uuid.UUID(int=((hi ^ 0xFF) << 64) | (lo ^ 0xFF))
+    known = [*ids, twin]
+    slots = np.arange(len(known), dtype=np.int64) + 1
+    unknown = [uuid.uuid4() for _ in range(20)]
+    wanted = [twin, *ids[::3], *unknown]
+    expected = sorted([len(known), *range(1, len(ids) + 1, 3)])
+
+    colliding = VersionSlots.of(VersionIds.of(known), slots)
+    assert colliding.collide
+    assert sorted(colliding.slots_of(VersionIds.of(wanted)).tolist()) == expected
+    plain = VersionSlots.of(VersionIds.of(ids), slots[:-1])
+    assert not plain.collide
+    assert sorted(plain.slots_of(VersionIds.of(wanted)).tolist()) == expected[:-1]
+    assert plain.slots_of(VersionIds(b"")).size == 0

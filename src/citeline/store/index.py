@@ -58,6 +58,12 @@ class VersionIds(Sequence[uuid.UUID]):
         """Each id's 16 bytes, as one fixed-width string (sortable and comparable in numpy)."""
         return np.frombuffer(self.packed, dtype="S16")
 
+    def halves(self) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
+        """Each id's first and last 8 bytes as unsigned integers, which numpy compares far faster than
+        16-byte strings."""
+        words = np.frombuffer(self.packed, dtype=">u8").reshape(-1, 2).astype(np.uint64)
+        return words[:, 0], words[:, 1]
+
     def __len__(self) -> int:
         return len(self.packed) // 16
 
