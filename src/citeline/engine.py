@@ -106,6 +106,7 @@ _INDEX_SETTINGS = (
     "hnsw_ef_search",
     "exact_search_below",
     "hnsw_tuple_cost",
+    "hnsw_post_filter_max",
 )
 #: ... and its embedder.
 _EMBEDDER_SETTINGS = ("embedding_model", "embed_batch_size", "embed_threads")

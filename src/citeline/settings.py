@@ -191,6 +191,10 @@ class Settings(BaseSettings):
     # Above it, a filter's chunks are still scanned exactly while that is cheaper than walking the index:
     # one HNSW result tuple cost about 18 exact-scan rows at 100k chunks (bench/run.py search section).
     hnsw_tuple_cost: Annotated[float, Field(ge=0, le=10_000)] = 18.0
+    # A wide filter (it keeps at least 2 * candidates / this share of the chunks) is searched unfiltered for
+    # that many nearest chunks, of which those in the filter are kept: no documents scan per search, which
+    # cost 19 ms of a 22 ms dense stage at a million chunks (docs/performance.md). 0: never.
+    hnsw_post_filter_max: Annotated[int, Field(ge=0, le=1000)] = 1000
     # PostgreSQL's default maintenance_work_mem (64 MB) holds the HNSW graph of only ~35k 384-dim chunks;
     # past that pgvector builds on disk, many times slower. A build takes this much once, then frees it.
     hnsw_build_memory_mb: Annotated[int, Field(ge=64, le=1_048_576)] = Field(

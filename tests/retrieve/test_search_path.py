@@ -85,8 +85,14 @@ def _brute_force(
     return [int(ids[i]) for i in np.argsort(distances, kind="stable")[:k]]
 
 
-#: ``exact_search_below`` settings: always the index, the default (chosen by the filter's size), always exact.
-PLAN_SETTINGS = {"index": 0, "default": 2_000, "exact": 1_000_000}
+#: ``(exact_search_below, hnsw_post_filter_max)``: always the index with the filter, the index unfiltered
+#: where the filter is wide enough, the defaults (chosen by the filter's size), always exact.
+PLAN_SETTINGS = {
+    "index": (0, 0),
+    "post-filter": (0, 1_000),
+    "default": (2_000, 1_000),
+    "exact": (1_000_000, 0),
+}
 
 
 def test_scoped_dense_search_finds_the_brute_force_top_k(
@@ -101,15 +107,20 @@ def test_scoped_dense_search_finds_the_brute_force_top_k(
     plans: dict[str, set[str]] = {setting: set() for setting in PLAN_SETTINGS}
     for name, filters in SELECTIVITIES.items():
         where, params = filters.sql()
-        for setting, exact_below in PLAN_SETTINGS.items():
+        for setting, (exact_below, post_filter_max) in PLAN_SETTINGS.items():
             for query in queries:
                 with cl.engine.begin() as conn:
                     view = read_catalog(conn, cl.embedder.model_id, filters)
                     assert view.scope is not None
                     scope = (view.scope.document_ids, view.scope.chunks, view.scope.corpus_chunks)
-                    plans[setting].add(
-                        plan_dense(scope, limit=10, ef_search=100, exact_below=exact_below).kind
+                    plan = plan_dense(
+                        scope,
+                        limit=10,
+                        ef_search=100,
+                        exact_below=exact_below,
+                        post_filter_max=post_filter_max,
                     )
+                    plans[setting].add(plan.kind)
                     found = dense_search(
                         conn,
                         query,
@@ -120,11 +131,54 @@ def test_scoped_dense_search_finds_the_brute_force_top_k(
                         limit=10,
                         ef_search=100,
                         exact_below=exact_below,
+                        post_filter_max=post_filter_max,
                     )
                 expected = _brute_force(cl, vectors, query, filters, 10)
                 assert [cid for cid, _ in found] == expected, (name, setting)
-    # Each setting exercises the plan it is meant to.
+    # Each setting exercises the plan it is meant to; the one document (50 chunks of 3,000) is too narrow
+    # to filter after: 2 * 10 * 3,000 / 50 = 1,200 chunks to fetch, over the 1,000 allowed.
     assert plans["index"] == {"hnsw-iterative"} and plans["exact"] == {"exact"}
+    assert plans["post-filter"] == {"hnsw-post-filter", "hnsw-iterative"}
+
+
+def test_a_post_filtered_search_that_fetched_too_few_in_the_filter_walks_the_index_with_it(
+    synthetic: tuple[Citeline, dict[int, NDArray[np.float32]]],
+) -> None:
+    cl, vectors = synthetic
+    one = SELECTIVITIES["one-document"]
+    where, params = one.sql()
+    with cl.engine.connect() as conn:
+        own = conn.execute(
+            sa.text(f"SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE {where}"),
+            params,
+        ).scalars()
+        # Away from every chunk of the filter's one document: none is among the query's nearest.
+        query = -np.mean([vectors[int(cid)] for cid in own], axis=0)
+    query = (query / np.linalg.norm(query)).astype(np.float32)
+    statements: list[str] = []
+    with cl.engine.begin() as conn:
+        sa.event.listen(conn, "before_cursor_execute", lambda *args: statements.append(args[2]))
+        view = read_catalog(conn, cl.embedder.model_id, one)
+        assert view.scope is not None
+        scope = (view.scope.document_ids, view.scope.chunks, view.scope.corpus_chunks)
+        # 2 * 3 * 3,000 / 50 = 360 chunks fetched.
+        assert plan_dense(scope, limit=3, ef_search=100, exact_below=0, post_filter_max=1_000).fetch == 360
+        found = dense_search(
+            conn,
+            query,
+            model=cl.embedder.model_id,
+            where=where,
+            params=params,
+            scope=scope,
+            limit=3,
+            ef_search=100,
+            exact_below=0,
+            post_filter_max=1_000,
+        )
+    assert [cid for cid, _ in found] == _brute_force(cl, vectors, query, one, 3)
+    searches = [s for s in statements if "nearest" in s]
+    assert len(searches) == 2
+    assert "uuid_send(document_id)" in searches[0] and "SELECT d.id FROM documents d" in searches[1]
 
 
 def test_explain_reports_the_plan_and_the_filter_share(
@@ -141,7 +195,12 @@ def test_explain_reports_the_plan_and_the_filter_share(
     with cl.derive(exact_search_below=0, hnsw_tuple_cost=0) as index_only:
         forced = Explain()
         index_only.search(half, explain=forced)
-    assert forced.dense_plan == "hnsw-iterative" and forced.dense_candidates == 100
+    # Half of the chunks in the filter: 2 * 100 * 3,000 / 1,500 = 400 fetched unfiltered find 100 in it.
+    assert forced.dense_plan == "hnsw-post-filter" and forced.dense_candidates == 100
+    with cl.derive(exact_search_below=0, hnsw_tuple_cost=0, hnsw_post_filter_max=0) as walk_only:
+        walked = Explain()
+        walk_only.search(half, explain=walked)
+    assert walked.dense_plan == "hnsw-iterative" and walked.dense_candidates == 100
     unfiltered = Explain()
     cl.search(SearchRequest("chunk"), explain=unfiltered)
     assert unfiltered.dense_plan == "hnsw" and unfiltered.selectivity is None

@@ -27,7 +27,6 @@ from citeline.store.keyword import (
     KeywordIndex,
     MemoryKeywordIndex,
     SqlKeywordIndex,
-    VersionSlots,
     top_chunks,
 )
 from tests.conftest import write
@@ -437,23 +436,3 @@ def test_the_top_chunks_are_exact_however_the_best_scores_fall_in_the_sample(lim
         for allowed in (np.ones(n, dtype=bool), rng.uniform(size=n) < 0.3):
             got = top_chunks(scores, allowed, ids, limit)
             assert got == _sorted_top(scores, allowed, ids, limit), name
-
-
-def test_version_slots_find_every_known_id_even_when_fingerprints_collide() -> None:
-    ids = [uuid.uuid4() for _ in range(200)]
-    # Two ids whose halves XOR to the same fingerprint as the first one's.
-    hi, lo = ids[0].int >> 64, ids[0].int & (2**64 - 1)
-    twin = uuid.UUID(int=((hi ^ 0xFF) << 64) | (lo ^ 0xFF))
-    known = [*ids, twin]
-    slots = np.arange(len(known), dtype=np.int64) + 1
-    unknown = [uuid.uuid4() for _ in range(20)]
-    wanted = [twin, *ids[::3], *unknown]
-    expected = sorted([len(known), *range(1, len(ids) + 1, 3)])
-
-    colliding = VersionSlots.of(VersionIds.of(known), slots)
-    assert colliding.collide
-    assert sorted(colliding.slots_of(VersionIds.of(wanted)).tolist()) == expected
-    plain = VersionSlots.of(VersionIds.of(ids), slots[:-1])
-    assert not plain.collide
-    assert sorted(plain.slots_of(VersionIds.of(wanted)).tolist()) == expected[:-1]
-    assert plain.slots_of(VersionIds(b"")).size == 0

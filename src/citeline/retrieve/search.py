@@ -92,9 +92,11 @@ class Timings:
 class Explain:
     """How the last search ran, beyond its stage timings (``citeline search --explain``)."""
 
-    #: The dense plan: ``hnsw`` (the index, unfiltered), ``hnsw-iterative`` (the index, scanning on
-    #: until the filter's share is found), ``exact`` (every in-filter vector compared) or ``empty``;
-    #: with another vector backend, its name (it plans its own search).
+    #: The dense plan: ``hnsw`` (the index, unfiltered), ``hnsw-post-filter`` (the index, unfiltered, for
+    #: twice the chunks the filter's share needs, keeping those in the filter; should too few be, the
+    #: search runs again as ``hnsw-iterative``), ``hnsw-iterative`` (the index, scanning on until the
+    #: filter's share is found), ``exact`` (every in-filter vector compared) or ``empty``; with another
+    #: vector backend, its name (it plans its own search).
     dense_plan: str = ""
     #: The share of the corpus's chunks the filter keeps (None when unfiltered).
     selectivity: float | None = None
@@ -305,6 +307,8 @@ def hybrid_search(
     timings.fetch = (t5 - t4 + t7 - t6) * 1e3
     if explain is not None:
         # Another backend plans its own search: only pgvector's plan is citeline's to report.
+        if chunk_ids is not None:
+            plan_args["post_filter_max"] = 0  # chunk-level filters are always walked (see dense_search)
         plan = plan_dense(in_scope, **plan_args).kind
         explain.dense_plan = plan if vector_index.in_rows else vector_index.name
         explain.scope_chunks = scope.chunks if scope else None
@@ -322,6 +326,7 @@ class _PlanArgs(TypedDict):
     ef_search: int
     exact_below: int
     tuple_cost: float
+    post_filter_max: int
 
 
 def document_evidence(
@@ -340,6 +345,7 @@ def _plan_args(settings: Settings, depth: int) -> _PlanArgs:
         ef_search=settings.hnsw_ef_search,
         exact_below=settings.exact_search_below,
         tuple_cost=settings.hnsw_tuple_cost,
+        post_filter_max=settings.hnsw_post_filter_max,
     )
 
 

@@ -43,12 +43,13 @@ class VersionIds(Sequence[uuid.UUID]):
     they are counted for free, matched in numpy (:meth:`keys`), and decoded only where a list is needed.
     """
 
-    __slots__ = ("packed",)
+    __slots__ = ("_lookup", "packed")
 
     def __init__(self, packed: bytes) -> None:
         if len(packed) % 16:
             raise ValueError(f"packed version ids must be 16 bytes each, got {len(packed)} bytes")
         self.packed = bytes(packed)
+        self._lookup: VersionSlots | None = None
 
     @classmethod
     def of(cls, ids: Iterable[uuid.UUID]) -> VersionIds:
@@ -63,6 +64,13 @@ class VersionIds(Sequence[uuid.UUID]):
         16-byte strings."""
         words = np.frombuffer(self.packed, dtype=">u8").reshape(-1, 2).astype(np.uint64)
         return words[:, 0], words[:, 1]
+
+    def lookup(self) -> VersionSlots:
+        """These ids sorted for matching others to them (slots: their positions here), built on first use
+        and kept: a scope a process reuses (see retrieve/search.py) is sorted once."""
+        if self._lookup is None:
+            self._lookup = VersionSlots.of(self, np.arange(len(self), dtype=np.int64))
+        return self._lookup
 
     def __len__(self) -> int:
         return len(self.packed) // 16
@@ -95,6 +103,57 @@ class VersionIds(Sequence[uuid.UUID]):
 
     def __repr__(self) -> str:
         return f"VersionIds({len(self)} ids)"
+
+
+@dataclass(frozen=True)
+class VersionSlots:
+    """Version ids sorted by a 64-bit fingerprint, each with a slot (a position in some array of the
+    caller's), for matching other ids to them in numpy: comparing 16-byte strings cost 5 ms for 25,000
+    ids against 50,000 (a million chunks)."""
+
+    fingerprints: NDArray[np.uint64]
+    hi: NDArray[np.uint64]
+    lo: NDArray[np.uint64]
+    slots: NDArray[np.int64]
+    #: Two known ids share a fingerprint (a 1 in 10^10 chance at 50,000 ids): match whole ids instead.
+    collide: bool
+
+    @staticmethod
+    def of(ids: VersionIds, slots: NDArray[np.int64]) -> VersionSlots:
+        hi, lo = ids.halves()
+        fingerprints = hi ^ lo
+        order = np.argsort(fingerprints)
+        fingerprints = fingerprints[order]
+        collide = bool(fingerprints.size > 1 and np.any(fingerprints[1:] == fingerprints[:-1]))
+        return VersionSlots(fingerprints, hi[order], lo[order], slots[order], collide)
+
+    def find(self, ids: VersionIds) -> tuple[NDArray[np.intp], NDArray[np.bool_]]:
+        """For each of ``ids``: where it would be among the known ids (sorted), and whether it is there."""
+        hi, lo = ids.halves()
+        if not self.slots.size or not hi.size:
+            return np.zeros(hi.size, dtype=np.intp), np.zeros(hi.size, dtype=bool)
+        if self.collide:
+            known = _whole(self.hi, self.lo)
+            order = np.argsort(known)
+            wanted = _whole(hi, lo)
+            at = order[np.minimum(np.searchsorted(known, wanted, sorter=order), known.size - 1)]
+            return at, known[at] == wanted
+        at = np.minimum(np.searchsorted(self.fingerprints, hi ^ lo), self.slots.size - 1)
+        return at, (self.hi[at] == hi) & (self.lo[at] == lo)
+
+    def slots_of(self, ids: VersionIds) -> NDArray[np.int64]:
+        """The slots of those of ``ids`` that are known."""
+        at, found = self.find(ids)
+        return np.asarray(self.slots[at[found]], dtype=np.int64)
+
+    def known(self, ids: VersionIds) -> NDArray[np.bool_]:
+        """For each of ``ids``, whether it is known."""
+        return self.find(ids)[1]
+
+
+def _whole(hi: NDArray[np.uint64], lo: NDArray[np.uint64]) -> NDArray[np.bytes_]:
+    """Ids as 16-byte strings again (slow to compare, but never ambiguous)."""
+    return np.stack([hi, lo], axis=1).astype(">u8").view("S16").ravel()
 
 
 @dataclass(frozen=True)
@@ -196,6 +255,7 @@ def open_index(settings: Settings) -> VectorIndex:
         ef_search=settings.hnsw_ef_search,
         exact_below=settings.exact_search_below,
         tuple_cost=settings.hnsw_tuple_cost,
+        post_filter_max=settings.hnsw_post_filter_max,
         build_memory_mb=settings.hnsw_build_memory_mb,
     )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.errors import StoreError
-from citeline.store.index import EmbedFn, Repair, VectorQuery, VersionVectors
+from citeline.store.index import EmbedFn, Repair, VectorQuery, VersionIds, VersionVectors
 
 #: pgvector settings every connection starts with (store/database.py passes them at connect time),
 #: so a search that needs nothing else sends no statement to set them. Iterative scanning
@@ -90,14 +90,21 @@ def to_pgvector(vector: NDArray[np.float32]) -> str:
 
 @dataclass(frozen=True)
 class DensePlan:
-    """How a dense search runs: ``kind`` is ``hnsw`` (the index, unfiltered), ``hnsw-iterative`` (the
-    index, scanning on past tuples the filter drops), ``exact`` (every in-filter vector compared) or
-    ``empty`` (nothing in the filter); ``ef_search`` and ``scan_budget`` are pgvector's search breadth
-    and its cap on index tuples an iterative scan visits."""
+    """How a dense search runs: ``kind`` is ``hnsw`` (the index, unfiltered), ``hnsw-post-filter`` (the
+    index, unfiltered, for ``fetch`` chunks of which those in the filter are kept), ``hnsw-iterative``
+    (the index, scanning on past tuples the filter drops), ``exact`` (every in-filter vector compared)
+    or ``empty`` (nothing in the filter); ``ef_search`` and ``scan_budget`` are pgvector's search
+    breadth and its cap on index tuples an iterative scan visits."""
 
     kind: str
     ef_search: int
     scan_budget: int
+    fetch: int = 0
+
+
+#: A post-filtered search asks the index for this many times the chunks the filter's share predicts it
+#: needs: the filter's chunks are seldom spread evenly among a query's neighbours.
+POST_FILTER_MARGIN = 2
 
 
 def plan_dense(
@@ -107,13 +114,16 @@ def plan_dense(
     ef_search: int,
     exact_below: int,
     tuple_cost: float = 0.0,
+    post_filter_max: int = 0,
 ) -> DensePlan:
     """The plan of :func:`dense_search` for these arguments.
 
     A filter keeping ``n`` of ``total`` chunks is scanned exactly when ``n <= exact_below``, or when
     that is cheaper than the index: an exact scan reads ``n`` rows, while the index walks about
     ``limit * total / n`` tuples to find ``limit`` in the filter, each costing ``tuple_cost`` rows
-    of an exact scan (0 never compares: the index above ``exact_below``).
+    of an exact scan (0 never compares: the index above ``exact_below``). On the index, a filter wide
+    enough that ``POST_FILTER_MARGIN * limit * total / n`` chunks are at most ``post_filter_max`` is
+    searched unfiltered for that many and filtered after; a narrower one, with the filter.
     """
     ef = max(int(ef_search), limit)
     if scope is None:
@@ -123,6 +133,9 @@ def plan_dense(
         return DensePlan("empty", ef, SESSION_SCAN_BUDGET)
     if in_scope <= exact_below or in_scope * in_scope <= tuple_cost * limit * total:
         return DensePlan("exact", ef, SESSION_SCAN_BUDGET)
+    fetch = -(-POST_FILTER_MARGIN * limit * max(total, in_scope) // in_scope)
+    if fetch <= post_filter_max:
+        return DensePlan("hnsw-post-filter", max(ef, fetch), SESSION_SCAN_BUDGET, fetch)
     # A filter keeping a share p of the chunks needs about limit / p index tuples to fill the limit;
     # pgvector stops at hnsw.max_scan_tuples, so raise it for narrow filters.
     budget = min(max(SESSION_SCAN_BUDGET, 4 * limit * total // in_scope), 2_000_000)
@@ -140,6 +153,7 @@ def dense_search(
     ef_search: int,
     exact_below: int,
     tuple_cost: float = 0.0,
+    post_filter_max: int = 0,
     scope: tuple[Sequence[uuid.UUID], int, int] | None = None,
     chunk_ids: Sequence[int] | None = None,
 ) -> list[tuple[int, float]]:
@@ -151,8 +165,19 @@ def dense_search(
     walked with iterative scanning, keeping the tuples of those documents (``where`` is then not
     read again). ``chunk_ids``, for a search with chunk-level filters, are the chunks of those
     documents that pass them: the tuples kept are then these, and ``scope``'s count is theirs.
+
+    A wide filter is searched unfiltered and its chunks kept after (``post_filter_max``, see
+    :func:`plan_dense`); should fewer than ``limit`` of them be among the chunks fetched, the search
+    runs again with the filter.
     """
-    plan = plan_dense(scope, limit=limit, ef_search=ef_search, exact_below=exact_below, tuple_cost=tuple_cost)
+    plan = plan_dense(
+        scope,
+        limit=limit,
+        ef_search=ef_search,
+        exact_below=exact_below,
+        tuple_cost=tuple_cost,
+        post_filter_max=post_filter_max if chunk_ids is None else 0,
+    )
     if plan.kind == "empty":
         return []
     dim = int(query.shape[0])
@@ -173,14 +198,15 @@ def dense_search(
             {**bind, "ids": list(scope[0]), "cids": list(chunk_ids or [])},
         ).all()
         return [(int(r[0]), float(r[1])) for r in rows]
-    # Connections start with SESSION_SETTINGS: only a search that needs others pays a statement for them.
-    changes = []
-    if plan.ef_search != SESSION_EF_SEARCH:
-        changes.append(f"SET LOCAL hnsw.ef_search = {plan.ef_search}")
-    if plan.scan_budget != SESSION_SCAN_BUDGET:
-        changes.append(f"SET LOCAL hnsw.max_scan_tuples = {plan.scan_budget}")
-    if changes:
-        conn.execute(sa.text("; ".join(changes)))
+    if plan.kind == "hnsw-post-filter":
+        assert scope is not None
+        found = _post_filtered(conn, plan, model, query, bind, scope[0], limit)
+        if found is not None:
+            return found
+        # The breadth the unfiltered search set stays for the transaction: the filtered walk keeps it.
+        walk = plan_dense(scope, limit=limit, ef_search=ef_search, exact_below=0)
+        plan = replace(walk, ef_search=plan.ef_search)
+    _set_breadth(conn, plan)
     if scope is not None:
         # Each index tuple is checked against the documents the filter keeps, found by the filter itself
         # in a hashed subplan (built once per statement), instead of joining its document. "IS TRUE"
@@ -207,6 +233,57 @@ def dense_search(
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
+def _set_breadth(conn: sa.Connection, plan: DensePlan) -> None:
+    """Set the plan's search breadth and scan budget for the transaction, where they differ from what
+    connections start with (:data:`SESSION_SETTINGS`): only a search that needs others pays a statement."""
+    changes = []
+    if plan.ef_search != SESSION_EF_SEARCH:
+        changes.append(f"SET LOCAL hnsw.ef_search = {plan.ef_search}")
+    if plan.scan_budget != SESSION_SCAN_BUDGET:
+        changes.append(f"SET LOCAL hnsw.max_scan_tuples = {plan.scan_budget}")
+    if changes:
+        conn.execute(sa.text("; ".join(changes)))
+
+
+def _post_filtered(
+    conn: sa.Connection,
+    plan: DensePlan,
+    model: str,
+    query: NDArray[np.float32],
+    bind: dict[str, Any],
+    doc_ids: Sequence[uuid.UUID],
+    limit: int,
+) -> list[tuple[int, float]] | None:
+    """The ``limit`` nearest of the ``plan.fetch`` nearest chunks of the model (active or not) whose
+    version is one of ``doc_ids``; None when fewer are among them and the index holds more.
+
+    At a million chunks, with half of them in the filter, this took 3.7 ms where the filtered walk took
+    19 ms (most of it the documents scan its hashed subplan needs) and found more of the exact nearest
+    (recall@100 0.89 against 0.83): see docs/performance.md.
+    """
+    dim = int(query.shape[0])
+    kind = index_type(dim)
+    cast = f"c.embedding::{kind}({dim})"
+    _set_breadth(conn, plan)
+    # The model as a literal, as in dense_search: only then does the planner know its partial index applies.
+    rows = conn.execute(
+        sa.text(
+            f"WITH nearest AS MATERIALIZED ("
+            f"SELECT c.id, c.document_id, {cast} <=> CAST(:q AS {kind}({dim})) AS distance "
+            f"FROM chunks c WHERE c.embedding_model = {_literal(model)} "
+            f"ORDER BY {cast} <=> CAST(:q AS {kind}({dim})) LIMIT :fetch"
+            f") SELECT id, uuid_send(document_id), distance FROM nearest ORDER BY distance"
+        ),
+        {**bind, "fetch": plan.fetch},
+    ).all()
+    ids = doc_ids if isinstance(doc_ids, VersionIds) else VersionIds.of(doc_ids)
+    found = VersionIds(b"".join(bytes(r[1]) for r in rows))
+    kept = [(int(r[0]), float(r[2])) for r, keep in zip(rows, ids.lookup().known(found), strict=True) if keep]
+    if len(kept) < limit and len(rows) == plan.fetch:
+        return None
+    return kept[:limit]
+
+
 class PgVectorIndex:
     """The default :class:`~citeline.store.index.VectorIndex`: vectors in the chunk rows themselves.
 
@@ -218,11 +295,18 @@ class PgVectorIndex:
     in_rows: ClassVar[bool] = True
 
     def __init__(
-        self, *, ef_search: int, exact_below: int, tuple_cost: float = 0.0, build_memory_mb: int | None = None
+        self,
+        *,
+        ef_search: int,
+        exact_below: int,
+        tuple_cost: float = 0.0,
+        post_filter_max: int = 0,
+        build_memory_mb: int | None = None,
     ) -> None:
         self.ef_search = ef_search
         self.exact_below = exact_below
         self.tuple_cost = tuple_cost
+        self.post_filter_max = post_filter_max
         self.build_memory_mb = build_memory_mb
 
     def prepare(self, conn: sa.Connection, model: str, dimension: int) -> None:
@@ -250,6 +334,7 @@ class PgVectorIndex:
             ef_search=self.ef_search,
             exact_below=self.exact_below,
             tuple_cost=self.tuple_cost,
+            post_filter_max=self.post_filter_max,
             scope=(scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None,
             chunk_ids=scope.chunk_ids if scope else None,
         )
