@@ -63,9 +63,9 @@ from citeline.jobs.submit import (
 from citeline.retrieve.query import QueryVectors
 from citeline.retrieve.rerank import Reranker, get_reranker, rerank_hits
 from citeline.retrieve.search import (
+    CatalogCache,
     Explain,
     Hit,
-    ModelCheck,
     SearchRequest,
     Timings,
     fetch_hits,
@@ -149,8 +149,8 @@ class Citeline:
         self._migration_seen: tuple[float, MigrationStatus | None] = (-1.0, None)
         self._query_pool: ThreadPoolExecutor | None = None
         self._query_vectors: QueryVectors | None = None
-        #: Unfiltered searches skip the model check while the catalog's keyword log stays put.
-        self._model_check = ModelCheck()
+        #: Searches skip reading the documents while the catalog stays put.
+        self._catalog_cache = CatalogCache()
         self._jobs: JobRunner | None = None
         self._key_cache = keys.KeyCache(self._settings.api_key_cache_seconds)
         #: Parts borrowed from the instance this one was derived from: never closed by this one.
@@ -193,7 +193,7 @@ class Citeline:
         if same(_STORE_SETTINGS) and same(_KEYWORD_SETTINGS):
             other.keyword_index = self.keyword_index
         if same(_STORE_SETTINGS):
-            other._model_check = self._model_check
+            other._catalog_cache = self._catalog_cache
         if same(_QUERY_SETTINGS) and self._query_vectors is not None:
             other._query_vectors = self._query_vectors
         return other
@@ -933,7 +933,7 @@ class Citeline:
                 settings=self.settings,
                 timings=timings,
                 explain=explain,
-                checked=self._model_check,
+                cache=self._catalog_cache,
             )
             if timings is not None:
                 timings.embed = embed_ms

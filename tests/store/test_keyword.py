@@ -108,6 +108,25 @@ def test_memory_backend_follows_new_versions_and_deletes(indexed: Citeline, tmp_
     assert _both(indexed, memory, "short sleep")[1] == []
 
 
+def test_a_scope_searched_again_after_the_index_reloads_sees_the_chunks_as_they_are_now(
+    indexed: Citeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory index keeps its masks per scope (a process reuses a filter's scope while the catalog stays
+    put): a scope with the same versions must not reuse masks of slots that a reload numbered anew."""
+    memory = MemoryKeywordIndex()
+    # A load numbers versions in id order: deleting the first leaves the scope of the others whole,
+    # but moves each of them down a slot.
+    first, *others = sorted(indexed.documents(), key=lambda d: d.version_id)
+    scope = Filters(document_ids=tuple(d.id for d in others))
+    for query in QUERIES:
+        _assert_same(*_both(indexed, memory, query, scope))
+    monkeypatch.setattr(catalog, "KEYWORD_LOG_KEEP", 1)  # the index cannot replay the log: it reloads
+    indexed.delete(str(first.id))
+    indexed.ingest([write(tmp_path / "fish.txt", "Oily fish twice a week lowers cardiovascular risk.")])
+    for query in QUERIES:
+        _assert_same(*_both(indexed, memory, query, scope))
+
+
 def test_a_log_trimmed_past_the_memory_backend_makes_it_reload(
     indexed: Citeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

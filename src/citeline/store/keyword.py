@@ -86,8 +86,8 @@ def keyword_search(
             f"""
             WITH {_QUERY_TERMS},
             hits AS (
-                SELECT p.chunk_id, p.term, p.tf, p.dl, q.qtf, d.id, d.is_active, d.scopes, d.category,
-                       d.tags, d.content_type, d.metadata
+                SELECT p.chunk_id, p.term, p.tf, p.dl, q.qtf, d.id, d.document_id, d.is_active, d.scopes,
+                       d.category, d.tags, d.content_type, d.metadata
                 FROM q JOIN postings p ON p.term = q.term
                 JOIN documents d ON d.id = p.document_id AND d.is_active
             ),
@@ -339,6 +339,8 @@ class MemoryKeywordIndex:
         #: Whether document terms are wanted: loaded on the first search_with_documents, then kept.
         self._document_terms = False
         self._generation = 0
+        self._masks: dict[VersionIds, tuple[NDArray[np.bool_] | None, NDArray[np.bool_]]] = {}
+        self._masks_generation = -1
         self._reset()
 
     def _reset(self) -> None:
@@ -402,7 +404,7 @@ class MemoryKeywordIndex:
     ) -> list[tuple[int, float]]:
         with self._lock:
             self._sync(conn, log)
-            allowed = self._allowed(self._in_filter(document_ids))
+            allowed = self._scope_masks(document_ids)[1]
             if chunk_ids is not None:
                 allowed = allowed & np.isin(self._chunk_ids, np.asarray(chunk_ids, dtype=np.int64))
             scores = self._bm25(terms, self._segments, self._stats("chunks"))
@@ -422,9 +424,9 @@ class MemoryKeywordIndex:
         with self._lock:
             self._sync(conn, log)
             self._want_documents(conn)
-            in_filter = self._in_filter(document_ids)
+            in_filter, allowed = self._scope_masks(document_ids)
             scores = self._bm25(terms, self._segments, self._stats("chunks"))
-            chunks = self._top_chunks(scores, self._allowed(in_filter), limit)
+            chunks = self._top_chunks(scores, allowed, limit)
             by_doc = self._bm25(terms, self._doc_segments, self._stats("documents"))
             docs_allowed = self._doc_alive if in_filter is None else self._doc_alive & in_filter
             found = np.flatnonzero((by_doc > 0) & docs_allowed)
@@ -456,6 +458,30 @@ class MemoryKeywordIndex:
         live = list(self._docs)
         for start in range(0, len(live), 200):
             self._load_document_terms(conn, live[start : start + 200])
+
+    #: Scopes whose masks are kept (see :meth:`_scope_masks`): a million chunks' mask is 1 MB.
+    SCOPE_MASKS = 8
+
+    def _scope_masks(
+        self, document_ids: Sequence[uuid.UUID] | None
+    ) -> tuple[NDArray[np.bool_] | None, NDArray[np.bool_]]:
+        """The document slots a search filtered to ``document_ids`` keeps (None: unfiltered) and the chunk
+        slots it may return. Kept for the scopes last used while the index is unchanged: a process reuses
+        a filter's scope object while the catalog stays put (retrieve/search.py), and matching half of a
+        million chunks' 50,000 versions took 2.6 ms a search."""
+        if not isinstance(document_ids, VersionIds):
+            in_filter = self._in_filter(document_ids)
+            return in_filter, self._allowed(in_filter)
+        if self._masks_generation != self._generation:
+            self._masks.clear()
+            self._masks_generation = self._generation
+        masks = self._masks.get(document_ids)
+        if masks is None:
+            in_filter = self._in_filter(document_ids)
+            masks = self._masks[document_ids] = (in_filter, self._allowed(in_filter))
+            while len(self._masks) > self.SCOPE_MASKS:
+                self._masks.pop(next(iter(self._masks)))
+        return masks
 
     def _in_filter(self, document_ids: Sequence[uuid.UUID] | None) -> NDArray[np.bool_] | None:
         """Per document slot: whether a search filtered to ``document_ids`` keeps it; None, unfiltered."""
