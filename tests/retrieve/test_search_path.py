@@ -178,7 +178,7 @@ def test_a_post_filtered_search_that_fetched_too_few_in_the_filter_walks_the_ind
     assert [cid for cid, _ in found] == _brute_force(cl, vectors, query, one, 3)
     searches = [s for s in statements if "nearest" in s]
     assert len(searches) == 2
-    assert "uuid_send(document_id)" in searches[0] and "SELECT d.id FROM documents d" in searches[1]
+    assert "uuid_send(document_id)" in searches[0] and "AS bytea" in searches[1]
 
 
 def test_explain_reports_the_plan_and_the_filter_share(
