@@ -148,6 +148,9 @@ class Citeline:
         #: The running migration's status and when it was read (see :meth:`migration`).
         self._migration_seen: tuple[float, MigrationStatus | None] = (-1.0, None)
         self._query_pool: ThreadPoolExecutor | None = None
+        #: Runs a search's keyword stage beside its dense stage (one thread: the index's lock lets one
+        #: search score at a time anyway).
+        self._keyword_pool: ThreadPoolExecutor | None = None
         self._query_vectors: QueryVectors | None = None
         #: Searches skip reading the documents while the catalog stays put.
         self._catalog_cache = CatalogCache()
@@ -355,6 +358,9 @@ class Citeline:
             if self._query_pool is not None:
                 self._query_pool.shutdown(wait=True)
                 self._query_pool = None
+            if self._keyword_pool is not None:
+                self._keyword_pool.shutdown(wait=True)
+                self._keyword_pool = None
             if self._llm is not None:
                 self._llm.close()
                 self._llm = None
@@ -911,6 +917,12 @@ class Citeline:
             # The query embeds (onnxruntime lets go of the GIL) while the search reads the catalog and
             # runs the keyword stage, which need no vector.
             pending = self._query_pool.submit(embed_query)
+        if self._keyword_pool is None:
+            with self._lock:
+                if self._keyword_pool is None:
+                    self._keyword_pool = ThreadPoolExecutor(
+                        max_workers=1, thread_name_prefix="citeline-keyword"
+                    )
         reranker = self.reranker(request.rerank)
         mmr_lambda = request.mmr_lambda if request.mmr_lambda is not None else self.settings.mmr_lambda
         top_k = request.top_k or self.settings.top_k
@@ -934,6 +946,7 @@ class Citeline:
                 timings=timings,
                 explain=explain,
                 cache=self._catalog_cache,
+                pool=self._keyword_pool,
             )
             if timings is not None:
                 timings.embed = embed_ms

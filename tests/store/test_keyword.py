@@ -455,3 +455,28 @@ def test_the_top_chunks_are_exact_however_the_best_scores_fall_in_the_sample(lim
         for allowed in (np.ones(n, dtype=bool), rng.uniform(size=n) < 0.3):
             got = top_chunks(scores, allowed, ids, limit)
             assert got == _sorted_top(scores, allowed, ids, limit), name
+
+
+def test_a_loaded_index_answers_without_a_connection_only_at_the_log_position_it_holds(
+    indexed: Citeline, tmp_path: Path
+) -> None:
+    """A search runs the keyword stage in another thread (beside its dense stage) only through
+    search_loaded, which must never need the connection: at any other position it says so instead."""
+    memory, terms = MemoryKeywordIndex(), indexed.analyzer.term_counts("cardiovascular risk")
+
+    def position() -> tuple[int, int]:
+        with indexed.engine.connect() as conn:
+            return read_catalog(conn, indexed.embedder.model_id, NO_FILTERS).log
+
+    args: dict[str, Any] = {"document_ids": None, "limit": 50}
+    assert memory.search_loaded(terms, **args, log=position()) is None  # nothing loaded yet
+    sql, mem = _both(indexed, memory, "cardiovascular risk")
+    assert memory.search_loaded(terms, **args, log=position()) == (mem, [])
+    assert SqlKeywordIndex().search_loaded(terms, **args, log=position()) is None
+    # Document matches need the document terms, which only a search with a connection loads.
+    assert memory.search_loaded(terms, **args, log=position(), documents=True) is None
+    indexed.ingest([write(tmp_path / "fish.txt", "Oily fish lowers cardiovascular risk.")])
+    assert memory.search_loaded(terms, **args, log=position()) is None  # the log moved on
+    _assert_same(*_both(indexed, memory, "cardiovascular risk"))
+    found = memory.search_loaded(terms, **args, log=position())
+    assert found is not None and len(found[0]) == len(sql) + 1

@@ -229,6 +229,22 @@ class KeywordIndex(Protocol):
         best first (ties by version id)."""
         ...
 
+    def search_loaded(
+        self,
+        terms: Counter[str],
+        *,
+        document_ids: Sequence[uuid.UUID] | None,
+        limit: int,
+        log: tuple[int, int],
+        chunk_ids: Sequence[int] | None = None,
+        documents: bool = False,
+    ) -> tuple[list[tuple[int, float]], list[DocumentMatch]] | None:
+        """What :meth:`search` (with ``documents``, :meth:`search_with_documents`) returns, if the index
+        already holds the catalog as of ``log`` and answers without a connection; else None, and the
+        caller searches with one. A search may then run this in another thread while its connection
+        serves the dense stage."""
+        ...
+
 
 class SqlKeywordIndex:
     """BM25 computed by PostgreSQL from the postings at query time: no warm-up, always current.
@@ -275,6 +291,19 @@ class SqlKeywordIndex:
             return chunks, []
         best = _best_chunks(conn, terms, [v for v, _ in documents])
         return chunks, [DocumentMatch(v, score, best[v]) for v, score in documents if v in best]
+
+    def search_loaded(
+        self,
+        terms: Counter[str],
+        *,
+        document_ids: Sequence[uuid.UUID] | None,
+        limit: int,
+        log: tuple[int, int],
+        chunk_ids: Sequence[int] | None = None,
+        documents: bool = False,
+    ) -> tuple[list[tuple[int, float]], list[DocumentMatch]] | None:
+        """Never: every search reads the postings through a connection."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -404,11 +433,7 @@ class MemoryKeywordIndex:
     ) -> list[tuple[int, float]]:
         with self._lock:
             self._sync(conn, log)
-            allowed = self._scope_masks(document_ids)[1]
-            if chunk_ids is not None:
-                allowed = allowed & np.isin(self._chunk_ids, np.asarray(chunk_ids, dtype=np.int64))
-            scores = self._bm25(terms, self._segments, self._stats("chunks"))
-            return self._top_chunks(scores, allowed, limit)
+            return self._chunks(terms, document_ids, limit, chunk_ids)
 
     def search_with_documents(
         self,
@@ -424,31 +449,69 @@ class MemoryKeywordIndex:
         with self._lock:
             self._sync(conn, log)
             self._want_documents(conn)
-            in_filter, allowed = self._scope_masks(document_ids)
-            scores = self._bm25(terms, self._segments, self._stats("chunks"))
-            chunks = self._top_chunks(scores, allowed, limit)
-            by_doc = self._bm25(terms, self._doc_segments, self._stats("documents"))
-            docs_allowed = self._doc_alive if in_filter is None else self._doc_alive & in_filter
-            found = np.flatnonzero((by_doc > 0) & docs_allowed)
-            if found.size > limit:
-                # Every document scoring at least the limit-th best, so ties at the cut are all kept.
-                cut = -np.partition(-by_doc[found], limit - 1)[limit - 1]
-                found = found[by_doc[found] >= cut]
-            top = sorted(found.tolist(), key=lambda d: (-by_doc[d], self._versions[d]))[:limit]
-            if not top:
-                return chunks, []
-            chosen = np.zeros(self._doc_len.size, dtype=bool)
-            chosen[top] = True
-            # Each chosen document's best chunk: order its matching chunks by score, then id.
-            slots = np.flatnonzero((scores > 0) & chosen[self._doc_slot])
-            slots = slots[np.lexsort((self._chunk_ids[slots], -scores[slots], self._doc_slot[slots]))]
-            docs, first = np.unique(self._doc_slot[slots], return_index=True)
-            best = dict(zip(docs.tolist(), self._chunk_ids[slots[first]].tolist(), strict=True))
-            return chunks, [
-                DocumentMatch(version, float(by_doc[d]), int(best[d]))
-                for d in top
-                if d in best and (version := self._versions[d]) is not None
-            ]
+            return self._chunks_and_documents(terms, document_ids, limit)
+
+    def search_loaded(
+        self,
+        terms: Counter[str],
+        *,
+        document_ids: Sequence[uuid.UUID] | None,
+        limit: int,
+        log: tuple[int, int],
+        chunk_ids: Sequence[int] | None = None,
+        documents: bool = False,
+    ) -> tuple[list[tuple[int, float]], list[DocumentMatch]] | None:
+        with self._lock:
+            # At another position (older or newer) a search would sync, which reads the catalog.
+            if not self._loaded or self._seq != log[1] or (documents and not self._document_terms):
+                return None
+            if documents:
+                return self._chunks_and_documents(terms, document_ids, limit)
+            return self._chunks(terms, document_ids, limit, chunk_ids), []
+
+    def _chunks(
+        self,
+        terms: Counter[str],
+        document_ids: Sequence[uuid.UUID] | None,
+        limit: int,
+        chunk_ids: Sequence[int] | None,
+    ) -> list[tuple[int, float]]:
+        """:meth:`search` once synced; the caller holds the lock."""
+        allowed = self._scope_masks(document_ids)[1]
+        if chunk_ids is not None:
+            allowed = allowed & np.isin(self._chunk_ids, np.asarray(chunk_ids, dtype=np.int64))
+        scores = self._bm25(terms, self._segments, self._stats("chunks"))
+        return self._top_chunks(scores, allowed, limit)
+
+    def _chunks_and_documents(
+        self, terms: Counter[str], document_ids: Sequence[uuid.UUID] | None, limit: int
+    ) -> tuple[list[tuple[int, float]], list[DocumentMatch]]:
+        """:meth:`search_with_documents` once synced, document terms loaded; the caller holds the lock."""
+        in_filter, allowed = self._scope_masks(document_ids)
+        scores = self._bm25(terms, self._segments, self._stats("chunks"))
+        chunks = self._top_chunks(scores, allowed, limit)
+        by_doc = self._bm25(terms, self._doc_segments, self._stats("documents"))
+        docs_allowed = self._doc_alive if in_filter is None else self._doc_alive & in_filter
+        found = np.flatnonzero((by_doc > 0) & docs_allowed)
+        if found.size > limit:
+            # Every document scoring at least the limit-th best, so ties at the cut are all kept.
+            cut = -np.partition(-by_doc[found], limit - 1)[limit - 1]
+            found = found[by_doc[found] >= cut]
+        top = sorted(found.tolist(), key=lambda d: (-by_doc[d], self._versions[d]))[:limit]
+        if not top:
+            return chunks, []
+        chosen = np.zeros(self._doc_len.size, dtype=bool)
+        chosen[top] = True
+        # Each chosen document's best chunk: order its matching chunks by score, then id.
+        slots = np.flatnonzero((scores > 0) & chosen[self._doc_slot])
+        slots = slots[np.lexsort((self._chunk_ids[slots], -scores[slots], self._doc_slot[slots]))]
+        docs, first = np.unique(self._doc_slot[slots], return_index=True)
+        best = dict(zip(docs.tolist(), self._chunk_ids[slots[first]].tolist(), strict=True))
+        return chunks, [
+            DocumentMatch(version, float(by_doc[d]), int(best[d]))
+            for d in top
+            if d in best and (version := self._versions[d]) is not None
+        ]
 
     def _want_documents(self, conn: sa.Connection) -> None:
         """Load the terms of every active document, once: from then on each new version's come with it."""
