@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
@@ -26,7 +26,7 @@ from citeline.settings import Fusion, Settings
 from citeline.store.analyzer import Analyzer
 from citeline.store.index import InScope, VectorIndex, VectorQuery, VersionIds, cosine_distances, fill_vectors
 from citeline.store.keyword import DocumentMatch, KeywordIndex
-from citeline.store.vectors import as_array, plan_dense, to_pgvector
+from citeline.store.vectors import as_array, to_pgvector
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ def read_catalog(
             {**params, "m": model, "vi": vector_index, "known": known},
         ).one()
         _refuse_mixed(others, model, vector_index)
-        if cache:
+        if cache is not None:
             cache.record(model, int(last_seq), vector_index)
         return CatalogView(None, (int(first), int(last_seq)))
     on_chunks, chunk_params = filters.chunk_sql("c")
@@ -332,9 +332,10 @@ def hybrid_search(
         with_documents = (
             settings.weight_document > 0 and fusion is not Fusion.RECIPROCAL_RANK and chunk_ids is None
         )
-        keyword_ms = [0.0]
+        keyword_ms = 0.0
 
         def loaded_keyword() -> tuple[list[tuple[int, float]], list[DocumentMatch]] | None:
+            nonlocal keyword_ms
             started = time.perf_counter()
             found = keyword_index.search_loaded(
                 terms,
@@ -344,7 +345,7 @@ def hybrid_search(
                 chunk_ids=chunk_ids,
                 documents=with_documents,
             )
-            keyword_ms[0] = (time.perf_counter() - started) * 1e3
+            keyword_ms = (time.perf_counter() - started) * 1e3
             return found
 
         # An index that needs no connection scores in another thread while this one's connection runs
@@ -354,9 +355,8 @@ def hybrid_search(
         t2 = time.perf_counter()
         vector = query_vector()
         t3 = time.perf_counter()
-        in_scope = (scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None
-        plan_args = _plan_args(settings, depth)
-        dense = vector_index.search(conn, VectorQuery(vector, model, request.filters, scope, depth))
+        dense_query = VectorQuery(vector, model, request.filters, scope, depth)
+        dense = vector_index.search(conn, dense_query)
         t4 = time.perf_counter()
         found = pending.result() if pending is not None else None
         if found is None:
@@ -366,7 +366,7 @@ def hybrid_search(
                 found = keyword_index.search_with_documents(conn, terms, **stage)
             else:
                 found = keyword_index.search(conn, terms, **stage, chunk_ids=chunk_ids), []
-            keyword_ms[0] = (time.perf_counter() - started) * 1e3
+            keyword_ms = (time.perf_counter() - started) * 1e3
         keyword, documents = found
         t4b = time.perf_counter()
         # Each of the best documents brings its best keyword chunk, so its score reaches one chunk at least,
@@ -392,16 +392,12 @@ def hybrid_search(
         for i, fused in ranked
         if (cid := int(candidates.ids[i])) in texts
     ]
-    timings.catalog, timings.keyword = (t1 - t0) * 1e3, keyword_ms[0]
+    timings.catalog, timings.keyword = (t1 - t0) * 1e3, keyword_ms
     # Waiting for the query vector (t2 to t3) is the embedding's time, which the caller measures.
     timings.dense, timings.fuse = (t4 - t3) * 1e3, (t6 - t5) * 1e3
     timings.fetch = (t5 - t4b + t7 - t6) * 1e3
     if explain is not None:
-        # Another backend plans its own search: only pgvector's plan is citeline's to report.
-        if chunk_ids is not None:
-            plan_args["post_filter_max"] = 0  # chunk-level filters are always walked (see dense_search)
-        plan = plan_dense(in_scope, **plan_args).kind
-        explain.dense_plan = plan if vector_index.in_rows else vector_index.name
+        explain.dense_plan = vector_index.plan(dense_query)
         explain.scope_chunks = scope.chunks if scope else None
         explain.corpus_chunks = scope.corpus_chunks if scope else 0
         explain.selectivity = scope.chunks / scope.corpus_chunks if scope and scope.corpus_chunks else None
@@ -412,14 +408,6 @@ def hybrid_search(
     return hits
 
 
-class _PlanArgs(TypedDict):
-    limit: int
-    ef_search: int
-    exact_below: int
-    tuple_cost: float
-    post_filter_max: int
-
-
 def document_evidence(
     documents: Sequence[DocumentMatch], version_of: Mapping[int, uuid.UUID]
 ) -> dict[int, float]:
@@ -427,17 +415,6 @@ def document_evidence(
     id to its version) of one of the best ``documents`` gets that document's score."""
     by_version = {m.version_id: m.score for m in documents}
     return {cid: by_version[v] for cid, v in version_of.items() if v in by_version}
-
-
-def _plan_args(settings: Settings, depth: int) -> _PlanArgs:
-    """What the dense plan depends on besides the filter's scope (see :func:`plan_dense`)."""
-    return _PlanArgs(
-        limit=depth,
-        ef_search=settings.hnsw_ef_search,
-        exact_below=settings.exact_search_below,
-        tuple_cost=settings.hnsw_tuple_cost,
-        post_filter_max=settings.hnsw_post_filter_max,
-    )
 
 
 @contextmanager

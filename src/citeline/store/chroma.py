@@ -296,6 +296,10 @@ class ChromaIndex:
                 moved += len(got["ids"])
         return moved
 
+    def plan(self, query: VectorQuery) -> str:
+        """Chroma plans its own search: only its name is citeline's to report."""
+        return self.name
+
     def search(self, conn: sa.Connection, query: VectorQuery) -> list[tuple[int, float]]:
         scope = query.scope
         if scope is not None and (not scope.document_ids or scope.chunk_ids == []):

@@ -53,6 +53,9 @@ class VersionIds(Sequence[uuid.UUID]):
 
     @classmethod
     def of(cls, ids: Iterable[uuid.UUID]) -> VersionIds:
+        """``ids`` packed; ids already packed are returned as they are (with the lookup they keep)."""
+        if isinstance(ids, VersionIds):
+            return ids
         return cls(b"".join(i.bytes for i in ids))
 
     def keys(self) -> NDArray[np.bytes_]:
@@ -227,6 +230,10 @@ class VectorIndex(Protocol):
     def search(self, conn: sa.Connection, query: VectorQuery) -> list[tuple[int, float]]:
         """The ``query.limit`` nearest active chunks within the filters, nearest first:
         ``(chunk_id, cosine distance)``."""
+        ...
+
+    def plan(self, query: VectorQuery) -> str:
+        """How :meth:`search` runs ``query``, for ``citeline search --explain``."""
         ...
 
     def vectors(self, conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:

@@ -550,7 +550,7 @@ class MemoryKeywordIndex:
         """Per document slot: whether a search filtered to ``document_ids`` keeps it; None, unfiltered."""
         if document_ids is None:
             return None
-        ids = document_ids if isinstance(document_ids, VersionIds) else VersionIds.of(document_ids)
+        ids = VersionIds.of(document_ids)
         mask = np.zeros(self._doc_len.size, dtype=bool)
         if self._doc_keys is None:
             # Rebuilt after the documents change.

@@ -115,6 +115,7 @@ def plan_dense(
     exact_below: int,
     tuple_cost: float = 0.0,
     post_filter_max: int = 0,
+    on_chunks: bool = False,
 ) -> DensePlan:
     """The plan of :func:`dense_search` for these arguments.
 
@@ -123,7 +124,8 @@ def plan_dense(
     ``limit * total / n`` tuples to find ``limit`` in the filter, each costing ``tuple_cost`` rows
     of an exact scan (0 never compares: the index above ``exact_below``). On the index, a filter wide
     enough that ``POST_FILTER_MARGIN * limit * total / n`` chunks are at most ``post_filter_max`` is
-    searched unfiltered for that many and filtered after; a narrower one, with the filter.
+    searched unfiltered for that many and filtered after; a narrower one, with the filter. A filter
+    ``on_chunks`` (chunk-level metadata) is always walked with the filter: its chunk ids are the filter.
     """
     ef = max(int(ef_search), limit)
     if scope is None:
@@ -134,7 +136,7 @@ def plan_dense(
     if in_scope <= exact_below or in_scope * in_scope <= tuple_cost * limit * total:
         return DensePlan("exact", ef, SESSION_SCAN_BUDGET)
     fetch = -(-POST_FILTER_MARGIN * limit * max(total, in_scope) // in_scope)
-    if fetch <= post_filter_max:
+    if fetch <= post_filter_max and not on_chunks:
         return DensePlan("hnsw-post-filter", max(ef, fetch), SESSION_SCAN_BUDGET, fetch)
     # A filter keeping a share p of the chunks needs about limit / p index tuples to fill the limit;
     # pgvector stops at hnsw.max_scan_tuples, so raise it for narrow filters.
@@ -176,7 +178,8 @@ def dense_search(
         ef_search=ef_search,
         exact_below=exact_below,
         tuple_cost=tuple_cost,
-        post_filter_max=post_filter_max if chunk_ids is None else 0,
+        post_filter_max=post_filter_max,
+        on_chunks=chunk_ids is not None,
     )
     if plan.kind == "empty":
         return []
@@ -200,7 +203,7 @@ def dense_search(
         return [(int(r[0]), float(r[1])) for r in rows]
     if plan.kind == "hnsw-post-filter":
         assert scope is not None
-        found = _post_filtered(conn, plan, model, query, bind, scope[0], limit)
+        found = _post_filtered(conn, plan, model, cast, kind, dim, bind, scope[0], limit)
         if found is not None:
             return found
         # The breadth the unfiltered search set stays for the transaction: the filtered walk keeps it.
@@ -221,8 +224,7 @@ def dense_search(
             "(c.document_id IN (SELECT CAST(encode(substring(CAST(:scope AS bytea) FROM i FOR 16), 'hex') "
             "AS uuid) FROM generate_series(1, length(CAST(:scope AS bytea)), 16) AS i)) IS TRUE"
         )
-        ids = scope[0]
-        bind["scope"] = (ids if isinstance(ids, VersionIds) else VersionIds.of(ids)).packed
+        bind["scope"] = VersionIds.of(scope[0]).packed
         if chunk_ids is not None:
             condition, bind["cids"] = "c.id = ANY(CAST(:cids AS bigint[]))", list(chunk_ids)
     else:
@@ -256,7 +258,9 @@ def _post_filtered(
     conn: sa.Connection,
     plan: DensePlan,
     model: str,
-    query: NDArray[np.float32],
+    cast: str,
+    kind: str,
+    dim: int,
     bind: dict[str, Any],
     doc_ids: Sequence[uuid.UUID],
     limit: int,
@@ -268,9 +272,6 @@ def _post_filtered(
     19 ms (most of it the documents scan its hashed subplan needs) and found more of the exact nearest
     (recall@100 0.89 against 0.83): see docs/performance.md.
     """
-    dim = int(query.shape[0])
-    kind = index_type(dim)
-    cast = f"c.embedding::{kind}({dim})"
     _set_breadth(conn, plan)
     # The model as a literal, as in dense_search: only then does the planner know its partial index applies.
     rows = conn.execute(
@@ -283,9 +284,9 @@ def _post_filtered(
         ),
         {**bind, "fetch": plan.fetch},
     ).all()
-    ids = doc_ids if isinstance(doc_ids, VersionIds) else VersionIds.of(doc_ids)
     found = VersionIds(b"".join(bytes(r[1]) for r in rows))
-    kept = [(int(r[0]), float(r[2])) for r, keep in zip(rows, ids.lookup().known(found), strict=True) if keep]
+    in_scope = VersionIds.of(doc_ids).lookup().known(found)
+    kept = [(int(r[0]), float(r[2])) for r, keep in zip(rows, in_scope, strict=True) if keep]
     if len(kept) < limit and len(rows) == plan.fetch:
         return None
     return kept[:limit]
@@ -327,6 +328,18 @@ class PgVectorIndex:
 
     def relabelled(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
         """Nothing to do: searches read the labels from the catalog."""
+
+    def plan(self, query: VectorQuery) -> str:
+        scope = query.scope
+        return plan_dense(
+            (scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None,
+            limit=query.limit,
+            ef_search=self.ef_search,
+            exact_below=self.exact_below,
+            tuple_cost=self.tuple_cost,
+            post_filter_max=self.post_filter_max,
+            on_chunks=scope is not None and scope.chunk_ids is not None,
+        ).kind
 
     def search(self, conn: sa.Connection, query: VectorQuery) -> list[tuple[int, float]]:
         where, params = query.filters.sql()
