@@ -607,7 +607,7 @@ class MemoryKeywordIndex:
                 slots = np.concatenate([s for s, _ in lists]) if lists else np.empty(0, dtype=np.int32)
                 tfs = np.concatenate([t for _, t in lists]) if lists else np.empty(0, dtype=np.float32)
             if not stats.all_alive:
-                live = alive[slots]
+                live = np.take(alive, slots)
                 slots, tfs = slots[live], tfs[live]
             if slots.size == 0:
                 continue
