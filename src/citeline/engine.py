@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
+import psutil
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
@@ -83,6 +84,7 @@ from citeline.store.keyword import KeywordIndex, MemoryKeywordIndex, SqlKeywordI
 from citeline.store.keyword_files import snapshot_root
 from citeline.store.model_migration import MigrationInfo, MigrationStatus
 from citeline.store.models import Status
+from citeline.store.prewarm import prewarm, search_files
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +228,29 @@ class Citeline:
         with self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
             self.keyword_index.warm_up(conn, documents=self._settings.weight_document > 0)
         default_judge().load()
+        self.prewarm()
         return self
+
+    def prewarm(self) -> int:
+        """Read what every search reads (the model's HNSW index, then the chunk rows) into the page
+        cache, within ``prewarm_mb`` (by default half of the memory available); returns the bytes asked
+        for. Nothing when the database's files are not on this machine (see store/prewarm.py)."""
+        budget_mb = self._settings.prewarm_mb
+        budget = psutil.virtual_memory().available // 2 if budget_mb is None else budget_mb << 20
+        if not budget:
+            return 0
+        with self.engine.connect() as conn:
+            files = search_files(conn, self.embedder.model_id)
+        started = time.perf_counter()
+        asked = prewarm(files, budget)
+        if asked:
+            log.info(
+                "read %d MB of %d MB that searches read into the page cache in %.1f s",
+                asked >> 20,
+                sum(f.size for f in files) >> 20,
+                time.perf_counter() - started,
+            )
+        return asked
 
     @property
     def vector_index(self) -> VectorIndex:

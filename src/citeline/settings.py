@@ -195,6 +195,15 @@ class Settings(BaseSettings):
     # that many nearest chunks, of which those in the filter are kept: no documents scan per search, which
     # cost 19 ms of a 22 ms dense stage at a million chunks (docs/performance.md). 0: never.
     hnsw_post_filter_max: Annotated[int, Field(ge=0, le=1000)] = 1000
+    # After a restart a large store's pages are on disk: read them in when a server starts (store/prewarm.py).
+    prewarm_mb: Annotated[int | None, Field(ge=0)] = Field(
+        default=None,
+        description=(
+            "At most this many MB of what every search reads (the model's HNSW index, then the chunk rows) "
+            "are read into the page cache when a server starts; unset: half of the memory available then; "
+            "0: none."
+        ),
+    )
     # PostgreSQL's default maintenance_work_mem (64 MB) holds the HNSW graph of only ~35k 384-dim chunks;
     # past that pgvector builds on disk, many times slower. A build takes this much once, then frees it.
     hnsw_build_memory_mb: Annotated[int, Field(ge=64, le=1_048_576)] = Field(
