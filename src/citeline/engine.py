@@ -233,8 +233,8 @@ class Citeline:
 
     def prewarm(self) -> int:
         """Read what every search reads (the model's HNSW index, then the chunk rows) into the page
-        cache, within ``prewarm_mb`` (by default half of the memory available); returns the bytes asked
-        for. Nothing when the database's files are not on this machine (see store/prewarm.py)."""
+        cache, within ``prewarm_mb`` (by default half of the memory available); returns the bytes read.
+        Nothing when the database's files are not on this machine (see store/prewarm.py)."""
         budget_mb = self._settings.prewarm_mb
         budget = psutil.virtual_memory().available // 2 if budget_mb is None else budget_mb << 20
         if not budget:
@@ -242,15 +242,15 @@ class Citeline:
         with self.engine.connect() as conn:
             files = search_files(conn, self.embedder.model_id)
         started = time.perf_counter()
-        asked = prewarm(files, budget)
-        if asked:
+        read = prewarm(files, budget)
+        if read:
             log.info(
                 "read %d MB of %d MB that searches read into the page cache in %.1f s",
-                asked >> 20,
+                read >> 20,
                 sum(f.size for f in files) >> 20,
                 time.perf_counter() - started,
             )
-        return asked
+        return read
 
     @property
     def vector_index(self) -> VectorIndex:
