@@ -156,6 +156,7 @@ def test_a_post_filtered_search_that_fetched_too_few_in_the_filter_walks_the_ind
         query = -np.mean([vectors[int(cid)] for cid in own], axis=0)
     query = (query / np.linalg.norm(query)).astype(np.float32)
     statements: list[str] = []
+    ran: list[str] = []
     with cl.engine.begin() as conn:
         sa.event.listen(conn, "before_cursor_execute", lambda *args: statements.append(args[2]))
         view = read_catalog(conn, cl.embedder.model_id, one)
@@ -174,8 +175,10 @@ def test_a_post_filtered_search_that_fetched_too_few_in_the_filter_walks_the_ind
             ef_search=100,
             exact_below=0,
             post_filter_max=1_000,
+            ran=ran,
         )
     assert [cid for cid, _ in found] == _brute_force(cl, vectors, query, one, 3)
+    assert ran == ["hnsw-post-filter", "hnsw-iterative"]  # what --explain reports
     searches = [s for s in statements if "nearest" in s]
     assert len(searches) == 2
     assert "uuid_send(document_id)" in searches[0] and "AS bytea" in searches[1]

@@ -95,11 +95,12 @@ class Timings:
 class Explain:
     """How the last search ran, beyond its stage timings (``citeline search --explain``)."""
 
-    #: The dense plan: ``hnsw`` (the index, unfiltered), ``hnsw-post-filter`` (the index, unfiltered, for
-    #: twice the chunks the filter's share needs, keeping those in the filter; should too few be, the
-    #: search runs again as ``hnsw-iterative``), ``hnsw-iterative`` (the index, scanning on until the
-    #: filter's share is found), ``exact`` (every in-filter vector compared) or ``empty``; with another
-    #: vector backend, its name (it plans its own search).
+    #: The dense plan that ran: ``hnsw`` (the index, unfiltered), ``hnsw-post-filter`` (the index,
+    #: unfiltered, for twice the chunks the filter's share needs, keeping those in the filter; should too
+    #: few be, the search runs again with the filter: ``hnsw-post-filter, then hnsw-iterative``),
+    #: ``hnsw-iterative`` (the index, scanning on until the filter's share is found), ``exact`` (every
+    #: in-filter vector compared) or ``empty``; with another vector backend, its name (it plans its own
+    #: search).
     dense_plan: str = ""
     #: The share of the corpus's chunks the filter keeps (None when unfiltered).
     selectivity: float | None = None
@@ -356,7 +357,8 @@ def hybrid_search(
         vector = query_vector()
         t3 = time.perf_counter()
         dense_query = VectorQuery(vector, model, request.filters, scope, depth)
-        dense = vector_index.search(conn, dense_query)
+        ran: list[str] | None = [] if explain is not None else None
+        dense = vector_index.search(conn, dense_query, ran=ran)
         t4 = time.perf_counter()
         found = pending.result() if pending is not None else None
         if found is None:
@@ -397,7 +399,7 @@ def hybrid_search(
     timings.dense, timings.fuse = (t4 - t3) * 1e3, (t6 - t5) * 1e3
     timings.fetch = (t5 - t4b + t7 - t6) * 1e3
     if explain is not None:
-        explain.dense_plan = vector_index.plan(dense_query)
+        explain.dense_plan = ", then ".join(ran or ())
         explain.scope_chunks = scope.chunks if scope else None
         explain.corpus_chunks = scope.corpus_chunks if scope else 0
         explain.selectivity = scope.chunks / scope.corpus_chunks if scope and scope.corpus_chunks else None

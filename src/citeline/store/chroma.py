@@ -296,11 +296,11 @@ class ChromaIndex:
                 moved += len(got["ids"])
         return moved
 
-    def plan(self, query: VectorQuery) -> str:
-        """Chroma plans its own search: only its name is citeline's to report."""
-        return self.name
-
-    def search(self, conn: sa.Connection, query: VectorQuery) -> list[tuple[int, float]]:
+    def search(
+        self, conn: sa.Connection, query: VectorQuery, *, ran: list[str] | None = None
+    ) -> list[tuple[int, float]]:
+        if ran is not None:
+            ran.append(self.name)  # Chroma plans its own search: only its name is citeline's to report
         scope = query.scope
         if scope is not None and (not scope.document_ids or scope.chunk_ids == []):
             return []

@@ -227,13 +227,12 @@ class VectorIndex(Protocol):
         label files them anew."""
         ...
 
-    def search(self, conn: sa.Connection, query: VectorQuery) -> list[tuple[int, float]]:
+    def search(
+        self, conn: sa.Connection, query: VectorQuery, *, ran: list[str] | None = None
+    ) -> list[tuple[int, float]]:
         """The ``query.limit`` nearest active chunks within the filters, nearest first:
-        ``(chunk_id, cosine distance)``."""
-        ...
-
-    def plan(self, query: VectorQuery) -> str:
-        """How :meth:`search` runs ``query``, for ``citeline search --explain``."""
+        ``(chunk_id, cosine distance)``. ``ran``, when given, gets the plan of each search it ran, in
+        order, for ``citeline search --explain`` (a plan can fall back to another)."""
         ...
 
     def vectors(self, conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:

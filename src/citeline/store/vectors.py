@@ -158,6 +158,7 @@ def dense_search(
     post_filter_max: int = 0,
     scope: tuple[Sequence[uuid.UUID], int, int] | None = None,
     chunk_ids: Sequence[int] | None = None,
+    ran: list[str] | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` nearest active chunks to ``query`` that satisfy ``where``: ``(chunk_id, distance)``.
 
@@ -170,8 +171,9 @@ def dense_search(
 
     A wide filter is searched unfiltered and its chunks kept after (``post_filter_max``, see
     :func:`plan_dense`); should fewer than ``limit`` of them be among the chunks fetched, the search
-    runs again with the filter.
+    runs again with the filter. ``ran``, when given, gets the kind of each plan run, in order.
     """
+    ran = ran if ran is not None else []
     plan = plan_dense(
         scope,
         limit=limit,
@@ -181,6 +183,7 @@ def dense_search(
         post_filter_max=post_filter_max,
         on_chunks=chunk_ids is not None,
     )
+    ran.append(plan.kind)
     if plan.kind == "empty":
         return []
     dim = int(query.shape[0])
@@ -209,6 +212,7 @@ def dense_search(
         # The breadth the unfiltered search set stays for the transaction: the filtered walk keeps it.
         walk = plan_dense(scope, limit=limit, ef_search=ef_search, exact_below=0)
         plan = replace(walk, ef_search=plan.ef_search)
+        ran.append(plan.kind)
     _set_breadth(conn, plan)
     if scope is not None:
         # Each index tuple's version is looked up in a hash of the versions the filter keeps, built once
@@ -329,19 +333,9 @@ class PgVectorIndex:
     def relabelled(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
         """Nothing to do: searches read the labels from the catalog."""
 
-    def plan(self, query: VectorQuery) -> str:
-        scope = query.scope
-        return plan_dense(
-            (scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None,
-            limit=query.limit,
-            ef_search=self.ef_search,
-            exact_below=self.exact_below,
-            tuple_cost=self.tuple_cost,
-            post_filter_max=self.post_filter_max,
-            on_chunks=scope is not None and scope.chunk_ids is not None,
-        ).kind
-
-    def search(self, conn: sa.Connection, query: VectorQuery) -> list[tuple[int, float]]:
+    def search(
+        self, conn: sa.Connection, query: VectorQuery, *, ran: list[str] | None = None
+    ) -> list[tuple[int, float]]:
         where, params = query.filters.sql()
         scope = query.scope
         return dense_search(
@@ -357,6 +351,7 @@ class PgVectorIndex:
             post_filter_max=self.post_filter_max,
             scope=(scope.document_ids, scope.chunks, scope.corpus_chunks) if scope else None,
             chunk_ids=scope.chunk_ids if scope else None,
+            ran=ran,
         )
 
     def vectors(self, conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:
