@@ -352,14 +352,29 @@ def measure_processes(
     }
 
 
+def drop_page_cache() -> None:
+    """Empty the kernel's page cache, as after a reboot (root only), so the search that follows starts
+    cold: the 2M store does not fit in this machine's memory, and what is cached decides the latency."""
+    subprocess.run(["sync"], check=True)
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+    except OSError as exc:
+        message = f"--drop-caches: cannot write /proc/sys/vm/drop_caches ({exc}); run as root"
+        raise SystemExit(message) from exc
+
+
 def measure_latency(args: argparse.Namespace) -> dict[str, Any]:
     """One process, default settings: hybrid search p50/p99 per filter, queries in turns across filters."""
     qs = queries()[: args.queries]
     out: dict[str, Any] = {"uptime_before": uptime()}
+    if args.drop_caches:
+        drop_page_cache()
+    out["page_cache"] = "dropped" if args.drop_caches else "as found"
     with Citeline(settings_for(args)) as cl:
         t0 = time.perf_counter()
-        cl.warm_up()
+        cl.warm_up()  # which reads what searches read into the page cache, unless CITELINE_PREWARM_MB=0
         out["warm_up_s"] = round(time.perf_counter() - t0, 1)
+        out["prewarm_mb"] = cl.settings.prewarm_mb
         out["selectivity_percent"] = selectivity(cl)
         times: dict[str, list[float]] = {label: [] for label in FILTERS}
         seen: set[tuple[str, str]] = set()
@@ -406,6 +421,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--reuse", action="store_true", help="search the store an earlier run built")
     parser.add_argument("--queries", type=int, default=300, help="SciFact test claims searched")
+    parser.add_argument(
+        "--drop-caches",
+        action="store_true",
+        help="empty the page cache before the one-process search (root): a server started cold",
+    )
     parser.add_argument("--processes", default="1,2,4", help="serving process counts to measure")
     parser.add_argument(
         "--keyword-indexes", default="memory,sql", help="keyword indexes for the process runs"
