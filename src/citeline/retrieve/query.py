@@ -8,13 +8,11 @@ the web page search the same text again; those reuse the vector from a small cac
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 import numpy as np
 from numpy.typing import NDArray
 
 from citeline.embed.base import Embedder, QueryEmbedder
+from citeline.recent import Recent
 
 
 class VectorCache:
@@ -23,35 +21,22 @@ class VectorCache:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._lock = threading.Lock()
-        self._items: OrderedDict[tuple[str, str], NDArray[np.float32]] = OrderedDict()
+        self._items: Recent[tuple[str, str], NDArray[np.float32]] = Recent(size)
 
     def get(self, model: str, text: str) -> NDArray[np.float32] | None:
         """The vector stored for exactly this model and text, or None."""
-        key = (model, text)
-        with self._lock:
-            vector = self._items.get(key)
-            if vector is not None:
-                self._items.move_to_end(key)
-            return vector
+        return self._items.get((model, text))
 
     def put(self, model: str, text: str, vector: NDArray[np.float32]) -> NDArray[np.float32]:
         """Store a read-only copy of ``vector`` for this model and text (evicting the least recently
         used pair beyond ``size``) and return it."""
         stored = np.array(vector, dtype=np.float32)
         stored.setflags(write=False)
-        if self.size < 1:
-            return stored
-        with self._lock:
-            self._items[(model, text)] = stored
-            self._items.move_to_end((model, text))
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+        self._items.put((model, text), stored)
         return stored
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
+        return len(self._items)
 
 
 class QueryVectors:

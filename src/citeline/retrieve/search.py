@@ -6,7 +6,6 @@ import json
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from sqlalchemy import event
 
 from citeline.access import FULL_ACCESS, Access
 from citeline.errors import InvalidRequestError, ModelMismatchError
+from citeline.recent import Recent
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.fusion import fuse_reciprocal_rank, fuse_weighted, scaled_min_max, scaled_three_sigma
 from citeline.settings import Fusion, Settings
@@ -156,7 +156,7 @@ class CatalogCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._clean: dict[tuple[str, str], int] = {}
-        self._scopes: OrderedDict[tuple[str, ...], tuple[tuple[Any, ...], InScope]] = OrderedDict()
+        self._scopes: Recent[tuple[str, ...], tuple[tuple[Any, ...], InScope]] = Recent(self.SCOPES)
 
     def position(self, model: str, vector_index: str = "pgvector") -> int:
         """The log position last found clean for ``model`` in ``vector_index``; -1 if none."""
@@ -169,18 +169,10 @@ class CatalogCache:
 
     def scope(self, key: tuple[str, ...]) -> tuple[tuple[Any, ...], InScope] | None:
         """The scope last read for ``key`` (a filter of a model and index) and where the catalog stood."""
-        with self._lock:
-            kept = self._scopes.get(key)
-            if kept is not None:
-                self._scopes.move_to_end(key)
-            return kept
+        return self._scopes.get(key)
 
     def keep(self, key: tuple[str, ...], state: tuple[Any, ...], scope: InScope) -> None:
-        with self._lock:
-            self._scopes[key] = (state, scope)
-            self._scopes.move_to_end(key)
-            while len(self._scopes) > self.SCOPES:
-                self._scopes.popitem(last=False)
+        self._scopes.put(key, (state, scope))
 
 
 def read_catalog(
@@ -296,8 +288,9 @@ def hybrid_search(
 ) -> list[Hit]:
     """Run ``request`` and return at most top-k hits, best first.
 
-    ``query_vector`` returns the query's embedding. It is called once the catalog has been read and
-    the keyword stage has run, which need no vector, so the caller can embed the query meanwhile.
+    ``query_vector`` returns the query's embedding. It is called once the catalog has been read (and,
+    without ``pool``, the keyword stage has started), which need no vector, so the caller can embed the
+    query meanwhile.
     ``cache`` lets searches skip reading the documents while the catalog is unchanged (:class:`CatalogCache`).
     With ``pool``, an index that needs no connection (:meth:`KeywordIndex.search_loaded`) runs the
     keyword stage there, beside the dense stage.

@@ -24,6 +24,7 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
+from citeline.recent import Recent
 from citeline.store.index import VersionIds, VersionSlots
 from citeline.store.keyword_files import (
     Postings,
@@ -368,7 +369,9 @@ class MemoryKeywordIndex:
         #: Whether document terms are wanted: loaded on the first search_with_documents, then kept.
         self._document_terms = False
         self._generation = 0
-        self._masks: dict[VersionIds, tuple[NDArray[np.bool_] | None, NDArray[np.bool_]]] = {}
+        self._masks: Recent[VersionIds, tuple[NDArray[np.bool_] | None, NDArray[np.bool_]]] = Recent(
+            self.SCOPE_MASKS
+        )
         self._masks_generation = -1
         self._reset()
 
@@ -541,9 +544,8 @@ class MemoryKeywordIndex:
         masks = self._masks.get(document_ids)
         if masks is None:
             in_filter = self._in_filter(document_ids)
-            masks = self._masks[document_ids] = (in_filter, self._allowed(in_filter))
-            while len(self._masks) > self.SCOPE_MASKS:
-                self._masks.pop(next(iter(self._masks)))
+            masks = (in_filter, self._allowed(in_filter))
+            self._masks.put(document_ids, masks)
         return masks
 
     def _in_filter(self, document_ids: Sequence[uuid.UUID] | None) -> NDArray[np.bool_] | None:

@@ -81,6 +81,8 @@ def prewarm(files: list[SearchFile], budget: int) -> int:
     """Read ``files`` into the page cache, in order, up to ``budget`` bytes; returns the bytes read.
     Returns once they are read: a server then takes requests with its pages cached. A file that
     cannot be opened (gone since, or not readable) is skipped."""
+    if not files or budget <= 0:
+        return 0
     done = 0
     buffer = bytearray(_STEP)
     view = memoryview(buffer)
