@@ -40,7 +40,7 @@ class VersionIds(Sequence[uuid.UUID]):
     """Version ids as PostgreSQL sends them packed (``uuid_send``: 16 bytes each, concatenated).
 
     A filter keeping half of 100,000 documents would otherwise cost 50,000 UUID objects a search; packed,
-    they are counted for free, matched in numpy (:meth:`keys`), and decoded only where a list is needed.
+    they are counted for free, matched in numpy (:meth:`halves`), and decoded only where a list is needed.
     """
 
     __slots__ = ("_lookup", "packed")
@@ -57,10 +57,6 @@ class VersionIds(Sequence[uuid.UUID]):
         if isinstance(ids, VersionIds):
             return ids
         return cls(b"".join(i.bytes for i in ids))
-
-    def keys(self) -> NDArray[np.bytes_]:
-        """Each id's 16 bytes, as one fixed-width string (sortable and comparable in numpy)."""
-        return np.frombuffer(self.packed, dtype="S16")
 
     def halves(self) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
         """Each id's first and last 8 bytes as unsigned integers, which numpy compares far faster than
