@@ -361,3 +361,10 @@ def test_labelled_claims_get_the_right_verdict_from_their_gold_abstract_written_
 def test_the_labelled_claims_are_there() -> None:
     # The slow test above reads the shared folder: fail loudly, not skip, if it moved.
     assert len(_labelled_claims()) == len(LABELLED)
+
+
+def test_the_classifier_is_opened_from_its_checked_file_and_keeps_no_copy_of_it() -> None:
+    # Built from bytes, onnxruntime's wrapper would keep the 87 MB model for the session's life.
+    session, _ = NliJudge()._loaded()
+    assert getattr(session, "_model_bytes", None) is None
+    assert session._model_path is not None and session._model_path.endswith(".onnx")

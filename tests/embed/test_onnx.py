@@ -244,3 +244,17 @@ def test_a_small_call_is_cut_into_a_few_runs_per_worker_and_a_large_one_into_ful
     assert max(len(run) * max(lengths[i] for i in run) for run in small) <= 128  # padded tokens
     assert all(len(run) == 2 for run in large)  # 512-token runs of two chunks
     assert sorted(i for run in small for i in run) == list(range(36))
+
+
+def test_citelines_sessions_keep_no_copy_of_the_model_they_were_built_from() -> None:
+    # onnxruntime's Python wrapper keeps the bytes a session was built from for its whole life (22 MB a
+    # session here); citeline's sessions drop them (embed/onnx.py, citeline/heap.py).
+    embedder = OnnxEmbedder("all-MiniLM-L6-v2")
+    embedder.embed_query("warm up", threads=2)
+    sessions = [embedder._session, *embedder._query_sessions.values()]
+    assert len(sessions) == 2
+    assert all(getattr(session, "_model_bytes", None) is None for session in sessions)
+    # They still embed, on either session, as before.
+    np.testing.assert_allclose(
+        embedder.embed_query(SENTENCE, threads=2), embedder.embed([SENTENCE])[0], atol=1e-6
+    )

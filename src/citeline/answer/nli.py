@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tokenizers import Tokenizer
 
+from citeline import heap
 from citeline.answer.evidence import focus_passages
 from citeline.answer.prompt import Passage
 from citeline.answer.stance import Judgement, stance_of_margin
@@ -128,12 +129,16 @@ class NliJudge:
                 options = onnxruntime.SessionOptions()
                 options.intra_op_num_threads = 1
                 options.inter_op_num_threads = 1
+                # Checked, then opened by its path: built from bytes, onnxruntime's Python wrapper would
+                # keep them (87 MB) for the session's life (see citeline/heap.py).
+                _verified(files.model, MODEL_SHA256)
                 try:
                     session = onnxruntime.InferenceSession(
-                        _verified(files.model, MODEL_SHA256), options, providers=["CPUExecutionProvider"]
+                        str(files.model), options, providers=["CPUExecutionProvider"]
                     )
                 except Exception as exc:  # onnxruntime raises its own exception types
                     raise GenerationError(f"{MODEL_ID}: onnxruntime cannot load the model: {exc}") from exc
+                heap.trim()
                 self._session, self._tokenizer = session, tokenizer
             return self._session, self._tokenizer
 
