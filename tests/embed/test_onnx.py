@@ -170,6 +170,22 @@ def test_files_supplied_from_elsewhere_load_when_their_content_matches_the_pins(
     assert vector.shape == (1, 384)
 
 
+def test_a_query_session_is_opened_from_the_checked_file_not_from_bytes_kept_since_construction(
+    tmp_path: Path,
+) -> None:
+    # The embedder keeps no copy of its 22 MB model file: a process that never opens a query session
+    # (a job worker) does not carry it, and one opened later reads the file and checks it again.
+    model = Path(shutil.copy(FILES.model.path, tmp_path))
+    embedder = OnnxEmbedder(
+        "all-MiniLM-L6-v2", files=ModelFiles(dataclasses.replace(FILES.model, path=model), FILES.tokenizer)
+    )
+    tampered_copy(FILES.model.path, model)
+
+    assert embedder.embed([SENTENCE]).shape == (1, 384)  # the ingest session is already open
+    with pytest.raises(EmbeddingError, match=r"model file .*model\.onnx has sha256"):
+        embedder.embed_query(SENTENCE, threads=2)
+
+
 # -- onnx:paraphrase-MiniLM-L3-v2, the second packaged model ---------------------------------------
 
 L3_FILES = MODELS["paraphrase-MiniLM-L3-v2"].locate()

@@ -206,9 +206,14 @@ class OnnxEmbedder:
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=self.max_tokens)
         self._tokenizer = tokenizer
-        self._model_path, self._model_bytes = files.model.path, model_bytes
+        # A query session opened later reads and checks the file again rather than keeping its bytes
+        # (22 MB) for the life of a process that may never open one (a job worker).
+        self._model_file = files.model
         self._defaults = defaults
         self._session = _open_session(self.model_id, files.model.path, model_bytes, defaults=defaults)
+        del model_bytes
+        if not defaults:
+            heap.trim()
         # Sessions for single queries, by thread count, opened on the first query (ingest never pays).
         self._query_sessions: dict[int, Any] = {}
         self._query_lock = threading.Lock()
@@ -249,15 +254,19 @@ class OnnxEmbedder:
         """Embed one text on a session whose runs use ``threads`` cores: the vector ``embed([text])[0]``
         gives (up to float rounding), sooner when the caller waits for this text alone. One thread
         uses the ingest session, so a process that embeds a single query loads no second session (nor
-        does an embedder on onnxruntime's defaults, whose one session already spans every core)."""
+        does an embedder on onnxruntime's defaults, whose one session already spans every core).
+
+        The session of ``threads`` opens on the first such call, from the model file read and checked
+        again: :class:`EmbeddingError` if it no longer matches its pin."""
         session = self._session if threads == 1 or self._defaults else self._query_sessions.get(threads)
         if session is None:
             with self._query_lock:
                 session = self._query_sessions.get(threads)
                 if session is None:
-                    session = _open_session(
-                        self.model_id, self._model_path, self._model_bytes, threads=threads
-                    )
+                    data = read_verified("model", self._model_file)
+                    session = _open_session(self.model_id, self._model_file.path, data, threads=threads)
+                    del data
+                    heap.trim()
                     self._query_sessions[threads] = session
         vector: npt.NDArray[np.float32] = self._run([self._tokenizer.encode(text).ids], session)[0]
         return vector
