@@ -194,7 +194,6 @@ class OnnxEmbedder:
         self.max_tokens = known.max_tokens
         self.batch_size = batch_size
         files = files or known.locate()
-        model_bytes = read_verified("model", files.model)
         tokenizer_bytes = read_verified("tokenizer", files.tokenizer)
         try:
             tokenizer = Tokenizer.from_str(tokenizer_bytes.decode())
@@ -206,14 +205,11 @@ class OnnxEmbedder:
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=self.max_tokens)
         self._tokenizer = tokenizer
-        # A query session opened later reads and checks the file again rather than keeping its bytes
-        # (22 MB) for the life of a process that may never open one (a job worker).
+        # Each session reads and checks the file itself: the embedder keeps no copy of its bytes (22
+        # MB) for the life of a process that may never open a query session (a job worker).
         self._model_file = files.model
         self._defaults = defaults
-        self._session = _open_session(self.model_id, files.model.path, model_bytes, defaults=defaults)
-        del model_bytes
-        if not defaults:
-            heap.trim()
+        self._session = _open_session(self.model_id, files.model, defaults=defaults)
         # Sessions for single queries, by thread count, opened on the first query (ingest never pays).
         self._query_sessions: dict[int, Any] = {}
         self._query_lock = threading.Lock()
@@ -263,10 +259,7 @@ class OnnxEmbedder:
             with self._query_lock:
                 session = self._query_sessions.get(threads)
                 if session is None:
-                    data = read_verified("model", self._model_file)
-                    session = _open_session(self.model_id, self._model_file.path, data, threads=threads)
-                    del data
-                    heap.trim()
+                    session = _open_session(self.model_id, self._model_file, threads=threads)
                     self._query_sessions[threads] = session
         vector: npt.NDArray[np.float32] = self._run([self._tokenizer.encode(text).ids], session)[0]
         return vector
@@ -319,7 +312,10 @@ class OnnxEmbedder:
         return pooled
 
 
-def _open_session(model_id: str, path: Path, data: bytes, *, threads: int = 1, defaults: bool = False) -> Any:
+def _open_session(model_id: str, pinned: PinnedFile, *, threads: int = 1, defaults: bool = False) -> Any:
+    """A session of the model file ``pinned``, read and checked against its pin (the checked bytes are
+    the ones loaded), holding no copy of them once built unless ``defaults``."""
+    path, data = pinned.path, read_verified("model", pinned)
     # Imported here: together they cost a quarter of a second that commands without a model should
     # not pay.
     import onnx
@@ -355,6 +351,8 @@ def _open_session(model_id: str, path: Path, data: bytes, *, threads: int = 1, d
         )
     except Exception as exc:
         raise EmbeddingError(f"{model_id}: onnxruntime cannot load {path}: {exc}") from exc
+    # The file's bytes and the rewritten graph go before the heap is trimmed, so their pages go back too.
+    del data, model
     return _released(session)
 
 
