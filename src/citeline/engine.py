@@ -109,6 +109,7 @@ _INDEX_SETTINGS = (
     "exact_search_below",
     "hnsw_tuple_cost",
     "hnsw_post_filter_max",
+    "memory_vectors_mb",
 )
 #: ... and its embedder.
 _EMBEDDER_SETTINGS = ("embedding_model", "embed_batch_size", "embed_threads")
@@ -209,13 +210,13 @@ class Citeline:
         return provider.settings
 
     def warm_up(self, *, search: bool = True) -> Citeline:
-        """Open the store, load the embedder (with its query session), the keyword index and the claim
-        judge now rather than at the first request, and repair what a crash left between the catalog and
-        the vector index.
+        """Open the store, load the embedder (with its query session), the keyword index, the vectors that
+        searches compare in the process (if they fit ``memory_vectors_mb``) and the claim judge now rather
+        than at the first request, and repair what a crash left between the catalog and the vector index.
 
         ``search`` False loads only what building documents needs (the store, the embedder, the repaired
-        vector index): a job worker never searches, and the query session, keyword index and judge would
-        cost it memory.
+        vector index): a job worker never searches, and the query session, keyword index, vectors and
+        judge would cost it memory.
         """
         self.embedder  # noqa: B018
         self.repair_vectors()
@@ -227,6 +228,7 @@ class Citeline:
         # postings then agree even while other processes ingest.
         with self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
             self.keyword_index.warm_up(conn, documents=self._settings.weight_document > 0)
+            self.vector_index.warm_up(conn, self.embedder.model_id, self.embedder.dimension)
         default_judge().load()
         self.prewarm()
         return self

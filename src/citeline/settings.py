@@ -195,6 +195,15 @@ class Settings(BaseSettings):
     # that many nearest chunks, of which those in the filter are kept: no documents scan per search, which
     # cost 19 ms of a 22 ms dense stage at a million chunks (docs/performance.md). 0: never.
     hnsw_post_filter_max: Annotated[int, Field(ge=0, le=1000)] = 1000
+    memory_vectors_mb: Annotated[int, Field(ge=0)] = Field(
+        default=64,
+        description=(
+            "While the corpus's vectors fit in this many MB (384 dimensions: about 43,000 chunks), each "
+            "search process holds them and compares every one exactly, instead of walking pgvector's HNSW "
+            "index: faster at that size, exact, and as fast for any filter (store/memory_vectors.py). "
+            "0: always the index."
+        ),
+    )
     # After a restart a large store's pages are on disk: read them in when a server starts (store/prewarm.py).
     prewarm_mb: Annotated[int | None, Field(ge=0)] = Field(
         default=None,

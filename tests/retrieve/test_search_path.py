@@ -193,23 +193,33 @@ def test_explain_reports_the_plan_and_the_filter_share(
     cl.search(half, explain=explain)
     assert explain.selectivity == pytest.approx(0.5)
     assert (explain.scope_chunks, explain.corpus_chunks) == (1_500, 3_000)
-    # 1,500 * 1,500 <= 18 * 100 * 3,000: at this corpus size, scanning half of it is the cheaper plan.
-    assert explain.dense_plan == "exact" and explain.dense_candidates == 100
-    with cl.derive(exact_search_below=0, hnsw_tuple_cost=0) as index_only:
+    # 3,000 vectors fit the default memory_vectors_mb: compared in the process, filtered or not.
+    assert explain.dense_plan == "memory" and explain.dense_candidates == 100
+    unfiltered = Explain()
+    cl.search(SearchRequest("chunk"), explain=unfiltered)
+    assert unfiltered.dense_plan == "memory" and unfiltered.selectivity is None
+    # The catalog, the candidates' fields, the kept texts: the keyword index and the vectors are loaded
+    # by now, and read no log position of their own.
+    assert unfiltered.round_trips == 3
+    with cl.derive(memory_vectors_mb=0) as in_postgres:
+        exact = Explain()
+        in_postgres.search(half, explain=exact)
+        # 1,500 * 1,500 <= 18 * 100 * 3,000: at this corpus size, scanning half of it is the cheaper plan.
+        assert exact.dense_plan == "exact" and exact.dense_candidates == 100
+        unfiltered = Explain()
+        in_postgres.search(SearchRequest("chunk"), explain=unfiltered)
+        assert unfiltered.dense_plan == "hnsw" and unfiltered.round_trips == 4
+    with cl.derive(memory_vectors_mb=0, exact_search_below=0, hnsw_tuple_cost=0) as index_only:
         forced = Explain()
         index_only.search(half, explain=forced)
     # Half of the chunks in the filter: 2 * 100 * 3,000 / 1,500 = 400 fetched unfiltered find 100 in it.
     assert forced.dense_plan == "hnsw-post-filter" and forced.dense_candidates == 100
-    with cl.derive(exact_search_below=0, hnsw_tuple_cost=0, hnsw_post_filter_max=0) as walk_only:
+    with cl.derive(
+        memory_vectors_mb=0, exact_search_below=0, hnsw_tuple_cost=0, hnsw_post_filter_max=0
+    ) as walk_only:
         walked = Explain()
         walk_only.search(half, explain=walked)
     assert walked.dense_plan == "hnsw-iterative" and walked.dense_candidates == 100
-    unfiltered = Explain()
-    cl.search(SearchRequest("chunk"), explain=unfiltered)
-    assert unfiltered.dense_plan == "hnsw" and unfiltered.selectivity is None
-    # The catalog, the dense search, the candidates' fields, the kept texts (the keyword index is
-    # loaded by now, and reads no log position of its own).
-    assert unfiltered.round_trips == 4
 
 
 def test_the_cache_never_returns_a_vector_for_another_model_or_text() -> None:

@@ -99,8 +99,9 @@ class Explain:
     #: unfiltered, for twice the chunks the filter's share needs, keeping those in the filter; should too
     #: few be, the search runs again with the filter: ``hnsw-post-filter, then hnsw-iterative``),
     #: ``hnsw-iterative`` (the index, scanning on until the filter's share is found), ``exact`` (every
-    #: in-filter vector compared) or ``empty``; with another vector backend, its name (it plans its own
-    #: search).
+    #: in-filter vector compared) or ``empty``; ``memory`` (every in-filter vector compared in this
+    #: process: the corpus fits ``memory_vectors_mb``); with another vector backend, its name (it plans its
+    #: own search).
     dense_plan: str = ""
     #: The share of the corpus's chunks the filter keeps (None when unfiltered).
     selectivity: float | None = None
@@ -349,7 +350,7 @@ def hybrid_search(
         t2 = time.perf_counter()
         vector = query_vector()
         t3 = time.perf_counter()
-        dense_query = VectorQuery(vector, model, request.filters, scope, depth)
+        dense_query = VectorQuery(vector, model, request.filters, scope, depth, view.log)
         ran: list[str] | None = [] if explain is not None else None
         dense = vector_index.search(conn, dense_query, ran=ran)
         t4 = time.perf_counter()

@@ -252,6 +252,9 @@ class ChromaIndex:
             for collection in self._namespace_collections():
                 collection.delete(where=where)
 
+    def warm_up(self, conn: sa.Connection, model: str, dimension: int) -> None:
+        """Nothing to load: the Chroma server holds the vectors."""
+
     def relabelled(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
         """Move the vectors of versions whose scopes changed to their new partition."""
         if not version_ids:

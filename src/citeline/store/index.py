@@ -178,6 +178,9 @@ class VectorQuery:
     filters: Filters
     scope: InScope | None
     limit: int
+    #: The keyword log's first and last positions in the search's snapshot (retrieve/search.py reads them
+    #: with the catalog): an index that follows the log syncs to them without reading them again.
+    log: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,10 @@ class VectorIndex(Protocol):
         order, for ``citeline search --explain`` (a plan can fall back to another)."""
         ...
 
+    def warm_up(self, conn: sa.Connection, model: str, dimension: int) -> None:
+        """Load now what the first search of ``model`` would load (``conn`` reads one snapshot)."""
+        ...
+
     def vectors(self, conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:
         """The vectors of these chunks (ids it does not hold are left out)."""
         ...
@@ -259,6 +266,7 @@ def open_index(settings: Settings) -> VectorIndex:
         tuple_cost=settings.hnsw_tuple_cost,
         post_filter_max=settings.hnsw_post_filter_max,
         build_memory_mb=settings.hnsw_build_memory_mb,
+        memory_mb=settings.memory_vectors_mb,
     )
 
 

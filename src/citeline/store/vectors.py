@@ -1,4 +1,5 @@
-"""Dense search over pgvector: one partial HNSW index per embedding model, exact scans for narrow filters.
+"""Dense search over pgvector: one partial HNSW index per embedding model, exact scans for narrow filters,
+and for a corpus small enough, exact search over its vectors held in the process (store/memory_vectors.py).
 
 Vectors of every model share the ``chunks.embedding`` column; each model gets an HNSW index over a
 cast to its dimension, restricted to its own rows. A query names its model, so it can only ever be
@@ -8,6 +9,7 @@ compared with vectors of the same space.
 from __future__ import annotations
 
 import hashlib
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -19,6 +21,7 @@ from numpy.typing import NDArray
 
 from citeline.errors import StoreError
 from citeline.store.index import EmbedFn, Repair, VectorQuery, VersionIds, VersionVectors
+from citeline.store.memory_vectors import MemoryVectors
 
 #: pgvector settings every connection starts with (store/database.py passes them at connect time),
 #: so a search that needs nothing else sends no statement to set them. Iterative scanning
@@ -314,8 +317,12 @@ class PgVectorIndex:
         tuple_cost: float = 0.0,
         post_filter_max: int = 0,
         build_memory_mb: int | None = None,
+        memory_mb: int = 0,
     ) -> None:
         self.ef_search = ef_search
+        self.memory_mb = memory_mb
+        self._memory: dict[str, MemoryVectors] = {}
+        self._memory_lock = threading.Lock()
         self.exact_below = exact_below
         self.tuple_cost = tuple_cost
         self.post_filter_max = post_filter_max
@@ -336,6 +343,14 @@ class PgVectorIndex:
     def search(
         self, conn: sa.Connection, query: VectorQuery, *, ran: list[str] | None = None
     ) -> list[tuple[int, float]]:
+        if self.memory_mb:
+            found = self.memory(query.model).search(
+                conn, query.vector, limit=query.limit, scope=query.scope, log=query.log
+            )
+            if found is not None:
+                if ran is not None:
+                    ran.append("memory")
+                return found
         where, params = query.filters.sql()
         scope = query.scope
         return dense_search(
@@ -353,6 +368,18 @@ class PgVectorIndex:
             chunk_ids=scope.chunk_ids if scope else None,
             ran=ran,
         )
+
+    def warm_up(self, conn: sa.Connection, model: str, dimension: int) -> None:
+        """Load the vectors of ``model`` into this process, if they fit ``memory_mb``."""
+        if self.memory_mb:
+            self.memory(model).search(conn, np.ones(dimension, dtype=np.float32), limit=1)
+
+    def memory(self, model: str) -> MemoryVectors:
+        """The vectors of ``model`` this process holds (loaded by its first search, if they fit)."""
+        with self._memory_lock:
+            if model not in self._memory:
+                self._memory[model] = MemoryVectors(model, self.memory_mb << 20)
+            return self._memory[model]
 
     def vectors(self, conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:
         if not chunk_ids:

@@ -1,0 +1,255 @@
+"""Exact dense search over vectors held in this process, for a store small enough to hold them.
+
+Below a few tens of thousands of chunks, comparing the query with every vector in numpy costs less than
+walking pgvector's HNSW index in PostgreSQL (at 14,000 chunks of 384 dimensions: 0.15 ms against 2.6 ms
+for 100 neighbours), is exact rather than approximate, and costs the same whatever a filter keeps: a
+filter keeping half the corpus needs the index walked for twice the neighbours (6.2 ms), but only a mask
+here. So :class:`~citeline.store.vectors.PgVectorIndex` answers from these arrays while the model's active
+chunks fit ``CITELINE_MEMORY_VECTORS_MB``, and from the HNSW index beyond (docs/performance.md).
+
+The arrays follow the catalog through ``keyword_log`` exactly as the memory keyword index does
+(store/keyword.py): a search syncs them to the log position its own snapshot read, so the vectors it
+compares are those of the versions active in that snapshot.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from numpy.typing import NDArray
+
+from citeline.errors import StoreError
+from citeline.recent import Recent
+from citeline.store.index import InScope, VersionIds, VersionSlots
+
+
+class MemoryVectors:
+    """One model's vectors of every active chunk, normalised, as rows of one float32 matrix; safe to share
+    between threads. Retired chunks are masked out, and the rows rebuilt when most are dead."""
+
+    #: Scopes whose row masks are kept while the arrays are unchanged (a filter reuses its scope object).
+    SCOPE_MASKS = 8
+
+    def __init__(self, model: str, budget_bytes: int) -> None:
+        self.model = model
+        self.budget_bytes = budget_bytes
+        self._lock = threading.Lock()
+        self._masks: Recent[tuple[VersionIds, int], NDArray[np.bool_]] = Recent(self.SCOPE_MASKS)
+        self._generation = 0
+        self._reset(0)
+
+    def _reset(self, dim: int) -> None:
+        self._loaded = False
+        self._seq = 0
+        #: The log position at which the model's chunks were last found not to fit (-1: not known so).
+        self._too_big_at = -1
+        self._dim = dim
+        self._matrix = np.empty((0, dim), dtype=np.float32)
+        self._chunk_ids = np.empty(0, dtype=np.int64)
+        self._doc_slot = np.empty(0, dtype=np.int64)
+        self._alive = np.empty(0, dtype=bool)
+        self._docs: dict[uuid.UUID, int] = {}
+        self._doc_rows: dict[int, NDArray[np.int64]] = {}
+        self._next_slot = 0
+        self._doc_keys: VersionSlots | None = None
+        self._generation += 1
+
+    @property
+    def rows(self) -> int:
+        """Rows held, dead ones included (0 when nothing is loaded)."""
+        return int(self._chunk_ids.size)
+
+    def nbytes(self) -> int:
+        """Bytes held in arrays."""
+        return sum(int(a.nbytes) for a in (self._matrix, self._chunk_ids, self._doc_slot, self._alive))
+
+    def search(
+        self,
+        conn: sa.Connection,
+        query: NDArray[np.float32],
+        *,
+        limit: int,
+        scope: InScope | None = None,
+        log: tuple[int, int] | None = None,
+    ) -> list[tuple[int, float]] | None:
+        """The ``limit`` nearest active chunks of the model to ``query`` within ``scope``, as ``(chunk_id,
+        cosine distance)`` nearest first (ties by chunk id); None when the model's chunks do not fit the
+        budget, or when the arrays are ahead of this search's snapshot: the caller then searches otherwise.
+        ``log`` is the keyword log's first and last position as the caller's snapshot read them (read here
+        when not given)."""
+        dim = int(query.shape[0])
+        with self._lock:
+            if not self._sync(conn, dim, log):
+                return None
+            allowed = self._allowed(scope)
+            norm = float(np.linalg.norm(query))
+            q = (query / norm if norm else query).astype(np.float32, copy=False)
+            count = int(np.count_nonzero(allowed))
+            if not count or not norm:
+                return []
+            if count * 4 < allowed.size:
+                # A narrow filter: compare its rows only.
+                rows = np.flatnonzero(allowed)
+                sims = self._matrix[rows] @ q
+            else:
+                rows = None
+                sims = self._matrix @ q
+                sims[~allowed] = -np.inf
+            k = min(limit, count)
+            # Every row outside the filter scores -inf, and at least k are in it.
+            top = np.argpartition(-sims, k - 1)[:k] if k < sims.size else np.arange(sims.size)
+            ids = self._chunk_ids[top if rows is None else rows[top]]
+            best = sims[top]
+            order = np.lexsort((ids, -best))
+            return [(int(ids[i]), float(1.0 - best[i])) for i in order]
+
+    def _allowed(self, scope: InScope | None) -> NDArray[np.bool_]:
+        """The rows a search within ``scope`` may return."""
+        if scope is None:
+            return self._alive
+        if scope.chunk_ids is not None:
+            return self._alive & np.isin(self._chunk_ids, np.asarray(scope.chunk_ids, dtype=np.int64))
+        ids = VersionIds.of(scope.document_ids)
+        key = (ids, self._generation)
+        mask = self._masks.get(key)
+        if mask is None:
+            if self._doc_keys is None:
+                self._doc_keys = VersionSlots.of(
+                    VersionIds.of(self._docs), np.fromiter(self._docs.values(), np.int64, len(self._docs))
+                )
+            in_scope = np.zeros(self._next_slot, dtype=bool)
+            in_scope[self._doc_keys.slots_of(ids)] = True
+            mask = self._alive & in_scope[self._doc_slot]
+            self._masks.put(key, mask)
+        return mask
+
+    def _sync(self, conn: sa.Connection, dim: int, log: tuple[int, int] | None) -> bool:
+        """Bring the arrays to the log's last position; False when the model's chunks do not fit."""
+        first, last = (
+            log
+            or conn.execute(
+                sa.text("SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM keyword_log")
+            ).one()
+        )
+        first, last = int(first), int(last)
+        if self._loaded and last == self._seq and dim == self._dim:
+            return True
+        if self._loaded and last < self._seq and first <= last:
+            # A snapshot older than another search's, which synced these arrays further: this search
+            # goes to the index rather than loading everything back (and the next one forward again).
+            return False
+        if self._too_big_at == last and dim == self._dim:
+            return False
+        replayable = self._loaded and dim == self._dim and self._seq < last and first <= self._seq + 1
+        if replayable and self._replay(conn, last):
+            return True
+        # First use, a log that restarted or was trimmed past this position, or a replay that overflowed.
+        self._reset(dim)
+        if not self._fits(conn, dim):
+            self._too_big_at = last
+            return False
+        self._append(
+            conn.execute(
+                sa.text(
+                    "SELECT c.id, c.document_id, vector_send(c.embedding) FROM chunks c "
+                    "JOIN documents d ON d.id = c.document_id WHERE d.is_active "
+                    "AND c.embedding_model = :m AND c.embedding IS NOT NULL ORDER BY c.document_id, c.id"
+                ),
+                {"m": self.model},
+            ).all()
+        )
+        self._seq, self._loaded = last, True
+        return True
+
+    def _fits(self, conn: sa.Connection, dim: int, more: int = 0) -> bool:
+        """Whether the corpus's active chunks (every model's: an upper bound read in one row), plus ``more``
+        rows, fit the budget."""
+        chunks = conn.execute(sa.text("SELECT chunk_count FROM corpus_stats WHERE id = 1")).scalar() or 0
+        return (int(chunks) + more) * dim * 4 <= self.budget_bytes
+
+    def _replay(self, conn: sa.Connection, last: int) -> bool:
+        """Apply the log's entries after this position up to ``last``; False if the result would not fit."""
+        entries = conn.execute(
+            sa.text("SELECT document_id, added FROM keyword_log WHERE seq > :a AND seq <= :b ORDER BY seq"),
+            {"a": self._seq, "b": last},
+        ).all()
+        net: dict[uuid.UUID, bool] = {}
+        for doc_id, added in entries:
+            net[doc_id] = bool(added)
+        for doc_id in net:
+            slot = self._docs.pop(doc_id, None)
+            if slot is not None:
+                self._alive[self._doc_rows.pop(slot)] = False
+        self._doc_keys = None
+        self._generation += 1
+        fresh = [d for d, added in net.items() if added]
+        if fresh:
+            if not self._fits(conn, self._dim):
+                return False
+            # Versions still active in this snapshot: one retired since is a later entry of the log.
+            self._append(
+                conn.execute(
+                    sa.text(
+                        "SELECT c.id, c.document_id, vector_send(c.embedding) FROM chunks c "
+                        "JOIN documents d ON d.id = c.document_id WHERE c.document_id = ANY(:ids) "
+                        "AND d.is_active AND c.embedding_model = :m AND c.embedding IS NOT NULL "
+                        "ORDER BY c.document_id, c.id"
+                    ),
+                    {"ids": fresh, "m": self.model},
+                ).all()
+            )
+        self._seq = last
+        if self._alive.size and self._alive.mean() < 0.5:
+            self._compact()
+        return True
+
+    def _append(self, rows: Sequence[Any]) -> None:
+        """Add rows ``(chunk id, version id, vector_send bytes)`` of whole versions, grouped by version."""
+        if not rows:
+            return
+        # vector_send writes a 4-byte header (dimensions, unused) then big-endian float4s: read as floats,
+        # the header is one column, dropped.
+        raw = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=">f4")
+        if raw.size != len(rows) * (self._dim + 1):
+            raise StoreError(f"stored vectors of {self.model} do not all have {self._dim} dimensions")
+        vectors = raw.reshape(len(rows), self._dim + 1)[:, 1:].astype(np.float32)
+        norms = np.linalg.norm(vectors, axis=1)
+        usable = norms > 0  # pgvector gives no cosine distance for a zero vector
+        vectors[usable] /= norms[usable, None]
+        base = self._chunk_ids.size
+        slots = np.empty(len(rows), dtype=np.int64)
+        start = 0
+        for i in range(1, len(rows) + 1):
+            if i == len(rows) or rows[i][1] != rows[start][1]:
+                slot = self._next_slot
+                self._next_slot += 1
+                self._docs[rows[start][1]] = slot
+                self._doc_rows[slot] = np.arange(base + start, base + i, dtype=np.int64)
+                slots[start:i] = slot
+                start = i
+        self._matrix = np.concatenate([self._matrix, vectors]) if base else vectors
+        self._chunk_ids = np.concatenate(
+            [self._chunk_ids, np.fromiter((r[0] for r in rows), np.int64, len(rows))]
+        )
+        self._doc_slot = np.concatenate([self._doc_slot, slots])
+        self._alive = np.concatenate([self._alive, usable])
+        self._doc_keys = None
+        self._generation += 1
+
+    def _compact(self) -> None:
+        """Drop dead rows and renumber the live ones."""
+        keep = np.flatnonzero(self._alive)
+        renumber = np.full(self._alive.size, -1, dtype=np.int64)
+        renumber[keep] = np.arange(keep.size)
+        self._matrix = self._matrix[keep]
+        self._chunk_ids = self._chunk_ids[keep]
+        self._doc_slot = self._doc_slot[keep]
+        self._alive = np.ones(keep.size, dtype=bool)
+        # A version's rows without a usable vector were never alive: they go.
+        self._doc_rows = {slot: (at := renumber[rows])[at >= 0] for slot, rows in self._doc_rows.items()}
+        self._generation += 1

@@ -1,0 +1,167 @@
+"""Vectors held in the search process: exact, within any filter, in step with the catalog's versions and
+deletes, and out of the way when the corpus does not fit their budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from numpy.typing import NDArray
+
+from citeline.engine import Citeline
+from citeline.ingest import IngestOptions
+from citeline.retrieve.filters import Filters
+from citeline.retrieve.search import Explain, SearchRequest, read_catalog
+from citeline.store import catalog
+from citeline.store.memory_vectors import MemoryVectors
+from tests.conftest import write
+
+TEXTS = {
+    "statins.txt": "Statins lower LDL cholesterol and cut cardiovascular events in adults at high risk.",
+    "aspirin.txt": "Low-dose aspirin prevents a second heart attack but raises the risk of bleeding.",
+    "insulin.txt": "Basal insulin is titrated by fasting glucose; hypoglycaemia limits the dose.",
+    "sleep.txt": "Short sleep is associated with weight gain and insulin resistance in adults.",
+    "hygiene.txt": "Hand hygiene before and after patient contact reduces hospital infections.",
+    "fish.txt": "Oily fish twice a week lowers triglycerides and the risk of sudden cardiac death.",
+}
+QUERIES = ["cholesterol and heart attacks", "blood sugar dose", "infection control", "sleep and weight"]
+BUDGET = 64 << 20
+
+
+@pytest.fixture
+def indexed(cl: Citeline, tmp_path: Path) -> Citeline:
+    paths = [write(tmp_path / name, text) for name, text in TEXTS.items()]
+    cl.ingest(paths[:3], IngestOptions(scopes=("cardio",)))
+    cl.ingest(paths[3:5], IngestOptions(scopes=("wards",)))
+    cl.ingest(paths[5:])  # no scope: universal, in every scope
+    return cl
+
+
+def _vector(cl: Citeline, text: str) -> NDArray[np.float32]:
+    return np.asarray(cl.embedder.embed([text])[0], dtype=np.float32)
+
+
+def _exact(cl: Citeline, query: NDArray[np.float32], filters: Filters, k: int) -> list[tuple[int, float]]:
+    """The ``k`` nearest active chunks within ``filters`` as PostgreSQL computes them, comparing every one."""
+    where, params = filters.sql()
+    with cl.engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT c.id, c.embedding <=> CAST(:q AS vector) AS distance FROM chunks c "
+                f"JOIN documents d ON d.id = c.document_id WHERE {where} ORDER BY distance, c.id LIMIT :k"
+            ),
+            {**params, "q": str(query.tolist()), "k": k},
+        ).all()
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+def _memory(
+    cl: Citeline, memory: MemoryVectors, query: NDArray[np.float32], filters: Filters, k: int
+) -> list[tuple[int, float]] | None:
+    with cl.engine.connect() as conn:
+        scope = read_catalog(conn, cl.embedder.model_id, filters).scope
+        return memory.search(conn, query, limit=k, scope=scope)
+
+
+def _assert_same(exact: list[tuple[int, float]], found: list[tuple[int, float]] | None) -> None:
+    assert found is not None
+    assert [c for c, _ in found] == [c for c, _ in exact]
+    assert [d for _, d in found] == pytest.approx([d for _, d in exact], abs=1e-5)
+
+
+FILTERS = [
+    Filters(),
+    Filters(scopes=("cardio",)),
+    Filters(scopes=("wards",)),
+    Filters(scopes=("nowhere",)),  # the universal document only
+    Filters(tags_any=("absent",)),  # nothing
+]
+
+
+def test_memory_search_finds_what_comparing_every_vector_finds_within_any_filter(indexed: Citeline) -> None:
+    memory = MemoryVectors(indexed.embedder.model_id, BUDGET)
+    for text in QUERIES:
+        query = _vector(indexed, text)
+        for filters in FILTERS:
+            for k in (1, 3, 100):
+                _assert_same(_exact(indexed, query, filters, k), _memory(indexed, memory, query, filters, k))
+    universal = _memory(indexed, memory, _vector(indexed, "fish"), Filters(scopes=("nowhere",)), 10)
+    assert universal and len(universal) == 1
+
+
+def test_memory_search_follows_new_versions_and_deletes(indexed: Citeline, tmp_path: Path) -> None:
+    memory = MemoryVectors(indexed.embedder.model_id, BUDGET)
+    query = _vector(indexed, "aspirin and bleeding")
+    _assert_same(_exact(indexed, query, Filters(), 10), _memory(indexed, memory, query, Filters(), 10))
+    loaded = memory.rows
+    # A new version of aspirin.txt replaces the old one; sleep.txt goes.
+    write(tmp_path / "aspirin.txt", "Aspirin is no longer advised for primary prevention in the elderly.")
+    indexed.ingest([tmp_path / "aspirin.txt"], IngestOptions(scopes=("cardio",)))
+    sleep = next(d for d in indexed.documents() if d.name == "sleep.txt")
+    indexed.delete(str(sleep.id))
+    for text in [*QUERIES, "aspirin and bleeding", "elderly prevention"]:
+        q = _vector(indexed, text)
+        for filters in FILTERS:
+            _assert_same(_exact(indexed, q, filters, 10), _memory(indexed, memory, q, filters, 10))
+    assert memory.rows > loaded  # replayed: the new version's rows were added, not everything reloaded
+    # Most rows dead: the arrays are compacted, and a later delete still retires the right rows.
+    for name in ("statins.txt", "insulin.txt", "hygiene.txt"):
+        indexed.delete(str(next(d for d in indexed.documents() if d.name == name).id))
+    q = _vector(indexed, "heart")
+    _assert_same(_exact(indexed, q, Filters(), 10), _memory(indexed, memory, q, Filters(), 10))
+    assert memory.rows == 2  # aspirin.txt's new version and fish.txt, one chunk each
+    indexed.delete(str(next(d for d in indexed.documents() if d.name == "fish.txt").id))
+    for filters in FILTERS:
+        _assert_same(_exact(indexed, q, filters, 10), _memory(indexed, memory, q, filters, 10))
+
+
+def test_memory_search_reloads_when_the_log_was_trimmed_past_it(
+    indexed: Citeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = MemoryVectors(indexed.embedder.model_id, BUDGET)
+    query = _vector(indexed, "heart")
+    _assert_same(_exact(indexed, query, Filters(), 10), _memory(indexed, memory, query, Filters(), 10))
+    monkeypatch.setattr(catalog, "KEYWORD_LOG_KEEP", 1)
+    write(tmp_path / "salt.txt", "Less salt lowers blood pressure and the risk of stroke.")
+    write(tmp_path / "walk.txt", "Walking daily lowers blood pressure in older adults.")
+    indexed.ingest([tmp_path / "salt.txt", tmp_path / "walk.txt"])
+    hygiene = next(d for d in indexed.documents() if d.name == "hygiene.txt")
+    indexed.delete(str(hygiene.id))
+    for filters in FILTERS:
+        _assert_same(_exact(indexed, query, filters, 10), _memory(indexed, memory, query, filters, 10))
+
+
+def test_a_corpus_over_the_budget_is_left_to_the_index(indexed: Citeline) -> None:
+    with indexed.engine.connect() as conn:
+        chunks = int(conn.execute(sa.text("SELECT chunk_count FROM corpus_stats WHERE id = 1")).scalar_one())
+    dim = indexed.embedder.dimension
+    query = _vector(indexed, "heart")
+    assert (
+        _memory(indexed, MemoryVectors(indexed.embedder.model_id, chunks * dim * 4 - 1), query, Filters(), 5)
+        is None
+    )
+    fits = MemoryVectors(indexed.embedder.model_id, chunks * dim * 4)
+    _assert_same(_exact(indexed, query, Filters(), 5), _memory(indexed, fits, query, Filters(), 5))
+    # Through a search: 1 MB holds about 680 vectors of 384 dimensions, far more than these chunks.
+    explain = Explain()
+    indexed.search(SearchRequest("heart"), explain=explain)
+    assert explain.dense_plan == "memory"
+    with indexed.derive(memory_vectors_mb=0) as off:
+        off.search(SearchRequest("heart"), explain=explain)
+    assert explain.dense_plan == "hnsw"
+
+
+def test_a_search_whose_snapshot_is_older_than_the_arrays_is_left_to_the_index(
+    indexed: Citeline, tmp_path: Path
+) -> None:
+    memory = MemoryVectors(indexed.embedder.model_id, BUDGET)
+    query = _vector(indexed, "blood pressure")
+    with indexed.engine.connect().execution_options(isolation_level="REPEATABLE READ") as old:
+        view = read_catalog(old, indexed.embedder.model_id, Filters())  # the snapshot starts here
+        indexed.ingest([write(tmp_path / "salt.txt", "Less salt lowers blood pressure.")])
+        _assert_same(_exact(indexed, query, Filters(), 5), _memory(indexed, memory, query, Filters(), 5))
+        assert memory.search(old, query, limit=5, log=view.log) is None
+    # The arrays were not loaded back to the old snapshot.
+    _assert_same(_exact(indexed, query, Filters(), 5), _memory(indexed, memory, query, Filters(), 5))
