@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from citeline.cli import app
@@ -214,9 +213,7 @@ def test_source_text_is_printed_exactly_never_as_emoji_or_markup(settings: Setti
     assert text in out and "💊" not in out and "❌" not in out
 
 
-def test_search_explain_shows_the_plan_and_the_stages(
-    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_search_explain_shows_the_plan_and_the_stages(settings: Settings, tmp_path: Path) -> None:
     write(tmp_path / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar and must be tested yearly.")
     write(tmp_path / "pumps.txt", "Prime the pump before first use.")
     code, _, err = _run(settings, "ingest", str(tmp_path / "valves.md"), "--scope", "plant-a")
@@ -227,8 +224,8 @@ def test_search_explain_shows_the_plan_and_the_stages(
     code, out, err = _run(settings, "search", "relief valve", "--scope", "plant-a", "--explain")
     assert code == 0, err
     assert "valves.md p.1" in out
-    # Two chunks fit memory_vectors_mb: compared in the process.
-    assert "plan: dense memory, selectivity 50.00% (1 of 2 chunks)" in out
+    # One query per process: the vectors are not loaded into it, PostgreSQL compares them.
+    assert "plan: dense exact, selectivity 50.00% (1 of 2 chunks)" in out
     assert "query vector embedded" in out and "stages (ms): embed " in out
 
     code, out, err = _run(settings, "search", "relief valve", "--json", "--explain")
@@ -236,14 +233,9 @@ def test_search_explain_shows_the_plan_and_the_stages(
     result = json.loads(out)
     assert result["hits"][0]["document_name"] == "valves.md"
     explain = result["explain"]
-    assert explain["dense_plan"] == "memory" and explain["selectivity"] is None
+    assert explain["dense_plan"] == "hnsw" and explain["selectivity"] is None
     assert explain["dense_candidates"] == 2 and explain["cache_hit"] is False
     assert set(explain["stages_ms"]) >= {"embed", "catalog", "keyword", "dense", "fetch", "fuse"}
-
-    monkeypatch.setenv("CITELINE_MEMORY_VECTORS_MB", "0")
-    code, out, err = _run(settings, "search", "relief valve", "--scope", "plant-a", "--explain")
-    assert code == 0, err
-    assert "plan: dense exact, selectivity 50.00% (1 of 2 chunks)" in out
 
 
 def test_providers_lists_what_each_provider_model_setting_can_name() -> None:

@@ -297,11 +297,11 @@ def search(
             fusion=fusion,
         )
     )
-    # One query per process: PostgreSQL scores BM25 directly rather than loading the in-memory index,
-    # and the query embeds on the model session already loaded (opening a second one for two threads
-    # takes far longer than they save on one query).
+    # One query per process: PostgreSQL scores BM25 and walks its vector index directly rather than
+    # loading the in-memory keyword index and vectors, and the query embeds on the model session already
+    # loaded (opening a second one for two threads takes far longer than they save on one query).
     timings, plan = Timings(), Explain()
-    with _citeline(ctx, keyword_index="sql", query_threads=1) as cl:
+    with _citeline(ctx, keyword_index="sql", memory_vectors_mb=0, query_threads=1) as cl:
         # Opened before the clock starts, so the total is the search's and not the process's start-up.
         cl.engine  # noqa: B018
         cl.query_embedder  # noqa: B018

@@ -3,6 +3,7 @@ deletes, and out of the way when the corpus does not fit their budget."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Explain, SearchRequest, read_catalog
 from citeline.store import catalog
+from citeline.store.index import InScope
 from citeline.store.memory_vectors import MemoryVectors
 from tests.conftest import write
 
@@ -165,3 +167,15 @@ def test_a_search_whose_snapshot_is_older_than_the_arrays_is_left_to_the_index(
         assert memory.search(old, query, limit=5, log=view.log) is None
     # The arrays were not loaded back to the old snapshot.
     _assert_same(_exact(indexed, query, Filters(), 5), _memory(indexed, memory, query, Filters(), 5))
+
+
+def test_a_scope_naming_versions_the_arrays_do_not_hold_is_left_to_the_index(indexed: Citeline) -> None:
+    """An embedding-model migration searches its staged versions, not yet active: only the index has them."""
+    memory = MemoryVectors(indexed.embedder.model_id, BUDGET)
+    query = _vector(indexed, "heart")
+    with indexed.engine.connect() as conn:
+        scope = read_catalog(conn, indexed.embedder.model_id, Filters(scopes=("cardio",))).scope
+        assert scope is not None and memory.search(conn, query, limit=5, scope=scope)
+        staged = InScope([*scope.document_ids, uuid.uuid4()], scope.chunks + 1, scope.corpus_chunks)
+        assert memory.search(conn, query, limit=5, scope=staged) is None
+        assert memory.search(conn, query, limit=5, scope=InScope([], 0, scope.corpus_chunks)) == []

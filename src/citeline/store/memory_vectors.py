@@ -87,6 +87,8 @@ class MemoryVectors:
             if not self._sync(conn, dim, log):
                 return None
             allowed = self._allowed(scope)
+            if allowed is None:
+                return None
             norm = float(np.linalg.norm(query))
             q = (query / norm if norm else query).astype(np.float32, copy=False)
             count = int(np.count_nonzero(allowed))
@@ -108,13 +110,19 @@ class MemoryVectors:
             order = np.lexsort((ids, -best))
             return [(int(ids[i]), float(1.0 - best[i])) for i in order]
 
-    def _allowed(self, scope: InScope | None) -> NDArray[np.bool_]:
-        """The rows a search within ``scope`` may return."""
+    def _allowed(self, scope: InScope | None) -> NDArray[np.bool_] | None:
+        """The rows a search within ``scope`` may return; None when the scope names versions these arrays
+        do not hold (an embedding-model migration searches its staged versions, not yet active), or
+        chunks they hold no usable vector of."""
         if scope is None:
             return self._alive
         if scope.chunk_ids is not None:
-            return self._alive & np.isin(self._chunk_ids, np.asarray(scope.chunk_ids, dtype=np.int64))
+            wanted = np.asarray(scope.chunk_ids, dtype=np.int64)
+            chunks = self._alive & np.isin(self._chunk_ids, wanted)
+            return chunks if np.count_nonzero(chunks) == np.unique(wanted).size else None
         ids = VersionIds.of(scope.document_ids)
+        if not self._docs:
+            return None if len(ids) else self._alive
         key = (ids, self._generation)
         mask = self._masks.get(key)
         if mask is None:
@@ -122,8 +130,11 @@ class MemoryVectors:
                 self._doc_keys = VersionSlots.of(
                     VersionIds.of(self._docs), np.fromiter(self._docs.values(), np.int64, len(self._docs))
                 )
+            at, known = self._doc_keys.find(ids)
+            if not known.all():
+                return None
             in_scope = np.zeros(self._next_slot, dtype=bool)
-            in_scope[self._doc_keys.slots_of(ids)] = True
+            in_scope[self._doc_keys.slots[at]] = True
             mask = self._alive & in_scope[self._doc_slot]
             self._masks.put(key, mask)
         return mask
@@ -153,24 +164,36 @@ class MemoryVectors:
         if not self._fits(conn, dim):
             self._too_big_at = last
             return False
-        self._append(
-            conn.execute(
-                sa.text(
-                    "SELECT c.id, c.document_id, vector_send(c.embedding) FROM chunks c "
-                    "JOIN documents d ON d.id = c.document_id WHERE d.is_active "
-                    "AND c.embedding_model = :m AND c.embedding IS NOT NULL ORDER BY c.document_id, c.id"
-                ),
-                {"m": self.model},
-            ).all()
-        )
+        self._load(conn, None)
         self._seq, self._loaded = last, True
         return True
 
-    def _fits(self, conn: sa.Connection, dim: int, more: int = 0) -> bool:
-        """Whether the corpus's active chunks (every model's: an upper bound read in one row), plus ``more``
-        rows, fit the budget."""
+    def _load(self, conn: sa.Connection, versions: list[uuid.UUID] | None) -> None:
+        """Add the model's active versions (of ``versions``; None: all of them) with their chunks' vectors.
+        A version retired since the log entry that named it was read is left out: its retirement is a
+        later entry. Versions without chunks are held too, so a scope naming them is known."""
+        among = " AND d.vector_index = 'pgvector'" + ("" if versions is None else " AND d.id = ANY(:ids)")
+        bind = {"m": self.model, "ids": versions or []}
+        held = conn.execute(
+            sa.text(f"SELECT d.id FROM documents d WHERE d.is_active AND d.embedding_model = :m{among}"),
+            bind,
+        ).scalars()
+        rows = conn.execute(
+            sa.text(
+                "SELECT c.id, c.document_id, vector_send(c.embedding) FROM chunks c "
+                "JOIN documents d ON d.id = c.document_id "
+                f"WHERE d.is_active AND d.embedding_model = :m{among} AND c.embedding_model = :m "
+                "AND c.embedding IS NOT NULL ORDER BY c.document_id, c.id"
+            ),
+            bind,
+        ).all()
+        self._append(list(held), rows)
+
+    def _fits(self, conn: sa.Connection, dim: int) -> bool:
+        """Whether the corpus's active chunks (every model's: an upper bound, read in one row) fit the
+        budget."""
         chunks = conn.execute(sa.text("SELECT chunk_count FROM corpus_stats WHERE id = 1")).scalar() or 0
-        return (int(chunks) + more) * dim * 4 <= self.budget_bytes
+        return int(chunks) * dim * 4 <= self.budget_bytes
 
     def _replay(self, conn: sa.Connection, last: int) -> bool:
         """Apply the log's entries after this position up to ``last``; False if the result would not fit."""
@@ -191,25 +214,22 @@ class MemoryVectors:
         if fresh:
             if not self._fits(conn, self._dim):
                 return False
-            # Versions still active in this snapshot: one retired since is a later entry of the log.
-            self._append(
-                conn.execute(
-                    sa.text(
-                        "SELECT c.id, c.document_id, vector_send(c.embedding) FROM chunks c "
-                        "JOIN documents d ON d.id = c.document_id WHERE c.document_id = ANY(:ids) "
-                        "AND d.is_active AND c.embedding_model = :m AND c.embedding IS NOT NULL "
-                        "ORDER BY c.document_id, c.id"
-                    ),
-                    {"ids": fresh, "m": self.model},
-                ).all()
-            )
+            self._load(conn, fresh)
         self._seq = last
         if self._alive.size and self._alive.mean() < 0.5:
             self._compact()
         return True
 
-    def _append(self, rows: Sequence[Any]) -> None:
-        """Add rows ``(chunk id, version id, vector_send bytes)`` of whole versions, grouped by version."""
+    def _append(self, versions: list[uuid.UUID], rows: Sequence[Any]) -> None:
+        """Add ``versions`` and their chunks' rows ``(chunk id, version id, vector_send bytes)``, grouped by
+        version."""
+        base = self._chunk_ids.size
+        for version in versions:
+            self._docs[version] = self._next_slot
+            self._doc_rows[self._next_slot] = np.empty(0, dtype=np.int64)
+            self._next_slot += 1
+        self._doc_keys = None
+        self._generation += 1
         if not rows:
             return
         # vector_send writes a 4-byte header (dimensions, unused) then big-endian float4s: read as floats,
@@ -221,25 +241,16 @@ class MemoryVectors:
         norms = np.linalg.norm(vectors, axis=1)
         usable = norms > 0  # pgvector gives no cosine distance for a zero vector
         vectors[usable] /= norms[usable, None]
-        base = self._chunk_ids.size
-        slots = np.empty(len(rows), dtype=np.int64)
-        start = 0
-        for i in range(1, len(rows) + 1):
-            if i == len(rows) or rows[i][1] != rows[start][1]:
-                slot = self._next_slot
-                self._next_slot += 1
-                self._docs[rows[start][1]] = slot
-                self._doc_rows[slot] = np.arange(base + start, base + i, dtype=np.int64)
-                slots[start:i] = slot
-                start = i
+        slots = np.fromiter((self._docs[r[1]] for r in rows), np.int64, len(rows))
+        # Rows come grouped by version: each version's rows are one run.
+        starts = np.flatnonzero(np.r_[True, slots[1:] != slots[:-1]])
+        for start, end in zip(starts, [*starts[1:], len(rows)], strict=True):
+            self._doc_rows[int(slots[start])] = np.arange(base + start, base + end, dtype=np.int64)
         self._matrix = np.concatenate([self._matrix, vectors]) if base else vectors
-        self._chunk_ids = np.concatenate(
-            [self._chunk_ids, np.fromiter((r[0] for r in rows), np.int64, len(rows))]
-        )
+        chunk_ids = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+        self._chunk_ids = np.concatenate([self._chunk_ids, chunk_ids])
         self._doc_slot = np.concatenate([self._doc_slot, slots])
         self._alive = np.concatenate([self._alive, usable])
-        self._doc_keys = None
-        self._generation += 1
 
     def _compact(self) -> None:
         """Drop dead rows and renumber the live ones."""
