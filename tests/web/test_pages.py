@@ -397,7 +397,8 @@ def test_the_chat_works_with_the_keyboard_at_phone_width(site: Site, browser: Br
         first.focus()
         page.keyboard.press("Enter")
         panel = page.get_by_role("complementary", name="Citation")
-        expect(panel).to_be_focused()
+        # The panel opens once its passage is fetched: allow for a loaded machine, as for the answer.
+        expect(panel).to_be_focused(timeout=20_000)
         page.get_by_role("button", name="Open at the page").focus()
         page.keyboard.press("Enter")
         expect(page.locator("#viewer mark.citeline-mark").first).to_be_visible(timeout=30_000)
