@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
+from citeline import heap
 from citeline.errors import StoreError
 from citeline.recent import Recent
 from citeline.store.index import InScope, VersionIds, VersionSlots
+
+#: Rows read from PostgreSQL at a time when loading (a batch of 384-dimension vectors is 6 MB).
+_BATCH = 4096
 
 
 class MemoryVectors:
@@ -94,13 +96,16 @@ class MemoryVectors:
             count = int(np.count_nonzero(allowed))
             if not count or not norm:
                 return []
+            # einsum, not matmul: numpy's BLAS runs a product this size on every core and then keeps its
+            # threads spinning, which cost the peer bench's 4 concurrent searchers 20 ms of CPU a search
+            # against 13 (and took cores from the next query's embedding); einsum's loop runs on this thread.
             if count * 4 < allowed.size:
                 # A narrow filter: compare its rows only.
                 rows = np.flatnonzero(allowed)
-                sims = self._matrix[rows] @ q
+                sims = np.einsum("ij,j->i", self._matrix[rows], q)
             else:
                 rows = None
-                sims = self._matrix @ q
+                sims = np.einsum("ij,j->i", self._matrix, q)
                 sims[~allowed] = -np.inf
             k = min(limit, count)
             # Every row outside the filter scores -inf, and at least k are in it.
@@ -166,6 +171,7 @@ class MemoryVectors:
             return False
         self._load(conn, None)
         self._seq, self._loaded = last, True
+        heap.trim()  # what loading freed (see citeline/heap.py)
         return True
 
     def _load(self, conn: sa.Connection, versions: list[uuid.UUID] | None) -> None:
@@ -178,7 +184,7 @@ class MemoryVectors:
             sa.text(f"SELECT d.id FROM documents d WHERE d.is_active AND d.embedding_model = :m{among}"),
             bind,
         ).scalars()
-        rows = conn.execute(
+        result = conn.execution_options(stream_results=True, yield_per=_BATCH).execute(
             sa.text(
                 "SELECT c.id, c.document_id, vector_send(c.embedding) FROM chunks c "
                 "JOIN documents d ON d.id = c.document_id "
@@ -186,8 +192,27 @@ class MemoryVectors:
                 "AND c.embedding IS NOT NULL ORDER BY c.document_id, c.id"
             ),
             bind,
-        ).all()
-        self._append(list(held), rows)
+        )
+        # In batches, each turned into arrays at once: the rows of a whole corpus as Python objects would
+        # briefly take three times the matrix, in small blocks the C heap keeps once they are freed.
+        chunk_ids: list[NDArray[np.int64]] = []
+        owners: list[uuid.UUID] = []
+        vectors: list[NDArray[np.float32]] = []
+        for batch in result.partitions():
+            chunk_ids.append(np.fromiter((r[0] for r in batch), np.int64, len(batch)))
+            owners.extend(r[1] for r in batch)
+            # vector_send writes a 4-byte header (dimensions, unused) then big-endian float4s: read as
+            # floats, the header is one column, dropped.
+            raw = np.frombuffer(b"".join(r[2] for r in batch), dtype=">f4")
+            if raw.size != len(batch) * (self._dim + 1):
+                raise StoreError(f"stored vectors of {self.model} do not all have {self._dim} dimensions")
+            vectors.append(raw.reshape(len(batch), self._dim + 1)[:, 1:].astype(np.float32))
+        self._append(
+            list(held),
+            np.concatenate(chunk_ids) if chunk_ids else np.empty(0, dtype=np.int64),
+            owners,
+            np.concatenate(vectors) if vectors else np.empty((0, self._dim), dtype=np.float32),
+        )
 
     def _fits(self, conn: sa.Connection, dim: int) -> bool:
         """Whether the corpus's active chunks (every model's: an upper bound, read in one row) fit the
@@ -220,9 +245,14 @@ class MemoryVectors:
             self._compact()
         return True
 
-    def _append(self, versions: list[uuid.UUID], rows: Sequence[Any]) -> None:
-        """Add ``versions`` and their chunks' rows ``(chunk id, version id, vector_send bytes)``, grouped by
-        version."""
+    def _append(
+        self,
+        versions: list[uuid.UUID],
+        chunk_ids: NDArray[np.int64],
+        owners: list[uuid.UUID],
+        vectors: NDArray[np.float32],
+    ) -> None:
+        """Add ``versions`` and their chunks: ids, each one's version (grouped by version) and vectors."""
         base = self._chunk_ids.size
         for version in versions:
             self._docs[version] = self._next_slot
@@ -230,24 +260,17 @@ class MemoryVectors:
             self._next_slot += 1
         self._doc_keys = None
         self._generation += 1
-        if not rows:
+        if not owners:
             return
-        # vector_send writes a 4-byte header (dimensions, unused) then big-endian float4s: read as floats,
-        # the header is one column, dropped.
-        raw = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=">f4")
-        if raw.size != len(rows) * (self._dim + 1):
-            raise StoreError(f"stored vectors of {self.model} do not all have {self._dim} dimensions")
-        vectors = raw.reshape(len(rows), self._dim + 1)[:, 1:].astype(np.float32)
         norms = np.linalg.norm(vectors, axis=1)
         usable = norms > 0  # pgvector gives no cosine distance for a zero vector
         vectors[usable] /= norms[usable, None]
-        slots = np.fromiter((self._docs[r[1]] for r in rows), np.int64, len(rows))
-        # Rows come grouped by version: each version's rows are one run.
+        slots = np.fromiter((self._docs[v] for v in owners), np.int64, len(owners))
+        # Each version's rows are one run.
         starts = np.flatnonzero(np.r_[True, slots[1:] != slots[:-1]])
-        for start, end in zip(starts, [*starts[1:], len(rows)], strict=True):
+        for start, end in zip(starts, [*starts[1:], len(owners)], strict=True):
             self._doc_rows[int(slots[start])] = np.arange(base + start, base + end, dtype=np.int64)
         self._matrix = np.concatenate([self._matrix, vectors]) if base else vectors
-        chunk_ids = np.fromiter((r[0] for r in rows), np.int64, len(rows))
         self._chunk_ids = np.concatenate([self._chunk_ids, chunk_ids])
         self._doc_slot = np.concatenate([self._doc_slot, slots])
         self._alive = np.concatenate([self._alive, usable])
