@@ -24,9 +24,17 @@ from citeline.retrieve.filters import Filters
 from citeline.retrieve.fusion import fuse_reciprocal_rank, fuse_weighted, scaled_min_max, scaled_three_sigma
 from citeline.settings import Fusion, Settings
 from citeline.store.analyzer import Analyzer
-from citeline.store.index import InScope, VectorIndex, VectorQuery, VersionIds, cosine_distances, fill_vectors
+from citeline.store.index import (
+    InScope,
+    VectorIndex,
+    VectorQuery,
+    VersionIds,
+    as_array,
+    cosine_distances,
+    fill_vectors,
+)
 from citeline.store.keyword import DocumentMatch, KeywordIndex
-from citeline.store.vectors import as_array, to_pgvector
+from citeline.store.vectors import to_pgvector
 
 
 @dataclass(frozen=True)

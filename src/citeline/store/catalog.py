@@ -26,9 +26,8 @@ from numpy.typing import NDArray
 from citeline.access import FULL_ACCESS, Access
 from citeline.errors import ConfigError, ConflictError, NotFoundError
 from citeline.retrieve.filters import category_condition, like_escape
-from citeline.store.index import VectorIndex, VersionVectors, fill_vectors
+from citeline.store.index import VectorIndex, VersionVectors, as_array, fill_vectors
 from citeline.store.models import Status
-from citeline.store.vectors import as_array
 
 _DOC_COLUMNS = (
     "document_id AS id, id AS version_id, name, title, source_uri, content_type, file_path, content_hash, "
@@ -1286,6 +1285,28 @@ def _log(conn: sa.Connection, doc_ids: Sequence[uuid.UUID], *, added: bool) -> N
         sa.text("DELETE FROM keyword_log WHERE seq <= (SELECT max(seq) FROM keyword_log) - :keep"),
         {"keep": KEYWORD_LOG_KEEP},
     )
+
+
+def log_positions(conn: sa.Connection) -> tuple[int, int]:
+    """The keyword log's first and last positions (0 and 0 when it is empty), as ``conn`` sees them."""
+    first, last = conn.execute(
+        sa.text("SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM keyword_log")
+    ).one()
+    return int(first), int(last)
+
+
+def log_changes(conn: sa.Connection, after: int, upto: int) -> dict[uuid.UUID, bool]:
+    """What the log's entries after position ``after`` up to ``upto`` did to each version they name, in
+    the order first named: True if it ended visible, False if retired. Readers that keep arrays in step
+    with the catalog (keyword.MemoryKeywordIndex, memory_vectors.MemoryVectors) replay these."""
+    entries = conn.execute(
+        sa.text("SELECT document_id, added FROM keyword_log WHERE seq > :a AND seq <= :b ORDER BY seq"),
+        {"a": after, "b": upto},
+    ).all()
+    net: dict[uuid.UUID, bool] = {}
+    for doc_id, added in entries:
+        net[doc_id] = bool(added)
+    return net
 
 
 def _bump_totals(conn: sa.Connection, chunks: int, tokens: int) -> None:

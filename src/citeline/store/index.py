@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, overload
+from typing import Any, ClassVar, Protocol, overload
 
 import numpy as np
 import sqlalchemy as sa
@@ -268,6 +268,12 @@ def open_index(settings: Settings) -> VectorIndex:
         build_memory_mb=settings.hnsw_build_memory_mb,
         memory_mb=settings.memory_vectors_mb,
     )
+
+
+def as_array(value: Any) -> NDArray[np.float32]:
+    """A vector read from PostgreSQL as a numpy array (pgvector's loader gives Vector objects in recent
+    releases, arrays in older ones)."""
+    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
 
 
 def fill_vectors(

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.recent import Recent
+from citeline.store import catalog
 from citeline.store.index import VersionIds, VersionSlots
 from citeline.store.keyword_files import (
     Postings,
@@ -636,12 +637,7 @@ class MemoryKeywordIndex:
     def _sync(self, conn: sa.Connection, log: tuple[int, int] | None = None) -> None:
         """Replay the log since the last sync (up to ``log``'s last position when given); on first use,
         map a snapshot and replay from its position, or load everything active from the catalog."""
-        first, last = (
-            log
-            or conn.execute(
-                sa.text("SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM keyword_log")
-            ).one()
-        )
+        first, last = log or catalog.log_positions(conn)
         if self._loaded and last == self._seq:
             return
         self._generation += 1
@@ -670,13 +666,7 @@ class MemoryKeywordIndex:
 
     def _replay(self, conn: sa.Connection, last: int) -> bool:
         """Apply the log's entries after this index's position up to ``last``."""
-        entries = conn.execute(
-            sa.text("SELECT document_id, added FROM keyword_log WHERE seq > :a AND seq <= :b ORDER BY seq"),
-            {"a": self._seq, "b": last},
-        ).all()
-        net: dict[uuid.UUID, bool] = {}
-        for doc_id, added in entries:
-            net[doc_id] = bool(added)
+        net = catalog.log_changes(conn, self._seq, last)
         for doc_id in net:
             slot = self._docs.pop(doc_id, None)
             self._doc_keys = None

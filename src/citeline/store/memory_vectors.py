@@ -24,6 +24,9 @@ from numpy.typing import NDArray
 from citeline import heap
 from citeline.errors import StoreError
 from citeline.recent import Recent
+
+# The module, not its names: catalog imports store.vectors, which imports this module.
+from citeline.store import catalog
 from citeline.store.index import InScope, VersionIds, VersionSlots
 
 #: Rows read from PostgreSQL at a time when loading (a batch of 384-dimension vectors is 6 MB).
@@ -146,13 +149,7 @@ class MemoryVectors:
 
     def _sync(self, conn: sa.Connection, dim: int, log: tuple[int, int] | None) -> bool:
         """Bring the arrays to the log's last position; False when the model's chunks do not fit."""
-        first, last = (
-            log
-            or conn.execute(
-                sa.text("SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM keyword_log")
-            ).one()
-        )
-        first, last = int(first), int(last)
+        first, last = log or catalog.log_positions(conn)
         if self._loaded and last == self._seq and dim == self._dim:
             return True
         if self._loaded and last < self._seq and first <= last:
@@ -222,13 +219,7 @@ class MemoryVectors:
 
     def _replay(self, conn: sa.Connection, last: int) -> bool:
         """Apply the log's entries after this position up to ``last``; False if the result would not fit."""
-        entries = conn.execute(
-            sa.text("SELECT document_id, added FROM keyword_log WHERE seq > :a AND seq <= :b ORDER BY seq"),
-            {"a": self._seq, "b": last},
-        ).all()
-        net: dict[uuid.UUID, bool] = {}
-        for doc_id, added in entries:
-            net[doc_id] = bool(added)
+        net = catalog.log_changes(conn, self._seq, last)
         for doc_id in net:
             slot = self._docs.pop(doc_id, None)
             if slot is not None:

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.errors import StoreError
-from citeline.store.index import EmbedFn, Repair, VectorQuery, VersionIds, VersionVectors
+from citeline.store.index import EmbedFn, Repair, VectorQuery, VersionIds, VersionVectors, as_array
 from citeline.store.memory_vectors import MemoryVectors
 
 #: pgvector settings every connection starts with (store/database.py passes them at connect time),
@@ -396,9 +396,3 @@ class PgVectorIndex:
 
     def close(self) -> None:
         """Nothing to close: the catalog's engine is the caller's."""
-
-
-def as_array(value: Any) -> NDArray[np.float32]:
-    """A vector read from PostgreSQL as a numpy array (pgvector's loader gives Vector objects in recent
-    releases, arrays in older ones)."""
-    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
