@@ -15,7 +15,9 @@ from citeline.engine import Citeline
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Explain, SearchRequest, read_catalog
+from citeline.settings import Settings
 from citeline.store import catalog
+from citeline.store.database import schema_name
 from citeline.store.index import InScope
 from citeline.store.memory_vectors import MemoryVectors
 from tests.conftest import write
@@ -179,3 +181,21 @@ def test_a_scope_naming_versions_the_arrays_do_not_hold_is_left_to_the_index(ind
         staged = InScope([*scope.document_ids, uuid.uuid4()], scope.chunks + 1, scope.corpus_chunks)
         assert memory.search(conn, query, limit=5, scope=staged) is None
         assert memory.search(conn, query, limit=5, scope=InScope([], 0, scope.corpus_chunks)) == []
+
+
+def test_a_namespace_made_again_with_a_shorter_log_is_loaded_anew(
+    indexed: Citeline, settings: Settings, tmp_path: Path
+) -> None:
+    """Its log restarted: a position below the arrays' is not an older snapshot of the same catalog."""
+    memory = MemoryVectors(indexed.embedder.model_id, BUDGET)
+    query = _vector(indexed, "heart")
+    _assert_same(_exact(indexed, query, Filters(), 10), _memory(indexed, memory, query, Filters(), 10))
+    other = settings.model_copy(update={"namespace": settings.namespace + "_again"})
+    with Citeline(other) as again:
+        try:
+            again.ingest([write(tmp_path / "again" / "salt.txt", "Less salt lowers blood pressure.")])
+            _assert_same(_exact(again, query, Filters(), 10), _memory(again, memory, query, Filters(), 10))
+            assert memory.rows == 1
+        finally:
+            with again.engine.begin() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))

@@ -53,6 +53,8 @@ class MemoryVectors:
         self._seq = 0
         #: The log position at which the model's chunks were last found not to fit (-1: not known so).
         self._too_big_at = -1
+        #: The namespace's epoch (``label_changes``, made anew with the namespace) the arrays were read in.
+        self._epoch: uuid.UUID | None = None
         self._dim = dim
         self._matrix = np.empty((0, dim), dtype=np.float32)
         self._chunk_ids = np.empty(0, dtype=np.int64)
@@ -152,9 +154,10 @@ class MemoryVectors:
         first, last = log or catalog.log_positions(conn)
         if self._loaded and last == self._seq and dim == self._dim:
             return True
-        if self._loaded and last < self._seq and first <= last:
+        if self._loaded and last < self._seq and self._epoch == _epoch(conn):
             # A snapshot older than another search's, which synced these arrays further: this search
             # goes to the index rather than loading everything back (and the next one forward again).
+            # A namespace made again (another epoch) restarted its log: that reloads, below.
             return False
         if self._too_big_at == last and dim == self._dim:
             return False
@@ -167,7 +170,7 @@ class MemoryVectors:
             self._too_big_at = last
             return False
         self._load(conn, None)
-        self._seq, self._loaded = last, True
+        self._seq, self._loaded, self._epoch = last, True, _epoch(conn)
         heap.trim()  # what loading freed (see citeline/heap.py)
         return True
 
@@ -278,3 +281,9 @@ class MemoryVectors:
         # A version's rows without a usable vector were never alive: they go.
         self._doc_rows = {slot: (at := renumber[rows])[at >= 0] for slot, rows in self._doc_rows.items()}
         self._generation += 1
+
+
+def _epoch(conn: sa.Connection) -> uuid.UUID | None:
+    """The namespace's epoch: a namespace dropped and made again gets another, and restarts its log."""
+    value = conn.execute(sa.text("SELECT epoch FROM label_changes WHERE id = 1")).scalar()
+    return None if value is None else uuid.UUID(str(value))
