@@ -17,6 +17,7 @@ from citeline.engine import Citeline
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import read_catalog
+from citeline.settings import Settings
 from citeline.store import catalog
 from citeline.store.database import MIGRATIONS, schema_name
 from citeline.store.index import VersionIds
@@ -481,3 +482,50 @@ def test_a_loaded_index_answers_without_a_connection_only_at_the_log_position_it
     _assert_same(*_both(indexed, memory, "cardiovascular risk"))
     found = memory.search_loaded(terms, **args, log=position())
     assert found is not None and len(found[0]) == len(sql) + 1
+
+
+def test_a_search_whose_snapshot_is_older_than_the_memory_backend_is_scored_by_postgresql(
+    indexed: Citeline, tmp_path: Path
+) -> None:
+    """Another search synced the arrays past a commit this one's transaction began before: loading them
+    back would cost every search a reload; PostgreSQL scores this one over its own snapshot instead."""
+    memory = MemoryKeywordIndex()
+    terms = indexed.analyzer.term_counts("aspirin prevention")
+    args: dict[str, Any] = {"where": "TRUE", "params": {}, "document_ids": None, "limit": 50}
+    with indexed.engine.connect().execution_options(isolation_level="REPEATABLE READ") as old:
+        view = read_catalog(old, indexed.embedder.model_id, NO_FILTERS)  # the snapshot starts here
+        indexed.ingest(
+            [write(tmp_path / "elderly.txt", "Aspirin: not for primary prevention in the elderly.")]
+        )
+        with indexed.engine.connect() as new:
+            now = read_catalog(new, indexed.embedder.model_id, NO_FILTERS)
+            memory.warm_up(new)
+        found = memory.search(old, terms, **args, log=view.log)
+        _assert_same(SqlKeywordIndex().search(old, terms, **args), found)
+        assert len(found) == 1  # aspirin.txt: elderly.txt is not in the old snapshot
+    # The arrays stayed where the newer search left them: a search at that position needs no sync.
+    loaded = memory.search_loaded(terms, document_ids=None, limit=50, log=now.log)
+    assert loaded is not None and len(loaded[0]) == 2
+
+
+def test_a_namespace_made_again_with_a_shorter_log_is_loaded_anew(
+    indexed: Citeline, settings: Settings, tmp_path: Path
+) -> None:
+    """Its log restarted: a position below the arrays' is not an older snapshot of the same catalog."""
+    memory = MemoryKeywordIndex()
+    terms = indexed.analyzer.term_counts("salt blood pressure")
+    args: dict[str, Any] = {"where": "TRUE", "params": {}, "document_ids": None, "limit": 50}
+    with indexed.engine.connect() as conn:
+        memory.warm_up(conn)
+    other = settings.model_copy(update={"namespace": settings.namespace + "_again"})
+    with Citeline(other) as again:
+        try:
+            again.ingest([write(tmp_path / "again" / "salt.txt", "Less salt lowers blood pressure.")])
+            with again.engine.connect() as conn:
+                log = catalog.log_positions(conn)
+                found = memory.search(conn, terms, **args, log=log)
+                _assert_same(SqlKeywordIndex().search(conn, terms, **args), found)
+            assert memory.search_loaded(terms, document_ids=None, limit=50, log=log) is not None
+        finally:
+            with again.engine.begin() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))

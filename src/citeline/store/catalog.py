@@ -1295,6 +1295,13 @@ def log_positions(conn: sa.Connection) -> tuple[int, int]:
     return int(first), int(last)
 
 
+def namespace_epoch(conn: sa.Connection) -> uuid.UUID | None:
+    """The namespace's epoch: a namespace dropped and made again gets another, and its log restarts, so a
+    reader that finds the log below its position can tell an older snapshot (same epoch) from a restart."""
+    value = conn.execute(sa.text("SELECT epoch FROM label_changes WHERE id = 1")).scalar()
+    return None if value is None else uuid.UUID(str(value))
+
+
 def log_changes(conn: sa.Connection, after: int, upto: int) -> dict[uuid.UUID, bool]:
     """What the log's entries after position ``after`` up to ``upto`` did to each version they name, in
     the order first named: True if it ended visible, False if retired. Readers that keep arrays in step

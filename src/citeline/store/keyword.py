@@ -374,6 +374,8 @@ class MemoryKeywordIndex:
             self.SCOPE_MASKS
         )
         self._masks_generation = -1
+        #: The namespace's epoch when the arrays were last loaded whole (see :meth:`_ahead_of`).
+        self._epoch: uuid.UUID | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -436,8 +438,18 @@ class MemoryKeywordIndex:
         log: tuple[int, int] | None = None,
     ) -> list[tuple[int, float]]:
         with self._lock:
-            self._sync(conn, log)
-            return self._chunks(terms, document_ids, limit, chunk_ids)
+            if not self._ahead_of(conn, log):
+                self._sync(conn, log)
+                return self._chunks(terms, document_ids, limit, chunk_ids)
+        return SqlKeywordIndex().search(
+            conn,
+            terms,
+            where=where,
+            params=params,
+            document_ids=document_ids,
+            limit=limit,
+            chunk_ids=chunk_ids,
+        )
 
     def search_with_documents(
         self,
@@ -451,9 +463,26 @@ class MemoryKeywordIndex:
         log: tuple[int, int] | None = None,
     ) -> tuple[list[tuple[int, float]], list[DocumentMatch]]:
         with self._lock:
-            self._sync(conn, log)
-            self._want_documents(conn)
-            return self._chunks_and_documents(terms, document_ids, limit)
+            if not self._ahead_of(conn, log):
+                self._sync(conn, log)
+                self._want_documents(conn)
+                return self._chunks_and_documents(terms, document_ids, limit)
+        return SqlKeywordIndex().search_with_documents(
+            conn, terms, where=where, params=params, document_ids=document_ids, limit=limit
+        )
+
+    def _ahead_of(self, conn: sa.Connection, log: tuple[int, int] | None) -> bool:
+        """Whether the arrays hold a later catalog than the search's snapshot (``log``, as it read it):
+        another search synced them past a commit this one's transaction began before. Such a search is
+        scored by PostgreSQL over its own snapshot (the same scores), rather than loading everything back
+        and, at the next search, forward again. A log below the arrays' position in a namespace made
+        again (another epoch) restarted: that reloads."""
+        return (
+            log is not None
+            and self._loaded
+            and log[1] < self._seq
+            and self._epoch == catalog.namespace_epoch(conn)
+        )
 
     def search_loaded(
         self,
@@ -657,8 +686,10 @@ class MemoryKeywordIndex:
                     self._seq = int(last)
                     self._loaded = True
                     self.source = "catalog"
+                    self._epoch = catalog.namespace_epoch(conn)
                     self._save_snapshot(conn)
                     return
+                self._epoch = catalog.namespace_epoch(conn)
         else:
             self._replay(conn, last)
         if len(self._segments) > self.MAX_SEGMENTS or (self._alive.size and self._alive.mean() < 0.5):

@@ -154,7 +154,7 @@ class MemoryVectors:
         first, last = log or catalog.log_positions(conn)
         if self._loaded and last == self._seq and dim == self._dim:
             return True
-        if self._loaded and last < self._seq and self._epoch == _epoch(conn):
+        if self._loaded and last < self._seq and self._epoch == catalog.namespace_epoch(conn):
             # A snapshot older than another search's, which synced these arrays further: this search
             # goes to the index rather than loading everything back (and the next one forward again).
             # A namespace made again (another epoch) restarted its log: that reloads, below.
@@ -170,7 +170,7 @@ class MemoryVectors:
             self._too_big_at = last
             return False
         self._load(conn, None)
-        self._seq, self._loaded, self._epoch = last, True, _epoch(conn)
+        self._seq, self._loaded, self._epoch = last, True, catalog.namespace_epoch(conn)
         heap.trim()  # what loading freed (see citeline/heap.py)
         return True
 
@@ -281,9 +281,3 @@ class MemoryVectors:
         # A version's rows without a usable vector were never alive: they go.
         self._doc_rows = {slot: (at := renumber[rows])[at >= 0] for slot, rows in self._doc_rows.items()}
         self._generation += 1
-
-
-def _epoch(conn: sa.Connection) -> uuid.UUID | None:
-    """The namespace's epoch: a namespace dropped and made again gets another, and restarts its log."""
-    value = conn.execute(sa.text("SELECT epoch FROM label_changes WHERE id = 1")).scalar()
-    return None if value is None else uuid.UUID(str(value))
