@@ -388,13 +388,16 @@ def hybrid_search(
         t5 = time.perf_counter()
         ranked = _rank(candidates, fusion, settings, threshold, top_k, documents)
         t6 = time.perf_counter()
-        texts = _texts(conn, [int(candidates.ids[i]) for i, _ in ranked])
+        # The stored fields and texts of the kept hits only: reading them for every candidate (about 160
+        # of them, to keep 10) cost more than this statement (texts are stored out of line: at 100k
+        # chunks on a loaded machine, 39 ms against 32 ms, medians of 30 searches).
+        stored = _fetch(conn, [int(candidates.ids[i]) for i, _ in ranked])
         t7 = time.perf_counter()
-    # A chunk without text was retired since its fields were read.
+    # A chunk missing here was retired since the candidates were read.
     hits = [
-        candidates.hit(i, fused, texts[cid])
+        candidates.hit(i, fused, stored[cid])
         for i, fused in ranked
-        if (cid := int(candidates.ids[i])) in texts
+        if (cid := int(candidates.ids[i])) in stored
     ]
     timings.catalog, timings.keyword = (t1 - t0) * 1e3, keyword_ms
     # Waiting for the query vector (t2 to t3) is the embedding's time, which the caller measures.
@@ -442,8 +445,8 @@ def _counting(conn: sa.Connection, enabled: bool) -> Iterator[list[int]]:
 
 @dataclass(frozen=True)
 class _Candidates:
-    """Every candidate still active, in arrays aligned on them: fusion's inputs and each hit's stored
-    fields. Ranks are 1-based places in the dense and keyword lists, 0 where a list lacks it."""
+    """Every candidate still active, in arrays aligned on them: fusion's inputs. Ranks are 1-based places
+    in the dense and keyword lists, 0 where a list lacks it."""
 
     ids: NDArray[np.int64]
     #: Each candidate's version (``documents.id``), which whole-document scores are keyed by.
@@ -453,16 +456,12 @@ class _Candidates:
     keyword: NDArray[np.float64]
     keyword_rank: NDArray[np.int64]
     content_types: list[str | None]
-    rows: Sequence[sa.Row[Any]]
 
-    def hit(self, i: int, fused: float, text: str) -> Hit:
+    def hit(self, i: int, fused: float, stored: dict[str, Any]) -> Hit:
+        """Candidate ``i`` as a hit, from its stored fields (:func:`_fetch`)."""
         distance = float(self.distance[i])
-        stored = dict(self.rows[i]._mapping)
-        del stored["query_distance"], stored["version_id"], stored["elsewhere"]
-        stored["model_numbers"] = tuple(stored["model_numbers"])
         return Hit(
             **stored,
-            text=text,
             distance=distance,
             similarity=1.0 - distance,
             keyword_score=float(self.keyword[i]),
@@ -480,9 +479,10 @@ def _candidates(
     versions: Sequence[uuid.UUID] = (),
     first_chunks: int = 0,
 ) -> _Candidates:
-    """Read every candidate of both lists in one statement: its stored fields but the text (content
-    type included) and, for keyword-only ones, its cosine distance (dense hits bring theirs; a row that
-    holds no vector has it from the vector index). Chunks retired since the index queries are left out.
+    """Read every candidate of both lists in one statement: its version, its content type and, for
+    keyword-only ones, its cosine distance (dense hits bring theirs; a row that holds no vector has it
+    from the vector index); the hits' other fields are read once they are chosen. Chunks retired since
+    the index queries are left out.
 
     ``extra`` chunks join the candidates, and so do the first ``first_chunks`` chunks (by index) of each
     version in ``versions``: the best whole-document matches, which the search found within its filter."""
@@ -499,7 +499,7 @@ def _candidates(
         )
         rows = conn.execute(
             sa.text(
-                f"SELECT {_CANDIDATE_COLUMNS}, d.id AS version_id, "
+                "SELECT c.id, d.id AS version_id, d.content_type, "
                 "CASE WHEN c.id <> ALL(:dense) THEN c.embedding <=> CAST(:q AS vector) END "
                 "AS query_distance, "
                 "c.embedding IS NULL AS elsewhere "
@@ -539,7 +539,6 @@ def _candidates(
         keyword=np.fromiter((keyword_at.get(r[0], no_rank)[1] for r in rows), dtype=np.float64, count=n),
         keyword_rank=np.fromiter((keyword_at.get(r[0], no_rank)[0] for r in rows), dtype=np.int64, count=n),
         content_types=[r.content_type for r in rows],
-        rows=rows,
     )
 
 
@@ -579,24 +578,12 @@ def _rank(
     return [(int(i), float(fused[i])) for i in order[:top_k]]
 
 
-#: The stored fields of a :class:`Hit` but its text, over ``chunks c JOIN documents d``.
-_CANDIDATE_COLUMNS = (
+#: The stored fields of a :class:`Hit`, over ``chunks c JOIN documents d``.
+_HIT_COLUMNS = (
     "c.id AS chunk_id, d.document_id, d.name AS document_name, d.title, c.version, d.content_type, c.page, "
     "c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, d.vector_count AS total_chunks, "
-    "c.model_numbers, c.section_type"
+    "c.model_numbers, c.section_type, c.text"
 )
-#: ... and with its text.
-_HIT_COLUMNS = _CANDIDATE_COLUMNS + ", c.text"
-
-
-def _texts(conn: sa.Connection, ids: list[int]) -> dict[int, str]:
-    """The text of the chunks that made the cut, read apart from the candidates' other fields: texts
-    are stored out of line, and reading 160 candidates' texts to keep 10 cost more than this extra
-    statement (at 100k chunks on a loaded machine, 39 ms against 32 ms, medians of 30 searches)."""
-    if not ids:
-        return {}
-    rows = conn.execute(sa.text("SELECT id, text FROM chunks WHERE id = ANY(:ids)"), {"ids": ids})
-    return {int(r[0]): r[1] for r in rows}
 
 
 def fetch_hits(
