@@ -198,7 +198,7 @@ def test_explain_reports_the_plan_and_the_filter_share(
     unfiltered = Explain()
     cl.search(SearchRequest("chunk"), explain=unfiltered)
     assert unfiltered.dense_plan == "memory" and unfiltered.selectivity is None
-    # The catalog, the candidates' fields, the kept texts: the keyword index and the vectors are loaded
+    # The catalog, the candidates, the kept hits' fields: the keyword index and the vectors are loaded
     # by now, and read no log position of their own.
     assert unfiltered.round_trips == 3
     with cl.derive(memory_vectors_mb=0) as in_postgres:
