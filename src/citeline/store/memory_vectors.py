@@ -1,10 +1,10 @@
 """Exact dense search over vectors held in this process, for a store small enough to hold them.
 
 Below a few tens of thousands of chunks, comparing the query with every vector in numpy costs less than
-walking pgvector's HNSW index in PostgreSQL (at 14,000 chunks of 384 dimensions: 0.15 ms against 2.6 ms
+walking pgvector's HNSW index in PostgreSQL (at 14,246 chunks of 384 dimensions: 0.6 ms against 2.7 ms
 for 100 neighbours), is exact rather than approximate, and costs the same whatever a filter keeps: a
-filter keeping half the corpus needs the index walked for twice the neighbours (6.2 ms), but only a mask
-here. So :class:`~citeline.store.vectors.PgVectorIndex` answers from these arrays while the model's active
+filter keeping half the corpus needs the index walked for twice the neighbours (6.0 ms), but only a mask
+here. At 100,000 chunks the index is faster unfiltered (docs/performance.md), hence the budget. So :class:`~citeline.store.vectors.PgVectorIndex` answers from these arrays while the model's active
 chunks fit ``CITELINE_MEMORY_VECTORS_MB``, and from the HNSW index beyond (docs/performance.md).
 
 The arrays follow the catalog through ``keyword_log`` exactly as the memory keyword index does
@@ -71,10 +71,6 @@ class MemoryVectors:
         """Rows held, dead ones included (0 when nothing is loaded)."""
         return int(self._chunk_ids.size)
 
-    def nbytes(self) -> int:
-        """Bytes held in arrays."""
-        return sum(int(a.nbytes) for a in (self._matrix, self._chunk_ids, self._doc_slot, self._alive))
-
     def search(
         self,
         conn: sa.Connection,
@@ -131,8 +127,8 @@ class MemoryVectors:
             chunks = self._alive & np.isin(self._chunk_ids, wanted)
             return chunks if np.count_nonzero(chunks) == np.unique(wanted).size else None
         ids = VersionIds.of(scope.document_ids)
-        if not self._docs:
-            return None if len(ids) else self._alive
+        if not self._docs:  # nothing loaded: no version is known, and no row can be returned
+            return None if len(ids) else np.zeros(self._alive.size, dtype=bool)
         key = (ids, self._generation)
         mask = self._masks.get(key)
         if mask is None:
