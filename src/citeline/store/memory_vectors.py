@@ -4,8 +4,9 @@ Below a few tens of thousands of chunks, comparing the query with every vector i
 walking pgvector's HNSW index in PostgreSQL (at 14,246 chunks of 384 dimensions: 0.6 ms against 2.7 ms
 for 100 neighbours), is exact rather than approximate, and costs the same whatever a filter keeps: a
 filter keeping half the corpus needs the index walked for twice the neighbours (6.0 ms), but only a mask
-here. At 100,000 chunks the index is faster unfiltered (docs/performance.md), hence the budget. So :class:`~citeline.store.vectors.PgVectorIndex` answers from these arrays while the model's active
-chunks fit ``CITELINE_MEMORY_VECTORS_MB``, and from the HNSW index beyond (docs/performance.md).
+here. So :class:`~citeline.store.vectors.PgVectorIndex` answers from these arrays while the model's
+active chunks fit ``CITELINE_MEMORY_VECTORS_MB``, and from the HNSW index beyond: at 100,000 chunks the
+index is faster for a search without filters (docs/performance.md).
 
 The arrays follow the catalog through ``keyword_log`` exactly as the memory keyword index does
 (store/keyword.py): a search syncs them to the log position its own snapshot read, so the vectors it
