@@ -250,8 +250,9 @@ SEARCH_FILTERS = {
     **{f"sel_{share:g}pct": Filters(tags_any=(tag,)) for share, (tag, _) in SELECTIVITY_TAGS.items()},
 }
 #: Settings that make the dense search plan as before (the index for any filter over 2,000 chunks,
-#: whatever its share of the corpus), timed beside the current plan in the same run.
-OLD_PLAN = {"hnsw_tuple_cost": 0.0}
+#: whatever its share of the corpus, and no vectors in the process), timed beside the current plan in the
+#: same run.
+OLD_PLAN = {"hnsw_tuple_cost": 0.0, "memory_vectors_mb": 0}
 SEARCH_STAGES = ("embed", "catalog", "keyword", "dense", "fetch", "fuse")
 
 

@@ -196,12 +196,13 @@ class Settings(BaseSettings):
     # cost 19 ms of a 22 ms dense stage at a million chunks (docs/performance.md). 0: never.
     hnsw_post_filter_max: Annotated[int, Field(ge=0, le=1000)] = 1000
     memory_vectors_mb: Annotated[int, Field(ge=0)] = Field(
-        default=64,
+        default=256,
         description=(
-            "While the corpus's vectors fit in this many MB (384 dimensions: about 43,000 chunks), each "
-            "search process holds them and compares every one exactly, instead of walking pgvector's HNSW "
-            "index: faster at that size, exact, and as fast for any filter (store/memory_vectors.py). "
-            "0: always the index."
+            "While the corpus's vectors fit in this many MB (384 dimensions: about 170,000 chunks), each "
+            "search process holds them and compares them exactly, instead of walking pgvector's HNSW "
+            "index, for every search that compares at most 50,000 of them (all of a small corpus, or the "
+            "rows of a filter): faster, exact, and a filter costs no more than none. A search that would "
+            "compare more goes to the index (store/memory_vectors.py). 0: always the index."
         ),
     )
     # After a restart a large store's pages are on disk: read them in when a server starts (store/prewarm.py).

@@ -16,7 +16,7 @@ from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Explain, SearchRequest, read_catalog
 from citeline.settings import Settings
-from citeline.store import catalog
+from citeline.store import catalog, memory_vectors
 from citeline.store.database import schema_name
 from citeline.store.index import InScope
 from citeline.store.memory_vectors import MemoryVectors
@@ -199,3 +199,22 @@ def test_a_namespace_made_again_with_a_shorter_log_is_loaded_anew(
         finally:
             with again.engine.begin() as conn:
                 conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))
+
+
+def test_a_search_that_would_compare_too_many_vectors_is_left_to_the_index(
+    indexed: Citeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a budget raised to hold a large corpus, the index answers searches that would compare most of
+    it; a narrow filter, whose rows alone are compared, is still answered from the arrays."""
+    dim = indexed.embedder.dimension
+    monkeypatch.setattr(memory_vectors, "MOST_COMPARED", 2 * dim)
+    memory = MemoryVectors(indexed.embedder.model_id, BUDGET)
+    query = _vector(indexed, "fish")
+    assert _memory(indexed, memory, query, Filters(), 5) is None  # six chunks: more than two
+    universal = Filters(scopes=("nowhere",))  # one chunk of six: its row alone
+    _assert_same(_exact(indexed, query, universal, 5), _memory(indexed, memory, query, universal, 5))
+    explain = Explain()
+    indexed.search(SearchRequest("fish"), explain=explain)
+    assert explain.dense_plan == "hnsw"
+    indexed.search(SearchRequest("fish", filters=universal), explain=explain)
+    assert explain.dense_plan == "memory"

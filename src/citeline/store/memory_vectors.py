@@ -33,6 +33,13 @@ from citeline.store.index import InScope, VersionIds, VersionSlots
 #: Rows read from PostgreSQL at a time when loading (a batch of 384-dimension vectors is 6 MB).
 _BATCH = 4096
 
+#: The most vector components one search compares here (50,000 vectors of 384 dimensions: about 2.4 ms
+#: single-threaded); a search that would compare more goes to the HNSW index. At 100,000 vectors, the
+#: index won a search without filters (2.1 ms against 5.1 ms for the dense stage) and one keeping half the
+#: corpus (3.5 against 5.2), the arrays won filters keeping a fifth or less, whose rows alone are
+#: compared (3.7 against 8.6 ms at a fifth, 2.0 against 6.5 to 9.1 at a tenth; docs/performance.md).
+MOST_COMPARED = 50_000 * 384
+
 
 class MemoryVectors:
     """One model's vectors of every active chunk, normalised, as rows of one float32 matrix; safe to share
@@ -83,7 +90,8 @@ class MemoryVectors:
     ) -> list[tuple[int, float]] | None:
         """The ``limit`` nearest active chunks of the model to ``query`` within ``scope``, as ``(chunk_id,
         cosine distance)`` nearest first (ties by chunk id); None when the model's chunks do not fit the
-        budget, or when the arrays are ahead of this search's snapshot: the caller then searches otherwise.
+        budget, when the arrays are ahead of this search's snapshot, or when the search would compare more
+        than :data:`MOST_COMPARED`: the caller then searches otherwise.
         ``log`` is the keyword log's first and last position as the caller's snapshot read them (read here
         when not given)."""
         dim = int(query.shape[0])
@@ -98,10 +106,14 @@ class MemoryVectors:
             count = int(np.count_nonzero(allowed))
             if not count or not norm:
                 return []
+            narrow = count * 4 < allowed.size
+            if (count if narrow else allowed.size) * dim > MOST_COMPARED:
+                # A budget raised to hold a large corpus: the index walks fewer vectors for this search.
+                return None
             # einsum, not matmul: numpy's BLAS runs a product this size on every core and then keeps its
             # threads spinning, which cost the peer bench's 4 concurrent searchers 20 ms of CPU a search
             # against 13 (and took cores from the next query's embedding); einsum's loop runs on this thread.
-            if count * 4 < allowed.size:
+            if narrow:
                 # A narrow filter: compare its rows only.
                 rows = np.flatnonzero(allowed)
                 sims = np.einsum("ij,j->i", self._matrix[rows], q)
