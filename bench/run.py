@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -270,11 +271,13 @@ def bench_search(
     figure times a repeated search, whose vector comes from the cache.
     """
     ns = settings.model_copy(update={"namespace": f"bench_search_{size}", "query_cache_size": 0})
-    with Citeline(ns) as cl, cl.derive(**OLD_PLAN) as old, cl.derive(memory_vectors_mb=memory_mb) as memory:
+    with Citeline(ns) as cl, cl.derive(**OLD_PLAN) as old, contextlib.ExitStack() as more:
         build_search_corpus(cl, size, scopes)
         lines = (SCIFACT / "queries.jsonl").open(encoding="utf-8")
         qs = [json.loads(line)["text"] for line in lines][:queries]
-        variants = {"": cl, "old_plan_": old, **({"memory_": memory} if memory_mb else {})}
+        variants = {"": cl, "old_plan_": old}
+        if memory_mb:
+            variants["memory_"] = more.enter_context(cl.derive(memory_vectors_mb=memory_mb))
         totals: dict[str, list[float]] = {}
         stages: dict[str, list[float]] = {}
         for q in qs[:10]:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import sqlalchemy as sa
@@ -1300,6 +1300,41 @@ def namespace_epoch(conn: sa.Connection) -> uuid.UUID | None:
     reader that finds the log below its position can tell an older snapshot (same epoch) from a restart."""
     value = conn.execute(sa.text("SELECT epoch FROM label_changes WHERE id = 1")).scalar()
     return None if value is None else uuid.UUID(str(value))
+
+
+@dataclass(frozen=True)
+class LogStep:
+    """What a reader that keeps arrays in step with the catalog (keyword.MemoryKeywordIndex,
+    memory_vectors.MemoryVectors) must do before answering a search whose snapshot reads the log at
+    ``first`` to ``last``:
+
+    - ``current``: its arrays are at ``last`` already;
+    - ``replay``: apply :func:`log_changes` after its position up to ``last``;
+    - ``reload``: load everything (first use, a log trimmed past its position, or a namespace made
+      again, whose log restarted: another epoch);
+    - ``behind``: the search's snapshot is older than the arrays (another search synced them past a
+      commit this one's transaction began before): answer it some other way over its own snapshot,
+      rather than loading everything back and, at the next search, forward again.
+    """
+
+    action: Literal["current", "replay", "reload", "behind"]
+    first: int
+    last: int
+
+
+def log_step(
+    conn: sa.Connection, log: tuple[int, int] | None, *, loaded: bool, seq: int, epoch: uuid.UUID | None
+) -> LogStep:
+    """The :class:`LogStep` of a reader whose arrays (if ``loaded``) are at position ``seq`` of the
+    namespace of ``epoch``, for a search that read the log at ``log`` (read here when None)."""
+    first, last = log or log_positions(conn)
+    if not loaded:
+        return LogStep("reload", first, last)
+    if last == seq:
+        return LogStep("current", first, last)
+    if last < seq:
+        return LogStep("behind" if epoch == namespace_epoch(conn) else "reload", first, last)
+    return LogStep("reload" if first > seq + 1 else "replay", first, last)
 
 
 def log_changes(conn: sa.Connection, after: int, upto: int) -> dict[uuid.UUID, bool]:

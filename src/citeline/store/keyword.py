@@ -374,7 +374,7 @@ class MemoryKeywordIndex:
             self.SCOPE_MASKS
         )
         self._masks_generation = -1
-        #: The namespace's epoch when the arrays were last loaded whole (see :meth:`_ahead_of`).
+        #: The namespace's epoch when the arrays were last loaded whole (see catalog.LogStep).
         self._epoch: uuid.UUID | None = None
         self._reset()
 
@@ -438,9 +438,10 @@ class MemoryKeywordIndex:
         log: tuple[int, int] | None = None,
     ) -> list[tuple[int, float]]:
         with self._lock:
-            if not self._ahead_of(conn, log):
-                self._sync(conn, log)
+            if self._sync(conn, log):
                 return self._chunks(terms, document_ids, limit, chunk_ids)
+        # The search's snapshot is older than the arrays: PostgreSQL scores it over that snapshot (the
+        # same scores), and the arrays stay where they are.
         return SqlKeywordIndex().search(
             conn,
             terms,
@@ -463,25 +464,11 @@ class MemoryKeywordIndex:
         log: tuple[int, int] | None = None,
     ) -> tuple[list[tuple[int, float]], list[DocumentMatch]]:
         with self._lock:
-            if not self._ahead_of(conn, log):
-                self._sync(conn, log)
+            if self._sync(conn, log):
                 self._want_documents(conn)
                 return self._chunks_and_documents(terms, document_ids, limit)
         return SqlKeywordIndex().search_with_documents(
             conn, terms, where=where, params=params, document_ids=document_ids, limit=limit
-        )
-
-    def _ahead_of(self, conn: sa.Connection, log: tuple[int, int] | None) -> bool:
-        """Whether the arrays hold a later catalog than the search's snapshot (``log``, as it read it):
-        another search synced them past a commit this one's transaction began before. Such a search is
-        scored by PostgreSQL over its own snapshot (the same scores), rather than loading everything back
-        and, at the next search, forward again. A log below the arrays' position in a namespace made
-        again (another epoch) restarted: that reloads."""
-        return (
-            log is not None
-            and self._loaded
-            and log[1] < self._seq
-            and self._epoch == catalog.namespace_epoch(conn)
         )
 
     def search_loaded(
@@ -663,15 +650,17 @@ class MemoryKeywordIndex:
         lo, hi = seg.ptr[i], seg.ptr[i + 1]
         return seg.slots[lo:hi], seg.tfs[lo:hi]
 
-    def _sync(self, conn: sa.Connection, log: tuple[int, int] | None = None) -> None:
+    def _sync(self, conn: sa.Connection, log: tuple[int, int] | None = None) -> bool:
         """Replay the log since the last sync (up to ``log``'s last position when given); on first use,
-        map a snapshot and replay from its position, or load everything active from the catalog."""
-        first, last = log or catalog.log_positions(conn)
-        if self._loaded and last == self._seq:
-            return
+        map a snapshot and replay from its position, or load everything active from the catalog. False,
+        changing nothing, when the search's snapshot is older than the arrays (catalog.LogStep)."""
+        step = catalog.log_step(conn, log, loaded=self._loaded, seq=self._seq, epoch=self._epoch)
+        if step.action in ("current", "behind"):
+            return step.action == "current"
+        first, last = step.first, step.last
         self._generation += 1
-        # A log that restarted, or was trimmed past this index's position, cannot be replayed.
-        if not self._loaded or last < self._seq or first > self._seq + 1:
+        if step.action == "reload":
+            self._epoch = catalog.namespace_epoch(conn)
             # One process on the machine loads from the catalog at a time: the others wait, then map
             # what it wrote instead of each reading every posting at once.
             with loading(self.snapshots):
@@ -686,14 +675,13 @@ class MemoryKeywordIndex:
                     self._seq = int(last)
                     self._loaded = True
                     self.source = "catalog"
-                    self._epoch = catalog.namespace_epoch(conn)
                     self._save_snapshot(conn)
-                    return
-                self._epoch = catalog.namespace_epoch(conn)
+                    return True
         else:
             self._replay(conn, last)
         if len(self._segments) > self.MAX_SEGMENTS or (self._alive.size and self._alive.mean() < 0.5):
             self._compact(conn)
+        return True
 
     def _replay(self, conn: sa.Connection, last: int) -> bool:
         """Apply the log's entries after this index's position up to ``last``."""

@@ -74,6 +74,12 @@ class MemoryVectors:
         self._doc_keys: VersionSlots | None = None
         self._generation += 1
 
+    def load(self, conn: sa.Connection, dim: int) -> None:
+        """Bring the arrays in step with the catalog as ``conn`` sees it now (loading them on first use),
+        if the model's chunks fit the budget."""
+        with self._lock:
+            self._sync(conn, dim, None)
+
     @property
     def rows(self) -> int:
         """Rows held, dead ones included (0 when nothing is loaded)."""
@@ -160,20 +166,17 @@ class MemoryVectors:
 
     def _sync(self, conn: sa.Connection, dim: int, log: tuple[int, int] | None) -> bool:
         """Bring the arrays to the log's last position; False when the model's chunks do not fit."""
-        first, last = log or catalog.log_positions(conn)
-        if self._loaded and last == self._seq and dim == self._dim:
-            return True
-        if self._loaded and last < self._seq and self._epoch == catalog.namespace_epoch(conn):
-            # A snapshot older than another search's, which synced these arrays further: this search
-            # goes to the index rather than loading everything back (and the next one forward again).
-            # A namespace made again (another epoch) restarted its log: that reloads, below.
-            return False
+        loaded = self._loaded and dim == self._dim
+        step = catalog.log_step(conn, log, loaded=loaded, seq=self._seq, epoch=self._epoch)
+        if step.action in ("current", "behind"):
+            # Behind: this search goes to the index (catalog.LogStep).
+            return step.action == "current"
+        last = step.last
         if self._too_big_at == last and dim == self._dim:
             return False
-        replayable = self._loaded and dim == self._dim and self._seq < last and first <= self._seq + 1
-        if replayable and self._replay(conn, last):
+        if step.action == "replay" and self._replay(conn, last):
             return True
-        # First use, a log that restarted or was trimmed past this position, or a replay that overflowed.
+        # A reload, or a replay that overflowed the budget.
         self._reset(dim)
         if not self._fits(conn, dim):
             self._too_big_at = last

@@ -372,7 +372,7 @@ class PgVectorIndex:
     def warm_up(self, conn: sa.Connection, model: str, dimension: int) -> None:
         """Load the vectors of ``model`` into this process, if they fit ``memory_mb``."""
         if self.memory_mb:
-            self.memory(model).search(conn, np.ones(dimension, dtype=np.float32), limit=1)
+            self.memory(model).load(conn, dimension)
 
     def memory(self, model: str) -> MemoryVectors:
         """The vectors of ``model`` this process holds (loaded by its first search, if they fit)."""
