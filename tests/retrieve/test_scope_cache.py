@@ -98,7 +98,7 @@ def test_a_namespace_made_again_never_meets_the_scopes_of_the_one_before(
         finally:
             with again.engine.begin() as conn:
                 conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))
-    assert before.log == after.log
+    assert before.log[:2] == after.log[:2] and before.log.epoch != after.log.epoch
     assert before.scope is not None and after.scope is not None
     assert (len(before.scope.document_ids), len(after.scope.document_ids)) == (2, 1)
 

@@ -466,7 +466,7 @@ def test_a_loaded_index_answers_without_a_connection_only_at_the_log_position_it
     search_loaded, which must never need the connection: at any other position it says so instead."""
     memory, terms = MemoryKeywordIndex(), indexed.analyzer.term_counts("cardiovascular risk")
 
-    def position() -> tuple[int, int]:
+    def position() -> catalog.LogView:
         with indexed.engine.connect() as conn:
             return read_catalog(conn, indexed.embedder.model_id, NO_FILTERS).log
 
@@ -526,6 +526,37 @@ def test_a_namespace_made_again_with_a_shorter_log_is_loaded_anew(
                 found = memory.search(conn, terms, **args, log=log)
                 _assert_same(SqlKeywordIndex().search(conn, terms, **args), found)
             assert memory.search_loaded(terms, document_ids=None, limit=50, log=log) is not None
+        finally:
+            with again.engine.begin() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))
+
+
+def test_a_namespace_made_again_whose_log_reaches_the_same_position_is_loaded_anew(
+    indexed: Citeline, settings: Settings, tmp_path: Path
+) -> None:
+    """Another epoch's log at the arrays' very position is another catalog, not the one they hold."""
+    memory = MemoryKeywordIndex()
+    terms = indexed.analyzer.term_counts("salt blood pressure aspirin")
+    args: dict[str, Any] = {"where": "TRUE", "params": {}, "document_ids": None, "limit": 50}
+    with indexed.engine.connect() as conn:
+        memory.warm_up(conn)
+        position = catalog.log_positions(conn).last
+    other = settings.model_copy(update={"namespace": settings.namespace + "_again"})
+    with Citeline(other) as again:
+        try:
+            for i in range(position):
+                again.ingest(
+                    [write(tmp_path / "again" / f"salt{i}.txt", f"Less salt lowers blood pressure {i}.")]
+                )
+                with again.engine.connect() as conn:
+                    if catalog.log_positions(conn).last >= position:
+                        break
+            with again.engine.connect() as conn:
+                log = catalog.log_positions(conn)
+                assert log.last == position
+                assert memory.search_loaded(terms, document_ids=None, limit=50, log=log) is None
+                found = memory.search(conn, terms, **args, log=log)
+                _assert_same(SqlKeywordIndex().search(conn, terms, **args), found)
         finally:
             with again.engine.begin() as conn:
                 conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))

@@ -201,6 +201,31 @@ def test_a_namespace_made_again_with_a_shorter_log_is_loaded_anew(
                 conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))
 
 
+def test_a_namespace_made_again_whose_log_reaches_the_same_position_is_loaded_anew(
+    indexed: Citeline, settings: Settings, tmp_path: Path
+) -> None:
+    """Another epoch's log at the arrays' very position is another catalog, not the one they hold."""
+    memory = MemoryVectors(indexed.embedder.model_id, BUDGET)
+    query = _vector(indexed, "heart")
+    _assert_same(_exact(indexed, query, Filters(), 10), _memory(indexed, memory, query, Filters(), 10))
+    with indexed.engine.connect() as conn:
+        position = catalog.log_positions(conn).last
+    other = settings.model_copy(update={"namespace": settings.namespace + "_again"})
+    with Citeline(other) as again:
+        try:
+            for i in range(position):
+                again.ingest([write(tmp_path / "again" / f"salt{i}.txt", f"Less salt, {i} times lower.")])
+                with again.engine.connect() as conn:
+                    if catalog.log_positions(conn).last >= position:
+                        break
+            with again.engine.connect() as conn:
+                assert catalog.log_positions(conn).last == position
+            _assert_same(_exact(again, query, Filters(), 10), _memory(again, memory, query, Filters(), 10))
+        finally:
+            with again.engine.begin() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))
+
+
 def test_a_search_that_would_compare_too_many_vectors_is_left_to_the_index(
     indexed: Citeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,6 +23,7 @@ from citeline.recent import Recent
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.fusion import fuse_reciprocal_rank, fuse_weighted, scaled_min_max, scaled_three_sigma
 from citeline.settings import Fusion, Settings
+from citeline.store import catalog
 from citeline.store.analyzer import Analyzer
 from citeline.store.index import (
     InScope,
@@ -139,15 +140,15 @@ class CatalogView:
     searches) and the keyword log's first and last positions, in one statement's snapshot."""
 
     scope: InScope | None
-    log: tuple[int, int]
+    log: catalog.LogView
 
 
 class CatalogCache:
     """What searches read of the catalog that stays true while the catalog does not change, kept per
     process (safe to share between threads):
 
-    - per model and vector index, the keyword log position at which no active document had another
-      model or index: an unfiltered search then skips reading the documents;
+    - per model and vector index, the keyword log position (and the namespace's epoch) at which no
+      active document had another model or index: an unfiltered search then skips reading the documents;
     - per filter, the :class:`InScope` it kept, and where the catalog stood when it was read: the
       namespace's epoch, its count of label changes and the keyword log's last position. A filtered
       search that finds the catalog there again reuses it instead of reading the documents: at a
@@ -164,17 +165,18 @@ class CatalogCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._clean: dict[tuple[str, str], int] = {}
+        self._clean: dict[tuple[str, str], tuple[uuid.UUID | None, int]] = {}
         self._scopes: Recent[tuple[str, ...], tuple[tuple[Any, ...], InScope]] = Recent(self.SCOPES)
 
-    def position(self, model: str, vector_index: str = "pgvector") -> int:
-        """The log position last found clean for ``model`` in ``vector_index``; -1 if none."""
+    def position(self, model: str, vector_index: str = "pgvector") -> tuple[uuid.UUID | None, int]:
+        """The namespace's epoch and the log position last found clean for ``model`` in
+        ``vector_index``; (None, -1) if none."""
         with self._lock:
-            return self._clean.get((model, vector_index), -1)
+            return self._clean.get((model, vector_index), (None, -1))
 
-    def record(self, model: str, position: int, vector_index: str = "pgvector") -> None:
+    def record(self, model: str, log: catalog.LogView, vector_index: str = "pgvector") -> None:
         with self._lock:
-            self._clean[(model, vector_index)] = position
+            self._clean[(model, vector_index)] = (log.epoch, log.last)
 
     def scope(self, key: tuple[str, ...]) -> tuple[tuple[Any, ...], InScope] | None:
         """The scope last read for ``key`` (a filter of a model and index) and where the catalog stood."""
@@ -204,22 +206,24 @@ def read_catalog(
     other = "(d.embedding_model <> :m OR d.vector_index <> :vi)"
     space = "d.embedding_model || ' (' || d.vector_index || ')'"
     last = "(SELECT coalesce(max(seq), 0) FROM keyword_log)"
-    log = f"(SELECT coalesce(min(seq), 0) FROM keyword_log), {last}"
+    log = catalog.LOG_VIEW_SQL
     if filters.is_empty:
-        known = cache.position(model, vector_index) if cache else -1
+        known_epoch, known = cache.position(model, vector_index) if cache else (None, -1)
         # An uncorrelated subquery runs only when its CASE branch is taken.
-        first, last_seq, others = conn.execute(
+        first, last_seq, epoch, others = conn.execute(
             sa.text(
-                f"SELECT {log}, CASE WHEN {last} = :known "
+                f"SELECT {log}, CASE WHEN ({last}, (SELECT epoch FROM label_changes WHERE id = 1)) "
+                "IS NOT DISTINCT FROM (CAST(:known AS bigint), CAST(:known_epoch AS uuid)) "
                 f"THEN CAST('{{}}' AS text[]) ELSE (SELECT coalesce(array_agg(DISTINCT {space}), "
                 f"'{{}}') FROM documents d WHERE {where} AND {other}) END"
             ),
-            {**params, "m": model, "vi": vector_index, "known": known},
+            {**params, "m": model, "vi": vector_index, "known": known, "known_epoch": known_epoch},
         ).one()
         _refuse_mixed(others, model, vector_index)
+        view = catalog.log_view(first, last_seq, epoch)
         if cache is not None:
-            cache.record(model, int(last_seq), vector_index)
-        return CatalogView(None, (int(first), int(last_seq)))
+            cache.record(model, view, vector_index)
+        return CatalogView(None, view)
     on_chunks, chunk_params = filters.chunk_sql("c")
     # Every condition, documents' and chunks', with its parameters: two filters with one key keep the same.
     bound = json.dumps([params, chunk_params], sort_keys=True, default=str)
@@ -228,7 +232,7 @@ def read_catalog(
     held = kept[0] if kept else (None, None, None)
     # The documents are read only when the catalog is no longer where it was when this filter's scope was
     # kept: the condition holds no column of theirs, so PostgreSQL tests it once, before any scan.
-    epoch, generation, first, last_seq, ids, chunks, others, corpus = conn.execute(
+    epoch, generation, first, last_seq, _, ids, chunks, others, corpus = conn.execute(
         sa.text(
             f"SELECT s.epoch, s.generation, {log}, r.ids, r.chunks, r.others, "
             "(SELECT chunk_count FROM corpus_stats WHERE id = 1) FROM label_changes s CROSS JOIN LATERAL ("
@@ -249,8 +253,9 @@ def read_catalog(
         },
     ).one()
     state = (epoch, int(generation), int(last_seq))
+    view = catalog.log_view(first, last_seq, epoch)
     if kept is not None and state == kept[0]:
-        return CatalogView(kept[1], (int(first), int(last_seq)))
+        return CatalogView(kept[1], view)
     scope = InScope(VersionIds(ids), int(chunks), int(corpus))
     if filters.on_chunks:
         chunk_ids = list(
@@ -266,7 +271,7 @@ def read_catalog(
     _refuse_mixed(others, model, vector_index)
     if cache is not None:
         cache.keep(key, state, scope)
-    return CatalogView(scope, (int(first), int(last_seq)))
+    return CatalogView(scope, view)
 
 
 def _refuse_mixed(others: Sequence[str], model: str, vector_index: str) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import sqlalchemy as sa
@@ -1287,31 +1287,45 @@ def _log(conn: sa.Connection, doc_ids: Sequence[uuid.UUID], *, added: bool) -> N
     )
 
 
-def log_positions(conn: sa.Connection) -> tuple[int, int]:
-    """The keyword log's first and last positions (0 and 0 when it is empty), as ``conn`` sees them."""
-    first, last = conn.execute(
-        sa.text("SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM keyword_log")
-    ).one()
-    return int(first), int(last)
+class LogView(NamedTuple):
+    """Where the keyword log stood in one snapshot: its first and last positions (0 and 0 when it is
+    empty) and the namespace's epoch. A namespace dropped and made again gets another epoch and a log
+    that restarts, so a position means nothing without its epoch: the new log can reach the very
+    position an old reader's arrays are at."""
+
+    first: int
+    last: int
+    epoch: uuid.UUID | None
 
 
-def namespace_epoch(conn: sa.Connection) -> uuid.UUID | None:
-    """The namespace's epoch: a namespace dropped and made again gets another, and its log restarts, so a
-    reader that finds the log below its position can tell an older snapshot (same epoch) from a restart."""
-    value = conn.execute(sa.text("SELECT epoch FROM label_changes WHERE id = 1")).scalar()
-    return None if value is None else uuid.UUID(str(value))
+#: The three columns of a :class:`LogView`, as subqueries another statement can select (retrieve/search.py
+#: reads them with the catalog, in the search's own statement).
+LOG_VIEW_SQL = (
+    "(SELECT coalesce(min(seq), 0) FROM keyword_log), (SELECT coalesce(max(seq), 0) FROM keyword_log), "
+    "(SELECT epoch FROM label_changes WHERE id = 1)"
+)
+
+
+def log_view(first: Any, last: Any, epoch: Any) -> LogView:
+    """A :class:`LogView` from the columns :data:`LOG_VIEW_SQL` selects."""
+    return LogView(int(first), int(last), None if epoch is None else uuid.UUID(str(epoch)))
+
+
+def log_positions(conn: sa.Connection) -> LogView:
+    """The keyword log's first and last positions and the namespace's epoch, as ``conn`` sees them."""
+    return log_view(*conn.execute(sa.text(f"SELECT {LOG_VIEW_SQL}")).one())
 
 
 @dataclass(frozen=True)
 class LogStep:
     """What a reader that keeps arrays in step with the catalog (keyword.MemoryKeywordIndex,
     memory_vectors.MemoryVectors) must do before answering a search whose snapshot reads the log at
-    ``first`` to ``last``:
+    ``first`` to ``last`` of the namespace of ``epoch``:
 
-    - ``current``: its arrays are at ``last`` already;
+    - ``current``: its arrays are at ``last`` of that epoch already;
     - ``replay``: apply :func:`log_changes` after its position up to ``last``;
     - ``reload``: load everything (first use, a log trimmed past its position, or a namespace made
-      again, whose log restarted: another epoch);
+      again, whose log restarted: another epoch, whatever its position);
     - ``behind``: the search's snapshot is older than the arrays (another search synced them past a
       commit this one's transaction began before): answer it some other way over its own snapshot,
       rather than loading everything back and, at the next search, forward again.
@@ -1320,21 +1334,22 @@ class LogStep:
     action: Literal["current", "replay", "reload", "behind"]
     first: int
     last: int
+    epoch: uuid.UUID | None
 
 
 def log_step(
-    conn: sa.Connection, log: tuple[int, int] | None, *, loaded: bool, seq: int, epoch: uuid.UUID | None
+    conn: sa.Connection, log: LogView | None, *, loaded: bool, seq: int, epoch: uuid.UUID | None
 ) -> LogStep:
     """The :class:`LogStep` of a reader whose arrays (if ``loaded``) are at position ``seq`` of the
     namespace of ``epoch``, for a search that read the log at ``log`` (read here when None)."""
-    first, last = log or log_positions(conn)
-    if not loaded:
-        return LogStep("reload", first, last)
+    first, last, now = log or log_positions(conn)
+    if not loaded or now != epoch:
+        return LogStep("reload", first, last, now)
     if last == seq:
-        return LogStep("current", first, last)
+        return LogStep("current", first, last, now)
     if last < seq:
-        return LogStep("behind" if epoch == namespace_epoch(conn) else "reload", first, last)
-    return LogStep("reload" if first > seq + 1 else "replay", first, last)
+        return LogStep("behind", first, last, now)
+    return LogStep("reload" if first > seq + 1 else "replay", first, last, now)
 
 
 def log_changes(conn: sa.Connection, after: int, upto: int) -> dict[uuid.UUID, bool]:

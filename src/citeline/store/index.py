@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, overload
 
 import numpy as np
 import sqlalchemy as sa
@@ -25,6 +25,9 @@ from numpy.typing import NDArray
 
 from citeline.retrieve.filters import Filters
 from citeline.settings import Settings
+
+if TYPE_CHECKING:
+    from citeline.store.catalog import LogView
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,7 @@ class VectorQuery:
     limit: int
     #: The keyword log's first and last positions in the search's snapshot (retrieve/search.py reads them
     #: with the catalog): an index that follows the log syncs to them without reading them again.
-    log: tuple[int, int] | None = None
+    log: LogView | None = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from citeline.recent import Recent
 from citeline.store import catalog
+from citeline.store.catalog import LogView
 from citeline.store.index import VersionIds, VersionSlots
 from citeline.store.keyword_files import (
     Postings,
@@ -204,7 +205,7 @@ class KeywordIndex(Protocol):
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
         chunk_ids: Sequence[int] | None = None,
-        log: tuple[int, int] | None = None,
+        log: LogView | None = None,
     ) -> list[tuple[int, float]]:
         """The ``limit`` best chunks that satisfy ``where``, as ``(chunk_id, score)``, best first.
 
@@ -225,7 +226,7 @@ class KeywordIndex(Protocol):
         params: dict[str, Any],
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
-        log: tuple[int, int] | None = None,
+        log: LogView | None = None,
     ) -> tuple[list[tuple[int, float]], list[DocumentMatch]]:
         """What :meth:`search` returns, and the ``limit`` best whole documents by document-level BM25,
         best first (ties by version id)."""
@@ -237,7 +238,7 @@ class KeywordIndex(Protocol):
         *,
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
-        log: tuple[int, int],
+        log: LogView,
         chunk_ids: Sequence[int] | None = None,
         documents: bool = False,
     ) -> tuple[list[tuple[int, float]], list[DocumentMatch]] | None:
@@ -267,7 +268,7 @@ class SqlKeywordIndex:
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
         chunk_ids: Sequence[int] | None = None,
-        log: tuple[int, int] | None = None,
+        log: LogView | None = None,
     ) -> list[tuple[int, float]]:
         if chunk_ids is not None:
             where = f"{where} AND d.chunk_id = ANY(CAST(:kw_chunks AS bigint[]))"
@@ -283,7 +284,7 @@ class SqlKeywordIndex:
         params: dict[str, Any],
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
-        log: tuple[int, int] | None = None,
+        log: LogView | None = None,
     ) -> tuple[list[tuple[int, float]], list[DocumentMatch]]:
         chunks = keyword_search(conn, terms, where=where, params=params, limit=limit)
         if not terms:
@@ -300,7 +301,7 @@ class SqlKeywordIndex:
         *,
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
-        log: tuple[int, int],
+        log: LogView,
         chunk_ids: Sequence[int] | None = None,
         documents: bool = False,
     ) -> tuple[list[tuple[int, float]], list[DocumentMatch]] | None:
@@ -435,7 +436,7 @@ class MemoryKeywordIndex:
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
         chunk_ids: Sequence[int] | None = None,
-        log: tuple[int, int] | None = None,
+        log: LogView | None = None,
     ) -> list[tuple[int, float]]:
         with self._lock:
             if self._sync(conn, log):
@@ -461,7 +462,7 @@ class MemoryKeywordIndex:
         params: dict[str, Any],
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
-        log: tuple[int, int] | None = None,
+        log: LogView | None = None,
     ) -> tuple[list[tuple[int, float]], list[DocumentMatch]]:
         with self._lock:
             if self._sync(conn, log):
@@ -477,13 +478,17 @@ class MemoryKeywordIndex:
         *,
         document_ids: Sequence[uuid.UUID] | None,
         limit: int,
-        log: tuple[int, int],
+        log: LogView,
         chunk_ids: Sequence[int] | None = None,
         documents: bool = False,
     ) -> tuple[list[tuple[int, float]], list[DocumentMatch]] | None:
         with self._lock:
             # At another position (older or newer) a search would sync, which reads the catalog.
-            if not self._loaded or self._seq != log[1] or (documents and not self._document_terms):
+            if (
+                not self._loaded
+                or (self._seq, self._epoch) != (log.last, log.epoch)
+                or (documents and not self._document_terms)
+            ):
                 return None
             if documents:
                 return self._chunks_and_documents(terms, document_ids, limit)
@@ -650,7 +655,7 @@ class MemoryKeywordIndex:
         lo, hi = seg.ptr[i], seg.ptr[i + 1]
         return seg.slots[lo:hi], seg.tfs[lo:hi]
 
-    def _sync(self, conn: sa.Connection, log: tuple[int, int] | None = None) -> bool:
+    def _sync(self, conn: sa.Connection, log: LogView | None = None) -> bool:
         """Replay the log since the last sync (up to ``log``'s last position when given); on first use,
         map a snapshot and replay from its position, or load everything active from the catalog. False,
         changing nothing, when the search's snapshot is older than the arrays (catalog.LogStep)."""
@@ -660,7 +665,7 @@ class MemoryKeywordIndex:
         first, last = step.first, step.last
         self._generation += 1
         if step.action == "reload":
-            self._epoch = catalog.namespace_epoch(conn)
+            self._epoch = step.epoch
             # One process on the machine loads from the catalog at a time: the others wait, then map
             # what it wrote instead of each reading every posting at once.
             with loading(self.snapshots):

@@ -28,6 +28,7 @@ from citeline.recent import Recent
 
 # The module, not its names: catalog imports store.vectors, which imports this module.
 from citeline.store import catalog
+from citeline.store.catalog import LogView
 from citeline.store.index import InScope, VersionIds, VersionSlots
 
 #: Rows read from PostgreSQL at a time when loading (a batch of 384-dimension vectors is 6 MB).
@@ -60,7 +61,7 @@ class MemoryVectors:
         self._loaded = False
         self._seq = 0
         #: The log position at which the model's chunks were last found not to fit (-1: not known so).
-        self._too_big_at = -1
+        self._too_big_at: tuple[uuid.UUID | None, int] | None = None
         #: The namespace's epoch (``label_changes``, made anew with the namespace) the arrays were read in.
         self._epoch: uuid.UUID | None = None
         self._dim = dim
@@ -92,7 +93,7 @@ class MemoryVectors:
         *,
         limit: int,
         scope: InScope | None = None,
-        log: tuple[int, int] | None = None,
+        log: LogView | None = None,
     ) -> list[tuple[int, float]] | None:
         """The ``limit`` nearest active chunks of the model to ``query`` within ``scope``, as ``(chunk_id,
         cosine distance)`` nearest first (ties by chunk id); None when the model's chunks do not fit the
@@ -164,7 +165,7 @@ class MemoryVectors:
             self._masks.put(key, mask)
         return mask
 
-    def _sync(self, conn: sa.Connection, dim: int, log: tuple[int, int] | None) -> bool:
+    def _sync(self, conn: sa.Connection, dim: int, log: LogView | None) -> bool:
         """Bring the arrays to the log's last position; False when the model's chunks do not fit."""
         loaded = self._loaded and dim == self._dim
         step = catalog.log_step(conn, log, loaded=loaded, seq=self._seq, epoch=self._epoch)
@@ -172,17 +173,17 @@ class MemoryVectors:
             # Behind: this search goes to the index (catalog.LogStep).
             return step.action == "current"
         last = step.last
-        if self._too_big_at == last and dim == self._dim:
+        if self._too_big_at == (step.epoch, last) and dim == self._dim:
             return False
         if step.action == "replay" and self._replay(conn, last):
             return True
         # A reload, or a replay that overflowed the budget.
         self._reset(dim)
         if not self._fits(conn, dim):
-            self._too_big_at = last
+            self._too_big_at = (step.epoch, last)
             return False
         self._load(conn, None)
-        self._seq, self._loaded, self._epoch = last, True, catalog.namespace_epoch(conn)
+        self._seq, self._loaded, self._epoch = last, True, step.epoch
         heap.trim()  # what loading freed (see citeline/heap.py)
         return True
 
