@@ -198,9 +198,9 @@ def test_explain_reports_the_plan_and_the_filter_share(
     unfiltered = Explain()
     cl.search(SearchRequest("chunk"), explain=unfiltered)
     assert unfiltered.dense_plan == "memory" and unfiltered.selectivity is None
-    # The catalog, the candidates, the kept hits' fields: the keyword index and the vectors are loaded
-    # by now, and read no log position of their own.
-    assert unfiltered.round_trips == 3
+    # The catalog and the kept hits' fields: the keyword index and the vectors are loaded by now, read no
+    # log position of their own, and the vectors describe the candidates (versions, distances).
+    assert unfiltered.round_trips == 2
     with cl.derive(memory_vectors_mb=0) as in_postgres:
         exact = Explain()
         in_postgres.search(half, explain=exact)

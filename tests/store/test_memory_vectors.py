@@ -121,6 +121,80 @@ def test_memory_search_follows_new_versions_and_deletes(indexed: Citeline, tmp_p
         _assert_same(_exact(indexed, q, filters, 10), _memory(indexed, memory, q, filters, 10))
 
 
+def _described(cl: Citeline, query: NDArray[np.float32]) -> dict[int, tuple[uuid.UUID, str | None, float]]:
+    """Each chunk of an active version: its version, content type and distance, as PostgreSQL has them."""
+    with cl.engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT c.id, d.id, d.content_type, c.embedding <=> CAST(:q AS vector) FROM chunks c "
+                "JOIN documents d ON d.id = c.document_id WHERE d.is_active"
+            ),
+            {"q": str(query.tolist())},
+        ).all()
+    return {int(r[0]): (r[1], r[2], float(r[3])) for r in rows}
+
+
+def _held(
+    cl: Citeline, memory: MemoryVectors, query: NDArray[np.float32], ids: list[int]
+) -> dict[int, tuple[uuid.UUID, str | None, float]] | None:
+    with cl.engine.connect() as conn:
+        memory.search(conn, query, limit=1)  # brings the arrays to this snapshot
+        held = memory.held(query, ids, catalog.log_positions(conn))
+    if held is None:
+        return None
+    return {
+        int(c): (v, t, float(d))
+        for c, v, t, d in zip(held.ids, held.versions, held.content_types, held.distances, strict=True)
+    }
+
+
+def test_held_chunks_are_described_as_the_catalog_describes_them_through_versions_and_deletes(
+    indexed: Citeline, tmp_path: Path
+) -> None:
+    """A search's candidates need no statement when the arrays are in step: each active chunk asked for
+    comes back with the catalog's version, content type and distance; a retired or unknown one does not."""
+    memory = MemoryVectors(indexed.embedder.model_id, BUDGET)
+    query = _vector(indexed, "aspirin and bleeding")
+
+    def check(asked: list[int]) -> None:
+        truth = _described(indexed, query)
+        held = _held(indexed, memory, query, asked)
+        assert held is not None
+        assert sorted(held) == sorted(c for c in set(asked) if c in truth)
+        for cid, (version, content_type, distance) in held.items():
+            assert (version, content_type) == truth[cid][:2]
+            assert distance == pytest.approx(truth[cid][2], abs=1e-5)
+
+    before = sorted(_described(indexed, query))
+    check([*reversed(before), 10**9])
+    write(tmp_path / "aspirin.txt", "Aspirin is no longer advised for primary prevention in the elderly.")
+    indexed.ingest([tmp_path / "aspirin.txt"], IngestOptions(scopes=("cardio",)))
+    indexed.delete(str(next(d for d in indexed.documents() if d.name == "sleep.txt").id))
+    after = sorted(_described(indexed, query))
+    assert set(before) - set(after)  # retired chunks: asked for, left out
+    check(before + after)
+
+
+def test_held_chunks_are_only_told_at_the_position_of_the_searchs_snapshot(
+    indexed: Citeline, tmp_path: Path
+) -> None:
+    memory = MemoryVectors(indexed.embedder.model_id, BUDGET)
+    query = _vector(indexed, "blood pressure")
+    ids = sorted(_described(indexed, query))
+    with indexed.engine.connect() as conn:
+        log = catalog.log_positions(conn)
+    assert memory.held(query, ids, log) is None  # nothing loaded
+    assert _held(indexed, memory, query, ids) is not None
+    indexed.ingest([write(tmp_path / "salt.txt", "Less salt lowers blood pressure.")])
+    with indexed.engine.connect() as conn:
+        newer = catalog.log_positions(conn)
+    assert memory.held(query, ids, log) is not None  # the arrays are still where this log was
+    assert memory.held(query, ids, newer) is None  # not yet at the newer one
+    assert _held(indexed, memory, query, ids) is not None  # synced to it
+    assert memory.held(query, ids, log) is None  # now past the older one
+    assert memory.held(query, ids, newer._replace(epoch=uuid.uuid4())) is None
+
+
 def test_memory_search_reloads_when_the_log_was_trimmed_past_it(
     indexed: Citeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

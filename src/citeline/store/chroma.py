@@ -38,7 +38,7 @@ from pydantic import SecretStr
 
 from citeline.errors import ConfigError, StoreError
 from citeline.settings import Settings
-from citeline.store.index import EmbedFn, Repair, VectorQuery, VersionVectors
+from citeline.store.index import EmbedFn, HeldChunks, Repair, VectorQuery, VersionVectors
 
 #: Ids read or written per Chroma call (its batch limit is larger; this keeps requests small).
 _PAGE = 5_000
@@ -254,6 +254,10 @@ class ChromaIndex:
 
     def warm_up(self, conn: sa.Connection, model: str, dimension: int) -> None:
         """Nothing to load: the Chroma server holds the vectors."""
+
+    def held(self, query: VectorQuery, chunk_ids: Sequence[int]) -> HeldChunks | None:
+        """None: the Chroma server holds the vectors, and the catalog the rest."""
+        return None
 
     def relabelled(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
         """Move the vectors of versions whose scopes changed to their new partition."""

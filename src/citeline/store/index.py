@@ -187,6 +187,17 @@ class VectorQuery:
 
 
 @dataclass(frozen=True)
+class HeldChunks:
+    """Chunks an index could describe without the catalog (:meth:`VectorIndex.held`), aligned arrays:
+    each one's version, its document's content type and its cosine distance to the query."""
+
+    ids: NDArray[np.int64]
+    versions: list[uuid.UUID]
+    content_types: list[str | None]
+    distances: NDArray[np.float64]
+
+
+@dataclass(frozen=True)
 class Repair:
     """What :meth:`VectorIndex.repair` found and fixed."""
 
@@ -243,6 +254,13 @@ class VectorIndex(Protocol):
 
     def vectors(self, conn: sa.Connection, chunk_ids: Sequence[int]) -> dict[int, NDArray[np.float32]]:
         """The vectors of these chunks (ids it does not hold are left out)."""
+        ...
+
+    def held(self, query: VectorQuery, chunk_ids: Sequence[int]) -> HeldChunks | None:
+        """Those of ``chunk_ids`` active in the snapshot ``query.log`` names, with their versions, content
+        types and distances to ``query.vector``, when this index holds all of that in the process, in step
+        with that snapshot: a search's candidates then need no statement. None: read them from the catalog.
+        """
         ...
 
     def repair(self, conn: sa.Connection, model: str, embed: EmbedFn) -> Repair:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Sequence
 
 import numpy as np
 import sqlalchemy as sa
@@ -29,7 +30,7 @@ from citeline.recent import Recent
 # The module, not its names: catalog imports store.vectors, which imports this module.
 from citeline.store import catalog
 from citeline.store.catalog import LogView
-from citeline.store.index import InScope, VersionIds, VersionSlots
+from citeline.store.index import HeldChunks, InScope, VersionIds, VersionSlots
 
 #: Rows read from PostgreSQL at a time when loading (a batch of 384-dimension vectors is 6 MB).
 _BATCH = 4096
@@ -71,6 +72,11 @@ class MemoryVectors:
         self._alive = np.empty(0, dtype=bool)
         self._docs: dict[uuid.UUID, int] = {}
         self._doc_rows: dict[int, NDArray[np.int64]] = {}
+        #: Each slot's version and its content type, by slot (retired slots keep theirs until a reload).
+        self._slot_versions: list[uuid.UUID] = []
+        self._slot_types: list[str | None] = []
+        #: The live rows ordered by chunk id, and those ids, for :meth:`held` (made once per generation).
+        self._by_id: tuple[int, NDArray[np.int64], NDArray[np.int64]] | None = None
         self._next_slot = 0
         self._doc_keys: VersionSlots | None = None
         self._generation += 1
@@ -136,6 +142,39 @@ class MemoryVectors:
             order = np.lexsort((ids, -best))
             return [(int(ids[i]), float(1.0 - best[i])) for i in order]
 
+    def held(
+        self, query: NDArray[np.float32], chunk_ids: Sequence[int], log: LogView | None
+    ) -> HeldChunks | None:
+        """Those of ``chunk_ids`` alive here, with their versions, content types and cosine distances to
+        ``query``; None unless the arrays are loaded at ``log`` (the search's snapshot): at any other
+        position (another search moved them on) the caller reads the catalog instead. A chunk left out is
+        not active in that snapshot, or has no usable vector (nor would PostgreSQL give it a distance)."""
+        with self._lock:
+            if log is None or not self._loaded or (self._seq, self._epoch) != (log.last, log.epoch):
+                return None
+            norm = float(np.linalg.norm(query))
+            if query.shape[0] != self._dim or not norm:
+                return None
+            if self._by_id is None or self._by_id[0] != self._generation:
+                live = np.flatnonzero(self._alive)
+                order = live[np.argsort(self._chunk_ids[live], kind="stable")]
+                self._by_id = (self._generation, order, self._chunk_ids[order])
+            _, order, keys = self._by_id
+            wanted = np.asarray(chunk_ids, dtype=np.int64)
+            at = np.searchsorted(keys, wanted)
+            found = at < keys.size
+            found[found] &= keys[at[found]] == wanted[found]
+            rows = order[at[found]]
+            q = (query / norm).astype(np.float32, copy=False)
+            sims = np.einsum("ij,j->i", self._matrix[rows], q).astype(np.float64)
+            slots = self._doc_slot[rows].tolist()
+            return HeldChunks(
+                ids=wanted[found],
+                versions=[self._slot_versions[s] for s in slots],
+                content_types=[self._slot_types[s] for s in slots],
+                distances=1.0 - sims,
+            )
+
     def _allowed(self, scope: InScope | None) -> NDArray[np.bool_] | None:
         """The rows a search within ``scope`` may return; None when the scope names versions these arrays
         do not hold (an embedding-model migration searches its staged versions, not yet active), or
@@ -194,9 +233,12 @@ class MemoryVectors:
         among = " AND d.vector_index = 'pgvector'" + ("" if versions is None else " AND d.id = ANY(:ids)")
         bind = {"m": self.model, "ids": versions or []}
         held = conn.execute(
-            sa.text(f"SELECT d.id FROM documents d WHERE d.is_active AND d.embedding_model = :m{among}"),
+            sa.text(
+                "SELECT d.id, d.content_type FROM documents d "
+                f"WHERE d.is_active AND d.embedding_model = :m{among}"
+            ),
             bind,
-        ).scalars()
+        ).all()
         result = conn.execution_options(stream_results=True, yield_per=_BATCH).execute(
             sa.text(
                 "SELECT c.id, c.document_id, vector_send(c.embedding) FROM chunks c "
@@ -221,7 +263,7 @@ class MemoryVectors:
                 raise StoreError(f"stored vectors of {self.model} do not all have {self._dim} dimensions")
             vectors.append(raw.reshape(len(batch), self._dim + 1)[:, 1:].astype(np.float32))
         self._append(
-            list(held),
+            [(r[0], r[1]) for r in held],
             np.concatenate(chunk_ids) if chunk_ids else np.empty(0, dtype=np.int64),
             owners,
             np.concatenate(vectors) if vectors else np.empty((0, self._dim), dtype=np.float32),
@@ -254,16 +296,19 @@ class MemoryVectors:
 
     def _append(
         self,
-        versions: list[uuid.UUID],
+        versions: list[tuple[uuid.UUID, str | None]],
         chunk_ids: NDArray[np.int64],
         owners: list[uuid.UUID],
         vectors: NDArray[np.float32],
     ) -> None:
-        """Add ``versions`` and their chunks: ids, each one's version (grouped by version) and vectors."""
+        """Add ``versions`` (with their content types) and their chunks: ids, each one's version (grouped
+        by version) and vectors."""
         base = self._chunk_ids.size
-        for version in versions:
+        for version, content_type in versions:
             self._docs[version] = self._next_slot
             self._doc_rows[self._next_slot] = np.empty(0, dtype=np.int64)
+            self._slot_versions.append(version)
+            self._slot_types.append(content_type)
             self._next_slot += 1
         self._doc_keys = None
         self._generation += 1

@@ -20,7 +20,15 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.errors import StoreError
-from citeline.store.index import EmbedFn, Repair, VectorQuery, VersionIds, VersionVectors, as_array
+from citeline.store.index import (
+    EmbedFn,
+    HeldChunks,
+    Repair,
+    VectorQuery,
+    VersionIds,
+    VersionVectors,
+    as_array,
+)
 from citeline.store.memory_vectors import MemoryVectors
 
 #: pgvector settings every connection starts with (store/database.py passes them at connect time),
@@ -373,6 +381,12 @@ class PgVectorIndex:
         """Load the vectors of ``model`` into this process, if they fit ``memory_mb``."""
         if self.memory_mb:
             self.memory(model).load(conn, dimension)
+
+    def held(self, query: VectorQuery, chunk_ids: Sequence[int]) -> HeldChunks | None:
+        """From the vectors this process holds for ``query.model``, if they are in step with the query."""
+        if not self.memory_mb:
+            return None
+        return self.memory(query.model).held(query.vector, chunk_ids, query.log)
 
     def memory(self, model: str) -> MemoryVectors:
         """The vectors of ``model`` this process holds (loaded by its first search, if they fit)."""
