@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -384,9 +385,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 order = SIDES if n % 2 == 0 else SIDES[::-1]
                 query = queries[qid]
                 for kind in order:
+                    time.sleep(args.pause_ms / 1e3)
                     ms, _ = remotes[kind].call("search", query, None, K_TIMED)
                     lat[kind]["all"].append(ms)
                 for kind in order:
+                    time.sleep(args.pause_ms / 1e3)
                     ms, ranked = remotes[kind].call("search", query, SCOPE_A, K_TIMED)
                     lat[kind]["scoped"].append(ms)
                     outside[kind] += outside_scope(ranked, scopes, SCOPE_A)
@@ -438,6 +441,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ingest_date": previous["ingest_date"] if previous else started,
         "date": searched,
         "load_before": search_load,
+        "pause_ms": args.pause_ms,
         "load_after": load_average(),
         "largest_vector_difference": worst,
         "figures": fig,
@@ -463,6 +467,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=250, help="documents per ingest turn")
     parser.add_argument("--searchers", type=int, default=4, help="concurrent searchers")
     parser.add_argument("--rounds", type=int, default=2, help="throughput rounds per stack")
+    parser.add_argument(
+        "--pause-ms",
+        type=float,
+        default=0.0,
+        help="wait this long before each timed search, so that threads one stack's last call left "
+        "spinning (onnxruntime's, about 30 ms of a core after a run) have stopped before the other's "
+        "search starts (docs/performance.md)",
+    )
     args = parser.parse_args(argv)
     try:
         record = run(args)
