@@ -3,6 +3,8 @@ deletes, and out of the way when the corpus does not fit their budget."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -229,6 +231,37 @@ def test_a_corpus_over_the_budget_is_left_to_the_index(indexed: Citeline) -> Non
     with indexed.derive(memory_vectors_mb=0) as off:
         off.search(SearchRequest("heart"), explain=explain)
     assert explain.dense_plan == "hnsw"
+
+
+def test_searches_go_to_the_index_while_another_loads_every_vector(
+    indexed: Citeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full load holds the arrays' lock for seconds at a large corpus: the other searches meanwhile are
+    answered by the index instead of waiting for it."""
+    memory = MemoryVectors(indexed.embedder.model_id, BUDGET)
+    query = _vector(indexed, "heart")
+    inside, release = threading.Event(), threading.Event()
+    real_load = MemoryVectors._load
+
+    def slow_load(self: MemoryVectors, conn: sa.Connection, versions: list[uuid.UUID] | None) -> None:
+        inside.set()
+        assert release.wait(30)
+        real_load(self, conn, versions)
+
+    monkeypatch.setattr(MemoryVectors, "_load", slow_load)
+    loader = threading.Thread(target=_memory, args=(indexed, memory, query, Filters(), 10))
+    loader.start()
+    try:
+        assert inside.wait(30)
+        started = time.perf_counter()
+        assert _memory(indexed, memory, query, Filters(), 10) is None
+        with indexed.engine.connect() as conn:
+            assert memory.held(query, [1], catalog.log_positions(conn)) is None
+        assert time.perf_counter() - started < 5  # answered, not held up by the load
+    finally:
+        release.set()
+        loader.join(30)
+    _assert_same(_exact(indexed, query, Filters(), 10), _memory(indexed, memory, query, Filters(), 10))
 
 
 def test_a_search_whose_snapshot_is_older_than_the_arrays_is_left_to_the_index(

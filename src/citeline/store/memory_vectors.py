@@ -54,6 +54,9 @@ class MemoryVectors:
         self.model = model
         self.budget_bytes = budget_bytes
         self._lock = threading.Lock()
+        #: Set while a search reads vectors from the catalog under the lock: other searches go to the
+        #: index meanwhile rather than wait (a reload of 170,000 vectors takes about 13 s).
+        self._loading = False
         self._masks: Recent[tuple[VersionIds, int], NDArray[np.bool_]] = Recent(self.SCOPE_MASKS)
         self._generation = 0
         self._reset(0)
@@ -108,6 +111,8 @@ class MemoryVectors:
         ``log`` is the keyword log's first and last position as the caller's snapshot read them (read here
         when not given)."""
         dim = int(query.shape[0])
+        if self._loading:
+            return None
         with self._lock:
             if not self._sync(conn, dim, log):
                 return None
@@ -149,6 +154,8 @@ class MemoryVectors:
         ``query``; None unless the arrays are loaded at ``log`` (the search's snapshot): at any other
         position (another search moved them on) the caller reads the catalog instead. A chunk left out is
         not active in that snapshot, or has no usable vector (nor would PostgreSQL give it a distance)."""
+        if self._loading:
+            return None
         with self._lock:
             if log is None or not self._loaded or (self._seq, self._epoch) != (log.last, log.epoch):
                 return None
@@ -221,7 +228,11 @@ class MemoryVectors:
         if not self._fits(conn, dim):
             self._too_big_at = (step.epoch, last)
             return False
-        self._load(conn, None)
+        self._loading = True
+        try:
+            self._load(conn, None)
+        finally:
+            self._loading = False
         self._seq, self._loaded, self._epoch = last, True, step.epoch
         heap.trim()  # what loading freed (see citeline/heap.py)
         return True
