@@ -360,6 +360,14 @@ class Citeline:
                     )
         return self._query_vectors
 
+    def query_vector(self, text: str) -> NDArray[np.float32]:
+        """The vector of ``text`` as a search query of the served model: the one a recent search embedded
+        (a conversation's turn searches first, then scores the chunks it cited before against the same
+        query), else embedded now on the query session and remembered."""
+        embedder, vectors = self.query_embedder, self.query_vectors
+        cached = vectors.cached(embedder, text)
+        return cached if cached is not None else vectors.embed(embedder, text)
+
     @property
     def files_dir(self) -> Path:
         # One folder per namespace: a file's presence is decided by that namespace's catalog alone.
@@ -1026,7 +1034,7 @@ class Citeline:
 
         With ``query``, each hit carries its cosine distance to the query.
         """
-        vector = self.query_embedder.embed([query])[0] if query else None
+        vector = self.query_vector(query) if query else None
         with self.engine.connect() as conn:
             return fetch_hits(conn, chunk_ids, vector, vector_index=self.vector_index, access=access)
 

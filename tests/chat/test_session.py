@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -101,6 +102,35 @@ def test_a_follow_up_is_searched_with_the_previous_topic_and_stored(manual: Cite
     assert session.conversation.persona == "repair"
     assert session.conversation.title == "How do I prime the centrifugal pump?"
     assert [c.id for c in conversations(manual)] == [session.id]
+
+
+def test_a_follow_ups_cited_chunks_are_scored_against_the_vector_its_search_embedded(
+    manual: Citeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chunks cited earlier are scored against the query vector the turn's search embedded (the
+    served model's), not a second embedding of the same query."""
+    session = ChatSession.start(manual, llm=None)
+    complete(ask(session, "How do I prime the centrifugal pump?"))
+    history = session.history()
+    assert history  # the first turn cited chunks, so the lookup below runs
+    embedder: Any = manual.query_embedder
+    embedded: list[str] = []
+    real_query, real_embed = type(embedder).embed_query, type(embedder).embed
+
+    def spy_query(self: object, text: str, *, threads: int) -> object:
+        embedded.append(text)
+        return real_query(self, text, threads=threads)
+
+    def spy_embed(self: object, texts: list[str]) -> object:
+        embedded.extend(texts)
+        return real_embed(self, texts)
+
+    monkeypatch.setattr(type(embedder), "embed_query", spy_query)
+    monkeypatch.setattr(type(embedder), "embed", spy_embed)
+    query = "How often should the centrifugal pump be serviced?"
+    evidence = session.evidence(query, history, Filters())
+    assert embedded == [query]
+    assert "priming.md" in {h.document_name for h in evidence}
 
 
 def test_citation_numbers_run_across_turns_and_processes(manual: Citeline) -> None:

@@ -175,13 +175,15 @@ class ChatSession:
         cited = store.recently_cited(history)
         if not cited or settings.history_chunks == 0:
             return fresh
-        vector = self.cl.embedder.embed([query])[0]
+        # The vector the search above embedded, of the model the search used (the served one: during a
+        # model migration the configured embedder is another).
+        vector = self.cl.query_vector(query)
         with self.cl.engine.connect() as conn:
             remembered = remembered_hits(
                 conn,
                 cited,
                 vector,
-                model=self.cl.embedder.model_id,
+                model=self.cl.query_embedder.model_id,
                 filters=self.access.restrict(filters),
                 limit=settings.history_chunks,
                 vector_index=self.cl.vector_index,
