@@ -15,6 +15,8 @@ import pytest
 from citeline.errors import LoadError
 from citeline.load import load
 from citeline.load.pdf import NO_TEXT_LAYER
+from citeline.store.analyzer import Analyzer
+from tests.load.conftest import _pdf_bytes
 
 
 def _squash(text: str) -> str:
@@ -133,6 +135,37 @@ def test_text_named_pdf_is_not_a_pdf(tmp_path: Path) -> None:
     assert caught.value.reason == "not a PDF file (no %PDF header)"
 
 
+def test_superscript_digits_after_a_word_are_marked_and_kept_apart_from_it(tmp_path: Path) -> None:
+    """A reference marker or exponent set small and raised comes out after a ^, so "pathway12" is never
+    one word to the keyword index; a subscript and a model number written at full size stay as they are."""
+    content = (
+        b"BT /F1 12 Tf 20 150 Td (The pathway) Tj /F1 7 Tf 5 Ts (12) Tj /F1 12 Tf 0 Ts "
+        b"( was active in cells,) Tj /F1 7 Tf 5 Ts (3,4) Tj /F1 12 Tf 0 Ts ( and in water, H) Tj "
+        b"/F1 7 Tf -3 Ts (2) Tj /F1 12 Tf 0 Ts (O; the X200 pump.) Tj ET"
+    )
+    path = tmp_path / "marks.pdf"
+    path.write_bytes(_pdf_bytes(content, (600, 200), None))
+    text = next(load(path).pages).text
+    assert text == "The pathway^12 was active in cells,^3,4 and in water, H2O; the X200 pump."
+    assert {"pathway", "cell"} <= set(Analyzer().term_counts(text))
+
+
+def test_footnote_markers_in_real_pdfs_are_marked_and_nothing_else_is(pdf_dir: Path) -> None:
+    register = list(load(pdf_dir / "multicol_federal_register_2020-17221.pdf").pages)
+    marked = {(p.number, m.group()) for p in register for m in re.finditer(r"\w+[,.]?\^\d+", p.text)}
+    # Its five footnote markers; not the running heads' codes, the rotated margin text or "2120-AA64".
+    assert marked == {
+        (2, "alert,^5"),
+        (2, "action.^6"),
+        (2, "alert,^9"),
+        (3, "threshold,^11"),
+        (3, "checklists,^15"),
+    }
+    assert sum(p.text.count("^") for p in register) == 5
+    latex = " ".join(p.text for p in load(pdf_dir / "multicol_latex_pypdf_sample.pdf").pages)
+    assert "Area (km^2)" in latex
+
+
 def test_page_without_pdfium_text_is_read_by_the_fallback(make_pdf: Callable[..., Path]) -> None:
     # pypdfium2 reads only text inside the page box; pypdf reads the whole content stream.
     path = make_pdf(text="Beyond the page edge", at=(500, 500), size=(200, 200))
@@ -175,5 +208,8 @@ def test_memory_stays_flat_as_page_count_grows(pdf_dir: Path, tmp_path: Path) ->
     per_char = {name: peak / longest for name, (peak, longest) in peaks.items()}
     # Peak memory follows the longest page, not the number of pages: ten times the pages, same peak.
     assert peaks["long.pdf"][0] < 1.25 * peaks[fifteen.name][0]
-    assert per_char[fifteen.name] < 1.5 * per_char[three.name]
-    assert per_char["long.pdf"] < 1.5 * per_char[three.name]
+    # Per character of the longest page, within a small factor of another document's: a page whose text
+    # may hold superscript digits (most of the register's: "06AUP1" in every running head) is read a
+    # second time, character-indexed, to judge them (about 1.5 times the peak of a page with none).
+    assert per_char[fifteen.name] < 2 * per_char[three.name]
+    assert per_char["long.pdf"] < 2 * per_char[three.name]

@@ -13,6 +13,7 @@ is installed; the source's metadata then says which pages were, with what confid
 
 from __future__ import annotations
 
+import ctypes
 import re
 import threading
 from collections.abc import Iterator
@@ -119,7 +120,7 @@ class _PageReader:
             try:
                 textpage = page.get_textpage()
                 try:
-                    text: str = textpage.get_text_bounded()
+                    text: str = _mark_superscripts(textpage, textpage.get_text_bounded())
                 finally:
                     textpage.close()
             finally:
@@ -145,6 +146,102 @@ class _PageReader:
         if self._file is not None:
             self._file.close()
             self._file, self._fallback = None, None
+
+
+#: A run of digits (with commas or dashes between them: "3,4", "5-7") written straight after a letter or a
+#: closing mark: where a footnote or reference marker, or an exponent, sits when it is set superscript.
+_SUPERSCRIPT_CANDIDATE = re.compile(r"(?<=[^\W\d_]|[,.;:)\]\u201d\u2019\"'])\d+(?:[,\u2013-]\d+)*")
+#: Superscript: at most this share of the size of the letter before it...
+_SUPERSCRIPT_SIZE = 0.85
+#: ... and its baseline raised by at least this share of that letter's size.
+_SUPERSCRIPT_RISE = 0.15
+
+
+def _mark_superscripts(textpage: Any, text: str) -> str:
+    """``text`` (the page's text) with ``^`` before each run of superscript digits that follows a word.
+
+    PDF text carries no superscript: a footnote marker set small and raised after "alert," comes out as
+    "alert,5", and one after a word ("pathway12", "cells3") as part of that word, which the keyword
+    index then never matches as "pathway" or "cells". PDFium knows each character's size and baseline,
+    so a digit run smaller than the letter before it and raised above its baseline is marked: "alert,^5",
+    "pathway^12", "km^2". Only horizontal text is judged, and a subscript ("H2O") is lowered, not
+    raised, so it stays. The citation viewer matches passages on letters and digits only, so the mark
+    never stops it from finding one.
+    """
+    if not _SUPERSCRIPT_CANDIDATE.search(text):
+        return text
+    count = textpage.count_chars()
+    # The character-indexed text: the same characters as the page's text, with PDFium's soft-hyphen mark
+    # spelt otherwise and a line break more here and there; they are aligned below.
+    indexed = textpage.get_text_range(0, count).replace("\ufffe", "\x02") if count else ""
+    if len(indexed) != count:
+        return text  # characters outside the Basic Multilingual Plane: indices and positions differ
+    marks: list[int] = []
+    for match in _SUPERSCRIPT_CANDIDATE.finditer(indexed):
+        start = match.start()
+        letter = start - 1
+        while letter >= 0 and not indexed[letter].isalpha():
+            letter -= 1
+        if letter >= 0 and start - letter <= 3 and _raised_and_smaller(textpage, start, letter):
+            marks.append(start)
+    if not marks:
+        return text
+    at = _aligned_positions(indexed, text, marks)
+    if at is None:
+        return text
+    for position in reversed(at):
+        text = text[:position] + "^" + text[position:]
+    return text
+
+
+def _raised_and_smaller(textpage: Any, index: int, letter: int) -> bool:
+    """Whether character ``index`` is set smaller than character ``letter`` and above its baseline, both
+    on a horizontal line."""
+    raw = textpage.raw
+    if (
+        abs(pdfium_c.FPDFText_GetCharAngle(raw, index)) > 0.05
+        or abs(pdfium_c.FPDFText_GetCharAngle(raw, letter)) > 0.05
+    ):
+        return False
+    sizes: list[float] = []
+    baselines: list[float] = []
+    for i in (index, letter):
+        matrix = pdfium_c.FS_MATRIX()
+        pdfium_c.FPDFText_GetMatrix(raw, i, ctypes.byref(matrix))
+        scale = abs(matrix.a * matrix.d - matrix.b * matrix.c) ** 0.5 or 1.0
+        sizes.append(float(pdfium_c.FPDFText_GetFontSize(raw, i)) * scale)
+        x, y = ctypes.c_double(), ctypes.c_double()
+        pdfium_c.FPDFText_GetCharOrigin(raw, i, ctypes.byref(x), ctypes.byref(y))
+        baselines.append(float(y.value))
+    size, reference = sizes
+    if reference <= 0:
+        return False
+    return (
+        size <= _SUPERSCRIPT_SIZE * reference and baselines[0] - baselines[1] >= _SUPERSCRIPT_RISE * reference
+    )
+
+
+def _aligned_positions(indexed: str, text: str, positions: list[int]) -> list[int] | None:
+    """Where ``positions`` of ``indexed`` fall in ``text``, which holds the same characters but for line
+    breaks ``indexed`` has more of; None if the two differ otherwise."""
+    out: list[int] = []
+    wanted = iter(positions)
+    target = next(wanted, None)
+    j = 0
+    for i, ch in enumerate(indexed):
+        if target is None:
+            break
+        if j < len(text) and text[j] == ch:
+            if i == target:
+                out.append(j)
+                target = next(wanted, None)
+            j += 1
+        elif ch in "\r\n":
+            if i == target:
+                return None
+        else:
+            return None
+    return out if target is None else None
 
 
 def _check_header(path: Path) -> None:
