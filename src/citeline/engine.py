@@ -61,7 +61,7 @@ from citeline.jobs.submit import (
     submit,
     submit_url,
 )
-from citeline.retrieve.query import QueryVectors
+from citeline.retrieve.query import QueryVectors, WaitedEmbedder
 from citeline.retrieve.rerank import Reranker, get_reranker, rerank_hits
 from citeline.retrieve.search import (
     CatalogCache,
@@ -210,17 +210,20 @@ class Citeline:
         return provider.settings
 
     def warm_up(self, *, search: bool = True) -> Citeline:
-        """Open the store, load the embedder (with its query session), the keyword index, the vectors that
-        searches compare in the process (if they fit ``memory_vectors_mb``) and the claim judge now rather
-        than at the first request, and repair what a crash left between the catalog and the vector index.
+        """Open the store, load the embedder's query session (which answers embed their sentences on too),
+        the keyword index, the vectors that searches compare in the process (if they fit
+        ``memory_vectors_mb``) and the claim judge now rather than at the first request, and repair what a
+        crash left between the catalog and the vector index.
 
-        ``search`` False loads only what building documents needs (the store, the embedder, the repaired
-        vector index): a job worker never searches, and the query session, keyword index, vectors and
-        judge would cost it memory.
+        ``search`` False loads only what building documents needs (the store, the embedder's ingest
+        session, the repaired vector index): a job worker never searches, and the query session, keyword
+        index, vectors and judge would cost it memory. A process that searches never opens the ingest
+        session unless it also builds documents.
         """
-        self.embedder  # noqa: B018
         self.repair_vectors()
         if not search:
+            # Building documents embeds on the ingest session: opened now, not by the first job.
+            self.embedder.embed(["warm up"])
             return self
         # Embedding one text opens the query session (see CITELINE_QUERY_THREADS).
         self.query_vectors.embed(self.query_embedder, "warm up")
@@ -359,6 +362,13 @@ class Citeline:
                         threads=self._settings.query_threads, cache_size=self._settings.query_cache_size
                     )
         return self._query_vectors
+
+    @property
+    def answer_embedder(self) -> Embedder:
+        """What answers embed their sentences with (to focus evidence, check citations, pick extractive
+        sentences): the served model, on the session queries use (retrieve.query.WaitedEmbedder), so a
+        process that searches and answers never opens the ingest session."""
+        return WaitedEmbedder(self.query_embedder, self._settings.query_threads)
 
     def query_vector(self, text: str) -> NDArray[np.float32]:
         """The vector of ``text`` as a search query of the served model: the one a recent search embedded

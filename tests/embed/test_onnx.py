@@ -170,20 +170,36 @@ def test_files_supplied_from_elsewhere_load_when_their_content_matches_the_pins(
     assert vector.shape == (1, 384)
 
 
-def test_a_query_session_is_opened_from_the_checked_file_not_from_bytes_kept_since_construction(
+def test_each_session_is_opened_from_the_checked_file_not_from_bytes_kept_since_construction(
     tmp_path: Path,
 ) -> None:
-    # The embedder keeps no copy of its 22 MB model file: a process that never opens a query session
-    # (a job worker) does not carry it, and one opened later reads the file and checks it again.
+    # The embedder keeps no copy of its 22 MB model file and opens each session on first use: a job
+    # worker never opens a query session, a search process never the ingest session, and one opened later
+    # reads the file and checks it again.
     model = Path(shutil.copy(FILES.model.path, tmp_path))
-    embedder = OnnxEmbedder(
-        "all-MiniLM-L6-v2", files=ModelFiles(dataclasses.replace(FILES.model, path=model), FILES.tokenizer)
-    )
+    files = ModelFiles(dataclasses.replace(FILES.model, path=model), FILES.tokenizer)
+    embedder = OnnxEmbedder("all-MiniLM-L6-v2", files=files)
+    assert embedder.embed([SENTENCE]).shape == (1, 384)  # opens the ingest session
+    unopened = OnnxEmbedder("all-MiniLM-L6-v2", files=files)  # the file is checked, no session opened
     tampered_copy(FILES.model.path, model)
 
-    assert embedder.embed([SENTENCE]).shape == (1, 384)  # the ingest session is already open
+    assert embedder.embed([SENTENCE]).shape == (1, 384)  # the ingest session is open already
     with pytest.raises(EmbeddingError, match=r"model file .*model\.onnx has sha256"):
         embedder.embed_query(SENTENCE, threads=2)
+    with pytest.raises(EmbeddingError, match=r"model file .*model\.onnx has sha256"):
+        unopened.embed([SENTENCE])
+    with pytest.raises(EmbeddingError, match=r"model file .*model\.onnx has sha256"):
+        OnnxEmbedder("all-MiniLM-L6-v2", files=files)  # and a new embedder refuses it up front
+
+
+def test_texts_a_caller_waits_for_embed_on_the_query_session_alone() -> None:
+    """An answer's sentences: the same vectors as embed() gives, and no ingest session opened for them."""
+    embedder = OnnxEmbedder("all-MiniLM-L6-v2")
+    texts = [SENTENCE, "Short.", "A somewhat longer sentence about pumps, seals and the water they hold."]
+    waited = embedder.embed_waited(texts, threads=2)
+    assert embedder._ingest is None and list(embedder._query_sessions) == [2]
+    np.testing.assert_allclose(waited, embedder.embed(texts), atol=1e-6)
+    assert embedder.embed_waited([], threads=2).shape == (0, 384)
 
 
 # -- onnx:paraphrase-MiniLM-L3-v2, the second packaged model ---------------------------------------

@@ -151,7 +151,7 @@ class ChatSession:
             query,
             evidence,
             llm=self.llm,
-            embedder=self.cl.embedder,
+            embedder=self.cl.answer_embedder,
             numbering=numbering,
             persona=self.conversation.persona,
             options=self.options,

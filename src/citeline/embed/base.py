@@ -45,6 +45,11 @@ class QueryEmbedder(Protocol):
         """Embed one text with up to ``threads`` cores, as ``embed([text])[0]`` would (same vector)."""
         ...
 
+    def embed_waited(self, texts: Sequence[str], *, threads: int) -> npt.NDArray[np.float32]:
+        """Embed a few texts a caller waits for (an answer's sentences) as :meth:`embed_query` embeds one,
+        with up to ``threads`` cores: the vectors ``embed(texts)`` gives (up to float rounding)."""
+        ...
+
 
 #: The embedding providers. A provider's ``build(model, settings)`` returns a loaded
 #: :class:`Embedder`; it reads ``embed_batch_size`` and ``embed_threads`` (already resolved: threads is

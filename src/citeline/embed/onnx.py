@@ -206,17 +206,21 @@ class OnnxEmbedder:
         tokenizer.enable_truncation(max_length=self.max_tokens)
         self._tokenizer = tokenizer
         # Each session reads and checks the file itself: the embedder keeps no copy of its bytes (22
-        # MB) for the life of a process that may never open a query session (a job worker).
+        # MB) for the life of a process that may never open one of its sessions.
         self._model_file = files.model
         self._defaults = defaults
-        self._session = _open_session(self.model_id, files.model, defaults=defaults)
+        # The ingest session (one thread a run) opens on the first embed() and the query sessions on the
+        # first query of their thread count: a process that only searches and answers never holds the
+        # ingest session (about 100 MB), a job worker never a query session. The file is checked now, so
+        # a damaged or missing one fails here rather than at the first text.
+        read_verified("model", files.model)
+        self._ingest: Any = None
         # Sessions for single queries, by thread count, opened on the first query (ingest never pays).
         self._query_sessions: dict[int, Any] = {}
         self._query_lock = threading.Lock()
-        inputs = {i.name for i in self._session.get_inputs()}
-        # BERT exports differ on whether token types are an input; all texts here are one segment.
-        self._token_types = "token_type_ids" in inputs
-        self._output = [_token_output(self._session, self.model_id, files.model.path, self.dimension)]
+        # The run's feeds and output, found in the first session opened.
+        self._token_types = False
+        self._output: list[str] = []
         # Workers beyond the first only pay off when a call has several runs to share out.
         self._workers = threads
         self._pool = (
@@ -254,25 +258,69 @@ class OnnxEmbedder:
 
         The session of ``threads`` opens on the first such call, from the model file read and checked
         again: :class:`EmbeddingError` if it no longer matches its pin."""
-        session = self._session if threads == 1 or self._defaults else self._query_sessions.get(threads)
+        vector: npt.NDArray[np.float32] = self._run(
+            [self._tokenizer.encode(text).ids], self._waited(threads)
+        )[0]
+        return vector
+
+    def embed_waited(self, texts: Sequence[str], *, threads: int) -> npt.NDArray[np.float32]:
+        """Embed ``texts`` as :meth:`embed` does, on the session :meth:`embed_query` uses for ``threads``:
+        for a few texts a caller waits for (an answer's sentences), which then need no ingest session."""
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        if not texts:
+            return out
+        ids = [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
+        session = self._waited(threads)
+        for rows in self._plan([len(seq) for seq in ids], workers=1):
+            out[rows] = self._run([ids[i] for i in rows], session)
+        return out
+
+    def _waited(self, threads: int) -> Any:
+        """The session for texts a caller waits for on ``threads`` cores: the ingest session for one (or on
+        onnxruntime's defaults, whose one session already spans every core), else a query session."""
+        if threads == 1 or self._defaults:
+            return self._session
+        session = self._query_sessions.get(threads)
         if session is None:
             with self._query_lock:
                 session = self._query_sessions.get(threads)
                 if session is None:
-                    session = _open_session(self.model_id, self._model_file, threads=threads)
+                    session = self._opened(_open_session(self.model_id, self._model_file, threads=threads))
                     self._query_sessions[threads] = session
-        vector: npt.NDArray[np.float32] = self._run([self._tokenizer.encode(text).ids], session)[0]
-        return vector
+        return session
 
-    def _plan(self, lengths: list[int]) -> list[list[int]]:
+    @property
+    def _session(self) -> Any:
+        """The ingest session, opened on first use."""
+        if self._ingest is None:
+            with self._query_lock:
+                if self._ingest is None:
+                    self._ingest = self._opened(
+                        _open_session(self.model_id, self._model_file, defaults=self._defaults)
+                    )
+        return self._ingest
+
+    def _opened(self, session: Any) -> Any:
+        """``session``, after learning from the first one opened which inputs a run feeds and which output
+        holds the token vectors (the caller holds the lock)."""
+        if not self._output:
+            inputs = {i.name for i in session.get_inputs()}
+            # BERT exports differ on whether token types are an input; all texts here are one segment.
+            self._token_types = "token_type_ids" in inputs
+            self._output = [_token_output(session, self.model_id, self._model_file.path, self.dimension)]
+        return session
+
+    def _plan(self, lengths: list[int], workers: int | None = None) -> list[list[int]]:
         """Group text indices into runs of similar length, longest first.
 
         Longest first so the workers finish together: the last runs handed out are the cheapest. With
-        several workers, a small call's runs are made smaller, so that each worker gets a few.
+        several workers (``workers``, by default this embedder's), a small call's runs are made smaller,
+        so that each worker gets a few.
         """
         budget = _TOKENS_PER_RUN
-        if self._workers > 1:
-            share = sum(lengths) // (_RUNS_PER_WORKER * self._workers)
+        workers = self._workers if workers is None else workers
+        if workers > 1:
+            share = sum(lengths) // (_RUNS_PER_WORKER * workers)
             budget = min(_TOKENS_PER_RUN, max(_MIN_TOKENS_PER_RUN, share))
         runs: list[list[int]] = []
         current: list[int] = []
@@ -290,6 +338,8 @@ class OnnxEmbedder:
     def _run(self, seqs: list[list[int]], session: Any = None) -> npt.NDArray[np.float32]:
         """Embed one run of token sequences, longest first, padded to the first one's length, on
         ``session`` (the ingest session by default)."""
+        # Opened first: the first session opened says which inputs a run feeds.
+        session = session or self._session
         lengths = np.array([len(seq) for seq in seqs], dtype=np.int64)
         input_ids = np.zeros((len(seqs), lengths[0]), dtype=np.int64)
         for row, seq in enumerate(seqs):
@@ -299,7 +349,7 @@ class OnnxEmbedder:
         if self._token_types:
             feeds["token_type_ids"] = np.zeros_like(input_ids)
         try:
-            hidden: npt.NDArray[np.float32] = (session or self._session).run(self._output, feeds)[0]
+            hidden: npt.NDArray[np.float32] = session.run(self._output, feeds)[0]
         except Exception as exc:
             raise EmbeddingError(
                 f"{self.model_id}: onnxruntime failed on a run of {len(seqs)} texts: {exc}"

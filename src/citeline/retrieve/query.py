@@ -8,6 +8,8 @@ the web page search the same text again; those reuse the vector from a small cac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -58,3 +60,22 @@ class QueryVectors:
         else:
             vector = embedder.embed([text])[0]
         return self.cache.put(embedder.model_id, text, vector)
+
+
+class WaitedEmbedder:
+    """An :class:`~citeline.embed.base.Embedder` for texts a request waits for (an answer's sentences,
+    scored against each other and the question): embedded as search queries are, on the session of
+    ``threads`` cores, when the embedder has one. A process that serves searches and answers then holds
+    the query session alone, never the ingest session beside it (about 100 MB; docs/performance.md)."""
+
+    def __init__(self, embedder: Embedder, threads: int) -> None:
+        self.embedder = embedder
+        self.threads = threads
+        self.model_id = embedder.model_id
+        self.dimension = embedder.dimension
+        self.max_tokens = embedder.max_tokens
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        if isinstance(self.embedder, QueryEmbedder):
+            return self.embedder.embed_waited(texts, threads=self.threads)
+        return self.embedder.embed(texts)
