@@ -228,7 +228,7 @@ def ingest(
                 else:
                     progress.console.print(_describe(result), highlight=False)
 
-            cl.embedder  # load the model before the clock of the first file starts  # noqa: B018
+            cl.prepare_ingest()  # load the model before the clock of the first file starts
             results = cl.ingest(sources, options, progress=on_result, allow_private_urls=allow_private_urls)
     failed = sum(r.outcome is Outcome.FAILED for r in results)
     stored = sum(r.chunks for r in results if r.outcome in (Outcome.ADDED, Outcome.UPDATED))

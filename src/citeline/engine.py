@@ -26,7 +26,7 @@ from citeline.chat import store as chat_store
 from citeline.chat.session import ChatSession
 from citeline.chat.store import ConversationInfo, MessageInfo
 from citeline.embed import EMBEDDERS, get_embedder
-from citeline.embed.base import Embedder
+from citeline.embed.base import Embedder, QueryEmbedder
 from citeline.errors import (
     AccessDeniedError,
     CitelineError,
@@ -222,8 +222,7 @@ class Citeline:
         """
         self.repair_vectors()
         if not search:
-            # Building documents embeds on the ingest session: opened now, not by the first job.
-            self.embedder.embed(["warm up"])
+            self.prepare_ingest()
             return self
         # Embedding one text opens the query session (see CITELINE_QUERY_THREADS).
         self.query_vectors.embed(self.query_embedder, "warm up")
@@ -235,6 +234,13 @@ class Citeline:
         default_judge().load()
         self.prewarm()
         return self
+
+    def prepare_ingest(self) -> None:
+        """Load what building documents needs now rather than in the first one: a local embedder's ingest
+        session (a remote embedder is not called)."""
+        embedder = self.embedder
+        if isinstance(embedder, QueryEmbedder):
+            embedder.embed(["warm up"])
 
     def prewarm(self) -> int:
         """Read what every search reads (the model's HNSW index, then the chunk rows) into the page
