@@ -9,6 +9,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 
 from citeline.engine import Citeline
 from citeline.settings import Settings
+from citeline.store import catalog
 from citeline.store.database import schema_name
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +48,32 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+@contextmanager
+def namespace_again(settings: Settings) -> Iterator[Citeline]:
+    """A second namespace beside that of ``settings``: to a process that holds arrays of the first, what
+    a namespace dropped and made again looks like (another epoch, a keyword log started anew). Dropped
+    on exit."""
+    other = settings.model_copy(update={"namespace": settings.namespace + "_again"})
+    with Citeline(other) as again:
+        try:
+            yield again
+        finally:
+            with again.engine.begin() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))
+
+
+def ingest_until_the_log_reaches(cl: Citeline, folder: Path, position: int) -> None:
+    """Ingest small files into ``cl`` one at a time until its keyword log's last position is
+    ``position`` (asserted: it must not pass it)."""
+    for i in range(position + 1):
+        with cl.engine.connect() as conn:
+            if catalog.log_positions(conn).last >= position:
+                break
+        cl.ingest([write(folder / f"salt{i}.txt", f"Less salt lowers blood pressure, {i} times.")])
+    with cl.engine.connect() as conn:
+        assert catalog.log_positions(conn).last == position
 
 
 def free_port() -> int:

@@ -6,15 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from citeline.engine import Citeline
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import CatalogCache, SearchRequest, read_catalog
 from citeline.settings import Settings
-from citeline.store.database import schema_name
-from tests.conftest import write
+from tests.conftest import namespace_again, write
 
 QUERY = "insulin dose"
 TEXTS = {
@@ -89,15 +87,10 @@ def test_a_namespace_made_again_never_meets_the_scopes_of_the_one_before(
     cache, model, journey_a = CatalogCache(), journeys.embedder.model_id, Filters(scopes=("a",))
     with journeys.engine.begin() as conn:
         before = read_catalog(conn, model, journey_a, cache)
-    other = settings.model_copy(update={"namespace": settings.namespace + "_again"})
-    with Citeline(other) as again:
-        try:
-            _ingest(again, tmp_path / "again", {"a.txt": ("b",), "b.txt": ("b",), "u.md": ()})
-            with again.engine.begin() as conn:
-                after = read_catalog(conn, model, journey_a, cache)
-        finally:
-            with again.engine.begin() as conn:
-                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))
+    with namespace_again(settings) as again:
+        _ingest(again, tmp_path / "again", {"a.txt": ("b",), "b.txt": ("b",), "u.md": ()})
+        with again.engine.begin() as conn:
+            after = read_catalog(conn, model, journey_a, cache)
     assert before.log[:2] == after.log[:2] and before.log.epoch != after.log.epoch
     assert before.scope is not None and after.scope is not None
     assert (len(before.scope.document_ids), len(after.scope.document_ids)) == (2, 1)

@@ -30,7 +30,7 @@ from citeline.store.keyword import (
     SqlKeywordIndex,
     top_chunks,
 )
-from tests.conftest import write
+from tests.conftest import ingest_until_the_log_reaches, namespace_again, write
 
 
 def _migration(name: str) -> ModuleType:
@@ -517,18 +517,13 @@ def test_a_namespace_made_again_with_a_shorter_log_is_loaded_anew(
     args: dict[str, Any] = {"where": "TRUE", "params": {}, "document_ids": None, "limit": 50}
     with indexed.engine.connect() as conn:
         memory.warm_up(conn)
-    other = settings.model_copy(update={"namespace": settings.namespace + "_again"})
-    with Citeline(other) as again:
-        try:
-            again.ingest([write(tmp_path / "again" / "salt.txt", "Less salt lowers blood pressure.")])
-            with again.engine.connect() as conn:
-                log = catalog.log_positions(conn)
-                found = memory.search(conn, terms, **args, log=log)
-                _assert_same(SqlKeywordIndex().search(conn, terms, **args), found)
-            assert memory.search_loaded(terms, document_ids=None, limit=50, log=log) is not None
-        finally:
-            with again.engine.begin() as conn:
-                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))
+    with namespace_again(settings) as again:
+        again.ingest([write(tmp_path / "again" / "salt.txt", "Less salt lowers blood pressure.")])
+        with again.engine.connect() as conn:
+            log = catalog.log_positions(conn)
+            found = memory.search(conn, terms, **args, log=log)
+            _assert_same(SqlKeywordIndex().search(conn, terms, **args), found)
+        assert memory.search_loaded(terms, document_ids=None, limit=50, log=log) is not None
 
 
 def test_a_namespace_made_again_whose_log_reaches_the_same_position_is_loaded_anew(
@@ -541,22 +536,10 @@ def test_a_namespace_made_again_whose_log_reaches_the_same_position_is_loaded_an
     with indexed.engine.connect() as conn:
         memory.warm_up(conn)
         position = catalog.log_positions(conn).last
-    other = settings.model_copy(update={"namespace": settings.namespace + "_again"})
-    with Citeline(other) as again:
-        try:
-            for i in range(position):
-                again.ingest(
-                    [write(tmp_path / "again" / f"salt{i}.txt", f"Less salt lowers blood pressure {i}.")]
-                )
-                with again.engine.connect() as conn:
-                    if catalog.log_positions(conn).last >= position:
-                        break
-            with again.engine.connect() as conn:
-                log = catalog.log_positions(conn)
-                assert log.last == position
-                assert memory.search_loaded(terms, document_ids=None, limit=50, log=log) is None
-                found = memory.search(conn, terms, **args, log=log)
-                _assert_same(SqlKeywordIndex().search(conn, terms, **args), found)
-        finally:
-            with again.engine.begin() as conn:
-                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))
+    with namespace_again(settings) as again:
+        ingest_until_the_log_reaches(again, tmp_path / "again", position)
+        with again.engine.connect() as conn:
+            log = catalog.log_positions(conn)
+            assert memory.search_loaded(terms, document_ids=None, limit=50, log=log) is None
+            found = memory.search(conn, terms, **args, log=log)
+            _assert_same(SqlKeywordIndex().search(conn, terms, **args), found)

@@ -19,10 +19,9 @@ from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Explain, SearchRequest, read_catalog
 from citeline.settings import Settings
 from citeline.store import catalog, memory_vectors
-from citeline.store.database import schema_name
 from citeline.store.index import InScope
 from citeline.store.memory_vectors import MemoryVectors
-from tests.conftest import write
+from tests.conftest import ingest_until_the_log_reaches, namespace_again, write
 
 TEXTS = {
     "statins.txt": "Statins lower LDL cholesterol and cut cardiovascular events in adults at high risk.",
@@ -297,15 +296,10 @@ def test_a_namespace_made_again_with_a_shorter_log_is_loaded_anew(
     memory = MemoryVectors(indexed.embedder.model_id, BUDGET)
     query = _vector(indexed, "heart")
     _assert_same(_exact(indexed, query, Filters(), 10), _memory(indexed, memory, query, Filters(), 10))
-    other = settings.model_copy(update={"namespace": settings.namespace + "_again"})
-    with Citeline(other) as again:
-        try:
-            again.ingest([write(tmp_path / "again" / "salt.txt", "Less salt lowers blood pressure.")])
-            _assert_same(_exact(again, query, Filters(), 10), _memory(again, memory, query, Filters(), 10))
-            assert memory.rows == 1
-        finally:
-            with again.engine.begin() as conn:
-                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))
+    with namespace_again(settings) as again:
+        again.ingest([write(tmp_path / "again" / "salt.txt", "Less salt lowers blood pressure.")])
+        _assert_same(_exact(again, query, Filters(), 10), _memory(again, memory, query, Filters(), 10))
+        assert memory.rows == 1
 
 
 def test_a_namespace_made_again_whose_log_reaches_the_same_position_is_loaded_anew(
@@ -317,20 +311,9 @@ def test_a_namespace_made_again_whose_log_reaches_the_same_position_is_loaded_an
     _assert_same(_exact(indexed, query, Filters(), 10), _memory(indexed, memory, query, Filters(), 10))
     with indexed.engine.connect() as conn:
         position = catalog.log_positions(conn).last
-    other = settings.model_copy(update={"namespace": settings.namespace + "_again"})
-    with Citeline(other) as again:
-        try:
-            for i in range(position):
-                again.ingest([write(tmp_path / "again" / f"salt{i}.txt", f"Less salt, {i} times lower.")])
-                with again.engine.connect() as conn:
-                    if catalog.log_positions(conn).last >= position:
-                        break
-            with again.engine.connect() as conn:
-                assert catalog.log_positions(conn).last == position
-            _assert_same(_exact(again, query, Filters(), 10), _memory(again, memory, query, Filters(), 10))
-        finally:
-            with again.engine.begin() as conn:
-                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(other.namespace)}" CASCADE'))
+    with namespace_again(settings) as again:
+        ingest_until_the_log_reaches(again, tmp_path / "again", position)
+        _assert_same(_exact(again, query, Filters(), 10), _memory(again, memory, query, Filters(), 10))
 
 
 def test_a_search_that_would_compare_too_many_vectors_is_left_to_the_index(
