@@ -120,7 +120,7 @@ class _PageReader:
             try:
                 textpage = page.get_textpage()
                 try:
-                    text: str = _mark_superscripts(textpage, textpage.get_text_bounded())
+                    text = _mark_superscripts(textpage, _page_text(textpage))
                 finally:
                     textpage.close()
             finally:
@@ -173,9 +173,9 @@ def _mark_superscripts(textpage: Any, text: str) -> str:
     count = textpage.count_chars()
     # The character-indexed text: the same characters as the page's text, with PDFium's soft-hyphen mark
     # spelt otherwise and a line break more here and there; they are aligned below.
-    indexed = textpage.get_text_range(0, count).replace("\ufffe", "\x02") if count else ""
+    indexed = _indexed_text(textpage, count).replace("\ufffe", "\x02")
     if len(indexed) != count:
-        return text  # characters outside the Basic Multilingual Plane: indices and positions differ
+        return text  # characters PDFium inserts or leaves out, or outside the Basic Multilingual Plane
     marks: list[int] = []
     for match in _SUPERSCRIPT_CANDIDATE.finditer(indexed):
         start = match.start()
@@ -192,6 +192,49 @@ def _mark_superscripts(textpage: Any, text: str) -> str:
     for position in reversed(at):
         text = text[:position] + "^" + text[position:]
     return text
+
+
+#: A buffer reused for :func:`_indexed_text` (under _PDFIUM_LOCK, as every PDFium call here), grown to the
+#: longest page read: a new ctypes array of each page's length is a new ctypes type, which only the
+#: cyclic garbage collector frees, and a process with many long-lived objects runs it seldom.
+_TEXT_BUFFER: list[Any] = []
+#: Pages longer than this (in UTF-16 units) get a buffer of their own rather than growing the kept one.
+_TEXT_BUFFER_MAX = 1 << 18
+
+
+def _text_buffer(units: int) -> Any:
+    """A ctypes buffer of at least ``units`` UTF-16 units: the kept one, grown if need be."""
+    if _TEXT_BUFFER and len(_TEXT_BUFFER[0]) >= units:
+        return _TEXT_BUFFER[0]
+    buffer = (ctypes.c_ushort * max(units, 4096))()
+    if units <= _TEXT_BUFFER_MAX:
+        _TEXT_BUFFER[:] = [buffer]
+    return buffer
+
+
+def _page_text(textpage: Any) -> str:
+    """The text inside the page's box, as pypdfium2's ``get_text_bounded()`` reads it, into the kept
+    buffer (see :data:`_TEXT_BUFFER`)."""
+    left, bottom, right, top = textpage.page.get_bbox()
+    args = (textpage.raw, left, top, right, bottom)
+    units = int(pdfium_c.FPDFText_GetBoundedText(*args, None, 0))
+    if units <= 0:
+        return ""
+    buffer = _text_buffer(units)
+    pdfium_c.FPDFText_GetBoundedText(*args, buffer, units)
+    return ctypes.string_at(buffer, 2 * units).decode("utf-16-le", errors="ignore")
+
+
+def _indexed_text(textpage: Any, count: int) -> str:
+    """The text of the page's ``count`` characters in character order, one UTF-16 unit each (``""``
+    when PDFium's text differs in length from its character list)."""
+    if not count:
+        return ""
+    units = count + 1  # and the NUL
+    buffer = _text_buffer(units)
+    if int(pdfium_c.FPDFText_GetText(textpage.raw, 0, count, buffer)) != units:
+        return ""
+    return ctypes.string_at(buffer, 2 * count).decode("utf-16-le", errors="replace")
 
 
 def _raised_and_smaller(textpage: Any, index: int, letter: int) -> bool:
