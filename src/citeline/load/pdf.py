@@ -194,9 +194,10 @@ def _mark_superscripts(textpage: Any, text: str) -> str:
     return text
 
 
-#: A buffer reused for :func:`_indexed_text` (under _PDFIUM_LOCK, as every PDFium call here), grown to the
-#: longest page read: a new ctypes array of each page's length is a new ctypes type, which only the
-#: cyclic garbage collector frees, and a process with many long-lived objects runs it seldom.
+#: The buffer pages' text is read into (:func:`_page_text`, :func:`_indexed_text`; under _PDFIUM_LOCK, as
+#: every PDFium call here), grown to the longest page read. pypdfium2's helpers make a ctypes array of
+#: each page's length, a new ctypes type each time, which only the cyclic garbage collector frees, and a
+#: process with many long-lived objects runs it seldom.
 _TEXT_BUFFER: list[Any] = []
 #: Pages longer than this (in UTF-16 units) get a buffer of their own rather than growing the kept one.
 _TEXT_BUFFER_MAX = 1 << 18
