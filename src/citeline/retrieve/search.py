@@ -205,14 +205,13 @@ def read_catalog(
     where, params = filters.sql()
     other = "(d.embedding_model <> :m OR d.vector_index <> :vi)"
     space = "d.embedding_model || ' (' || d.vector_index || ')'"
-    last = "(SELECT coalesce(max(seq), 0) FROM keyword_log)"
-    log = catalog.LOG_VIEW_SQL
+    last = catalog.LOG_LAST_SQL
     if filters.is_empty:
         known_epoch, known = cache.position(model, vector_index) if cache else (None, -1)
         # An uncorrelated subquery runs only when its CASE branch is taken.
         first, last_seq, epoch, others = conn.execute(
             sa.text(
-                f"SELECT {log}, CASE WHEN ({last}, (SELECT epoch FROM label_changes WHERE id = 1)) "
+                f"SELECT {catalog.LOG_VIEW_SQL}, CASE WHEN ({last}, {catalog.EPOCH_SQL}) "
                 "IS NOT DISTINCT FROM (CAST(:known AS bigint), CAST(:known_epoch AS uuid)) "
                 f"THEN CAST('{{}}' AS text[]) ELSE (SELECT coalesce(array_agg(DISTINCT {space}), "
                 f"'{{}}') FROM documents d WHERE {where} AND {other}) END"
@@ -232,9 +231,10 @@ def read_catalog(
     held = kept[0] if kept else (None, None, None)
     # The documents are read only when the catalog is no longer where it was when this filter's scope was
     # kept: the condition holds no column of theirs, so PostgreSQL tests it once, before any scan.
-    epoch, generation, first, last_seq, _, ids, chunks, others, corpus = conn.execute(
+    # The epoch comes from label_changes itself, joined here: the LogView's own is the same row.
+    epoch, generation, first, last_seq, ids, chunks, others, corpus = conn.execute(
         sa.text(
-            f"SELECT s.epoch, s.generation, {log}, r.ids, r.chunks, r.others, "
+            f"SELECT s.epoch, s.generation, {catalog.LOG_FIRST_SQL}, {last}, r.ids, r.chunks, r.others, "
             "(SELECT chunk_count FROM corpus_stats WHERE id = 1) FROM label_changes s CROSS JOIN LATERAL ("
             "SELECT coalesce(string_agg(uuid_send(d.id), ''::bytea) "
             f"FILTER (WHERE NOT {other}), ''::bytea) AS ids, "

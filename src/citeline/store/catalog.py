@@ -1297,13 +1297,17 @@ class LogView(NamedTuple):
     last: int
     epoch: uuid.UUID | None
 
+    def is_at(self, seq: int, epoch: uuid.UUID | None) -> bool:
+        """Whether arrays at position ``seq`` of the namespace of ``epoch`` are where this view is."""
+        return (self.last, self.epoch) == (seq, epoch)
 
-#: The three columns of a :class:`LogView`, as subqueries another statement can select (retrieve/search.py
+
+#: The columns of a :class:`LogView`, as subqueries another statement can select (retrieve/search.py
 #: reads them with the catalog, in the search's own statement).
-LOG_VIEW_SQL = (
-    "(SELECT coalesce(min(seq), 0) FROM keyword_log), (SELECT coalesce(max(seq), 0) FROM keyword_log), "
-    "(SELECT epoch FROM label_changes WHERE id = 1)"
-)
+LOG_FIRST_SQL = "(SELECT coalesce(min(seq), 0) FROM keyword_log)"
+LOG_LAST_SQL = "(SELECT coalesce(max(seq), 0) FROM keyword_log)"
+EPOCH_SQL = "(SELECT epoch FROM label_changes WHERE id = 1)"
+LOG_VIEW_SQL = f"{LOG_FIRST_SQL}, {LOG_LAST_SQL}, {EPOCH_SQL}"
 
 
 def log_view(first: Any, last: Any, epoch: Any) -> LogView:
@@ -1342,10 +1346,11 @@ def log_step(
 ) -> LogStep:
     """The :class:`LogStep` of a reader whose arrays (if ``loaded``) are at position ``seq`` of the
     namespace of ``epoch``, for a search that read the log at ``log`` (read here when None)."""
-    first, last, now = log or log_positions(conn)
+    view = log or log_positions(conn)
+    first, last, now = view
     if not loaded or now != epoch:
         return LogStep("reload", first, last, now)
-    if last == seq:
+    if view.is_at(seq, epoch):
         return LogStep("current", first, last, now)
     if last < seq:
         return LogStep("behind", first, last, now)

@@ -486,7 +486,7 @@ class MemoryKeywordIndex:
             # At another position (older or newer) a search would sync, which reads the catalog.
             if (
                 not self._loaded
-                or (self._seq, self._epoch) != (log.last, log.epoch)
+                or not log.is_at(self._seq, self._epoch)
                 or (documents and not self._document_terms)
             ):
                 return None

@@ -119,10 +119,9 @@ class MemoryVectors:
             allowed = self._allowed(scope)
             if allowed is None:
                 return None
-            norm = float(np.linalg.norm(query))
-            q = (query / norm if norm else query).astype(np.float32, copy=False)
+            q = _unit(query)
             count = int(np.count_nonzero(allowed))
-            if not count or not norm:
+            if not count or q is None:
                 return []
             narrow = count * 4 < allowed.size
             if (count if narrow else allowed.size) * dim > MOST_COMPARED:
@@ -157,10 +156,10 @@ class MemoryVectors:
         if self._loading:
             return None
         with self._lock:
-            if log is None or not self._loaded or (self._seq, self._epoch) != (log.last, log.epoch):
+            if log is None or not self._loaded or not log.is_at(self._seq, self._epoch):
                 return None
-            norm = float(np.linalg.norm(query))
-            if query.shape[0] != self._dim or not norm:
+            q = _unit(query)
+            if query.shape[0] != self._dim or q is None:
                 return None
             if self._by_id is None or self._by_id[0] != self._generation:
                 live = np.flatnonzero(self._alive)
@@ -172,7 +171,6 @@ class MemoryVectors:
             found = at < keys.size
             found[found] &= keys[at[found]] == wanted[found]
             rows = order[at[found]]
-            q = (query / norm).astype(np.float32, copy=False)
             sims = np.einsum("ij,j->i", self._matrix[rows], q).astype(np.float64)
             slots = self._doc_slot[rows].tolist()
             return HeldChunks(
@@ -350,3 +348,9 @@ class MemoryVectors:
         # A version's rows without a usable vector were never alive: they go.
         self._doc_rows = {slot: (at := renumber[rows])[at >= 0] for slot, rows in self._doc_rows.items()}
         self._generation += 1
+
+
+def _unit(query: NDArray[np.float32]) -> NDArray[np.float32] | None:
+    """``query`` scaled to length 1, as float32; None for a zero vector, which has no cosine distance."""
+    norm = float(np.linalg.norm(query))
+    return (query / norm).astype(np.float32, copy=False) if norm else None
