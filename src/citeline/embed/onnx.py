@@ -236,16 +236,23 @@ class OnnxEmbedder:
         """
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of texts, not a single string; wrap it in a list")
+        return self._embed(texts, None, self._pool)
+
+    def _embed(
+        self, texts: Sequence[str], session: Any, pool: ThreadPoolExecutor | None
+    ) -> npt.NDArray[np.float32]:
+        """``texts`` tokenised, planned into runs and embedded on ``session`` (None: the ingest session),
+        the runs shared out over ``pool`` when there is one and more than one run."""
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
         ids = [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
-        runs = self._plan([len(seq) for seq in ids])
-        if self._pool is None or len(runs) == 1:
+        runs = self._plan([len(seq) for seq in ids], workers=1 if pool is None else self._workers)
+        if pool is None or len(runs) == 1:
             for rows in runs:
-                out[rows] = self._run([ids[i] for i in rows])
+                out[rows] = self._run([ids[i] for i in rows], session)
         else:
-            results = self._pool.map(self._run, [[ids[i] for i in rows] for rows in runs])
+            results = pool.map(self._run, [[ids[i] for i in rows] for rows in runs])
             for rows, vectors in zip(runs, results, strict=True):
                 out[rows] = vectors
         return out
@@ -258,22 +265,13 @@ class OnnxEmbedder:
 
         The session of ``threads`` opens on the first such call, from the model file read and checked
         again: :class:`EmbeddingError` if it no longer matches its pin."""
-        vector: npt.NDArray[np.float32] = self._run(
-            [self._tokenizer.encode(text).ids], self._waited(threads)
-        )[0]
+        vector: npt.NDArray[np.float32] = self.embed_waited([text], threads=threads)[0]
         return vector
 
     def embed_waited(self, texts: Sequence[str], *, threads: int) -> npt.NDArray[np.float32]:
         """Embed ``texts`` as :meth:`embed` does, on the session :meth:`embed_query` uses for ``threads``:
         for a few texts a caller waits for (an answer's sentences), which then need no ingest session."""
-        out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        if not texts:
-            return out
-        ids = [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
-        session = self._waited(threads)
-        for rows in self._plan([len(seq) for seq in ids], workers=1):
-            out[rows] = self._run([ids[i] for i in rows], session)
-        return out
+        return self._embed(texts, self._waited(threads), None)
 
     def _waited(self, threads: int) -> Any:
         """The session for texts a caller waits for on ``threads`` cores: the ingest session for one (or on
