@@ -1323,10 +1323,10 @@ def log_positions(conn: sa.Connection) -> LogView:
 @dataclass(frozen=True)
 class LogStep:
     """What a reader that keeps arrays in step with the catalog (keyword.MemoryKeywordIndex,
-    memory_vectors.MemoryVectors) must do before answering a search whose snapshot reads the log at
-    ``first`` to ``last`` of the namespace of ``epoch``:
+    memory_vectors.MemoryVectors) must do before answering a search whose snapshot reads the log as
+    ``view``:
 
-    - ``current``: its arrays are at ``last`` of that epoch already;
+    - ``current``: its arrays are at the view's last position, of its epoch, already;
     - ``replay``: apply :func:`log_changes` after its position up to ``last``;
     - ``reload``: load everything (first use, a log trimmed past its position, or a namespace made
       again, whose log restarted: another epoch, whatever its position);
@@ -1336,9 +1336,7 @@ class LogStep:
     """
 
     action: Literal["current", "replay", "reload", "behind"]
-    first: int
-    last: int
-    epoch: uuid.UUID | None
+    view: LogView
 
 
 def log_step(
@@ -1347,14 +1345,13 @@ def log_step(
     """The :class:`LogStep` of a reader whose arrays (if ``loaded``) are at position ``seq`` of the
     namespace of ``epoch``, for a search that read the log at ``log`` (read here when None)."""
     view = log or log_positions(conn)
-    first, last, now = view
-    if not loaded or now != epoch:
-        return LogStep("reload", first, last, now)
+    if not loaded or view.epoch != epoch:
+        return LogStep("reload", view)
     if view.is_at(seq, epoch):
-        return LogStep("current", first, last, now)
-    if last < seq:
-        return LogStep("behind", first, last, now)
-    return LogStep("reload" if first > seq + 1 else "replay", first, last, now)
+        return LogStep("current", view)
+    if view.last < seq:
+        return LogStep("behind", view)
+    return LogStep("reload" if view.first > seq + 1 else "replay", view)
 
 
 def log_changes(conn: sa.Connection, after: int, upto: int) -> dict[uuid.UUID, bool]:

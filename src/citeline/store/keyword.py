@@ -662,10 +662,10 @@ class MemoryKeywordIndex:
         step = catalog.log_step(conn, log, loaded=self._loaded, seq=self._seq, epoch=self._epoch)
         if step.action in ("current", "behind"):
             return step.action == "current"
-        first, last = step.first, step.last
+        first, last = step.view.first, step.view.last
         self._generation += 1
         if step.action == "reload":
-            self._epoch = step.epoch
+            self._epoch = step.view.epoch
             # One process on the machine loads from the catalog at a time: the others wait, then map
             # what it wrote instead of each reading every posting at once.
             with loading(self.snapshots):

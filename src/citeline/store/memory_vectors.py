@@ -216,22 +216,22 @@ class MemoryVectors:
         if step.action in ("current", "behind"):
             # Behind: this search goes to the index (catalog.LogStep).
             return step.action == "current"
-        last = step.last
-        if self._too_big_at == (step.epoch, last) and dim == self._dim:
+        last, epoch = step.view.last, step.view.epoch
+        if self._too_big_at == (epoch, last) and dim == self._dim:
             return False
         if step.action == "replay" and self._replay(conn, last):
             return True
         # A reload, or a replay that overflowed the budget.
         self._reset(dim)
         if not self._fits(conn, dim):
-            self._too_big_at = (step.epoch, last)
+            self._too_big_at = (epoch, last)
             return False
         self._loading = True
         try:
             self._load(conn, None)
         finally:
             self._loading = False
-        self._seq, self._loaded, self._epoch = last, True, step.epoch
+        self._seq, self._loaded, self._epoch = last, True, epoch
         heap.trim()  # what loading freed (see citeline/heap.py)
         return True
 
