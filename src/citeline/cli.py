@@ -37,6 +37,7 @@ from citeline.answer import Complete, Error, Token
 from citeline.chat.session import ChatSession
 from citeline.engine import Citeline
 from citeline.errors import CitelineError, InvalidRequestError
+from citeline.eval.stats import SHUFFLES
 from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
 from citeline.jobs.submit import Refreshed, parse_age
 from citeline.retrieve.filters import Filters
@@ -990,6 +991,13 @@ def eval_command(
             "with the best nDCG@10 (picked on K-1 folds, scored on the one left out).",
         ),
     ] = None,
+    shuffles: Annotated[
+        int,
+        typer.Option(
+            help="With --folds: deal the queries into folds this many times (seeds 0 to N-1) and say how "
+            "often choosing beat keeping the first configuration.",
+        ),
+    ] = SHUFFLES,
     per_query: Annotated[
         Path | None, typer.Option(help="Write one JSON line per query and configuration to this file.")
     ] = None,
@@ -1026,7 +1034,7 @@ def eval_command(
     from citeline.eval.beir import evaluate, load_beir
     from citeline.eval.configs import parse_configs
     from citeline.eval.report import check_writable, write_per_query, write_report
-    from citeline.eval.stats import check_folds
+    from citeline.eval.stats import check_folds, check_shuffles
 
     data = _guard(lambda: load_beir(folder, split=split_name))
     for path in (per_query, report):
@@ -1038,6 +1046,8 @@ def eval_command(
         more["fusion"] = fusion
     if answers is not None or llm is not None:
         given = {"--compare": compare, "--report": report, "--limit": limit, "--folds": folds}
+        if shuffles != SHUFFLES:
+            given["--shuffles"] = shuffles
         _eval_answers(ctx, data, more, answers, answers_skip, llm, per_query, as_json, given)
         return
     settings = _settings(ctx, **more)
@@ -1049,8 +1059,9 @@ def eval_command(
             raise typer.Exit(2)
         queries = min(limit, len(data.queries)) if limit else len(data.queries)
         _guard(partial(check_folds, folds, queries))
+        _guard(partial(check_shuffles, shuffles))
     with _citeline(ctx, **more) as cl:
-        evaluation = evaluate(cl, data, configs, limit=limit, folds=folds, console=err)
+        evaluation = evaluate(cl, data, configs, limit=limit, folds=folds, shuffles=shuffles, console=err)
         if per_query is not None:
             write_per_query(evaluation, per_query)
         if report is not None:
@@ -1135,11 +1146,26 @@ def _cross_validation_table(cv: Mapping[str, Any]) -> Table:
             str(fold["fold"] + 1), str(fold["queries"]), Text(fold["picked"]), f"{fold['ndcg@10']:.4f}"
         )
     picks = ", ".join(f"{name} {count}/{cv['folds']}" for name, count in cv["picks"].items())
-    table.caption = Text(
+    caption = (
         f"held-out nDCG@10 {cv['held_out_ndcg@10']:.4f}; picked: {picks}; "
         f"best on all queries: {cv['best_in_sample']} {cv['best_in_sample_ndcg@10']:.4f}"
     )
+    if "shuffles" in cv:
+        caption += "\n" + _shuffles_line(cv["shuffles"])
+    table.caption = Text(caption)
     return table
+
+
+def _shuffles_line(shuffles: Mapping[str, Any]) -> str:
+    """Repeated cross-validation in one line: how often, and by how much, choosing beat keeping the first."""
+    low, high = shuffles["held_out_ndcg@10_range"]
+    ci_low, ci_high = shuffles["delta_vs_first_ci"]
+    return (
+        f"over {shuffles['count']} deals of the folds: held-out nDCG@10 {shuffles['held_out_ndcg@10']:.4f} "
+        f"({low:.4f} to {high:.4f}), above keeping {shuffles['first']} in {shuffles['above_first']} of "
+        f"{shuffles['count']}; choosing against keeping {shuffles['first']}: "
+        f"Δ {shuffles['delta_vs_first']:+.4f} ({ci_low:+.3f} to {ci_high:+.3f})"
+    )
 
 
 def _eval_answers(

@@ -109,6 +109,8 @@ def test_without_compare_the_summary_is_the_current_settings(settings: Settings,
         (["--compare", "rrf,dense", "--folds", "3", "--limit", "2"], "--folds 3: only 2 queries to split"),
         (["--compare", "rrf,dense", "--folds", "1"], "at least 2 folds"),
         (["--answers", "2", "--folds", "2"], "--answers cannot be combined with --folds"),
+        (["--compare", "rrf,dense", "--folds", "2", "--shuffles", "0"], "at least 1 deal"),
+        (["--answers", "2", "--shuffles", "5"], "--answers cannot be combined with --shuffles"),
     ],
 )
 def test_bad_options_stop_before_any_work(
@@ -169,6 +171,20 @@ def test_compare_says_whether_differences_are_real_and_cross_validates_the_choic
         (1, 2, "dense"),
     ]
     assert "2-fold cross-validation" in err and "held-out nDCG@10 1.0000" in err
+    # Dealt again 20 times: dense is picked in every fold of every deal, so choosing never beats
+    # keeping it, and the query-by-query difference is exactly 0.
+    assert cv["shuffles"] == {
+        "count": 20,
+        "first": "dense",
+        "held_out_ndcg@10": 1.0,
+        "held_out_ndcg@10_range": [1.0, 1.0],
+        "above_first": 0,
+        "picks": {"dense": 40, "keyword": 0, "again": 0},
+        "delta_vs_first": 0.0,
+        "delta_vs_first_ci": [0.0, 0.0],
+        "p_vs_first": 1.0,
+    }
+    assert "over 20 deals of the folds" in err and "above keeping dense in 0 of 20" in err
 
     page = ET.fromstring(report.read_text(encoding="utf-8").removeprefix("<!DOCTYPE html>\n"))
     rows = {
@@ -185,6 +201,8 @@ def test_compare_says_whether_differences_are_real_and_cross_validates_the_choic
         ["2", "2", "dense", "1.000"],
     ]
     assert page.findtext(".//strong[@id='held-out']") == "1.000"
+    shuffles = "".join(page.find(".//p[@id='shuffles']").itertext())  # type: ignore[union-attr]
+    assert "Over 20 deals" in shuffles and "in 0 of 20" in shuffles
 
 
 def test_a_changed_embedding_model_rebuilds_the_stored_corpus_with_it(

@@ -12,6 +12,7 @@ from citeline.eval.stats import (
     cross_validate,
     fold_of_each_query,
     paired_comparison,
+    repeat_cross_validation,
 )
 
 #: 300 per-query nDCG-like scores, as many as SciFact's test claims.
@@ -141,3 +142,56 @@ def test_a_tie_goes_to_the_configuration_given_first() -> None:
 def test_impossible_fold_counts_are_refused(folds: int, message: str) -> None:
     with pytest.raises(InvalidRequestError, match=message):
         cross_validate({"a": SCORES[:10]}, folds)
+
+
+def test_repeated_cross_validation_is_cross_validation_over_seeds_0_to_n() -> None:
+    base = SCORES[:60]
+    scores = {"plain": base, "noisy": base + np.random.default_rng(3).normal(0.0, 0.1, 60)}
+    result = repeat_cross_validation(scores, 5, shuffles=7)
+
+    deals = [cross_validate(scores, 5, seed=seed) for seed in range(7)]
+    assert result.held_out_means == pytest.approx([d.held_out_mean for d in deals])
+    assert result.picks == {name: sum(d.picks[name] for d in deals) for name in scores}
+    assert sum(result.picks.values()) == 7 * 5
+    assert result.first == "plain" and result.first_mean == pytest.approx(float(base.mean()))
+    assert result.above_first == sum(d.held_out_mean > base.mean() for d in deals)
+    # Query by query: the score each query got held out, averaged over the deals, against "plain".
+    held_out = np.zeros(60)
+    for d in deals:
+        for f in d.folds:
+            held_out[list(f.held_out)] += scores[f.picked][list(f.held_out)]
+    expected = paired_comparison(base, held_out / 7)
+    assert result.vs_first.delta == pytest.approx(expected.delta)
+    assert result.vs_first.delta_ci == pytest.approx(expected.delta_ci)
+
+
+def test_one_deal_of_the_folds_can_flatter_a_change_that_other_deals_do_not() -> None:
+    # "noisy" is 0.01 better on average, under per-query differences ten times that: which deal of the
+    # queries into folds is used decides whether choosing between the two looks like a gain.
+    base = SCORES[:60]
+    noise = np.random.default_rng(3).normal(0.0, 0.1, 60)
+    scores = {"plain": base, "noisy": base + noise - noise.mean() + 0.01}
+    deals = [cross_validate(scores, 5, seed=seed).held_out_mean for seed in range(20)]
+    assert any(d > base.mean() for d in deals) and any(d < base.mean() for d in deals)
+
+    result = repeat_cross_validation(scores, 5, shuffles=20)
+    assert 0 < result.above_first < 20
+    low, high = result.vs_first.delta_ci
+    assert low < 0 < high
+
+
+def test_repeating_a_tie_or_a_steady_winner() -> None:
+    base = SCORES[:50]
+    tie = repeat_cross_validation({"simple": base, "fancy": base.copy()}, 5)
+    assert tie.shuffles == 20 and tie.picks == {"simple": 100, "fancy": 0}
+    assert tie.above_first == 0 and tie.vs_first.delta == 0.0 and tie.vs_first.p_value == 1.0
+
+    better = repeat_cross_validation({"plain": base, "better": base + 0.05}, 5, shuffles=10)
+    assert better.above_first == 10 and better.picks == {"plain": 0, "better": 50}
+    assert better.held_out_mean == pytest.approx(float(base.mean()) + 0.05)
+    assert better.vs_first.delta_ci[0] > 0 and better.vs_first.p_value < 0.001
+
+
+def test_repeating_needs_at_least_one_deal() -> None:
+    with pytest.raises(InvalidRequestError, match="at least 1 deal"):
+        repeat_cross_validation({"a": SCORES[:10]}, 2, shuffles=0)

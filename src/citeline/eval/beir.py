@@ -31,12 +31,16 @@ from citeline.errors import InvalidRequestError
 from citeline.eval.configs import Config, backend_namespace, is_fixed, make_config
 from citeline.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
 from citeline.eval.stats import (
+    SHUFFLES,
     CrossValidation,
     PairedComparison,
+    RepeatedCrossValidation,
     bootstrap_ci,
     check_folds,
+    check_shuffles,
     cross_validate,
     paired_comparison,
+    repeat_cross_validation,
 )
 from citeline.ingest import IngestOptions, Outcome, Source
 from citeline.retrieve.search import SearchRequest, Timings
@@ -238,6 +242,8 @@ class Evaluation:
     results: list[ConfigResult]
     #: Folds of the cross-validation over the configurations; None for none.
     folds: int | None = None
+    #: Deals of the queries into folds that :attr:`repeated_cross_validation` runs.
+    shuffles: int = SHUFFLES
 
     @cached_property
     def spreads(self) -> dict[str, Spread]:
@@ -258,9 +264,17 @@ class Evaluation:
         """K-fold cross-validation of picking the configuration with the best nDCG@10, if ``folds``."""
         if self.folds is None:
             return None
-        return cross_validate(
-            {r.config.name: [q.ndcg10 for q in r.queries] for r in self.results}, self.folds
-        )
+        return cross_validate(self._ndcg_by_config(), self.folds)
+
+    @cached_property
+    def repeated_cross_validation(self) -> RepeatedCrossValidation | None:
+        """The same choice cross-validated over :attr:`shuffles` deals of the queries, if ``folds``."""
+        if self.folds is None:
+            return None
+        return repeat_cross_validation(self._ndcg_by_config(), self.folds, shuffles=self.shuffles)
+
+    def _ndcg_by_config(self) -> dict[str, list[float]]:
+        return {r.config.name: [q.ndcg10 for q in r.queries] for r in self.results}
 
     def summary(self) -> dict[str, Any]:
         """The JSON line of ``citeline eval --json``.
@@ -303,6 +317,19 @@ class Evaluation:
                     {"fold": f.index, "queries": len(f.held_out), "picked": f.picked, "ndcg@10": f.score}
                     for f in cv.folds
                 ],
+            }
+        repeated = self.repeated_cross_validation
+        if repeated is not None:
+            summary["cross_validation"]["shuffles"] = {
+                "count": repeated.shuffles,
+                "first": repeated.first,
+                "held_out_ndcg@10": repeated.held_out_mean,
+                "held_out_ndcg@10_range": [min(repeated.held_out_means), max(repeated.held_out_means)],
+                "above_first": repeated.above_first,
+                "picks": repeated.picks,
+                "delta_vs_first": repeated.vs_first.delta,
+                "delta_vs_first_ci": list(repeated.vs_first.delta_ci),
+                "p_vs_first": repeated.vs_first.p_value,
             }
         return summary
 
@@ -415,6 +442,7 @@ def evaluate(
     *,
     limit: int | None = None,
     folds: int | None = None,
+    shuffles: int = SHUFFLES,
     console: Console | None = None,
 ) -> Evaluation:
     """Ingest (or reuse) the corpus, run every query under every configuration, score the rankings.
@@ -423,7 +451,8 @@ def evaluate(
     The configurations take turns query by query, so a slow spell of a shared machine falls on all of
     them alike. A configuration on another vector backend than ``cl``'s searches its own store: the
     corpus ingested into :func:`~citeline.eval.configs.backend_namespace` with that backend. ``folds``
-    cross-validates choosing among the configurations (:attr:`Evaluation.cross_validation`); it is
+    cross-validates choosing among the configurations (:attr:`Evaluation.cross_validation`), over
+    ``shuffles`` deals of the queries as well (:attr:`Evaluation.repeated_cross_validation`); both are
     checked before anything is ingested.
     """
     console = console or Console(stderr=True)
@@ -431,6 +460,7 @@ def evaluate(
     query_ids = list(data.queries)[:limit] if limit else list(data.queries)
     if folds is not None:
         check_folds(folds, len(query_ids))
+        check_shuffles(shuffles)
     for config in configs:
         changed = [
             k
@@ -474,7 +504,14 @@ def evaluate(
             if store is not cl:
                 store.close()
     return Evaluation(
-        data.folder.name, cl.settings.namespace, added, unchanged, round(ingest_seconds, 1), results, folds
+        data.folder.name,
+        cl.settings.namespace,
+        added,
+        unchanged,
+        round(ingest_seconds, 1),
+        results,
+        folds,
+        shuffles,
     )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from citeline import __version__
 from citeline.errors import InvalidRequestError
 from citeline.eval.beir import STAGES, ConfigResult, Evaluation, Spread
-from citeline.eval.stats import CrossValidation
+from citeline.eval.stats import CrossValidation, RepeatedCrossValidation
 
 _SVG_NS = "http://www.w3.org/2000/svg"
 #: One colour per stage, in the order of ``STAGES``; a stage added later reuses them in turn.
@@ -118,7 +118,7 @@ randomisation test of Δ. A difference whose interval holds 0 (p above 0.05) is 
 
 <h2>nDCG@10</h2>
 {ndcg_svg(evaluation.results, evaluation.spreads)}
-{_cross_validation_section(evaluation.cross_validation)}
+{_cross_validation_section(evaluation.cross_validation, evaluation.repeated_cross_validation)}
 <h2>Latency by stage (median ms per query)</h2>
 {latency_svg(evaluation.results)}
 <table id="stages">
@@ -148,7 +148,7 @@ def _spread_cells(spread: Spread | None) -> str:
     )
 
 
-def _cross_validation_section(cv: CrossValidation | None) -> str:
+def _cross_validation_section(cv: CrossValidation | None, repeated: RepeatedCrossValidation | None) -> str:
     if cv is None:
         return ""
     k = len(cv.folds)
@@ -179,6 +179,20 @@ def _cross_validation_section(cv: CrossValidation | None) -> str:
 configuration with the best mean nDCG@10 on the other folds was picked and scored on this fold alone.
 The held-out nDCG@10 is what picking among these configurations is worth on queries it did not see;
 the best score on all queries overstates it.</p>
+{_shuffles_paragraph(repeated)}"""
+
+
+def _shuffles_paragraph(repeated: RepeatedCrossValidation | None) -> str:
+    if repeated is None:
+        return ""
+    first = escape(repeated.first)
+    vs = repeated.vs_first
+    return f"""<p id="shuffles">Over {repeated.shuffles} deals of the queries into folds (seeds 0 to
+{repeated.shuffles - 1}): held-out nDCG@10 <strong>{repeated.held_out_mean:.3f}</strong>
+({min(repeated.held_out_means):.3f} to {max(repeated.held_out_means):.3f}), above keeping {first}
+({repeated.first_mean:.3f}) in <strong>{repeated.above_first} of {repeated.shuffles}</strong>. Choosing
+against keeping {first}, query by query: Δ {vs.delta:+.3f}
+({vs.delta_ci[0]:+.3f} to {vs.delta_ci[1]:+.3f}).</p>
 """
 
 
