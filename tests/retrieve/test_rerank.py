@@ -18,9 +18,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from tokenizers import Tokenizer
 
-from citeline.embed.onnx import MODELS
+from citeline.embed.onnx import MODELS, OnnxEmbedder
 from citeline.engine import Citeline
 from citeline.errors import ConfigError, InvalidRequestError
+from citeline.retrieve.query import WaitedEmbedder
 from citeline.retrieve.rerank import (
     CROSS_ENCODER_BATCH,
     Candidate,
@@ -121,6 +122,23 @@ def test_maxsim_finds_the_one_sentence_that_states_the_claim(cl: Citeline, tmp_p
     ranked = SentenceMaxSimReranker(cl.embedder).rerank(CLAIM, query_vector, candidates, top_n=2)
 
     assert [c for c, _ in ranked] == [diluted.chunk_id, general.chunk_id]
+
+
+def test_maxsim_embeds_its_sentences_on_the_query_session(cl: Citeline, tmp_path: Path) -> None:
+    # A search waits for the sentences as for its query: a serving process never opens the ingest
+    # session (about 100 MB) for them.
+    reranker = get_reranker("maxsim", cl.settings)
+    assert isinstance(reranker, SentenceMaxSimReranker) and isinstance(reranker.embedder, WaitedEmbedder)
+    assert reranker.embedder.threads == cl.settings.query_threads
+
+    by_name = _ingest(cl, tmp_path, {"diluted.txt": DILUTED, "general.txt": GENERAL})
+    diluted, general = by_name["diluted.txt"], by_name["general.txt"]
+    candidates = _candidates(cl, [general, diluted], [0.5, 0.5])
+    fresh = OnnxEmbedder("all-MiniLM-L6-v2")
+    query_vector = fresh.embed_query(CLAIM, threads=2)
+    ranked = SentenceMaxSimReranker(WaitedEmbedder(fresh, 2)).rerank(CLAIM, query_vector, candidates, top_n=2)
+    assert [c for c, _ in ranked] == [diluted.chunk_id, general.chunk_id]
+    assert fresh._ingest is None
 
 
 def test_maxsim_still_weighs_the_first_stage(cl: Citeline, tmp_path: Path) -> None:

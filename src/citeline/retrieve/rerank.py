@@ -40,6 +40,7 @@ from citeline.errors import ConfigError, InvalidRequestError
 from citeline.registry import Provider, Registry
 from citeline.retrieve.fusion import min_max
 from citeline.retrieve.mmr import mmr
+from citeline.retrieve.query import WaitedEmbedder
 from citeline.retrieve.search import Hit
 from citeline.settings import Settings
 from citeline.split import sentence_ends
@@ -382,7 +383,10 @@ def _cross_encoder(argument: str, settings: Settings) -> Reranker:
 
 
 def _maxsim(argument: str, settings: Settings) -> Reranker:
-    return SentenceMaxSimReranker(get_embedder(settings.embedding_model, settings))
+    # A search waits for these sentences, as it waits for its query: they embed on the query session,
+    # so a serving process never opens the ingest session beside it for them.
+    embedder = get_embedder(settings.embedding_model, settings)
+    return SentenceMaxSimReranker(WaitedEmbedder(embedder, settings.query_threads))
 
 
 RERANKERS.register(
