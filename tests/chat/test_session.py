@@ -115,17 +115,26 @@ def test_a_follow_ups_cited_chunks_are_scored_against_the_vector_its_search_embe
     assert history  # the first turn cited chunks, so the lookup below runs
     embedder: Any = manual.query_embedder
     embedded: list[str] = []
-    real_query, real_embed = type(embedder).embed_query, type(embedder).embed
+    real_query, real_waited, real_embed = (
+        type(embedder).embed_query,
+        type(embedder).embed_waited,
+        type(embedder).embed,
+    )
 
     def spy_query(self: object, text: str, *, threads: int) -> object:
         embedded.append(text)
         return real_query(self, text, threads=threads)
+
+    def spy_waited(self: object, texts: list[str], *, threads: int) -> object:
+        embedded.extend(texts)
+        return real_waited(self, texts, threads=threads)
 
     def spy_embed(self: object, texts: list[str]) -> object:
         embedded.extend(texts)
         return real_embed(self, texts)
 
     monkeypatch.setattr(type(embedder), "embed_query", spy_query)
+    monkeypatch.setattr(type(embedder), "embed_waited", spy_waited)
     monkeypatch.setattr(type(embedder), "embed", spy_embed)
     query = "How often should the centrifugal pump be serviced?"
     evidence = session.evidence(query, history, Filters())

@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from citeline.engine import Citeline
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
-from citeline.retrieve.query import QueryVectors, VectorCache
+from citeline.retrieve.query import Coalescer, QueryVectors, VectorCache
 from citeline.retrieve.search import Explain, SearchRequest, read_catalog
 from citeline.store import catalog
 from citeline.store.catalog import ChunkGroup, ChunkRow, Labels, VersionSpec
@@ -297,13 +297,103 @@ def test_concurrent_searches_return_what_a_lone_search_returns(cl: Citeline, tmp
         for filters in (Filters(), Filters(scopes=("unit-1",)), Filters(tags_any=("none",)))
     ]
     with cl.derive(query_cache_size=0) as uncached:
-        alone = [[(h.chunk_id, round(h.fused_score, 9)) for h in uncached.search(r)] for r in requests]
+        alone = [[(h.chunk_id, h.fused_score) for h in uncached.search(r)] for r in requests]
         with ThreadPoolExecutor(max_workers=6) as pool:
             together = list(
-                pool.map(
-                    lambda r: [(h.chunk_id, round(h.fused_score, 9)) for h in uncached.search(r)],
-                    requests * 3,
-                )
+                pool.map(lambda r: [(h.chunk_id, h.fused_score) for h in uncached.search(r)], requests * 3)
             )
-    assert together == alone * 3
+    # The same hits in the same order. Queries embedded together in one model run (retrieve.query.
+    # Coalescer) get vectors equal to float rounding (3e-8), so the scores are compared to 1e-6.
+    assert [[c for c, _ in hits] for hits in together] == [[c for c, _ in hits] for hits in alone * 3]
+    for hits, lone in zip(together, alone * 3, strict=True):
+        assert [score for _, score in hits] == pytest.approx([score for _, score in lone], abs=1e-6)
     assert any(alone) and all(len(hits) == 5 for hits in alone[:2])
+
+
+class _HeldRuns:
+    """An embed function for Coalescer that records each run's texts and holds the first run until
+    released, so queries arrive while a run is in flight."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.runs: list[list[str]] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.fail_on = fail_on
+
+    def __call__(self, texts: list[str]) -> NDArray[np.float32]:
+        self.runs.append(list(texts))
+        if len(self.runs) == 1:
+            self.started.set()
+            assert self.release.wait(10)
+        if self.fail_on in texts and len(texts) > 1:
+            raise RuntimeError(f"the service refused {self.fail_on!r}")
+        return np.array([[float(len(t)), float(t.count("a"))] for t in texts], dtype=np.float32)
+
+
+def _arrive_during_first_run(coalescer: Coalescer, held: _HeldRuns, texts: list[str]) -> list[object]:
+    """Embed ``texts[0]`` (its run held), then the rest from other threads while it is in flight."""
+    results: dict[int, object] = {}
+
+    def call(i: int) -> None:
+        try:
+            results[i] = coalescer.embed(texts[i])
+        except Exception as exc:
+            results[i] = exc
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    assert held.started.wait(10)
+    others = [threading.Thread(target=call, args=(i,)) for i in range(1, len(texts))]
+    for t in others:
+        t.start()
+    while len(held.runs) == 1 and (coalescer._waiting is None or len(coalescer._waiting.texts) < len(others)):
+        threading.Event().wait(0.01)
+    held.release.set()
+    for t in [first, *others]:
+        t.join(10)
+    return [results[i] for i in range(len(texts))]
+
+
+def test_a_lone_query_runs_at_once_and_alone() -> None:
+    held = _HeldRuns()
+    held.release.set()
+    coalescer = Coalescer(held)
+    assert list(coalescer.embed("banana")) == [6.0, 3.0]
+    assert list(coalescer.embed("kiwi")) == [4.0, 0.0]
+    assert held.runs == [["banana"], ["kiwi"]]
+
+
+def test_queries_arriving_during_a_run_share_the_next_run_and_each_gets_its_own_row() -> None:
+    held = _HeldRuns()
+    coalescer = Coalescer(held)
+    texts = ["first", "banana", "kiwi", "papaya"]
+    results = _arrive_during_first_run(coalescer, held, texts)
+    assert held.runs[0] == ["first"] and sorted(held.runs[1]) == ["banana", "kiwi", "papaya"]
+    assert len(held.runs) == 2
+    for text, vector in zip(texts, results, strict=True):
+        assert list(vector) == [float(len(text)), float(text.count("a"))]  # type: ignore[call-overload]
+    # Idle again: the next query runs alone at once.
+    coalescer.embed("again")
+    assert held.runs[-1] == ["again"]
+
+
+def test_a_failed_shared_run_costs_no_caller_whose_own_text_embeds() -> None:
+    held = _HeldRuns(fail_on="poison")
+    coalescer = Coalescer(held)
+    results = _arrive_during_first_run(coalescer, held, ["first", "banana", "poison", "kiwi"])
+    assert list(results[1]) == [6.0, 3.0] and list(results[3]) == [4.0, 0.0]  # type: ignore[call-overload]
+    assert not isinstance(results[2], Exception)  # alone, "poison" embeds: only the shared run failed
+    assert sorted(held.runs[1]) == ["banana", "kiwi", "poison"]
+    assert sorted(map(tuple, held.runs[2:])) == [("banana",), ("kiwi",), ("poison",)]
+
+
+def test_with_room_for_two_runs_a_second_query_does_not_wait_for_the_first() -> None:
+    held = _HeldRuns()
+    coalescer = Coalescer(held, runs=2)
+    first = threading.Thread(target=coalescer.embed, args=("first",))
+    first.start()
+    assert held.started.wait(10)
+    assert list(coalescer.embed("kiwi")) == [4.0, 0.0]  # ran beside the held run
+    held.release.set()
+    first.join(10)
+    assert held.runs == [["first"], ["kiwi"]]
