@@ -97,6 +97,29 @@ def test_claims_and_yes_no_questions_put_a_claim_and_open_questions_do_not() -> 
     assert claim_of("What is the motor rated?") is None
 
 
+@pytest.mark.parametrize(
+    ("asked", "claim"),
+    [
+        # A follow-up as the conversation searches it: the question, then terms borrowed from before.
+        ("And what error code should I check? (pump page say priming)", None),
+        ("So how often is it serviced?", None),
+        ("Does it lower blood pressure? (aspirin trial)", "Does it lower blood pressure?"),
+        ("Is it true that it lowers blood pressure? (aspirin)", "it lowers blood pressure"),
+        # Requests ask for something; they claim nothing.
+        ("Please list the side effects", None),
+        ("List the side effects of aspirin.", None),
+        ("Explain how the seal fails", None),
+        # ... but a statement that merely starts like one is still a claim.
+        ("Listeria infection causes meningitis.", "Listeria infection causes meningitis."),
+        ("And", None),
+    ],
+)
+def test_a_follow_ups_borrowed_terms_and_opening_words_do_not_change_what_it_claims(
+    asked: str, claim: str | None
+) -> None:
+    assert claim_of(asked) == claim
+
+
 def test_a_verdict_without_a_citation_that_bears_it_out_cannot_be_made(embedder: Embedder) -> None:
     # The verdict is computed from the citations' stances: every verdict but "not enough evidence"
     # names the stances that bear it out, and a citation with each of them is there.

@@ -195,9 +195,17 @@ def test_bad_requests_fail_before_anything_is_stored(manual: Citeline) -> None:
     with pytest.raises(InvalidRequestError, match="unknown persona 'pirate'"):
         ChatSession.start(manual, llm=None, persona="pirate")
     session = ChatSession.start(manual, llm=None)
-    with pytest.raises(InvalidRequestError, match="is empty"):
+    with pytest.raises(InvalidRequestError, match=r"^the question is empty$"):
         ask(session, "   ")
-    assert session.messages() == []
+    # The conversation started for the refused question is not left behind, empty, in the user's list.
+    with manual.engine.connect() as conn:
+        assert store.list_conversations(conn, session.conversation.user_id) == []
+    # An empty question in a conversation that holds turns names it, and leaves it as it was.
+    kept = ChatSession.start(manual, llm=None)
+    complete(ask(kept, "How do I prime the centrifugal pump?"))
+    with pytest.raises(InvalidRequestError, match=f"the question to conversation {kept.id} is empty"):
+        ask(kept, "")
+    assert len(kept.history()) == 1
 
 
 def test_starting_a_conversation_clears_expired_ones(manual: Citeline) -> None:

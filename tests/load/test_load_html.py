@@ -54,6 +54,34 @@ def test_html_without_main_text_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "body",
+    [
+        '<nav><a href="/">Home</a> <a href="/about">About</a></nav><footer>(c) 2026 Example Ltd</footer>',
+        "<nav>Home</nav>",
+        "<header><a href='/'>Example</a></header><aside>Related: pumps</aside>",
+    ],
+)
+def test_a_page_of_navigation_alone_is_refused_not_indexed(
+    tmp_path: Path, body: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "nav.html"
+    path.write_text(f"<html><head><title>Site</title></head><body>{body}</body></html>")
+    with pytest.raises(LoadError, match=r"nav\.html.*no main text"):
+        load(path)
+    assert not [r for r in caplog.records if r.name.startswith("trafilatura")]
+
+
+def test_a_short_page_with_its_text_beside_the_navigation_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "short.html"
+    path.write_text(
+        "<html><body><nav><a href='/'>Home</a></nav>"
+        "<p>Prime the pump by filling the casing with water before starting it.</p></body></html>"
+    )
+    [page] = load(path).pages
+    assert "Prime the pump" in page.text
+
+
+@pytest.mark.parametrize(
     "url",
     [
         "http://localhost/",

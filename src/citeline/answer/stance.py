@@ -69,6 +69,13 @@ _YES_NO = re.compile(
     re.IGNORECASE,
 )
 _OPEN_QUESTION = re.compile(r"^\s*(?:what|which|who|whom|whose|when|where|why|how)\b", re.IGNORECASE)
+# A request ("Please list the side effects", "Explain how...") asks for something, it claims nothing.
+_REQUEST = re.compile(
+    r"^\s*(?:please|list|show|give|tell|explain|describe|summari[sz]e|compare|find|outline|define)(?=[\s,:])",
+    re.IGNORECASE,
+)
+_LEADING_CONJUNCTION = re.compile(r"^(?:and|but|so|then|also|okay|ok|well)(?:[\s,]+|$)", re.IGNORECASE)
+_BORROWED_TERMS = re.compile(r"\?\s*\([^()]*\)\s*$")
 
 
 def claim_of(question: str) -> str | None:
@@ -77,11 +84,16 @@ def claim_of(question: str) -> str | None:
     ``Is it true that X?`` puts ``X``; another yes/no question (``Does X lower Y?``) and a plain
     statement (``X lowers Y.``) put themselves. Open questions (``How do I prime the pump?``) put none.
     """
-    text = question.strip()
+    # A follow-up's search query is its question with borrowed terms after it ("...? (pump priming)",
+    # chat.rewrite), and a follow-up often opens with "And" or "So": neither changes what is asked.
+    text = _BORROWED_TERMS.sub("?", question.strip())
+    text = _LEADING_CONJUNCTION.sub("", text, count=1).strip()
+    if not text:
+        return None
     template = _CLAIM_TEMPLATE.match(text)
     if template:
         return template.group(1).strip()
-    if _OPEN_QUESTION.match(text):
+    if _OPEN_QUESTION.match(text) or _REQUEST.match(text):
         return None
     if _YES_NO.match(text) or not text.endswith("?"):
         return text

@@ -7,6 +7,7 @@ Markdown, so headings are found by the same code as in Markdown files.
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -17,10 +18,20 @@ from citeline.types import LoadedSource
 
 _HTML_MEDIA_TYPES = ("text/html", "application/xhtml+xml")
 
+_BOILERPLATE = ("head", "nav", "header", "footer", "aside", "script", "style", "noscript", "template")
+#: The page's non-blank text outside its boilerplate elements (XPath over the parsed tree).
+_MAIN_TEXT = "//text()[normalize-space() and not({})]".format(
+    " or ".join(f"ancestor::{tag}" for tag in _BOILERPLATE)
+)
+
 
 def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSource:
     # Imported on first use: trafilatura and lxml take a noticeable time to import.
     import trafilatura
+
+    # Its extractors log what they discard ("discarding data: None") as warnings, which reach the
+    # user's terminal; the outcome is reported here, as an error naming the source when nothing is left.
+    logging.getLogger("trafilatura").setLevel(logging.ERROR)
 
     # Parsed once, then shared by the title lookup, the metadata and the main-text extraction.
     tree = trafilatura.load_html(html)
@@ -37,7 +48,9 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
     markdown = trafilatura.extract(
         tree, output_format="markdown", include_comments=False, include_tables=True, include_images=False
     )
-    if not markdown or not markdown.strip():
+    # Given a page with nothing but navigation, trafilatura's fallback extractors return the menu
+    # ("Home About"): a page whose text all sits in navigation, headers, footers or asides has none.
+    if not markdown or not markdown.strip() or not tree.xpath(_MAIN_TEXT):
         raise LoadError(
             source, "no main text found in the HTML (empty, only navigation, or built by JavaScript)"
         )
