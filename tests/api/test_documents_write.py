@@ -131,6 +131,70 @@ def test_bad_uploads_are_refused_in_the_error_shape(server: Server) -> None:
         assert done["status"] == "failed" and "broken.pdf" in done["error"] and done["attempts"] == 1
 
 
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (b'{"scopes": ["a"]}', "body.url: Field required"),
+        (b"{bad", "body: Invalid JSON"),
+        (b'{"url": 5}', "body.url"),
+        (b"[1]", "body: Input should be an object"),
+        (b'{"url": "https://example.org", "chunk_size": "x"}', "body.chunk_size"),
+        (b'{"url": "https://example.org", "scope": ["a"]}', "body.scope"),
+        (b'{"url": "https://example.org", "scopes": [" "]}', "body.scopes.0"),
+        (b'{"url": "https://example.org", "metadata": {"year": 2024}}', "body.metadata.year"),
+    ],
+)
+def test_a_web_page_body_that_does_not_validate_is_a_422_naming_the_field(
+    server: Server, body: bytes, named: str
+) -> None:
+    with server.as_("admin") as admin:
+        response = admin.post("/documents", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request" and named in error["message"], error
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"scope": "acme"}, "'scope'"),
+        ({"scopes": " "}, "scopes"),
+        ({"scopes": "acme,,globex"}, "scopes"),
+        ({"metadata": '{"year": 2024}'}, "metadata.year"),
+    ],
+)
+def test_an_upload_with_a_misspelt_field_a_blank_scope_or_a_number_in_metadata_is_refused(
+    server: Server, fields: dict[str, str], named: str
+) -> None:
+    with server.as_("admin") as admin:
+        response = upload(admin, "refused.md", b"# Refused\n\nNever stored.", **fields)
+        listed = admin.get("/documents", params={"name_contains": "refused.md"}).json()
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request" and named in error["message"], error
+    assert listed["total"] == 0
+
+
+def test_metadata_is_relabelled_as_strings_and_matched_by_a_filter(server: Server) -> None:
+    doc = server.documents["acme_note"]
+    with server.as_("admin") as admin:
+        for labels, named in (
+            ({"metadata": {"year": 2024}}, "body.metadata.year"),
+            ({"scopes": [""]}, "body.scopes.0"),
+            ({"scope": ["globex"]}, "body.scope"),
+        ):
+            response = admin.patch(f"/documents/{doc}", json=labels)
+            assert response.status_code == 422, response.text
+            assert named in response.json()["error"]["message"]
+        assert admin.get(f"/documents/{doc}").json()["scopes"] == ["acme"]
+        relabelled = admin.patch(f"/documents/{doc}", json={"metadata": {"year": "2024"}})
+        assert relabelled.status_code == 200 and relabelled.json()["metadata"] == {"year": "2024"}
+        query = {"query": "when does the ACME valve open", "document_ids": [doc]}
+        found = admin.post("/search", json={**query, "metadata": {"year": "2024"}}).json()
+        other = admin.post("/search", json={**query, "metadata": {"year": "2025"}}).json()
+    assert found["count"] > 0 and other["count"] == 0
+
+
 def test_relabel_cancel_and_reingest(server: Server) -> None:
     with own_key(server, "admin") as admin:
         made = upload(admin, "labels.md", PUMP_V1.encode(), scopes="acme", index="false").json()

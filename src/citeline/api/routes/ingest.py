@@ -16,9 +16,10 @@ from typing import Annotated, Any, TypeVar
 
 import anyio
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import Field
 from starlette.datastructures import UploadFile
 
+from citeline.api.bodies import Metadata, RequestBody, Scope, json_body
 from citeline.api.deps import AdminDep, CitelineDep
 from citeline.api.routes.documents import DocumentId, document_json
 from citeline.errors import CitelineError, InvalidRequestError
@@ -30,13 +31,13 @@ router = APIRouter(tags=["documents"])
 T = TypeVar("T")
 
 
-class Labels(BaseModel):
+class Labels(RequestBody):
     """A document's labels; a field left out keeps the document's current value."""
 
-    scopes: list[str] | None = Field(default=None, description="Scopes; [] makes the document universal.")
+    scopes: list[Scope] | None = Field(default=None, description="Scopes; [] makes the document universal.")
     category: str | None = Field(default=None, description="Category path, e.g. Engineering/Security.")
     tags: list[str] | None = Field(default=None, description="Tags.")
-    metadata: dict[str, Any] | None = Field(default=None, description="Filterable metadata labels.")
+    metadata: Metadata | None = Field(default=None, description="Filterable metadata labels (strings).")
 
     def options(self, chunk_size: int | None = None, chunk_overlap: int | None = None) -> IngestOptions:
         return IngestOptions(
@@ -64,11 +65,23 @@ def _submitted(submission: Submission, response: Response) -> dict[str, Any]:
     return {**document_json(doc), "outcome": str(submission.outcome)}
 
 
+#: An upload's form fields besides ``file``: those of a web page's JSON body but its ``url``.
+_FORM_FIELDS = frozenset(UrlBody.model_fields) - {"url"}
+
+
 def _split(values: list[str] | None) -> list[str] | None:
     """Repeated form fields, or one comma-separated field, as a list (None when not given)."""
     if values is None:
         return None
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def _scopes(values: list[str] | None) -> list[str] | None:
+    """Form scopes as :func:`_split` reads them, but a blank one is refused as in a JSON body rather
+    than dropped: an upload whose only scope is blank would otherwise become universal."""
+    if values is not None and any(not part.strip() for value in values for part in value.split(",")):
+        raise InvalidRequestError("scopes: a scope must not be empty or blank")
+    return _split(values)
 
 
 @router.post(
@@ -85,7 +98,7 @@ async def add_document(
 ) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("application/json"):
-        body = UrlBody.model_validate(await request.json())
+        body = await json_body(request, UrlBody)
         options = body.options(chunk_size=body.chunk_size, chunk_overlap=body.chunk_overlap)
         submission = await _run(
             cl.submit_url, body.url, options, access=access, document_id=body.document_id, index=body.index
@@ -102,8 +115,15 @@ async def add_document(
     if not isinstance(upload, UploadFile) or not upload.filename:
         raise InvalidRequestError("the upload has no `file` field with a file name")
     fields = {key: [str(v) for v in form.getlist(key)] for key in form if key != "file"}
+    unknown = sorted(set(fields) - _FORM_FIELDS)
+    if unknown:
+        # Refused as a JSON body's unknown field is: a misspelt `scope` would make the upload universal.
+        raise InvalidRequestError(
+            f"an upload takes no form field {', '.join(map(repr, unknown))}; "
+            f"it takes file, {', '.join(sorted(_FORM_FIELDS))}"
+        )
     options = IngestOptions(
-        scopes=_tuple(_split(fields.get("scopes"))),
+        scopes=_tuple(_scopes(fields.get("scopes"))),
         category=_one(fields, "category"),
         tags=_tuple(_split(fields.get("tags"))),
         metadata=_metadata(_one(fields, "metadata")),
@@ -169,7 +189,7 @@ async def index_all(
     return {"status": status.value, "documents": summary}
 
 
-class RefreshBody(BaseModel):
+class RefreshBody(RequestBody):
     older_than: str | None = Field(
         default=None, description="Only sources last read longer ago than this: 30m, 12h, 1d, 2w."
     )
@@ -220,7 +240,7 @@ def _tuple(values: list[str] | None) -> tuple[str, ...] | None:
     return None if values is None else tuple(values)
 
 
-def _metadata(text: str | None) -> dict[str, Any] | None:
+def _metadata(text: str | None) -> Metadata | None:
     if not text:
         return None
     try:
@@ -229,4 +249,7 @@ def _metadata(text: str | None) -> dict[str, Any] | None:
         raise InvalidRequestError(f"metadata must be a JSON object: {exc}") from exc
     if not isinstance(value, dict):
         raise InvalidRequestError("metadata must be a JSON object")
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise InvalidRequestError(f"metadata.{key}: a metadata value must be a string, got {item!r}")
     return value

@@ -5,26 +5,29 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from citeline.access import Role
+from citeline.api.bodies import RequestBody, Scope
 from citeline.api.deps import AccessDep, AdminDep, CitelineDep
 from citeline.errors import InvalidRequestError
 
 router = APIRouter(prefix="/keys", tags=["keys"])
 
 
-class KeyBody(BaseModel):
+class KeyBody(RequestBody):
     role: Role = Field(description="admin (everything) or reader (search, chat, reading within scopes).")
-    scopes: list[str] | None = Field(default=None, description="A reader's scopes.")
+    scopes: list[Scope] | None = Field(default=None, description="A reader's scopes (at least one).")
     all_scopes: bool = Field(default=False, description="A reader of every scope.")
     name: str = Field(default="", max_length=200, description="What the key is for.")
 
 
 @router.post("", status_code=201, summary="Create a key; the key itself is in this answer only")
 def create_key(body: KeyBody, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
-    if body.role is Role.READER and body.scopes is None and not body.all_scopes:
-        raise InvalidRequestError("a reader key needs scopes, or all_scopes: true")
+    # An empty list is refused like a missing one, as by `citeline keys create`: a reader key that
+    # sees only universal documents is far more likely a client's mistake than its intent.
+    if body.role is Role.READER and not body.scopes and not body.all_scopes:
+        raise InvalidRequestError("a reader key needs scopes (at least one), or all_scopes: true")
     if body.all_scopes and body.scopes is not None:
         raise InvalidRequestError("give scopes or all_scopes, not both")
     info, key = cl.create_key(body.role, body.scopes, name=body.name, access=access)

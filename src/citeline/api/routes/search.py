@@ -7,10 +7,11 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, Field
 
 from citeline.access import Access
 from citeline.annotate import SectionType
+from citeline.api.bodies import Metadata, RequestBody, Scope
 from citeline.api.deps import AccessDep, CitelineDep
 from citeline.api.limits import check_text_length
 from citeline.api.responses import FastJSONResponse
@@ -23,10 +24,10 @@ from citeline.settings import Fusion
 router = APIRouter(tags=["search"])
 
 
-class FilterFields(BaseModel):
+class FilterFields(RequestBody):
     """The filters shared by search and chat; each narrows, none widens the caller's grant."""
 
-    scopes: list[str] | None = Field(
+    scopes: list[Scope] | None = Field(
         default=None, description="Documents in these scopes (or universal); within the key's scopes."
     )
     category: str | None = Field(default=None, description="This category or any below it.")
@@ -34,7 +35,7 @@ class FilterFields(BaseModel):
     tags_all: list[str] = Field(default_factory=list, description="Documents with all of these tags.")
     content_types: list[str] = Field(default_factory=list, description="E.g. application/pdf.")
     document_ids: list[uuid.UUID] = Field(default_factory=list, description="Only these documents.")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Metadata values that must match.")
+    metadata: Metadata = Field(default_factory=dict, description="Metadata values that must match (strings).")
     model_numbers: list[str] = Field(
         default_factory=list, description="Chunks naming any of these model numbers (XR-200 = xr200)."
     )
@@ -140,7 +141,7 @@ def search_get(
     q: Annotated[str, Query(min_length=1, description="What to search for.")],
     n: Annotated[int | None, Query(ge=1, le=1000, description="How many results.")] = None,
     category: Annotated[str | None, Query(description="This category or any below it.")] = None,
-    scope: Annotated[list[str] | None, Query(description="Repeatable: documents in these scopes.")] = None,
+    scope: Annotated[list[Scope] | None, Query(description="Repeatable: documents in these scopes.")] = None,
     tag: Annotated[list[str] | None, Query(description="Repeatable: any of these tags.")] = None,
     model: Annotated[list[str] | None, Query(description="Repeatable: chunks naming a model number.")] = None,
     section: Annotated[

@@ -1,0 +1,50 @@
+"""What every JSON request body of the API shares, so each route refuses the same mistakes the same way.
+
+- A field the route does not take is refused, not ignored: a misspelt filter (``scope`` for
+  ``scopes``) would otherwise run a wider search than the client asked for, without a word.
+- A scope is never empty or blank: ``""`` names no scope anyone can hold, so a document or key
+  labelled with it would silently mean something else than the client meant.
+- Metadata values are strings, because they are stored and compared as strings (docs/scopes.md):
+  a number stored as a JSON number would never match a filter, which always compares strings.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, TypeVar
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
+
+Body = TypeVar("Body", bound="RequestBody")
+
+
+class RequestBody(BaseModel):
+    """The base of every JSON request body: unknown fields are a 422 naming them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def _not_blank(scope: str) -> str:
+    if not scope.strip():
+        raise PydanticCustomError("blank_scope", "a scope must not be empty or blank")
+    return scope
+
+
+#: A scope name as a request gives it (a body field's item or a query parameter).
+Scope = Annotated[str, AfterValidator(_not_blank)]
+
+#: Metadata labels: string keys and string values.
+Metadata = dict[str, str]
+
+
+async def json_body(request: Request, model: type[Body]) -> Body:
+    """``request``'s JSON body as ``model``, for a route that cannot declare its body (it also takes
+    other content types). Invalid JSON or fields are a :class:`RequestValidationError`, answered
+    exactly as FastAPI answers a declared body's: 422 ``invalid_request`` naming each field."""
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        problems = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_url=False)]
+        raise RequestValidationError(problems) from exc

@@ -1,0 +1,88 @@
+"""What the API refuses in a request before it acts: a field no route takes, a blank scope, a metadata
+value that is not a string, a reader key bound to nothing. Each is a 422 ``invalid_request`` whose
+message names the field, never a request run as if the mistake were not there.
+
+Requests that change documents are refused the same way; test_documents_write.py checks those on a
+server of its own, so that a regression cannot relabel the documents the other tests read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.conftest import Server
+
+
+@pytest.fixture(scope="module")
+def admin(server: Server) -> Iterator[httpx.Client]:
+    """An admin key of these tests' own: their requests count against no other test's rate limit."""
+    with server.as_("admin") as first:
+        made = first.post("/keys", json={"role": "admin", "name": "request bodies"})
+    assert made.status_code == 201, made.text
+    with server.client(made.json()["key"]) as client:
+        yield client
+
+
+def refused(response: httpx.Response, *fields: str) -> str:
+    """The message of a 422 ``invalid_request`` that names each of ``fields``."""
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request", error
+    for name in fields:
+        assert name in error["message"], (name, error)
+    message: str = error["message"]
+    return message
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/search", {"query": "relief valve", "scope": ["acme"], "top_k": 3}),
+        ("/chat", {"question": "When does the relief valve open?", "scope": ["acme"]}),
+        ("/chat/stream", {"question": "When does the relief valve open?", "scope": ["acme"]}),
+        ("/keys", {"role": "reader", "scope": ["acme"]}),
+        ("/refresh", {"dry_run": True, "scope": ["acme"]}),
+    ],
+)
+def test_a_field_the_route_does_not_take_is_refused_by_name(
+    admin: httpx.Client, path: str, body: dict[str, Any]
+) -> None:
+    # `scope` for `scopes`: ignored, the search would run over every scope the key sees.
+    message = refused(admin.post(path, json=body), "body.scope")
+    assert "not permitted" in message
+
+
+def test_n_results_is_still_taken_for_top_k(admin: httpx.Client) -> None:
+    found = admin.post("/search", json={"query": "relief valve", "n_results": 1})
+    assert found.status_code == 200, found.text
+    assert found.json()["count"] == 1
+
+
+@pytest.mark.parametrize("scope", ["", "   "])
+def test_a_blank_scope_is_refused_wherever_scopes_are_taken(admin: httpx.Client, scope: str) -> None:
+    question = "When does the relief valve open?"
+    refused(admin.post("/search", json={"query": "relief valve", "scopes": ["acme", scope]}), "scopes.1")
+    refused(admin.get("/search", params={"q": "relief valve", "scope": scope}), "scope")
+    refused(admin.post("/chat", json={"question": question, "scopes": [scope]}), "scopes.0")
+    refused(admin.post("/chat/stream", json={"question": question, "scopes": [scope]}), "scopes.0")
+    refused(admin.post("/keys", json={"role": "reader", "scopes": [scope]}), "scopes.0")
+
+
+def test_a_metadata_filter_takes_only_strings(admin: httpx.Client) -> None:
+    # Metadata is stored and compared as strings: a number could never match, so it is refused.
+    number, text = {"year": 2024}, {"year": "2024"}
+    refused(admin.post("/search", json={"query": "relief valve", "metadata": number}), "metadata.year")
+    refused(admin.post("/chat", json={"question": "Valves?", "metadata": number}), "metadata.year")
+    ok = admin.post("/search", json={"query": "relief valve", "metadata": text})
+    assert ok.status_code == 200, ok.text
+
+
+@pytest.mark.parametrize("body", [{"role": "reader"}, {"role": "reader", "scopes": []}])
+def test_a_reader_key_needs_a_scope_or_all_scopes(admin: httpx.Client, body: dict[str, Any]) -> None:
+    # As `citeline keys create --role reader` without --scope: an empty list is no more of an answer.
+    message = refused(admin.post("/keys", json=body), "scopes", "all_scopes")
+    assert "at least one" in message
