@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from citeline.cli import app
+from citeline.engine import Citeline
 from citeline.settings import Settings
 from tests.conftest import write
 
@@ -152,6 +155,63 @@ def test_processes_share_one_embedded_server(settings: Settings, tmp_path: Path)
         assert proc.returncode == 0, err.decode()
     _, out, _ = _run(settings, "docs", "list", "--json")
     assert sorted(d["name"] for d in json.loads(out)) == [f"doc{i}.txt" for i in range(4)]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--chunk-size", "1", "--chunk-overlap", "0"], "chunk_size (--chunk-size) must be 50 to 20000"),
+        (["--chunk-size", "0"], "must be 50 to 20000 characters, as for CITELINE_CHUNK_SIZE, got 0"),
+        (["--chunk-size", "10"], "chunk_size (--chunk-size) must be 50 to 20000 characters"),
+        (["--chunk-size", "20001"], "got 20001"),
+        (["--chunk-size", "100", "--chunk-overlap", "100"], "chunk_overlap (--chunk-overlap) must be"),
+    ],
+)
+def test_chunking_out_of_the_settings_bounds_is_refused(
+    settings: Settings, tmp_path: Path, args: list[str], message: str
+) -> None:
+    path = write(tmp_path / "f.txt", "Prime the pump before first use. " * 50)
+    code, out, err = _run(settings, "ingest", str(path), *args)
+    assert code == 2 and message in " ".join(err.split()), err
+    code, out, _ = _run(settings, "docs", "list", "--json")
+    assert code == 0 and json.loads(out) == []
+
+
+@pytest.mark.parametrize("top_k", ["0", "-1"])
+def test_a_search_for_no_hits_is_refused(settings: Settings, tmp_path: Path, top_k: str) -> None:
+    _run(
+        settings, "ingest", str(write(tmp_path / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar."))
+    )
+    code, out, err = _run(settings, "search", "relief valve", "-k", top_k)
+    assert code == 2 and f"top_k (-k) must be at least 1, got {top_k}" in err and out == ""
+
+
+def test_keys_revoke_takes_the_start_of_a_key_id(settings: Settings) -> None:
+    ids = []
+    for name in ("ward a", "ward b", "ward c"):
+        code, out, err = _run(settings, "keys", "create", "--role", "admin", "--name", name, "--json")
+        assert code == 0, err
+        ids.append(json.loads(out.strip().splitlines()[-1])["id"])
+    # Two keys whose ids share their first eight characters, as uuid4 ids sometimes do.
+    with Citeline(settings) as cl, cl.engine.begin() as conn:
+        for old, new in zip(
+            ids[:2],
+            ("cb429b97-1111-4111-8111-111111111111", "cb429b97-2222-4222-8222-222222222222"),
+            strict=True,
+        ):
+            conn.execute(sa.text("UPDATE api_keys SET id = :new WHERE id = :old"), {"new": new, "old": old})
+    code, _, err = _run(settings, "keys", "revoke", "cb429b97")
+    assert code == 2 and "key id prefix 'cb429b97' matches several keys; give more of it" in err
+    code, _, err = _run(settings, "keys", "revoke", "0000000")
+    assert code == 4 and "no API key id starts with '0000000'" in err
+    code, _, err = _run(settings, "keys", "revoke", "not-hex")
+    assert code == 2 and "neither a key id nor the start of one" in err
+    code, out, err = _run(settings, "keys", "revoke", "CB429B97-2")
+    assert code == 0 and "revoked key cb429b97-2222-4222-8222-222222222222 (ward b)" in out, err
+    code, out, err = _run(settings, "keys", "revoke", ids[2][:8])
+    assert code == 0 and f"revoked key {ids[2]} (ward c)" in out, err
+    code, out, _ = _run(settings, "keys", "list", "--json")
+    assert [k["name"] for k in json.loads(out)] == ["ward a"]
 
 
 def test_universal_and_scope_contradict(settings: Settings, tmp_path: Path) -> None:

@@ -1031,11 +1031,12 @@ def eval_command(
     configuration, a paired difference with its interval and p-value.
     With --answers, evaluate answers: citations resolved, gold abstract cited, time to first token.
     """
-    from citeline.eval.beir import evaluate, load_beir
+    from citeline.eval.beir import check_limit, evaluate, load_beir
     from citeline.eval.configs import parse_configs
     from citeline.eval.report import check_writable, write_per_query, write_report
     from citeline.eval.stats import check_folds, check_shuffles
 
+    _guard(partial(check_limit, limit))
     data = _guard(lambda: load_beir(folder, split=split_name))
     for path in (per_query, report):
         if path is not None:
@@ -1057,7 +1058,7 @@ def eval_command(
         if configs is None:
             err.print("[red]error:[/red] --folds cross-validates the configurations of --compare; name them")
             raise typer.Exit(2)
-        queries = min(limit, len(data.queries)) if limit else len(data.queries)
+        queries = min(limit, len(data.queries)) if limit is not None else len(data.queries)
         _guard(partial(check_folds, folds, queries))
         _guard(partial(check_shuffles, shuffles))
     with _citeline(ctx, **more) as cl:
@@ -1329,7 +1330,8 @@ def keys_list(
 
 @keys_app.command("revoke")
 def keys_revoke(
-    ctx: typer.Context, key_id: Annotated[str, typer.Argument(help="The key's id (from `keys list`).")]
+    ctx: typer.Context,
+    key_id: Annotated[str, typer.Argument(help="The key's id (from `keys list`), or a unique prefix.")],
 ) -> None:
     """Revoke an API key: requests carrying it are refused from then on."""
     with _citeline(ctx) as cl:

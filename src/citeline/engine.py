@@ -71,6 +71,7 @@ from citeline.retrieve.search import (
     Timings,
     fetch_hits,
     hybrid_search,
+    resolve_top_k,
 )
 from citeline.settings import Settings
 from citeline.store import catalog, keys, model_migration
@@ -930,6 +931,7 @@ class Citeline:
         request = replace(request, filters=access.restrict(request.filters))
         if not request.query.strip():
             raise InvalidRequestError("the search query is empty")
+        resolve_top_k(request.top_k, self.settings)  # refused before the query is embedded
         try:
             return self._search(request, access, timings, explain)
         except ModelMismatchError:
@@ -975,7 +977,7 @@ class Citeline:
                     )
         reranker = self.reranker(request.rerank)
         mmr_lambda = request.mmr_lambda if request.mmr_lambda is not None else self.settings.mmr_lambda
-        top_k = request.top_k or self.settings.top_k
+        top_k = resolve_top_k(request.top_k, self.settings)
         depth = self.settings.rerank_candidates
         second_stage = reranker is not None or mmr_lambda is not None
         if second_stage:

@@ -41,7 +41,7 @@ from citeline.errors import (
 )
 from citeline.load import SUPPORTED_SUFFIXES, load
 from citeline.retrieve.filters import normalise_category
-from citeline.split import split
+from citeline.split import CHUNK_OVERLAP_MAX, CHUNK_SIZE_MAX, CHUNK_SIZE_MIN, split
 from citeline.store import catalog
 from citeline.store.analyzer import Analyzer, DocumentTerms
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
@@ -377,7 +377,7 @@ class Ingestor:
         ``model`` embeds them by that model rather than the one the namespace serves: the versions a
         running migration to it stages, for sources that are not stored originals (in memory).
         """
-        size = options.chunk_size or self.chunk_size
+        size = options.chunk_size if options.chunk_size is not None else self.chunk_size
         overlap = options.chunk_overlap if options.chunk_overlap is not None else self.chunk_overlap
         check_chunking(size, overlap)
         run = _Run(options.labels(), lambda result: None)
@@ -822,10 +822,19 @@ class Ingestor:
 
 
 def check_chunking(size: int, overlap: int) -> None:
-    """Refuse chunking that cannot work: an overlap as large as the chunk would never advance."""
-    if not 0 <= overlap < size:
+    """Refuse the chunking a document is to be ingested with when it is out of the bounds the settings
+    hold ``CITELINE_CHUNK_SIZE`` and ``CITELINE_CHUNK_OVERLAP`` to, or cannot work (an overlap as large
+    as the chunk would never advance). The size is checked first: a bad size is not the overlap's fault.
+    """
+    if not CHUNK_SIZE_MIN <= size <= CHUNK_SIZE_MAX:
         raise InvalidRequestError(
-            f"chunk overlap must be at least 0 and below the chunk size ({size}), got {overlap}"
+            f"chunk_size (--chunk-size) must be {CHUNK_SIZE_MIN} to {CHUNK_SIZE_MAX} characters, as for "
+            f"CITELINE_CHUNK_SIZE, got {size}"
+        )
+    if not 0 <= overlap < min(size, CHUNK_OVERLAP_MAX + 1):
+        raise InvalidRequestError(
+            f"chunk_overlap (--chunk-overlap) must be at least 0 and below the chunk size ({size}), "
+            f"at most {CHUNK_OVERLAP_MAX} as for CITELINE_CHUNK_OVERLAP, got {overlap}"
         )
 
 

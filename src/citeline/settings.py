@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from citeline.split import CHUNK_OVERLAP_MAX, CHUNK_SIZE_MAX, CHUNK_SIZE_MIN
+
 NAMESPACE_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 
 
@@ -126,8 +128,8 @@ class Settings(BaseSettings):
     # Chosen on SciFact (citeline eval, weighted fusion, no reranker), nDCG@10 / recall@100: 500/75
     # 0.726/0.964, 800/120 0.738/0.969, 1000/150 0.730/0.961, 1500/200 0.732/0.965. 800 characters is
     # ~170-190 tokens: inside the embedder's 256-token window, and short evidence for answer prompts.
-    chunk_size: Annotated[int, Field(ge=50, le=20_000)] = 800
-    chunk_overlap: Annotated[int, Field(ge=0, le=10_000)] = 120
+    chunk_size: Annotated[int, Field(ge=CHUNK_SIZE_MIN, le=CHUNK_SIZE_MAX)] = 800
+    chunk_overlap: Annotated[int, Field(ge=0, le=CHUNK_OVERLAP_MAX)] = 120
 
     # Measured on SciFact (citeline eval, chunks 800/120): dbsf 0.745 nDCG@10, weighted 0.738,
     # reciprocal rank 0.708; dbsf also led at chunks 500/75 and 1500/200 (docs/search.md). Against

@@ -20,13 +20,32 @@ from collections.abc import Callable, Iterable, Iterator
 from citeline.errors import InvalidRequestError
 from citeline.types import ChunkDraft, Page
 
-__all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "sentence_ends", "split"]
+__all__ = [
+    "CHUNK_OVERLAP_MAX",
+    "CHUNK_SIZE_MAX",
+    "CHUNK_SIZE_MIN",
+    "DEFAULT_CHUNK_OVERLAP",
+    "DEFAULT_CHUNK_SIZE",
+    "sentence_ends",
+    "split",
+]
 
 DEFAULT_CHUNK_SIZE = 800
 """Characters per chunk unless the caller asks otherwise."""
 
 DEFAULT_CHUNK_OVERLAP = 120
 """Characters each chunk repeats from the end of the one before it, unless the caller asks otherwise."""
+
+CHUNK_SIZE_MIN = 50
+"""The smallest chunk size a document may be ingested with: smaller chunks hold a few words each,
+too little to embed or to cite, and multiply the rows stored."""
+
+CHUNK_SIZE_MAX = 20_000
+"""The largest chunk size a document may be ingested with: far past the embedder's window, whose
+excess would be embedded by nothing."""
+
+CHUNK_OVERLAP_MAX = 10_000
+"""The largest chunk overlap a document may be ingested with (it must also stay below the size)."""
 
 _Span = tuple[int, int]
 _Cuts = Callable[[str, int, int], Iterator[int]]

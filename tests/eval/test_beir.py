@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from citeline.engine import Citeline
 from citeline.errors import InvalidRequestError
-from citeline.eval.beir import corpus_sources, load_beir
+from citeline.eval.beir import corpus_sources, evaluate, load_beir
 from tests.eval.conftest import QUERIES
 
 
@@ -27,3 +28,12 @@ def test_a_link_to_nothing_names_the_missing_corpus(beir_folder: Path) -> None:
     (beir_folder / "corpus.jsonl").write_text("../nowhere/corpus.jsonl", encoding="utf-8")
     with pytest.raises(InvalidRequestError, match="nowhere"):
         load_beir(beir_folder)
+
+
+@pytest.mark.parametrize("limit", [0, -3])
+def test_a_limit_below_one_query_is_refused_before_the_corpus_is_touched(
+    cl: Citeline, beir_folder: Path, limit: int
+) -> None:
+    with pytest.raises(InvalidRequestError, match=f"at least 1; got {limit}"):
+        evaluate(cl, load_beir(beir_folder), limit=limit)
+    assert cl.documents() == []

@@ -111,6 +111,8 @@ def test_without_compare_the_summary_is_the_current_settings(settings: Settings,
         (["--answers", "2", "--folds", "2"], "--answers cannot be combined with --folds"),
         (["--compare", "rrf,dense", "--folds", "2", "--shuffles", "0"], "at least 1 deal"),
         (["--answers", "2", "--shuffles", "5"], "--answers cannot be combined with --shuffles"),
+        (["--limit", "0"], "limit (--limit) is the number of queries to run, at least 1; got 0"),
+        (["--limit", "-3"], "at least 1; got -3"),
     ],
 )
 def test_bad_options_stop_before_any_work(

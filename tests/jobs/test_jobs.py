@@ -14,7 +14,13 @@ import sqlalchemy as sa
 
 from citeline.access import Access
 from citeline.engine import Citeline
-from citeline.errors import AccessDeniedError, ConflictError, LimitExceededError, UnsupportedTypeError
+from citeline.errors import (
+    AccessDeniedError,
+    ConflictError,
+    InvalidRequestError,
+    LimitExceededError,
+    UnsupportedTypeError,
+)
 from citeline.ingest import IngestOptions, Outcome
 from citeline.jobs.submit import Upload
 from citeline.retrieve.filters import Filters
@@ -260,3 +266,24 @@ def test_index_all_queues_every_pending_document_and_reingests_completed_ones(jo
     again = jobs.index_all("completed")
     assert {d.version for d in again} == {2}
     assert {jobs.wait(d.id, timeout=WAIT).version for d in pending} == {2}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            IngestOptions(chunk_size=1, chunk_overlap=0),
+            "chunk_size .* must be 50 to 20000 characters.* got 1$",
+        ),
+        (IngestOptions(chunk_size=0), "got 0$"),
+        (IngestOptions(chunk_size=10), "chunk_size .* got 10$"),
+        (IngestOptions(chunk_size=20_001), "got 20001$"),
+        (IngestOptions(chunk_size=100, chunk_overlap=100), "chunk_overlap .* below the chunk size \\(100\\)"),
+    ],
+)
+def test_an_upload_s_chunking_is_held_to_the_settings_bounds(
+    jobs: Citeline, options: IngestOptions, message: str
+) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        jobs.submit(upload("pump.md", PUMP), options)
+    assert jobs.documents() == []

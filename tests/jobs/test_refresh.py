@@ -4,6 +4,7 @@ server on loopback whose page changes, and real files that change or go away."""
 from __future__ import annotations
 
 import http.server
+import io
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -15,10 +16,11 @@ from typer.testing import CliRunner
 
 from citeline.cli import app
 from citeline.engine import Citeline
-from citeline.errors import InvalidRequestError
+from citeline.errors import ConflictError, InvalidRequestError
 from citeline.ingest import IngestOptions, Outcome
 from citeline.jobs.submit import Upload
 from citeline.settings import Settings
+from citeline.store.catalog import DocumentInfo
 from citeline.store.database import schema_name
 from tests.conftest import write
 
@@ -258,3 +260,94 @@ def test_with_celery_workers_pages_are_queued_and_files_read_here(
     with Citeline(namespace) as cl:
         [page_doc] = [d for d in cl.documents() if d.name == "pumps" and d.is_active]
         assert [(v.version, v.status) for v in cl.versions(page_doc.id)] == [(1, "completed"), (2, "queued")]
+
+
+def ingested(cl: Citeline, path: Path) -> DocumentInfo:
+    """``path`` ingested from its path (a file document), as the catalog holds it."""
+    [result] = cl.ingest([path])
+    assert result.document is not None, result.error
+    return result.document
+
+
+def test_an_upload_replacing_a_file_document_takes_it_off_its_old_path(cl: Citeline, tmp_path: Path) -> None:
+    note = write(tmp_path / "note.md", "# Note\n\nThe relief valve opens at 6 bar.")
+    doc = ingested(cl, note)
+    cl.start_jobs()
+    upload = Upload("note2.md", io.BytesIO(b"# Note\n\nThe relief valve opens at 9 bar now."))
+    submitted = cl.submit(upload, document_id=doc.id)
+    assert submitted.created and submitted.document.source_uri == f"upload:{doc.id}"
+    done = cl.wait(doc.id)
+    assert (done.id, done.version, done.status) == (doc.id, 2, "completed")
+    assert done.last_fetched_at is None  # an upload was never read at an origin
+    # note.md is still at its path, unchanged: refresh must not read it back over the upload.
+    assert note.exists() and cl.refresh_candidates() == []
+    with pytest.raises(InvalidRequestError, match="no origin to read again"):
+        cl.refresh(doc.id)
+    [live] = cl.versions(doc.id)
+    assert live.version == 2 and "9 bar" in " ".join(str(c["text"]) for c in cl.chunks(live))
+    # The path is no longer this document's source: ingesting it again adds a document of its own.
+    [again] = cl.ingest([note])
+    assert again.outcome is Outcome.ADDED and again.document is not None and again.document.id != doc.id
+
+
+def test_the_refresh_command_leaves_an_upload_replacement_alone(namespace: Settings, tmp_path: Path) -> None:
+    note = write(tmp_path / "note.md", "# Note\n\nThe relief valve opens at 6 bar.")
+    assert run(namespace, "ingest", str(note))[0] == 0
+    with Citeline(namespace) as cl:
+        [doc] = cl.documents()
+        cl.start_jobs()
+        upload = Upload("note2.md", io.BytesIO(b"# Note\n\nThe relief valve opens at 9 bar now."))
+        cl.submit(upload, document_id=doc.id)
+        assert cl.wait(doc.id).version == 2
+    code, out, err = run(namespace, "refresh")
+    assert code == 0, err
+    assert "0 documents: nothing to refresh" in err and out == ""
+    version, text = current(namespace, "note2.md")
+    assert version == 2 and "9 bar" in text and "6 bar" not in text
+
+
+def test_a_web_page_replacing_a_file_document_becomes_its_origin(
+    cl: Citeline, site: Site, tmp_path: Path
+) -> None:
+    doc = ingested(cl, write(tmp_path / "pumps.md", "# Pumps\n\nPrime the pump with water first."))
+    site.pages["/pumps"] = (200, ORIGINAL)
+    cl = cl.derive(url_allow_private=True)
+    try:
+        cl.start_jobs()
+        submitted = cl.submit_url(site.url("/pumps"), document_id=doc.id)
+        assert submitted.document.source_uri == site.url("/pumps")
+        done = cl.wait(doc.id)
+        assert (done.version, done.source_uri) == (2, site.url("/pumps"))
+        assert "mechanical seal" in " ".join(str(c["text"]) for c in cl.chunks(done))
+        assert [d.id for d in cl.refresh_candidates()] == [doc.id]
+        site.pages["/pumps"] = (200, CHANGED)
+        changed = cl.refreshed(cl.refresh(doc.id))
+        assert changed.outcome is Outcome.UPDATED and changed.document.version == 3
+    finally:
+        cl.close()
+
+
+def test_a_replacement_from_elsewhere_waits_for_the_version_built_from_the_origin(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    note = write(tmp_path / "note.md", "# Note\n\nThe relief valve opens at 6 bar.")
+    doc = ingested(cl, note)
+    note.write_text("# Note\n\nThe relief valve opens at 7 bar.")
+    # No runner started: the changed file's version stays queued, and would be swapped in after the upload.
+    assert cl.refresh(doc.id).document.status == "queued"
+    with pytest.raises(ConflictError, match="version 2 queued"):
+        cl.submit(Upload("note2.md", io.BytesIO(b"# Note\n\nNine bar.")), document_id=doc.id)
+    assert [(v.version, v.source_uri) for v in cl.versions(doc.id)] == [
+        (1, doc.source_uri),
+        (2, doc.source_uri),
+    ]
+
+
+def test_a_document_cannot_take_another_document_s_web_page(cl: Citeline, site: Site, tmp_path: Path) -> None:
+    site.pages["/pumps"] = (200, ORIGINAL)
+    file_doc = ingested(cl, write(tmp_path / "a.md", "# A\n\nAlpha valves."))
+    [page_result] = cl.ingest([site.url("/pumps")], allow_private_urls=True)
+    assert page_result.document is not None, page_result.error
+    with pytest.raises(ConflictError, match=f"already document {page_result.document.id}"):
+        cl.submit_url(site.url("/pumps"), document_id=file_doc.id)
+    assert [v.source_uri for v in cl.versions(file_doc.id)] == [file_doc.source_uri]

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.engine import Citeline
+from citeline.errors import InvalidRequestError
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.query import Coalescer, QueryVectors, VectorCache
@@ -397,3 +398,19 @@ def test_with_room_for_two_runs_a_second_query_does_not_wait_for_the_first() -> 
     held.release.set()
     first.join(10)
     assert held.runs == [["first"], ["kiwi"]]
+
+
+@pytest.mark.parametrize("mmr_lambda", [None, 0.7])
+@pytest.mark.parametrize("top_k", [0, -1])
+def test_a_search_for_fewer_than_one_hit_is_refused_not_given_the_default(
+    cl: Citeline, tmp_path: Path, top_k: int, mmr_lambda: float | None
+) -> None:
+    cl.ingest([write(tmp_path / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar.")])
+    # With MMR, the second stage asks the first for its candidates: a 0 must not hide behind that.
+    searcher = cl.derive(mmr_lambda=mmr_lambda)
+    try:
+        with pytest.raises(InvalidRequestError, match=f"top_k \\(-k\\) must be at least 1, got {top_k}"):
+            searcher.search(SearchRequest("relief valve", top_k=top_k))
+        assert len(searcher.search(SearchRequest("relief valve"))) == 1
+    finally:
+        searcher.close()

@@ -435,6 +435,12 @@ def ingest_corpus(
     )
 
 
+def check_limit(limit: int | None) -> None:
+    """Refuse a query limit below one: it would run no query, or (sliced) all but the last few."""
+    if limit is not None and limit < 1:
+        raise InvalidRequestError(f"limit (--limit) is the number of queries to run, at least 1; got {limit}")
+
+
 def evaluate(
     cl: Citeline,
     data: BeirData,
@@ -457,7 +463,8 @@ def evaluate(
     """
     console = console or Console(stderr=True)
     configs = list(configs) if configs else [make_config("default", {}, cl.settings)]
-    query_ids = list(data.queries)[:limit] if limit else list(data.queries)
+    check_limit(limit)
+    query_ids = list(data.queries)[:limit] if limit is not None else list(data.queries)
     if folds is not None:
         check_folds(folds, len(query_ids))
         check_shuffles(shuffles)

@@ -112,17 +112,31 @@ def submit(
     """Register a new version of a document for a runner to build (see the module's docstring).
 
     ``document_id`` replaces that document (a new version of it); without it a new document is
-    created, for ``source_uri`` when given (a URL), else for the upload itself. ``content_hash`` None
-    (a web page not fetched yet) always registers a version: its job compares the page once fetched.
+    created, for ``source_uri`` when given (a URL or file), else for the upload itself. A replacement
+    from another source than the document's (an upload replacing a file or web page, another URL)
+    moves the document to that source, an upload's being none to read again: refresh never reads the
+    old origin over it. Re-reading the document's own source (``source_uri`` its own) keeps it; a move
+    is refused (:class:`~citeline.errors.ConflictError`) while a version of it is still to be built,
+    or when the new source is another document's. ``content_hash`` None (a web page not fetched yet)
+    always registers a version: its job compares the page once fetched.
     ``fetched_at`` is when the source was read at its origin.
     """
-    size = options.chunk_size or settings.chunk_size
+    size = options.chunk_size if options.chunk_size is not None else settings.chunk_size
     overlap = options.chunk_overlap if options.chunk_overlap is not None else settings.chunk_overlap
     check_chunking(size, overlap)
     new_id: uuid.UUID | None = None
+    moved_to: str | None = None
     with engine.begin() as conn:
         if document_id is not None:
             current = catalog.get_document(conn, document_id)
+            origin = source_uri or f"upload:{document_id}"
+            uploaded_over_upload = source_uri is None and current.source_uri.startswith("upload:")
+            if origin != current.source_uri and not uploaded_over_upload:
+                # The replacement comes from elsewhere: the document must leave its old origin, or
+                # refresh would read that again over it.
+                catalog.check_movable(conn, current, origin)
+                moved_to = origin
+            # New versions join the document's source; a move takes them all along once one is made.
             source_uri = current.source_uri
         elif source_uri is None:
             new_id = uuid.uuid4()
@@ -140,6 +154,9 @@ def submit(
             fetched_at=fetched_at,
         )
         [(doc, start)] = catalog.begin_versions(conn, [request])
+        if moved_to is not None and start is VersionStart.CREATED:
+            catalog.move_document(conn, doc.id, moved_to)
+            doc = catalog.get_version(conn, doc.version_id)
     if start is VersionStart.CREATED:
         return Submission(doc, status)
     return Submission(doc, Outcome.RELABELLED if start is VersionStart.RELABELLED else Outcome.UNCHANGED)

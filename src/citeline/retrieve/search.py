@@ -54,6 +54,14 @@ class SearchRequest:
     mmr_lambda: float | None = None
 
 
+def resolve_top_k(top_k: int | None, settings: Settings) -> int:
+    """How many hits a search returns: ``top_k``, or the setting when it is unset (None, never 0)."""
+    resolved = top_k if top_k is not None else settings.top_k
+    if resolved < 1:
+        raise InvalidRequestError(f"top_k (-k) must be at least 1, got {resolved}")
+    return resolved
+
+
 @dataclass(frozen=True)
 class Hit:
     """One retrieved chunk, where it comes from, and how each ranking scored it."""
@@ -309,9 +317,7 @@ def hybrid_search(
     With ``pool``, an index that needs no connection (:meth:`KeywordIndex.search_loaded`) runs the
     keyword stage there, beside the dense stage.
     """
-    top_k = request.top_k or settings.top_k
-    if top_k < 1:
-        raise InvalidRequestError(f"top_k must be at least 1, got {top_k}")
+    top_k = resolve_top_k(request.top_k, settings)
     threshold = (
         request.distance_threshold if request.distance_threshold is not None else settings.distance_threshold
     )

@@ -517,6 +517,55 @@ def record_failure(
     return get_version(conn, doc_id)
 
 
+def check_movable(conn: sa.Connection, document: DocumentInfo, source_uri: str) -> None:
+    """Refuse to move ``document`` to ``source_uri`` (see :func:`move_document`) when that source is
+    another document's, or while a version of it is pending, queued or processing: such a version
+    would be built from the old origin and swapped in over the replacement.
+
+    Locks both sources and the document's rows for the transaction, so no job claims a version of it
+    meanwhile.
+    """
+    _lock_sources(conn, [document.source_uri, source_uri])
+    holder = conn.execute(
+        sa.text("SELECT document_id FROM documents WHERE source_uri = :s AND document_id <> :d LIMIT 1"),
+        {"s": source_uri, "d": document.id},
+    ).scalar()
+    if holder is not None:
+        raise ConflictError(
+            f"{source_uri} is already document {holder}: replace or delete that document instead of "
+            f"giving its source to document {document.id}"
+        )
+    busy = conn.execute(
+        sa.text(
+            "SELECT version, status FROM documents WHERE document_id = :d "
+            "AND status IN ('pending', 'queued', 'processing') ORDER BY version FOR UPDATE"
+        ),
+        {"d": document.id},
+    ).first()
+    if busy is not None:
+        raise ConflictError(
+            f"document {document.id} has version {busy.version} {busy.status}, from {document.source_uri}: "
+            "wait for it or cancel it, then replace the document"
+        )
+
+
+def move_document(conn: sa.Connection, document_id: uuid.UUID, source_uri: str) -> None:
+    """Give every version of a document the source ``source_uri``, after :func:`check_movable`.
+
+    A source is what a document's versions share and what refresh reads again, so a document replaced
+    by a version from elsewhere (an upload, another web page) must leave its old origin: else the next
+    refresh would build the old file or page over the replacement. Versions not built yet were not read
+    at the new source: they lose the fetch time they took from the active version.
+    """
+    conn.execute(
+        sa.text(
+            "UPDATE documents SET source_uri = :s, updated_at = now(), last_fetched_at = CASE WHEN "
+            "status IN ('pending', 'queued') THEN NULL ELSE last_fetched_at END WHERE document_id = :d"
+        ),
+        {"s": source_uri, "d": document_id},
+    )
+
+
 #: Entries of ``keyword_log`` kept; older ones are deleted as new ones are written.
 KEYWORD_LOG_KEEP = 100_000
 #: Advisory-lock class of ingest runs. Runs use the two-key form, whose key space is apart from the

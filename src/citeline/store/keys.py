@@ -101,12 +101,36 @@ def list_keys(conn: sa.Connection, *, include_revoked: bool = False) -> list[Key
     return [_info(r) for r in conn.execute(query)]
 
 
-def revoke_key(conn: sa.Connection, key_id: uuid.UUID | str) -> KeyInfo:
-    """Revoke a key at once; requests carrying it are refused from then on."""
+def find_key(conn: sa.Connection, ref: uuid.UUID | str) -> uuid.UUID:
+    """The id of the key ``ref`` names: its id, or a unique start of it (as ``keys list`` may show ids
+    cut short, and as documents are named). Revoked keys count: revoking one again is harmless."""
+    if isinstance(ref, uuid.UUID):
+        return ref
     try:
-        ident = key_id if isinstance(key_id, uuid.UUID) else uuid.UUID(str(key_id))
+        return uuid.UUID(ref)
     except ValueError:
-        raise InvalidRequestError(f"key id {key_id!r} is not a UUID") from None
+        pass
+    prefix = ref.strip().lower()
+    if not prefix or prefix.strip("0123456789abcdef-"):
+        raise InvalidRequestError(
+            f"key id {ref!r} is neither a key id nor the start of one (see `citeline keys list`)"
+        )
+    found = list(
+        conn.execute(
+            sa.select(_keys.c.id).where(sa.cast(_keys.c.id, sa.Text).startswith(prefix)).limit(2)
+        ).scalars()
+    )
+    if not found:
+        raise NotFoundError(f"no API key id starts with {ref!r} (see `citeline keys list --revoked`)")
+    if len(found) > 1:
+        raise InvalidRequestError(f"key id prefix {ref!r} matches several keys; give more of it")
+    return uuid.UUID(str(found[0]))
+
+
+def revoke_key(conn: sa.Connection, key_id: uuid.UUID | str) -> KeyInfo:
+    """Revoke a key (by id or unique id prefix, :func:`find_key`) at once; requests carrying it are
+    refused from then on."""
+    ident = find_key(conn, key_id)
     row = conn.execute(
         sa.update(_keys)
         .where(_keys.c.id == ident)
