@@ -220,6 +220,19 @@ def test_universal_and_scope_contradict(settings: Settings, tmp_path: Path) -> N
     assert code == 2 and "--universal" in err
 
 
+def test_a_blank_scope_is_refused_by_ingest_and_search_as_the_api_refuses_it(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # The check is the library's (IngestOptions, Filters), so every shell refuses the same labels.
+    path = write(tmp_path / "a.txt", "The relief valve opens at 6 bar.")
+    code, _, err = _run(settings, "ingest", str(path), "--scope", " ")
+    assert code == 2 and "a scope must not be empty or blank" in err
+    code, out, _ = _run(settings, "docs", "list", "--json")
+    assert json.loads(out) == []  # nothing was stored
+    code, _, err = _run(settings, "search", "relief valve", "--scope", "")
+    assert code == 2 and "a scope must not be empty or blank" in err
+
+
 def test_ask_takes_the_same_filters_as_search(settings: Settings, tmp_path: Path) -> None:
     a = write(tmp_path / "plant-a.txt", "The relief valve of boiler A opens at 6 bar.")
     b = write(tmp_path / "plant-b.md", "# Boiler B\n\nThe relief valve of boiler B opens at 9 bar.")

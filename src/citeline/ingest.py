@@ -40,7 +40,7 @@ from citeline.errors import (
     UnsupportedTypeError,
 )
 from citeline.load import SUPPORTED_SUFFIXES, load
-from citeline.retrieve.filters import normalise_category
+from citeline.retrieve.filters import check_metadata, check_scopes, normalise_category
 from citeline.split import CHUNK_OVERLAP_MAX, CHUNK_SIZE_MAX, CHUNK_SIZE_MIN, split
 from citeline.store import catalog
 from citeline.store.analyzer import Analyzer, DocumentTerms
@@ -87,6 +87,11 @@ class IngestOptions:
     uploaded_by: str | None = None
     chunk_size: int | None = None
     chunk_overlap: int | None = None
+
+    def __post_init__(self) -> None:
+        # Checked here, so every shell (CLI, API, workers) refuses the same labels the same way.
+        check_scopes(self.scopes)
+        check_metadata(self.metadata)
 
     def labels(self) -> Labels:
         return Labels(

@@ -66,6 +66,15 @@ def test_a_model_number_filter_matches_however_it_is_spelt(manuals: Citeline, sp
     assert manuals.search(SearchRequest(QUERY, Filters(model_numbers=("ZZ-999",)))) == []
 
 
+def test_a_metadata_filter_compares_strings_and_a_scope_is_never_blank() -> None:
+    # Metadata is stored and compared as strings: a number would never match, so it is refused.
+    with pytest.raises(InvalidRequestError, match=r"metadata\.k: a metadata value must be a string, got 1"):
+        Filters(metadata={"k": 1})
+    with pytest.raises(InvalidRequestError, match="a scope must not be empty or blank"):
+        Filters(scopes=("ward-a", ""))
+    assert Filters(metadata={"k": "1"}, scopes=()).scopes == ()
+
+
 def test_an_unknown_section_type_is_refused_with_the_known_ones() -> None:
     with pytest.raises(InvalidRequestError, match="unknown section type 'faq'; known: safety, installation"):
         Filters(section_types=("faq",))

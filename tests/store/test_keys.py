@@ -45,6 +45,9 @@ def test_an_admin_key_cannot_be_bound_to_scopes_and_a_reader_may_be_universal_on
         with pytest.raises(InvalidRequestError):
             keys.create_key(conn, role=Role.ADMIN, scopes=["a"])
         info, _ = keys.create_key(conn, role=Role.READER, scopes=[])
+        # A blank scope is refused, not dropped: dropped, it would leave a key narrower than asked.
+        with pytest.raises(InvalidRequestError, match="a scope must not be empty or blank"):
+            keys.create_key(conn, role=Role.READER, scopes=["ward-a", " "])
     assert info.access.scopes == frozenset()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,21 @@ def category_condition(column: str, param: str, category: str) -> tuple[str, dic
         f"({column} = :{param} OR {column} LIKE :{param}_below ESCAPE '\\')",
         {param: cat, f"{param}_below": like_escape(cat) + "/%"},
     )
+
+
+def check_scopes(scopes: Iterable[str] | None) -> None:
+    """Refuse a blank scope: ``""`` names no scope anyone holds, so a document, key or filter given one
+    would silently mean something other than what was asked."""
+    if scopes is not None and any(not scope.strip() for scope in scopes):
+        raise InvalidRequestError(f"a scope must not be empty or blank; got {list(scopes)!r}")
+
+
+def check_metadata(metadata: Mapping[str, Any] | None) -> None:
+    """Refuse a metadata value that is not a string: values are stored and compared as strings, so a
+    number stored as a number would never match a filter."""
+    for key, value in (metadata or {}).items():
+        if not isinstance(value, str):
+            raise InvalidRequestError(f"metadata.{key}: a metadata value must be a string, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -55,6 +71,8 @@ class Filters:
     section_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        check_scopes(self.scopes)
+        check_metadata(self.metadata)
         known = [t.value for t in SectionType]
         unknown = sorted(set(self.section_types) - set(known))
         if unknown:

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from citeline.access import Access, Role
 from citeline.errors import AuthenticationError, InvalidRequestError, NotFoundError
+from citeline.retrieve.filters import check_scopes
 from citeline.store.models import ApiKey
 
 _keys = cast(sa.Table, ApiKey.__table__)
@@ -77,7 +78,9 @@ def create_key(
     """
     if role is Role.ADMIN and scopes is not None:
         raise InvalidRequestError("an admin key covers every scope; do not give it scopes")
-    bound = None if scopes is None else sorted({s.strip() for s in scopes if s.strip()})
+    scopes = None if scopes is None else list(scopes)
+    check_scopes(scopes)  # a blank one dropped silently would leave a key narrower than asked
+    bound = None if scopes is None else sorted({s.strip() for s in scopes})
     key = KEY_PREFIX + secrets.token_urlsafe(30)
     row = conn.execute(
         sa.insert(_keys)
