@@ -852,14 +852,20 @@ def refresh(
     with _citeline(ctx, **({"job_runner": "thread"} if sync else {})) as cl:
         docs = cl.refresh_candidates(older_than=age, document_ids=document_id)
         if dry_run:
+            refusals = {doc.id: cl.refresh_problem(doc) for doc in docs}
             for doc in docs:
+                problem = refusals[doc.id]
+                if problem is not None:
+                    console.print(f"cannot refresh {str(doc.id)[:8]} {escape(doc.name)}: {escape(problem)}")
+                    continue
                 read = doc.last_fetched_at.isoformat(timespec="seconds") if doc.last_fetched_at else "never"
                 console.print(
                     f"would refresh {str(doc.id)[:8]} {escape(doc.name)} ({escape(doc.source_uri)}, "
                     f"last read {read})",
                     highlight=False,
                 )
-            err.print(f"{len(docs)} document{'s' if len(docs) != 1 else ''} to refresh (dry run)")
+            ready = sum(problem is None for problem in refusals.values())
+            err.print(f"{ready} document{'s' if ready != 1 else ''} to refresh (dry run)")
             return
         here = cl.settings.job_runner == "thread"
         if here:

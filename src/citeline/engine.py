@@ -610,6 +610,18 @@ class Citeline:
             and (cutoff is None or (doc.last_fetched_at or doc.created_at) < cutoff)
         ]
 
+    def refresh_problem(self, doc: DocumentInfo) -> str | None:
+        """Why :meth:`refresh` would refuse ``doc``, or None when it has an origin to read: what a dry
+        run says of a document it was named, instead of "would refresh"."""
+        if doc.source_uri.startswith(("http://", "https://")):
+            return None
+        path = origin_path(doc)
+        if path is None:
+            return "it was uploaded: it has no origin to read again; upload its new version instead"
+        if not path.is_file():
+            return f"its original {path} is no longer there"
+        return None
+
     def refresh(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> Submission:
         """Read a document's source again at its origin; a new version only if its content changed.
 

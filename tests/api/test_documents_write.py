@@ -305,6 +305,7 @@ def test_refresh_reads_a_changed_file_again_and_reports_each_document(server: Se
         listed = admin.post("/refresh", json={"dry_run": True})
         assert listed.status_code == 202, listed.text
         [mine] = [d for d in listed.json()["documents"] if d["name"] == "refresh-pump.md"]
+        assert mine["refresh_problem"] is None
         same = admin.post("/refresh", json={"document_ids": [mine["id"]]})
         assert same.status_code == 202, same.text
         [unchanged] = same.json()["documents"]
@@ -314,3 +315,8 @@ def test_refresh_reads_a_changed_file_again_and_reports_each_document(server: Se
         assert changed["outcome"] in ("queued", "processing", "updated")
         assert poll(admin, mine["id"])["version"] == 2
         assert admin.post("/refresh", json={"older_than": "soon"}).status_code == 422
+        # A named document whose original is gone: the dry run says why a refresh would refuse it.
+        path.unlink()
+        dry = admin.post("/refresh", json={"dry_run": True, "document_ids": [mine["id"]]})
+        [gone] = dry.json()["documents"]
+        assert gone["refresh_problem"] == f"its original {path} is no longer there"

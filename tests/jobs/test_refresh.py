@@ -302,6 +302,11 @@ def test_the_refresh_command_leaves_an_upload_replacement_alone(namespace: Setti
     code, out, err = run(namespace, "refresh")
     assert code == 0, err
     assert "0 documents: nothing to refresh" in err and out == ""
+    # Named, it is not "would refresh": the dry run says why the real run would refuse it.
+    code, out, err = run(namespace, "refresh", "--dry-run", "--document-id", str(doc.id))
+    assert code == 0, err
+    assert f"cannot refresh {str(doc.id)[:8]} note2.md: it was uploaded" in out
+    assert "would refresh" not in out and "0 documents to refresh (dry run)" in err
     version, text = current(namespace, "note2.md")
     assert version == 2 and "9 bar" in text and "6 bar" not in text
 

@@ -202,7 +202,9 @@ async def refresh(body: RefreshBody, cl: CitelineDep, access: AdminDep) -> dict[
     age = parse_age(body.older_than) if body.older_than else None
     docs = await _run(cl.refresh_candidates, older_than=age, document_ids=body.document_ids)
     if body.dry_run:
-        return {"dry_run": True, "documents": [document_json(d) for d in docs]}
+        # A named document refresh would refuse says why, as the real run would.
+        listed = [{**document_json(d), "refresh_problem": cl.refresh_problem(d)} for d in docs]
+        return {"dry_run": True, "documents": listed}
 
     def refresh_all() -> list[dict[str, Any]]:
         out = []
