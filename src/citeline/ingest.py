@@ -91,6 +91,7 @@ class IngestOptions:
     def __post_init__(self) -> None:
         # Checked here, so every shell (CLI, API, workers) refuses the same labels the same way.
         check_scopes(self.scopes)
+        check_scopes(self.tags, "tag")
         check_metadata(self.metadata)
 
     def labels(self) -> Labels:

@@ -72,6 +72,10 @@ def test_a_metadata_filter_compares_strings_and_a_scope_is_never_blank() -> None
         Filters(metadata={"k": 1})
     with pytest.raises(InvalidRequestError, match="a scope must not be empty or blank"):
         Filters(scopes=("ward-a", ""))
+    with pytest.raises(InvalidRequestError, match="a tag must not be empty or blank"):
+        Filters(tags_all=(" ",))
+    with pytest.raises(InvalidRequestError, match="a tag must not be empty or blank"):
+        IngestOptions(tags=("pumps", ""))
     assert Filters(metadata={"k": "1"}, scopes=()).scopes == ()
 
 

@@ -31,11 +31,11 @@ def category_condition(column: str, param: str, category: str) -> tuple[str, dic
     )
 
 
-def check_scopes(scopes: Iterable[str] | None) -> None:
-    """Refuse a blank scope: ``""`` names no scope anyone holds, so a document, key or filter given one
-    would silently mean something other than what was asked."""
+def check_scopes(scopes: Iterable[str] | None, what: str = "scope") -> None:
+    """Refuse a blank scope (or tag, with ``what``): ``""`` names no scope anyone holds, so a document,
+    key or filter given one would silently mean something other than what was asked."""
     if scopes is not None and any(not scope.strip() for scope in scopes):
-        raise InvalidRequestError(f"a scope must not be empty or blank; got {list(scopes)!r}")
+        raise InvalidRequestError(f"a {what} must not be empty or blank; got {list(scopes)!r}")
 
 
 def check_metadata(metadata: Mapping[str, Any] | None) -> None:
@@ -72,6 +72,7 @@ class Filters:
 
     def __post_init__(self) -> None:
         check_scopes(self.scopes)
+        check_scopes(self.tags_any + self.tags_all, "tag")
         check_metadata(self.metadata)
         known = [t.value for t in SectionType]
         unknown = sorted(set(self.section_types) - set(known))
