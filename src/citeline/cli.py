@@ -1235,7 +1235,7 @@ def _is_loopback(host: str) -> bool:
 def serve(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
     workers: Annotated[int, typer.Option(min=1, help="Server processes (limits apply per process).")] = 1,
     open_mode: Annotated[
         bool,

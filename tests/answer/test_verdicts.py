@@ -111,6 +111,11 @@ def test_claims_and_yes_no_questions_put_a_claim_and_open_questions_do_not() -> 
         ("Explain how the seal fails", None),
         # ... but a statement that merely starts like one is still a claim.
         ("Listeria infection causes meningitis.", "Listeria infection causes meningitis."),
+        # A wh-word after a preposition, with or without the question mark, asks an open question.
+        ("At what pressure does the relief valve open", None),
+        ("For how long is the pump primed?", None),
+        ("In which ward is the infusion pump serviced", None),
+        ("In diabetes, metformin lowers HbA1c.", "In diabetes, metformin lowers HbA1c."),
         ("And", None),
     ],
 )

@@ -60,6 +60,13 @@ def test_open_mode_is_refused_on_a_public_address(api_data: Path) -> None:
     assert "open mode" in result.stderr and "0.0.0.0" in result.stderr
 
 
+@pytest.mark.parametrize("port", ["0", "70000"])
+def test_a_port_out_of_range_is_refused_not_wrapped_around(api_data: Path, port: str) -> None:
+    # 70000 would bind 70000 mod 65536 = 4464 while the log said 70000.
+    result = runner.invoke(app, ["--data-dir", str(api_data), "serve", "--port", port])
+    assert result.exit_code == 2 and "--port" in result.stderr
+
+
 @pytest.fixture(scope="module")
 def open_server(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server in open mode over the same store as ``server``."""

@@ -208,6 +208,27 @@ def test_bad_requests_fail_before_anything_is_stored(manual: Citeline) -> None:
     assert len(kept.history()) == 1
 
 
+def test_a_conversation_whose_first_answer_was_stopped_is_not_listed_until_a_turn_is_stored(
+    manual: Citeline,
+) -> None:
+    session = ChatSession.start(manual, llm=None)
+
+    async def stop_after_the_first_event() -> None:
+        events = session.ask("How do I prime the centrifugal pump?")
+        assert isinstance(await anext(events), TurnStart)
+        await events.aclose()  # the client went away: the turn is not stored
+
+    asyncio.run(stop_after_the_first_event())
+    user = session.conversation.user_id
+    with manual.engine.connect() as conn:
+        assert store.list_conversations(conn, user) == []
+    # It is still there to ask in by its id, and listed once a turn is stored.
+    again = ChatSession.resume(manual, session.id, llm=None)
+    complete(ask(again, "How do I prime the centrifugal pump?"))
+    with manual.engine.connect() as conn:
+        assert [c.id for c in store.list_conversations(conn, user)] == [session.id]
+
+
 def test_starting_a_conversation_clears_expired_ones(manual: Citeline) -> None:
     ttl = timedelta(days=manual.settings.conversation_ttl_days)
     with manual.engine.begin() as conn:

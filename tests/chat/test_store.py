@@ -105,10 +105,16 @@ def test_conversations_are_listed_per_user_most_recent_first(cl: Citeline) -> No
         newer = store.create_conversation(
             conn, user_id="ana", persona="general", ttl=TTL, now=T0 + timedelta(minutes=1)
         )
-        store.create_conversation(conn, user_id="bob", persona="general", ttl=TTL, now=T0)
+        bob = store.create_conversation(conn, user_id="bob", persona="general", ttl=TTL, now=T0)
+        add_turn(conn, newer, "first", [], now=T0 + timedelta(minutes=1))
+        add_turn(conn, bob, "first", [], now=T0 + timedelta(minutes=1))
         add_turn(conn, older, "back to this one", [], now=T0 + timedelta(minutes=2))
+        empty = store.create_conversation(
+            conn, user_id="ana", persona="general", ttl=TTL, now=T0 + timedelta(minutes=2)
+        )
         listed = store.list_conversations(conn, "ana", now=T0 + timedelta(minutes=3))
-    assert [c.id for c in listed] == [older.id, newer.id]
+    # A conversation with no stored turn yet (its first answer stopped or failed) is not listed.
+    assert [c.id for c in listed] == [older.id, newer.id] and empty.id not in {c.id for c in listed}
 
 
 def test_deleting_a_conversation_deletes_its_messages(cl: Citeline) -> None:

@@ -68,7 +68,13 @@ _YES_NO = re.compile(
     r"^\s*(?:is|are|was|were|does|do|did|can|could|will|would|has|have|had|should|may|might|must)\b",
     re.IGNORECASE,
 )
-_OPEN_QUESTION = re.compile(r"^\s*(?:what|which|who|whom|whose|when|where|why|how)\b", re.IGNORECASE)
+# A wh-word may follow a preposition ("At what pressure...", "For how long...") and the question mark
+# may be missing: either way the question is open.
+_OPEN_QUESTION = re.compile(
+    r"^\s*(?:(?:at|in|on|for|from|to|with|by|of|under|after|before|during|since|until|about|into|"
+    r"over|within|between|through)\s+)?(?:what|which|who|whom|whose|when|where|why|how)\b",
+    re.IGNORECASE,
+)
 # A request ("Please list the side effects", "Explain how...") asks for something, it claims nothing.
 _REQUEST = re.compile(
     r"^\s*(?:please|list|show|give|tell|explain|describe|summari[sz]e|compare|find|outline|define)(?=[\s,:])",

@@ -155,12 +155,19 @@ def get_conversation(
 def list_conversations(
     conn: sa.Connection, user_id: str, *, limit: int = 50, now: datetime | None = None
 ) -> list[ConversationInfo]:
-    """The user's live conversations, most recently updated first."""
+    """The user's live conversations that hold a turn, most recently updated first.
+
+    A conversation is made when its first question is asked and holds nothing until that turn is
+    stored; a first answer the client stopped reading, or that failed, leaves it empty. Such a
+    conversation is not listed (it can still be asked in by its id, and expires like any other).
+    """
+    has_turn = sa.exists().where(_messages.c.conversation_id == _conversations.c.id)
     rows = conn.execute(
         sa.select(_conversations)
         .where(
             _conversations.c.user_id == user_id,
             _conversations.c.expires_at > (now or datetime.now(UTC)),
+            has_turn,
         )
         .order_by(_conversations.c.updated_at.desc(), _conversations.c.id)
         .limit(limit)
