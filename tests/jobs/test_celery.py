@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
 import os
+import signal
 import statistics
 import time
 import uuid
@@ -60,6 +62,29 @@ def test_uploads_are_built_by_a_celery_worker_soon_after_they_are_queued(
         f"\ncelery pickup latency over {len(pickups)} documents: p50 {statistics.median(pickups):.1f} ms, "
         f"max {max(pickups):.1f} ms (load {os.getloadavg()[0]:.1f})"
     )
+
+
+def test_a_worker_stopped_by_sigterm_stops_the_embedded_database_it_held(
+    celery_settings: Settings, workers: Workers, tmp_path: Path
+) -> None:
+    # A data directory of its own: the session's other tests hold the shared one's server.
+    data = tmp_path / "data"
+    own = celery_settings.model_copy(update={"data_dir": data})
+    postmaster, holders = data / "pg" / "postmaster.pid", data / "pg" / ".handle_pids.json"
+    proc = workers.start(own)
+    deadline = time.monotonic() + 120
+    while not (holders.exists() and json.loads(holders.read_text())) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the pool process opens the store when it starts sweeping
+    assert postmaster.exists() and json.loads(holders.read_text()), workers.log()
+
+    os.killpg(proc.pid, signal.SIGTERM)  # a graceful stop, as systemd and docker stop send it
+    proc.wait(60)
+
+    deadline = time.monotonic() + 30
+    while postmaster.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not postmaster.exists(), "the embedded PostgreSQL outlived the stopped worker\n" + workers.log()
+    assert json.loads(holders.read_text()) == []
 
 
 def test_a_document_whose_worker_is_killed_completes_after_a_restart_without_duplicates(

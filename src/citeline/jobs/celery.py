@@ -33,6 +33,7 @@ from citeline.ingest import Outcome, RetryPolicy
 from citeline.jobs.runner import JobLimits, sweep
 from citeline.settings import Settings
 from citeline.store import catalog
+from citeline.store.database import release_server
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +186,11 @@ class WorkerProcess:
             stores, self._stores = list(self._stores.values()), {}
         for cl, _limits in reversed(stores):
             cl.close()
+        # A pool process holds the embedded database server like any citeline process, but exits
+        # without running atexit handlers, where the hold would otherwise be let go: the last worker
+        # to stop would leave PostgreSQL running with no citeline process left.
+        if stores:
+            release_server(self.settings)
 
     def _sweeping(self) -> None:
         try:
