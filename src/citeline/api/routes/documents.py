@@ -143,4 +143,9 @@ def get_chunks(
 @router.delete("/index/{document_id}", summary="Alias of DELETE /documents/{id}")
 def delete_document(document_id: DocumentId, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
     removed = cl.delete(document_id, access=access)
-    return {"deleted": [str(d.id) for d in removed], "name": removed[0].name if removed else None}
+    # One entry per document, however many versions it had (a model migration stages a second one).
+    return {
+        "deleted": list(dict.fromkeys(str(d.id) for d in removed)),
+        "versions": len(removed),
+        "name": removed[0].name if removed else None,
+    }
