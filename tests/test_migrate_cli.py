@@ -114,10 +114,14 @@ def test_a_gold_file_of_questions_drives_the_check(kb: Settings, tmp_path: Path)
         tmp_path / "gold.jsonl",
         '{"question": "at what pressure does the relief valve open?", "relevant": ["valves.md"]}\n'
         '{"question": "how do I prime the pump?", "relevant": ["pumps"]}\n'
-        '{"question": "where do we gather in a fire?", "relevant": {"fire.txt": 2}}\n',
+        '{"question": "where do we gather in a fire?", "relevant": {"fire.txt": 2}}\n'
+        '{"question": "what does the boiler manual say?", "relevant": ["boiler-manual.pdf"]}\n',
     )
     code, out, err = run(kb, "reingest", "--check-with", str(gold), CITELINE_EMBEDDING_MODEL=L3)
     assert "quality check on 3 gold questions" in out and "nDCG@10 old" in out
+    # The fourth names no document here: not scored, and said so rather than dropped in silence.
+    assert "1 of 4 gold questions name no document of this namespace" in err
+    assert "what does the boiler manual say?" in err
     # Three questions name a different document each: both models find them first.
     assert code == 0 and "switched: the namespace now serves onnx:paraphrase-MiniLM-L3-v2" in out, err
 

@@ -697,6 +697,13 @@ def _print_check(result: CheckResult) -> None:
             f"[{result.delta_ci[0]:+.3f}, {result.delta_ci[1]:+.3f}] (p {_p_value(result.p_value or 1.0)})",
             highlight=False,
         )
+        dropped = list(result.extra.get("dropped", []))
+        if dropped:
+            shown = "; ".join(repr(q) for q in dropped[:3]) + (" ..." if len(dropped) > 3 else "")
+            err.print(
+                f"[yellow]warning:[/yellow] {len(dropped)} of {result.extra['questions_given']} gold "
+                f"questions name no document of this namespace and were not scored: {escape(shown)}"
+            )
     else:
         console.print(
             f"quality check on {result.queries} of the namespace's chunks as queries: old and new top-10 "

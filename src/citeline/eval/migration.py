@@ -185,10 +185,13 @@ def gold_check(
         for key in (str(doc.id), doc.name, Path(doc.name).stem):
             names.setdefault(key, doc.id)
     kept: list[tuple[str, dict[str, int]]] = []
+    dropped: list[str] = []
     for q in questions:
         relevant = {str(names[k]): g for k, g in q.relevant.items() if k in names and g > 0}
         if relevant:
             kept.append((q.text, relevant))
+        else:
+            dropped.append(q.text)
     if not kept:
         raise InvalidRequestError(
             f"{source}: none of its questions names a document of this namespace (relevant documents "
@@ -220,7 +223,8 @@ def gold_check(
         rule=f"the 95% interval of nDCG@10 new minus old must stay above {floor:g} "
         "(CITELINE_MIGRATION_MAX_LOSS)",
         gold=source,
-        extra={"old_ci": bootstrap_ci(old_scores), "questions_given": len(questions)},
+        # The questions none of whose relevant documents is in the namespace: not scored, and said so.
+        extra={"old_ci": bootstrap_ci(old_scores), "questions_given": len(questions), "dropped": dropped},
     )
 
 
