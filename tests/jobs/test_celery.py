@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import signal
 import statistics
@@ -11,14 +12,16 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 import redis
 import sqlalchemy as sa
 
 from citeline.engine import Citeline
-from citeline.jobs.celery import celery_app, send
+from citeline.jobs.celery import WorkerProcess, celery_app, send
 from citeline.jobs.submit import Upload
 from citeline.settings import Settings
 from citeline.store.catalog import DocumentInfo
+from tests.conftest import free_port
 from tests.jobs.conftest import Workers
 from tests.jobs.test_jobs import PUMP
 
@@ -85,6 +88,24 @@ def test_a_worker_stopped_by_sigterm_stops_the_embedded_database_it_held(
         time.sleep(0.2)
     assert not postmaster.exists(), "the embedded PostgreSQL outlived the stopped worker\n" + workers.log()
     assert json.loads(holders.read_text()) == []
+
+
+def test_a_sweep_that_cannot_reach_the_broker_logs_one_line_not_a_traceback(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    unreachable = settings.model_copy(
+        update={"job_runner": "celery", "redis_url": f"redis://127.0.0.1:{free_port()}/0"}
+    )
+    process = WorkerProcess(unreachable, celery_app(unreachable))
+    try:
+        with caplog.at_level(logging.WARNING, logger="citeline.jobs.celery"):
+            process._sweep_logged(unreachable.namespace)
+    finally:
+        for cl, _limits in process._stores.values():
+            cl.close()  # not process.stopped(): this test process holds the session's database server
+    [record] = [r for r in caplog.records if r.name == "citeline.jobs.celery"]
+    assert record.levelno == logging.WARNING and record.exc_info is None
+    assert f"sweeping the queue of {unreachable.namespace} failed:" in record.getMessage()
 
 
 def test_a_document_whose_worker_is_killed_completes_after_a_restart_without_duplicates(

@@ -23,9 +23,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import sqlalchemy as sa
 from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
-from kombu.exceptions import KombuError
+from kombu.exceptions import KombuError, OperationalError
 
 from citeline.engine import Citeline
 from citeline.errors import ConfigError
@@ -203,10 +204,18 @@ class WorkerProcess:
             with self._lock:
                 namespaces = list(self._stores) or [self.settings.namespace]
             for namespace in namespaces:
-                try:
-                    self._sweep(namespace)
-                except Exception:
-                    log.exception("sweeping the queue of %s failed; trying again at the next poll", namespace)
+                self._sweep_logged(namespace)
+
+    def _sweep_logged(self, namespace: str) -> None:
+        """One sweep of ``namespace``; a failure is logged, and the next poll tries again."""
+        try:
+            self._sweep(namespace)
+        except (OSError, OperationalError, sa.exc.OperationalError) as exc:
+            # The broker or the database is out of reach: one line a poll says so (Celery's own log
+            # names the broker too), where a chained traceback a poll buried it.
+            log.warning("sweeping the queue of %s failed: %s; trying again at the next poll", namespace, exc)
+        except Exception:
+            log.exception("sweeping the queue of %s failed; trying again at the next poll", namespace)
 
     def _sweep(self, namespace: str) -> None:
         cl, _limits = self.store(namespace)
