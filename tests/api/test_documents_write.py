@@ -175,6 +175,15 @@ def test_an_upload_with_a_misspelt_field_a_blank_scope_or_a_number_in_metadata_i
     assert listed["total"] == 0
 
 
+def test_an_uploaded_file_name_with_a_double_quote_keeps_it(server: Server) -> None:
+    # Browsers (and httpx) send a double quote in a multipart file name as %22.
+    with server.as_("admin") as admin:
+        made = upload(admin, '"draft" notes.md', b"# Draft\n\nThe valve opens at 6 bar.")
+        assert made.status_code == 202, made.text
+        assert made.json()["name"] == '"draft" notes.md'
+        assert admin.delete(f"/documents/{made.json()['id']}").status_code == 200
+
+
 def test_metadata_is_relabelled_as_strings_and_matched_by_a_filter(server: Server) -> None:
     doc = server.documents["acme_note"]
     with server.as_("admin") as admin:

@@ -135,7 +135,7 @@ async def add_document(
     try:
         submission = await _run(
             cl.submit,
-            Upload(upload.filename, upload.file),
+            Upload(_file_name(upload.filename), upload.file),
             options,
             access=access,
             document_id=target,
@@ -236,6 +236,13 @@ def _int(fields: dict[str, list[str]], key: str) -> int | None:
         return int(value)
     except ValueError:
         raise InvalidRequestError(f"{key} must be a whole number, got {value!r}") from None
+
+
+def _file_name(sent: str) -> str:
+    """The upload's file name as the user named it. Browsers send a double quote in a multipart file
+    name as ``%22`` (the HTML standard's form encoding; Chromium and Firefox alike), and the form parser
+    keeps it so: a file saved as ``"draft".txt`` would be listed as ``%22draft%22.txt``."""
+    return sent.replace("%22", '"')
 
 
 def _tuple(values: list[str] | None) -> tuple[str, ...] | None:
