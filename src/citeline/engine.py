@@ -877,7 +877,8 @@ class Citeline:
             if progress.done < progress.total:
                 raise ConflictError(
                     f"{progress.done} of {progress.total} documents are built with {migration.target_model} "
-                    f"({progress.building} being built, {progress.failed} failed); check once all are"
+                    f"({progress.building} queued or being built, {progress.failed} failed); "
+                    "check once all are"
                 )
             active = [d for d in catalog.list_documents(conn) if d.is_active]
             staged = model_migration.staged_versions(conn, migration)
