@@ -67,6 +67,14 @@ def test_uploads_are_built_by_a_celery_worker_soon_after_they_are_queued(
     )
 
 
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_a_worker_stopped_by_sigterm_stops_the_embedded_database_it_held(
     celery_settings: Settings, workers: Workers, tmp_path: Path
 ) -> None:
@@ -87,7 +95,9 @@ def test_a_worker_stopped_by_sigterm_stops_the_embedded_database_it_held(
     while postmaster.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not postmaster.exists(), "the embedded PostgreSQL outlived the stopped worker\n" + workers.log()
-    assert json.loads(holders.read_text()) == []
+    # No process of the worker still holds it (a dead pid left in the list is dropped by the next
+    # process that lets go, see store.server._drop_dead_holders).
+    assert not [pid for pid in json.loads(holders.read_text()) if alive(pid)]
 
 
 def test_a_sweep_that_cannot_reach_the_broker_logs_one_line_not_a_traceback(

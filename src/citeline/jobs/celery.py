@@ -150,8 +150,13 @@ class WorkerProcess:
         self._retry = RetryPolicy(settings.job_retries, settings.job_retry_delay)
 
     def store(self, namespace: str) -> tuple[Citeline, JobLimits]:
-        """The store of ``namespace`` in this process, opened on first use."""
+        """The store of ``namespace`` in this process, opened on first use; refused once the process is
+        stopping (:class:`_StoppingError`)."""
         with self._lock:
+            if self._stopping.is_set():
+                # A sweep that began before the stop must not open the store again after stopped()
+                # let go of the database server: the process would exit holding it.
+                raise _StoppingError(f"the worker process is stopping; {namespace} is not opened again")
             if namespace not in self._stores:
                 first = next(iter(self._stores.values()), None)
                 cl = (
@@ -182,8 +187,8 @@ class WorkerProcess:
         threading.Thread(target=self._sweeping, name="citeline-job-sweep", daemon=True).start()
 
     def stopped(self, **_: Any) -> None:
-        self._stopping.set()
         with self._lock:
+            self._stopping.set()
             stores, self._stores = list(self._stores.values()), {}
         for cl, _limits in reversed(stores):
             cl.close()
@@ -196,6 +201,8 @@ class WorkerProcess:
     def _sweeping(self) -> None:
         try:
             self.store(self.settings.namespace)[0].warm_up(search=False)
+        except _StoppingError:
+            return
         except Exception:
             log.exception(
                 "opening namespace %s failed; trying again at the next sweep", self.settings.namespace
@@ -210,6 +217,8 @@ class WorkerProcess:
         """One sweep of ``namespace``; a failure is logged, and the next poll tries again."""
         try:
             self._sweep(namespace)
+        except _StoppingError:
+            return
         except (OSError, OperationalError, sa.exc.OperationalError) as exc:
             # The broker or the database is out of reach: one line a poll says so (Celery's own log
             # names the broker too), where a chained traceback a poll buried it.
@@ -234,6 +243,10 @@ class WorkerProcess:
         with self.app.connection_for_write() as conn:
             declared = conn.default_channel.queue_declare(queue=QUEUE)
         return int(declared.message_count)
+
+
+class _StoppingError(Exception):
+    """The worker process is stopping: no store is opened any more."""
 
 
 def run_worker(settings: Settings, *, concurrency: int, loglevel: str = "INFO") -> None:
