@@ -606,13 +606,14 @@ class Citeline:
         return [
             doc
             for doc in found
-            if (doc.source_uri.startswith(("http://", "https://")) or _still_there(doc))
+            if self.refresh_problem(doc) is None
             and (cutoff is None or (doc.last_fetched_at or doc.created_at) < cutoff)
         ]
 
     def refresh_problem(self, doc: DocumentInfo) -> str | None:
-        """Why :meth:`refresh` would refuse ``doc``, or None when it has an origin to read: what a dry
-        run says of a document it was named, instead of "would refresh"."""
+        """Why :meth:`refresh` would refuse ``doc``, or None when it has an origin to read (a web page, or
+        a file still at its path): what a dry run says of a document it was named, instead of "would
+        refresh", and what :meth:`refresh_candidates` and :meth:`refresh` decide by."""
         if doc.source_uri.startswith(("http://", "https://")):
             return None
         path = origin_path(doc)
@@ -634,16 +635,14 @@ class Citeline:
         doc = self.document(str(ref), access=access)
         options = IngestOptions(chunk_size=doc.chunk_size, chunk_overlap=doc.chunk_overlap)
         common: dict[str, Any] = {"name": doc.name, "source_uri": doc.source_uri, "document_id": doc.id}
-        if doc.source_uri.startswith(("http://", "https://")):
-            return self._register(content_hash=None, file_path=None, options=options, **common)
+        problem = self.refresh_problem(doc)
         path = origin_path(doc)
-        if path is None:
-            raise InvalidRequestError(
-                f"document {doc.id} ({doc.name}) was uploaded: it has no origin to read again; "
-                "upload its new version instead"
-            )
-        if not path.is_file():
-            raise NotFoundError(f"document {doc.id}: its original {path} is no longer there")
+        if problem is not None:
+            # Uploaded: the request cannot be met; a file no longer at its path: not found.
+            refused = InvalidRequestError if path is None else NotFoundError
+            raise refused(f"document {doc.id} ({doc.name}): {problem}")
+        if path is None:  # a web page
+            return self._register(content_hash=None, file_path=None, options=options, **common)
         source = file_source(str(path), self.files_dir)
         assert source.stored_file is not None
         try:
@@ -1310,11 +1309,6 @@ class Citeline:
         if self._jobs is not None:
             checks["job_runner"] = self._jobs.alive
         return checks
-
-
-def _still_there(doc: DocumentInfo) -> bool:
-    path = origin_path(doc)
-    return path is not None and path.is_file()
 
 
 def _require_admin(access: Access, action: str) -> None:

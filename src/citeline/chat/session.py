@@ -130,11 +130,9 @@ class ChatSession:
         """
         question = question.strip()
         if not question:
+            # A conversation started for this question holds no turn, so it is not listed
+            # (store.list_conversations): the error need not name it.
             if self._empty:
-                # The conversation was started for this question: refused at it, it would stay behind
-                # in the user's list, untitled and empty.
-                with self.cl.engine.begin() as conn:
-                    store.delete_conversation(conn, self.id, self.conversation.user_id)
                 raise InvalidRequestError("the question is empty")
             raise InvalidRequestError(f"the question to conversation {self.id} is empty")
         filters = self.access.restrict(filters or Filters())

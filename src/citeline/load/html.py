@@ -18,6 +18,10 @@ from citeline.types import LoadedSource
 
 _HTML_MEDIA_TYPES = ("text/html", "application/xhtml+xml")
 
+# trafilatura's extractors log what they discard ("discarding data: None") as warnings, which reach
+# the user's terminal; the outcome is reported here, as an error naming the source when nothing is left.
+logging.getLogger("trafilatura").setLevel(logging.ERROR)
+
 _BOILERPLATE = ("head", "nav", "header", "footer", "aside", "script", "style", "noscript", "template")
 #: The page's non-blank text outside its boilerplate elements (XPath over the parsed tree).
 _MAIN_TEXT = "//text()[normalize-space() and not({})]".format(
@@ -28,10 +32,6 @@ _MAIN_TEXT = "//text()[normalize-space() and not({})]".format(
 def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSource:
     # Imported on first use: trafilatura and lxml take a noticeable time to import.
     import trafilatura
-
-    # Its extractors log what they discard ("discarding data: None") as warnings, which reach the
-    # user's terminal; the outcome is reported here, as an error naming the source when nothing is left.
-    logging.getLogger("trafilatura").setLevel(logging.ERROR)
 
     # Parsed once, then shared by the title lookup, the metadata and the main-text extraction.
     tree = trafilatura.load_html(html)

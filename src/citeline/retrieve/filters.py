@@ -35,7 +35,7 @@ def check_scopes(scopes: Iterable[str] | None, what: str = "scope") -> None:
     """Refuse a blank scope (or tag, with ``what``): ``""`` names no scope anyone holds, so a document,
     key or filter given one would silently mean something other than what was asked."""
     if scopes is not None and any(not scope.strip() for scope in scopes):
-        raise InvalidRequestError(f"a {what} must not be empty or blank; got {list(scopes)!r}")
+        raise InvalidRequestError(f"{what}s: a {what} must not be empty or blank; got {list(scopes)!r}")
 
 
 def check_metadata(metadata: Mapping[str, Any] | None) -> None:
