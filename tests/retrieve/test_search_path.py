@@ -414,3 +414,13 @@ def test_a_search_for_fewer_than_one_hit_is_refused_not_given_the_default(
         assert len(searcher.search(SearchRequest("relief valve"))) == 1
     finally:
         searcher.close()
+
+
+@pytest.mark.parametrize("candidates", [0, -3])
+def test_a_search_with_fewer_than_one_candidate_is_refused_not_given_the_default(
+    cl: Citeline, tmp_path: Path, candidates: int
+) -> None:
+    cl.ingest([write(tmp_path / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar.")])
+    with pytest.raises(InvalidRequestError, match=f"candidates must be at least 1, got {candidates}"):
+        cl.search(SearchRequest("relief valve", candidates=candidates))
+    assert len(cl.search(SearchRequest("relief valve", candidates=1))) == 1

