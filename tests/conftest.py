@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,16 +20,32 @@ import sqlalchemy as sa
 from citeline.engine import Citeline
 from citeline.settings import Settings
 from citeline.store import catalog
-from citeline.store.database import schema_name
+from citeline.store.database import release_server, schema_name
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 PDFS = SHARED / "fixtures" / "pdfs"
 
 
+@contextmanager
+def own_data_dir(prefix: str = "citeline-test-") -> Iterator[Path]:
+    """A data directory for an embedded PostgreSQL of its own, removed afterwards with its server.
+
+    Outside pytest's temporary folders: a pytest session starting meanwhile (another suite on the
+    machine) makes /tmp/pytest-of-<user> private again, and a server started after that, running as
+    the wheel's own system user, can no longer reach a folder below it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        release_server(Settings(data_dir=path, database_url=None))
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("citeline-data")
+def data_dir() -> Iterator[Path]:
+    with own_data_dir() as path:
+        yield path
 
 
 @pytest.fixture

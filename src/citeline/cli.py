@@ -49,6 +49,7 @@ from citeline.store.models import Status
 if TYPE_CHECKING:
     from citeline.eval.beir import BeirData
     from citeline.eval.migration import CheckResult
+    from citeline.store.backup import Manifest
 
 app = typer.Typer(
     help="citeline: ingest documents, search them, answer with citations.", no_args_is_help=True
@@ -945,6 +946,66 @@ def stats(
         return
     for key, value in data.items():
         console.print(f"[bold]{key:>20}[/bold]  {value}", highlight=False)
+
+
+def _holding(manifest: Manifest) -> str:
+    def n(count: int, thing: str) -> str:
+        return f"{count} {thing}" if count == 1 else f"{count} {thing}s"
+
+    return (
+        f"{n(manifest.documents, 'document')} ({n(manifest.versions, 'version')}, "
+        f"{n(manifest.chunks, 'chunk')}), {n(manifest.keys, 'API key')}, "
+        f"{n(manifest.conversations, 'conversation')}, {n(manifest.files, 'stored original')}"
+    )
+
+
+@app.command()
+def backup(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="The backup file to write (must not exist).")],
+    as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
+) -> None:
+    """Write the namespace (documents and their versions, vectors, keywords, conversations, API keys,
+    stored originals) into one file, consistent while citeline keeps serving."""
+    from citeline.store.backup import backup as write_backup
+
+    result = _guard(lambda: write_backup(_settings(ctx), file))
+    manifest = result.manifest
+    if as_json:
+        _print_json({"path": str(result.path), "bytes": result.bytes, **asdict(manifest)})
+        return
+    console.print(
+        f"backed up namespace {manifest.namespace} to {escape(str(result.path))} "
+        f"({result.bytes / 1e6:.1f} MB): {_holding(manifest)}",
+        highlight=False,
+    )
+    for path in manifest.missing_files:
+        err.print(
+            f"[yellow]warning:[/yellow] stored original {escape(path)} was gone "
+            "(its document deleted since the snapshot?)"
+        )
+
+
+@app.command()
+def restore(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="A file written by `citeline backup`.")],
+    as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
+) -> None:
+    """Restore a backup into the namespace (--namespace), which must be empty: in a new data directory
+    or database, under the backup's namespace name or another where the backup's own is free."""
+    from citeline.store.backup import restore as read_backup
+
+    result = _guard(lambda: read_backup(_settings(ctx), file))
+    manifest = result.manifest
+    if as_json:
+        _print_json({"path": str(result.path), "restored_into": result.namespace, **asdict(manifest)})
+        return
+    console.print(
+        f"restored {escape(str(result.path))} (namespace {manifest.namespace}, {manifest.created_at}, "
+        f"citeline {manifest.citeline_version}) into namespace {result.namespace}: {_holding(manifest)}",
+        highlight=False,
+    )
 
 
 @app.command()

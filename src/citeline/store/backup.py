@@ -285,11 +285,8 @@ def _make_room(conn: sa.Connection, schema: str, namespace: str) -> None:
         if name in tables
     }
     if any(held.values()):
-        what = ", ".join(
-            f"{n} {name.removeprefix('api_').removesuffix('s')}{'s' if n != 1 else ''}"
-            for name, n in held.items()
-            if n
-        )
+        nouns = {"documents": "document", "api_keys": "API key", "conversations": "conversation"}
+        what = ", ".join(f"{n} {nouns[name]}{'s' if n != 1 else ''}" for name, n in held.items() if n)
         raise ConflictError(
             f"namespace {namespace!r} is not empty ({what}); restore into a new namespace "
             "(--namespace) or delete what it holds first"

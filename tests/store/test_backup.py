@@ -1,0 +1,215 @@
+"""A namespace backed up into one file and restored: into a new data directory (its own embedded
+PostgreSQL), under its own name or another, and refused wherever it would overwrite something."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from citeline.access import Role
+from citeline.chat.session import ChatSession, conversations
+from citeline.cli import app
+from citeline.engine import Citeline
+from citeline.errors import ConflictError, InvalidRequestError, NotFoundError, StoreError
+from citeline.ingest import IngestOptions
+from citeline.retrieve.search import SearchRequest
+from citeline.settings import Settings
+from citeline.store.backup import MANIFEST, backup, read_manifest, restore
+from citeline.store.database import schema_name
+from tests.conftest import own_data_dir, write
+
+SHARED_PDFS = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "pdfs"
+
+
+@pytest.fixture
+def stocked(cl: Citeline, tmp_path: Path) -> Citeline:
+    """A namespace with a scoped Markdown file, a universal PDF, one API key and one conversation."""
+    notes = write(tmp_path / "src" / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar.\n")
+    cl.ingest([notes], IngestOptions(scopes=("plant",)))
+    cl.ingest([next(SHARED_PDFS.glob("*.pdf"))])
+    cl.create_key(Role.READER, ["plant"], name="plant reader")
+
+    async def turn() -> None:
+        async for _ in ChatSession.start(cl, llm=None).ask("At what pressure does the relief valve open?"):
+            pass
+
+    asyncio.run(turn())
+    return cl
+
+
+@pytest.fixture
+def elsewhere(settings: Settings) -> Iterator[Settings]:
+    """Settings for another data directory, same namespace."""
+    with own_data_dir() as path:
+        yield settings.model_copy(update={"data_dir": path})
+
+
+def _view(cl: Citeline) -> dict[str, object]:
+    """What a user of the namespace sees: documents, a scoped search's hits, keys, conversations."""
+    hits = cl.search(SearchRequest("relief valve pressure", top_k=3))
+    return {
+        "documents": sorted((d.name, d.version, d.status, d.scopes) for d in cl.documents()),
+        "hits": [(h.document_name, h.page, h.text) for h in hits],
+        "keys": [(k.name, k.role, k.scopes) for k in cl.api_keys()],
+        "conversations": [c.title for c in conversations(cl)],
+    }
+
+
+def test_a_backup_restored_in_a_new_data_directory_serves_what_the_original_served(
+    stocked: Citeline, elsewhere: Settings, tmp_path: Path
+) -> None:
+    made = backup(stocked.settings, tmp_path / "plant.tar")
+    assert made.manifest.documents == 2 and made.manifest.files == 2 and made.manifest.keys == 1
+    assert made.manifest.conversations == 1 and made.manifest.missing_files == []
+    assert read_manifest(made.path) == made.manifest
+
+    done = restore(elsewhere, made.path)
+    assert done.namespace == stocked.settings.namespace and done.files_added == 2
+    with Citeline(elsewhere) as copy:
+        assert _view(copy) == _view(stocked)
+        # The originals moved with it: each version's path is in the new data directory, and readable.
+        for doc in copy.documents():
+            path = copy.document_file(doc)
+            assert path.is_relative_to(copy.files_dir)
+            assert path.read_bytes() == stocked.document_file(stocked.document(str(doc.id))).read_bytes()
+        # And so can be built from again: a re-ingest reads them (a missing original is refused).
+        copy.start_jobs()
+        for doc in copy.documents():
+            copy.reingest(doc.id)
+            rebuilt = copy.wait(doc.id)
+            assert (rebuilt.version, rebuilt.status) == (2, "completed"), rebuilt.error
+
+
+def test_a_restore_under_another_namespace_name_takes_that_name(
+    stocked: Citeline, elsewhere: Settings, tmp_path: Path
+) -> None:
+    made = backup(stocked.settings, tmp_path / "plant.tar")
+    renamed = elsewhere.model_copy(update={"namespace": stocked.settings.namespace + "_copy"})
+    done = restore(renamed, made.path)
+    assert done.namespace == renamed.namespace and done.manifest.namespace == stocked.settings.namespace
+    with Citeline(renamed) as copy:
+        assert _view(copy) == _view(stocked)
+        with copy.engine.connect() as conn:
+            schemas = set(conn.execute(sa.text("SELECT nspname FROM pg_namespace")).scalars())
+        assert (
+            schema_name(renamed.namespace) in schemas
+            and schema_name(stocked.settings.namespace) not in schemas
+        )
+
+
+def test_a_restore_never_overwrites_a_namespace_that_holds_anything(
+    stocked: Citeline, settings: Settings, tmp_path: Path
+) -> None:
+    made = backup(stocked.settings, tmp_path / "plant.tar")
+    before = _view(stocked)
+    with pytest.raises(
+        ConflictError, match=r"namespace '.*' is not empty \(2 documents, 1 API key, 1 conversation\)"
+    ):
+        restore(settings, made.path)
+    # Under another name in the same database, the backup's own schema is in the way.
+    with pytest.raises(ConflictError, match="also exists in this database"):
+        restore(settings.model_copy(update={"namespace": settings.namespace + "_copy"}), made.path)
+    assert _view(stocked) == before
+
+
+def test_an_empty_namespace_is_replaced_by_the_restore(
+    stocked: Citeline, elsewhere: Settings, tmp_path: Path
+) -> None:
+    made = backup(stocked.settings, tmp_path / "plant.tar")
+    with Citeline(elsewhere) as empty:  # opened once: the schema exists, holding nothing
+        assert empty.documents() == []
+    restore(elsewhere, made.path)
+    with Citeline(elsewhere) as copy:
+        assert len(copy.documents()) == 2
+
+
+def test_a_backup_never_replaces_a_file_and_names_what_is_wrong(
+    stocked: Citeline, settings: Settings, tmp_path: Path
+) -> None:
+    taken = write(tmp_path / "taken.tar", "mine")
+    with pytest.raises(ConflictError, match=r"taken\.tar already exists"):
+        backup(settings, taken)
+    assert taken.read_text() == "mine"
+    with pytest.raises(NotFoundError, match=r"folder .*nowhere does not exist"):
+        backup(settings, tmp_path / "nowhere" / "b.tar")
+    with pytest.raises(NotFoundError, match="namespace 'never_made' does not exist"):
+        backup(settings.model_copy(update={"namespace": "never_made"}), tmp_path / "b.tar")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tar")) == ["taken.tar"]
+
+
+def test_what_is_not_a_backup_is_refused_before_anything_changes(
+    stocked: Citeline, elsewhere: Settings, tmp_path: Path
+) -> None:
+    with pytest.raises(NotFoundError, match="no backup file"):
+        restore(elsewhere, tmp_path / "missing.tar")
+    with pytest.raises(InvalidRequestError, match="not a citeline backup"):
+        restore(elsewhere, write(tmp_path / "notes.tar", "just text"))
+    made = backup(stocked.settings, tmp_path / "plant.tar")
+
+    def rewritten(name: str, manifest: dict[str, object] | None, dump: bytes | None) -> Path:
+        path = tmp_path / name
+        with tarfile.open(made.path) as src, tarfile.open(path, "w") as out:
+            for member in src.getmembers():
+                data = src.extractfile(member)
+                if member.name == MANIFEST and manifest is not None:
+                    payload = json.dumps(manifest).encode()
+                elif member.name == "database.dump" and dump is not None:
+                    payload = dump
+                else:
+                    out.addfile(member, data)
+                    continue
+                member.size = len(payload)
+                out.addfile(member, io.BytesIO(payload))
+        return path
+
+    manifest = json.loads(json.dumps(made.manifest.__dict__))
+    with pytest.raises(InvalidRequestError, match="format 99, newer than this citeline reads"):
+        restore(elsewhere, rewritten("newer.tar", {**manifest, "format": 99}, None))
+    with pytest.raises(
+        InvalidRequestError, match=r"schema revision 9999, which this citeline .* does not know"
+    ):
+        restore(elsewhere, rewritten("future.tar", {**manifest, "revision": "9999"}, None))
+    with pytest.raises(StoreError, match=r"cannot restore .*broken\.tar: pg_restore failed"):
+        restore(elsewhere, rewritten("broken.tar", None, b"PGDMP but not really"))
+    # Nothing was restored by any of them, and the folder of originals is untouched.
+    with Citeline(elsewhere) as empty:
+        assert empty.documents() == [] and not any(empty.files_dir.rglob("*"))
+
+
+def test_the_cli_backs_up_and_restores_and_says_what_it_moved(settings: Settings, tmp_path: Path) -> None:
+    def run(data_dir: Path, namespace: str, *args: str) -> tuple[int, str, str]:
+        result = CliRunner().invoke(app, ["--data-dir", str(data_dir), "--namespace", namespace, *args])
+        return result.exit_code, " ".join(result.stdout.split()), " ".join(result.stderr.split())
+
+    ns, here = settings.namespace, settings.data_dir
+    notes = write(tmp_path / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar.\n")
+    try:
+        assert run(here, ns, "ingest", str(notes))[0] == 0
+        with own_data_dir() as there:
+            code, out, _ = run(here, ns, "backup", str(tmp_path / "b.tar"))
+            assert code == 0 and out.startswith(f"backed up namespace {ns} to {tmp_path / 'b.tar'} (")
+            assert out.endswith(
+                "1 document (1 version, 1 chunk), 0 API keys, 0 conversations, 1 stored original"
+            )
+            code, _, err = run(here, ns, "backup", str(tmp_path / "b.tar"))
+            assert code == 3 and "b.tar already exists; give a new file name" in err
+
+            code, out, _ = run(there, "copied", "restore", str(tmp_path / "b.tar"), "--json")
+            assert code == 0
+            got = json.loads(out)
+            assert (got["namespace"], got["restored_into"], got["documents"]) == (ns, "copied", 1)
+            code, out, _ = run(there, "copied", "search", "relief valve", "--json")
+            assert code == 0 and [h["document_name"] for h in json.loads(out)] == ["valves.md"]
+            code, _, err = run(there, "copied", "restore", str(tmp_path / "b.tar"))
+            assert code == 3 and "namespace 'copied' is not empty (1 document)" in err
+    finally:
+        with Citeline(settings) as cl, cl.engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(ns)}" CASCADE'))
