@@ -644,18 +644,23 @@ def reingest(
         queued, failed = [], 0
         for doc in docs:
             try:
-                queued.append(cl.reingest(doc.id).document)
+                queued.append(cl.reingest(doc.id))
             except CitelineError as exc:
                 err.print(f"[red]failed[/red]     {doc.name}: {exc}")
                 failed += 1
         if here:
-            for doc in queued:
-                done = cl.wait(doc.id, timeout=float("inf"))
-                if done.status == "completed":
-                    console.print(f"reingested {done.name}: v{done.version}, {done.vector_count} chunks")
-                else:
-                    err.print(f"[red]failed[/red]     {done.name}: {done.error}")
+            for submission in queued:
+                # What became of the version this command queued, not the document's active version:
+                # when the new version fails, the old one is still active and completed.
+                result = cl.refreshed(submission, timeout=float("inf"))
+                done = result.document
+                if result.outcome == Outcome.FAILED:
+                    err.print(f"[red]failed[/red]     {done.name}: {result.error}")
                     failed += 1
+                elif result.outcome == Outcome.UPDATED:
+                    console.print(f"reingested {done.name}: v{done.version}, {done.vector_count} chunks")
+                else:  # replaced meanwhile by a newer version from elsewhere
+                    console.print(f"{result.outcome!s:<10} {done.name}", highlight=False)
         else:
             plural = "s" if len(queued) != 1 else ""
             console.print(f"queued {len(queued)} document{plural} for citeline worker")

@@ -93,12 +93,20 @@ class IngestOptions:
         check_scopes(self.scopes)
         check_scopes(self.tags, "tag")
         check_metadata(self.metadata)
+        if self.category and not normalise_category(self.category):
+            # "/" would otherwise be stored as the empty category: neither the one asked for nor none.
+            raise InvalidRequestError(
+                f"category: {self.category!r} names no category (only slashes and spaces); "
+                "give a path such as Clinical/Cardiology"
+            )
 
     def labels(self) -> Labels:
+        # Duplicates dropped here, as the catalog stores them, so "--tag a --tag a" on a document
+        # tagged "a" is unchanged rather than relabelled.
         return Labels(
-            scopes=self.scopes,
+            scopes=None if self.scopes is None else tuple(dict.fromkeys(self.scopes)),
             category=normalise_category(self.category) if self.category else None,
-            tags=self.tags,
+            tags=None if self.tags is None else tuple(dict.fromkeys(self.tags)),
             metadata=self.metadata,
             uploaded_by=self.uploaded_by,
         )
@@ -219,6 +227,9 @@ def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False)
         raise LoadError(text, "file not found")
     if path.is_dir():
         raise LoadError(text, "is a directory, not a file")
+    if not path.is_file():
+        # A FIFO, socket or device (/dev/stdin, /dev/zero) would block or never end the hashing below.
+        raise LoadError(text, "not a regular file")
     if path.suffix and path.suffix.lower() not in SUPPORTED_SUFFIXES:
         raise UnsupportedTypeError(
             text, f"unsupported file type {path.suffix!r}; supported: {', '.join(SUPPORTED_SUFFIXES)}"
@@ -353,12 +364,20 @@ class Ingestor:
     def ingest_paths(
         self, paths: Iterable[str], options: IngestOptions, progress: ProgressCallback | None = None
     ) -> list[IngestResult]:
-        """Ingest files and URLs. Never raises for bad input: each failure is a result."""
+        """Ingest files and URLs. Never raises for bad input: each failure is a result.
+
+        A source named more than once (``a.txt ./a.txt``, a file and a symlink to it, a folder and a
+        file in it) is ingested once, under the first of its names.
+        """
         results: list[IngestResult] = []
         sources: list[Source] = []
+        seen: set[tuple[str, str]] = set()
         for text in paths:
             try:
-                sources.append(file_source(text, self.files_dir, allow_private_urls=self.allow_private_urls))
+                source = file_source(text, self.files_dir, allow_private_urls=self.allow_private_urls)
+                if (source.uri, source.content_hash) not in seen:
+                    seen.add((source.uri, source.content_hash))
+                    sources.append(source)
             except CitelineError as exc:
                 uri = text if _is_url(text) else Path(text).expanduser().resolve().as_uri()
                 result = self._record_failure(
@@ -483,6 +502,9 @@ class Ingestor:
 
     def _build(self, run: _Run, jobs: Iterable[_Job]) -> None:
         for job in jobs:
+            # Each document's clock starts when its own build does, not when its group was begun or
+            # claimed: its reported seconds and its soft time limit are its own, not its predecessors'.
+            job.started = time.perf_counter()
             run.open_jobs.append(job)
             try:
                 if job.fetch and not self._fetch(job, run):

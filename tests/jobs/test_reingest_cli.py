@@ -118,3 +118,22 @@ def test_cleanup_removes_old_unreferenced_originals_only(settings: Settings, kb:
     with Citeline(settings) as cl:
         live = {d.file_path for d in cl.documents()}
     assert {str(p) for p in files.rglob("*.md") if p != fresh} == live and len(live) == len(kept)
+
+
+def test_a_document_whose_new_version_fails_is_reported_failed_not_reingested(
+    settings: Settings, kb: dict[str, str]
+) -> None:
+    with Citeline(settings) as cl:
+        stored = cl.document(kb["valves.md"]).file_path
+    assert stored is not None
+    Path(stored).write_bytes(bytes(range(256)) * 8)  # the stored original went bad on disk
+    code, out, err = run(settings, "reingest")
+    assert code == 65
+    assert "failed     valves.md: valves.md: binary content, not text" in err
+    assert "reingested valves.md" not in out  # not its old version, still active, passed off as new
+    assert "reingested pumps.md: v2" in out
+    with Citeline(settings) as cl:
+        assert [(v.version, v.status, v.is_active) for v in cl.versions(kb["valves.md"])] == [
+            (1, "completed", True),
+            (2, "failed", False),
+        ]

@@ -46,6 +46,20 @@ def test_html_file_keeps_main_text_and_headings(tmp_path: Path) -> None:
     assert page.text[page.sections[1].start :].startswith("## Why it matters")
 
 
+def test_a_short_page_keeps_its_headings_and_table_and_drops_its_menu(tmp_path: Path) -> None:
+    path = tmp_path / "specs.html"
+    path.write_text(
+        "<html><head><title>Pump specs</title></head><body><nav>Home Products</nav><main>"
+        "<h1>Pump specs</h1><p>The XR-200 delivers 40 litres per minute at 6 bar.</p>"
+        "<h2>Flow</h2><table><tr><th>Model</th><th>Flow</th></tr><tr><td>XR-200</td><td>40</td></tr></table>"
+        "</main><footer>Copyright</footer></body></html>"
+    )
+    [page] = load(path).pages
+    assert [section.heading for section in page.sections] == ["Pump specs", "Flow"]
+    assert "| XR-200 | 40 |" in page.text
+    assert "Home" not in page.text and "Copyright" not in page.text
+
+
 def test_html_without_main_text_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "shell.htm"
     path.write_text("<html><head><title>App</title><script>render()</script></head><body></body></html>")

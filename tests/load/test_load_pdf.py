@@ -87,6 +87,24 @@ def test_a_pdf_with_neither_text_nor_image_fails_up_front(tmp_path: Path) -> Non
     assert caught.value.reason == NO_TEXT_LAYER == "no text layer (scanned?)"
 
 
+def test_a_blank_page_between_text_pages_keeps_its_number_and_claims_no_ocr(
+    pdf_dir: Path, tmp_path: Path
+) -> None:
+    sample = pypdf.PdfReader(pdf_dir / "multicol_latex_pypdf_sample.pdf")
+    writer = pypdf.PdfWriter()
+    writer.add_page(sample.pages[0])
+    writer.add_blank_page(612, 792)
+    writer.add_page(sample.pages[1])
+    path = tmp_path / "gap.pdf"
+    with path.open("wb") as fh:
+        writer.write(fh)
+    source = load(path)
+    pages = list(source.pages)
+    assert [(p.number, bool(p.text)) for p in pages] == [(1, True), (2, False), (3, True)]
+    # No page was read by OCR (a blank page has no image to read), so no OCR key at all.
+    assert source.metadata == {"pages": "3"}
+
+
 def test_a_scanned_pdf_fails_up_front_where_tesseract_is_not_installed(
     pdf_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

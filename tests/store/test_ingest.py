@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import threading
@@ -15,11 +16,14 @@ import pytest
 import sqlalchemy as sa
 
 from citeline.engine import Citeline
+from citeline.errors import InvalidRequestError
 from citeline.ingest import IngestOptions, IngestResult, Outcome, Source
+from citeline.jobs.submit import Upload
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
 from citeline.split import split
 from citeline.store import catalog
+from citeline.store.catalog import DocumentInfo
 from citeline.types import LoadedSource, Page
 from tests.conftest import PDFS, write
 
@@ -355,3 +359,90 @@ def test_a_version_left_by_a_killed_ingest_is_failed_with_a_reason(
             [stuck] = [d for d in fresh.documents() if d.source_uri == "mem://stuck"]
             assert (stuck.status, stuck.error) == ("failed", catalog.INTERRUPTED)
     assert _status(cl, "mem://stuck") == [("failed", catalog.INTERRUPTED)]
+
+
+def test_a_source_named_twice_in_one_ingest_is_ingested_once(cl: Citeline, tmp_path: Path) -> None:
+    path = write(tmp_path / "notes" / "valves.txt", "The relief valve opens at 6 bar.")
+    link = tmp_path / "valves-link.txt"
+    link.symlink_to(path)
+    # The same file by its path twice, through a symlink, and inside a folder that is named too.
+    results = cl.ingest([path, path, link, path.parent])
+    assert [(r.source, r.outcome, r.error) for r in results] == [(str(path), Outcome.ADDED, None)]
+    assert results[0].document is not None and results[0].document.version == 1
+    assert [(d.name, d.version, d.status) for d in cl.documents()] == [("valves.txt", 1, "completed")]
+
+
+def test_a_fifo_is_refused_as_not_a_regular_file_and_the_batch_goes_on(cl: Citeline, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    good = write(tmp_path / "good.txt", "The relief valve opens at 6 bar.")
+
+    def feed() -> None:  # a writer that ends, so reading the pipe (which the ingest must not do) would end
+        with fifo.open("w") as fh:
+            fh.write("text from a pipe")
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        results = cl.ingest([fifo, good])
+    finally:
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the writer's open return
+        writer.join(10)
+    by_name = {Path(r.source).name: r for r in results}
+    assert by_name["good.txt"].outcome is Outcome.ADDED
+    assert by_name["pipe.txt"].outcome is Outcome.FAILED
+    assert by_name["pipe.txt"].error == f"{fifo}: not a regular file"
+
+
+def test_repeating_a_tag_or_scope_changes_no_labels(cl: Citeline, tmp_path: Path) -> None:
+    path = write(tmp_path / "pump.md", GUIDE)
+    [first] = cl.ingest([path], IngestOptions(scopes=("plant",), tags=("pumps",)))
+    assert first.document is not None
+    assert (first.document.scopes, first.document.tags) == (["plant"], ["pumps"])
+    [again] = cl.ingest([path], IngestOptions(scopes=("plant", "plant"), tags=("pumps", "pumps")))
+    assert again.outcome is Outcome.UNCHANGED
+
+
+@pytest.mark.parametrize("category", ["/", "///", " / "])
+def test_a_category_of_only_slashes_and_spaces_is_refused(category: str) -> None:
+    with pytest.raises(InvalidRequestError, match="names no category"):
+        IngestOptions(category=category)
+
+
+def _slow_source(name: str, seconds: float) -> Source:
+    def opener() -> LoadedSource:
+        def pages() -> Iterator[Page]:
+            time.sleep(seconds)
+            yield Page(1, f"The {name} valve must stay closed during the pressure test.", ())
+
+        return LoadedSource("text/plain", name, pages())
+
+    return Source(name, f"mem://{name}", name, hashlib.sha256(name.encode()).hexdigest(), opener)
+
+
+def test_each_source_reports_the_seconds_of_its_own_build(cl: Citeline) -> None:
+    slow, quick = _slow_source("slow", 1.0), _slow_source("quick", 0.0)
+    results = {r.source: r for r in cl.ingestor().ingest([slow, quick], IngestOptions())}
+    assert results["slow"].seconds >= 1.0
+    assert results["quick"].seconds < 0.5, "the quick source was charged the slow one's time"
+
+
+def test_a_claimed_job_s_time_limit_counts_from_its_own_start(cl: Citeline, tmp_path: Path) -> None:
+    for name in ("first.txt", "second.txt"):
+        with write(tmp_path / name, f"The {name} relief valve opens at 6 bar.").open("rb") as fh:
+            cl.submit(Upload(name, fh), IngestOptions())
+    elapsed: dict[str, float] = {}
+
+    def slow_first_page(doc: DocumentInfo, seconds: float, pages: int) -> str | None:
+        elapsed.setdefault(doc.name, seconds)
+        if doc.name == "first.txt":
+            time.sleep(1.0)  # the first document takes a second before its first page
+        return None
+
+    results = cl.ingestor().run_jobs(limit=2, should_stop=slow_first_page)
+    assert sorted((r.source, r.outcome) for r in results) == [
+        ("first.txt", Outcome.ADDED),
+        ("second.txt", Outcome.ADDED),
+    ]
+    assert set(elapsed) == {"first.txt", "second.txt"}
+    assert elapsed["second.txt"] < 0.5, "the second job was charged the first one's time"

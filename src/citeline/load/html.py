@@ -7,7 +7,9 @@ Markdown, so headings are found by the same code as in Markdown files.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+from configparser import ConfigParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -29,6 +31,21 @@ _MAIN_TEXT = "//text()[normalize-space() and not({})]".format(
 )
 
 
+@functools.cache
+def _config() -> ConfigParser:
+    """trafilatura's settings, except that its own extraction is kept however short the page.
+
+    By default a main text under 250 characters is handed to a fallback extractor (jusText) whenever
+    that finds more, and on a short page it finds more by keeping the menu ("Home About") and
+    flattening headings and tables into bare lines: no sections, navigation indexed.
+    """
+    from trafilatura.settings import use_config
+
+    config = use_config()
+    config.set("DEFAULT", "MIN_EXTRACTED_SIZE", "1")
+    return config
+
+
 def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSource:
     # Imported on first use: trafilatura and lxml take a noticeable time to import.
     import trafilatura
@@ -46,7 +63,12 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
         if isinstance(value, str) and value.strip():
             metadata[key] = " ".join(value.split())
     markdown = trafilatura.extract(
-        tree, output_format="markdown", include_comments=False, include_tables=True, include_images=False
+        tree,
+        output_format="markdown",
+        include_comments=False,
+        include_tables=True,
+        include_images=False,
+        config=_config(),
     )
     # Given a page with nothing but navigation, trafilatura's fallback extractors return the menu
     # ("Home About"): a page whose text all sits in navigation, headers, footers or asides has none.

@@ -355,6 +355,8 @@ class _Scans:
         """``ocr_confidence``: ``page=confidence`` for each page read by OCR; ``ocr_rotated``:
         ``page=degrees`` for those turned upright first."""
         pages = sorted(self.done)
+        if not pages:  # only blank pages so far: nothing was read by OCR
+            return
         metadata["ocr_confidence"] = " ".join(f"{i + 1}={self.done[i].confidence:g}" for i in pages)
         if rotated := " ".join(f"{i + 1}={self.done[i].rotated}" for i in pages if self.done[i].rotated):
             metadata["ocr_rotated"] = rotated
