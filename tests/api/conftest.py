@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import PDFS, REPO, free_port, write
+from tests.conftest import PDFS, REPO, free_port, own_data_dir, write
 
 # The shared fixtures sit beside the main checkout; a worktree is one level further down.
 SAMPLE_PDF = next(
@@ -144,8 +144,9 @@ def ingest(env: Mapping[str, str], path: Path, *args: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def api_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("api-data")
+def api_data() -> Iterator[Path]:
+    with own_data_dir("citeline-api-") as path:
+        yield path
 
 
 @pytest.fixture(scope="session")

@@ -56,6 +56,27 @@ def test_a_field_the_route_does_not_take_is_refused_by_name(
     assert "not permitted" in message
 
 
+@pytest.mark.parametrize(
+    ("path", "misspelt"),
+    [
+        ("/search?q=relief+valve&scopes=acme", "query.scopes"),  # `scope` is the filter
+        ("/search?q=relief+valve&top_k=1", "query.top_k"),  # `n` is the count
+        ("/documents?limit=5&scopes=acme", "query.scopes"),
+        ("/stats?verbose=1", "query.verbose"),
+    ],
+)
+def test_a_query_parameter_the_route_does_not_take_is_refused_by_name(
+    admin: httpx.Client, path: str, misspelt: str
+) -> None:
+    message = refused(admin.get(path), misspelt)
+    assert "unknown query parameter (this route takes: " in message
+
+
+def test_the_query_parameters_a_route_takes_are_still_taken(admin: httpx.Client) -> None:
+    found = admin.get("/search", params={"q": "relief valve", "n": 1, "scope": "acme"})
+    assert found.status_code == 200 and found.json()["count"] <= 1, found.text
+
+
 def test_n_results_is_still_taken_for_top_k(admin: httpx.Client) -> None:
     found = admin.post("/search", json={"query": "relief valve", "n_results": 1})
     assert found.status_code == 200, found.text

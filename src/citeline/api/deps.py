@@ -6,10 +6,11 @@ counts the request against the key's rate limit; ``AdminDep`` further refuses re
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from citeline.access import Access
@@ -81,3 +82,43 @@ async def require_admin(access: AccessDep) -> Access:
 
 
 AdminDep = Annotated[Access, Depends(require_admin)]
+
+
+# The query parameter names each route takes, its sub-dependencies' included; filled on first use.
+_query_names: dict[int, frozenset[str]] = {}
+
+
+def _takes(route: Any) -> frozenset[str]:
+    names = _query_names.get(id(route))
+    if names is None:
+        found: set[str] = set()
+        pending = [route.dependant]
+        while pending:
+            dependant = pending.pop()
+            found.update(field.alias for field in dependant.query_params)
+            pending.extend(dependant.dependencies)
+        names = _query_names[id(route)] = frozenset(found)
+    return names
+
+
+async def refuse_unknown_query(request: Request) -> None:
+    """Refuse a query parameter the route does not take (422), as an unknown body field is refused: a
+    misspelt filter (``?scopes=`` for ``?scope=``) must not silently widen a search."""
+    route = request.scope.get("route")
+    if not request.query_params or route is None:
+        return
+    known = _takes(route)
+    takes = ", ".join(sorted(known)) or "none"
+    unknown = [name for name in dict.fromkeys(request.query_params) if name not in known]
+    if unknown:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "extra_forbidden",
+                    "loc": ("query", name),
+                    "msg": f"unknown query parameter (this route takes: {takes})",
+                    "input": request.query_params[name],
+                }
+                for name in unknown
+            ]
+        )
