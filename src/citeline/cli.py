@@ -36,13 +36,13 @@ from citeline.annotate import SectionType
 from citeline.answer import Complete, Error, Token
 from citeline.chat.session import ChatSession
 from citeline.engine import Citeline
-from citeline.errors import CitelineError, InvalidRequestError
+from citeline.errors import CitelineError, ConfigError, InvalidRequestError
 from citeline.eval.stats import SHUFFLES
 from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
 from citeline.jobs.submit import Refreshed, parse_age
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Explain, Hit, SearchRequest, Timings
-from citeline.settings import Fusion, Settings
+from citeline.settings import Fusion, Settings, load_settings
 from citeline.store.model_migration import MigrationStatus
 from citeline.store.models import Status
 
@@ -91,10 +91,10 @@ def main(
 
 def _settings(ctx: typer.Context, **more: Any) -> Settings:
     try:
-        return Settings(**{**(ctx.obj or {}), **more})
-    except ValueError as exc:
-        err.print(f"[red]error:[/red] invalid setting: {exc}")
-        raise typer.Exit(78) from exc
+        return load_settings(**{**(ctx.obj or {}), **more})
+    except ConfigError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(exc.exit_code) from exc
 
 
 @contextmanager
@@ -675,7 +675,7 @@ CheckWithOption = Annotated[
     typer.Option(
         "--check-with",
         help="Gold questions for the quality check before a model switch: a BEIR folder, or a JSONL file "
-        'of {"question": ..., "relevant": [document names]}. Unset: overlap of old and new top-10.',
+        'of {"question": ..., "relevant": \\[document names]}. Unset: overlap of old and new top-10.',
     ),
 ]
 ForceOption = Annotated[

@@ -73,7 +73,7 @@ from citeline.retrieve.search import (
     hybrid_search,
     resolve_top_k,
 )
-from citeline.settings import Settings
+from citeline.settings import Settings, load_settings
 from citeline.store import catalog, keys, model_migration
 from citeline.store.analyzer import Analyzer
 from citeline.store.bulk import PreparedDocument, load_prepared
@@ -139,7 +139,7 @@ class Citeline:
     """
 
     def __init__(self, settings: Settings | None = None) -> None:
-        self._settings = settings or Settings()
+        self._settings = settings or load_settings()
         self.analyzer = Analyzer.from_settings(self._settings)
         self._lock = threading.RLock()
         self._engine: sa.Engine | None = None

@@ -10,12 +10,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from citeline.errors import ConfigError
 from citeline.split import CHUNK_OVERLAP_MAX, CHUNK_SIZE_MAX, CHUNK_SIZE_MIN
 
 NAMESPACE_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+
+#: The answering personas; ``answer/prompt.py`` holds the system prompt of each.
+Persona = Literal["general", "clinical", "repair"]
 
 
 class Fusion(StrEnum):
@@ -156,7 +160,7 @@ class Settings(BaseSettings):
             "a chunk that neither the dense nor the chunk keyword list found. 0: its best keyword chunk only."
         ),
     )
-    source_boost: dict[str, float] = Field(
+    source_boost: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
         default_factory=lambda: {
             "application/pdf": 1.0,
             "text/markdown": 1.0,
@@ -277,7 +281,7 @@ class Settings(BaseSettings):
         description="Local models: hold the answer to sentences that each end with a citation.",
     )
     llm_context: Annotated[int, Field(ge=512, le=131_072)] = 4096
-    persona: str = Field(default="general", description="System prompt: general, clinical or repair.")
+    persona: Persona = Field(default="general", description="System prompt: general, clinical or repair.")
     answer_passages: Annotated[int, Field(ge=1, le=50)] = 5
     answer_min_similarity: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.25,
@@ -433,3 +437,25 @@ class Settings(BaseSettings):
         ):
             raise ValueError("database_url must be a postgresql:// URL")
         return value
+
+
+def load_settings(**overrides: object) -> Settings:
+    """The settings from the environment with ``overrides``; a :class:`ConfigError` naming each invalid
+    setting by its variable, on one line (pydantic's own message spans several, ending in a URL)."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigError(f"invalid setting: {describe_invalid(exc)}") from None
+
+
+def describe_invalid(exc: ValidationError) -> str:
+    """Each problem of ``exc`` as ``CITELINE_NAME: message (got value)``, joined by ``; ``."""
+    problems = []
+    for error in exc.errors():
+        loc = [str(part) for part in error.get("loc", ())]
+        name = f"CITELINE_{loc[0].upper()}" if loc else "settings"
+        where = ".".join([name, *loc[1:]])
+        got = error.get("input")
+        shown = "" if isinstance(got, dict) or got is None else f" (got {str(got)[:80]!r})"
+        problems.append(f"{where}: {error.get('msg', 'invalid')}{shown}")
+    return "; ".join(problems)

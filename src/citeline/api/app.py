@@ -13,7 +13,7 @@ from citeline.api.deps import refuse_unknown_query
 from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter
 from citeline.api.routes import chat, conversations, documents, health, ingest, keys, search, stats
 from citeline.engine import Citeline
-from citeline.settings import Settings
+from citeline.settings import Settings, load_settings
 from citeline.store.database import release_server
 from citeline.web.pages import mount_pages
 
@@ -31,7 +31,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     ``own_process``: the app is the process (``citeline serve``), which lets go of the embedded
     database server when the app shuts down (see :func:`~citeline.store.database.release_server`).
     """
-    settings = settings or Settings()
+    settings = settings or load_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -67,4 +67,4 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
 
 def app_from_env() -> FastAPI:
     """The factory ``citeline serve`` hands uvicorn: settings from ``CITELINE_*`` variables."""
-    return create_app(Settings(), own_process=True)
+    return create_app(load_settings(), own_process=True)

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from citeline.errors import ConfigError
 from citeline.registry import Registry
-from citeline.settings import Settings
+from citeline.settings import Settings, load_settings
 
 
 class Embedder(Protocol):
@@ -88,7 +88,7 @@ def get_embedder(
     out-of-range numbers; :class:`~citeline.errors.EmbeddingError` when the model cannot be loaded or
     reached.
     """
-    settings = settings or Settings()
+    settings = settings or load_settings()
     batch_size = settings.embed_batch_size if batch_size is None else batch_size
     threads = settings.embed_threads if threads is None else threads
     if batch_size < 1:

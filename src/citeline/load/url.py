@@ -82,7 +82,8 @@ def _vetted_addresses(host: str, port: int, allow_private: bool) -> list[tuple[A
             if reason:
                 raise _AddressRefusedError(
                     f"refusing to fetch from {host}: {address} is {reason}; "
-                    "pass allow_private=True (CLI: --allow-private-urls) to load from your own network"
+                    "to load from your own network, set CITELINE_URL_ALLOW_PRIVATE=true (citeline ingest: "
+                    "--allow-private-urls; Python: allow_private=True)"
                 )
     return [info for info in infos if info[0] in (socket.AF_INET, socket.AF_INET6)]
 

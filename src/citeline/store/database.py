@@ -70,7 +70,9 @@ def connect(settings: Settings) -> Engine:
             cfg.attributes["schema"] = schema
             command.upgrade(cfg, "head")
     except OperationalError as exc:
-        raise StoreError(f"cannot reach PostgreSQL at {_safe(url)}: {exc.orig}") from exc
+        # psycopg's message spans lines (one per address tried); an error is one line.
+        reason = " ".join(str(exc.orig).split())
+        raise StoreError(f"cannot reach PostgreSQL at {_safe(url)}: {reason}") from exc
     # Only now does the vector type surely exist: from here on every pooled connection knows it,
     # so vectors read back (cached embeddings) are arrays, not strings.
     engine.dispose()

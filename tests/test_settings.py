@@ -1,0 +1,44 @@
+"""Settings are checked when they are read: a bad value stops the command that reads it, naming the
+variable, on one line, with the configuration exit code, never a request blamed for it later."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+from typer.testing import CliRunner
+
+from citeline.answer.prompt import PERSONAS
+from citeline.cli import app
+from citeline.errors import ConfigError
+from citeline.settings import Persona, load_settings
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("CITELINE_TOP_K", "0", "CITELINE_TOP_K: Input should be greater than or equal to 1 (got '0')"),
+        ("CITELINE_PERSONA", "bogus", "CITELINE_PERSONA: Input should be 'general', 'clinical' or 'repair'"),
+        (
+            "CITELINE_SOURCE_BOOST",
+            '{"text/plain": 5}',
+            "CITELINE_SOURCE_BOOST.text/plain: Input should be less than or equal to 1 (got '5')",
+        ),
+    ],
+)
+def test_a_bad_setting_is_a_configuration_error_naming_its_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+    result = CliRunner().invoke(app, ["stats"], env={variable: value})
+    assert result.exit_code == 78
+    assert result.stderr.strip().count("\n") == 0  # one line, never pydantic's several and its URL
+    assert result.stderr.startswith("error: invalid setting: ") and message in " ".join(result.stderr.split())
+
+
+def test_every_persona_a_setting_may_name_has_a_prompt_and_every_prompt_a_name() -> None:
+    assert set(get_args(Persona)) == set(PERSONAS)
