@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from citeline.engine import Citeline
+from citeline.errors import InvalidRequestError, NotFoundError
 from citeline.settings import Fusion, Settings
 from citeline.store.keyword import MemoryKeywordIndex
 from tests.conftest import write
@@ -58,3 +59,18 @@ def test_a_derived_instance_shares_the_open_store_and_closes_without_closing_it(
     assert cl.search("prime the pump")[0].document_name == "a.txt"
     with cl.derive(namespace="elsewhere") as other:
         assert other.keyword_index is not cl.keyword_index
+
+
+def test_an_empty_or_wildcard_document_id_names_no_document(cl: Citeline, tmp_path: Path) -> None:
+    # With one document in the namespace, '' (a prefix of every id) or '%' once named it: `docs delete ''`
+    # deleted it.
+    cl.ingest([write(tmp_path / "valves.md", "# Valves\n\nOpens at 6 bar.")])
+    (only,) = cl.documents()
+    for ref in ("", "   "):
+        with pytest.raises(InvalidRequestError, match=r"a document id .* is needed, got an empty one"):
+            cl.delete(ref)
+    for ref in ("%", "_", "%%", "zz", "%-"):
+        with pytest.raises(NotFoundError, match="no document with id"):
+            cl.delete(ref)
+    assert [d.id for d in cl.documents()] == [only.id]
+    assert cl.document(str(only.id)[:6]).id == only.id

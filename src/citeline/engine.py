@@ -1097,6 +1097,9 @@ class Citeline:
     def document(self, ref: str, *, access: Access = FULL_ACCESS, version: int | None = None) -> DocumentInfo:
         """A document by id or unambiguous id prefix: its current version, or ``version`` (a replaced
         version is kept while a conversation cites it). One outside ``access`` is not found."""
+        if not ref.strip():
+            # Every id starts with the empty string: `docs delete ''` must not mean "the only one".
+            raise InvalidRequestError("a document id (or the start of one) is needed, got an empty one")
         with self.engine.connect() as conn:
             try:
                 doc = catalog.get_document(conn, uuid.UUID(ref))

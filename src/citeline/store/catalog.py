@@ -1544,13 +1544,18 @@ def versions(conn: sa.Connection, document_id: uuid.UUID) -> list[DocumentInfo]:
 
 
 def find_documents(conn: sa.Connection, prefix: str) -> list[DocumentInfo]:
-    """The current versions of the documents whose id starts with ``prefix`` (users type short ids)."""
+    """The current versions of the documents whose id starts with ``prefix`` (users type short ids).
+    Only hex digits and dashes make a prefix: anything else (an empty string, a LIKE wildcard) names no
+    document, where it would once have named all of them."""
+    prefix = prefix.strip().lower()
+    if not prefix or prefix.strip("0123456789abcdef-"):
+        return []
     rows = conn.execute(
         sa.text(
             f"SELECT DISTINCT ON (document_id) {_DOC_COLUMNS} FROM documents WHERE document_id::text LIKE :p "
             "ORDER BY document_id, is_active DESC, version DESC"
         ),
-        {"p": prefix.lower().replace("%", "").replace("_", "") + "%"},
+        {"p": prefix + "%"},
     )
     return [_row_to_info(r) for r in rows]
 
