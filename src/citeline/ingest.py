@@ -505,6 +505,8 @@ class Ingestor:
             # Each document's clock starts when its own build does, not when its group was begun or
             # claimed: its reported seconds and its soft time limit are its own, not its predecessors'.
             job.started = time.perf_counter()
+            with self.engine.begin() as conn:
+                catalog.mark_started(conn, job.doc.version_id)
             run.open_jobs.append(job)
             try:
                 if job.fetch and not self._fetch(job, run):

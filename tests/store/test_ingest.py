@@ -446,3 +446,7 @@ def test_a_claimed_job_s_time_limit_counts_from_its_own_start(cl: Citeline, tmp_
     ]
     assert set(elapsed) == {"first.txt", "second.txt"}
     assert elapsed["second.txt"] < 0.5, "the second job was charged the first one's time"
+    # And so is the hard limit's clock, which the catalog keeps: the second began a second later.
+    with cl.engine.connect() as conn:
+        started = dict(conn.execute(sa.text("SELECT name, started_at FROM documents")).all())
+    assert (started["second.txt"] - started["first.txt"]).total_seconds() >= 0.9

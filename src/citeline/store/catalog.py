@@ -669,6 +669,15 @@ def claim_jobs(
     return sorted((_row_to_info(r) for r in rows), key=lambda d: (d.queued_at or d.created_at, d.name))
 
 
+def mark_started(conn: sa.Connection, version_id: uuid.UUID) -> None:
+    """Restart the clock of a claimed version as its own build begins: a run claims several at once and
+    builds them in turn, and the hard time limit (:func:`fail_overdue`) counts from ``started_at``."""
+    conn.execute(
+        sa.text("UPDATE documents SET started_at = now() WHERE id = :id AND status = 'processing'"),
+        {"id": version_id},
+    )
+
+
 #: Advisory-lock class of queue sweeps (two-key form; the second key is the namespace's schema).
 _SWEEP_LOCK_CLASS = 0x63697466
 
