@@ -19,6 +19,7 @@ from citeline.errors import (
     ConflictError,
     InvalidRequestError,
     LimitExceededError,
+    NotFoundError,
     UnsupportedTypeError,
 )
 from citeline.ingest import IngestOptions, Outcome
@@ -123,6 +124,11 @@ def test_bad_input_fails_once_with_its_reason_and_is_never_retried(jobs: Citelin
     done = jobs.wait(broken.document.id, timeout=WAIT)
     assert done.status == "failed" and done.attempts == 1
     assert done.error and "manual.pdf" in done.error and done.file_path is None
+    # It keeps no original, so it says it cannot be re-ingested (the admin page offers no button) and
+    # a re-ingest asks for the file again.
+    assert done.as_dict()["reingestable"] is False
+    with pytest.raises(NotFoundError, match="has no stored original to re-ingest; upload it again"):
+        jobs.reingest(done.id)
 
 
 def test_uploads_over_the_size_limit_or_of_unknown_types_are_refused_before_anything_is_stored(
@@ -253,6 +259,7 @@ def test_reingest_builds_a_new_version_from_the_stored_original(jobs: Citeline, 
     again = jobs.reingest(first.id)
     assert again.created and again.document.status == Status.QUEUED
     done = jobs.wait(first.id, timeout=WAIT)
+    assert first.as_dict()["reingestable"] is True
     assert done.version == 2 and done.status == "completed" and done.vector_count == first.vector_count
 
 

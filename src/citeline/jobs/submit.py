@@ -220,6 +220,6 @@ def reingest_request(doc: DocumentInfo) -> tuple[Path | None, str]:
         if not path.exists():
             raise NotFoundError(f"document {doc.id}: its stored original {path} is missing; upload it again")
         return path, doc.content_hash or ""
-    if doc.source_uri.startswith(("http://", "https://")):
+    if doc.reingestable:  # a web page, fetched again
         return None, doc.content_hash or ""
     raise NotFoundError(f"document {doc.id} has no stored original to re-ingest; upload it again")

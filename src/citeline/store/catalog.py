@@ -82,9 +82,16 @@ class DocumentInfo:
     #: The vector index holding this version's vectors (see store/index.py).
     vector_index: str = "pgvector"
 
+    @property
+    def reingestable(self) -> bool:
+        """Whether a new version can be built from what this one keeps: a stored original, or a web
+        page's URL. A failed upload keeps no original, so re-ingesting it needs the file again."""
+        return bool(self.file_path) or self.source_uri.startswith(("http://", "https://"))
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["reingestable"] = self.reingestable
         out["id"] = str(self.id)
         out["version_id"] = str(self.version_id)
         for key in ("processed_at", "created_at", "updated_at", "queued_at", "started_at", "last_fetched_at"):

@@ -77,7 +77,8 @@ function actions(doc) {
   if (doc.status === "queued" || doc.status === "processing") {
     buttons.push(actionButton("Cancel", () => act(doc, "cancel"), doc));
   }
-  if (doc.status === "completed" || doc.status === "failed") {
+  // A failed upload keeps no original: re-ingesting it needs the file again, so no button offers it.
+  if ((doc.status === "completed" || doc.status === "failed") && doc.reingestable) {
     buttons.push(actionButton("Re-ingest", () => act(doc, "reingest"), doc));
   }
   buttons.push(actionButton("Delete", () => remove(doc), doc));
