@@ -9,8 +9,8 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -40,6 +40,14 @@ def own_data_dir(prefix: str = "citeline-test-") -> Iterator[Path]:
     finally:
         release_server(Settings(data_dir=path, database_url=None))
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def fresh_data_dir() -> Iterator[Callable[[str], Path]]:
+    """Makes data directories as :func:`own_data_dir` does, for module fixtures that start servers;
+    removed when the session ends, after those servers have stopped."""
+    with ExitStack() as stack:
+        yield lambda prefix: stack.enter_context(own_data_dir(prefix))
 
 
 @pytest.fixture(scope="session")

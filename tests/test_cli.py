@@ -275,6 +275,32 @@ def test_ask_shows_the_verdict_on_a_claim_and_each_source_s_stance(
     assert f"valve.txt p.1  {answer['verdict']}" in out
 
 
+def test_a_resumed_conversation_keeps_its_persona_and_says_so_when_another_is_asked_for(
+    settings: Settings, tmp_path: Path
+) -> None:
+    valve = write(tmp_path / "valve.txt", "The relief valve of boiler A opens at 6 bar and is tested yearly.")
+    assert _run(settings, "ingest", str(valve))[0] == 0
+    code, out, err = _run(
+        settings, "ask", "When does the relief valve open?", "--llm", "extractive", "--json"
+    )
+    assert code == 0, err
+    conversation = json.loads(out)["conversation_id"]
+
+    code, out, err = _run(
+        settings, "ask", "--conversation", conversation, "--persona", "repair", "How often is it tested?",
+        "--llm", "extractive",
+    )  # fmt: skip
+
+    assert code == 0, err
+    assert f"conversation {conversation} keeps the persona it started with, general; --persona repair" in err
+    assert "valve.txt p.1" in out
+    code, _, err = _run(
+        settings, "ask", "--conversation", conversation, "--persona", "general", "And yearly?",
+        "--llm", "extractive",
+    )  # fmt: skip
+    assert code == 0 and "keeps the persona" not in err
+
+
 def test_source_text_is_printed_exactly_never_as_emoji_or_markup(settings: Settings, tmp_path: Path) -> None:
     text = "root:x:0:0:root:/root:/bin/bash takes a :pill: dose of [bold]markup[/bold] and [red]colour."
     write(tmp_path / "[dim]odd name.txt", text)

@@ -459,6 +459,18 @@ def _print_sources(complete: Complete) -> None:
     console.print(f"[dim]{note}[/dim]", highlight=False)
 
 
+def _conversation(cl: Citeline, conversation: str | None, persona: str | None) -> ChatSession:
+    """A new conversation, or ``conversation`` resumed; says so when ``persona`` cannot apply to it."""
+    session = _guard(lambda: cl.chat(conversation, persona=persona))
+    if conversation is not None and persona is not None and persona != session.conversation.persona:
+        err.print(
+            f"[yellow]warning:[/yellow] conversation {session.id} keeps the persona it started with, "
+            f"{session.conversation.persona}; --persona {escape(persona)} applies to a new conversation",
+            highlight=False,
+        )
+    return session
+
+
 @app.command()
 def ask(
     ctx: typer.Context,
@@ -487,7 +499,7 @@ def ask(
     """Answer a question from the documents, streamed, each claim citing a numbered source."""
     filters = _filters(scope, category, tag, all_tags, content_type, meta, model, section)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
-        session = _guard(lambda: cl.chat(conversation, persona=persona))
+        session = _conversation(cl, conversation, persona)
         _stream_answer(session, question, filters, as_json=as_json)
         if not as_json and conversation is None:
             err.print(f'[dim]follow up with: citeline ask --conversation {session.id} "..."[/dim]')
@@ -513,7 +525,7 @@ def chat(
     """An interactive conversation: follow-up questions keep their context and citation numbers."""
     filters = _filters(scope, category, tag, all_tags, content_type, meta, model, section)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
-        session = _guard(lambda: cl.chat(conversation, persona=persona))
+        session = _conversation(cl, conversation, persona)
         err.print(f"[dim]conversation {session.id}; an empty line or Ctrl-D ends it[/dim]")
         while True:
             try:

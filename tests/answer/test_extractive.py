@@ -11,7 +11,7 @@ from citeline.answer.prompt import select_passages
 from citeline.answer.support import VectorCache, normalise
 from citeline.embed import Embedder
 from citeline.engine import Citeline
-from tests.conftest import REPO, write
+from tests.conftest import PDFS, REPO, write
 
 from .conftest import make_hit
 
@@ -94,6 +94,36 @@ def test_the_user_guide_answers_the_care_journey_question_from_the_scopes_page(c
     cited = extractive_answer(question, passages, numbering, VectorCache(cl.embedder)).cited
     assert hits[cited[0]].document_name == "scopes.md"
     assert any("give each care journey its own scope" in s for s in sentences), text
+
+
+def test_only_whole_sentences_of_a_pdf_are_quoted_never_headings_captions_or_cut_chunk_ends(
+    cl: Citeline,
+) -> None:
+    # The FAA handbook page: headings ("Elastic Stop Nut"), figure labels and captions ("Figure 7-26.
+    # Self-locking nuts."), and chunks that start or stop mid-sentence ("through the medium of ...").
+    cl.ingest([PDFS / "manual_faa_amt_handbook_sample.pdf"])
+
+    for question in (
+        "What is an elastic stop nut?",
+        "How is a self-locking nut installed on a bolt?",
+        "What are the types of self-locking nuts?",
+    ):
+        text, sentences, _ = ask(cl, question)
+
+        assert sentences, (question, text)
+        for sentence in sentences:
+            assert sentence[:1].isupper(), (question, sentence)
+            assert len(sentence.split()) >= 6, (question, sentence)
+            assert "Figure" not in sentence and "Nut " not in sentence, (question, sentence)
+
+
+def test_a_table_row_is_quoted_whole(cl: Citeline, tmp_path: Path) -> None:
+    write(tmp_path / "pumps.csv", "model,max_pressure_bar,seal\nXR200,12,mechanical\nXR300,16,mechanical\n")
+    cl.ingest([tmp_path])
+
+    text, _, _ = ask(cl, "What is the maximum pressure of the XR300?")
+
+    assert "model: XR300; max_pressure_bar: 16; seal: mechanical [1]." in text, text
 
 
 def test_a_sentence_repeated_by_overlapping_chunks_is_quoted_once(embedder: Embedder) -> None:

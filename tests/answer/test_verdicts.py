@@ -117,6 +117,13 @@ def test_claims_and_yes_no_questions_put_a_claim_and_open_questions_do_not() -> 
         ("In which ward is the infusion pump serviced", None),
         ("In diabetes, metformin lowers HbA1c.", "In diabetes, metformin lowers HbA1c."),
         ("And", None),
+        # A keyword search claims nothing, nor does one in a follow-up with its borrowed terms ...
+        ("nuts", None),
+        ("elastic stop nut", None),
+        ("nuts (two general types self-locking nuts)", None),
+        # ... but a short statement with its full stop does, and a follow-up statement is judged as said.
+        ("DUSP4 increases apoptosis.", "DUSP4 increases apoptosis."),
+        ("It runs at 1.2 bar. (boiler pressure)", "It runs at 1.2 bar."),
     ],
 )
 def test_a_follow_ups_borrowed_terms_and_opening_words_do_not_change_what_it_claims(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,11 @@ PUMP_V2 = "# Pump\n\n" + "The booster pump is primed with glycol before it is st
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, fresh_data_dir: Callable[[str], Path]
+) -> Iterator[Server]:
     """A server of these tests' own: what they upload must not change what other tests list."""
-    env = base_env(tmp_path_factory.mktemp("write-data"), CITELINE_LLM="extractive")
+    env = base_env(fresh_data_dir("citeline-write-"), CITELINE_LLM="extractive")
     started = start_server(env, tmp_path_factory.mktemp("write-log") / "serve.log")
     try:
         started.keys["admin"] = create_key(env, "--role", "admin")["key"]

@@ -5,7 +5,7 @@ ones do, and a citation keeps opening the text and page it cited after its docum
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +41,8 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    env = base_env(tmp_path_factory.mktemp("conversations-data"), CITELINE_LLM="extractive")
+def site(tmp_path_factory: pytest.TempPathFactory, fresh_data_dir: Callable[[str], Path]) -> Iterator[Site]:
+    env = base_env(fresh_data_dir("citeline-conversations-"), CITELINE_LLM="extractive")
     corpus = tmp_path_factory.mktemp("conversations-corpus")
     write(corpus / "valve.md", OLD)
     ingest(env, corpus)

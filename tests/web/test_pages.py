@@ -12,7 +12,7 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,10 +56,10 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def site(tmp_path_factory: pytest.TempPathFactory, fresh_data_dir: Callable[[str], Path]) -> Iterator[Site]:
     if not FEDERAL_REGISTER.is_file():
         pytest.skip(f"PDF fixture not found: {FEDERAL_REGISTER}")
-    data = tmp_path_factory.mktemp("pages-data")
+    data = fresh_data_dir("citeline-pages-")
     env = base_env(data, CITELINE_LLM="extractive")
     corpus = tmp_path_factory.mktemp("pages-corpus")
     (corpus / "acme").mkdir()

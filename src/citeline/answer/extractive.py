@@ -53,6 +53,11 @@ DUPLICATE_SIMILARITY = 0.9
 _CLOSING = re.compile(r"[.!?][\"'\u201d\u2019)]*$")
 # Sentences with fewer content terms are headings or fragments ("Priming", "See below").
 _MIN_TERMS = 3
+# A list item may end without a full stop ("- Close the vent plug"); other unpunctuated lines may not.
+_LIST_ITEM = re.compile(r"(?:[-*\u2022\u2013]|\d{1,3}[.)])\s")
+# A figure's or table's label ("Figure 7-26."): the sentence after it is its caption.
+_LABEL = re.compile(r"(?:Figure|Fig\.|Table|Plate|Chart)\s*[\w.\-]*\w\.?", re.IGNORECASE)
+_TABLES = frozenset({"text/csv"})
 
 
 @dataclass(frozen=True)
@@ -124,10 +129,11 @@ def _scored(question: str, passages: Sequence[Passage], cache: VectorCache) -> l
     scores = question_scores(question, [sentences for _, sentences in split], cache)
     out: list[_Sentence] = []
     for (passage, sentences), passage_scores in zip(split, scores, strict=True):
+        cut = _cut(passage, sentences.sentences)
         for i, (sentence, score) in enumerate(zip(sentences.sentences, passage_scores, strict=True)):
             # Quoted with citeline's citation: the source's own "[2]" would read as another one.
             text = without_markers(sentence)
-            if _quotable(text):
+            if i not in cut and _quotable(text):
                 out.append(_Sentence(passage=passage, position=i, text=text, score=score))
     if not out:
         # Passages of headings and fragments only: quote them rather than say nothing.
@@ -149,6 +155,35 @@ def _quotable(sentence: str) -> bool:
         and not sentence.endswith(":")
         and len(content_terms(sentence)) >= _MIN_TERMS
     )
+
+
+def _cut(passage: Passage, sentences: Sequence[str]) -> set[int]:
+    """The positions of ``sentences`` that are not whole sentences of running text, so not quotable.
+
+    Chunks start and end at any word (neighbours overlap), so a passage's first sentence may begin
+    mid-sentence ("through the medium of the locking section, exerts ...") and its last may stop
+    mid-sentence ("The elastic stop nut is a standard nut with the height"): quoted, either would
+    claim something the source does not say. Inside a passage, a line without closing punctuation
+    that is no list item is a heading or the labels of a figure ("Elastic Stop Nut", "Flexloc nut
+    Fiber locknut"), and a figure's label ("Figure 7-26.") and the caption after it are no claims
+    either. A passage of one sentence (a short note) and a table's rows are quoted whole.
+    """
+    if len(sentences) < 2 or passage.hit.content_type in _TABLES:
+        return set()
+    cut = {
+        i
+        for i, sentence in enumerate(sentences)
+        if not _CLOSING.search(sentence.rstrip()) and not _LIST_ITEM.match(sentence)
+    }
+    labels = {i for i, sentence in enumerate(sentences) if _LABEL.fullmatch(sentence.strip())}
+    cut |= labels | {i + 1 for i in labels}
+    if sentences[0][:1].islower() or sentences[0][:1] in {",", ";", ")"}:
+        cut.add(0)
+    hit = passage.hit
+    if hit.total_chunks is not None and hit.chunk_index >= hit.total_chunks - 1:
+        # The document's last passage ends where the document does, punctuated or not.
+        cut.discard(len(sentences) - 1)
+    return cut
 
 
 def _same(a: str, b: str, cache: VectorCache) -> bool:

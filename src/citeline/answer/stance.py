@@ -81,18 +81,25 @@ _REQUEST = re.compile(
     re.IGNORECASE,
 )
 _LEADING_CONJUNCTION = re.compile(r"^(?:and|but|so|then|also|okay|ok|well)(?:[\s,]+|$)", re.IGNORECASE)
-_BORROWED_TERMS = re.compile(r"\?\s*\([^()]*\)\s*$")
+# What the heuristic rewrite appends to a follow-up, after a question, a statement or a keyword search.
+_BORROWED_TERMS = re.compile(r"(?:(?<=[.?!])|\s)\s*\([^()]*\)\s*$")
+_SENTENCE_END = re.compile(r"[.!][\"'\u201d\u2019)]*$")
+MIN_STATEMENT_WORDS = 4
+"""A statement without a closing full stop shorter than this is a keyword search ("elastic stop nut",
+"XR200 max pressure"), not a claim; "Aspirin lowers cholesterol." with its full stop is one."""
 
 
 def claim_of(question: str) -> str | None:
     """The claim a question puts to the evidence, or None when it asks something else.
 
     ``Is it true that X?`` puts ``X``; another yes/no question (``Does X lower Y?``) and a plain
-    statement (``X lowers Y.``) put themselves. Open questions (``How do I prime the pump?``) put none.
+    statement (``X lowers Y.``) put themselves. Open questions (``How do I prime the pump?``) and
+    keyword searches (``elastic stop nut``: fewer than :data:`MIN_STATEMENT_WORDS` words and no full
+    stop) put none.
     """
     # A follow-up's search query is its question with borrowed terms after it ("...? (pump priming)",
     # chat.rewrite), and a follow-up often opens with "And" or "So": neither changes what is asked.
-    text = _BORROWED_TERMS.sub("?", question.strip())
+    text = _BORROWED_TERMS.sub("", question.strip())
     text = _LEADING_CONJUNCTION.sub("", text, count=1).strip()
     if not text:
         return None
@@ -101,9 +108,11 @@ def claim_of(question: str) -> str | None:
         return template.group(1).strip()
     if _OPEN_QUESTION.match(text) or _REQUEST.match(text):
         return None
-    if _YES_NO.match(text) or not text.endswith("?"):
+    if _YES_NO.match(text):
         return text
-    return None
+    if text.endswith("?") or (len(text.split()) < MIN_STATEMENT_WORDS and not _SENTENCE_END.search(text)):
+        return None
+    return text
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ MANIFEST = "citeline-backup.json"
 DUMP = "database.dump"
 FORMAT = 1
 _FILES = PurePosixPath("files")
-# A restored process must not take a dump this long: past it, something is wrong with the server.
+# pg_dump or pg_restore still running after this long is stuck, not slow.
 _TOOL_TIMEOUT_S = 6 * 3600
 
 
