@@ -19,6 +19,7 @@ from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.query import Coalescer, QueryVectors, VectorCache
 from citeline.retrieve.search import Explain, SearchRequest, read_catalog
+from citeline.settings import Fusion
 from citeline.store import catalog
 from citeline.store.catalog import ChunkGroup, ChunkRow, Labels, VersionSpec
 from citeline.store.vectors import dense_search, ensure_index, plan_dense
@@ -199,6 +200,8 @@ def test_explain_reports_the_plan_and_the_filter_share(
     unfiltered = Explain()
     cl.search(SearchRequest("chunk"), explain=unfiltered)
     assert unfiltered.dense_plan == "memory" and unfiltered.selectivity is None
+    # It counts no chunks: unknown, not a corpus of 0.
+    assert (unfiltered.scope_chunks, unfiltered.corpus_chunks) == (None, None)
     # The catalog and the kept hits' fields: the keyword index and the vectors are loaded by now, read no
     # log position of their own, and the vectors describe the candidates (versions, distances).
     assert unfiltered.round_trips == 2
@@ -424,3 +427,19 @@ def test_a_search_with_fewer_than_one_candidate_is_refused_not_given_the_default
     with pytest.raises(InvalidRequestError, match=f"candidates must be at least 1, got {candidates}"):
         cl.search(SearchRequest("relief valve", candidates=candidates))
     assert len(cl.search(SearchRequest("relief valve", candidates=1))) == 1
+
+
+def test_a_fusion_given_by_name_runs_that_fusion_and_an_unknown_one_is_refused(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    cl.ingest([write(tmp_path / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar.")])
+    by_enum = cl.search(SearchRequest("relief valve", fusion=Fusion.RECIPROCAL_RANK))
+    # A caller from Python or JSON may give the name: it must not silently run another mode.
+    by_name = cl.search(SearchRequest("relief valve", fusion="rrf"))  # type: ignore[arg-type]
+    assert [h.fused_score for h in by_name] == [h.fused_score for h in by_enum]
+    assert (
+        by_enum[0].fused_score
+        != cl.search(SearchRequest("relief valve", fusion=Fusion.WEIGHTED))[0].fused_score
+    )
+    with pytest.raises(InvalidRequestError, match="unknown fusion 'bogus'; known: rrf, weighted, dbsf"):
+        cl.search(SearchRequest("relief valve", fusion="bogus"))  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pypdf
@@ -448,5 +449,7 @@ def test_a_claimed_job_s_time_limit_counts_from_its_own_start(cl: Citeline, tmp_
     assert elapsed["second.txt"] < 0.5, "the second job was charged the first one's time"
     # And so is the hard limit's clock, which the catalog keeps: the second began a second later.
     with cl.engine.connect() as conn:
-        started = dict(conn.execute(sa.text("SELECT name, started_at FROM documents")).all())
+        started: dict[str, datetime] = dict(
+            conn.execute(sa.text("SELECT name, started_at FROM documents")).all()
+        )
     assert (started["second.txt"] - started["first.txt"]).total_seconds() >= 0.9

@@ -71,6 +71,17 @@ def resolve_candidates(candidates: int | None, settings: Settings) -> int:
     return resolved
 
 
+def resolve_fusion(fusion: Fusion | str | None, settings: Settings) -> Fusion:
+    """The fusion mode of a search: ``fusion`` (a :class:`Fusion` or its name, as a caller from Python or
+    JSON may give it), or the setting when unset. An unknown name is refused, never run as another mode."""
+    chosen = fusion or settings.fusion
+    try:
+        return Fusion(chosen)
+    except ValueError:
+        known = ", ".join(f.value for f in Fusion)
+        raise InvalidRequestError(f"unknown fusion {chosen!r}; known: {known}") from None
+
+
 @dataclass(frozen=True)
 class Hit:
     """One retrieved chunk, where it comes from, and how each ranking scored it."""
@@ -131,9 +142,10 @@ class Explain:
     dense_plan: str = ""
     #: The share of the corpus's chunks the filter keeps (None when unfiltered).
     selectivity: float | None = None
-    #: Chunks in the filter and in the corpus.
+    #: Chunks in the filter and in the corpus (both None when unfiltered: an unfiltered search does not
+    #: count the corpus).
     scope_chunks: int | None = None
-    corpus_chunks: int = 0
+    corpus_chunks: int | None = None
     #: Candidates each list brought to fusion.
     dense_candidates: int = 0
     keyword_candidates: int = 0
@@ -333,7 +345,7 @@ def hybrid_search(
     if threshold is not None and not 0 <= threshold <= 2:
         raise InvalidRequestError(f"distance_threshold is a cosine distance in [0, 2], got {threshold}")
     depth = max(resolve_candidates(request.candidates, settings), top_k)
-    fusion = request.fusion or settings.fusion
+    fusion = resolve_fusion(request.fusion, settings)
     timings = timings or Timings()
     where, params = request.filters.sql()
     with _counting(conn, explain is not None) as statements:
@@ -426,7 +438,7 @@ def hybrid_search(
     if explain is not None:
         explain.dense_plan = ", then ".join(ran or ())
         explain.scope_chunks = scope.chunks if scope else None
-        explain.corpus_chunks = scope.corpus_chunks if scope else 0
+        explain.corpus_chunks = scope.corpus_chunks if scope else None
         explain.selectivity = scope.chunks / scope.corpus_chunks if scope and scope.corpus_chunks else None
         explain.dense_candidates, explain.keyword_candidates = len(dense), len(keyword)
         explain.document_candidates, explain.fused_candidates = len(documents), int(candidates.ids.size)
