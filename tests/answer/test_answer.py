@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from citeline.answer import (
-    EVIDENCE_MISSING,
+    NO_PASSAGES,
     CitationEvent,
     CitationNumbering,
     Complete,
@@ -182,9 +182,10 @@ def test_empty_evidence_is_said_plainly_and_never_reaches_the_model(embedder: Em
     events = run(model, embedder, evidence=[])
 
     assert model.calls == []
-    assert tokens(events) == EVIDENCE_MISSING
+    # Nothing found at all (filters that match no document): said so, not "not close enough".
+    assert tokens(events) == NO_PASSAGES and "check the scope and the filters" in NO_PASSAGES
     done = completed(events)
-    assert done.evidence_missing and done.answer == EVIDENCE_MISSING
+    assert done.evidence_missing and done.answer == NO_PASSAGES
     assert done.citations == () and not done.fell_back
 
 

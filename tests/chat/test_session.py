@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from citeline.access import Access
-from citeline.answer import CitationNumbering, Complete, Event, Start
+from citeline.answer import EVIDENCE_MISSING, CitationNumbering, Complete, Event, Start
 from citeline.answer.llm import GenerationOptions, get_llm
 from citeline.chat import store
 from citeline.chat.events import ChatEvent, TurnStart
@@ -268,7 +268,8 @@ def test_a_question_the_documents_do_not_touch_is_not_answered_and_reaches_no_mo
     events = ask(session, "Who won the 2018 football world cup?")
 
     done = complete(events)
-    assert done.evidence_missing and not done.citations
+    # Passages were found and judged too far from the question: said as such.
+    assert done.evidence_missing and not done.citations and done.answer == EVIDENCE_MISSING
     start = events[0]
     assert isinstance(start, Start) and start.passages == ()
     assert model.calls == []

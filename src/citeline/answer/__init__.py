@@ -7,7 +7,7 @@ The sync ``answer()`` is imported from :mod:`citeline.answer.answer`, not from h
 package's name it would hide that module.
 """
 
-from citeline.answer.answer import EVIDENCE_MISSING, EXTRACTIVE, answer_stream
+from citeline.answer.answer import EVIDENCE_MISSING, EXTRACTIVE, NO_PASSAGES, answer_stream
 from citeline.answer.citations import Citation, CitationNumbering, RemovedCitation, UnsupportedSentence
 from citeline.answer.events import (
     AnswerTimings,
@@ -24,6 +24,7 @@ from citeline.answer.prompt import PERSONAS, Passage, Prompt, build_prompt
 __all__ = [
     "EVIDENCE_MISSING",
     "EXTRACTIVE",
+    "NO_PASSAGES",
     "PERSONAS",
     "AnswerTimings",
     "Citation",

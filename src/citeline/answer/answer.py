@@ -82,7 +82,14 @@ EVIDENCE_MISSING = (
     "No passage in the documents matches this question closely enough, so there is no evidence to "
     "answer it from."
 )
-"""What citeline says, without calling the model, when retrieval found nothing."""
+"""What citeline says, without calling the model, when no passage found is close enough to answer from."""
+
+NO_PASSAGES = (
+    "The search found no passage at all in the documents it may read (check the scope and the filters "
+    "asked for, and that documents are ingested), so there is no evidence to answer from."
+)
+"""What citeline says, without calling the model, when the search found nothing to weigh: the filters
+matched no document, or there are none (told apart from passages found and judged too far)."""
 
 
 async def answer_stream(
@@ -146,8 +153,9 @@ async def answer_stream(
     provider = llm.model_id if llm is not None else EXTRACTIVE
     yield Start(question=question, passages=prepared.given, provider=provider)
     if not prepared.given:
-        yield Token(EVIDENCE_MISSING)
-        yield _missing(provider, AnswerTimings(prompt_ms, clock.ms(), 0.0, 0.0, clock.ms()))
+        said = EVIDENCE_MISSING if evidence else NO_PASSAGES
+        yield Token(said)
+        yield _missing(provider, said, AnswerTimings(prompt_ms, clock.ms(), 0.0, 0.0, clock.ms()))
         return
 
     result: _Result | None = None
@@ -603,9 +611,9 @@ def _may_be(refusal: str, reply: str) -> bool:
     return bool(refusal) and refusal.casefold().startswith(reply.strip().casefold())
 
 
-def _missing(provider: str, timings: AnswerTimings) -> Complete:
+def _missing(provider: str, said: str, timings: AnswerTimings) -> Complete:
     return Complete(
-        answer=EVIDENCE_MISSING,
+        answer=said,
         citations=(),
         removed=(),
         unsupported=(),
