@@ -91,6 +91,7 @@ def test_documents_without_model_numbers_have_none(name: str) -> None:
         ("fits the KX-T7730 and the XR-20A", ("KXT7730", "XR20A")),
         ("Model DCS1200, part no. 55-1234", ("DCS1200", "551234")),
         ("Model XR-200 and 2019 units", ("XR200",)),  # a list continues only within the family
+        ("model: XR200, flow: 40 l/min", ("XR200",)),  # a table row's field, lower case
     ],
 )
 def test_model_numbers_are_found_in_their_usual_forms(text: str, expected: tuple[str, ...]) -> None:

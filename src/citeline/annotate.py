@@ -56,7 +56,7 @@ _MORE = rf"(?=[A-Za-z]{{0,4}}\d){_CODE}"
 #: "Type" ("type 2 diabetes") or "No." ("No. 07-1315", a docket).
 _ANNOUNCED = re.compile(
     r"\b(?P<word>model(?:\s+(?:no\.?|number|#))?|part\s+(?:no\.?|number|#)|p/n|cat(?:alog|\.)?\s*(?:no\.?|number)"
-    r"|sku)[)\]]?\s*[:#]?\s*"
+    r"|sku)[)\]]?\s*(?P<sep>[:#])?\s*"
     rf"(?P<code>{_CODE})"
     rf"(?P<more>(?:\s*(?:,|&|\band\b|\bor\b)\s*{_MORE})*)",
     re.IGNORECASE,
@@ -100,11 +100,12 @@ def _announced_code(code: str) -> bool:
     return len(key) >= 3 and any(ch.isdigit() for ch in key)
 
 
-def _announces(word: str, code: str) -> bool:
+def _announces(word: str, code: str, sep: str | None) -> bool:
     """Whether ``word`` announces ``code`` as a model number. A lower-case "model" is often a study's
     ("the MCF10A model", "a model HEK293 line"): after it, only a code starting with a digit or
-    holding a hyphen counts."""
-    if word != "model":
+    holding a hyphen counts, unless a colon makes it a field's label ("model: XR200", as a table's
+    rows are written)."""
+    if word != "model" or sep == ":":
         return True
     return code[0].isdigit() or any(ch in _DASH for ch in code)
 
@@ -120,7 +121,7 @@ def model_numbers(text: str) -> tuple[str, ...]:
 
     for match in _ANNOUNCED.finditer(text):
         first = match.group("code")
-        if not _announced_code(first) or not _announces(match.group("word"), first):
+        if not _announced_code(first) or not _announces(match.group("word"), first, match.group("sep")):
             continue
         add(first, match.start("code"))
         # A list after the word ("Model 737-8 and 737-9") continues with codes of the same family:
