@@ -170,13 +170,15 @@ def server() -> Iterator[TestServer]:
     instance.server_close()
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: while sync_playwright is open its event loop counts as running in this
+# thread, and any test run after it that calls asyncio.run (the answer tests do) would fail.
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     with sync_playwright() as instance:
         yield instance
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     if not CHROMIUM.is_file():
         pytest.skip(f"{CHROMIUM} not found: `make browser` installs Debian's chromium (as root)")
