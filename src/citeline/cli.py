@@ -985,8 +985,10 @@ def backup(
     """Write the namespace (documents and their versions, vectors, keywords, conversations, API keys,
     stored originals) into one file, consistent while citeline keeps serving."""
     from citeline.store.backup import backup as write_backup
+    from citeline.store.backup import exit_on_sigterm
 
-    result = _guard(lambda: write_backup(_settings(ctx), file))
+    with exit_on_sigterm():
+        result = _guard(lambda: write_backup(_settings(ctx), file))
     manifest = result.manifest
     if as_json:
         _print_json({"path": str(result.path), "bytes": result.bytes, **asdict(manifest)})
@@ -1011,12 +1013,21 @@ def restore(
 ) -> None:
     """Restore a backup into the namespace (--namespace), which must be empty: in a new data directory
     or database, under the backup's namespace name or another where the backup's own is free."""
+    from citeline.store.backup import exit_on_sigterm
     from citeline.store.backup import restore as read_backup
 
-    result = _guard(lambda: read_backup(_settings(ctx), file))
+    with exit_on_sigterm():
+        result = _guard(lambda: read_backup(_settings(ctx), file))
     manifest = result.manifest
     if as_json:
-        _print_json({"path": str(result.path), "restored_into": result.namespace, **asdict(manifest)})
+        _print_json(
+            {
+                "path": str(result.path),
+                "restored_into": result.namespace,
+                "files_added": result.files_added,
+                **asdict(manifest),
+            }
+        )
         return
     console.print(
         f"restored {escape(str(result.path))} (namespace {manifest.namespace}, {manifest.created_at}, "

@@ -4,11 +4,16 @@ PostgreSQL), under its own name or another, and refused wherever it would overwr
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import json
+import os
+import signal
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -22,7 +27,8 @@ from citeline.errors import ConflictError, InvalidRequestError, NotFoundError, S
 from citeline.ingest import IngestOptions
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
-from citeline.store.backup import MANIFEST, backup, read_manifest, restore
+from citeline.store import backup as backup_module
+from citeline.store.backup import MANIFEST, backup, exit_on_sigterm, read_manifest, restore
 from citeline.store.database import schema_name
 from tests.conftest import own_data_dir, write
 
@@ -154,9 +160,13 @@ def test_what_is_not_a_backup_is_refused_before_anything_changes(
         restore(elsewhere, write(tmp_path / "notes.tar", "just text"))
     made = backup(stocked.settings, tmp_path / "plant.tar")
 
-    def rewritten(name: str, manifest: dict[str, object] | None, dump: bytes | None) -> Path:
+    def rewritten(
+        name: str, manifest: dict[str, object] | None, dump: bytes | None, extra: str | None = None
+    ) -> Path:
         path = tmp_path / name
         with tarfile.open(made.path) as src, tarfile.open(path, "w") as out:
+            if extra is not None:
+                out.addfile(tarfile.TarInfo(extra), io.BytesIO())
             for member in src.getmembers():
                 data = src.extractfile(member)
                 if member.name == MANIFEST and manifest is not None:
@@ -179,6 +189,25 @@ def test_what_is_not_a_backup_is_refused_before_anything_changes(
         restore(elsewhere, rewritten("future.tar", {**manifest, "revision": "9999"}, None))
     with pytest.raises(StoreError, match=r"cannot restore .*broken\.tar: pg_restore failed"):
         restore(elsewhere, rewritten("broken.tar", None, b"PGDMP but not really"))
+    # A hand-edited manifest: its values are checked before the restore acts on any of them.
+    incomplete = {k: v for k, v in manifest.items() if k not in ("revision", "chunks")}
+    with pytest.raises(InvalidRequestError, match=r"incomplete \(no revision, chunks\)"):
+        restore(elsewhere, rewritten("incomplete.tar", incomplete, None))
+    with pytest.raises(InvalidRequestError, match="malformed files_dir, documents"):
+        restore(elsewhere, rewritten("typed.tar", {**manifest, "documents": "2", "files_dir": 7}, None))
+    with pytest.raises(InvalidRequestError, match="names namespace 'x\"; DROP SCHEMA"):
+        restore(elsewhere, rewritten("named.tar", {**manifest, "namespace": 'x"; DROP SCHEMA public'}, None))
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"edited: its citeline-backup\.json names the schema citeline_other, its database\.dump holds",
+    ):
+        restore(elsewhere, rewritten("renamed.tar", {**manifest, "namespace": "other"}, None))
+    with pytest.raises(InvalidRequestError, match=r"refusing 'files/\.\./\.\./x', outside the folder"):
+        restore(elsewhere, rewritten("escape.tar", None, None, extra="files/../../x"))
+    folder = tmp_path / "backups.tar"
+    folder.mkdir()
+    with pytest.raises(InvalidRequestError, match=r"backups\.tar is a folder, not a backup file"):
+        restore(elsewhere, folder)
     # Nothing was restored by any of them, and the folder of originals is untouched.
     with Citeline(elsewhere) as empty:
         assert empty.documents() == [] and not any(empty.files_dir.rglob("*"))
@@ -213,3 +242,73 @@ def test_the_cli_backs_up_and_restores_and_says_what_it_moved(settings: Settings
     finally:
         with Citeline(settings) as cl, cl.engine.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(ns)}" CASCADE'))
+
+
+def test_a_restore_that_fails_writing_the_originals_leaves_the_namespace_empty(
+    stocked: Citeline, elsewhere: Settings, tmp_path: Path
+) -> None:
+    made = backup(stocked.settings, tmp_path / "plant.tar")
+    # Where the folder of originals should be, a file: no original can be written.
+    blocker = write(elsewhere.data_dir / "files", "not a folder")
+    with pytest.raises(StoreError, match=r"cannot restore .*plant\.tar: cannot write .*/files/"):
+        restore(elsewhere, made.path)
+    with Citeline(elsewhere) as empty:
+        assert empty.documents() == [] and empty.api_keys() == [] and conversations(empty) == []
+    # So the same file restores once the cause is gone (a non-empty namespace would be refused).
+    blocker.unlink()
+    assert restore(elsewhere, made.path).files_added == 2
+    with Citeline(elsewhere) as copy:
+        assert _view(copy) == _view(stocked)
+
+
+def test_a_restore_stopped_by_sigterm_leaves_nothing_behind(
+    stocked: Citeline, elsewhere: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = backup(stocked.settings, tmp_path / "plant.tar")
+    files = backup_module._restore_files
+
+    def stopped_midway(*args: Any) -> None:
+        files(*args)  # the originals are written, the namespace restored: then the service stops
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)
+
+    monkeypatch.setattr(backup_module, "_restore_files", stopped_midway)
+    with pytest.raises(SystemExit) as stop, exit_on_sigterm():
+        restore(elsewhere, made.path)
+    assert stop.value.code == 128 + signal.SIGTERM
+    with Citeline(elsewhere) as empty:
+        assert empty.documents() == [] and not any(p.is_file() for p in empty.files_dir.rglob("*"))
+
+
+def test_a_backup_stopped_by_sigterm_leaves_no_file_behind(
+    stocked: Citeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def stopped_midway(*args: Any) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)
+
+    monkeypatch.setattr(backup_module, "_add_files", stopped_midway)
+    with pytest.raises(SystemExit), exit_on_sigterm():
+        backup(stocked.settings, tmp_path / "plant.tar")
+    # Neither the backup nor its dump, half written next to it.
+    assert list(tmp_path.iterdir()) == [tmp_path / "src"]
+
+
+def test_a_backup_that_cannot_write_its_file_says_so(stocked: Citeline, tmp_path: Path) -> None:
+    # /proc takes no new files, whoever asks (root as well).
+    with pytest.raises(StoreError, match=r"cannot write /proc/plant\.tar: "):
+        backup(stocked.settings, Path("/proc/plant.tar"))
+
+
+def test_a_backup_goes_where_hard_links_are_not_made(
+    stocked: Citeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_links(source: str, target: Path) -> None:  # as on a FAT drive or an SMB share
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    made = backup(stocked.settings, tmp_path / "plant.tar")
+    assert read_manifest(made.path) == made.manifest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plant.tar", "src"]
+    with pytest.raises(ConflictError, match="already exists"):
+        backup(stocked.settings, tmp_path / "plant.tar")

