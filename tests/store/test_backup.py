@@ -161,7 +161,11 @@ def test_what_is_not_a_backup_is_refused_before_anything_changes(
     made = backup(stocked.settings, tmp_path / "plant.tar")
 
     def rewritten(
-        name: str, manifest: dict[str, object] | None, dump: bytes | None, extra: str | None = None
+        name: str,
+        manifest: dict[str, object] | None,
+        dump: bytes | None,
+        extra: str | None = None,
+        damaged: bool = False,
     ) -> Path:
         path = tmp_path / name
         with tarfile.open(made.path) as src, tarfile.open(path, "w") as out:
@@ -173,6 +177,8 @@ def test_what_is_not_a_backup_is_refused_before_anything_changes(
                     payload = json.dumps(manifest).encode()
                 elif member.name == "database.dump" and dump is not None:
                     payload = dump
+                elif member.name.startswith("files/") and damaged and data is not None:
+                    payload = data.read()[:-1] + b"!"  # one byte changed since it was stored
                 else:
                     out.addfile(member, data)
                     continue
@@ -204,6 +210,9 @@ def test_what_is_not_a_backup_is_refused_before_anything_changes(
         restore(elsewhere, rewritten("renamed.tar", {**manifest, "namespace": "other"}, None))
     with pytest.raises(InvalidRequestError, match=r"refusing 'files/\.\./\.\./x', outside the folder"):
         restore(elsewhere, rewritten("escape.tar", None, None, extra="files/../../x"))
+    # An original whose bytes no longer hash to its name: refused, and the restored database undone.
+    with pytest.raises(InvalidRequestError, match=r"damaged: files/.* does not hold the bytes its name is"):
+        restore(elsewhere, rewritten("flipped.tar", None, None, damaged=True))
     folder = tmp_path / "backups.tar"
     folder.mkdir()
     with pytest.raises(InvalidRequestError, match=r"backups\.tar is a folder, not a backup file"):

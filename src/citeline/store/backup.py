@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import hashlib
 import json
 import os
 import re
@@ -60,6 +61,8 @@ MANIFEST = "citeline-backup.json"
 DUMP = "database.dump"
 FORMAT = 1
 _FILES = PurePosixPath("files")
+# Stored originals are named by the sha256 of their bytes (jobs/submit.py, ingest.py).
+_HASH_NAME = re.compile(r"[0-9a-f]{64}")
 # pg_dump or pg_restore still running after this long is stuck, not slow.
 _TOOL_TIMEOUT_S = 6 * 3600
 
@@ -564,7 +567,8 @@ def _restore_files(
     added: list[Path],
 ) -> None:
     """Write ``originals`` into ``files_dir``, appending each written to ``added``; an original already
-    there (their names are their content hashes) is kept."""
+    there (their names are their content hashes) is kept. An original whose bytes do not hash to its
+    name was damaged since it was stored: refused, as a damaged dump is."""
     for member, relative in originals:
         path = files_dir.joinpath(*relative)
         if path.exists():
@@ -574,8 +578,16 @@ def _restore_files(
             path.parent.mkdir(parents=True, exist_ok=True)
             handle = tar.extractfile(member)
             assert handle is not None  # a regular file, as _originals kept
+            digest = hashlib.sha256()
             with handle, open(partial, "wb") as out:
-                shutil.copyfileobj(handle, out)
+                while block := handle.read(1 << 20):
+                    digest.update(block)
+                    out.write(block)
+            expected = path.name.split(".", 1)[0]
+            if _HASH_NAME.fullmatch(expected) and digest.hexdigest() != expected:
+                raise InvalidRequestError(
+                    f"{source} is damaged: {member.name} does not hold the bytes its name is the hash of"
+                )
             partial.replace(path)
             added.append(path)
         except tarfile.TarError as exc:
@@ -585,6 +597,9 @@ def _restore_files(
         finally:
             with contextlib.suppress(OSError):  # gone once in place, or never made
                 partial.unlink()
+            if not path.exists():
+                with contextlib.suppress(OSError):  # the folder made for it, if it stayed empty
+                    path.parent.rmdir()
 
 
 # -- the data directory ----------------------------------------------------------------------------
