@@ -100,11 +100,13 @@ def test_claims_and_yes_no_questions_put_a_claim_and_open_questions_do_not() -> 
 @pytest.mark.parametrize(
     ("asked", "claim"),
     [
-        # A follow-up as the conversation searches it: the question, then terms borrowed from before.
-        ("And what error code should I check? (pump page say priming)", None),
+        # A follow-up's opening word does not change what it asks or claims.
+        ("And what error code should I check?", None),
         ("So how often is it serviced?", None),
-        ("Does it lower blood pressure? (aspirin trial)", "Does it lower blood pressure?"),
-        ("Is it true that it lowers blood pressure? (aspirin)", "it lowers blood pressure"),
+        ("And does it lower blood pressure?", "does it lower blood pressure?"),
+        ("Is it true that it lowers blood pressure?", "it lowers blood pressure"),
+        # A claim's own closing parenthesis is part of it.
+        ("Vitamin D prevents fractures (over 70)", "Vitamin D prevents fractures (over 70)"),
         # Requests ask for something; they claim nothing.
         ("Please list the side effects", None),
         ("List the side effects of aspirin.", None),
@@ -117,16 +119,15 @@ def test_claims_and_yes_no_questions_put_a_claim_and_open_questions_do_not() -> 
         ("In which ward is the infusion pump serviced", None),
         ("In diabetes, metformin lowers HbA1c.", "In diabetes, metformin lowers HbA1c."),
         ("And", None),
-        # A keyword search claims nothing, nor does one in a follow-up with its borrowed terms ...
+        # A keyword search claims nothing ...
         ("nuts", None),
         ("elastic stop nut", None),
-        ("nuts (two general types self-locking nuts)", None),
-        # ... but a short statement with its full stop does, and a follow-up statement is judged as said.
+        ("and the XR300", None),
+        # ... but a short statement with its full stop does.
         ("DUSP4 increases apoptosis.", "DUSP4 increases apoptosis."),
-        ("It runs at 1.2 bar. (boiler pressure)", "It runs at 1.2 bar."),
     ],
 )
-def test_a_follow_ups_borrowed_terms_and_opening_words_do_not_change_what_it_claims(
+def test_a_follow_ups_opening_words_do_not_change_what_it_claims_and_keyword_searches_claim_nothing(
     asked: str, claim: str | None
 ) -> None:
     assert claim_of(asked) == claim

@@ -259,6 +259,22 @@ def test_the_setting_decides_whether_the_model_rewrites_follow_ups(manual: Citel
     assert session.last_rewrite == Rewrite(expected, "heuristic", fell_back=mode == "llm")
 
 
+def test_a_follow_up_claim_is_judged_in_the_user_s_words_not_with_the_search_s_borrowed_terms(
+    manual: Citeline,
+) -> None:
+    session = ChatSession.start(manual, llm=None, persona="repair")
+    complete(ask(session, "How do I prime the centrifugal pump?"))
+    said = "A pump that runs dry damages its mechanical seal (within seconds)"
+
+    done = complete(ask(session, said))
+
+    rewritten = session.last_rewrite
+    assert rewritten is not None and rewritten.method == "heuristic" and rewritten.query != said
+    # The search borrowed terms from the first turn; the claim judged is what the user said, its own
+    # closing parenthesis included.
+    assert done.claim == said
+
+
 def test_a_question_the_documents_do_not_touch_is_not_answered_and_reaches_no_model(
     manual: Citeline,
 ) -> None:

@@ -104,6 +104,7 @@ async def answer_stream(
     max_evidence_tokens: int | None = None,
     min_similarity: float = 0.0,
     judge: StanceJudge | None = None,
+    claim_text: str | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Answer ``question`` from ``evidence`` (retrieved hits, best first), as a stream of events.
 
@@ -115,6 +116,8 @@ async def answer_stream(
     Evidence that fails :func:`~citeline.answer.relevance.answerable` at ``min_similarity`` counts as
     none: the answer says the documents hold no evidence, and no model is called.
 
+    ``claim_text`` is what the claim is read from when it is not ``question`` itself: a conversation
+    searches a follow-up with terms borrowed from earlier turns, but judges the claim the user made.
     A question that puts a claim (:func:`~citeline.answer.stance.claim_of`) is assessed by ``judge``
     (default: the packaged NLI classifier, whichever ``llm`` writes): the answer opens with the verdict
     and every citation carries its passage's stance (see :mod:`citeline.answer.stance`); the model
@@ -143,7 +146,9 @@ async def answer_stream(
             persona=persona,
             max_evidence_tokens=max_evidence_tokens,
         )
-        assessment = await _assess(question, prepared.prompt, judge or default_judge(), cache)
+        assessment = await _assess(
+            question if claim_text is None else claim_text, prepared.prompt, judge or default_judge(), cache
+        )
         if llm is not None and assessment is not None:
             prepared = await _for_claim(question, prepared, assessment, cache, max_evidence_tokens)
     except CitelineError as exc:

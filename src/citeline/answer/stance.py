@@ -81,8 +81,6 @@ _REQUEST = re.compile(
     re.IGNORECASE,
 )
 _LEADING_CONJUNCTION = re.compile(r"^(?:and|but|so|then|also|okay|ok|well)(?:[\s,]+|$)", re.IGNORECASE)
-# What the heuristic rewrite appends to a follow-up, after a question, a statement or a keyword search.
-_BORROWED_TERMS = re.compile(r"(?:(?<=[.?!])|\s)\s*\([^()]*\)\s*$")
 _SENTENCE_END = re.compile(r"[.!][\"'\u201d\u2019)]*$")
 MIN_STATEMENT_WORDS = 4
 """A statement without a closing full stop shorter than this is a keyword search ("elastic stop nut",
@@ -97,10 +95,10 @@ def claim_of(question: str) -> str | None:
     keyword searches (``elastic stop nut``: fewer than :data:`MIN_STATEMENT_WORDS` words and no full
     stop) put none.
     """
-    # A follow-up's search query is its question with borrowed terms after it ("...? (pump priming)",
-    # chat.rewrite), and a follow-up often opens with "And" or "So": neither changes what is asked.
-    text = _BORROWED_TERMS.sub("", question.strip())
-    text = _LEADING_CONJUNCTION.sub("", text, count=1).strip()
+    # A follow-up often opens with "And" or "So", which does not change what is asked. (The terms a
+    # conversation's search borrows from earlier turns never get here: it judges the user's own words,
+    # answer_stream's claim_text, so a claim's own closing "(in mice)" is kept.)
+    text = _LEADING_CONJUNCTION.sub("", question.strip(), count=1).strip()
     if not text:
         return None
     template = _CLAIM_TEMPLATE.match(text)

@@ -161,6 +161,9 @@ class ChatSession:
             options=self.options,
             max_evidence_tokens=self.cl.settings.answer_evidence_tokens or None,
             min_similarity=self.cl.settings.answer_min_similarity,
+            # The heuristic rewrite only appends terms for the search; the claim is the user's own. A
+            # model's rewrite resolves what the follow-up refers to, so its query is the claim.
+            claim_text=None if self.last_rewrite.method == "llm" else question,
         ):
             if isinstance(event, Complete):
                 cited = _cited_in_number_order(event, numbering, numbered_before)
