@@ -96,6 +96,30 @@ def test_reingest_with_a_new_model_migrates_checks_and_switches_only_when_told(k
     assert "serves     onnx:paraphrase-MiniLM-L3-v2" in out and "no migration under way" in out
 
 
+def test_reingest_of_named_documents_builds_only_them_and_a_dry_run_lists_only_what_is_missing(
+    kb: Settings,
+) -> None:
+    with Citeline(kb) as cl:
+        valves = next(d for d in cl.documents() if d.name == "valves.md")
+    code, out, err = run(kb, "reingest", "--document-id", str(valves.id)[:8], CITELINE_EMBEDDING_MODEL=L3)
+    # Built as asked; nothing failed, so no exit code 65, and no switch with eleven documents missing.
+    assert code == 0, err
+    assert "1 document queued" in out and "failed" not in err
+    assert "not switched: 11 documents have no version embedded by onnx:paraphrase-MiniLM-L3-v2" in err
+    code, out, err = run(kb, "migrate", "--json", CITELINE_EMBEDDING_MODEL=L3)
+    assert (json.loads(out)["migration"]["done"], json.loads(out)["migration"]["total"]) == (1, 12)
+
+    # What the resumed migration would build: the eleven, not valves.md again.
+    code, out, err = run(kb, "reingest", "--dry-run", CITELINE_EMBEDDING_MODEL=L3)
+    assert code == 0 and "11 documents to migrate" in err and "valves.md" not in out
+    # A dry run refuses what the run would refuse: a migration to another model is under way.
+    code, _, err = run(kb, "reingest", "--dry-run", CITELINE_EMBEDDING_MODEL="onnx:does-not-matter")
+    assert code == 3 and "is under way" in err
+    # --status and --cleanup choose what a plain re-ingest rebuilds; a migration takes every document.
+    code, _, err = run(kb, "reingest", "--status", "failed", CITELINE_EMBEDDING_MODEL=L3)
+    assert code == 2 and "do not apply to a change of embedding model" in err
+
+
 def test_migrate_abort_discards_the_new_versions(kb: Settings) -> None:
     strict = {"CITELINE_EMBEDDING_MODEL": L3, "CITELINE_MIGRATION_MIN_OVERLAP": "1.0"}
     assert run(kb, "reingest", **strict)[0] == 1

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from citeline import engine as engine_module
 from citeline.engine import Citeline
 from citeline.errors import ConflictError
+from citeline.eval.migration import overlap_check
 from citeline.ingest import Outcome
 from citeline.jobs.submit import Upload
 from citeline.settings import Settings
@@ -196,6 +198,41 @@ def test_abort_discards_the_staged_versions_and_the_namespace_keeps_its_model(
         assert set(conn.execute(sa.text("SELECT DISTINCT embedding_model FROM chunks")).scalars()) == {L6}
         assert conn.execute(sa.text("SELECT count(*) FROM documents")).scalar_one() == 6
     assert old.search("relief valve")[0].document_name == "valves.md"
+
+
+@pytest.mark.parametrize("ending", ["switch", "abort"])
+def test_a_check_that_another_process_overtook_says_how_the_migration_ended(
+    old: Citeline, settings: Settings, monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    with configured(settings, L3) as new:
+        new.start_jobs()
+        new.start_migration()
+        wait_built(new)
+        real_check = overlap_check
+
+        overtook: list[str] = []
+
+        def overtaken(*args: object, **kwargs: object) -> object:
+            # Another process (a `citeline reingest` still waiting, say) ends the migration first.
+            if not overtook:
+                overtook.append(ending)
+                if ending == "switch":
+                    assert old.switch_model(force=True)[1]
+                else:
+                    old.abort_migration()
+            return real_check(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(engine_module, "overlap_check", overtaken)
+        served = L3 if ending == "switch" else L6
+        # Not "did not pass, searches keep the old model" over a space that vanished under the check.
+        message = rf"was {ending}\w* \(the namespace \w*\s?serves {served}\) by another process"
+        with pytest.raises(ConflictError, match=message):
+            new.switch_model()
+        assert new.served_model(refresh=True) == served and new.migration(max_age=0.0) is None
+    with old.engine.connect() as conn:
+        # The check overtaken is not kept as the last check of a migration that has ended.
+        kept = conn.execute(sa.text("SELECT check_result FROM model_migrations")).scalar_one()
+        assert kept is None or kept["passed"] is True
 
 
 def test_a_migration_resumes_after_a_restart(old: Citeline, settings: Settings) -> None:

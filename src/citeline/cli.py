@@ -640,6 +640,13 @@ def reingest(
     """
     with _citeline(ctx, **({"job_runner": "thread"} if sync else {})) as cl:
         if cl.served_model(refresh=True) != cl.settings.embedding_model:
+            if status != Status.COMPLETED or cleanup:
+                err.print(
+                    "[red]error:[/red] --status and --cleanup do not apply to a change of embedding model "
+                    f"(CITELINE_EMBEDDING_MODEL {cl.settings.embedding_model} is not the model this "
+                    f"namespace serves, {cl.served_model()}): every active document is migrated"
+                )
+                raise typer.Exit(2)
             _migrate_by_reingest(cl, dry_run, document_id, check_with, force)
             return
         docs = cl.reingest_candidates(status=status.value, document_ids=document_id)
@@ -752,20 +759,22 @@ def _migrate_by_reingest(
 ) -> None:
     """``citeline reingest`` when the configured model is not the one the namespace serves."""
     served, target = cl.served_model(), cl.settings.embedding_model
+    ids = [cl.document(ref).id for ref in document_ids]
     if dry_run:
-        docs = cl.reingest_candidates(status="completed", document_ids=document_ids)
+        # What the real run would queue: a resumed migration builds only what is missing.
+        docs = _guard(lambda: cl.migration_plan(document_ids=ids))
         for doc in docs:
             console.print(f"would embed {str(doc.id)[:8]} {doc.name} (v{doc.version}) with {target}")
-        err.print(f"{len(docs)} documents to migrate from {served} to {target} (dry run)")
+        plural = "s" if len(docs) != 1 else ""
+        err.print(f"{len(docs)} document{plural} to migrate from {served} to {target} (dry run)")
         return
-    ids = [cl.document(ref).id for ref in document_ids]
     here = cl.settings.job_runner == "thread"
-    if here:
-        cl.start_jobs()
     migration, queued = _guard(lambda: cl.start_migration(document_ids=ids))
+    if here:  # once the new model has loaded: a runner started before would log its failure to load
+        cl.start_jobs()
     console.print(
-        f"migrating from {migration.source_model} to {migration.target_model}: {len(queued)} documents "
-        "queued; searches keep the old model until the switch",
+        f"migrating from {migration.source_model} to {migration.target_model}: {len(queued)} "
+        f"document{'s' if len(queued) != 1 else ''} queued; searches keep the old model until the switch",
         highlight=False,
     )
     if not here:
@@ -774,14 +783,28 @@ def _migrate_by_reingest(
     while (status := cl.migration(max_age=0.0)) is not None and status.progress.building:
         err.print(_migration_line(status), highlight=False)
         time.sleep(2.0)
-    if status is None:
+    if status is None:  # another process ended it
+        if cl.served_model(refresh=True) == target:
+            console.print(f"switched by another process: the namespace now serves {target}", highlight=False)
+            return
         err.print("[red]the migration was aborted meanwhile[/red]")
         raise typer.Exit(1)
     if status.progress.done < status.progress.total:
         err.print(_migration_line(status), highlight=False)
-        for doc in cl.migration_failures():
+        failures = cl.migration_failures()
+        for doc in failures:
             err.print(f"[red]failed[/red]     {escape(doc.name)}: {escape(doc.error or '')}")
-        raise typer.Exit(65)
+        if failures:
+            raise typer.Exit(65)
+        # Only the documents named were asked for (or some were added meanwhile): nothing failed.
+        missing = status.progress.total - status.progress.done
+        err.print(
+            f"not switched: {missing} document{'s have' if missing != 1 else ' has'} no version embedded "
+            f"by {target} yet; citeline reingest (without --document-id) builds them, then switches"
+        )
+        if not document_ids:
+            raise typer.Exit(1)
+        return
     if not _guard(lambda: _check_and_switch(cl, check_with, force)):
         raise typer.Exit(1)
 

@@ -842,7 +842,7 @@ class Citeline:
         self.embedder  # noqa: B018  (a model that cannot be loaded fails here, not in every job)
         with self.engine.begin() as conn:
             migration = model_migration.start(conn, target)
-            docs = model_migration.without_twin(conn, migration)
+            docs = model_migration.without_twin(conn, target)
             if document_ids:
                 docs = [d for d in docs if d.id in set(document_ids)]
             queued = model_migration.queue_twins(
@@ -851,6 +851,19 @@ class Citeline:
         self._migration_seen = (-1.0, None)
         self.jobs.notify([d.version_id for d in queued])
         return migration, queued
+
+    def migration_plan(
+        self, *, document_ids: Sequence[uuid.UUID] = (), access: Access = FULL_ACCESS
+    ) -> list[DocumentInfo]:
+        """What :meth:`start_migration` would queue now, changing nothing (a dry run): the active
+        documents (only ``document_ids``, if given) with no version embedded by the configured model
+        staged or being built. Raises as :meth:`start_migration` would."""
+        _require_admin(access, "change the embedding model")
+        target = self.settings.embedding_model
+        with self.engine.connect() as conn:
+            model_migration.refuse_start(conn, target)
+            docs = model_migration.without_twin(conn, target)
+        return [d for d in docs if not document_ids or d.id in set(document_ids)]
 
     def migration_failures(self, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
         """The documents whose version embedded by the migration's model failed, with the reason."""
@@ -864,9 +877,13 @@ class Citeline:
         ``gold`` (a BEIR folder or a JSONL file of questions), nDCG@10 of old and new; without, the
         overlap of their top-10 on the namespace's own chunks. The result is kept with the migration.
 
-        Raises :class:`ConflictError` when no migration runs or some document's twin is not built yet.
+        Raises :class:`ConflictError` when no migration runs, when some document's twin is not built
+        yet, or when another process switched or aborted the migration while the check ran.
         """
         _require_admin(access, "check the embedding-model migration")
+        return self._check_migration(gold)[1]
+
+    def _check_migration(self, gold: Path | None) -> tuple[MigrationInfo, CheckResult]:
         questions = load_gold(gold) if gold is not None else None
         with self.engine.connect() as conn:
             status = model_migration.status(conn)
@@ -883,15 +900,21 @@ class Citeline:
             staged = model_migration.staged_versions(conn, migration)
         old = Space(migration.source_model, self.embedder_for(migration.source_model), active)
         new = Space(migration.target_model, self.embedder_for(migration.target_model), staged)
-        if questions is not None:
-            result = gold_check(
-                self.engine, self.vector_index, old, new, questions, self.settings, source=str(gold)
-            )
-        else:
-            result = overlap_check(self.engine, self.vector_index, old, new, self.settings)
+        try:
+            if questions is not None:
+                result = gold_check(
+                    self.engine, self.vector_index, old, new, questions, self.settings, source=str(gold)
+                )
+            else:
+                result = overlap_check(self.engine, self.vector_index, old, new, self.settings)
+        except InvalidRequestError:
+            # A switch elsewhere deletes the old space under the check ("no chunk to sample"): say that.
+            with self.engine.connect() as conn:
+                model_migration.still_running(conn, migration)
+            raise
         with self.engine.begin() as conn:
             model_migration.record_check(conn, migration, result.as_dict())
-        return result
+        return migration, result
 
     def switch_model(
         self, *, gold: Path | None = None, force: bool = False, access: Access = FULL_ACCESS
@@ -901,13 +924,11 @@ class Citeline:
         queries are embedded by the new model from the commit on. Returns the check's result and
         whether the switch happened."""
         _require_admin(access, "switch the embedding model")
-        result = self.check_migration(gold)
+        # The migration the check measured is the one switched: another process may end it meanwhile.
+        migration, result = self._check_migration(gold)
         if not result.passed and not force:
             return result, False
         with self.engine.begin() as conn:
-            migration = model_migration.running(conn)
-            if migration is None:
-                raise ConflictError("the migration was aborted meanwhile")
             retired = model_migration.switch(conn, migration, forced=not result.passed)
         self.remove_vectors(retired)
         self.served_model(refresh=True)

@@ -90,13 +90,9 @@ def latest(conn: sa.Connection) -> MigrationInfo | None:
     return _info(row) if row else None
 
 
-def start(conn: sa.Connection, target: str) -> MigrationInfo:
-    """Start moving the namespace to ``target``, or return the migration to it already running.
-
-    Raises :class:`InvalidRequestError` when the namespace already serves ``target`` or holds no
-    document (an empty namespace takes the configured model as it is), and :class:`ConflictError`
-    when a migration to another model runs.
-    """
+def refuse_start(conn: sa.Connection, target: str) -> MigrationInfo | None:
+    """Whether :func:`start` may move the namespace to ``target``, changing nothing: the migration to it
+    already running, else None (start begins one); raises as :func:`start` does."""
     current = running(conn)
     if current is not None:
         if current.target_model == target:
@@ -113,11 +109,42 @@ def start(conn: sa.Connection, target: str) -> MigrationInfo:
             "this namespace holds no document: new documents are embedded by "
             f"{target} directly, no migration needed"
         )
+    return None
+
+
+def still_running(conn: sa.Connection, migration: MigrationInfo) -> None:
+    """Raise :class:`ConflictError`, saying how it ended, when another process switched or aborted
+    ``migration`` meanwhile: what was read about it (a quality check, say) no longer holds."""
+    status = conn.execute(
+        sa.text("SELECT status FROM model_migrations WHERE id = :id"), {"id": migration.id}
+    ).scalar_one_or_none()
+    if status == "running":
+        return
+    how = {
+        "switched": f"switched (the namespace now serves {migration.target_model})",
+        "aborted": f"aborted (the namespace still serves {migration.source_model})",
+    }.get(str(status), "ended")
+    raise ConflictError(
+        f"the migration from {migration.source_model} to {migration.target_model} was {how} by another "
+        "process meanwhile; see citeline migrate"
+    )
+
+
+def start(conn: sa.Connection, target: str) -> MigrationInfo:
+    """Start moving the namespace to ``target``, or return the migration to it already running.
+
+    Raises :class:`InvalidRequestError` when the namespace already serves ``target`` or holds no
+    document (an empty namespace takes the configured model as it is), and :class:`ConflictError`
+    when a migration to another model runs.
+    """
+    current = refuse_start(conn, target)
+    if current is not None:
+        return current
     row = conn.execute(
         sa.text(
             f"INSERT INTO model_migrations (source_model, target_model) VALUES (:s, :t) RETURNING {_COLUMNS}"
         ),
-        {"s": served, "t": target},
+        {"s": catalog.served_model(conn), "t": target},
     ).one()
     return _info(row)
 
@@ -153,18 +180,16 @@ def progress(conn: sa.Connection, migration: MigrationInfo) -> Progress:
     return Progress(total=int(row[0]), done=int(row[1]), failed=int(row[2]), building=int(row[3]))
 
 
-def without_twin(
-    conn: sa.Connection, migration: MigrationInfo, *, staged_only: bool = False
-) -> list[DocumentInfo]:
-    """Active documents with no twin staged or in the works (none yet, or the last one failed);
-    ``staged_only``: with no staged twin."""
+def without_twin(conn: sa.Connection, target: str, *, staged_only: bool = False) -> list[DocumentInfo]:
+    """Active documents with no twin embedded by ``target`` staged or in the works (none yet, or the
+    last one failed); ``staged_only``: with no staged twin."""
     live = [Status.STAGED.value] if staged_only else [Status.STAGED.value, *_UNFINISHED]
     rows = conn.execute(
         sa.text(
             f"SELECT a.document_id FROM documents a WHERE a.is_active AND NOT {_TWIN.format(name='live')} "
             "ORDER BY a.name, a.document_id"
         ),
-        {"m": migration.target_model, "live": live},
+        {"m": target, "live": live},
     ).scalars()
     return [catalog.get_document(conn, doc_id) for doc_id in rows]
 
@@ -223,7 +248,11 @@ def staged_versions(conn: sa.Connection, migration: MigrationInfo) -> list[Docum
 
 
 def record_check(conn: sa.Connection, migration: MigrationInfo, result: dict[str, Any]) -> None:
-    """Keep a quality check's result with the migration (shown by stats and ``citeline migrate``)."""
+    """Keep a quality check's result with the migration (shown by stats and ``citeline migrate``).
+    Raises :class:`ConflictError` when another process switched or aborted it meanwhile: the check
+    then compared spaces that changed under it."""
+    conn.execute(sa.text("SELECT 1 FROM model_migrations WHERE id = :id FOR UPDATE"), {"id": migration.id})
+    still_running(conn, migration)
     conn.execute(
         sa.text("UPDATE model_migrations SET check_result = CAST(:r AS jsonb) WHERE id = :id"),
         {"r": json.dumps(result), "id": migration.id},
@@ -241,9 +270,8 @@ def switch(conn: sa.Connection, migration: MigrationInfo, *, forced: bool) -> li
     being built, or while an active document has no staged twin (the message names them).
     """
     conn.execute(sa.text("LOCK TABLE documents IN EXCLUSIVE MODE"))
-    current = running(conn)
-    if current is None or current.id != migration.id:
-        raise ConflictError(f"the migration to {migration.target_model} is no longer under way")
+    conn.execute(sa.text("SELECT 1 FROM model_migrations WHERE id = :id FOR UPDATE"), {"id": migration.id})
+    still_running(conn, migration)
     busy = int(
         conn.execute(
             sa.text("SELECT count(*) FROM documents WHERE status IN ('queued', 'processing')")
@@ -254,7 +282,7 @@ def switch(conn: sa.Connection, migration: MigrationInfo, *, forced: bool) -> li
             f"{busy} document version{'s are' if busy != 1 else ' is'} queued or being built; switch "
             "once they are finished"
         )
-    missing = without_twin(conn, migration, staged_only=True)
+    missing = without_twin(conn, migration.target_model, staged_only=True)
     if missing:
         names = ", ".join(d.name for d in missing[:5]) + (", ..." if len(missing) > 5 else "")
         raise ConflictError(
