@@ -929,7 +929,7 @@ def refresh(
                 err.print(f"[red]failed[/red]     {name}: {error}")
             elif result.outcome == Outcome.UPDATED:
                 doc = result.document
-                console.print(f"changed    {escape(doc.name)}: v{doc.version}, {doc.vector_count} chunks")
+                console.print(f"updated    {escape(doc.name)}: v{doc.version}, {doc.vector_count} chunks")
             else:
                 console.print(f"{result.outcome!s:<10} {escape(result.document.name)}", highlight=False)
 

@@ -62,3 +62,11 @@ def test_a_spec_without_provider_and_model_is_a_config_error_saying_how_to_write
 def test_out_of_range_numbers_are_config_errors(batch_size: int, threads: int, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         get_embedder(SPEC, batch_size=batch_size, threads=threads)
+
+
+def test_citeline_providers_names_every_packaged_onnx_model() -> None:
+    from citeline.embed.base import EMBEDDERS
+    from citeline.embed.onnx import MODELS
+
+    (onnx,) = [p for p in EMBEDDERS.providers() if p.name == "onnx"]
+    assert all(name in onnx.about for name in MODELS), onnx.about

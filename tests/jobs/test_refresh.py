@@ -132,7 +132,7 @@ def test_a_changed_page_becomes_a_new_version_and_an_unchanged_one_is_a_no_op(
     site.pages["/pumps"] = (200, CHANGED)
     code, out, err = run(namespace, "refresh")
     assert code == 0, err
-    assert "changed    pumps: v2" in out and "1 document: 1 updated" in err
+    assert "updated    pumps: v2" in out and "1 document: 1 updated" in err
     version, text = current(namespace, "pumps")
     assert version == 2 and "quartzite vent screw" in text and "mechanical seal" not in text
     with Citeline(namespace) as cl:
@@ -186,7 +186,7 @@ def test_files_are_read_again_at_their_path_and_only_changed_ones_get_a_version(
 
     code, out, err = run(namespace, "refresh")
     assert code == 0, err
-    assert "changed    valves.md: v2" in out and "unchanged  pumps.md" in out and "fans.md" not in out
+    assert "updated    valves.md: v2" in out and "unchanged  pumps.md" in out and "fans.md" not in out
     assert "8 bar" in current(namespace, "valves.md")[1]
     assert current(namespace, "pumps.md")[0] == 1 and current(namespace, "fans.md")[0] == 1
     assert same.exists()

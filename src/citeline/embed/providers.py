@@ -42,7 +42,10 @@ EMBEDDERS.register(
     Provider(
         "onnx",
         build=_onnx,
-        about="packaged sentence-transformer models run on this machine by onnxruntime",
+        # The packaged models named here, not read from embed/onnx.py: importing it costs every command
+        # a tenth of a second (tests/embed keep the two lists in step).
+        about="packaged sentence-transformer models run on this machine by onnxruntime: all-MiniLM-L6-v2 "
+        "(the default) or paraphrase-MiniLM-L3-v2",
         example="onnx:all-MiniLM-L6-v2",
     )
 )
