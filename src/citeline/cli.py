@@ -1156,13 +1156,16 @@ def eval_command(
     configuration, a paired difference with its interval and p-value.
     With --answers, evaluate answers: citations resolved, gold abstract cited, time to first token.
     """
-    from citeline.eval.beir import check_limit, evaluate, load_beir
+    from citeline.eval.beir import check_limit, evaluate, judgement_warnings, load_beir
     from citeline.eval.configs import parse_configs
     from citeline.eval.report import check_writable, write_per_query, write_report
     from citeline.eval.stats import check_folds, check_shuffles
 
     _guard(partial(check_limit, limit))
     data = _guard(lambda: load_beir(folder, split=split_name))
+    # Reads the whole corpus once, so a malformed line stops the command before the store opens.
+    for note in _guard(lambda: judgement_warnings(data)):
+        err.print(f"warning: {note}", style="yellow", markup=False, highlight=False, soft_wrap=True)
     for path in (per_query, report):
         if path is not None:
             _guard(partial(check_writable, path))

@@ -108,6 +108,10 @@ def test_without_compare_the_summary_is_the_current_settings(settings: Settings,
         (["--compare", "rrf,dense", "--folds", "5"], "--folds 5: only 4 queries to split"),
         (["--compare", "rrf,dense", "--folds", "3", "--limit", "2"], "--folds 3: only 2 queries to split"),
         (["--compare", "rrf,dense", "--folds", "1"], "at least 2 folds"),
+        (
+            ["--compare", "rrf,dense", "--folds", "2", "--limit", "1"],
+            "needs at least 2 queries (one a fold); only 1",
+        ),
         (["--answers", "2", "--folds", "2"], "--answers cannot be combined with --folds"),
         (["--compare", "rrf,dense", "--folds", "2", "--shuffles", "0"], "at least 1 deal"),
         (["--answers", "2", "--shuffles", "5"], "--answers cannot be combined with --shuffles"),
@@ -265,3 +269,63 @@ def test_a_namespace_holding_other_documents_is_refused_and_left_as_it_was(
         app, ["--data-dir", str(settings.data_dir), "--namespace", settings.namespace, "stats", "--json"]
     )
     assert json.loads(stats.stdout)["documents"] == 6
+
+
+def test_a_malformed_corpus_line_stops_the_command_before_the_store_is_touched(
+    settings: Settings, beir_folder: Path
+) -> None:
+    with (beir_folder / "corpus.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write('\n{"_id": "moon", "text": "The moon pulls the tides."\n')
+    code, out, err = _run(settings, str(beir_folder), "--json")
+    assert code == 2 and out == ""
+    assert "corpus.jsonl, line 7: not JSON" in err and "Traceback" not in err
+    stats = runner.invoke(
+        app, ["--data-dir", str(settings.data_dir), "--namespace", settings.namespace, "stats", "--json"]
+    )
+    assert json.loads(stats.stdout)["documents"] == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs a folder no one can create files in")
+def test_a_file_that_cannot_be_created_is_refused_before_any_work(
+    settings: Settings, beir_folder: Path
+) -> None:
+    # /proc exists, so only creating the file tells; even root cannot. Until this was checked, the run
+    # went to its end and lost every result on writing.
+    code, out, err = _run(settings, str(beir_folder), "--per-query", "/proc/per-query.jsonl")
+    assert code == 2 and out == ""
+    assert "cannot write /proc/per-query.jsonl" in err
+    stats = runner.invoke(
+        app, ["--data-dir", str(settings.data_dir), "--namespace", settings.namespace, "stats", "--json"]
+    )
+    assert json.loads(stats.stdout)["documents"] == 0
+
+
+def test_judgements_that_cannot_be_measured_as_meant_are_warned_about_on_standard_error(
+    settings: Settings, tmp_path: Path
+) -> None:
+    folder = write_beir(tmp_path / "gaps", QUERIES, {"q1": "statins", "q2": "retracted", "ghost": "aspirin"})
+    code, out, err = _run(settings, str(folder), "--json")
+    assert code == 0, err
+    assert "warning: judged queries that queries.jsonl does not hold are left out: 1" in err
+    assert "'retracted' for query 'q2'" in err and "their queries cannot reach a recall" in err
+    summary = json.loads(out)
+    assert summary["queries"] == 2 and summary["recall@100"] == 0.5
+
+
+def test_an_entry_removed_from_the_corpus_is_refused_with_how_to_remove_it_from_the_namespace(
+    settings: Settings, beir_folder: Path
+) -> None:
+    code, _, err = _run(settings, str(beir_folder), "--json")
+    assert code == 0, err
+    corpus = beir_folder / "corpus.jsonl"
+    corpus.write_text("\n".join(line for line in corpus.read_text().splitlines() if '"vitd"' not in line))
+    code, _, err = _run(settings, str(beir_folder), "--json")
+    assert code == 2 and f"beir://{settings.namespace}/vitd" in err
+    assert f"citeline --namespace {settings.namespace} docs list" in " ".join(err.split())
+    base = ["--data-dir", str(settings.data_dir), "--namespace", settings.namespace, "docs"]
+    listed = json.loads(runner.invoke(app, [*base, "list", "--json"]).stdout)
+    stale = next(doc["id"] for doc in listed if doc["name"] == "vitd")
+    assert runner.invoke(app, [*base, "delete", stale]).exit_code == 0
+    code, out, err = _run(settings, str(beir_folder), "--json")
+    assert code == 0, err
+    assert json.loads(out)["corpus_unchanged"] == 5

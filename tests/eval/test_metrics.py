@@ -25,6 +25,16 @@ def test_graded_relevance_uses_linear_gain() -> None:
     assert ndcg_at(["a", "b"], {"a": 1, "b": 2}, 10) == pytest.approx(expected)
 
 
+def test_a_document_judged_below_zero_counts_as_not_relevant() -> None:
+    # TREC-style qrels mark harmful or spam documents with -1 or -2: ranking one first must cost what
+    # ranking any irrelevant document costs, not push nDCG below 0.
+    judged = {"a": 1, "spam": -2}
+    assert ndcg_at(["spam", "a"], judged, 10) == pytest.approx(ndcg_at(["x", "a"], judged, 10))
+    assert ndcg_at(["spam", "a"], judged, 10) == pytest.approx(1 / math.log2(3))
+    assert ndcg_at(["spam"], judged, 10) == 0.0
+    assert recall_at(["spam"], judged, 10) == 0.0 and mrr_at(["spam", "a"], judged, 10) == 0.5
+
+
 def test_recall_and_mrr_by_hand() -> None:
     assert recall_at(RANKED, QRELS, 2) == 0.5
     assert recall_at(RANKED, QRELS, 4) == 1.0

@@ -42,7 +42,7 @@ from citeline.eval.stats import (
     paired_comparison,
     repeat_cross_validation,
 )
-from citeline.ingest import IngestOptions, Outcome, Source
+from citeline.ingest import IngestOptions, IngestResult, Outcome, Source
 from citeline.retrieve.search import SearchRequest, Timings
 from citeline.settings import Settings
 from citeline.store import catalog, model_migration
@@ -55,13 +55,151 @@ CHUNK_DEPTH = 300
 
 @dataclass(frozen=True)
 class BeirData:
-    """A BEIR folder, read."""
+    """A BEIR folder, read: its queries and judgements checked line by line, its corpus read on demand."""
 
     folder: Path
     namespace: str
     corpus_path: Path
+    #: The judged queries (those with at least one judgement in the split), by id, in file order.
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
+    #: Query ids the judgements name that ``queries.jsonl`` does not hold, in judgement order.
+    unknown_queries: tuple[str, ...] = ()
+
+    @cached_property
+    def corpus_ids(self) -> tuple[str, ...]:
+        """The corpus entries' ids, in file order, every line checked (see :func:`corpus_entries`);
+        an id given twice is refused, as the second entry would replace the first."""
+        seen: dict[str, int] = {}
+        for n, doc_id, _, _ in corpus_entries(self.corpus_path):
+            if doc_id in seen:
+                raise _bad_line(
+                    self.corpus_path, n, f"the _id {doc_id!r} is given twice (first on line {seen[doc_id]})"
+                )
+            seen[doc_id] = n
+        return tuple(seen)
+
+
+#: The first line of a qrels file may name its columns; BEIR writes this header.
+QRELS_HEADER = "query-id"
+
+
+def _bad_line(path: Path, n: int, reason: str) -> InvalidRequestError:
+    return InvalidRequestError(f"{path}, line {n}: {reason}")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The lines of a UTF-8 file that hold something, numbered from 1, without their line ends (``\\n``
+    or ``\\r\\n``) and without a byte-order mark at the start of the file."""
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise _bad_line(path, n, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+            if line.strip():
+                yield n, line
+
+
+def _objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSON-lines file, one a line, with their line numbers; blank lines skipped."""
+    for n, line in _lines(path):
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise _bad_line(path, n, f"not JSON ({exc.msg}, column {exc.colno})") from exc
+        if not isinstance(item, dict):
+            raise _bad_line(path, n, f"a JSON object is expected, got {type(item).__name__}")
+        yield n, item
+
+
+def _entry_id(path: Path, n: int, item: Mapping[str, Any]) -> str:
+    """The ``_id`` of a line: a string or an integer (``7`` is the id ``"7"`` of the qrels), not empty."""
+    if "_id" not in item:
+        raise _bad_line(path, n, 'no "_id"')
+    value = item["_id"]
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise _bad_line(path, n, f'"_id" must be a string or an integer, got {json.dumps(value)}')
+    if not str(value).strip():
+        raise _bad_line(path, n, '"_id" is empty')
+    return str(value)
+
+
+def _string(path: Path, n: int, item: Mapping[str, Any], key: str, *, required: bool) -> str:
+    """The string under ``key``; one left out or null is empty unless ``required``."""
+    value = item.get(key)
+    if value is None and not required:
+        return ""
+    if key not in item:
+        raise _bad_line(path, n, f'no "{key}"')
+    if not isinstance(value, str):
+        raise _bad_line(path, n, f'"{key}" must be a string, got {json.dumps(value)}')
+    return value
+
+
+def corpus_entries(path: Path) -> Iterator[tuple[int, str, str, str]]:
+    """``(line, id, title, text)`` of every entry of a ``corpus.jsonl``. ``text`` is required (it may be
+    empty), ``title`` may be left out; a line that is not such an entry stops the reading with an error
+    naming the file, the line and what is wrong."""
+    for n, item in _objects(path):
+        doc_id = _entry_id(path, n, item)
+        title = _string(path, n, item, "title", required=False)
+        yield n, doc_id, title, _string(path, n, item, "text", required=True)
+
+
+def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """``query-id -> corpus-id -> score`` from a qrels file: three fields separated by tabs, an integer
+    score, the header line allowed first. A pair judged twice with different scores is refused."""
+    qrels: dict[str, dict[str, int]] = {}
+    first_seen: dict[tuple[str, str], int] = {}
+    for i, (n, line) in enumerate(_lines(path)):
+        if i == 0 and line.split()[0] == QRELS_HEADER:
+            continue
+        parts = [part.strip() for part in line.split("\t")]
+        if len(parts) != 3:
+            words = len(line.split())
+            hint = (
+                "; the fields must be separated by tabs"
+                if words == 3
+                else "; TREC qrels (query 0 document score) need the second column dropped"
+                if words == 4
+                else ""
+            )
+            fields = f"got {len(parts)} field(s){hint}"
+            raise _bad_line(path, n, f"expected query-id, corpus-id and score separated by tabs, {fields}")
+        qid, doc, score_text = parts
+        if not qid or not doc:
+            raise _bad_line(path, n, "the query-id or the corpus-id is empty")
+        try:
+            score = int(score_text)
+        except ValueError:
+            raise _bad_line(path, n, f"the score {score_text!r} is not an integer") from None
+        judged = qrels.setdefault(qid, {})
+        if doc in judged and judged[doc] != score:
+            raise _bad_line(
+                path,
+                n,
+                f"query {qid!r} and document {doc!r} are judged again with another score "
+                f"({score}; {judged[doc]} on line {first_seen[qid, doc]})",
+            )
+        judged[doc] = score
+        first_seen.setdefault((qid, doc), n)
+    return qrels
+
+
+def _read_queries(path: Path) -> dict[str, str]:
+    """Every query of a ``queries.jsonl`` by id, in file order; each needs an id and a text, once."""
+    queries: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for n, item in _objects(path):
+        qid = _entry_id(path, n, item)
+        if qid in lines:
+            raise _bad_line(path, n, f"the _id {qid!r} is given twice (first on line {lines[qid]})")
+        text = _string(path, n, item, "text", required=True)
+        if not text.strip():
+            raise _bad_line(path, n, f'query {qid!r} has an empty "text"')
+        queries[qid], lines[qid] = text, n
+    return queries
 
 
 def _followed(corpus: Path) -> Path:
@@ -70,7 +208,7 @@ def _followed(corpus: Path) -> Path:
     which is how folders of claims share another folder's corpus."""
     if corpus.stat().st_size > 4096:
         return corpus
-    text = corpus.read_text(encoding="utf-8", errors="replace").strip()
+    text = corpus.read_text(encoding="utf-8", errors="replace").removeprefix("\ufeff").strip()
     if not text or "\n" in text or text.startswith("{"):
         return corpus
     target = (corpus.parent / text).resolve()
@@ -80,7 +218,11 @@ def _followed(corpus: Path) -> Path:
 
 
 def load_beir(folder: Path, *, split: str = "test") -> BeirData:
-    """Read queries and qrels; the corpus is streamed later. Errors name the missing file."""
+    """Read and check queries and qrels; the corpus is read later (:attr:`BeirData.corpus_ids`).
+
+    Errors name the missing file, or the file and line that is malformed and why. Only queries with a
+    judgement in ``split`` are kept; a folder where no query has one is refused.
+    """
     corpus = folder / "corpus.jsonl"
     queries_path = folder / "queries.jsonl"
     qrels_path = folder / "qrels" / f"{split}.tsv"
@@ -88,32 +230,52 @@ def load_beir(folder: Path, *, split: str = "test") -> BeirData:
         if not path.is_file():
             raise InvalidRequestError(f"{folder} is not a BEIR folder: {path.name} is missing ({path})")
     corpus = _followed(corpus)
-    qrels: dict[str, dict[str, int]] = {}
-    with qrels_path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh):
-            parts = line.rstrip("\n").split("\t")
-            if n == 0 and parts[0] == "query-id":
-                continue
-            if len(parts) < 3:
-                continue
-            qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
-    queries: dict[str, str] = {}
-    with queries_path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                item = json.loads(line)
-                if str(item["_id"]) in qrels:
-                    queries[str(item["_id"])] = str(item["text"])
+    qrels = _read_qrels(qrels_path)
+    every_query = _read_queries(queries_path)
+    queries = {qid: text for qid, text in every_query.items() if qid in qrels}
+    if not queries:
+        found = (
+            f"its {len(qrels)} judged query id(s) ({', '.join(map(repr, list(qrels)[:3]))}, ...) are not ids "
+            f"of {queries_path}"
+            if qrels
+            else "it holds no judgement"
+        )
+        raise InvalidRequestError(f"no query to run: {qrels_path} judges none of the queries ({found})")
     slug = re.sub(r"[^a-z0-9]+", "_", folder.resolve().name.lower()).strip("_") or "beir"
-    return BeirData(folder, f"eval_{slug}"[:41], corpus, queries, qrels)
+    unknown = tuple(qid for qid in qrels if qid not in every_query)
+    return BeirData(folder, f"eval_{slug}"[:41], corpus, queries, qrels, unknown)
 
 
-def corpus_ids(data: BeirData) -> Iterator[str]:
-    """The corpus entries' ids, in file order."""
-    with data.corpus_path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                yield str(json.loads(line)["_id"])
+def judgement_warnings(data: BeirData) -> list[str]:
+    """What in the judgements will not be measured as the folder's author may expect: judged queries that
+    ``queries.jsonl`` lacks (left out), relevant documents the corpus lacks (no ranking can find them)
+    and queries with no relevant document (they score 0). Reads the corpus, so checks it too."""
+    notes = []
+    if data.unknown_queries:
+        notes.append(
+            f"judged queries that queries.jsonl does not hold are left out: {len(data.unknown_queries)} "
+            f"(for example {data.unknown_queries[0]!r})"
+        )
+    in_corpus = set(data.corpus_ids)
+    absent = [
+        (qid, doc)
+        for qid in data.queries
+        for doc, g in data.qrels[qid].items()
+        if g > 0 and doc not in in_corpus
+    ]
+    if absent:
+        notes.append(
+            f"relevant documents that corpus.jsonl does not hold: {len(absent)} (for example "
+            f"{absent[0][1]!r} for query {absent[0][0]!r}); no ranking finds them, so their queries cannot "
+            "reach a recall or nDCG of 1"
+        )
+    unanswerable = [qid for qid in data.queries if not any(g > 0 for g in data.qrels[qid].values())]
+    if unanswerable:
+        notes.append(
+            f"queries with no relevant judgement (no score above 0), which score 0 on every metric: "
+            f"{len(unanswerable)} (for example {unanswerable[0]!r})"
+        )
+    return notes
 
 
 def corpus_uri(namespace: str, doc_id: str) -> str:
@@ -125,20 +287,17 @@ def corpus_uri(namespace: str, doc_id: str) -> str:
 
 def corpus_sources(data: BeirData, namespace: str) -> Iterator[Source]:
     """One in-memory source per corpus entry, hashed so an unchanged entry is recognised next time."""
-    with data.corpus_path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            item = json.loads(line)
-            doc_id, title, text = str(item["_id"]), str(item.get("title") or ""), str(item.get("text") or "")
-            body = f"{title}\n\n{text}" if title else text
-            digest = hashlib.sha256(body.encode()).hexdigest()
+    for _, doc_id, title, text in corpus_entries(data.corpus_path):
+        # PostgreSQL text cannot hold NUL; the loaders of files drop it the same way.
+        title, text = title.replace("\x00", ""), text.replace("\x00", "")
+        body = f"{title}\n\n{text}" if title else text
+        digest = hashlib.sha256(body.encode()).hexdigest()
 
-            def opener(body: str = body, title: str = title) -> LoadedSource:
-                sections = (Section(0, title),) if title else ()
-                return LoadedSource("text/plain", title, iter([Page(1, body, sections)]))
+        def opener(body: str = body, title: str = title) -> LoadedSource:
+            sections = (Section(0, title),) if title else ()
+            return LoadedSource("text/plain", title, iter([Page(1, body, sections)]))
 
-            yield Source(doc_id, corpus_uri(namespace, doc_id), doc_id, digest, opener)
+        yield Source(doc_id, corpus_uri(namespace, doc_id), doc_id, digest, opener)
 
 
 #: Stages of a search, as :class:`Timings` names them (query embedding, dense, keyword, fusion, ...).
@@ -377,7 +536,7 @@ def ingest_corpus(
     """Ingest (or find unchanged) every corpus entry, embedding with ``embedder`` if given (else the
     store's); returns (added, unchanged, seconds)."""
     namespace = cl.settings.namespace
-    uris = {corpus_uri(namespace, doc_id) for doc_id in corpus_ids(data)}
+    uris = {corpus_uri(namespace, doc_id) for doc_id in data.corpus_ids}
     with cl.engine.connect() as conn:
         others = [
             uri
@@ -389,12 +548,14 @@ def ingest_corpus(
         # them could delete a user's real documents: stop, and say what is in the way.
         raise InvalidRequestError(
             f"namespace {namespace!r} holds {len(others)} document(s) that are not entries of the corpus "
-            f"of {data.folder} (for example {others[0]}); evaluate in a namespace of its own: leave out "
-            "--namespace, or name a new one"
+            f"of {data.folder} (for example {others[0]}); evaluate in a namespace of its own (name a new "
+            f"one with `citeline --namespace NAME eval ...`), or, if they are entries since removed from "
+            f"this corpus, delete them (`citeline --namespace {namespace} docs list`, then `docs delete ID`)"
         )
     ingestor = cl.ingestor(embedder=embedder)
     total = len(uris)
     counts = dict.fromkeys(Outcome, 0)
+    failures: list[IngestResult] = []
     t0 = time.perf_counter()
     with Progress(
         *Progress.get_default_columns()[:-1],
@@ -406,8 +567,10 @@ def ingest_corpus(
     ) as progress:
         task = progress.add_task("ingesting corpus", total=total)
 
-        def on_result(result: Any) -> None:
+        def on_result(result: IngestResult) -> None:
             counts[result.outcome] += 1
+            if result.outcome is Outcome.FAILED:
+                failures.append(result)
             progress.advance(task)
 
         target = cl.settings.embedding_model
@@ -426,8 +589,14 @@ def ingest_corpus(
             cl.remove_vectors(retired)
             cl.served_model(refresh=True)
     seconds = time.perf_counter() - t0
-    if counts[Outcome.FAILED]:
-        console.print(f"[yellow]{counts[Outcome.FAILED]} corpus entries failed to ingest[/yellow]")
+    if failures:
+        first = failures[0]
+        console.print(
+            f"{len(failures)} corpus entries failed to ingest (the first: {first.source}: {first.error})",
+            style="yellow",
+            markup=False,
+            highlight=False,
+        )
     return (
         counts[Outcome.ADDED] + counts[Outcome.UPDATED] + counts[Outcome.STAGED],
         counts[Outcome.UNCHANGED] + counts[Outcome.RELABELLED],

@@ -7,8 +7,11 @@ from collections.abc import Mapping, Sequence
 
 
 def ndcg_at(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
-    """Normalised discounted cumulative gain at ``k`` with linear gains (``rel / log2(rank + 1)``)."""
-    dcg = sum(relevant.get(doc, 0) / math.log2(i + 2) for i, doc in enumerate(ranked[:k]))
+    """Normalised discounted cumulative gain at ``k`` with linear gains (``rel / log2(rank + 1)``).
+
+    Only relevant documents (a score above 0) gain: a document judged with a negative score counts as
+    not relevant, as one judged 0, so nDCG stays within 0..1."""
+    dcg = sum(max(relevant.get(doc, 0), 0) / math.log2(i + 2) for i, doc in enumerate(ranked[:k]))
     ideal = sorted((g for g in relevant.values() if g > 0), reverse=True)[:k]
     idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
     return dcg / idcg if idcg > 0 else 0.0

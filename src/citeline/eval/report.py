@@ -39,11 +39,21 @@ svg text { font: 12px system-ui, sans-serif; fill: #222; }
 
 
 def check_writable(path: Path) -> None:
-    """Fail before a long run if ``path`` cannot be written (missing folder, or a folder in its place)."""
+    """Fail before a long run if ``path`` cannot be written (missing folder, a folder in its place, or no
+    right to write there): the file is opened for appending, which changes nothing in one that exists,
+    and removed again if this made it."""
     if path.is_dir():
         raise InvalidRequestError(f"cannot write {path}: it is a folder")
     if not path.parent.is_dir():
         raise InvalidRequestError(f"cannot write {path}: the folder {path.parent} does not exist")
+    existed = path.exists()
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise InvalidRequestError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    if not existed:
+        path.unlink(missing_ok=True)
 
 
 def write_per_query(evaluation: Evaluation, path: Path) -> int:

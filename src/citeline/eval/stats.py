@@ -143,6 +143,10 @@ def check_folds(folds: int, queries: int) -> None:
     """Refuse a fold count that cannot cross-validate ``queries`` queries."""
     if folds < 2:
         raise InvalidRequestError(f"--folds {folds}: cross-validation needs at least 2 folds")
+    if queries < 2:
+        raise InvalidRequestError(
+            f"--folds {folds}: cross-validation needs at least 2 queries (one a fold); only {queries} to run"
+        )
     if folds > queries:
         raise InvalidRequestError(
             f"--folds {folds}: only {queries} queries to split; use at most {queries} folds"
