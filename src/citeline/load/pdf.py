@@ -14,8 +14,11 @@ is installed; the source's metadata then says which pages were, with what confid
 from __future__ import annotations
 
 import ctypes
+import itertools
+import math
 import re
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -367,12 +370,95 @@ def _pages(path: Path, scans: _Scans, metadata: dict[str, str]) -> Iterator[Page
     # whose pages are never read holds no file handle or PDFium memory.
     reader = _PageReader(path)
     try:
-        for index in range(reader.page_count):
+
+        def read(index: int) -> str:
             text = clean_text(reader.text(index))
             if not text and ocr.available():
                 text = scans.read(reader, index)
                 # The metadata is stored once every page is read: it is complete by then.
                 scans.describe(metadata)
-            yield Page(number=index + 1, text=text)
+            return text
+
+        texts = (read(index) for index in range(reader.page_count))
+        # The first pages are read ahead to learn the running heads and feet, then given out with
+        # the rest; only that window is held at once.
+        window = list(itertools.islice(texts, RUNNING_WINDOW))
+        running = running_lines(window)
+        for number, text in enumerate(itertools.chain(window, texts), start=1):
+            yield Page(number=number, text=without_running_lines(text, running))
     finally:
         reader.close()
+
+
+# -- running heads and feet -------------------------------------------------------------------------
+# The journal line, document code or page number printed at the top or bottom of every page
+# ("Federal Register / Vol. 85, No. 152 / ... / Proposed Rules 47700", "VerDate Sep<11>2014 ...") is
+# no part of the text: left in, it is glued to the sentence it interrupts, takes a chunk's keyword
+# terms and is quoted as evidence.
+
+#: Pages read ahead to learn a document's running lines.
+RUNNING_WINDOW = 8
+#: Lines at each edge of a page that may be running lines.
+_EDGE_LINES = 2
+#: A running line must be at an edge of this share of the window's pages with text, and of 3 at least.
+_RUNNING_SHARE = 0.5
+#: A running line this long also matches the start of a line it was run together with.
+_PREFIX_CHARS = 16
+# A page number before or after a running head ("47700 Federal Register ...", "... Rules 47701").
+_EDGE_NUMBER = re.compile(r"^\d+\s+|\s+\d+$")
+_DIGITS = re.compile(r"\d+")
+
+
+def _line_key(line: str) -> str:
+    """A line as running lines compare: any case and spacing, page and other numbers as ``#``."""
+    key = " ".join(line.split()).lower()
+    return _DIGITS.sub("#", _EDGE_NUMBER.sub("", key))
+
+
+def _edges(text: str) -> list[str]:
+    lines = [line for line in text.split("\n") if line.strip()]
+    # A short page's inner lines are its body, not a second head or foot line.
+    edge = _EDGE_LINES if len(lines) > 2 * _EDGE_LINES else 1
+    return lines[:edge] + lines[-edge:]
+
+
+def _is_running(key: str, running: frozenset[str]) -> bool:
+    return key in running or any(len(r) >= _PREFIX_CHARS and key.startswith(r) for r in running)
+
+
+def running_lines(pages: list[str]) -> frozenset[str]:
+    """The keys of the lines at an edge of at least half of ``pages`` (3 at least) that hold text."""
+    keyed = [{_line_key(line) for line in _edges(text)} for text in pages if text.strip()]
+    need = max(3, math.ceil(len(keyed) * _RUNNING_SHARE))
+    if len(keyed) < need:
+        return frozenset()
+    counts = Counter(key for keys in keyed for key in keys)
+    exact = {key for key, n in counts.items() if n >= need}
+    # A running line run together with what follows it on some pages still counts on those.
+    candidates = {key for key in counts if len(key) >= _PREFIX_CHARS} - exact
+    loose = {key for key in candidates if sum(any(k.startswith(key) for k in keys) for keys in keyed) >= need}
+    return frozenset(exact | loose)
+
+
+def without_running_lines(text: str, running: frozenset[str]) -> str:
+    """``text`` without the running lines among its first and last :data:`_EDGE_LINES` lines with
+    text; a line is dropped only while every line before it (from that edge) was."""
+    if not running:
+        return text
+    lines = text.split("\n")
+    start, end = 0, len(lines)
+    for _ in range(_EDGE_LINES):
+        while start < end and not lines[start].strip():
+            start += 1
+        if start < end and _is_running(_line_key(lines[start]), running):
+            start += 1
+        else:
+            break
+    for _ in range(_EDGE_LINES):
+        while end > start and not lines[end - 1].strip():
+            end -= 1
+        if end > start and _is_running(_line_key(lines[end - 1]), running):
+            end -= 1
+        else:
+            break
+    return "\n".join(lines[start:end]).strip("\n")
