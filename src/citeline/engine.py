@@ -403,9 +403,12 @@ class Citeline:
 
     def close(self) -> None:
         with self._lock:
-            if self._jobs is not None:
-                self._jobs.stop()
-                self._jobs = None
+            jobs, self._jobs = self._jobs, None
+        if jobs is not None:
+            # Stopped outside the lock: a job thread that reaches for the embedder or the engine takes
+            # it, and would wait out the stop's timeout, then run on against a disposed engine.
+            jobs.stop()
+        with self._lock:
             if self._query_pool is not None:
                 self._query_pool.shutdown(wait=True)
                 self._query_pool = None
