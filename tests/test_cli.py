@@ -43,6 +43,7 @@ def test_ingest_search_show_stats_delete(settings: Settings, tmp_path: Path) -> 
     assert code == 0
     code, out, err = _run(settings, "ingest", str(folder / "valves.md"))
     assert "unchanged" in out + err
+    assert "1 source: 1 unchanged; 0 chunks stored" in err
 
     code, out, err = _run(
         settings, "search", "when does the relief valve open?", "--scope", "plant-a", "--json"

@@ -235,9 +235,14 @@ def ingest(
     failed = sum(r.outcome is Outcome.FAILED for r in results)
     stored = sum(r.chunks for r in results if r.outcome in (Outcome.ADDED, Outcome.UPDATED))
     if not as_json:
-        counts = {o: sum(r.outcome is o for r in results) for o in Outcome}
+        # During a model migration a source's staged copy is a second result of the same source.
+        own = [r for r in results if r.outcome is not Outcome.STAGED]
+        counts = {o: sum(r.outcome is o for r in own) for o in Outcome}
         summary = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n)
-        err.print(f"{len(results)} sources: {summary}; {stored} chunks stored")
+        if staged := len(results) - len(own):
+            summary += f" (and {staged} staged for the model migration)"
+        noun = "source" if len(own) == 1 else "sources"
+        err.print(f"{len(own)} {noun}: {summary}; {stored} chunks stored")
     if failed:
         raise typer.Exit(65)
 
