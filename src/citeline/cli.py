@@ -1203,7 +1203,8 @@ def eval_command(
     summary = evaluation.summary()
     out = err if as_json else console
     out.print(
-        f"{summary['dataset']}: {summary['queries']} queries in namespace {summary['namespace']}; corpus "
+        f"{summary['dataset']}: {summary['queries']} quer{'y' if summary['queries'] == 1 else 'ies'} in "
+        f"namespace {summary['namespace']}; corpus "
         f"{summary['corpus_added']} ingested, {summary['corpus_unchanged']} unchanged "
         f"({summary['ingest_seconds']} s)",
         markup=False,

@@ -96,6 +96,8 @@ def test_without_compare_the_summary_is_the_current_settings(settings: Settings,
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["config"] == "default" and summary["fusion"] == "rrf" and summary["queries"] == 2
     assert list(summary["configs"]) == ["default"]
+    code, out, err = _run(settings, str(beir_folder), "--limit", "1")
+    assert code == 0 and ": 1 query in namespace " in out, (out, err)
 
 
 @pytest.mark.parametrize(
