@@ -79,6 +79,7 @@ def test_compare_writes_summary_per_query_lines_and_report(
     assert [float(row[2].text or "") for row in rows] == [
         pytest.approx(summary["configs"][n]["ndcg@10"], abs=5e-4) for n in names
     ]
+    assert [row.get("class") for row in rows] == [None, None, "best", None, None]  # dense, the best
     ndcg = next(svg for svg in page.iter(f"{SVG}svg") if svg.get("id") == "ndcg")
     bars = [rect for rect in ndcg.iter(f"{SVG}rect") if rect.get("class") == "bar"]
     assert [bar.findtext(f"{SVG}title", "").split(": ")[0] for bar in bars] == names
@@ -88,6 +89,24 @@ def test_compare_writes_summary_per_query_lines_and_report(
     stages = [rect for rect in latency.iter(f"{SVG}rect") if rect.get("class") == "stage"]
     assert len(stages) == len(names) * len(STAGES)
     assert len(page.findall(".//table[@id='stages']/tbody/tr")) == len(names)
+
+
+def test_every_configuration_tied_at_the_best_is_in_bold_in_the_report(
+    settings: Settings, beir_folder: Path, tmp_path: Path
+) -> None:
+    report = tmp_path / "eval.html"
+    twin = "twin=fusion:weighted;weight_semantic:1.0;weight_keyword:0.0;weight_source:0.0"  # dense again
+    code, _, err = _run(
+        settings, str(beir_folder), "--compare", f"keyword,dense,{twin}", "--report", str(report)
+    )
+    assert code == 0, err
+    page = ET.fromstring(report.read_text(encoding="utf-8").removeprefix("<!DOCTYPE html>\n"))
+    rows = page.findall(".//table[@id='metrics']/tbody/tr")
+    assert [(row[0].text, row.get("class")) for row in rows] == [
+        ("keyword", None),
+        ("dense", "best"),
+        ("twin", "best"),
+    ]
 
 
 def test_without_compare_the_summary_is_the_current_settings(settings: Settings, beir_folder: Path) -> None:

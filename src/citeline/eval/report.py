@@ -79,12 +79,14 @@ def render_html(evaluation: Evaluation) -> str:
     """One self-contained page: metrics table, nDCG@10 bars and per-stage latency medians."""
     e = escape
     metrics = [r.metrics() for r in evaluation.results]
-    best = max(range(len(metrics)), key=lambda i: metrics[i]["ndcg@10"]) if metrics else -1
+    # Every configuration tied at the best is in bold, as every tied bar is red in the plot.
+    top = max((m["ndcg@10"] for m in metrics), default=None)
+    best = {i for i, m in enumerate(metrics) if m["ndcg@10"] == top}
     rows = []
     for i, (result, m) in enumerate(zip(evaluation.results, metrics, strict=True)):
         settings = "; ".join(f"{k}={v}" for k, v in m["settings"].items()) or "(current settings)"
         rows.append(
-            ('<tr class="best">' if i == best else "<tr>") + f"<td>{e(result.config.name)}</td>"
+            ('<tr class="best">' if i in best else "<tr>") + f"<td>{e(result.config.name)}</td>"
             f'<td class="settings">{e(settings)}</td><td>{m["ndcg@10"]:.3f}</td>'
             + _spread_cells(evaluation.spreads.get(result.config.name))
             + "".join(f"<td>{m[key]:.3f}</td>" for key in ("recall@10", "recall@100", "mrr@10"))
