@@ -604,7 +604,13 @@ class Citeline:
         read more than ``older_than`` ago (any time, when None); by name."""
         if document_ids:
             return [self.document(ref) for ref in document_ids]
-        cutoff = datetime.now(UTC) - older_than if older_than is not None else None
+        cutoff = None
+        if older_than is not None:
+            try:
+                cutoff = datetime.now(UTC) - older_than
+            except OverflowError:
+                # Older than the calendar reaches back: no document was read that long ago.
+                return []
         found = self.list_documents(DocumentQuery(status=Status.COMPLETED, limit=None)).documents
         return [
             doc

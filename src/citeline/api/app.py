@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 from citeline.api import errors
-from citeline.api.deps import refuse_unknown_query
+from citeline.api.deps import refuse_nul, refuse_unknown_query
 from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter
 from citeline.api.routes import chat, conversations, documents, health, ingest, keys, search, stats
 from citeline.engine import Citeline
@@ -60,7 +60,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     errors.install(app)
     app.add_middleware(BodySizeLimit, settings=settings)
     for module in (search, chat, conversations, documents, ingest, stats, keys, health):
-        app.include_router(module.router, dependencies=[Depends(refuse_unknown_query)])
+        app.include_router(module.router, dependencies=[Depends(refuse_unknown_query), Depends(refuse_nul)])
     mount_pages(app)
     return app
 

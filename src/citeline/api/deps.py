@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from citeline.access import Access
+from citeline.api.bodies import NUL_MESSAGE
 from citeline.api.limits import GenerationSlots, RateLimiter
 from citeline.engine import Citeline
 from citeline.errors import AccessDeniedError, AuthenticationError
@@ -122,3 +123,17 @@ async def refuse_unknown_query(request: Request) -> None:
                 for name in unknown
             ]
         )
+
+
+async def refuse_nul(request: Request) -> None:
+    """Refuse a NUL character in a query parameter or a path segment (422), as in a body field
+    (``citeline.api.bodies``): PostgreSQL can neither store nor compare one."""
+    given = (("path", request.path_params.items()), ("query", request.query_params.multi_items()))
+    problems = [
+        {"type": "nul_character", "loc": (where, name), "msg": NUL_MESSAGE, "input": value}
+        for where, pairs in given
+        for name, value in pairs
+        if isinstance(value, str) and ("\x00" in value or "\x00" in name)
+    ]
+    if problems:
+        raise RequestValidationError(problems)

@@ -73,6 +73,10 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:
+        # The framework's word for a body it cannot parse (JSON that is not UTF-8, a multipart form
+        # with too many files or fields): a malformed request, answered as every other one is.
+        return JSONResponse(error_body("invalid_request", f"body: {exc.detail}"), 422)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     return JSONResponse(error_body(code, str(exc.detail)), exc.status_code, headers=dict(exc.headers or {}))
 

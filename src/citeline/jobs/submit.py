@@ -179,7 +179,10 @@ def parse_age(text: str) -> timedelta:
         raise InvalidRequestError(
             f"an age is a number and a unit: s, m, h, d or w (e.g. 12h, 1d, 2w), got {text!r}"
         )
-    return timedelta(**{_AGE_UNITS[match.group(2).lower()]: float(match.group(1))})
+    try:
+        return timedelta(**{_AGE_UNITS[match.group(2).lower()]: float(match.group(1))})
+    except OverflowError:
+        raise InvalidRequestError(f"the age {text!r} is too long (at most 999999999 days)") from None
 
 
 def origin_path(doc: DocumentInfo) -> Path | None:

@@ -3,17 +3,27 @@ chunks; and ``DELETE /documents/{id}`` (alias ``DELETE /index/{id}``, the knowle
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
+import anyio
 from fastapi import APIRouter, Path, Query
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, JSONResponse
+from starlette.datastructures import Headers
+from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
+from starlette.types import Receive, Scope, Send
 
 from citeline.api.deps import AccessDep, AdminDep, CitelineDep
+from citeline.api.errors import error_body
 from citeline.api.routes.links import file_url
 from citeline.store.catalog import DocumentInfo, DocumentQuery
 from citeline.store.models import Status
 
 router = APIRouter(tags=["documents"])
+
+#: The largest offset the database takes (a bigint): a larger one is a 422, not the database's error.
+MAX_OFFSET = 2**63 - 1
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 DocumentId = Annotated[str, Path(description="A document id, or an unambiguous prefix of one.")]
 Version = Annotated[
@@ -48,7 +58,7 @@ def list_documents(
     content_type: Annotated[str | None, Query(description="E.g. application/pdf.")] = None,
     name_contains: Annotated[str | None, Query(description="Case-insensitive part of the name.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> dict[str, Any]:
     query = DocumentQuery(
         status=status.value if status else None,
@@ -76,6 +86,37 @@ def get_document(
     return document_json(cl.document(document_id, access=access, version=version))
 
 
+class StoredFile(FileResponse):
+    """A stored original: Starlette's file response, whose refusals of a ``Range`` header (plain text
+    there) have the API's error shape: a malformed one is a 422, one past the end a 416."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        asked = headers.get("range")
+        if asked is not None and self.status_code == 200 and scope["method"].upper() in ("GET", "HEAD"):
+            if self.stat_result is None:
+                self.stat_result = await anyio.to_thread.run_sync(os.stat, self.path)
+                self.set_stat_headers(self.stat_result)
+            if_range = headers.get("if-range")
+            size = self.stat_result.st_size
+            refused: JSONResponse | None = None
+            try:
+                if if_range is None or self._should_use_range(if_range):
+                    self._parse_range_header(asked, size)
+            except MalformedRangeHeader as exc:
+                refused = JSONResponse(error_body("invalid_request", f"header.range: {exc.content}"), 422)
+            except RangeNotSatisfiable:
+                refused = JSONResponse(
+                    error_body("range_not_satisfiable", f"range {asked!r} is past the file's {size} bytes"),
+                    416,
+                    headers={"Content-Range": f"bytes */{size}"},
+                )
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
 @router.get(
     "/documents/{document_id}/file",
     summary="The stored original, with its content type (supports HTTP range requests)",
@@ -83,10 +124,10 @@ def get_document(
 )
 def get_file(
     document_id: DocumentId, cl: CitelineDep, access: AccessDep, version: Version = None
-) -> FileResponse:
+) -> StoredFile:
     doc = cl.document(document_id, access=access, version=version)
     path = cl.document_file(doc, access=access)
-    return FileResponse(
+    return StoredFile(
         path,
         media_type=doc.content_type or "application/octet-stream",
         filename=doc.name,
@@ -117,7 +158,7 @@ def get_chunks(
     cl: CitelineDep,
     access: AccessDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
     version: Version = None,
 ) -> dict[str, Any]:
     doc = cl.document(document_id, access=access, version=version)

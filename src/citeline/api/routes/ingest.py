@@ -19,7 +19,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import Field
 from starlette.datastructures import UploadFile
 
-from citeline.api.bodies import Metadata, RequestBody, Scope, json_body
+from citeline.api.bodies import NUL_MESSAGE, Metadata, RequestBody, Scope, json_body, nul_at
 from citeline.api.deps import AdminDep, CitelineDep
 from citeline.api.routes.documents import DocumentId, document_json
 from citeline.errors import CitelineError, InvalidRequestError
@@ -117,6 +117,9 @@ async def add_document(
             f"an upload takes no form field {', '.join(map(repr, unknown))}; "
             f"it takes file, {', '.join(sorted(_FORM_FIELDS))}"
         )
+    for key, values in fields.items():
+        if nul_at(values) is not None:
+            raise InvalidRequestError(f"form field {key} {NUL_MESSAGE}")
     options = IngestOptions(
         scopes=_tuple(_split(fields.get("scopes"), drop_blank=False)),
         category=_one(fields, "category"),
@@ -125,7 +128,7 @@ async def add_document(
         chunk_size=_int(fields, "chunk_size"),
         chunk_overlap=_int(fields, "chunk_overlap"),
     )
-    index = (_one(fields, "index") or "true").lower() not in ("false", "0", "no")
+    index = _bool(fields, "index", default=True)
     target = _one(fields, "document_id")
     try:
         submission = await _run(
@@ -233,6 +236,19 @@ def _int(fields: dict[str, list[str]], key: str) -> int | None:
         raise InvalidRequestError(f"{key} must be a whole number, got {value!r}") from None
 
 
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _bool(fields: dict[str, list[str]], key: str, *, default: bool) -> bool:
+    value = _one(fields, key)
+    if value is None or value == "":
+        return default
+    if value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    # Read as true, `index=flase` would build a document the client meant to hold back.
+    raise InvalidRequestError(f"{key} must be true or false, got {value!r}")
+
+
 def _file_name(sent: str) -> str:
     """The upload's file name as the user named it. Browsers send a double quote in a multipart file
     name as ``%22`` (the HTML standard's form encoding; Chromium and Firefox alike), and the form parser
@@ -253,4 +269,7 @@ def _metadata(text: str | None) -> dict[str, Any] | None:
         raise InvalidRequestError(f"metadata must be a JSON object: {exc}") from exc
     if not isinstance(value, dict):
         raise InvalidRequestError("metadata must be a JSON object")
+    where = nul_at(value, "metadata")
+    if where is not None:
+        raise InvalidRequestError(f"{where} {NUL_MESSAGE}")
     return value  # its values are checked by the library (IngestOptions), as every shell's are
