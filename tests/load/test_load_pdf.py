@@ -281,6 +281,7 @@ def test_memory_stays_flat_as_page_count_grows(pdf_dir: Path, tmp_path: Path) ->
         _peak_traced_bytes(path)
     peaks = {path.name: _peak_traced_bytes(path) for path in (three, fifteen, long_pdf)}
     # Peak memory follows the pages read ahead for the running lines (RUNNING_WINDOW, fewer than the
-    # fifteen), not the number of pages: ten times the pages, the same peak.
+    # fifteen), not the number of pages: ten times the pages, about the same peak (1.17 to 1.29 times
+    # in repeated runs; pages held for every page read would make it several times).
     assert RUNNING_WINDOW < 15
-    assert peaks["long.pdf"][0] < 1.25 * peaks[fifteen.name][0]
+    assert peaks["long.pdf"][0] < 1.5 * peaks[fifteen.name][0]
