@@ -2,14 +2,34 @@
 // and web pages by URL, actions on documents, a document's detail with its chunks, and API keys.
 // A reader key sees the statistics and the documents of its scopes, and no action.
 
-import { api, describeError, el, forgetKey, formatDate, say, setUpSignIn, whoAmI } from "./common.js";
+import {
+  api,
+  describeError,
+  el,
+  forgetKey,
+  formatDate,
+  onKeyRefused,
+  say,
+  setUpSignIn,
+  whoAmI,
+} from "./common.js";
 
 const $ = (id) => document.getElementById(id);
 const POLL_MS = 1000;
 const UNFINISHED = new Set(["pending", "queued", "processing"]);
 const CHUNKS_PER_PAGE = 50;
 
-const state = { me: null, pollTimer: null, detailId: null, chunkOffset: 0, chunkTotal: 0 };
+const state = {
+  me: null,
+  pollTimer: null,
+  detailId: null,
+  chunkOffset: 0,
+  chunkTotal: 0,
+  // Re-ingests started here: document id -> the version being built. The list shows each document's
+  // current version, which stays "completed" while its next one is built, so that one is asked for.
+  building: new Map(),
+  cancelled: new Set(), // ids whose build was cancelled here, so its end is not reported as a failure
+};
 
 const isAdmin = () => state.me?.role === "admin";
 const list = (text) => text.split(",").map((s) => s.trim()).filter(Boolean);
@@ -71,37 +91,42 @@ function actionButton(label, handler, doc) {
   }, label);
 }
 
-function actions(doc) {
+function actions(doc, next) {
   const buttons = [];
   if (doc.status === "pending") buttons.push(actionButton("Ingest", () => act(doc, "index"), doc));
-  if (doc.status === "queued" || doc.status === "processing") {
+  if (doc.status === "queued" || doc.status === "processing" || next) {
     buttons.push(actionButton("Cancel", () => act(doc, "cancel"), doc));
   }
   // A failed upload keeps no original: re-ingesting it needs the file again, so no button offers it.
-  if ((doc.status === "completed" || doc.status === "failed") && doc.reingestable) {
+  if ((doc.status === "completed" || doc.status === "failed") && doc.reingestable && !next) {
     buttons.push(actionButton("Re-ingest", () => act(doc, "reingest"), doc));
   }
   buttons.push(actionButton("Delete", () => remove(doc), doc));
   return el("td", { className: "admin-only actions" }, ...buttons);
 }
 
-function statusCell(doc) {
+function statusCell(doc, next) {
   const cell = el("td", { className: "status" }, el("span", { className: `badge ${doc.status}` }, doc.status));
   if (doc.status === "failed" && doc.error) cell.append(el("p", { className: "error" }, doc.error));
   if (doc.attempts > 1) cell.append(el("span", { className: "attempts" }, ` (attempt ${doc.attempts})`));
+  if (next) {
+    cell.append(el("p", { className: "next-version" },
+      `version ${next.version}: `, el("span", { className: `badge ${next.status}` }, next.status)));
+  }
   return cell;
 }
 
-function documentRow(doc) {
+/** `next`: the version being built to replace `doc`, while it is queued or processing. */
+function documentRow(doc, next) {
   const scopes = doc.scopes?.length ? doc.scopes.join(", ") : "Universal";
   return el(
     "tr",
-    { dataset: { id: doc.id, status: doc.status } },
+    { dataset: { id: doc.id, status: doc.status, ...(next ? { next: next.status } : {}) } },
     el("th", { scope: "row" },
       el("button", { type: "button", className: "link", onclick: () => showDetail(doc.id) }, doc.title || doc.name),
       doc.title && doc.title !== doc.name ? el("span", { className: "file-name" }, doc.name) : null),
     el("td", {}, String(doc.version ?? "")),
-    statusCell(doc),
+    statusCell(doc, next),
     el("td", { className: "number" }, String(doc.vector_count ?? "")),
     el("td", { className: doc.scopes?.length ? "" : "universal" }, scopes),
     el("td", {}, doc.category ?? ""),
@@ -109,23 +134,58 @@ function documentRow(doc) {
     el("td", {}, formatDate(doc.created_at)),
     el("td", { className: "number" }, duration(doc.duration_ms)),
     el("td", {}, doc.embedding_model ?? ""),
-    isAdmin() ? actions(doc) : null,
+    isAdmin() ? actions(doc, next) : null,
   );
+}
+
+/**
+ * The versions being built by re-ingests started here, by document id, while they are unfinished; a
+ * finished one is forgotten (the list then shows it, or says why it failed).
+ */
+async function nextVersions() {
+  const found = new Map();
+  await Promise.all(
+    [...state.building].map(async ([id, version]) => {
+      let next;
+      try {
+        next = await api(`/documents/${encodeURIComponent(id)}?version=${encodeURIComponent(version)}`);
+      } catch {
+        state.building.delete(id); // deleted meanwhile, or out of reach: nothing more to follow
+        return;
+      }
+      if (next.status === "queued" || next.status === "processing") {
+        found.set(id, next);
+        return;
+      }
+      state.building.delete(id);
+      if (next.status === "failed" && state.cancelled.has(id)) {
+        say($("admin-status"), `Cancelled re-ingesting ${next.name} (version ${version}).`);
+      } else if (next.status === "failed") {
+        say($("admin-status"), `Re-ingesting ${next.name} failed (version ${version}): ${next.error || "no reason given"}`, "error");
+      }
+      state.cancelled.delete(id);
+    }),
+  );
+  return found;
 }
 
 async function loadDocuments() {
   clearTimeout(state.pollTimer);
   try {
-    const page = await api(`/documents?${filterQuery()}`);
+    const [page, building] = await Promise.all([api(`/documents?${filterQuery()}`), nextVersions()]);
+    const next = (doc) => {
+      const version = building.get(doc.id);
+      return version && version.version !== doc.version ? version : undefined;
+    };
     const body = $("documents").querySelector("tbody");
-    body.replaceChildren(...page.documents.map(documentRow));
+    body.replaceChildren(...page.documents.map((doc) => documentRow(doc, next(doc))));
     if (!page.documents.length) {
       body.replaceChildren(el("tr", {}, el("td", { colSpan: 11, className: "empty" }, "No documents.")));
     }
     $("documents-count").textContent =
       `${page.total} document${page.total === 1 ? "" : "s"}${page.total > page.documents.length ? `, the first ${page.documents.length} shown` : ""}`;
     // Live while anything is being ingested: poll until every document has finished.
-    if (page.documents.some((doc) => doc.status === "queued" || doc.status === "processing")) {
+    if (building.size || page.documents.some((doc) => doc.status === "queued" || doc.status === "processing")) {
       state.pollTimer = setTimeout(refresh, POLL_MS);
     }
   } catch (error) {
@@ -142,7 +202,10 @@ function refresh() {
 async function act(doc, action) {
   const words = { index: "queue", cancel: "cancel", reingest: "re-ingest" }[action];
   try {
-    await api(`/documents/${encodeURIComponent(doc.id)}/${action}`, { method: "POST" });
+    const built = await api(`/documents/${encodeURIComponent(doc.id)}/${action}`, { method: "POST" });
+    if (action === "reingest" && built?.version !== undefined) state.building.set(doc.id, built.version);
+    if (action === "cancel") state.cancelled.add(doc.id); // followed until it ends: then says so
+    if (action === "reingest") state.cancelled.delete(doc.id);
     say($("admin-status"), "");
   } catch (error) {
     fail(`Could not ${words} ${doc.name}`, error);
@@ -200,11 +263,16 @@ async function upload(files) {
       await api("/documents", { method: "POST", form });
       done += 1;
     } catch (error) {
-      failures.push(`${file.name}: ${describeError(error)}`);
+      // The API's message names the file already ("a.exe: unsupported file type"); say it once.
+      const words = describeError(error);
+      failures.push(words.startsWith(`${file.name}:`) ? words : `${file.name}: ${words}`);
     }
     loadDocuments();
   }
-  const summary = `Uploaded ${done} of ${files.length} file${files.length === 1 ? "" : "s"}; they are being ingested.`;
+  const count = `${files.length} file${files.length === 1 ? "" : "s"}`;
+  const summary = done
+    ? `Uploaded ${done} of ${count}; ${done === 1 ? "it is" : "they are"} being ingested.`
+    : `Uploaded none of ${count}.`;
   say(status, failures.length ? `${summary} Failed: ${failures.join("; ")}` : summary, failures.length ? "error" : "info");
   $("files").value = "";
   showChosen();
@@ -328,8 +396,13 @@ async function loadChunks() {
 }
 
 function closeDetail() {
+  const id = state.detailId;
   state.detailId = null;
-  $("detail").hidden = true;
+  const section = $("detail");
+  const hadFocus = section.contains(document.activeElement);
+  section.hidden = true;
+  // Back to the document's name in the table, as the chat page goes back to its [n].
+  if (hadFocus && id) document.querySelector(`#documents tr[data-id="${CSS.escape(id)}"] button.link`)?.focus();
 }
 
 // -- keys -----------------------------------------------------------------------------------------
@@ -421,6 +494,9 @@ $("filters").addEventListener("submit", (event) => {
 });
 $("filters").addEventListener("change", () => loadDocuments());
 $("close-detail").addEventListener("click", closeDetail);
+$("detail").addEventListener("keydown", (event) => {
+  if (event.key === "Escape") closeDetail();
+});
 $("chunks-prev").addEventListener("click", () => {
   state.chunkOffset = Math.max(0, state.chunkOffset - CHUNKS_PER_PAGE);
   loadChunks().catch((error) => fail("Could not read the chunks", error));
@@ -437,6 +513,11 @@ $("sign-out").addEventListener("click", () => {
 setUpAdding();
 setUpKeys();
 setUpSignIn($("sign-in-form"), $("sign-in-status"), start);
+onKeyRefused((error) => {
+  state.me = null;
+  showSignIn();
+  say($("sign-in-status"), `Signed out: ${describeError(error)}. Sign in again with a valid key.`, "error");
+});
 
 const me = await whoAmI();
 if (me) start(me);

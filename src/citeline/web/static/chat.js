@@ -5,10 +5,12 @@
 import {
   api,
   authHeaders,
+  checkRefused,
   describeError,
   el,
   forgetKey,
   formatDate,
+  onKeyRefused,
   responseError,
   say,
   setUpSignIn,
@@ -18,6 +20,14 @@ import { CitationViewer } from "./viewer.js";
 
 const $ = (id) => document.getElementById(id);
 const CITATION = /\[(\d+)\]/g;
+// The conversation on screen, kept in the tab's session storage (as the key is) so a reload reopens it.
+const CONVERSATION_STORAGE = "citeline.conversation";
+
+function setConversation(id) {
+  state.conversationId = id;
+  if (id) sessionStorage.setItem(CONVERSATION_STORAGE, id);
+  else sessionStorage.removeItem(CONVERSATION_STORAGE);
+}
 
 const state = {
   conversationId: null,
@@ -209,7 +219,7 @@ async function ask(question) {
   try {
     await streamAnswer(request, state.controller.signal, (name, data) => {
       if (name === "start") {
-        state.conversationId = data.conversation_id;
+        setConversation(data.conversation_id);
       } else if (name === "rewrite" && data.rewritten) {
         message.prepend(el("p", { className: "rewrite" }, `Searched for: ${data.query}`));
       } else if (name === "evidence") {
@@ -237,6 +247,7 @@ async function ask(question) {
       }
     });
   } catch (error) {
+    checkRefused(error); // the stream's own request: a revoked key signs the page out
     if (error?.name === "AbortError") {
       message.append(el("p", { className: "stopped" }, "Stopped."));
       say(status, "");
@@ -411,7 +422,7 @@ async function openAtPage(current = false) {
 // -- conversations --------------------------------------------------------------------------------
 
 function newConversation() {
-  state.conversationId = null;
+  setConversation(null);
   state.citations.clear();
   state.currentDocuments.clear(); // a document may have a newer version since it was fetched
   $("messages").replaceChildren();
@@ -454,11 +465,11 @@ async function refreshConversations() {
   }
 }
 
-async function openConversation(id) {
+async function openConversation(id, { quiet = false } = {}) {
   try {
     const conversation = await api(`/conversations/${encodeURIComponent(id)}`);
     newConversation();
-    state.conversationId = conversation.id;
+    setConversation(conversation.id);
     $("persona").value = conversation.persona;
     for (const stored of conversation.messages) {
       if (stored.role === "user") {
@@ -473,7 +484,8 @@ async function openConversation(id) {
     say($("chat-status"), "Ask a follow-up to continue the conversation (citation numbers continue).");
     markCurrentConversation();
   } catch (error) {
-    say($("chat-status"), `Could not open the conversation: ${describeError(error)}`, "error");
+    if (quiet) setConversation(null); // the one open before a reload: deleted or expired since
+    else say($("chat-status"), `Could not open the conversation: ${describeError(error)}`, "error");
   }
 }
 
@@ -511,6 +523,9 @@ function start(me) {
   state.viewer = null;
   refreshConversations();
   $("question").focus();
+  // A reload mid-conversation reopens it.
+  const open = sessionStorage.getItem(CONVERSATION_STORAGE);
+  if (open) openConversation(open, { quiet: true });
 }
 
 $("ask-form").addEventListener("submit", (event) => {
@@ -545,6 +560,12 @@ $("sign-out").addEventListener("click", () => {
   showSignIn();
 });
 setUpSignIn($("sign-in-form"), $("sign-in-status"), start);
+onKeyRefused((error) => {
+  state.controller?.abort();
+  newConversation();
+  showSignIn();
+  say($("sign-in-status"), `Signed out: ${describeError(error)}. Sign in again with a valid key.`, "error");
+});
 
 const me = await whoAmI();
 if (me) start(me);

@@ -54,6 +54,24 @@ export async function responseError(response) {
   return new ApiError(`${words} (HTTP ${response.status})`, response.status, code);
 }
 
+let refusedHandler = null;
+
+/**
+ * `handler(error)` runs when the API refuses the stored key (HTTP 401: revoked, expired or unknown)
+ * mid-session, once the key is forgotten: the page goes back to its sign-in form and says why.
+ */
+export function onKeyRefused(handler) {
+  refusedHandler = handler;
+}
+
+/** If `error` is the API refusing the stored key, forget the key and tell the page (once). */
+export function checkRefused(error) {
+  if (error instanceof ApiError && error.status === 401 && storedKey()) {
+    forgetKey();
+    refusedHandler?.(error);
+  }
+}
+
 /** Words for any error, for showing to the user. */
 export function describeError(error) {
   if (error instanceof ApiError) return error.message;
@@ -82,7 +100,11 @@ export async function api(path, { method = "GET", json, form, signal } = {}) {
     if (error?.name === "AbortError") throw error;
     throw new ApiError("the server could not be reached", 0);
   }
-  if (!response.ok) throw await responseError(response);
+  if (!response.ok) {
+    const error = await responseError(response);
+    checkRefused(error);
+    throw error;
+  }
   const text = await response.text();
   return text ? JSON.parse(text) : null;
 }

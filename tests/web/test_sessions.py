@@ -1,0 +1,191 @@
+"""The pages over a session, in Debian's chromium, against a real ``citeline serve`` (its own embedded
+database, real embedder, extractive answers) whose jobs go to a real Redis with no worker reading it, so
+a build the admin page starts stays ``queued`` until it is cancelled: a re-ingest shows its new version
+live and can be cancelled; a reload keeps the conversation open; a key revoked mid-session signs the
+pages out, saying why; a failed upload is said once, in words; the pages log no console error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect
+
+from tests.api.conftest import Server, base_env, create_key, ingest, start_server, stop_server
+from tests.conftest import write
+from tests.web.test_pages import ask, sign_in
+
+VALVE = (
+    "# Relief valve\n\nThe relief valve opens at 12 bar. It is tested every quarter by lifting its lever."
+    "\n\nThe drain cock sits under the tank.\n"
+)
+
+
+@dataclass
+class Site:
+    server: Server
+    admin: str
+    document_id: str
+
+    def new_key(self, role: str = "reader") -> tuple[str, str]:
+        """A key made over the API: (key, id)."""
+        with self.server.client(self.admin) as api:
+            body: dict[str, object] = {"role": role, "name": f"session {role}"}
+            if role == "reader":
+                body["all_scopes"] = True
+            made = api.post("/keys", json=body).raise_for_status().json()
+        return made["key"], made["id"]
+
+    def revoke(self, key_id: str) -> None:
+        with self.server.client(self.admin) as api:
+            api.delete(f"/keys/{key_id}").raise_for_status()
+
+
+@pytest.fixture(scope="module")
+def site(
+    tmp_path_factory: pytest.TempPathFactory, fresh_data_dir: Callable[[str], Path], redis_server: str
+) -> Iterator[Site]:
+    data = fresh_data_dir("citeline-sessions-")
+    corpus = tmp_path_factory.mktemp("sessions-corpus")
+    write(corpus / "valve.md", VALVE)
+    ids = ingest(base_env(data), corpus)
+    # Builds the API starts go to Redis, and no worker takes them: they stay queued.
+    env = base_env(
+        data, CITELINE_LLM="extractive", CITELINE_JOB_RUNNER="celery", CITELINE_REDIS_URL=redis_server
+    )
+    server = start_server(env, tmp_path_factory.mktemp("sessions-log") / "serve.log")
+    try:
+        admin = create_key(env, "--role", "admin", "--name", "sessions admin")["key"]
+        yield Site(server, admin, ids["valve.md"])
+    finally:
+        stop_server(server)
+
+
+@pytest.fixture
+def context(browser: Browser) -> Iterator[BrowserContext]:
+    instance = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield instance
+    instance.close()
+
+
+def console_errors(page: Page) -> list[str]:
+    """The console errors ``page`` logs from now on (a list that fills as they come)."""
+    errors: list[str] = []
+
+    def keep(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            errors.append(message.text)
+
+    page.on("console", keep)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    return errors
+
+
+def test_a_reingest_shows_its_new_version_live_and_can_be_cancelled(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    errors = console_errors(page)
+    sign_in(page, site.server.url + "/admin", site.admin)
+    row = page.locator("#documents tbody tr").filter(has_text="valve.md")
+    expect(row).to_have_attribute("data-status", "completed")
+    page.get_by_role("button", name="Re-ingest valve.md").click()
+    # The list still shows version 1 (it serves until version 2 is built); the row says version 2 is
+    # being built and offers to cancel it rather than to re-ingest again.
+    expect(row).to_have_attribute("data-next", "queued")
+    expect(row.locator(".next-version")).to_have_text("version 2: queued")
+    expect(row).to_have_attribute("data-status", "completed")
+    expect(row.get_by_role("button", name="Re-ingest valve.md")).to_have_count(0)
+    row.get_by_role("button", name="Cancel valve.md").click()
+    expect(page.locator("#admin-status")).to_have_text("Cancelled re-ingesting valve.md (version 2).")
+    expect(row.locator(".next-version")).to_have_count(0)
+    expect(row.get_by_role("button", name="Re-ingest valve.md")).to_be_visible()
+    with site.server.client(site.admin) as api:
+        versions = api.get(f"/documents/{site.document_id}/versions").json()["versions"]
+    assert [(v["version"], v["status"]) for v in versions] == [(1, "completed"), (2, "failed")], versions
+    assert not errors, errors
+
+
+def test_a_failed_upload_is_said_once(site: Site, context: BrowserContext, tmp_path: Path) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/admin", site.admin)
+    expect(page.locator("#documents tbody tr").first).to_be_visible()
+    page.get_by_label("Files to upload").set_input_files(write(tmp_path / "tool.exe", "MZ"))
+    page.get_by_role("button", name="Upload", exact=True).click()
+    status = page.locator("#add-status")
+    expect(status).to_contain_text("unsupported file type")
+    expect(status).to_contain_text("Uploaded none of 1 file. Failed: tool.exe: unsupported file type")
+    assert status.inner_text().count("tool.exe") == 1, status.inner_text()
+
+
+def test_a_reload_keeps_the_conversation_open(site: Site, context: BrowserContext) -> None:
+    page = context.new_page()
+    errors = console_errors(page)
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    ask(page, "At what pressure does the relief valve open?")
+    expect(page.locator(".message.assistant").last).to_contain_text("12 bar")
+    page.reload()
+    # The answer is back, its citations open, and a follow-up continues the same conversation.
+    expect(page.locator(".message.assistant")).to_have_count(1)
+    expect(page.locator(".message.assistant")).to_contain_text("12 bar")
+    expect(page.locator("#conversation-list li.current")).to_have_count(1)
+    page.locator(".message.assistant button.cite").first.click()
+    expect(page.get_by_role("complementary", name="Citation")).to_contain_text("valve.md")
+    ask(page, "How often is it tested?")
+    expect(page.locator(".message.assistant")).to_have_count(2)
+    expect(page.locator("#conversation-list li")).to_have_count(1)
+    # A new conversation is what a reload then shows: none.
+    page.get_by_role("button", name="New conversation").click()
+    page.reload()
+    expect(page.get_by_label("Question")).to_be_focused()
+    expect(page.locator(".message")).to_have_count(0)
+    assert not errors, errors
+
+
+def test_a_key_revoked_mid_session_signs_the_pages_out(site: Site, context: BrowserContext) -> None:
+    key, key_id = site.new_key("admin")
+    chat = context.new_page()
+    sign_in(chat, site.server.url + "/", key)
+    ask(chat, "At what pressure does the relief valve open?")
+    admin = context.new_page()
+    sign_in(admin, site.server.url + "/admin", key)
+    expect(admin.locator("#documents tbody tr").first).to_be_visible()
+    site.revoke(key_id)
+
+    chat.get_by_label("Question").fill("How often is it tested?")
+    chat.get_by_role("button", name="Ask").click()
+    expect(chat.locator("#sign-in")).to_be_visible()
+    expect(chat.locator("#sign-in-status")).to_contain_text("Signed out: API key")
+    expect(chat.locator("#sign-in-status")).to_contain_text("revoked (HTTP 401). Sign in again")
+    expect(chat.locator("#chat")).to_be_hidden()
+    assert chat.evaluate("sessionStorage.getItem('citeline.key')") is None
+
+    admin.locator("#filters").get_by_role("button", name="Filter").click()
+    expect(admin.locator("#sign-in")).to_be_visible()
+    expect(admin.locator("#sign-in-status")).to_contain_text("revoked (HTTP 401). Sign in again")
+    expect(admin.locator("#admin")).to_be_hidden()
+    # Signing in again with a good key works as before.
+    sign_in(admin, site.server.url + "/admin", site.admin)
+    expect(admin.locator("#documents tbody tr").first).to_be_visible()
+    with httpx.Client(base_url=site.server.url, timeout=30) as anonymous:
+        assert anonymous.get("/keys/me", headers={"Authorization": f"Bearer {key}"}).status_code == 401
+
+
+def test_escape_closes_a_documents_detail_and_gives_the_focus_back(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/admin", site.admin)
+    name = page.locator("#documents tbody tr").filter(has_text="valve.md").locator("button.link")
+    name.focus()
+    page.keyboard.press("Enter")
+    detail = page.locator("#detail")
+    expect(detail).to_be_focused()
+    expect(page.locator("#chunks tbody")).to_contain_text("12 bar")
+    page.keyboard.press("Escape")
+    expect(detail).to_be_hidden()
+    expect(name).to_be_focused()
