@@ -387,8 +387,7 @@ class Citeline:
 
     @property
     def files_dir(self) -> Path:
-        # One folder per namespace: a file's presence is decided by that namespace's catalog alone.
-        return self._settings.data_dir.expanduser().resolve() / "files" / self._settings.namespace
+        return self._settings.files_dir
 
     @property
     def llm(self) -> LLM | None:

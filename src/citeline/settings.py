@@ -405,6 +405,12 @@ class Settings(BaseSettings):
         default=10.0, description="A streamed answer sends a comment line after this many silent seconds."
     )
 
+    @property
+    def files_dir(self) -> Path:
+        """The namespace's folder of stored originals: one per namespace, so a file's presence is
+        decided by that namespace's catalog alone."""
+        return self.data_dir.expanduser().resolve() / "files" / self.namespace
+
     @field_validator("namespace")
     @classmethod
     def _namespace_is_identifier(cls, value: str) -> str:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,3 +231,14 @@ def read_events(lines: Iterator[str]) -> Iterator[Sse]:
         elif not line and data:
             yield Sse(name, json.loads(data))
             name, data = "message", ""
+
+
+@contextmanager
+def own_admin(server: Server, name: str) -> Iterator[httpx.Client]:
+    """A client with an admin key of its own, named ``name``: a test module's requests then count
+    against no other module's rate limit."""
+    with server.as_("admin") as first:
+        made = first.post("/keys", json={"role": "admin", "name": name})
+    assert made.status_code == 201, made.text
+    with server.client(made.json()["key"]) as client:
+        yield client

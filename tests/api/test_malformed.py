@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.conftest import Server
+from tests.api.conftest import Server, own_admin
 
 NUL = "a\x00b"
 
@@ -25,10 +25,7 @@ NUL = "a\x00b"
 @pytest.fixture(scope="module")
 def admin(server: Server) -> Iterator[httpx.Client]:
     """An admin key of these tests' own: their requests count against no other test's rate limit."""
-    with server.as_("admin") as first:
-        made = first.post("/keys", json={"role": "admin", "name": "malformed requests"})
-    assert made.status_code == 201, made.text
-    with server.client(made.json()["key"]) as client:
+    with own_admin(server, "malformed requests") as client:
         yield client
 
 

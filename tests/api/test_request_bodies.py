@@ -14,16 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.conftest import Server
+from tests.api.conftest import Server, own_admin
 
 
 @pytest.fixture(scope="module")
 def admin(server: Server) -> Iterator[httpx.Client]:
     """An admin key of these tests' own: their requests count against no other test's rate limit."""
-    with server.as_("admin") as first:
-        made = first.post("/keys", json={"role": "admin", "name": "request bodies"})
-    assert made.status_code == 201, made.text
-    with server.client(made.json()["key"]) as client:
+    with own_admin(server, "request bodies") as client:
         yield client
 
 

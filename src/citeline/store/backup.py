@@ -170,7 +170,7 @@ def backup(settings: Settings, target: Path) -> BackupResult:
     if not target.parent.is_dir():
         raise NotFoundError(f"cannot write {target}: folder {target.parent} does not exist")
     schema = schema_name(settings.namespace)
-    files_dir = _files_dir(settings)
+    files_dir = settings.files_dir
     engine = sa.create_engine(server_url(settings))
     try:
         with (
@@ -246,7 +246,7 @@ def restore(settings: Settings, source: Path) -> RestoreResult:
             "them from Chroma: restore with CITELINE_VECTOR_BACKEND=pgvector"
         )
     target = schema_name(settings.namespace)
-    files_dir = _files_dir(settings)
+    files_dir = settings.files_dir
     with _open_backup(source) as tar, tempfile.TemporaryDirectory(prefix="citeline-restore-") as work:
         manifest = _manifest(tar, source)
         _check_revision(manifest, source)
@@ -603,11 +603,6 @@ def _restore_files(
 
 
 # -- the data directory ----------------------------------------------------------------------------
-
-
-def _files_dir(settings: Settings) -> Path:
-    # As Citeline.files_dir: one folder of originals per namespace.
-    return settings.data_dir.expanduser().resolve() / "files" / settings.namespace
 
 
 def _drop_keyword_snapshots(settings: Settings) -> None:
