@@ -8,13 +8,16 @@ import ipaddress
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
@@ -1004,6 +1007,26 @@ def _holding(manifest: Manifest) -> str:
     )
 
 
+@contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """For a command whose clean-up must run when it is stopped (backup, restore): SIGTERM (a
+    service manager, ``timeout``) exits as Ctrl-C does, through the clean-up that leaves no partial
+    file, temporary folder, half-restored namespace or ``pg_dump`` behind, instead of ending the
+    process where it stands. A shell concern: the library's callers install their own handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @app.command()
 def backup(
     ctx: typer.Context,
@@ -1013,7 +1036,6 @@ def backup(
     """Write the namespace (documents and their versions, vectors, keywords, conversations, API keys,
     stored originals) into one file, consistent while citeline keeps serving."""
     from citeline.store.backup import backup as write_backup
-    from citeline.store.backup import exit_on_sigterm
 
     with exit_on_sigterm():
         result = _guard(lambda: write_backup(_settings(ctx), file))
@@ -1041,7 +1063,6 @@ def restore(
 ) -> None:
     """Restore a backup into the namespace (--namespace), which must be empty: in a new data directory
     or database, under the backup's namespace name or another where the backup's own is free."""
-    from citeline.store.backup import exit_on_sigterm
     from citeline.store.backup import restore as read_backup
 
     with exit_on_sigterm():

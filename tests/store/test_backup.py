@@ -21,14 +21,14 @@ from typer.testing import CliRunner
 
 from citeline.access import Role
 from citeline.chat.session import ChatSession, conversations
-from citeline.cli import app
+from citeline.cli import app, exit_on_sigterm
 from citeline.engine import Citeline
 from citeline.errors import ConflictError, InvalidRequestError, NotFoundError, StoreError
 from citeline.ingest import IngestOptions
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
 from citeline.store import backup as backup_module
-from citeline.store.backup import MANIFEST, backup, exit_on_sigterm, read_manifest, restore
+from citeline.store.backup import MANIFEST, backup, read_manifest, restore
 from citeline.store.database import schema_name
 from tests.conftest import own_data_dir, write
 

@@ -36,17 +36,14 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tarfile
 import tempfile
-import threading
 import typing
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from types import FrameType
 from typing import IO, Any
 
 import sqlalchemy as sa
@@ -303,25 +300,6 @@ def restore(settings: Settings, source: Path) -> RestoreResult:
             engine.dispose()
     _drop_keyword_snapshots(settings)
     return RestoreResult(source, manifest, settings.namespace, len(added))
-
-
-@contextlib.contextmanager
-def exit_on_sigterm() -> Iterator[None]:
-    """For a command running a backup or restore: SIGTERM (a service manager, ``timeout``) exits as
-    Ctrl-C does, through the clean-up that leaves no partial file, temporary folder, half-restored
-    namespace or ``pg_dump`` behind, instead of ending the process where it stands."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 # -- the database --------------------------------------------------------------------------------
