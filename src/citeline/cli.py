@@ -55,7 +55,9 @@ if TYPE_CHECKING:
     from citeline.store.backup import Manifest
 
 app = typer.Typer(
-    help="citeline: ingest documents, search them, answer with citations.", no_args_is_help=True
+    help="citeline: ingest documents, search them, answer with citations.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 docs_app = typer.Typer(help="List, show and delete documents.", no_args_is_help=True)
 app.add_typer(docs_app, name="docs")
@@ -1033,8 +1035,10 @@ def backup(
     file: Annotated[Path, typer.Argument(help="The backup file to write (must not exist).")],
     as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
 ) -> None:
-    """Write the namespace (documents and their versions, vectors, keywords, conversations, API keys,
-    stored originals) into one file, consistent while citeline keeps serving."""
+    """Back up the namespace into one file, consistent while citeline keeps serving.
+
+    The file holds documents with every version, vectors, keywords, conversations, API keys and the
+    stored originals."""
     from citeline.store.backup import backup as write_backup
 
     with exit_on_sigterm():
@@ -1061,8 +1065,10 @@ def restore(
     file: Annotated[Path, typer.Argument(help="A file written by `citeline backup`.")],
     as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
 ) -> None:
-    """Restore a backup into the namespace (--namespace), which must be empty: in a new data directory
-    or database, under the backup's namespace name or another where the backup's own is free."""
+    """Restore a backup file into the namespace (--namespace), which must be empty.
+
+    Into a new data directory or database, under the backup's namespace name, or under another name
+    where the backup's own is free."""
     from citeline.store.backup import restore as read_backup
 
     with exit_on_sigterm():
