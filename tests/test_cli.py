@@ -352,3 +352,36 @@ def test_providers_lists_what_each_provider_model_setting_can_name() -> None:
     table = runner.invoke(app, ["providers"])
     assert table.exit_code == 0
     assert "pip install 'citeline[sentence-transformers]'" in table.stdout
+
+
+def test_names_labels_and_errors_are_printed_as_text_by_every_command(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Square brackets are Rich markup: "[red]pump.md" printed as markup loses "[red]", and "[/x]" ends
+    # the command with a MarkupError. Names, labels and key names come from users; they are text.
+    write(tmp_path / "[red]pump.md", "Prime the pump for two minutes before the first start.")
+    write(tmp_path / "[b]seal[.txt", "Never run the pump dry: the seal fails.")
+    code, _, err = _run(settings, "ingest", str(tmp_path), "--tag", "[/x]", "--scope", "[b]plant")
+    assert code == 0, err
+    assert f"{tmp_path}/[red]pump.md: v1, 1 page, 1 chunk (1 embedded)" in err
+    assert "2 sources: 2 added; 2 chunks stored" in err
+
+    code, out, err = _run(settings, "docs", "list")
+    assert code == 0, err
+    flat = " ".join(out.split())  # the table may wrap a cell over two lines
+    assert "[red]pump.md" in flat and "[b]seal[.txt" in flat and "[/x]" in flat and "[b]plant" in flat
+    doc_id = next(line.split()[0] for line in out.splitlines() if "pump.md" in line)
+
+    code, out, _ = _run(settings, "docs", "show", doc_id)
+    assert code == 0 and "[red]pump.md" in out and "['[/x]']" in out
+    code, out, _ = _run(settings, "docs", "delete", doc_id)
+    assert code == 0 and "deleted [red]pump.md (1 version)" in out
+    code, _, err = _run(settings, "docs", "show", "[/x]")
+    assert code != 0 and "[/x]" in err
+
+    code, out, err = _run(
+        settings, "keys", "create", "--role", "reader", "--scope", "[b]plant", "--name", "[/k]"
+    )
+    assert code == 0 and "([/k])" in out, err
+    code, out, err = _run(settings, "keys", "list")
+    assert code == 0 and "[/k]" in out and "[b]plant" in out, err

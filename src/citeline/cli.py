@@ -21,6 +21,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -109,7 +110,7 @@ def _citeline(ctx: typer.Context, **more: Any) -> Iterator[Citeline]:
         with Citeline(_settings(ctx, **more)) as cl:
             yield cl
     except CitelineError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(exc.exit_code) from exc
 
 
@@ -117,7 +118,7 @@ def _guard(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except CitelineError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(exc.exit_code) from exc
 
 
@@ -211,7 +212,7 @@ def ingest(
     )
     sources = discover(paths)
     if not sources:
-        err.print("[yellow]nothing to ingest:[/yellow] no supported files under " + ", ".join(paths))
+        err.print("[yellow]nothing to ingest:[/yellow] no supported files under " + escape(", ".join(paths)))
         raise typer.Exit(1)
     with _citeline(ctx) as cl:
         results: list[IngestResult] = []
@@ -246,10 +247,14 @@ def ingest(
         summary = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n)
         if staged := len(results) - len(own):
             summary += f" (and {staged} staged for the model migration)"
-        noun = "source" if len(own) == 1 else "sources"
-        err.print(f"{len(own)} {noun}: {summary}; {stored} chunks stored")
+        err.print(f"{_count(len(own), 'source')}: {summary}; {_count(stored, 'chunk')} stored")
     if failed:
         raise typer.Exit(65)
+
+
+def _count(count: int, thing: str) -> str:
+    """``1 page``, ``2 pages``: a count with its noun."""
+    return f"{count} {thing}" if count == 1 else f"{count} {thing}s"
 
 
 def _describe(result: IngestResult) -> str:
@@ -263,7 +268,7 @@ def _describe(result: IngestResult) -> str:
         Outcome.STAGED: "magenta",
     }[result.outcome]
     if result.outcome is Outcome.FAILED:
-        return f"[{colour}]failed[/{colour}]     {result.error}"
+        return f"[{colour}]failed[/{colour}]     {escape(str(result.error))}"
     doc = result.document
     assert doc is not None
     detail = {
@@ -273,10 +278,10 @@ def _describe(result: IngestResult) -> str:
         "visible once the namespace switches to that model (citeline migrate)",
     }.get(
         result.outcome,
-        f"v{doc.version}, {doc.page_count} pages, {result.chunks} chunks "
+        f"v{doc.version}, {_count(doc.page_count or 0, 'page')}, {_count(result.chunks, 'chunk')} "
         f"({result.embedded} embedded) in {result.seconds:.1f}s",
     )
-    return f"[{colour}]{result.outcome.value:<10}[/{colour}] {result.source}: {detail}"
+    return f"[{colour}]{result.outcome.value:<10}[/{colour}] {escape(str(result.source))}: {detail}"
 
 
 @app.command()
@@ -458,7 +463,8 @@ def _print_sources(complete: Complete) -> None:
         )
         console.print("    " + " ".join(c.excerpt.split()), highlight=False, markup=False)
     for r in complete.removed:
-        console.print(f"[yellow]removed citation [{r.number}]: {r.reason}[/yellow]", highlight=False)
+        reason = escape(r.reason)
+        console.print(f"[yellow]removed citation \\[{r.number}]: {reason}[/yellow]", highlight=False)
     for u in complete.unsupported:
         console.print(f"unsupported: {u.text}", style="yellow", highlight=False, markup=False)
     for sentence in complete.uncited:
@@ -546,7 +552,7 @@ def chat(
                 break
             _stream_answer(session, question, filters, as_json=False)
             if session.last_rewrite is not None and session.last_rewrite.query != question:
-                err.print(f"[dim]searched for: {session.last_rewrite.query}[/dim]")
+                err.print(f"[dim]searched for: {escape(session.last_rewrite.query)}[/dim]", highlight=False)
 
 
 @docs_app.command("list")
@@ -559,21 +565,42 @@ def docs_list(
     if as_json:
         _print_json([d.as_dict() for d in docs])
         return
-    table = Table("id", "name", "v", "status", "chunks", "type", "scopes", "category", "tags")
+    # The id's first 8 characters are what `docs show` and `docs delete` take, so they are never cut;
+    # names and labels wrap rather than end in an ellipsis. Every cell from a document is text, not markup.
+    table = Table(
+        Column("id", no_wrap=True),
+        Column("name", overflow="fold", ratio=2, min_width=12),
+        Column("v", no_wrap=True),
+        Column("status", overflow="fold", min_width=9),
+        Column("chunks", no_wrap=True),
+        Column("type", no_wrap=True),
+        Column("scopes", overflow="fold", ratio=1, min_width=11),
+        Column("category", overflow="fold", ratio=1, min_width=8),
+        Column("tags", overflow="fold", ratio=1, min_width=4),
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for d in docs:
         status = d.status + ("" if d.is_active or d.status != "completed" else " (inactive)")
         table.add_row(
             str(d.id)[:8],
-            d.name,
+            Text(d.name),
             str(d.version),
-            status if d.status != "failed" else f"[red]failed[/red]: {d.error}",
+            status if d.status != "failed" else f"[red]failed[/red]: {escape(d.error or '')}",
             str(d.vector_count),
-            d.content_type or "",
-            ",".join(d.scopes) or "(universal)",
-            d.category or "",
-            ",".join(d.tags),
+            _short_type(d.content_type),
+            Text(",".join(d.scopes) or "(universal)"),
+            Text(d.category or ""),
+            Text(",".join(d.tags)),
         )
     console.print(table)
+
+
+def _short_type(content_type: str | None) -> str:
+    """``pdf``, ``markdown``, ``html``, ``csv``, ``text``: the MIME type's subtype, for a narrow column."""
+    subtype = (content_type or "").partition("/")[2].partition(";")[0]
+    return "text" if subtype == "plain" else subtype
 
 
 @docs_app.command("show")
@@ -594,14 +621,15 @@ def docs_show(
         _print_json(data)
         return
     for key, value in data.items():
-        console.print(f"[bold]{key:>16}[/bold]  {value}", highlight=False)
+        console.print(f"[bold]{key:>16}[/bold]  {escape(str(value))}", highlight=False)
     for row in rows:
         console.print(
             f"\n[bold]#{row['chunk_index']}[/bold] p.{row['page']} "
             f"chars {row['start_offset']}-{row['end_offset']}"
             + (f" § {escape(row['section'])}" if row["section"] else "")
             + (f" \\[{row['section_type']}]" if row["section_type"] else "")
-            + (f" models {', '.join(row['model_numbers'])}" if row["model_numbers"] else "")
+            + (f" models {escape(', '.join(row['model_numbers']))}" if row["model_numbers"] else ""),
+            highlight=False,
         )
         console.print(row["text"], markup=False, highlight=False)
 
@@ -614,7 +642,7 @@ def docs_delete(
     """Delete a document: all its versions, chunks, vectors, keyword entries and stored file."""
     with _citeline(ctx) as cl:
         removed = cl.delete(doc_id)
-    console.print(f"deleted {removed[0].name} ({len(removed)} version{'s' if len(removed) != 1 else ''})")
+    console.print(f"deleted {escape(removed[0].name)} ({_count(len(removed), 'version')})", highlight=False)
 
 
 @app.command()
@@ -662,9 +690,12 @@ def reingest(
         docs = cl.reingest_candidates(status=status.value, document_ids=document_id)
         if dry_run:
             for doc in docs:
-                console.print(f"would re-ingest {str(doc.id)[:8]} {doc.name} (v{doc.version}, {doc.status})")
+                console.print(
+                    f"would re-ingest {str(doc.id)[:8]} {escape(doc.name)} (v{doc.version}, {doc.status})",
+                    highlight=False,
+                )
             for path in cl.unused_files() if cleanup else []:
-                console.print(f"would remove {path}")
+                console.print(f"would remove {escape(str(path))}", highlight=False)
             err.print(f"{len(docs)} document{'s' if len(docs) != 1 else ''} to re-ingest (dry run)")
             return
         here = cl.settings.job_runner == "thread"
@@ -675,7 +706,7 @@ def reingest(
             try:
                 queued.append(cl.reingest(doc.id))
             except CitelineError as exc:
-                err.print(f"[red]failed[/red]     {doc.name}: {exc}")
+                err.print(f"[red]failed[/red]     {escape(doc.name)}: {escape(str(exc))}", highlight=False)
                 failed += 1
         if here:
             for submission in queued:
@@ -684,17 +715,21 @@ def reingest(
                 result = cl.refreshed(submission, timeout=float("inf"))
                 done = result.document
                 if result.outcome == Outcome.FAILED:
-                    err.print(f"[red]failed[/red]     {done.name}: {result.error}")
+                    err.print(f"[red]failed[/red]     {escape(done.name)}: {escape(result.error or '')}")
                     failed += 1
                 elif result.outcome == Outcome.UPDATED:
-                    console.print(f"reingested {done.name}: v{done.version}, {done.vector_count} chunks")
+                    console.print(
+                        f"reingested {escape(done.name)}: v{done.version}, "
+                        f"{_count(done.vector_count, 'chunk')}",
+                        highlight=False,
+                    )
                 else:  # replaced meanwhile by a newer version from elsewhere
-                    console.print(f"{result.outcome!s:<10} {done.name}", highlight=False)
+                    console.print(f"{result.outcome!s:<10} {escape(done.name)}", highlight=False)
         else:
             plural = "s" if len(queued) != 1 else ""
             console.print(f"queued {len(queued)} document{plural} for citeline worker")
         for path in cl.remove_unused_files() if cleanup else []:
-            console.print(f"removed {path}")
+            console.print(f"removed {escape(str(path))}", highlight=False)
     if failed:
         raise typer.Exit(65)
 
@@ -774,7 +809,10 @@ def _migrate_by_reingest(
         # What the real run would queue: a resumed migration builds only what is missing.
         docs = _guard(lambda: cl.migration_plan(document_ids=ids))
         for doc in docs:
-            console.print(f"would embed {str(doc.id)[:8]} {doc.name} (v{doc.version}) with {target}")
+            console.print(
+                f"would embed {str(doc.id)[:8]} {escape(doc.name)} (v{doc.version}) with {target}",
+                highlight=False,
+            )
         plural = "s" if len(docs) != 1 else ""
         err.print(f"{len(docs)} document{plural} to migrate from {served} to {target} (dry run)")
         return
@@ -995,13 +1033,11 @@ def stats(
         _print_json(data)
         return
     for key, value in data.items():
-        console.print(f"[bold]{key:>20}[/bold]  {value}", highlight=False)
+        console.print(f"[bold]{key:>20}[/bold]  {escape(str(value))}", highlight=False)
 
 
 def _holding(manifest: Manifest) -> str:
-    def n(count: int, thing: str) -> str:
-        return f"{count} {thing}" if count == 1 else f"{count} {thing}s"
-
+    n = _count
     return (
         f"{n(manifest.documents, 'document')} ({n(manifest.versions, 'version')}, "
         f"{n(manifest.chunks, 'chunk')}), {n(manifest.keys, 'API key')}, "
@@ -1457,7 +1493,7 @@ def keys_create(
     if as_json:
         _print_json({"key": key, **info.as_dict()})
         return
-    console.print(f"created {info.role.value} key {info.id} ({info.name})", highlight=False)
+    console.print(f"created {info.role.value} key {info.id} ({escape(info.name)})", highlight=False)
     console.print("the key (shown this once; store it now):", highlight=False)
     console.print(key, markup=False, highlight=False)
 
@@ -1474,13 +1510,25 @@ def keys_list(
     if as_json:
         _print_json([k.as_dict() for k in found])
         return
-    table = Table("id", "name", "role", "scopes", "prefix", "created", "last used", "revoked")
+    table = Table(
+        Column("id", no_wrap=True),
+        Column("name", overflow="fold", ratio=1, min_width=8),
+        Column("role", no_wrap=True),
+        Column("scopes", overflow="fold", ratio=1, min_width=8),
+        Column("prefix", no_wrap=True),
+        Column("created", min_width=10),
+        Column("last used", min_width=10),
+        Column("revoked", min_width=10),
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for k in found:
         table.add_row(
-            str(k.id),
-            k.name,
+            str(k.id)[:8],  # what `keys revoke` takes
+            Text(k.name),
             k.role.value,
-            "(all)" if k.scopes is None else ",".join(k.scopes) or "(universal only)",
+            Text("(all)" if k.scopes is None else ",".join(k.scopes) or "(universal only)"),
             k.prefix + "...",
             k.created_at.strftime("%Y-%m-%d %H:%M"),
             k.last_used_at.strftime("%Y-%m-%d %H:%M") if k.last_used_at else "",
@@ -1497,7 +1545,7 @@ def keys_revoke(
     """Revoke an API key: requests carrying it are refused from then on."""
     with _citeline(ctx) as cl:
         info = cl.revoke_key(key_id)
-    console.print(f"revoked key {info.id} ({info.name})", highlight=False)
+    console.print(f"revoked key {info.id} ({escape(info.name)})", highlight=False)
 
 
 if __name__ == "__main__":
