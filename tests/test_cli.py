@@ -76,6 +76,9 @@ def test_ingest_search_show_stats_delete(settings: Settings, tmp_path: Path) -> 
     code, out, _ = _run(settings, "stats", "--json")
     stats = json.loads(out)
     assert stats["active_documents"] == 2 and stats["chunks"] >= 2 and stats["keyword_postings"] > 0
+    code, out, _ = _run(settings, "stats")  # for a person: counts, not a dict's repr or 15 decimals
+    assert code == 0 and "by_status  completed 2\n" in out and "{" not in out
+    assert f"avg_chunk_terms  {stats['avg_chunk_terms']:.1f}\n" in out
 
     code, out, _ = _run(settings, "docs", "delete", valve["id"])
     assert code == 0 and "valves.md" in out

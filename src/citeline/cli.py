@@ -1033,7 +1033,19 @@ def stats(
         _print_json(data)
         return
     for key, value in data.items():
-        console.print(f"[bold]{key:>20}[/bold]  {escape(str(value))}", highlight=False)
+        console.print(f"[bold]{key:>20}[/bold]  {escape(_plain(value))}", highlight=False)
+
+
+def _plain(value: object) -> str:
+    """A statistic as a person reads it: ``completed 11, failed 1`` rather than a dict's repr, ``86.5``
+    rather than ``86.48760330578513``."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_plain(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
 
 
 def _holding(manifest: Manifest) -> str:
