@@ -189,3 +189,45 @@ def test_escape_closes_a_documents_detail_and_gives_the_focus_back(
     page.keyboard.press("Escape")
     expect(detail).to_be_hidden()
     expect(name).to_be_focused()
+
+
+def test_a_failed_ask_keeps_the_question_and_says_why(site: Site, context: BrowserContext) -> None:
+    page = context.new_page()
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    question = page.get_by_label("Question")
+    asked = "At what pressure does the relief valve open?"
+    failures = [
+        (
+            lambda route: route.fulfill(
+                status=500, json={"error": {"code": "internal", "message": "internal error"}}
+            ),
+            "The answer failed: internal error (HTTP 500)",
+        ),
+        (
+            lambda route: route.abort("internetdisconnected"),
+            "The answer failed: the server could not be reached",
+        ),
+    ]
+    for failure, words in failures:
+        page.route("**/chat/stream", failure)
+        question.fill(asked)
+        page.get_by_role("button", name="Ask").click()
+        expect(page.locator(".message.assistant").last.locator(".error")).to_have_text(words)
+        expect(question).to_have_value(asked)
+        page.unroute("**/chat/stream")
+    # A key refused on asking signs the page out; signed in again, the question is there to send.
+    page.route(
+        "**/chat/stream",
+        lambda route: route.fulfill(status=401, json={"error": {"code": "x", "message": "no"}}),
+    )
+    question.press("Enter")
+    expect(page.locator("#sign-in-status")).to_contain_text("Signed out")
+    page.unroute("**/chat/stream")
+    page.get_by_label("API key", exact=True).fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    expect(question).to_have_value(asked)
+    # Once the server has taken the question, the box is cleared for the next one.
+    ask(page, asked)
+    expect(page.locator(".message.assistant").last).to_contain_text("12 bar")
+    expect(question).to_have_value("")

@@ -220,6 +220,9 @@ async function ask(question) {
     await streamAnswer(request, state.controller.signal, (name, data) => {
       if (name === "start") {
         setConversation(data.conversation_id);
+        // The question is kept in its box until the server has taken it: a refused or failed ask
+        // (an error status, a key refused, no network) leaves it there to send again.
+        if ($("question").value.trim() === question) $("question").value = "";
       } else if (name === "rewrite" && data.rewritten) {
         message.prepend(el("p", { className: "rewrite" }, `Searched for: ${data.query}`));
       } else if (name === "evidence") {
@@ -532,7 +535,6 @@ $("ask-form").addEventListener("submit", (event) => {
   event.preventDefault();
   const question = $("question").value.trim();
   if (!question || state.controller) return;
-  $("question").value = "";
   ask(question);
 });
 $("question").addEventListener("keydown", (event) => {
