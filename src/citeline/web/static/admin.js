@@ -1,6 +1,7 @@
-// The admin page: statistics, the document table (live while documents are being ingested), upload
-// and web pages by URL, actions on documents, a document's detail with its chunks, and API keys.
-// A reader key sees the statistics and the documents of its scopes, and no action.
+// The admin page: statistics, the document table (live while documents are being ingested, including
+// builds started elsewhere), upload and web pages by URL, actions on documents, a document's detail
+// with its chunks and its labels to change, and API keys. A reader key sees the statistics and the
+// documents of its scopes, and no action.
 
 import {
   api,
@@ -16,13 +17,22 @@ import {
 
 const $ = (id) => document.getElementById(id);
 const POLL_MS = 1000;
+// How often a visible page looks for builds started elsewhere (another admin's page, the CLI, the API).
+const WATCH_MS = 5000;
 const UNFINISHED = new Set(["pending", "queued", "processing"]);
+const BUILDING = new Set(["queued", "processing"]);
 const CHUNKS_PER_PAGE = 50;
 
 const state = {
   me: null,
   pollTimer: null,
+  watchTimer: null,
+  watchRun: 0, // the watch running now: one started anew (shown again, signed in) ends the one before
+  // Versions queued or processing, as the statistics last counted them (null: not counted yet).
+  unfinished: null,
+  listed: [], // the documents the table shows
   detailId: null,
+  labelled: null, // the document whose labels the relabel form was filled from
   chunkOffset: 0,
   chunkTotal: 0,
   // Re-ingests started here: document id -> the version being built. The list shows each document's
@@ -32,14 +42,71 @@ const state = {
 };
 
 const isAdmin = () => state.me?.role === "admin";
-const list = (text) => text.split(",").map((s) => s.trim()).filter(Boolean);
 
 function fail(prefix, error) {
   say($("admin-status"), `${prefix}: ${describeError(error)}`, "error");
 }
 
+// -- labels ---------------------------------------------------------------------------------------
+
+/** Labels the page refuses before sending them, with the field to go back to. */
+class LabelError extends Error {
+  name = "LabelError";
+  constructor(message, field) {
+    super(message);
+    this.field = field;
+  }
+}
+
+/**
+ * The names in a comma-separated field, as the API stores them: trimmed, each once, blank entries
+ * ("a, , b") left out. A field holding text but no name (", ,") is refused rather than read as no
+ * name: `empty` says what an empty field means (for scopes, a universal document every search sees).
+ */
+function names(field, what, empty) {
+  const text = field.value;
+  const kept = [...new Set(text.split(",").map((part) => part.trim()).filter(Boolean))];
+  const label = `${what[0].toUpperCase()}${what.slice(1)}s`;
+  if (text.trim() && !kept.length) {
+    throw new LabelError(`${label}: "${text.trim()}" names no ${what}; ${empty}.`, field);
+  }
+  if (text.includes("\0")) throw new LabelError(`${label}: a ${what} must not contain a NUL character.`, field);
+  return kept;
+}
+
+/** The category field: a slash-separated path, or undefined when empty; only slashes is refused. */
+function categoryOf(field) {
+  const text = field.value.trim();
+  if (!text) return undefined;
+  if (!text.split("/").some((part) => part.trim())) {
+    throw new LabelError(
+      `Category: "${text}" names no category; give a path such as plant/valves, or leave it empty.`, field);
+  }
+  if (text.includes("\0")) throw new LabelError("Category: it must not contain a NUL character.", field);
+  return text;
+}
+
+/** A document's labels in words, as the server stored them: what an upload or a relabel did. */
+function labelWords(doc) {
+  return [
+    doc.scopes?.length ? `scopes ${doc.scopes.join(", ")}` : "universal",
+    doc.category ? `category ${doc.category}` : null,
+    doc.tags?.length ? `tags ${doc.tags.join(", ")}` : "no tags",
+    Object.keys(doc.metadata ?? {}).length ? `metadata ${JSON.stringify(doc.metadata)}` : null,
+  ].filter(Boolean).join("; ");
+}
+
+/** Say a refused label in `status` and put the focus on its field; other errors are thrown on. */
+function refuseLabel(status, error) {
+  if (!(error instanceof LabelError)) throw error;
+  say(status, error.message, "error");
+  error.field.setAttribute("aria-invalid", "true");
+  error.field.focus();
+}
+
 // -- statistics -----------------------------------------------------------------------------------
 
+/** The statistics, shown; resolves to them (null when they could not be read). */
 async function loadStats() {
   try {
     const stats = await api("/stats");
@@ -60,8 +127,10 @@ async function loadStats() {
         el("div", { className: "stat" }, el("dt", {}, term), el("dd", {}, String(value ?? "–"))),
       ]),
     );
+    return stats;
   } catch (error) {
     fail("Could not read the statistics", error);
+    return null;
   }
 }
 
@@ -177,6 +246,7 @@ async function loadDocuments() {
       const version = building.get(doc.id);
       return version && version.version !== doc.version ? version : undefined;
     };
+    state.listed = page.documents;
     const body = $("documents").querySelector("tbody");
     body.replaceChildren(...page.documents.map((doc) => documentRow(doc, next(doc))));
     if (!page.documents.length) {
@@ -184,8 +254,10 @@ async function loadDocuments() {
     }
     $("documents-count").textContent =
       `${page.total} document${page.total === 1 ? "" : "s"}${page.total > page.documents.length ? `, the first ${page.documents.length} shown` : ""}`;
-    // Live while anything is being ingested: poll until every document has finished.
-    if (building.size || page.documents.some((doc) => doc.status === "queued" || doc.status === "processing")) {
+    // Live while anything is being ingested and the page is seen: poll until every document has
+    // finished (a page shown again looks afresh, see watch).
+    const busy = building.size || page.documents.some((doc) => doc.status === "queued" || doc.status === "processing");
+    if (busy && !document.hidden) {
       state.pollTimer = setTimeout(refresh, POLL_MS);
     }
   } catch (error) {
@@ -198,6 +270,69 @@ function refresh() {
   loadStats();
   if (state.detailId) showDetail(state.detailId, { keepChunks: true });
 }
+
+// -- builds started elsewhere ---------------------------------------------------------------------
+
+const unfinishedIn = (stats) => (stats.by_status?.queued ?? 0) + (stats.by_status?.processing ?? 0);
+
+/**
+ * Follow the re-ingests of listed documents that this page did not start: the versions being built
+ * that the table does not know of. The API lists no jobs, and the list shows each document's current
+ * version (the one still serving), so the versions of the listed documents are read, a few at a time;
+ * this runs only when the statistics count more builds than the page follows. True if it found any.
+ */
+async function findBuilds() {
+  const candidates = state.listed.filter((doc) => !UNFINISHED.has(doc.status) && !state.building.has(doc.id));
+  let found = false;
+  const next = async () => {
+    for (let doc = candidates.shift(); doc; doc = candidates.shift()) {
+      let versions;
+      try {
+        ({ versions } = await api(`/documents/${encodeURIComponent(doc.id)}/versions`));
+      } catch {
+        continue; // deleted meanwhile: nothing to follow
+      }
+      const building = versions.find((v) => v.version > doc.version && BUILDING.has(v.status));
+      if (building) {
+        state.building.set(doc.id, building.version);
+        found = true;
+      }
+    }
+  };
+  await Promise.all([next(), next(), next(), next()]);
+  return found;
+}
+
+/**
+ * While the page is visible, every few seconds: the statistics, and when their count of versions being
+ * built changed (an upload, a re-ingest or a refresh started on another page, by the CLI or over the
+ * API), the list again, following any build of a listed document. A hidden page stops asking.
+ */
+async function watch() {
+  clearTimeout(state.watchTimer);
+  const run = ++state.watchRun;
+  if (!state.me || document.hidden) return;
+  const stats = await loadStats();
+  if (run !== state.watchRun) return;
+  if (stats && unfinishedIn(stats) !== state.unfinished) {
+    state.unfinished = unfinishedIn(stats);
+    await loadDocuments();
+    const followed = state.listed.filter((doc) => BUILDING.has(doc.status)).length + state.building.size;
+    if (isAdmin() && state.unfinished > followed && (await findBuilds())) await loadDocuments();
+  }
+  if (run === state.watchRun && state.me && !document.hidden) state.watchTimer = setTimeout(watch, WATCH_MS);
+}
+
+document.addEventListener("visibilitychange", () => {
+  if (document.hidden) {
+    state.watchRun += 1;
+    clearTimeout(state.watchTimer);
+    clearTimeout(state.pollTimer);
+    return;
+  }
+  state.unfinished = null; // shown again: what changed meanwhile is looked at now
+  watch();
+});
 
 async function act(doc, action) {
   const words = { index: "queue", cancel: "cancel", reingest: "re-ingest" }[action];
@@ -227,12 +362,13 @@ async function remove(doc) {
 
 // -- adding documents -----------------------------------------------------------------------------
 
+/** The labels fieldset's values, as sent; throws a {@link LabelError} for one the API would refuse. */
 function labels() {
   const form = $("upload-form").elements;
   const out = {
-    scopes: list(form.scopes.value),
-    category: form.category.value.trim() || undefined,
-    tags: list(form.tags.value),
+    scopes: names(form.scopes, "scope", "leave it empty for universal documents, which every search sees"),
+    category: categoryOf(form.category),
+    tags: names(form.tags, "tag", "leave it empty for no tags"),
   };
   for (const name of ["chunk_size", "chunk_overlap"]) {
     if (form[name].value) out[name] = Number(form[name].value);
@@ -247,9 +383,15 @@ function showChosen() {
 
 async function upload(files) {
   const status = $("add-status");
-  const given = labels();
+  let given;
+  try {
+    given = labels();
+  } catch (error) {
+    return refuseLabel(status, error);
+  }
   let done = 0;
   const failures = [];
+  const labelled = new Set(); // the labels the server gave the uploaded files, in words
   for (const file of files) {
     say(status, `Uploading ${file.name} (${done + 1} of ${files.length})…`);
     const form = new FormData();
@@ -260,7 +402,7 @@ async function upload(files) {
     if (given.chunk_size) form.append("chunk_size", String(given.chunk_size));
     if (given.chunk_overlap !== undefined) form.append("chunk_overlap", String(given.chunk_overlap));
     try {
-      await api("/documents", { method: "POST", form });
+      labelled.add(labelWords(await api("/documents", { method: "POST", form })));
       done += 1;
     } catch (error) {
       // The API's message names the file already ("a.exe: unsupported file type"); say it once.
@@ -271,7 +413,7 @@ async function upload(files) {
   }
   const count = `${files.length} file${files.length === 1 ? "" : "s"}`;
   const summary = done
-    ? `Uploaded ${done} of ${count}; ${done === 1 ? "it is" : "they are"} being ingested.`
+    ? `Uploaded ${done} of ${count} (${[...labelled].join(" | ")}); ${done === 1 ? "it is" : "they are"} being ingested.`
     : `Uploaded none of ${count}.`;
   say(status, failures.length ? `${summary} Failed: ${failures.join("; ")}` : summary, failures.length ? "error" : "info");
   $("files").value = "";
@@ -281,10 +423,16 @@ async function upload(files) {
 
 async function addUrl(url) {
   const status = $("add-status");
+  let given;
+  try {
+    given = labels();
+  } catch (error) {
+    return refuseLabel(status, error);
+  }
   say(status, `Adding ${url}…`);
   try {
-    const doc = await api("/documents", { method: "POST", json: { url, ...labels() } });
-    say(status, `Added ${doc.name}; it is being ingested.`);
+    const doc = await api("/documents", { method: "POST", json: { url, ...given } });
+    say(status, `Added ${doc.name} (${labelWords(doc)}); it is being ingested.`);
     $("url-form").reset();
   } catch (error) {
     say(status, `Could not add ${url}: ${describeError(error)}`, "error");
@@ -365,6 +513,8 @@ async function showDetail(id, { keepChunks = false } = {}) {
       ...items.map((v) => el("li", {}, `version ${v.version}: ${v.status}, ${formatDate(v.created_at)}${v.vector_count ? `, ${v.vector_count} vectors` : ""}`)),
     );
     $("detail-source").textContent = JSON.stringify(doc.source_metadata ?? {}, null, 2);
+    // Filled when the detail opens, not at each refresh, which would undo what is being typed.
+    if (!keepChunks) fillRelabel(doc);
     section.hidden = false;
     if (!keepChunks) {
       await loadChunks();
@@ -374,6 +524,69 @@ async function showDetail(id, { keepChunks = false } = {}) {
   } catch (error) {
     fail("Could not open the document", error);
   }
+}
+
+function fillRelabel(doc) {
+  const form = $("relabel-form");
+  const fields = form.elements;
+  fields.scopes.value = (doc.scopes ?? []).join(", ");
+  fields.category.value = doc.category ?? "";
+  fields.tags.value = (doc.tags ?? []).join(", ");
+  fields.metadata.value = Object.keys(doc.metadata ?? {}).length ? JSON.stringify(doc.metadata) : "";
+  for (const field of fields) field.removeAttribute("aria-invalid");
+  say($("relabel-status"), "");
+  state.labelled = doc;
+}
+
+/** The metadata field: a JSON object, {} when empty (which removes the document's metadata). */
+function metadataOf(field) {
+  const text = field.value.trim();
+  if (!text) return {};
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new LabelError(`Metadata: not JSON (${error.message}); write an object such as {"site": "north"}.`, field);
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new LabelError('Metadata: write a JSON object such as {"site": "north"}, or leave it empty.', field);
+  }
+  return value;
+}
+
+/** PATCH /documents/{id} with the relabel form's labels; says what the server stored, or why not. */
+async function relabel() {
+  const doc = state.labelled;
+  const fields = $("relabel-form").elements;
+  const status = $("relabel-status");
+  const body = {};
+  try {
+    body.scopes = names(fields.scopes, "scope", "leave it empty to make the document universal");
+    body.tags = names(fields.tags, "tag", "leave it empty for no tags");
+    body.metadata = metadataOf(fields.metadata);
+    const category = categoryOf(fields.category);
+    if (category) body.category = category;
+    else if (doc.category) {
+      // The API reads a missing category as "keep it" and has no way to remove one.
+      throw new LabelError(
+        `Category: a document's category cannot be removed, only changed; put back "${doc.category}" or give another.`,
+        fields.category);
+    }
+  } catch (error) {
+    return refuseLabel(status, error);
+  }
+  $("relabel").disabled = true;
+  say(status, `Saving the labels of ${doc.name}…`);
+  try {
+    const saved = await api(`/documents/${encodeURIComponent(doc.id)}`, { method: "PATCH", json: body });
+    if (state.detailId === doc.id) fillRelabel(saved);
+    say(status, `Saved: ${labelWords(saved)}.`);
+  } catch (error) {
+    say(status, `Could not change the labels of ${doc.name}: ${describeError(error)}`, "error");
+  } finally {
+    $("relabel").disabled = false;
+  }
+  refresh();
 }
 
 async function loadChunks() {
@@ -447,8 +660,14 @@ function setUpKeys() {
     event.preventDefault();
     const form = event.target.elements;
     const body = { role: form.role.value, name: form.name.value.trim() };
-    if (form.all_scopes.checked) body.all_scopes = true;
-    else if (body.role === "reader") body.scopes = list(form.scopes.value);
+    try {
+      if (form.all_scopes.checked) body.all_scopes = true;
+      else if (body.role === "reader") {
+        body.scopes = names(form.scopes, "scope", "leave it empty for a key that sees universal documents only");
+      }
+    } catch (error) {
+      return refuseLabel($("admin-status"), error);
+    }
     try {
       const created = await api("/keys", { method: "POST", json: body });
       $("new-key-value").textContent = created.key;
@@ -465,6 +684,8 @@ function setUpKeys() {
 
 function showSignIn() {
   clearTimeout(state.pollTimer);
+  clearTimeout(state.watchTimer);
+  state.watchRun += 1;
   $("admin").hidden = true;
   $("admin-controls").hidden = true;
   $("sign-in").hidden = false;
@@ -484,7 +705,8 @@ function start(me) {
   $("admin").hidden = false;
   $("admin-controls").hidden = false;
   $("new-key").hidden = true;
-  refresh();
+  state.unfinished = null;
+  watch(); // the statistics and the list, then again every few seconds while the page is seen
   if (isAdmin()) loadKeys();
 }
 
@@ -494,6 +716,12 @@ $("filters").addEventListener("submit", (event) => {
 });
 $("filters").addEventListener("change", () => loadDocuments());
 $("close-detail").addEventListener("click", closeDetail);
+$("relabel-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  relabel();
+});
+// A field said to be wrong is no longer so once it is changed.
+document.addEventListener("input", (event) => event.target.removeAttribute?.("aria-invalid"));
 $("detail").addEventListener("keydown", (event) => {
   if (event.key === "Escape") closeDetail();
 });

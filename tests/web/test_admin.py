@@ -1,0 +1,236 @@
+"""The admin page's labels and its live table, in Debian's chromium, against a real ``citeline serve``
+(its own embedded database, real embedder) whose jobs go to a real Redis with no worker reading it, so
+a build started anywhere stays ``queued`` until it is cancelled: labels the API would refuse or read
+as something else are refused before anything is sent, and what the server stored is said; a
+document's labels change from its detail; a re-ingest started elsewhere shows live while the page is
+seen, and a hidden page stops asking."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, Request, expect
+
+from tests.api.conftest import Server, base_env, create_key, ingest, start_server, stop_server
+from tests.conftest import write
+from tests.web.test_pages import sign_in
+
+PUMP = "# Feed pump\n\nThe feed pump runs at 1450 rpm. Its bearings are greased every 2000 hours.\n"
+GAUGE = "# Pressure gauge\n\nThe pressure gauge is calibrated every year against the master gauge.\n"
+WATCH_S = 5  # admin.js WATCH_MS
+
+
+@dataclass
+class Site:
+    server: Server
+    admin: str
+    ids: dict[str, str]
+
+    def api(self, method: str, path: str, **kwargs: Any) -> Any:
+        with self.server.client(self.admin) as client:
+            return client.request(method, path, **kwargs).raise_for_status().json()
+
+
+@pytest.fixture(scope="module")
+def site(
+    tmp_path_factory: pytest.TempPathFactory, fresh_data_dir: Callable[[str], Path], redis_server: str
+) -> Iterator[Site]:
+    data = fresh_data_dir("citeline-admin-")
+    corpus = tmp_path_factory.mktemp("admin-corpus")
+    write(corpus / "pump.md", PUMP)
+    write(corpus / "gauge.md", GAUGE)
+    ids = ingest(base_env(data), corpus)
+    # Builds the API starts go to Redis, and no worker takes them: they stay queued.
+    env = base_env(
+        data, CITELINE_LLM="extractive", CITELINE_JOB_RUNNER="celery", CITELINE_REDIS_URL=redis_server
+    )
+    server = start_server(env, tmp_path_factory.mktemp("admin-log") / "serve.log")
+    try:
+        admin = create_key(env, "--role", "admin", "--name", "admin page")["key"]
+        yield Site(server, admin, ids)
+    finally:
+        stop_server(server)
+
+
+@pytest.fixture
+def context(browser: Browser) -> Iterator[BrowserContext]:
+    instance = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield instance
+    instance.close()
+
+
+def admin_page(site: Site, context: BrowserContext) -> Page:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/admin", site.admin)
+    expect(page.locator("#documents tbody tr").filter(has_text="gauge.md")).to_have_count(1)
+    return page
+
+
+def sent(page: Page, method: str, path: str) -> list[Request]:
+    """The ``method`` requests to ``path`` that ``page`` makes from now on (a list that fills)."""
+    requests: list[Request] = []
+    page.on(
+        "request",
+        lambda r: requests.append(r) if r.method == method and r.url.split("?")[0].endswith(path) else None,
+    )
+    return requests
+
+
+def test_labels_naming_nothing_are_refused_before_anything_is_sent(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    page = admin_page(site, context)
+    posts = sent(page, "POST", "/documents")
+    add = page.locator("#add")
+    status = page.locator("#add-status")
+    page.get_by_label("Files to upload").set_input_files(write(tmp_path / "valve.md", "# Valve\n\nShut.\n"))
+    # Only commas: read as no scope, the file would be universal, seen by every search.
+    scopes, tags, category = (
+        add.get_by_label("Scopes"),
+        add.get_by_label("Tags"),
+        add.get_by_label("Category"),
+    )
+    scopes.fill(" , ,")
+    add.get_by_role("button", name="Upload", exact=True).click()
+    expect(status).to_have_text(
+        'Scopes: ", ," names no scope; leave it empty for universal documents, which every search sees.'
+    )
+    expect(scopes).to_be_focused()
+    expect(scopes).to_have_attribute("aria-invalid", "true")
+    scopes.fill("plant-a")
+    expect(scopes).not_to_have_attribute("aria-invalid", "true")
+    tags.fill(",")
+    page.keyboard.press("Enter")  # submits the upload form from its field
+    expect(status).to_have_text('Tags: "," names no tag; leave it empty for no tags.')
+    expect(tags).to_be_focused()
+    tags.fill("")
+    category.fill(" / / ")
+    page.get_by_label("Web page URL").fill("https://example.org/valves")
+    page.get_by_role("button", name="Add the page").click()
+    expect(status).to_contain_text('Category: "/ /" names no category; give a path such as plant/valves')
+    expect(category).to_be_focused()
+    assert posts == [], [r.url for r in posts]
+
+    # Blank entries and repeats are left out, and the page says which labels the server stored.
+    category.fill("")
+    scopes.fill("plant-a, , plant-b, plant-a")
+    tags.fill("valves, , spare,")
+    add.get_by_role("button", name="Upload", exact=True).click()
+    expect(status).to_have_text(
+        "Uploaded 1 of 1 file (scopes plant-a, plant-b; tags spare, valves); it is being ingested."
+    )
+    row = page.locator("#documents tbody tr").filter(has_text="valve.md")
+    expect(row).to_contain_text("plant-a, plant-b")
+    site.api("DELETE", f"/documents/{row.get_attribute('data-id')}")
+
+    # A reader key's scopes alike: only commas would make a key that sees universal documents only.
+    keys = page.locator("#key-form")
+    keys.get_by_label("Scopes").fill(",,")
+    keys.get_by_role("button", name="Create key").click()
+    expect(page.locator("#admin-status")).to_have_text(
+        'Scopes: ",," names no scope; leave it empty for a key that sees universal documents only.'
+    )
+    expect(page.locator("#new-key")).to_be_hidden()
+
+
+def test_a_documents_labels_change_from_its_detail(site: Site, context: BrowserContext) -> None:
+    page = admin_page(site, context)
+    row = page.locator("#documents tbody tr").filter(has_text="pump.md")
+    row.get_by_role("button", name="Feed pump").click()
+    form = page.locator("#relabel-form")
+    status = page.locator("#relabel-status")
+    expect(form.get_by_label("Scopes")).to_have_value("")
+    form.get_by_label("Scopes").fill("plant-a, plant-b")
+    form.get_by_label("Category").fill("plant/pumps")
+    form.get_by_label("Tags").fill("feed, , rotating")
+    form.get_by_label("Metadata").fill('{"site": "north"}')
+    form.get_by_role("button", name="Save the labels").click()
+    expect(status).to_have_text(
+        "Saved: scopes plant-a, plant-b; category plant/pumps; tags feed, rotating; "
+        'metadata {"site":"north"}.'
+    )
+    # The list and the detail show the new labels; the API has them.
+    expect(row.locator("td").nth(3)).to_have_text("plant-a, plant-b")
+    expect(row.locator("td").nth(5)).to_have_text("feed, rotating")
+    expect(page.locator("#detail-facts")).to_contain_text("plant/pumps")
+    stored = site.api("GET", f"/documents/{site.ids['pump.md']}")
+    assert (stored["scopes"], stored["category"], stored["tags"], stored["metadata"]) == (
+        ["plant-a", "plant-b"],
+        "plant/pumps",
+        ["feed", "rotating"],
+        {"site": "north"},
+    ), stored
+
+    # The server's refusal, in its words, naming the field; nothing changes.
+    form.get_by_label("Metadata").fill('{"floor": 3}')
+    form.get_by_role("button", name="Save the labels").click()
+    expect(status).to_contain_text("Could not change the labels of pump.md: body.metadata.floor")
+    expect(status).to_contain_text("(HTTP 422)")
+    assert site.api("GET", f"/documents/{site.ids['pump.md']}")["metadata"] == {"site": "north"}
+    # What the API would read as something else is refused on the page.
+    form.get_by_label("Metadata").fill('{"site": "north"}')
+    form.get_by_label("Category").fill("")
+    form.get_by_role("button", name="Save the labels").click()
+    expect(status).to_have_text(
+        "Category: a document's category cannot be removed, only changed; "
+        'put back "plant/pumps" or give another.'
+    )
+    form.get_by_label("Category").fill("plant/pumps")
+    form.get_by_label("Scopes").fill(" ,")
+    form.get_by_role("button", name="Save the labels").click()
+    expect(status).to_contain_text("names no scope; leave it empty to make the document universal.")
+    # Empty scopes make it universal again, as the field says.
+    form.get_by_label("Scopes").fill("")
+    form.get_by_label("Scopes").press("Enter")
+    expect(status).to_contain_text("Saved: universal; category plant/pumps")
+    expect(row.locator("td").nth(3)).to_have_text("Universal")
+
+
+def hide(page: Page, hidden: bool) -> None:
+    """Tell ``page`` it is hidden (another tab in front) or shown again, as the browser would."""
+    page.evaluate(
+        """hidden => {
+          Object.defineProperty(document, "hidden", {value: hidden, configurable: true});
+          Object.defineProperty(document, "visibilityState", {
+            value: hidden ? "hidden" : "visible", configurable: true,
+          });
+          document.dispatchEvent(new Event("visibilitychange"));
+        }""",
+        hidden,
+    )
+
+
+def test_a_reingest_started_elsewhere_shows_live_while_the_page_is_seen(
+    site: Site, context: BrowserContext
+) -> None:
+    page = admin_page(site, context)
+    row = page.locator("#documents tbody tr").filter(has_text="gauge.md")
+    expect(row).to_have_attribute("data-status", "completed")
+    built = site.api("POST", f"/documents/{site.ids['gauge.md']}/reingest")  # as the CLI or a script would
+    expect(row.locator(".next-version")).to_have_text(
+        f"version {built['version']}: queued", timeout=(WATCH_S + 10) * 1000
+    )
+    expect(row).to_have_attribute("data-status", "completed")
+    row.get_by_role("button", name="Cancel gauge.md").click()
+    expect(page.locator("#admin-status")).to_have_text(
+        f"Cancelled re-ingesting gauge.md (version {built['version']})."
+    )
+    expect(row.get_by_role("button", name="Re-ingest gauge.md")).to_be_visible()
+
+    # Hidden, the page asks nothing; shown again, it looks at once.
+    stats = sent(page, "GET", "/stats")
+    hide(page, True)
+    time.sleep(1)
+    stats.clear()
+    time.sleep(WATCH_S + 1)
+    assert stats == [], [r.url for r in stats]
+    built = site.api("POST", f"/documents/{site.ids['gauge.md']}/reingest")
+    hide(page, False)
+    expect(row.locator(".next-version")).to_have_text(f"version {built['version']}: queued", timeout=5_000)
+    site.api("POST", f"/documents/{site.ids['gauge.md']}/cancel")
+    expect(row.locator(".next-version")).to_have_count(0)
