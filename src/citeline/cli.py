@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import ipaddress
 import json
 import logging
@@ -1462,9 +1461,8 @@ def serve(
         os.environ[f"CITELINE_{name.upper()}"] = str(value)
     if open_mode:
         os.environ["CITELINE_API_OPEN"] = "true"
-    # citeline's own messages (open mode, answers stopped early) go where uvicorn's go, in every worker.
-    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    log_config["loggers"]["citeline"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    from citeline.api.app import log_config
+
     uvicorn.run(
         "citeline.api.app:app_from_env",
         factory=True,
@@ -1472,7 +1470,7 @@ def serve(
         port=port,
         workers=workers,
         log_level="info",
-        log_config=log_config,
+        log_config=log_config(),
         timeout_keep_alive=int(settings.api_keep_alive_seconds),
     )
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import Depends, FastAPI
 
 from citeline.api import errors
 from citeline.api.deps import refuse_nul, refuse_unknown_query
 from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter
+from citeline.api.request_id import RequestIdLogFilter, RequestIdMiddleware
 from citeline.api.routes import chat, conversations, documents, health, ingest, keys, search, stats
 from citeline.engine import Citeline
 from citeline.settings import Settings, load_settings
@@ -59,10 +62,26 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     )
     errors.install(app)
     app.add_middleware(BodySizeLimit, settings=settings)
+    app.add_middleware(RequestIdMiddleware)  # added last: outermost, so every response gets the id
     for module in (search, chat, conversations, documents, ingest, stats, keys, health):
         app.include_router(module.router, dependencies=[Depends(refuse_unknown_query), Depends(refuse_nul)])
     mount_pages(app)
     return app
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration for ``citeline serve``: citeline's own messages (open mode,
+    answers stopped early, errors) go where uvicorn's go, in every worker, and every line written while
+    a request is served, the access line included, ends with that request's id."""
+    import uvicorn.config
+
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config.setdefault("filters", {})["request_id"] = {"()": RequestIdLogFilter}
+    for handler in config["handlers"].values():
+        handler.setdefault("filters", []).append("request_id")
+    config["formatters"]["access"]["fmt"] += " [request %(request_id)s]"
+    config["loggers"]["citeline"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    return config
 
 
 def app_from_env() -> FastAPI:

@@ -2,7 +2,9 @@
 
 The status comes from the library's error hierarchy (each :class:`CitelineError` carries its own); the
 code is the error's class name in snake case without ``Error`` (``NotFoundError`` -> ``not_found``).
-Unexpected exceptions are logged with their stack trace and answered with a plain 500.
+Unexpected exceptions are logged with their stack trace and answered with a plain 500. Every error
+body carries the request's id (``error.request_id``, also the ``X-Request-ID`` header), which the log
+lines for the request carry too.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from citeline.api.request_id import HEADER, current_request_id
 from citeline.errors import AuthenticationError, CitelineError, LimitExceededError
 
 log = logging.getLogger("citeline.api")
@@ -41,8 +44,13 @@ def error_code(exc: CitelineError) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def error_body(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message}}
+def error_body(code: str, message: str, request_id: str | None = None) -> dict[str, Any]:
+    """The error shape; ``request_id`` defaults to the id of the request being served (see
+    :mod:`citeline.api.request_id`), which the server's log lines for it carry too."""
+    error = {"code": code, "message": message}
+    if (request_id := request_id or current_request_id()) is not None:
+        error["request_id"] = request_id
+    return {"error": error}
 
 
 def error_response(exc: CitelineError) -> JSONResponse:
@@ -82,8 +90,13 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    return JSONResponse(error_body("internal", "internal error; the server log has the details"), 500)
+    # This handler runs outside the request-id middleware (Starlette answers unexpected exceptions
+    # last), so the id comes from the request's state and goes on the response here.
+    request_id: str | None = getattr(request.state, "request_id", None)
+    log.error("%s %s failed [request %s]", request.method, request.url.path, request_id, exc_info=exc)
+    message = "internal error; the server log has the details (look for the request id)"
+    headers = {HEADER: request_id} if request_id else None
+    return JSONResponse(error_body("internal", message, request_id), 500, headers=headers)
 
 
 def install(app: FastAPI) -> None:
