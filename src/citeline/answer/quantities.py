@@ -1,0 +1,567 @@
+"""Quantities a claim states, checked against those a passage states about the same thing.
+
+The stance classifier (:mod:`citeline.answer.nli`) does not compare numbers: over a device table whose
+row says 16 bar, it found "The max pressure of the HX-4000 is 10 bar." supported. A verdict that
+confirms a wrong dose, pressure or percentage is the worst failure an answer can have, so
+:func:`disagreement` looks for one before a passage may count as supporting a claim.
+
+What counts as a quantity is a number **with a unit** (:data:`UNITS`: pressure, mass, volume, length,
+time, temperature, electrical, concentration, percentages, ...), so years, reference numbers
+(``[12]``), figure, table and page numbers, p-values and model codes (``HX-4000``, ``XR200``) never
+are. A quantity is read as:
+
+- a value (``16 bar``), a range (``between 2 and 4 bar``, ``2-4 bar``, ``2 to 4 bar``), or a bound:
+  an upper one (``up to``, ``at most``, ``less than``, ``below``, ``<``, or ``max``/``maximum``
+  earlier in its clause: "the maximum pressure is 16 bar") or a lower one (``at least``, ``more
+  than``, ``above``, ``>``, ``min``/``minimum``);
+- in a table, a bare number takes the unit (and a max/min) of its column's header: ``| Max pressure
+  (bar) |`` in Markdown, ``max_pressure_bar: 16`` as CSV rows are written;
+- units of one kind are converted (mg and g, mm and cm, bar and psi, °C and °F, mL/min and L/h ...).
+
+A claim's quantity **disagrees** with a passage when the passage states quantities of the same kind
+(same dimension, and the same bound when the passage has one: a claimed maximum is compared with the
+passage's maximum) and none of them is consistent with it: equal up to the precision either is written
+with, or overlapping it as a range or bound. A passage that states none of that kind says nothing
+either way. When the claim names a code (``HX-4000``) and some of the passage's sentences or table rows
+name it, the rows and sentences naming only other codes are left out: a table's other rows are other
+devices.
+
+What it does not do: numbers written as words ("five"), quantities without a unit (counts, ratios,
+hazard ratios), "reduced by 30%" against "reduced to 70%", and which quantity a number is beyond its
+unit and bound (an operating pressure and a test pressure, both in bar, are one kind here).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from citeline.answer.support import sentence_spans
+
+Bound = Literal["value", "upper", "lower"]
+"""What a quantity states: a value (or a range), the most it can be, or the least."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A unit: its kind (``dimension``) and how to convert it to that kind's base unit."""
+
+    symbol: str
+    dimension: str
+    scale: float
+    offset: float = 0.0
+
+
+def _units() -> dict[str, Unit]:
+    table: dict[str, tuple[str, float]] = {}
+
+    def add(dimension: str, scale: float, *symbols: str) -> None:
+        for symbol in symbols:
+            table[symbol] = (dimension, scale)
+
+    add("pressure", 1e5, "bar")
+    add("pressure", 100.0, "mbar", "hPa")
+    add("pressure", 1.0, "Pa")
+    add("pressure", 1e3, "kPa")
+    add("pressure", 1e6, "MPa")
+    add("pressure", 6894.757, "psi")
+    add("pressure", 133.322, "mmHg", "mm Hg")
+    add("pressure", 98.0665, "cmH2O", "cm H2O")
+    add("pressure", 101325.0, "atm")
+    add("mass", 1e3, "kg")
+    add("mass", 1.0, "g", "gram", "grams")
+    add("mass", 1e-3, "mg", "milligram", "milligrams")
+    add("mass", 1e-6, "µg", "μg", "ug", "mcg", "microgram", "micrograms")
+    add("mass", 1e-9, "ng")
+    add("volume", 1.0, "L", "l", "litre", "litres", "liter", "liters")
+    add("volume", 0.1, "dL", "dl")
+    add("volume", 1e-3, "mL", "ml", "cc")
+    add("volume", 1e-6, "µL", "μL", "uL", "ul")
+    add("volume", 1e3, "m3", "m³")
+    add("length", 1e3, "km")
+    add("length", 1.0, "m")
+    add("length", 1e-2, "cm")
+    add("length", 1e-3, "mm")
+    add("length", 1e-6, "µm", "μm")
+    add("length", 1e-9, "nm")
+    add("area", 1.0, "m2", "m²")
+    add("time", 1e-3, "ms")
+    add("time", 1.0, "s", "sec", "second", "seconds")
+    add("time", 60.0, "min", "mins", "minute", "minutes")
+    add("time", 3600.0, "h", "hr", "hrs", "hour", "hours")
+    add("time", 86400.0, "day", "days")
+    add("time", 7 * 86400.0, "week", "weeks", "wk")
+    add("time", 30.4375 * 86400.0, "month", "months")
+    add("time", 365.25 * 86400.0, "year", "years", "yr", "yrs")
+    add("voltage", 1.0, "V", "volt", "volts")
+    add("voltage", 1e3, "kV")
+    add("voltage", 1e-3, "mV")
+    add("power", 1.0, "W", "watt", "watts")
+    add("power", 1e3, "kW")
+    add("power", 1e-3, "mW")
+    add("current", 1e-3, "mA")
+    add("frequency", 1.0, "Hz")
+    add("frequency", 1e3, "kHz")
+    add("frequency", 1e6, "MHz")
+    add("rotation", 1.0, "rpm")
+    add("energy", 1.0, "J")
+    add("energy", 1e3, "kJ")
+    add("energy", 4184.0, "kcal")
+    add("amount", 1.0, "mol")
+    add("amount", 1e-3, "mmol")
+    add("amount", 1e-6, "µmol", "μmol", "umol")
+    add("amount", 1e-9, "nmol")
+    add("molarity", 1e-3, "mM")
+    add("molarity", 1e-6, "µM", "μM", "uM")
+    add("molarity", 1e-9, "nM")
+    add("activity", 1.0, "IU")
+    add("percent", 1.0, "%", "percent", "per cent")
+    add("fold", 1.0, "fold")
+    units = {symbol: Unit(symbol, dimension, scale) for symbol, (dimension, scale) in table.items()}
+    for symbol in ("°C", "ºC", "degrees Celsius", "degrees C", "deg C"):
+        units[symbol] = Unit(symbol, "temperature", 1.0)
+    for symbol in ("°F", "ºF", "degrees Fahrenheit", "degrees F", "deg F"):
+        units[symbol] = Unit(symbol, "temperature", 5 / 9, -32 * 5 / 9)
+    return units
+
+
+UNITS: dict[str, Unit] = _units()
+"""Every unit a quantity may be stated in, by the symbols or words it is written with."""
+
+# Denominators of compound units ("mg/kg", "mL per minute", "mg daily") beyond the units themselves.
+_PER: dict[str, Unit] = {
+    **{s: u for s, u in UNITS.items() if u.dimension in {"mass", "volume", "time", "area", "length"}},
+    "d": UNITS["day"],
+    "daily": UNITS["day"],
+    "dose": Unit("dose", "dose", 1.0),
+}
+
+# Case-insensitive spellings for tables' headers ("max_pressure_bar", "power_w", "temp_c"), where a
+# unit is one word among others and capitals are lost. A case-sensitive unit keeps its own spelling.
+_HEADER_UNITS: dict[str, Unit] = {
+    **{s.lower(): u for s, u in reversed(UNITS.items()) if " " not in s},
+    "c": UNITS["°C"],
+    "f": UNITS["°F"],
+    "pct": UNITS["%"],
+    "mm": UNITS["mm"],
+    "m": UNITS["m"],
+    "ms": UNITS["ms"],
+    "mw": UNITS["mW"],
+}
+
+
+def _alternatives(symbols: Sequence[str]) -> str:
+    return "|".join(re.escape(s).replace(r"\ ", r"\s") for s in sorted(symbols, key=len, reverse=True))
+
+
+_NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
+_SIGN = r"[-\u2212]?"
+# A number is not a quantity's when it is part of a code, a version, a power of ten or a fraction:
+# "HX-4000", "XR200", "v2.1", "10^9", "3/4".
+_BEFORE = r"(?<![\w.,^\u2212-])(?<![A-Za-z]/)"
+_UNIT = rf"(?:{_alternatives(list(UNITS))})"
+_PER_UNIT = rf"(?:{_alternatives(list(_PER))})"
+_COMPOUND = rf"{_UNIT}(?:\s?(?:/|\bper\s)\s?{_PER_UNIT})*(?:\s+daily)?"
+# After a unit: not more letters ("5 months" is not "5 m"), and a hyphenated "-fold", "-year", "-mg".
+_AFTER = r"(?![A-Za-z0-9µμ²³°])"
+_RANGE_JOIN = r"\s?(?:-|\u2013|\u2014|to)\s?"
+_QUANTITY = re.compile(
+    rf"{_BEFORE}(?:(?P<between>between|from)\s+)?"
+    rf"(?P<low>{_SIGN}(?:{_NUMBER}))(?:\s?(?P<low_unit>{_COMPOUND}){_AFTER})?"
+    rf"(?:(?(between)\s+(?:and|to|-)\s+|{_RANGE_JOIN})(?P<high>{_SIGN}(?:{_NUMBER})))?"
+    rf"(?:\s?-?\s?(?P<unit>{_COMPOUND})){_AFTER}",
+    re.IGNORECASE,
+)
+# Matching ignores case so that "Between" and "Percent" match; the unit found is then looked up as
+# written (see _unit_of), since for symbols case matters.
+
+_UPPER_NEAR = re.compile(
+    r"(?:up to|at most|no more than|not more than|less than|fewer than|lower than|smaller than|below|under|"
+    r"not exceeding|not to exceed|maximum of|max\.?|maximum|≤|<=|=<|<)\s*$",
+    re.IGNORECASE,
+)
+_LOWER_NEAR = re.compile(
+    r"(?:at least|no less than|not less than|more than|greater than|higher than|larger than|above|over|"
+    r"exceeding|in excess of|upwards of|minimum of|min\.?|minimum|≥|>=|=>|>)\s*$",
+    re.IGNORECASE,
+)
+# "The max pressure of the HX-4000 is 10 bar": the word naming a maximum may be words away, in the clause.
+_UPPER_WORD = re.compile(r"\b(?:max|maximum|maximal|highest|peak|upper limit)\b", re.IGNORECASE)
+_LOWER_WORD = re.compile(r"\b(?:min|minimum|minimal|lowest|lower limit)\b", re.IGNORECASE)
+_APPROXIMATE = re.compile(
+    r"(?:about|approximately|approx\.?|around|roughly|nearly|almost|some|~|≈|ca\.)\s*$", re.IGNORECASE
+)
+_CLAUSE_BREAK = re.compile(r"[,;:()\[\]|]|\band\b|\bwhile\b|\bwhereas\b|\bbut\b", re.IGNORECASE)
+_ROLE_WINDOW_WORDS = 8
+# A percentage naming a confidence level is not a finding: "95% CI", "90% confidence interval".
+_CONFIDENCE = re.compile(r"^\s*(?:CI\b|CrI\b|confidence|credible|prediction interval)", re.IGNORECASE)
+# A list before a quantity shares its unit: "10, 20 and 30 mg", "120/80 mmHg".
+_LISTED = re.compile(rf"{_BEFORE}({_NUMBER})\s*(?:,\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+|/)$")
+# "59 ± 5%", "12.3 +/- 4.5 years": the number before the sign is the quantity.
+_SPREAD = re.compile(rf"{_BEFORE}({_SIGN}(?:{_NUMBER}))\s*(?:±|\+/-|\+/\u2212|\+-)\s*$")
+# Units that, written against their number, are something else: "the 1960s", "$2.16m", "C57BL/6J".
+_SPACED = frozenset({"s", "m", "J"})
+_CURRENCY = frozenset("$€£¥")
+_IDENTIFIER = re.compile(r"(?<![\w-])[A-Za-z]{1,5}[-\u2010\u2011]?\d{1,6}[A-Za-z]{0,3}(?![\w-])")
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A quantity stated in a text: ``low`` to ``high`` in ``unit`` (equal for a value), a bound or not.
+
+    ``text`` is how it reads ("16 bar", "up to 16 bar", "2-4 mg"); ``precision`` is half the last
+    digit written, in ``unit`` (``16``: 0.5, ``2.5``: 0.05), the tolerance a rounded figure deserves.
+    """
+
+    low: float
+    high: float
+    unit: Unit
+    bound: Bound
+    text: str
+    precision: float
+    approximate: bool = False
+
+    @property
+    def dimension(self) -> str:
+        return self.unit.dimension
+
+    def base(self, value: float) -> float:
+        """``value`` in the base unit of the quantity's dimension (percentages and folds as magnitudes)."""
+        converted = value * self.unit.scale + self.unit.offset
+        return abs(converted) if self.dimension in {"percent", "fold"} else converted
+
+    def interval(self) -> tuple[float, float]:
+        """The values the quantity allows, in base units, as written (see :func:`consistent` for slack)."""
+        low, high = sorted((self.base(self.low), self.base(self.high)))
+        if self.bound == "upper":
+            return -math.inf, high
+        if self.bound == "lower":
+            return low, math.inf
+        return low, high
+
+
+def _precision(number: str) -> float:
+    digits = number.replace(",", "")
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    return 0.5 * 10.0**-decimals
+
+
+def _value(number: str) -> float:
+    return float(number.replace(",", "").replace("\u2212", "-"))
+
+
+def _unit_of(written: str) -> Unit | None:
+    """The unit (compound ones as one unit of their own kind) of a unit as written, or None."""
+    parts = [p.strip() for p in re.split(r"/|\bper\s|\s+(?=daily$)", written.strip()) if p.strip()]
+    if not parts:
+        return None
+    # Case matters for symbols ("5 M" is not 5 m, "60S" not 60 s, "10 MW" not 10 mW); words and
+    # longer symbols may be capitalised ("Percent", "PSI").
+    written_head = _spaced(parts[0])
+    head = UNITS.get(written_head)
+    if head is None and len(written_head) >= 3:
+        head = UNITS.get(written_head.lower())
+    if head is None:
+        return None
+    unit = head
+    for part in parts[1:]:
+        per = _PER.get(_spaced(part)) or _PER.get(_spaced(part).lower())
+        if per is None:
+            return None
+        unit = Unit(
+            f"{unit.symbol}/{per.symbol}", f"{unit.dimension}/{per.dimension}", unit.scale / per.scale
+        )
+    return unit
+
+
+def _spaced(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def quantities(text: str) -> list[Quantity]:
+    """The quantities ``text`` states, in order: in its sentences, and in its table rows and fields."""
+    return [q for _, found in _scoped(text) for q in found]
+
+
+def _quantities_in(text: str) -> list[Quantity]:
+    found = list(_prose(text))
+    found.extend(_fields(text))
+    return found
+
+
+def _prose(text: str) -> Iterator[Quantity]:
+    previous_end = 0
+    previous: Quantity | None = None
+    for match in _QUANTITY.finditer(text):
+        unit_text = match.group("unit")
+        unit = _unit_of(unit_text)
+        if unit is None or (unit.dimension == "percent" and _CONFIDENCE.match(text[match.end() :])):
+            continue
+        if match.group("low_unit") and _unit_of(match.group("low_unit")) != unit:
+            continue  # "5 mg to 10 mL" is two things, not a range
+        number_end = match.end("high") if match.group("high") else match.end("low")
+        if unit.symbol in _SPACED and number_end == match.start("unit"):
+            continue  # "the 1960s", "$2.16m"
+        if text[max(0, match.start() - 1) : match.start()] in _CURRENCY:
+            continue
+        if len(unit_text) == 1 and re.match(r"\s+\d", text[match.end() :]):
+            continue  # "mcm 5 s 2 U" is a name, not five seconds
+        low, high = match.group("low"), match.group("high") or match.group("low")
+        before = text[previous_end : match.start()]
+        spread = _SPREAD.search(before)
+        if spread is not None:
+            # "59 ± 5%": the figure is the mean, with the unit written after its spread.
+            low = high = spread.group(1)
+            before = before[: spread.start()]
+        # A range states its values whatever words come before it ("over 2 to 4 weeks").
+        bound = _bound(before) if match.group("high") is None else "value"
+        if previous is not None and re.fullmatch(r"\s*\(\s*", before):
+            bound = previous.bound  # "16 bar (232 psi)": the same quantity in another unit
+        quantity = Quantity(
+            low=_value(low),
+            high=_value(high),
+            unit=unit,
+            bound=bound,
+            text=_reading(
+                before,
+                match.group(0).strip()
+                if spread is None
+                else f"{low}{'' if unit_text == '%' else ' '}{unit_text}",
+                bound,
+            ),
+            precision=max(_precision(low), _precision(high)),
+            approximate=bool(_APPROXIMATE.search(before)),
+        )
+        # A list before it shares its unit: "10, 20 and 30 mg".
+        head = match.start()
+        listed: list[Quantity] = []
+        while (item := _LISTED.search(text[previous_end:head])) is not None:
+            head = previous_end + item.start()
+            listed.append(
+                replace(
+                    quantity,
+                    low=_value(item.group(1)),
+                    high=_value(item.group(1)),
+                    text=f"{item.group(1)} {unit_text}",
+                    precision=_precision(item.group(1)),
+                )
+            )
+        yield from reversed(listed)
+        yield quantity
+        previous_end, previous = match.end(), quantity
+
+
+def _bound(before: str) -> Bound:
+    """Whether the text before a number makes it a bound: next to it, or earlier in its clause."""
+    if _UPPER_NEAR.search(before):
+        return "upper"
+    if _LOWER_NEAR.search(before):
+        return "lower"
+    clause = _CLAUSE_BREAK.split(before)[-1].split()[-_ROLE_WINDOW_WORDS:]
+    words = " ".join(clause)
+    # "min" after a number is minutes; before one, in the clause, it names a minimum.
+    if _UPPER_WORD.search(words):
+        return "upper"
+    if _LOWER_WORD.search(words):
+        return "lower"
+    return "value"
+
+
+def _reading(before: str, stated: str, bound: Bound) -> str:
+    """How a quantity reads, with the comparison written next to it ("up to 16 bar")."""
+    near = (_UPPER_NEAR.search(before) or _LOWER_NEAR.search(before)) if bound != "value" else None
+    return f"{near.group(0).strip()} {stated}" if near else stated
+
+
+# -- tables ----------------------------------------------------------------------------------------
+
+_FIELD = re.compile(rf"(?:^|;)\s*(?P<key>[^:;\n]{{1,80}}?)\s*:\s*(?P<value>{_SIGN}(?:{_NUMBER}))\s*(?=;|$)")
+_CELL_VALUE = re.compile(
+    rf"^\s*(?P<near>[<>≤≥]=?|up to|max\.?|min\.?)?\s*(?P<low>{_SIGN}(?:{_NUMBER}))"
+    rf"(?:\s?(?:-|\u2013|to)\s?(?P<high>{_SIGN}(?:{_NUMBER})))?\s*$",
+    re.IGNORECASE,
+)
+
+
+def _header(label: str) -> tuple[Unit, Bound] | None:
+    """The unit and bound a table header or field name gives its numbers: "Max pressure (bar)",
+    "max_pressure_bar", "flow_l_min" (L/min), "Temperature [°C]"."""
+    bracketed = re.search(r"[(\[]\s*([^()\[\]]{1,20}?)\s*[)\]]\s*$", label)
+    words = re.split(r"[\s_]+", label.strip())
+    unit: Unit | None = None
+    named = label
+    if bracketed:
+        unit = _unit_of(bracketed.group(1))
+        named = label[: bracketed.start()]
+    elif len(words) >= 2:
+        for take in (2, 1):
+            tail = words[-take:]
+            if len(words) <= take:
+                continue
+            written = "/".join(tail)
+            unit = _header_unit(written)
+            if unit is not None:
+                named = " ".join(words[:-take])
+                break
+    if unit is None:
+        return None
+    bound: Bound = "value"
+    if _UPPER_WORD.search(named.replace("_", " ")):
+        bound = "upper"
+    elif _LOWER_WORD.search(named.replace("_", " ")):
+        bound = "lower"
+    return unit, bound
+
+
+def _header_unit(written: str) -> Unit | None:
+    parts = written.split("/")
+    head = _HEADER_UNITS.get(parts[0].lower())
+    if head is None:
+        return None
+    if len(parts) == 1:
+        return head
+    per = _PER.get(parts[1]) or _PER.get(parts[1].lower())
+    if per is None:
+        return None
+    return Unit(f"{head.symbol}/{per.symbol}", f"{head.dimension}/{per.dimension}", head.scale / per.scale)
+
+
+def _fields(text: str) -> Iterator[Quantity]:
+    """Numbers in "key: value" fields (as CSV rows are written) whose key names a unit."""
+    for match in _FIELD.finditer(text):
+        header = _header(match.group("key"))
+        if header is not None:
+            unit, bound = header
+            number = match.group("value")
+            yield Quantity(
+                _value(number), _value(number), unit, bound, f"{number} {unit.symbol}", _precision(number)
+            )
+
+
+def _table_rows(lines: Sequence[str]) -> Iterator[tuple[str, list[Quantity]]]:
+    """Each data row of a Markdown table, with the quantities its bare cells state under their headers."""
+    headers: list[tuple[Unit, Bound] | None] | None = None
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if all(re.fullmatch(r":?-{2,}:?", c) for c in cells if c):
+            continue
+        if headers is None:
+            headers = [_header(c) for c in cells]
+            continue
+        found = _quantities_in(line)
+        for cell, header in zip(cells, headers, strict=False):
+            value = _CELL_VALUE.match(cell)
+            if header is None or value is None:
+                continue
+            unit, bound = header
+            near = (value.group("near") or "").lower()
+            if near in {"<", "<=", "≤", "up to", "max", "max."}:
+                bound = "upper"
+            elif near in {">", ">=", "≥", "min", "min."}:
+                bound = "lower"
+            low, high = value.group("low"), value.group("high") or value.group("low")
+            found.append(
+                Quantity(
+                    _value(low),
+                    _value(high),
+                    unit,
+                    bound,
+                    f"{cell} {unit.symbol}",
+                    max(_precision(low), _precision(high)),
+                )
+            )
+        yield line, found
+
+
+def _scoped(text: str) -> list[tuple[str, list[Quantity]]]:
+    """The passage's sentences and table rows, each with the quantities it states."""
+    out: list[tuple[str, list[Quantity]]] = []
+    lines = text.split("\n")
+    prose: list[str] = []
+    table: list[str] = []
+
+    def flush() -> None:
+        if prose:
+            joined = "\n".join(prose)
+            out.extend((joined[a:b], _quantities_in(joined[a:b])) for a, b in sentence_spans(joined))
+            prose.clear()
+        if table:
+            out.extend(_table_rows(table))
+            table.clear()
+
+    for line in lines:
+        if line.lstrip().startswith("|"):
+            if prose:
+                flush()
+            table.append(line)
+        else:
+            if table:
+                flush()
+            prose.append(line)
+    flush()
+    return out
+
+
+def identifiers(text: str) -> frozenset[str]:
+    """The codes ``text`` names (``HX-4000``, ``XR200``), as upper-case letters and digits."""
+    return frozenset(re.sub(r"[^A-Z0-9]", "", m.group(0).upper()) for m in _IDENTIFIER.finditer(text))
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """A quantity of the claim and what the passage states of the same kind instead."""
+
+    claimed: Quantity
+    stated: tuple[Quantity, ...]
+
+    def describe(self) -> str:
+        """ "it states 10 bar, where the source states 16 bar" (up to three of the source's)."""
+        seen: list[str] = []
+        for q in self.stated:
+            if q.text not in seen:
+                seen.append(q.text)
+        listed = seen[:3]
+        others = listed[0] if len(listed) == 1 else f"{', '.join(listed[:-1])} and {listed[-1]}"
+        return f"it states {self.claimed.text}, where the source states {others}"
+
+
+def disagreement(claim: str, passage: str) -> Disagreement | None:
+    """The first quantity of ``claim`` that ``passage`` states otherwise, and what it states; None when
+    the passage states every claimed quantity it speaks of consistently (see the module docstring)."""
+    claimed = quantities(claim)
+    if not claimed:
+        return None
+    segments = _scoped(passage)
+    codes = identifiers(claim)
+    if codes and any(identifiers(s) & codes for s, _ in segments):
+        # A table's other rows, or sentences about another device, are not about this one.
+        segments = [(s, qs) for s, qs in segments if identifiers(s) & codes or not identifiers(s)]
+    stated = [q for _, qs in segments for q in qs]
+    for quantity in claimed:
+        same = [q for q in stated if q.dimension == quantity.dimension]
+        if quantity.bound != "value" and any(q.bound == quantity.bound for q in same):
+            same = [q for q in same if q.bound == quantity.bound]
+        if same and not any(consistent(quantity, q) for q in same):
+            return Disagreement(claimed=quantity, stated=tuple(same))
+    return None
+
+
+def consistent(claimed: Quantity, stated: Quantity) -> bool:
+    """Whether two quantities of one kind can both hold: two bounds of one direction must be the same
+    bound (a maximum of 10 bar is not a maximum of 16 bar); anything else must overlap."""
+    if claimed.dimension != stated.dimension:
+        return True
+    # The coarser figure's rounding, not both added: 5% and 4% differ, 30% and 29.6% do not.
+    slack = max(claimed.precision * claimed.unit.scale, stated.precision * stated.unit.scale)
+    if claimed.approximate or stated.approximate:
+        magnitude = max(abs(claimed.base(claimed.high)), abs(stated.base(stated.high)))
+        slack = max(slack, 0.1 * magnitude)
+    slack *= 1 + 1e-6  # conversions are not exact in binary
+    if claimed.bound == stated.bound and claimed.bound != "value":
+        return abs(claimed.base(claimed.high) - stated.base(stated.high)) <= slack
+    c_low, c_high = claimed.interval()
+    s_low, s_high = stated.interval()
+    return c_low - slack <= s_high and s_low - slack <= c_high
