@@ -352,8 +352,12 @@ class _Opening:
             numbers.setdefault(assessment.stance(passage.chunk_id), []).append(
                 working.number(passage.chunk_id)
             )
+        # A passage whose numbers differ from the claim's is cited for them, with a neutral stance.
+        differing = assessment.differing(given)
+        noted = [(working.number(p.chunk_id), assessment.disagreements[p.chunk_id]) for p in differing]
         return cls(
-            text=verdict_sentence(assessment.verdict, numbers), chunk_ids=tuple(p.chunk_id for p in bearing)
+            text=verdict_sentence(assessment.verdict, numbers, noted),
+            chunk_ids=tuple(p.chunk_id for p in [*bearing, *differing]),
         )
 
 

@@ -15,6 +15,10 @@ A question that is a claim ("Is it true that X?", "Does X lower Y?", or a plain 
   :data:`~citeline.answer.support.SUPPORT_THRESHOLD`), and counts (is cited with that stance) when it
   bears out the same verdict: a second study that agrees is worth citing, while one that disagrees
   is mostly about something else (see :data:`JUDGED_PASSAGES`) and stays ``neutral``;
+- a passage the judge finds supporting does not count as supporting when it states a quantity of the
+  claim otherwise (:func:`~citeline.answer.quantities.disagreement`: "10 bar" claimed, "16 bar"
+  stated, and never 10 bar): the classifier does not compare numbers. It is ``neutral``, and when no
+  passage bears out a verdict the opening says which numbers differ, citing it;
 - passages not judged, or not counted, are ``neutral``;
 - the verdict is a function of the stances alone (:func:`verdict_of`): ``supports`` needs a passage
   that supports, ``contradicts`` one that contradicts, ``mixed`` both, and anything else is
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, get_args
 
 from citeline.answer.prompt import Passage
+from citeline.answer.quantities import Disagreement, disagreement
 from citeline.answer.support import SUPPORT_THRESHOLD, PassageSentences, VectorCache, support
 
 Stance = Literal["supports", "contradicts", "neutral"]
@@ -156,11 +161,13 @@ _BEARING: Mapping[Verdict, frozenset[Stance]] = {
 
 @dataclass(frozen=True)
 class Assessment:
-    """A claim and the stance of each judged passage (by chunk id), with the judge's margins."""
+    """A claim and the stance of each judged passage (by chunk id), with the judge's margins, and the
+    passages the judge found supporting that state one of the claim's quantities otherwise."""
 
     claim: str
     stances: Mapping[int, Stance] = field(default_factory=dict)
     margins: Mapping[int, float] = field(default_factory=dict)
+    disagreements: Mapping[int, Disagreement] = field(default_factory=dict)
 
     def stance(self, chunk_id: int) -> Stance:
         """The stance of a passage: neutral when it was not judged."""
@@ -175,6 +182,13 @@ class Assessment:
         wanted = _BEARING[self.verdict]
         return [p for p in passages if self.stance(p.chunk_id) in wanted]
 
+    def differing(self, passages: Sequence[Passage]) -> list[Passage]:
+        """The passages, in order, whose numbers the opening reports: those stating a claimed quantity
+        otherwise, when no passage bears out a verdict (a verdict cites what bears it out)."""
+        if self.verdict != "not_enough_evidence":
+            return []
+        return [p for p in passages if p.chunk_id in self.disagreements]
+
 
 def assess(
     claim: str,
@@ -184,19 +198,33 @@ def assess(
     *,
     limit: int = JUDGED_PASSAGES,
     corroborating: int = CORROBORATING_DOCUMENTS,
+    compare_quantities: bool = True,
 ) -> Assessment:
     """Judge the first ``limit`` passages the model reads (``shown`` is not empty) against ``claim``,
     then the best-ranked read passage of each of the next ``corroborating`` other documents, which
     counts only when it is about the claim and its stance bears out the verdict of the first ones.
 
-    Raises :class:`~citeline.errors.CitelineError` when the judge fails.
+    ``compare_quantities`` False leaves out the check of the claim's quantities (to measure what it
+    changes: ``python -m bench.verdicts_quantities``). Raises :class:`~citeline.errors.CitelineError`
+    when the judge fails.
     """
     read = [p for p in passages if p.shown != ()]
     # The judge tells contradiction from the rest, so a passage on another subject "supports" any claim:
     # a passage is judged only when it is about the claim, by the citation check's measure.
     about = [p for p in read[:limit] if _about(claim, p, cache)]
     judged = {p.chunk_id: judge.judge(claim, p, cache) for p in about}
-    wanted = _BEARING[verdict_of(j.stance for j in judged.values())]
+
+    def differs(p: Passage, stance: Stance) -> Disagreement | None:
+        # The classifier does not compare numbers: a "supports" stating the claim's quantity otherwise
+        # does not count. A "contradicts" stands whatever the numbers say.
+        return disagreement(claim, p.text) if compare_quantities and stance == "supports" else None
+
+    differ: dict[int, Disagreement] = {}
+    for p in about:
+        if (found := differs(p, judged[p.chunk_id].stance)) is not None:
+            differ[p.chunk_id] = found
+    counted = [j.stance for chunk_id, j in judged.items() if chunk_id not in differ]
+    wanted = _BEARING[verdict_of(counted)]
     if wanted and corroborating:
         # Each other document's best-ranked read passage, in rank order.
         documents = {p.hit.document_id for p in read[:limit]}
@@ -211,12 +239,13 @@ def assess(
             if not _about(claim, p, cache):
                 continue
             judgement = judge.judge(claim, p, cache)
-            if judgement.stance in wanted:
+            if judgement.stance in wanted and differs(p, judgement.stance) is None:
                 judged[p.chunk_id] = judgement
     return Assessment(
         claim=claim,
-        stances={chunk_id: j.stance for chunk_id, j in judged.items()},
+        stances={chunk_id: j.stance for chunk_id, j in judged.items() if chunk_id not in differ},
         margins={chunk_id: j.margin for chunk_id, j in judged.items()},
+        disagreements=differ,
     )
 
 
@@ -225,10 +254,16 @@ def _about(claim: str, passage: Passage, cache: VectorCache) -> bool:
     return support(claim, PassageSentences.of(passage.text), cache).score >= SUPPORT_THRESHOLD
 
 
-def verdict_sentence(verdict: Verdict, numbers: Mapping[Stance, Sequence[int]]) -> str:
+def verdict_sentence(
+    verdict: Verdict,
+    numbers: Mapping[Stance, Sequence[int]],
+    differing: Sequence[tuple[int, Disagreement]] = (),
+) -> str:
     """The answer's first sentence: the verdict in plain words, citing the passages that bear it out.
 
-    ``numbers`` gives the conversation numbers of the passages of each stance.
+    ``numbers`` gives the conversation numbers of the passages of each stance; ``differing``, the
+    number and the disagreement of each passage whose numbers differ from the claim's, which a
+    verdict of ``not_enough_evidence`` names.
     """
 
     def cite(stance: Stance) -> str:
@@ -243,4 +278,7 @@ def verdict_sentence(verdict: Verdict, numbers: Mapping[Stance, Sequence[int]]) 
             f"The sources disagree: some support this claim {cite('supports')}, others contradict it "
             f"{cite('contradicts')}."
         )
+    if differing:
+        said = "; ".join(f"{d.describe()} [{number}]" for number, d in differing)
+        return f"The sources neither clearly support nor contradict this claim: {said}."
     return "The sources neither clearly support nor contradict this claim."
