@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Route, expect
 
 from tests.api.conftest import Server, base_env, create_key, ingest, start_server, stop_server
 from tests.conftest import write
@@ -231,3 +231,29 @@ def test_a_failed_ask_keeps_the_question_and_says_why(site: Site, context: Brows
     ask(page, asked)
     expect(page.locator(".message.assistant").last).to_contain_text("12 bar")
     expect(question).to_have_value("")
+
+
+def test_the_conversation_picked_last_is_shown_whichever_answers_first(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    for question in ("At what pressure does the relief valve open?", "Where is the drain cock?"):
+        ask(page, question)
+        page.get_by_role("button", name="New conversation").click()
+    items = page.locator("#conversation-list li")
+    expect(items).to_have_count(2)
+    first, second = (items.nth(i).get_attribute("data-id") or "" for i in (0, 1))
+    # The conversation picked first answers late, after the one picked next is on screen.
+    held: list[Route] = []
+    page.route(lambda url: url.endswith(f"/conversations/{second}"), lambda route: held.append(route))
+    items.nth(1).get_by_role("button").first.click()
+    items.nth(0).get_by_role("button").first.click()
+    expect(page.locator(".message.user .message-text")).to_have_text(["Where is the drain cock?"])
+    while not held:
+        page.wait_for_timeout(50)
+    held[0].continue_()
+    page.wait_for_timeout(500)  # the late answer arrives, and is not shown over the newer pick
+    expect(page.locator(".message.user .message-text")).to_have_text(["Where is the drain cock?"])
+    expect(page.locator("#conversation-list li.current")).to_have_attribute("data-id", first)

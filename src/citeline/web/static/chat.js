@@ -36,6 +36,8 @@ const state = {
   documents: new Map(), // "id@version" -> promise of GET /documents/{id}?version=n (versions never change)
   currentDocuments: new Map(), // "id" -> {at, request}: the current version, asked again after a few seconds
   controller: null,
+  // The newest conversation asked for (opened, started anew): an older one answering later is not shown.
+  opening: 0,
   current: null, // the citation shown in the panel
   viewer: null,
 };
@@ -207,6 +209,7 @@ function setBusy(busy) {
 
 async function ask(question) {
   const status = $("chat-status");
+  state.opening += 1; // asked in the conversation on screen: one still being opened is not shown over it
   addMessage("user", question);
   const { message, body } = addMessage("assistant", "");
   message.setAttribute("aria-busy", "true");
@@ -425,6 +428,7 @@ async function openAtPage(current = false) {
 // -- conversations --------------------------------------------------------------------------------
 
 function newConversation() {
+  state.opening += 1;
   setConversation(null);
   state.citations.clear();
   state.currentDocuments.clear(); // a document may have a newer version since it was fetched
@@ -469,8 +473,10 @@ async function refreshConversations() {
 }
 
 async function openConversation(id, { quiet = false } = {}) {
+  const opening = ++state.opening;
   try {
     const conversation = await api(`/conversations/${encodeURIComponent(id)}`);
+    if (opening !== state.opening) return; // another one was picked, or a new one begun, meanwhile
     newConversation();
     setConversation(conversation.id);
     $("persona").value = conversation.persona;
@@ -487,6 +493,7 @@ async function openConversation(id, { quiet = false } = {}) {
     say($("chat-status"), "Ask a follow-up to continue the conversation (citation numbers continue).");
     markCurrentConversation();
   } catch (error) {
+    if (opening !== state.opening) return;
     if (quiet) setConversation(null); // the one open before a reload: deleted or expired since
     else say($("chat-status"), `Could not open the conversation: ${describeError(error)}`, "error");
   }
