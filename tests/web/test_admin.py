@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Request, expect
+from playwright.sync_api import Browser, BrowserContext, Page, Request, Route, expect
 
 from tests.api.conftest import Server, base_env, create_key, ingest, start_server, stop_server
 from tests.conftest import write
@@ -191,6 +191,14 @@ def test_a_documents_labels_change_from_its_detail(site: Site, context: BrowserC
     expect(row.locator("td").nth(3)).to_have_text("Universal")
 
 
+def wait_until(page: Page, done: Callable[[], bool], timeout: float = 10) -> None:
+    """Let ``page`` run (its requests and route handlers) until ``done()``."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        page.wait_for_timeout(50)
+
+
 def hide(page: Page, hidden: bool) -> None:
     """Tell ``page`` it is hidden (another tab in front) or shown again, as the browser would."""
     page.evaluate(
@@ -234,3 +242,38 @@ def test_a_reingest_started_elsewhere_shows_live_while_the_page_is_seen(
     expect(row.locator(".next-version")).to_have_text(f"version {built['version']}: queued", timeout=5_000)
     site.api("POST", f"/documents/{site.ids['gauge.md']}/cancel")
     expect(row.locator(".next-version")).to_have_count(0)
+
+
+def test_on_a_slow_network_the_newest_list_shows_and_an_action_is_sent_once(
+    site: Site, context: BrowserContext
+) -> None:
+    page = admin_page(site, context)
+    rows = page.locator("#documents tbody tr")
+    # The list of failed documents answers late, after the user has gone back to every document.
+    held: list[Route] = []
+    page.route(lambda url: "status=failed" in url, lambda route: held.append(route))
+    status = page.locator("#filters").get_by_label("Status")
+    status.select_option("failed")
+    wait_until(page, lambda: len(held) == 1)
+    status.select_option("")
+    expect(rows.filter(has_text="gauge.md")).to_have_count(1)
+    held[0].continue_()
+    page.wait_for_timeout(500)  # the late answer arrives, and is not shown over the newer one
+    expect(rows.filter(has_text="gauge.md")).to_have_count(1)
+    expect(rows.filter(has_text="pump.md")).to_have_count(1)
+
+    # A double click on Re-ingest, its answer slow: one re-ingest, not two builds.
+    page.route("**/reingest", lambda route: held.append(route))
+    row = rows.filter(has_text="gauge.md")
+    row.get_by_role("button", name="Re-ingest gauge.md").dblclick()
+    wait_until(page, lambda: len(held) >= 2)
+    page.wait_for_timeout(500)  # time for a second request, were it sent
+    assert len(held) == 2, [r.request.url for r in held]
+    expect(row.get_by_role("button", name="Delete gauge.md")).to_be_disabled()
+    held[1].continue_()
+    expect(row.locator(".next-version")).to_contain_text("queued")
+    expect(row.get_by_role("button", name="Cancel gauge.md")).to_be_enabled()
+    versions = site.api("GET", f"/documents/{site.ids['gauge.md']}/versions")["versions"]
+    assert [v["status"] for v in versions].count("queued") == 1, versions
+    row.get_by_role("button", name="Cancel gauge.md").click()
+    expect(row.get_by_role("button", name="Re-ingest gauge.md")).to_be_visible()

@@ -31,6 +31,8 @@ const state = {
   // Versions queued or processing, as the statistics last counted them (null: not counted yet).
   unfinished: null,
   listed: [], // the documents the table shows
+  listing: 0, // the newest listing asked for: an older one answering later is not shown over it
+  acting: new Set(), // ids of documents with an action on its way: their buttons wait for its answer
   detailId: null,
   labelled: null, // the document whose labels the relabel form was filled from
   chunkOffset: 0,
@@ -156,8 +158,27 @@ function actionButton(label, handler, doc) {
     type: "button",
     className: `action ${label.toLowerCase().replace(/\W+/g, "-")}`,
     "aria-label": `${label} ${doc.name}`,
+    disabled: state.acting.has(doc.id),
     onclick: handler,
   }, label);
+}
+
+const rowButtons = (doc) => document.querySelectorAll(`#documents tr[data-id="${CSS.escape(doc.id)}"] button.action`);
+
+/** Hold a document's action buttons while an action on it is on its way: a double click or a slow
+ * network would otherwise send it twice (a second re-ingest builds the document twice). */
+function hold(doc) {
+  state.acting.add(doc.id);
+  for (const button of rowButtons(doc)) button.disabled = true;
+}
+
+/**
+ * The action on `doc` was answered. Its buttons on screen stay held until the list is drawn again with
+ * the ones its new status offers; a `refused` action changed nothing, so they come back at once.
+ */
+function answered(doc, { refused = false } = {}) {
+  state.acting.delete(doc.id);
+  if (refused) for (const button of rowButtons(doc)) button.disabled = false;
 }
 
 function actions(doc, next) {
@@ -240,8 +261,10 @@ async function nextVersions() {
 
 async function loadDocuments() {
   clearTimeout(state.pollTimer);
+  const listing = ++state.listing;
   try {
     const [page, building] = await Promise.all([api(`/documents?${filterQuery()}`), nextVersions()]);
+    if (listing !== state.listing) return; // filters changed (or a refresh ran) meanwhile
     const next = (doc) => {
       const version = building.get(doc.id);
       return version && version.version !== doc.version ? version : undefined;
@@ -336,13 +359,16 @@ document.addEventListener("visibilitychange", () => {
 
 async function act(doc, action) {
   const words = { index: "queue", cancel: "cancel", reingest: "re-ingest" }[action];
+  hold(doc);
   try {
     const built = await api(`/documents/${encodeURIComponent(doc.id)}/${action}`, { method: "POST" });
     if (action === "reingest" && built?.version !== undefined) state.building.set(doc.id, built.version);
     if (action === "cancel") state.cancelled.add(doc.id); // followed until it ends: then says so
     if (action === "reingest") state.cancelled.delete(doc.id);
     say($("admin-status"), "");
+    answered(doc);
   } catch (error) {
+    answered(doc, { refused: true });
     fail(`Could not ${words} ${doc.name}`, error);
   }
   refresh();
@@ -350,11 +376,14 @@ async function act(doc, action) {
 
 async function remove(doc) {
   if (!confirm(`Delete ${doc.name} with every version, its chunks and its file? This cannot be undone.`)) return;
+  hold(doc);
   try {
     await api(`/documents/${encodeURIComponent(doc.id)}`, { method: "DELETE" });
     if (state.detailId === doc.id) closeDetail();
     say($("admin-status"), `Deleted ${doc.name}.`);
+    answered(doc);
   } catch (error) {
+    answered(doc, { refused: true });
     fail(`Could not delete ${doc.name}`, error);
   }
   refresh();
