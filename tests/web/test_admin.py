@@ -277,3 +277,35 @@ def test_on_a_slow_network_the_newest_list_shows_and_an_action_is_sent_once(
     assert [v["status"] for v in versions].count("queued") == 1, versions
     row.get_by_role("button", name="Cancel gauge.md").click()
     expect(row.get_by_role("button", name="Re-ingest gauge.md")).to_be_visible()
+
+
+def test_on_a_slow_network_sign_in_says_it_is_checking_and_a_file_is_uploaded_once(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    page = context.new_page()
+    held: list[Route] = []
+    page.route("**/keys/me", lambda route: held.append(route))
+    page.goto(site.server.url + "/admin")
+    page.get_by_label("API key", exact=True).fill(site.admin)
+    page.get_by_label("API key", exact=True).press("Enter")
+    expect(page.locator("#sign-in-status")).to_have_text("Checking the key…")
+    expect(page.get_by_role("button", name="Sign in")).to_be_disabled()
+    held.pop().continue_()
+    expect(page.locator("#documents tbody tr").filter(has_text="gauge.md")).to_have_count(1)
+
+    page.route(
+        "**/documents",
+        lambda route: held.append(route) if route.request.method == "POST" else route.continue_(),
+    )
+    page.get_by_label("Files to upload").set_input_files(write(tmp_path / "drain.md", "# Drain\n\nOpen.\n"))
+    page.get_by_role("button", name="Upload", exact=True).dblclick()
+    wait_until(page, lambda: len(held) >= 1)
+    page.wait_for_timeout(500)  # time for a second upload, were it sent
+    assert len(held) == 1, [r.request.url for r in held]
+    expect(page.get_by_role("button", name="Add the page")).to_be_disabled()
+    held[0].continue_()
+    expect(page.locator("#add-status")).to_contain_text("Uploaded 1 of 1 file")
+    expect(page.get_by_role("button", name="Upload", exact=True)).to_be_enabled()
+    row = page.locator("#documents tbody tr").filter(has_text="drain.md")
+    expect(row).to_have_count(1)
+    site.api("DELETE", f"/documents/{row.get_attribute('data-id')}")

@@ -33,6 +33,7 @@ const state = {
   listed: [], // the documents the table shows
   listing: 0, // the newest listing asked for: an older one answering later is not shown over it
   acting: new Set(), // ids of documents with an action on its way: their buttons wait for its answer
+  adding: false, // an upload or a web page on its way: a second click would add the files again
   detailId: null,
   labelled: null, // the document whose labels the relabel form was filled from
   chunkOffset: 0,
@@ -410,14 +411,22 @@ function showChosen() {
   $("chosen-files").replaceChildren(...files.map((file) => el("li", {}, `${file.name} (${Math.ceil(file.size / 1024)} KB)`)));
 }
 
+/** While files or a web page are being added, the add buttons wait (a double click added them twice). */
+function adding(on) {
+  state.adding = on;
+  for (const button of $("add").querySelectorAll('button[type="submit"]')) button.disabled = on;
+}
+
 async function upload(files) {
   const status = $("add-status");
+  if (state.adding) return say(status, "Files are being added: drop these again once they are.", "error");
   let given;
   try {
     given = labels();
   } catch (error) {
     return refuseLabel(status, error);
   }
+  adding(true);
   let done = 0;
   const failures = [];
   const labelled = new Set(); // the labels the server gave the uploaded files, in words
@@ -447,17 +456,20 @@ async function upload(files) {
   say(status, failures.length ? `${summary} Failed: ${failures.join("; ")}` : summary, failures.length ? "error" : "info");
   $("files").value = "";
   showChosen();
+  adding(false);
   refresh();
 }
 
 async function addUrl(url) {
   const status = $("add-status");
+  if (state.adding) return;
   let given;
   try {
     given = labels();
   } catch (error) {
     return refuseLabel(status, error);
   }
+  adding(true);
   say(status, `Adding ${url}…`);
   try {
     const doc = await api("/documents", { method: "POST", json: { url, ...given } });
@@ -466,6 +478,7 @@ async function addUrl(url) {
   } catch (error) {
     say(status, `Could not add ${url}: ${describeError(error)}`, "error");
   }
+  adding(false);
   refresh();
 }
 

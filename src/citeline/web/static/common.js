@@ -145,7 +145,12 @@ export function setUpSignIn(form, status, onSignedIn) {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const key = form.elements.key.value.trim();
+    const button = form.querySelector('button[type="submit"]');
+    if (button.disabled) return; // a key being checked: Enter pressed again sends nothing more
     if (!key) return say(status, "enter an API key", "error");
+    // Said at once: on a slow network the page would otherwise look as if the click did nothing.
+    button.disabled = true;
+    say(status, "Checking the key…");
     storeKey(key);
     try {
       const me = await api("/keys/me");
@@ -155,6 +160,8 @@ export function setUpSignIn(form, status, onSignedIn) {
     } catch (error) {
       forgetKey();
       say(status, `Sign-in failed: ${describeError(error)}`, "error");
+    } finally {
+      button.disabled = false;
     }
   });
 }
