@@ -9,8 +9,10 @@ reused, never embedded twice.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
+import os
 import shutil
 import time
 import uuid
@@ -40,14 +42,15 @@ from citeline.errors import (
     UnsupportedTypeError,
 )
 from citeline.load import SUPPORTED_SUFFIXES, load
+from citeline.load.clean import storable
 from citeline.retrieve.filters import check_metadata, check_scopes, normalise_category
 from citeline.split import CHUNK_OVERLAP_MAX, CHUNK_SIZE_MAX, CHUNK_SIZE_MIN, split
 from citeline.store import catalog
 from citeline.store.analyzer import Analyzer, DocumentTerms
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
-from citeline.store.index import VectorIndex
+from citeline.store.index import VectorIndex, VersionVectors
 from citeline.store.models import Status
-from citeline.types import ChunkDraft, LoadedSource, Page
+from citeline.types import ChunkDraft, LoadedSource, Page, Section
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +250,15 @@ def file_source(text: str, files_dir: Path, *, allow_private_urls: bool = False)
         shutil.copyfile(path, partial)
         partial.replace(stored)
     resolved = path.resolve()
-    return Source(text, resolved.as_uri(), resolved.name, content, lambda: load(path), stored, fetched_at)
+    name = file_name(resolved)
+    return Source(text, resolved.as_uri(), name, content, lambda: load(path), stored, fetched_at)
+
+
+def file_name(path: Path) -> str:
+    """``path``'s name as text: a byte the file system holds that is not UTF-8 (a name written in
+    Latin-1, say) becomes U+FFFD rather than a lone surrogate, which PostgreSQL cannot store. The URI
+    (percent-encoded from the bytes) still tells such files apart."""
+    return os.fsencode(path.name).decode("utf-8", errors="replace")
 
 
 @dataclass
@@ -381,7 +392,7 @@ class Ingestor:
             except CitelineError as exc:
                 uri = text if _is_url(text) else Path(text).expanduser().resolve().as_uri()
                 result = self._record_failure(
-                    text, uri, Path(text).name, options.labels(), None, str(exc), time.perf_counter()
+                    text, uri, file_name(Path(text)), options.labels(), None, str(exc), time.perf_counter()
                 )
                 results.append(result)
                 if progress:
@@ -486,7 +497,7 @@ class Ingestor:
 
     def _begun(self, run: _Run, sources: Iterable[Source], size: int, overlap: int) -> Iterator[_Job]:
         """New versions of ``sources`` (unchanged and relabelled ones are reported at once)."""
-        for group in _groups(sources, BEGIN_GROUP):
+        for group in _groups((_storable_source(s) for s in sources), BEGIN_GROUP):
             yield from self._begin(run, group, size, overlap)
 
     def _claimed(self, run: _Run, versions: Sequence[DocumentInfo]) -> Iterator[_Job]:
@@ -518,6 +529,8 @@ class Ingestor:
                     job.pending += 1
                     if len(run.buffer) >= EMBED_BATCH:
                         self._flush(run)
+                        if job.failed:  # its chunks were refused: the rest would be embedded for nothing
+                            break
                 job.exhausted = True
             except CitelineError as exc:
                 self._drop(job, run, str(exc), transient=isinstance(exc, TRANSIENT))
@@ -549,11 +562,27 @@ class Ingestor:
             )
             for source in sources
         ]
-        with self._tx(run) as conn:
-            begun = catalog.begin_versions(conn, requests, run=run.key)
+        begun: list[tuple[DocumentInfo, VersionStart] | str]
+        try:
+            with self._tx(run) as conn:
+                begun = list(catalog.begin_versions(conn, requests, run=run.key))
+        except Exception as exc:
+            if catalog.refused_data(exc) is None:
+                raise
+            # A value of one source was refused: the others begin, and it fails alone.
+            begun = [self._begin_one(run, request) for request in requests]
         self._ensure_index(run)
         jobs: list[_Job] = []
-        for source, (doc, start) in zip(sources, begun, strict=True):
+        for source, begun_or_refused in zip(sources, begun, strict=True):
+            if isinstance(begun_or_refused, str):
+                reason = f"{source.label}: cannot be stored ({begun_or_refused})"
+                run.report(
+                    self._record_failure(
+                        source.label, source.uri, source.name, run.labels, None, reason, started
+                    )
+                )
+                continue
+            doc, start = begun_or_refused
             if start is VersionStart.CREATED:
                 jobs.append(_Job(source, doc, started, size, overlap))
                 continue
@@ -565,6 +594,21 @@ class Ingestor:
                 IngestResult(source.label, outcome, doc, doc.vector_count, 0, time.perf_counter() - started)
             )
         return jobs
+
+    def _begin_one(
+        self, run: _Run, request: catalog.VersionRequest
+    ) -> tuple[DocumentInfo, VersionStart] | str:
+        """Begin one source's version in a transaction of its own: the result, or why its values were
+        refused."""
+        try:
+            with self._tx(run) as conn:
+                [begun] = catalog.begin_versions(conn, [request], run=run.key)
+        except Exception as exc:
+            reason = catalog.refused_data(exc)
+            if reason is None:
+                raise
+            return reason
+        return begun
 
     def _ensure_index(self, run: _Run) -> None:
         embedder = self._embedder(run)
@@ -603,7 +647,7 @@ class Ingestor:
         return False
 
     def _drafts(self, job: _Job, run: _Run) -> Iterator[ChunkDraft]:
-        job.loaded = job.source.open()
+        job.loaded = _storable_loaded(job.source.open())
 
         def counted(pages: Iterator[Page]) -> Iterator[Page]:
             for page in pages:
@@ -671,13 +715,26 @@ class Ingestor:
             for i, job, _ in items:
                 by_job.setdefault(id(job), []).append(i)
             groups = [
-                catalog.ChunkGroup(
-                    batch.items[idxs[0]][0].doc, [batch.items[i][1] for i in idxs], vectors[idxs]
+                (
+                    batch.items[idxs[0]][0],
+                    catalog.ChunkGroup(
+                        batch.items[idxs[0]][0].doc, [batch.items[i][1] for i in idxs], vectors[idxs]
+                    ),
                 )
                 for idxs in by_job.values()
             ]
-            with self._tx(run) as conn:
-                stored = catalog.insert_chunks(conn, model, groups, inline_vectors=self.index.in_rows)
+            try:
+                with self._tx(run) as conn:
+                    stored = catalog.insert_chunks(
+                        conn, model, [g for _, g in groups], inline_vectors=self.index.in_rows
+                    )
+            except Exception as exc:
+                if catalog.refused_data(exc) is None:
+                    raise
+                # One document's chunks were refused, and with them the batch: each document's chunks
+                # are written again on their own, so only the one refused fails. The common path
+                # stays one COPY.
+                stored = self._insert_each(run, model, groups)
             if not self.index.in_rows:
                 # After the rows commit, so a vector never exists without its chunk (a repair running
                 # meanwhile in another process removes exactly those), and before the swap-in
@@ -690,9 +747,27 @@ class Ingestor:
             return
         fresh = set(batch.todo)
         for i, job, _ in items:
+            if job.failed:
+                continue
             job.chunks += 1
             job.embedded += i in fresh
             job.pending -= 1
+
+    def _insert_each(
+        self, run: _Run, model: str, groups: Sequence[tuple[_Job, catalog.ChunkGroup]]
+    ) -> list[VersionVectors]:
+        """Store each version's chunks in a transaction of its own, failing those refused."""
+        stored: list[VersionVectors] = []
+        for job, group in groups:
+            try:
+                with self._tx(run) as conn:
+                    stored += catalog.insert_chunks(conn, model, [group], inline_vectors=self.index.in_rows)
+            except Exception as exc:
+                reason = catalog.refused_data(exc)
+                if reason is None:
+                    raise
+                self._drop(job, run, f"{job.source.label}: its text cannot be stored ({reason})")
+        return stored
 
     def _finish_ready(self, run: _Run) -> None:
         """Swap in every version whose chunks are all stored, in one transaction."""
@@ -714,6 +789,38 @@ class Ingestor:
         ready = [j for j in ready if j.chunks]
         if not ready:
             return
+        try:
+            previous, versions, docs, kept = self._activate(run, ready)
+        except Exception as exc:
+            if catalog.refused_data(exc) is None:
+                raise
+            # A value of one version was refused, and with it the swap of all: each is swapped in on its
+            # own, so only the one refused fails.
+            previous, versions, docs, kept = [], [], [], set()
+            for job in list(ready):
+                try:
+                    files, ids, swapped_in, still = self._activate(run, [job])
+                except Exception as one:
+                    reason = catalog.refused_data(one)
+                    if reason is None:
+                        raise
+                    ready.remove(job)
+                    self._drop(job, run, f"{job.source.label}: cannot be stored ({reason})")
+                    continue
+                previous += files
+                versions += ids
+                docs += swapped_in
+                kept |= still
+        # The versions this swap retired leave the index after the commit.
+        self._forget(run, [v for v in versions if v not in kept])
+        remove_unused_files(self.engine, {Path(f) for f in previous})
+        self._report_swapped(run, ready, docs)
+
+    def _activate(
+        self, run: _Run, ready: Sequence[_Job]
+    ) -> tuple[list[str], list[uuid.UUID], list[DocumentInfo], set[uuid.UUID]]:
+        """Swap in the versions of ``ready`` in one transaction: the files their sources' versions held
+        before, those versions, the versions swapped in, and which of the earlier ones stay indexed."""
         with self._tx(run) as conn:
             previous = catalog.version_files(conn, [job.source.uri for job in ready])
             versions = catalog.version_ids(conn, [job.source.uri for job in ready])
@@ -722,12 +829,14 @@ class Ingestor:
                 [
                     catalog.Activation(
                         job.doc,
-                        title=(job.loaded.title if job.loaded else None) or job.source.name,
-                        content_type=job.loaded.content_type if job.loaded else "",
+                        title=storable((job.loaded.title if job.loaded else None) or job.source.name),
+                        content_type=storable(job.loaded.content_type) if job.loaded else "",
                         file_path=str(job.source.stored_file) if job.source.stored_file else None,
                         page_count=job.pages,
                         duration_ms=(time.perf_counter() - job.started) * 1e3,
-                        source_metadata=dict(job.loaded.metadata) if job.loaded else {},
+                        source_metadata={storable(k): storable(v) for k, v in job.loaded.metadata.items()}
+                        if job.loaded
+                        else {},
                         terms=job.terms.counts() if job.terms else {},
                     )
                     for job in ready
@@ -741,9 +850,10 @@ class Ingestor:
                 for doc in catalog.versions_by_id(conn, versions)
                 if doc.status != Status.SUPERSEDED
             }
-        # The versions this swap retired leave the index after the commit.
-        self._forget(run, [v for v in versions if v not in kept])
-        remove_unused_files(self.engine, {Path(f) for f in previous})
+        return previous, versions, docs, kept
+
+    def _report_swapped(self, run: _Run, ready: Sequence[_Job], docs: Sequence[DocumentInfo]) -> None:
+        """Report each job of ``ready`` by what became of its version (``docs``: those swapped in)."""
         swapped = {doc.version_id: doc for doc in docs}
         for job in ready:
             elapsed = time.perf_counter() - job.started
@@ -837,6 +947,8 @@ class Ingestor:
         reason: str,
         started: float,
     ) -> IngestResult:
+        # A file name or a path in the reason may hold what PostgreSQL cannot store; the failure must be.
+        uri, name, reason = storable(uri), storable(name), storable(reason)
         with self.engine.begin() as conn:
             failed = catalog.record_failure(
                 conn,
@@ -941,3 +1053,33 @@ def _groups(sources: Iterable[Source], size: int) -> Iterator[list[Source]]:
         uris.add(source.uri)
     if group:
         yield group
+
+
+def _storable_source(source: Source) -> Source:
+    """``source`` with a name and URI PostgreSQL can store (see :func:`storable`): a caller may build one
+    in memory from any text."""
+    uri, name = storable(source.uri), storable(source.name)
+    if uri is source.uri and name is source.name:
+        return source
+    return dataclasses.replace(source, uri=uri, name=name)
+
+
+def _storable_loaded(loaded: LoadedSource) -> LoadedSource:
+    """``loaded`` with pages holding nothing PostgreSQL cannot store (its title and metadata are made
+    storable when the version is swapped in: a loader may add to the metadata until its last page).
+
+    The loaders clean what they read (load/clean.py); a source a caller builds in memory may still hold
+    a NUL or a lone surrogate, which failed the write of every document batched with it. Each becomes
+    U+FFFD, one character for one, so the chunks' offsets into the page still hold.
+    """
+    loaded.pages = (_storable_page(page) for page in loaded.pages)
+    return loaded
+
+
+def _storable_page(page: Page) -> Page:
+    text = storable(page.text)
+    headings = [storable(s.heading) for s in page.sections]
+    if text is page.text and all(h is s.heading for h, s in zip(headings, page.sections, strict=True)):
+        return page
+    sections = tuple(Section(s.start, h) for s, h in zip(page.sections, headings, strict=True))
+    return dataclasses.replace(page, text=text, sections=sections)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from citeline.load.clean import clean_inline, clean_text
+from citeline.load.clean import clean_inline, clean_text, storable
 
 
 def test_words_broken_across_a_line_break_are_rejoined() -> None:
@@ -42,3 +42,18 @@ def test_ligatures_are_expanded() -> None:
 
 def test_clean_inline_folds_everything_onto_one_line() -> None:
     assert clean_inline("  two\r\nlines\x00 and\ttabs ") == "two lines and tabs"
+
+
+def test_lone_surrogates_become_the_replacement_character() -> None:
+    # A file name or bytes decoded with "surrogateescape", or a "\ud800" escape: UTF-8 (and so
+    # PostgreSQL) cannot hold one, and one failed the write of every document ingested with it.
+    assert clean_text("caf\udce9 au lait\ud800") == "caf\ufffd au lait\ufffd"
+    assert clean_inline(" Pump\ud800  guide ") == "Pump\ufffd guide"
+
+
+def test_storable_replaces_nul_and_lone_surrogates_one_for_one() -> None:
+    text = "a\x00b\udcffc\U0001f600"
+    assert storable(text) == "a\ufffdb\ufffdc\U0001f600"
+    assert len(storable(text)) == len(text)  # offsets into it still hold
+    clean = "nothing to replace"
+    assert storable(clean) is clean

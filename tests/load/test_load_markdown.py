@@ -96,3 +96,13 @@ def test_thematic_break_is_not_a_heading(tmp_path: Path) -> None:
 def test_front_matter_only_file_is_empty(tmp_path: Path) -> None:
     with pytest.raises(LoadError, match="empty file"):
         load(_write(tmp_path, "---\ntitle: Nothing else\n---\n\n"))
+
+
+def test_front_matter_values_are_cleaned_as_the_body_is(tmp_path: Path) -> None:
+    # A NUL in the front matter went into the title and metadata uncleaned, and PostgreSQL refused
+    # them: the swap-in of every document ingested alongside failed with it.
+    path = tmp_path / "nul.md"
+    path.write_bytes(b"---\ntitle: Pump\x00 guide\nauthor: A.\x07 Writer\n---\n# Pumps\n\nPrime the pump.\n")
+    source = load(path)
+    assert source.title == "Pump guide"
+    assert source.metadata == {"title": "Pump guide", "author": "A. Writer"}

@@ -285,3 +285,20 @@ def test_memory_stays_flat_as_page_count_grows(pdf_dir: Path, tmp_path: Path) ->
     # in repeated runs; pages held for every page read would make it several times).
     assert RUNNING_WINDOW < 15
     assert peaks["long.pdf"][0] < 1.5 * peaks[fifteen.name][0]
+
+
+def test_a_nul_in_the_title_or_author_is_dropped(make_pdf: Callable[..., Path]) -> None:
+    # PDF strings may hold any byte: "\000" is a NUL, which PostgreSQL cannot store in a title.
+    source = load(make_pdf(title=r"Pump\000 Guide) /Author (Ann\000 Lee"))
+    assert source.title == "Pump Guide"
+    assert source.metadata["author"] == "Ann Lee"
+
+
+def test_half_a_surrogate_pair_in_the_title_does_not_make_the_pdf_unreadable(
+    make_pdf: Callable[..., Path],
+) -> None:
+    # UTF-16 (byte-order mark FE FF) "Pump" then a high surrogate with nothing after it: pypdfium2's own
+    # metadata reader raised UnicodeDecodeError, so the whole PDF failed to load.
+    source = load(make_pdf(title=r"\376\377\000P\000u\000m\000p\330\000"))
+    assert source.title == "Pump\ufffd"
+    assert "Hello from a tiny PDF." in next(source.pages).text

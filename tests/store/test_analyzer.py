@@ -9,7 +9,7 @@ from citeline.engine import Citeline
 from citeline.errors import ConfigError
 from citeline.settings import Settings
 from citeline.split import split
-from citeline.store.analyzer import Analyzer, DocumentTerms
+from citeline.store.analyzer import MAX_TERM_CHARS, Analyzer, DocumentTerms
 from citeline.types import Page
 from tests.conftest import write
 
@@ -77,3 +77,13 @@ def test_document_terms_from_overlapping_chunks_are_those_of_the_whole_text(size
         gathered.add(draft.page, draft.start, draft.end, draft.text)
     assert len(drafts) > 2  # the chunks do overlap and repeat words
     assert gathered.counts() == sum((analyzer.term_counts(p.text) for p in pages), Counter())
+
+
+def test_a_term_is_cut_to_a_length_an_index_key_can_hold() -> None:
+    # 1,200 CJK characters between two punctuation marks are one token, 3,600 bytes in UTF-8: over
+    # PostgreSQL's 2,704-byte limit on an index key, it failed the ingest of its whole batch.
+    run = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(1200))
+    analyzer = Analyzer()
+    [term] = analyzer.terms(f"{run}。")
+    assert term == run[:MAX_TERM_CHARS] and len(term.encode()) < 2704 // 2
+    assert analyzer.terms(run) == [term]  # a query holding the same run finds it

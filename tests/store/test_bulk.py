@@ -187,3 +187,17 @@ def test_vectors_of_3072_dimensions_are_indexed_as_halfvec_and_found_exactly(cl:
             assert [c for c, _ in found] == [by_name[f"wide-{i}"] for i in exact]
             # Distances are the halfvec index's: within 16-bit rounding of the exact ones.
             assert np.allclose([d for _, d in found], 1 - stored[exact] @ query, atol=2e-3)
+
+
+def test_a_lone_surrogate_in_a_prepared_text_is_replaced_not_refused(cl: Citeline) -> None:
+    # UTF-8 cannot hold one: it failed the COPY of every document in the load. (A NUL is refused by
+    # Citeline.load_prepared itself, naming the chunk.)
+    texts = ["Statins lower \udcff LDL cholesterol.", "Myopathy is rare \ud800 on statins."]
+    replaced = [t.replace("\udcff", "\ufffd").replace("\ud800", "\ufffd") for t in texts]
+    chunks = [PreparedChunk(texts[0]), PreparedChunk(texts[1], start=len(texts[0]) + 1)]
+    odd = PreparedDocument("prepared://odd", "odd", chunks, cl.embedder.embed(replaced))
+    good = _document(cl, "aspirin", TEXTS["aspirin"])
+    assert [d.name for d in cl.load_prepared([odd, good])] == ["odd", "aspirin"]
+    with cl.engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT text FROM chunks ORDER BY id")).scalars().all()
+    assert stored[:2] == replaced

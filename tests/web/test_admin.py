@@ -309,3 +309,17 @@ def test_on_a_slow_network_sign_in_says_it_is_checking_and_a_file_is_uploaded_on
     row = page.locator("#documents tbody tr").filter(has_text="drain.md")
     expect(row).to_have_count(1)
     site.api("DELETE", f"/documents/{row.get_attribute('data-id')}")
+
+
+def test_documents_are_found_by_part_of_their_name(site: Site, context: BrowserContext) -> None:
+    page = admin_page(site, context)
+    rows = page.locator("#documents tbody tr")
+    name = page.locator("#filters").get_by_label("Name")
+    name.fill("GAUGE")
+    name.press("Enter")
+    expect(rows).to_have_count(1)
+    expect(rows).to_contain_text("gauge.md")
+    expect(page.locator("#documents-count")).to_have_text("1 document")
+    name.fill("")
+    name.press("Enter")
+    expect(rows.filter(has_text="pump.md")).to_have_count(1)

@@ -27,6 +27,12 @@ _LINE_BREAKS = re.compile(r"\r\n|[\r\v\f\x85\u2028\u2029]")
 # C0 and C1 controls except tab and newline, plus invisible characters that only get in the way of
 # matching: byte-order marks, zero-width spaces and noncharacters (pdfium marks some glyphs with U+FFFE).
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\ufeff\ufffe\uffff]")
+# A str can hold a UTF-16 surrogate on its own (a file name or bytes decoded with "surrogateescape", a
+# "\\ud800" escape in JSON, a PDF string cut between the halves of a pair); UTF-8 cannot, so PostgreSQL
+# refuses any text that holds one. What the character was is lost: U+FFFD says so where it stood.
+_LONE_SURROGATES = re.compile(r"[\ud800-\udfff]")
+# What PostgreSQL cannot store in a text value at all: NUL and lone surrogates.
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
 _SOFT_HYPHEN_AT_BREAK = re.compile(r"\u00ad[ \t]*\n[ \t]*")
 _LETTER = r"[^\W\d_]"
 # A word broken across a line break: letter, hyphen (or soft hyphen), newline, letter.
@@ -51,11 +57,11 @@ def clean_text(text: str) -> str:
     """Return ``text`` cleaned for indexing.
 
     Normalises line endings to ``\\n`` and Unicode to NFC, expands ligatures, removes NULs and other
-    control characters, rejoins words hyphenated across a line break (``exam-\\nple`` becomes
-    ``example``, ``LDL-C`` stays), strips trailing spaces, collapses runs of blank lines to one and drops
-    blank lines at both ends.
+    control characters, replaces lone surrogates with U+FFFD, rejoins words hyphenated across a line
+    break (``exam-\\nple`` becomes ``example``, ``LDL-C`` stays), strips trailing spaces, collapses runs
+    of blank lines to one and drops blank lines at both ends.
     """
-    text = _LINE_BREAKS.sub("\n", text)
+    text = _LINE_BREAKS.sub("\n", _LONE_SURROGATES.sub("\ufffd", text))
     text = unicodedata.normalize("NFC", text).translate(_LIGATURES)
     text = _CONTROLS.sub("", text)
     text = _SOFT_HYPHEN_AT_BREAK.sub("-\n", text).replace("\u00ad", "")
@@ -71,6 +77,15 @@ def clean_inline(text: str) -> str:
     For values that are rendered inside a larger line, such as CSV cells: every run of whitespace,
     line breaks included, becomes one space.
     """
-    text = unicodedata.normalize("NFC", text).translate(_LIGATURES)
+    text = unicodedata.normalize("NFC", _LONE_SURROGATES.sub("\ufffd", text)).translate(_LIGATURES)
     text = _CONTROLS.sub("", _LINE_BREAKS.sub("\n", text)).replace("\u00ad", "")
     return _SPACE_RUNS.sub(" ", text).strip()
+
+
+def storable(text: str) -> str:
+    """Return ``text`` with each character PostgreSQL cannot store (NUL, a lone surrogate) replaced by
+    U+FFFD, one for one, so offsets into it still hold.
+
+    For text no loader cleaned: pages, titles and names a caller built in memory, and file names.
+    """
+    return _UNSTORABLE.sub("\ufffd", text) if _UNSTORABLE.search(text) else text

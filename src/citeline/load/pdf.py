@@ -28,7 +28,7 @@ import pypdfium2.raw as pdfium_c
 
 from citeline.errors import LoadError
 from citeline.load import ocr
-from citeline.load.clean import clean_text
+from citeline.load.clean import clean_inline, clean_text
 from citeline.types import LoadedSource, Page
 
 if TYPE_CHECKING:
@@ -72,7 +72,9 @@ class _PageReader:
                 raise LoadError(self.source, reason) from exc
             try:
                 self.page_count: int = len(self._doc)
-                self.metadata: dict[str, str] = self._doc.get_metadata_dict(skip_empty=True)
+                self.metadata: dict[str, str] = {
+                    key: _meta_text(self._doc, key) for key in ("Title", "Author")
+                }
             except pdfium.PdfiumError as exc:
                 self._doc.close()
                 raise LoadError(self.source, f"cannot read PDF structure ({exc})") from exc
@@ -291,6 +293,22 @@ def _aligned_positions(indexed: str, text: str, positions: list[int]) -> list[in
     return out if target is None else None
 
 
+def _meta_text(doc: Any, key: str) -> str:
+    """The document information entry ``key`` (``Title``, ``Author``) as one clean line.
+
+    Read here rather than by pypdfium2's ``get_metadata_value``, which decodes strictly: an entry holding
+    half a UTF-16 surrogate pair made the whole PDF unreadable. A NUL or other control character in it
+    is dropped, as from any text: PostgreSQL cannot store a NUL, and failed the batch it came in.
+    """
+    name = (key + "\x00").encode()
+    size = int(pdfium_c.FPDF_GetMetaText(doc.raw, name, None, 0))
+    if size <= 2:
+        return ""
+    buffer = ctypes.create_string_buffer(size)
+    pdfium_c.FPDF_GetMetaText(doc.raw, name, buffer, size)
+    return clean_inline(buffer.raw[: size - 2].decode("utf-16-le", errors="replace"))
+
+
 def _check_header(path: Path) -> None:
     source = str(path)
     try:
@@ -303,7 +321,7 @@ def _check_header(path: Path) -> None:
 
 
 def _title(metadata: dict[str, str], path: Path) -> str:
-    title = " ".join(metadata.get("Title", "").split())
+    title = metadata.get("Title", "")
     if not title or _FILE_NAME_TITLE.fullmatch(title):
         return path.stem
     return title
@@ -330,7 +348,7 @@ def load_pdf(path: Path) -> LoadedSource:
         ):
             raise LoadError(reader.source, NO_TEXT_LAYER)
         metadata = {"pages": str(reader.page_count)}
-        if author := " ".join(reader.metadata.get("Author", "").split()):
+        if author := reader.metadata.get("Author", ""):
             metadata["author"] = author
         title = _title(reader.metadata, path)
     finally:

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import charset_normalizer
 
 from citeline.errors import LoadError
-from citeline.load.clean import clean_text
+from citeline.load.clean import clean_inline, clean_text
 from citeline.types import LoadedSource, Page, Section
 
 _BOMS = (
@@ -192,8 +192,10 @@ def split_front_matter(text: str) -> tuple[dict[str, str], str]:
         value = pair.group(2)
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
-        if value and value[0] not in "[{|>&*#":
-            pairs[pair.group(1)] = value
+        # A value becomes a title or a metadata entry: no NUL (which PostgreSQL cannot store) or other
+        # control character, as in the body.
+        if value and value[0] not in "[{|>&*#" and (cleaned := clean_inline(value)):
+            pairs[pair.group(1)] = cleaned
     return pairs, text[match.end() :]
 
 

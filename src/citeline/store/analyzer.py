@@ -230,6 +230,15 @@ class Analyzer:
         return out
 
     def _token_terms(self, raw: str) -> tuple[str, ...]:
+        terms = self._whole_terms(raw)
+        if len(raw) > MAX_TERM_CHARS:
+            # A term is a key of the keyword indexes, and PostgreSQL refuses a key over 2,704 bytes: a
+            # run of Chinese between two punctuation marks, or a long base64 string, failed the ingest
+            # of every document stored with it. Queries are cut alike, so the term still matches.
+            return tuple(dict.fromkeys(t[:MAX_TERM_CHARS] for t in terms))
+        return terms
+
+    def _whole_terms(self, raw: str) -> tuple[str, ...]:
         stops = self._stops
         token = _POSSESSIVE.sub("", raw)
         if self.lowercase:
@@ -250,6 +259,10 @@ class Analyzer:
 
 
 _CACHE_LIMIT = 500_000
+
+#: Terms are cut to this many characters (at most 4 bytes each in UTF-8): far under PostgreSQL's limit on
+#: an index key, far over any word or code a reader types.
+MAX_TERM_CHARS = 200
 
 
 def _is_technical(token: str) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import sqlalchemy as sa
@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 
 from citeline.annotate import annotate
 from citeline.errors import ConfigError
+from citeline.load.clean import storable
 from citeline.store import catalog
 from citeline.store.analyzer import Analyzer, DocumentTerms
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
@@ -76,6 +77,7 @@ def load_prepared(
     """
     if not documents:
         return []
+    documents = [_storable(d) for d in documents]
     dimension = _check_vectors(documents)
     uris = [d.source_uri for d in documents]
     if len(set(uris)) != len(uris):
@@ -157,6 +159,28 @@ def _check_vectors(documents: Sequence[PreparedDocument]) -> int:
     if len(dimensions) != 1:
         raise ConfigError(f"load_prepared: vectors of one model have one dimension; got {sorted(dimensions)}")
     return dimensions.pop()
+
+
+def _storable(doc: PreparedDocument) -> PreparedDocument:
+    """``doc`` with each NUL or lone surrogate in its texts and names (which PostgreSQL cannot store, and
+    which failed the COPY of every document loaded with it) replaced by U+FFFD, one for one, as ingest
+    does: offsets still hold, and the vectors were computed on the same text but for that character."""
+    chunks = [_storable_chunk(c) for c in doc.chunks]
+    title = None if doc.title is None else storable(doc.title)
+    uri, name = storable(doc.source_uri), storable(doc.name)
+    if (uri, name, title) == (doc.source_uri, doc.name, doc.title) and all(
+        a is b for a, b in zip(chunks, doc.chunks, strict=True)
+    ):
+        return doc
+    return replace(doc, source_uri=uri, name=name, title=title, chunks=chunks)
+
+
+def _storable_chunk(chunk: PreparedChunk) -> PreparedChunk:
+    text = storable(chunk.text)
+    section = None if chunk.section is None else storable(chunk.section)
+    if text is chunk.text and section is chunk.section:
+        return chunk
+    return replace(chunk, text=text, section=section)
 
 
 def _content_hash(doc: PreparedDocument) -> str:

@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
+import psycopg
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
@@ -829,6 +830,21 @@ def cached_vectors(
     by_chunk = {int(cid): h for h, cid, _ in rows}
     found = fill_vectors(conn, index, {int(cid): None if v is None else as_array(v) for _, cid, v in rows})
     return {by_chunk[cid]: vec for cid, vec in found.items()}
+
+
+def refused_data(exc: BaseException) -> str | None:
+    """Why PostgreSQL (or the driver, encoding for it) refused a write for a value it was given, in one
+    line; None when ``exc`` is not such a refusal (the server down, a bug).
+
+    A value out of a column's range or type (``DataError``: a NUL or lone surrogate in a text, a number
+    too large, a text too long for its column) or over a server limit (an index key over 2,704 bytes).
+    Such a write fails the same way however often it is tried; the writes of other documents in the
+    same statement need not.
+    """
+    cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None else exc
+    if isinstance(cause, psycopg.DataError | psycopg.errors.ProgramLimitExceeded | UnicodeEncodeError):
+        return str(cause).strip().split("\n", 1)[0]
+    return None
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,7 @@ async function loadStats() {
 function filterQuery() {
   const form = $("filters").elements;
   const query = new URLSearchParams({ limit: "200" });
-  for (const name of ["status", "scope", "category"]) {
+  for (const name of ["status", "scope", "category", "name_contains"]) {
     const value = form[name].value.trim();
     if (value) query.set(name, value);
   }
