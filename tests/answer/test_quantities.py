@@ -14,6 +14,11 @@ DEVICE_TABLE = """# Device table
 | HX-4000 | 16 | 60 | 750 |
 | HX-6000 | 25 | 90 | 1100 |"""
 
+PARACETAMOL = (
+    "The usual dose for adults is 500 mg to 1 g every 4 to 6 hours. The maximum daily dose is 4 g; in "
+    "patients weighing less than 50 kg, do not exceed 60 mg/kg per day."
+)
+
 CSV_ROW = "model: HX-4000; max_pressure_bar: 16; flow_l_min: 60; power_w: 750; seal: mechanical"
 
 
@@ -47,6 +52,12 @@ def test_a_number_with_a_unit_is_a_quantity_and_a_maximum_named_in_its_clause_bo
 )
 def test_years_references_figures_codes_p_values_and_names_are_not_quantities(text: str) -> None:
     assert quantities(text) == []
+
+
+def test_a_negated_comparison_bounds_the_other_way_and_a_range_may_change_unit() -> None:
+    assert read("Do not operate the pump above 40 °C.") == [("not above 40 °C", 40, 40, "°C", "upper")]
+    assert read("The pressure must not exceed 16 bar.") == [("not exceed 16 bar", 16, 16, "bar", "upper")]
+    assert read("The usual dose is 500 mg to 1 g.") == [("500 mg to 1 g", 0.5, 1, "g", "value")]
 
 
 def test_a_confidence_level_is_not_a_finding_and_a_spread_belongs_to_its_mean() -> None:
@@ -106,6 +117,18 @@ def test_codes_are_read_whatever_their_spelling() -> None:
             "The operating pressure is 6 bar; the maximum pressure is 16 bar.",
             "it states 10 bar, where the source states 16 bar",
         ),
+        # A claimed value is compared with the values the passage states, not with any bound on a
+        # quantity of that kind (here a body weight); the answer names the closest in wording.
+        (
+            "The usual adult dose of paracetamol is 5 g.",
+            PARACETAMOL,
+            "it states 5 g, where the source states 500 mg to 1 g",
+        ),
+        (
+            "The maximum daily dose of paracetamol is 8 g.",
+            PARACETAMOL,
+            "it states 8 g, where the source states 4 g",
+        ),
         # A value above the most the passage allows.
         (
             "The pump runs at 20 bar.",
@@ -138,6 +161,8 @@ def test_a_claimed_quantity_the_passage_states_otherwise_disagrees(
         ("Mortality fell by 30%.", "Mortality fell by 29.6% (95% CI 20%-40%)."),
         ("Store it at 41 °F.", "Store the pump above 5 °C."),
         ("Take at most 2500 mg per day.", "Take up to 2.5 g daily."),
+        ("The usual adult dose of paracetamol is 1 g every 6 hours.", PARACETAMOL),
+        ("The maximum daily dose of paracetamol is 4000 mg.", PARACETAMOL),
         # Within a range or a bound the passage states.
         ("The pump runs at 10 bar.", "Rated for up to 16 bar."),
         ("Mortality fell by more than 20%.", "Mortality fell by 29.6%."),

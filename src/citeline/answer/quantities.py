@@ -10,21 +10,21 @@ time, temperature, electrical, concentration, percentages, ...), so years, refer
 (``[12]``), figure, table and page numbers, p-values and model codes (``HX-4000``, ``XR200``) never
 are. A quantity is read as:
 
-- a value (``16 bar``), a range (``between 2 and 4 bar``, ``2-4 bar``, ``2 to 4 bar``), or a bound:
-  an upper one (``up to``, ``at most``, ``less than``, ``below``, ``<``, or ``max``/``maximum``
+- a value (``16 bar``), a range (``between 2 and 4 bar``, ``2-4 bar``, ``500 mg to 1 g``), or a
+  bound: an upper one (``up to``, ``at most``, ``less than``, ``below``, ``<``, or ``max``/``maximum``
   earlier in its clause: "the maximum pressure is 16 bar") or a lower one (``at least``, ``more
-  than``, ``above``, ``>``, ``min``/``minimum``);
+  than``, ``above``, ``>``, ``min``/``minimum``), turned by a negation ("must not exceed 16 bar");
 - in a table, a bare number takes the unit (and a max/min) of its column's header: ``| Max pressure
   (bar) |`` in Markdown, ``max_pressure_bar: 16`` as CSV rows are written;
 - units of one kind are converted (mg and g, mm and cm, bar and psi, °C and °F, mL/min and L/h ...).
 
 A claim's quantity **disagrees** with a passage when the passage states quantities of the same kind
-(same dimension, and the same bound when the passage has one: a claimed maximum is compared with the
-passage's maximum) and none of them is consistent with it: equal up to the precision either is written
-with, or overlapping it as a range or bound. A passage that states none of that kind says nothing
-either way. When the claim names a code (``HX-4000``) and some of the passage's sentences or table rows
-name it, the rows and sentences naming only other codes are left out: a table's other rows are other
-devices.
+(same dimension, and the same bound when the passage states some: a claimed maximum is compared with
+the passage's maxima, a claimed value with its values and ranges) and none of them is consistent with
+it: equal up to the precision the coarser is written with, or overlapping it as a range or bound. A
+passage that states none of that kind says nothing either way. When the claim names a code
+(``HX-4000``) and some of the passage's sentences or table rows name it, the rows and sentences naming
+only other codes are left out: a table's other rows are other devices.
 
 What it does not do: numbers written as words ("five"), quantities without a unit (counts, ratios,
 hazard ratios), "reduced by 30%" against "reduced to 70%", and which quantity a number is beyond its
@@ -185,12 +185,13 @@ _UPPER_NEAR = re.compile(
 )
 _LOWER_NEAR = re.compile(
     r"(?:at least|no less than|not less than|more than|greater than|higher than|larger than|above|over|"
-    r"exceeding|in excess of|upwards of|minimum of|min\.?|minimum|≥|>=|=>|>)\s*$",
+    r"exceed|exceeds|exceeding|in excess of|upwards of|minimum of|min\.?|minimum|≥|>=|=>|>)\s*$",
     re.IGNORECASE,
 )
 # "The max pressure of the HX-4000 is 10 bar": the word naming a maximum may be words away, in the clause.
 _UPPER_WORD = re.compile(r"\b(?:max|maximum|maximal|highest|peak|upper limit)\b", re.IGNORECASE)
 _LOWER_WORD = re.compile(r"\b(?:min|minimum|minimal|lowest|lower limit)\b", re.IGNORECASE)
+_NEGATION = re.compile(r"\b(?:not|never|no)\b|n't\b", re.IGNORECASE)
 _APPROXIMATE = re.compile(
     r"(?:about|approximately|approx\.?|around|roughly|nearly|almost|some|~|≈|ca\.)\s*$", re.IGNORECASE
 )
@@ -205,6 +206,8 @@ _SPREAD = re.compile(rf"{_BEFORE}({_SIGN}(?:{_NUMBER}))\s*(?:±|\+/-|\+/\u2212|\
 # Units that, written against their number, are something else: "the 1960s", "$2.16m", "C57BL/6J".
 _SPACED = frozenset({"s", "m", "J"})
 _CURRENCY = frozenset("$€£¥")
+# Words that say nothing of which quantity a figure is.
+_COMMON = frozenset({"the", "and", "for", "was", "were", "with", "are", "is", "of", "that", "this", "its"})
 _IDENTIFIER = re.compile(r"(?<![\w-])[A-Za-z]{1,5}[-\u2010\u2011]?\d{1,6}[A-Za-z]{0,3}(?![\w-])")
 
 
@@ -213,7 +216,8 @@ class Quantity:
     """A quantity stated in a text: ``low`` to ``high`` in ``unit`` (equal for a value), a bound or not.
 
     ``text`` is how it reads ("16 bar", "up to 16 bar", "2-4 mg"); ``precision`` is half the last
-    digit written, in ``unit`` (``16``: 0.5, ``2.5``: 0.05), the tolerance a rounded figure deserves.
+    digit written, in ``unit`` (``16``: 0.5, ``2.5``: 0.05), the tolerance a rounded figure deserves;
+    ``context``, the words that say what it is (its clause before it, or its column's header).
     """
 
     low: float
@@ -223,6 +227,7 @@ class Quantity:
     text: str
     precision: float
     approximate: bool = False
+    context: str = ""
 
     @property
     def dimension(self) -> str:
@@ -241,6 +246,11 @@ class Quantity:
         if self.bound == "lower":
             return low, math.inf
         return low, high
+
+
+def _converted(value: float, unit: Unit, to: Unit) -> float:
+    """``value`` in ``unit`` written in ``to``, a unit of the same kind."""
+    return (value * unit.scale + unit.offset - to.offset) / to.scale
 
 
 def _precision(number: str) -> float:
@@ -300,8 +310,10 @@ def _prose(text: str) -> Iterator[Quantity]:
         unit = _unit_of(unit_text)
         if unit is None or (unit.dimension == "percent" and _CONFIDENCE.match(text[match.end() :])):
             continue
-        if match.group("low_unit") and _unit_of(match.group("low_unit")) != unit:
-            continue  # "5 mg to 10 mL" is two things, not a range
+        # "500 mg to 1 g" is a range, its low end converted; "5 mg to 10 mL" is the second figure alone.
+        low_unit = _unit_of(match.group("low_unit")) if match.group("low_unit") else unit
+        if low_unit is None or low_unit.dimension != unit.dimension:
+            low_unit = None
         number_end = match.end("high") if match.group("high") else match.end("low")
         if unit.symbol in _SPACED and number_end == match.start("unit"):
             continue  # "the 1960s", "$2.16m"
@@ -310,6 +322,8 @@ def _prose(text: str) -> Iterator[Quantity]:
         if len(unit_text) == 1 and re.match(r"\s+\d", text[match.end() :]):
             continue  # "mcm 5 s 2 U" is a name, not five seconds
         low, high = match.group("low"), match.group("high") or match.group("low")
+        if low_unit is None:
+            low = high
         before = text[previous_end : match.start()]
         spread = _SPREAD.search(before)
         if spread is not None:
@@ -321,19 +335,20 @@ def _prose(text: str) -> Iterator[Quantity]:
         if previous is not None and re.fullmatch(r"\s*\(\s*", before):
             bound = previous.bound  # "16 bar (232 psi)": the same quantity in another unit
         quantity = Quantity(
-            low=_value(low),
+            low=_value(low) if low_unit in (None, unit) else _converted(_value(low), low_unit, unit),
             high=_value(high),
             unit=unit,
             bound=bound,
             text=_reading(
                 before,
                 match.group(0).strip()
-                if spread is None
+                if spread is None and low_unit is not None
                 else f"{low}{'' if unit_text == '%' else ' '}{unit_text}",
                 bound,
             ),
             precision=max(_precision(low), _precision(high)),
             approximate=bool(_APPROXIMATE.search(before)),
+            context=_clause(before),
         )
         # A list before it shares its unit: "10, 20 and 30 mg".
         head = match.start()
@@ -356,12 +371,17 @@ def _prose(text: str) -> Iterator[Quantity]:
 
 def _bound(before: str) -> Bound:
     """Whether the text before a number makes it a bound: next to it, or earlier in its clause."""
-    if _UPPER_NEAR.search(before):
-        return "upper"
-    if _LOWER_NEAR.search(before):
-        return "lower"
-    clause = _CLAUSE_BREAK.split(before)[-1].split()[-_ROLE_WINDOW_WORDS:]
-    words = " ".join(clause)
+    directions: tuple[tuple[re.Pattern[str], Bound, Bound], ...] = (
+        (_UPPER_NEAR, "upper", "lower"),
+        (_LOWER_NEAR, "lower", "upper"),
+    )
+    for near, bound, opposite in directions:
+        found = near.search(before)
+        if found is not None:
+            # "Do not operate it above 40 °C", "must not exceed 16 bar": a maximum.
+            negated = _NEGATION.search(" ".join(_clause(before[: found.start()]).split()[-4:]))
+            return opposite if negated else bound
+    words = _clause(before)
     # "min" after a number is minutes; before one, in the clause, it names a minimum.
     if _UPPER_WORD.search(words):
         return "upper"
@@ -370,10 +390,21 @@ def _bound(before: str) -> Bound:
     return "value"
 
 
+def _clause(before: str) -> str:
+    """The last words of the clause ``before`` ends, up to :data:`_ROLE_WINDOW_WORDS`."""
+    return " ".join(_CLAUSE_BREAK.split(before)[-1].split()[-_ROLE_WINDOW_WORDS:])
+
+
 def _reading(before: str, stated: str, bound: Bound) -> str:
-    """How a quantity reads, with the comparison written next to it ("up to 16 bar")."""
-    near = (_UPPER_NEAR.search(before) or _LOWER_NEAR.search(before)) if bound != "value" else None
-    return f"{near.group(0).strip()} {stated}" if near else stated
+    """How a quantity reads, with the comparison written next to it ("up to 16 bar", "not above 40 °C")."""
+    if bound == "value":
+        return stated
+    upper = _UPPER_NEAR.search(before)
+    near = upper or _LOWER_NEAR.search(before)
+    if near is None:
+        return stated
+    negated = (bound == "upper") != (upper is not None)
+    return f"{'not ' if negated else ''}{near.group(0).strip()} {stated}"
 
 
 # -- tables ----------------------------------------------------------------------------------------
@@ -437,22 +468,29 @@ def _fields(text: str) -> Iterator[Quantity]:
             unit, bound = header
             number = match.group("value")
             yield Quantity(
-                _value(number), _value(number), unit, bound, f"{number} {unit.symbol}", _precision(number)
+                _value(number),
+                _value(number),
+                unit,
+                bound,
+                f"{number} {unit.symbol}",
+                _precision(number),
+                context=match.group("key").replace("_", " "),
             )
 
 
 def _table_rows(lines: Sequence[str]) -> Iterator[tuple[str, list[Quantity]]]:
     """Each data row of a Markdown table, with the quantities its bare cells state under their headers."""
     headers: list[tuple[Unit, Bound] | None] | None = None
+    labels: list[str] = []
     for line in lines:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if all(re.fullmatch(r":?-{2,}:?", c) for c in cells if c):
             continue
         if headers is None:
-            headers = [_header(c) for c in cells]
+            headers, labels = [_header(c) for c in cells], cells
             continue
         found = _quantities_in(line)
-        for cell, header in zip(cells, headers, strict=False):
+        for cell, header, label in zip(cells, headers, labels, strict=False):
             value = _CELL_VALUE.match(cell)
             if header is None or value is None:
                 continue
@@ -471,6 +509,7 @@ def _table_rows(lines: Sequence[str]) -> Iterator[tuple[str, list[Quantity]]]:
                     bound,
                     f"{cell} {unit.symbol}",
                     max(_precision(low), _precision(high)),
+                    context=label,
                 )
             )
         yield line, found
@@ -512,15 +551,17 @@ def identifiers(text: str) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class Disagreement:
-    """A quantity of the claim and what the passage states of the same kind instead."""
+    """A quantity of the claim, what the passage states of the same kind instead (``stated``), and
+    those of them whose context is closest to the claim's (``named``, what the answer names)."""
 
     claimed: Quantity
     stated: tuple[Quantity, ...]
+    named: tuple[Quantity, ...]
 
     def describe(self) -> str:
         """ "it states 10 bar, where the source states 16 bar" (up to three of the source's)."""
         seen: list[str] = []
-        for q in self.stated:
+        for q in self.named:
             if q.text not in seen:
                 seen.append(q.text)
         listed = seen[:3]
@@ -542,11 +583,25 @@ def disagreement(claim: str, passage: str) -> Disagreement | None:
     stated = [q for _, qs in segments for q in qs]
     for quantity in claimed:
         same = [q for q in stated if q.dimension == quantity.dimension]
-        if quantity.bound != "value" and any(q.bound == quantity.bound for q in same):
+        # Compared with what the passage states as the claim does: a claimed value with its values
+        # ("500 mg to 1 g", not "less than 50 kg" body weight), a claimed maximum with its maxima.
+        if any(q.bound == quantity.bound for q in same):
             same = [q for q in same if q.bound == quantity.bound]
         if same and not any(consistent(quantity, q) for q in same):
-            return Disagreement(claimed=quantity, stated=tuple(same))
+            return Disagreement(claimed=quantity, stated=tuple(same), named=_closest(claim, same))
     return None
+
+
+def _closest(claim: str, stated: Sequence[Quantity]) -> tuple[Quantity, ...]:
+    """The stated quantities whose context shares the most words with the claim, to name them."""
+    words = _words(claim)
+    overlap = [len(words & _words(q.context)) for q in stated]
+    best = max(overlap)
+    return tuple(q for q, n in zip(stated, overlap, strict=True) if n == best)
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w for w in re.findall(r"[a-z]{3,}", text.lower()) if w not in _COMMON)
 
 
 def consistent(claimed: Quantity, stated: Quantity) -> bool:
