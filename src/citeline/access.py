@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from citeline.checks import refuse_nul
 from citeline.errors import InvalidRequestError
 from citeline.retrieve.filters import Filters
 
@@ -42,6 +43,8 @@ class Access:
     user_id: str = LOCAL_USER
 
     def __post_init__(self) -> None:
+        # The user id owns conversations and the scopes filter every read: both reach the database.
+        refuse_nul(self, "access")
         if self.role is Role.ADMIN and self.scopes is not None:
             raise InvalidRequestError("an admin grant covers every scope; it cannot be bound to scopes")
         if not self.user_id:

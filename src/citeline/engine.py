@@ -25,6 +25,7 @@ from citeline.answer.nli import default_judge
 from citeline.chat import store as chat_store
 from citeline.chat.session import ChatSession
 from citeline.chat.store import ConversationInfo, MessageInfo
+from citeline.checks import refuse_nul
 from citeline.embed import EMBEDDERS, get_embedder
 from citeline.embed.base import Embedder, QueryEmbedder
 from citeline.errors import (
@@ -447,6 +448,9 @@ class Citeline:
         While a model migration runs, each new version's twin (embedded by the target model) is built
         here too, and reported as ``staged``.
         """
+        paths = list(paths)
+        # A path the operating system cannot even name is the caller's mistake, not a source that failed.
+        refuse_nul([str(path) for path in paths], "paths")
         ingestor = self.ingestor(allow_private_urls=allow_private_urls)
         results = ingestor.ingest_paths(discover(paths), options or IngestOptions(), progress)
         documents = [r.document.id for r in results if r.document is not None and r.chunks]
@@ -472,6 +476,7 @@ class Citeline:
         ``build_index`` false the ANN index is left to :meth:`build_vector_index`, one build after
         many loads (see :func:`citeline.store.bulk.load_prepared`).
         """
+        refuse_nul(documents, "documents")
         return load_prepared(
             self.engine,
             self.vector_index,
@@ -1126,6 +1131,7 @@ class Citeline:
     def document(self, ref: str, *, access: Access = FULL_ACCESS, version: int | None = None) -> DocumentInfo:
         """A document by id or unambiguous id prefix: its current version, or ``version`` (a replaced
         version is kept while a conversation cites it). One outside ``access`` is not found."""
+        refuse_nul(ref, "document id")
         if not ref.strip():
             # Every id starts with the empty string: `docs delete ''` must not mean "the only one".
             raise InvalidRequestError("a document id (or the start of one) is needed, got an empty one")

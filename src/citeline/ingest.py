@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.annotate import annotate
+from citeline.checks import refuse_nul
 from citeline.embed.base import Embedder, get_embedder
 from citeline.errors import (
     CitelineError,
@@ -93,6 +94,7 @@ class IngestOptions:
 
     def __post_init__(self) -> None:
         # Checked here, so every shell (CLI, API, workers) refuses the same labels the same way.
+        refuse_nul(self, "")
         check_scopes(self.scopes)
         check_scopes(self.tags, "tag")
         check_metadata(self.metadata)

@@ -63,6 +63,21 @@ def test_a_nul_character_in_a_body_is_a_422_naming_the_field(
     assert admin.get(f"/documents/{server.documents['universal']}").json()["category"] == "site"
 
 
+def test_a_nul_character_in_an_uploaded_file_name_is_a_422_from_the_library(admin: httpx.Client) -> None:
+    # The name reaches no check of the API's own: the library's Upload refuses it, for every shell.
+    boundary = "nul-in-the-name"
+    body = (
+        f"--{boundary}\r\n"
+        'Content-Disposition: form-data; name="file"; filename="valves\x00.md"\r\n'
+        "Content-Type: text/markdown\r\n\r\n"
+        f"# Valves\r\n--{boundary}--\r\n"
+    ).encode()
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    before = admin.get("/documents").json()["total"]
+    refused(admin.post("/documents", content=body, headers=headers), "upload.name", "NUL")
+    assert admin.get("/documents").json()["total"] == before
+
+
 @pytest.mark.parametrize(
     ("path", "params", "named"),
     [

@@ -6,8 +6,10 @@
   labelled with it would silently mean something else than the client meant.
 - Metadata values are strings, because they are stored and compared as strings (docs/scopes.md):
   a number stored as a JSON number would never match a filter, which always compares strings.
-- No text holds a NUL character (``\\u0000``): PostgreSQL can neither store nor compare one, so it
-  would otherwise fail the request deep in the store (a 500) instead of naming the field (a 422).
+- No text holds a NUL character (``\\u0000``): PostgreSQL can neither store nor compare one. The
+  library's request types refuse one too (:mod:`citeline.checks`), under their own field names; the
+  body is checked as it is parsed, by the same rule, so that the 422 names the field as the client
+  sent it (``tags.0``) and covers fields that never reach the library as text.
 """
 
 from __future__ import annotations
@@ -19,31 +21,9 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
+from citeline.checks import NUL_MESSAGE, nul_at
+
 Body = TypeVar("Body", bound="RequestBody")
-
-
-NUL_MESSAGE = "must not contain a NUL (0x00) character"
-
-
-def nul_at(value: Any, where: str = "") -> str | None:
-    """Where in ``value`` (a JSON value: text, list, object) a text holds a NUL character, as a dotted
-    path (``metadata.site``; ``""`` for ``value`` itself), or None when none does."""
-    if isinstance(value, str):
-        return where if "\x00" in value else None
-    if isinstance(value, dict):
-        items: Any = value.items()
-    elif isinstance(value, list | tuple):
-        items = enumerate(value)
-    else:
-        return None
-    for key, item in items:
-        inner = f"{where}.{key}" if where else str(key)
-        if isinstance(key, str) and "\x00" in key:
-            return inner
-        found = nul_at(item, inner)
-        if found is not None:
-            return found
-    return None
 
 
 class RequestBody(BaseModel):
@@ -55,7 +35,7 @@ class RequestBody(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_nul(cls, data: Any) -> Any:
-        where = nul_at(data)
+        where = nul_at(data, dotted=True)
         if where is not None:
             field = where or "the body"
             raise PydanticCustomError("nul_character", "{field} " + NUL_MESSAGE, {"field": field})

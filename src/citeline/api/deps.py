@@ -14,8 +14,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from citeline.access import Access
-from citeline.api.bodies import NUL_MESSAGE
 from citeline.api.limits import GenerationSlots, RateLimiter
+from citeline.checks import NUL_MESSAGE, nul_at
 from citeline.engine import Citeline
 from citeline.errors import AccessDeniedError, AuthenticationError
 
@@ -127,13 +127,14 @@ async def refuse_unknown_query(request: Request) -> None:
 
 async def refuse_nul(request: Request) -> None:
     """Refuse a NUL character in a query parameter or a path segment (422), as in a body field
-    (``citeline.api.bodies``): PostgreSQL can neither store nor compare one."""
+    (``citeline.api.bodies``), by the library's rule (:mod:`citeline.checks`), naming the parameter
+    as the client sent it (``query.tag``), which the library, given only its value, could not."""
     given = (("path", request.path_params.items()), ("query", request.query_params.multi_items()))
     problems = [
         {"type": "nul_character", "loc": (where, name), "msg": NUL_MESSAGE, "input": value}
         for where, pairs in given
         for name, value in pairs
-        if isinstance(value, str) and ("\x00" in value or "\x00" in name)
+        if nul_at((name, value)) is not None
     ]
     if problems:
         raise RequestValidationError(problems)

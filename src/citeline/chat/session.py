@@ -22,6 +22,7 @@ from citeline.chat.events import ChatEvent, TurnStart
 from citeline.chat.history import merge, remembered_hits
 from citeline.chat.rewrite import Rewrite, rewrite
 from citeline.chat.store import ConversationInfo, MessageInfo, Turn
+from citeline.checks import refuse_nul
 from citeline.errors import InvalidRequestError
 from citeline.registry import Capability
 from citeline.retrieve.filters import Filters
@@ -75,6 +76,7 @@ class ChatSession:
     ) -> ChatSession:
         """A new conversation of ``access.user_id``. Expired conversations of every user are deleted on
         the way."""
+        refuse_nul(title, "title")
         persona = persona or cl.settings.persona
         system_prompt(persona)  # an unknown persona fails now, not at every question
         with cl.engine.begin() as conn:
@@ -128,6 +130,7 @@ class ChatSession:
         next question at once. A turn that ends in an error, or that the caller stops reading before
         :class:`Complete`, is not stored.
         """
+        refuse_nul(question, "question")  # before anything of the turn is stored
         question = question.strip()
         if not question:
             # A conversation started for this question holds no turn, so it is not listed

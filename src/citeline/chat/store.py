@@ -19,6 +19,7 @@ from typing import Any, Literal, cast
 import sqlalchemy as sa
 
 from citeline.access import FULL_ACCESS, Access
+from citeline.checks import refuse_nul
 from citeline.errors import InvalidRequestError, NotFoundError
 from citeline.store import catalog
 from citeline.store.models import Conversation, Message
@@ -100,6 +101,7 @@ def parse_id(ref: str | uuid.UUID) -> uuid.UUID:
     """A conversation id from user input."""
     if isinstance(ref, uuid.UUID):
         return ref
+    refuse_nul(ref, "conversation id")
     try:
         return uuid.UUID(ref)
     except ValueError:

@@ -23,6 +23,7 @@ from urllib.request import url2pathname
 
 import sqlalchemy as sa
 
+from citeline.checks import refuse_nul
 from citeline.errors import InvalidRequestError, LimitExceededError, NotFoundError, UnsupportedTypeError
 from citeline.ingest import IngestOptions, Outcome, check_chunking
 from citeline.load import SUPPORTED_SUFFIXES
@@ -41,6 +42,9 @@ class Upload:
 
     name: str
     stream: BinaryIO
+
+    def __post_init__(self) -> None:
+        refuse_nul(self.name, "upload.name")  # the name is stored as the document's
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,7 @@ def submit(
 
 def submit_url(url: str) -> str:
     """Check a web page's address before it is registered; the address guard applies when fetched."""
+    refuse_nul(url, "url")
     check_url(url)
     return url
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from citeline.annotate import SectionType, model_key
+from citeline.checks import refuse_nul
 from citeline.errors import InvalidRequestError
 
 
@@ -71,6 +72,7 @@ class Filters:
     section_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        refuse_nul(self, "filters")
         check_scopes(self.scopes)
         check_scopes(self.tags_any + self.tags_all, "tag")
         check_metadata(self.metadata)

@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 from sqlalchemy import event
 
 from citeline.access import FULL_ACCESS, Access
+from citeline.checks import refuse_nul
 from citeline.errors import InvalidRequestError, ModelMismatchError
 from citeline.recent import Recent
 from citeline.retrieve.filters import Filters
@@ -52,6 +53,12 @@ class SearchRequest:
     rerank: str | None = None
     #: Maximal marginal relevance in [0, 1] for this search; unset uses the ``mmr_lambda`` setting.
     mmr_lambda: float | None = None
+
+    def __post_init__(self) -> None:
+        # The filters checked themselves when they were made.
+        refuse_nul(self.query, "query")
+        refuse_nul(self.rerank, "rerank")
+        refuse_nul(self.fusion, "fusion")
 
 
 def resolve_top_k(top_k: int | None, settings: Settings) -> int:

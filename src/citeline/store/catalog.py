@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.access import FULL_ACCESS, Access
+from citeline.checks import refuse_nul
 from citeline.errors import ConfigError, ConflictError, NotFoundError
 from citeline.retrieve.filters import category_condition, like_escape
 from citeline.store.index import VectorIndex, VersionVectors, as_array, fill_vectors
@@ -1771,6 +1772,9 @@ class DocumentQuery:
     #: None lists every match.
     limit: int | None = 50
     offset: int = 0
+
+    def __post_init__(self) -> None:
+        refuse_nul(self, "")
 
 
 @dataclass(frozen=True)

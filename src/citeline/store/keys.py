@@ -19,6 +19,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 
 from citeline.access import Access, Role
+from citeline.checks import refuse_nul
 from citeline.errors import AuthenticationError, InvalidRequestError, NotFoundError
 from citeline.retrieve.filters import check_scopes
 from citeline.store.models import ApiKey
@@ -79,6 +80,8 @@ def create_key(
     if role is Role.ADMIN and scopes is not None:
         raise InvalidRequestError("an admin key covers every scope; do not give it scopes")
     scopes = None if scopes is None else list(scopes)
+    refuse_nul(name, "name")
+    refuse_nul(scopes, "scopes")
     check_scopes(scopes)  # a blank one dropped silently would leave a key narrower than asked
     bound = None if scopes is None else sorted({s.strip() for s in scopes})
     key = KEY_PREFIX + secrets.token_urlsafe(30)
@@ -109,6 +112,7 @@ def find_key(conn: sa.Connection, ref: uuid.UUID | str) -> uuid.UUID:
     cut short, and as documents are named). Revoked keys count: revoking one again is harmless."""
     if isinstance(ref, uuid.UUID):
         return ref
+    refuse_nul(ref, "key id")
     try:
         return uuid.UUID(ref)
     except ValueError:

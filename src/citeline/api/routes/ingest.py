@@ -19,9 +19,10 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import Field
 from starlette.datastructures import UploadFile
 
-from citeline.api.bodies import NUL_MESSAGE, Metadata, RequestBody, Scope, json_body, nul_at
+from citeline.api.bodies import Metadata, RequestBody, Scope, json_body
 from citeline.api.deps import AdminDep, CitelineDep
 from citeline.api.routes.documents import DocumentId, document_json
+from citeline.checks import NUL_MESSAGE, nul_at
 from citeline.errors import CitelineError, InvalidRequestError
 from citeline.ingest import IngestOptions, Outcome
 from citeline.jobs.submit import Refreshed, Submission, Upload, parse_age
@@ -269,7 +270,7 @@ def _metadata(text: str | None) -> dict[str, Any] | None:
         raise InvalidRequestError(f"metadata must be a JSON object: {exc}") from exc
     if not isinstance(value, dict):
         raise InvalidRequestError("metadata must be a JSON object")
-    where = nul_at(value, "metadata")
+    where = nul_at(value, "metadata", dotted=True)
     if where is not None:
         raise InvalidRequestError(f"{where} {NUL_MESSAGE}")
     return value  # its values are checked by the library (IngestOptions), as every shell's are
