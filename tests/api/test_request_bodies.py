@@ -104,3 +104,33 @@ def test_a_reader_key_needs_a_scope_or_all_scopes(admin: httpx.Client, body: dic
     # As `citeline keys create --role reader` without --scope: an empty list is no more of an answer.
     message = refused(admin.post("/keys", json=body), "scopes", "all_scopes")
     assert "at least one" in message
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "named"),
+    [
+        ("/search", {"query": "relief valve", "top_k": True}, "body.top_k"),
+        ("/search", {"query": "relief valve", "n_results": True}, "body.n_results"),
+        ("/search", {"query": "relief valve", "top_k": "5"}, "body.top_k"),
+        ("/search", {"query": "relief valve", "top_k": 1.0}, "body.top_k"),
+        ("/search", {"query": "relief valve", "candidates": True}, "body.candidates"),
+        ("/search", {"query": "relief valve", "distance_threshold": True}, "body.distance_threshold"),
+        ("/search", {"query": "relief valve", "mmr_lambda": False}, "body.mmr_lambda"),
+        ("/chat", {"question": "When does the relief valve open?", "top_k": True}, "body.top_k"),
+        ("/chat/stream", {"question": "When does the relief valve open?", "top_k": True}, "body.top_k"),
+        ("/documents", {"url": "https://example.org/valves", "chunk_size": True}, "body.chunk_size"),
+        ("/documents", {"url": "https://example.org/valves", "chunk_overlap": False}, "body.chunk_overlap"),
+    ],
+)
+def test_a_number_field_takes_only_a_json_number(
+    admin: httpx.Client, path: str, body: dict[str, Any], named: str
+) -> None:
+    # `"top_k": true` was a search for one result, and `"mmr_lambda": false` a weight of 0.0.
+    refused(admin.post(path, json=body), named, "Input should be a valid")
+
+
+def test_a_number_field_still_takes_numbers(admin: httpx.Client) -> None:
+    body = {"query": "relief valve", "top_k": 2, "candidates": 50, "distance_threshold": 2, "mmr_lambda": 0.5}
+    found = admin.post("/search", json=body)
+    assert found.status_code == 200, found.text
+    assert found.json()["count"] == 2

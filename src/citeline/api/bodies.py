@@ -6,6 +6,8 @@
   labelled with it would silently mean something else than the client meant.
 - Metadata values are strings, because they are stored and compared as strings (docs/scopes.md):
   a number stored as a JSON number would never match a filter, which always compares strings.
+- A number is a JSON number: ``"top_k": true`` is not a count of one, nor ``"mmr_lambda": true`` a
+  weight of 1.0 (pydantic would take both), and ``"top_k": "5"`` is a string, refused as such.
 - No text holds a NUL character (``\\u0000``): PostgreSQL can neither store nor compare one. The
   library's request types refuse one too (:mod:`citeline.checks`), under their own field names; the
   body is checked as it is parsed, by the same rule, so that the 422 names the field as the client
@@ -18,7 +20,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Strict, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from citeline.checks import NUL_MESSAGE, nul_at
@@ -53,6 +55,12 @@ Scope = Annotated[str, AfterValidator(_not_blank)]
 
 #: Metadata labels: string keys and string values.
 Metadata = dict[str, str]
+
+#: A count or a size: a JSON integer, never a boolean or a string.
+Count = Annotated[int, Strict()]
+
+#: A weight or a distance: a JSON number (an integer too), never a boolean or a string.
+Number = Annotated[float, Strict()]
 
 
 async def json_body(request: Request, model: type[Body]) -> Body:

@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from citeline.access import Access
 from citeline.answer import CitationEvent, Complete, Error, Start, Token
+from citeline.api.bodies import Count
 from citeline.api.deps import AccessDep, CitelineDep, SlotsDep
 from citeline.api.errors import error_code
 from citeline.api.limits import GenerationSlot, GenerationSlots, check_text_length
@@ -46,7 +47,7 @@ class ChatBody(FilterFields):
     persona: str | None = Field(
         default=None, description="general, clinical or repair (a new conversation only)."
     )
-    top_k: int | None = Field(default=None, ge=1, le=50, description="Fresh passages to answer from.")
+    top_k: Count | None = Field(default=None, ge=1, le=50, description="Fresh passages to answer from.")
 
 
 @dataclass

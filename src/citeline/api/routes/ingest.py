@@ -19,7 +19,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import Field
 from starlette.datastructures import UploadFile
 
-from citeline.api.bodies import Metadata, RequestBody, Scope, json_body
+from citeline.api.bodies import Count, Metadata, RequestBody, Scope, json_body
 from citeline.api.deps import AdminDep, CitelineDep
 from citeline.api.routes.documents import DocumentId, document_json
 from citeline.checks import NUL_MESSAGE, nul_at
@@ -53,8 +53,8 @@ class Labels(RequestBody):
 
 class UrlBody(Labels):
     url: str = Field(description="An http(s) web page; private and loopback addresses are refused.")
-    chunk_size: int | None = Field(default=None, ge=50, le=20_000)
-    chunk_overlap: int | None = Field(default=None, ge=0, le=10_000)
+    chunk_size: Count | None = Field(default=None, ge=50, le=20_000)
+    chunk_overlap: Count | None = Field(default=None, ge=0, le=10_000)
     document_id: uuid.UUID | None = Field(default=None, description="Replace this document.")
     index: bool = Field(default=True, description="False registers it pending, to index later.")
 

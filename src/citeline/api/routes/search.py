@@ -11,7 +11,7 @@ from pydantic import AliasChoices, Field
 
 from citeline.access import Access
 from citeline.annotate import SectionType
-from citeline.api.bodies import Metadata, RequestBody, Scope
+from citeline.api.bodies import Count, Metadata, Number, RequestBody, Scope
 from citeline.api.deps import AccessDep, CitelineDep
 from citeline.api.limits import check_text_length
 from citeline.api.responses import FastJSONResponse
@@ -59,18 +59,18 @@ class FilterFields(RequestBody):
 
 class SearchBody(FilterFields):
     query: str = Field(min_length=1, description="What to search for.")
-    top_k: int | None = Field(
+    top_k: Count | None = Field(
         default=None,
         ge=1,
         le=1000,
         validation_alias=AliasChoices("top_k", "n_results"),
         description="How many results (also accepted as n_results); default: the top_k setting.",
     )
-    distance_threshold: float | None = Field(default=None, ge=0, le=2, description="Largest cosine distance.")
+    distance_threshold: Number | None = Field(default=None, ge=0, le=2, description="Largest cosine distance.")
     fusion: Fusion | None = Field(default=None, description="rrf, weighted or dbsf.")
-    candidates: int | None = Field(default=None, ge=1, le=10_000, description="Candidates per ranking.")
+    candidates: Count | None = Field(default=None, ge=1, le=10_000, description="Candidates per ranking.")
     rerank: str | None = Field(default=None, description="none, prf, maxsim or cross-encoder:<folder>.")
-    mmr_lambda: float | None = Field(default=None, ge=0, le=1, description="Maximal marginal relevance.")
+    mmr_lambda: Number | None = Field(default=None, ge=0, le=1, description="Maximal marginal relevance.")
 
 
 def result(hit: Hit) -> dict[str, Any]:
