@@ -82,6 +82,7 @@ class IngestOptions:
     """How to ingest: labels for the documents, and chunking (``None`` means the settings' default).
 
     A label left ``None`` keeps the value the source's current version has (none, for a new source).
+    An empty one removes it: ``category=""``, ``tags=()``, ``metadata={}``, ``scopes=()`` (universal).
     """
 
     scopes: tuple[str, ...] | None = None
@@ -99,10 +100,10 @@ class IngestOptions:
         check_scopes(self.tags, "tag")
         check_metadata(self.metadata)
         if self.category and not normalise_category(self.category):
-            # "/" would otherwise be stored as the empty category: neither the one asked for nor none.
+            # "/" is more likely a slip than a wish to remove the category, which "" says plainly.
             raise InvalidRequestError(
                 f"category: {self.category!r} names no category (only slashes and spaces); "
-                "give a path such as Clinical/Cardiology"
+                'give a path such as Clinical/Cardiology, or "" to remove the category'
             )
 
     def labels(self) -> Labels:
@@ -110,7 +111,7 @@ class IngestOptions:
         # tagged "a" is unchanged rather than relabelled.
         return Labels(
             scopes=None if self.scopes is None else tuple(dict.fromkeys(self.scopes)),
-            category=normalise_category(self.category) if self.category else None,
+            category=None if self.category is None else normalise_category(self.category),
             tags=None if self.tags is None else tuple(dict.fromkeys(self.tags)),
             metadata=self.metadata,
             uploaded_by=self.uploaded_by,

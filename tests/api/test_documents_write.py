@@ -211,6 +211,23 @@ def test_metadata_is_relabelled_as_strings_and_matched_by_a_filter(server: Serve
     assert found["count"] > 0 and other["count"] == 0
 
 
+def test_an_empty_category_removes_the_category(server: Server) -> None:
+    # It was a 200 that changed nothing: "" read as "not given", and no request could remove a category.
+    with own_key(server, "admin") as admin:
+        made = upload(admin, "category.md", PUMP_V1.encode(), category="Plant/Pumps", index="false").json()
+        path = f"/documents/{made['id']}"
+        assert admin.patch(path, json={"tags": ["pump"]}).json()["category"] == "Plant/Pumps"
+        cleared = admin.patch(path, json={"category": ""})
+        assert cleared.status_code == 200, cleared.text
+        assert cleared.json()["category"] is None and cleared.json()["tags"] == ["pump"]
+        assert admin.get("/documents", params={"category": "Plant"}).json()["total"] == 0
+        slashes = admin.patch(path, json={"category": "/"})
+        assert (
+            slashes.status_code == 422 and '"" to remove the category' in slashes.json()["error"]["message"]
+        )
+        assert admin.delete(path).status_code == 200
+
+
 def test_relabel_cancel_and_reingest(server: Server) -> None:
     with own_key(server, "admin") as admin:
         made = upload(admin, "labels.md", PUMP_V1.encode(), scopes="acme", index="false").json()

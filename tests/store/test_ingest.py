@@ -24,7 +24,7 @@ from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
 from citeline.split import split
 from citeline.store import catalog
-from citeline.store.catalog import DocumentInfo
+from citeline.store.catalog import DocumentInfo, DocumentQuery
 from citeline.types import LoadedSource, Page
 from tests.conftest import PDFS, write
 
@@ -406,8 +406,27 @@ def test_repeating_a_tag_or_scope_changes_no_labels(cl: Citeline, tmp_path: Path
 
 @pytest.mark.parametrize("category", ["/", "///", " / "])
 def test_a_category_of_only_slashes_and_spaces_is_refused(category: str) -> None:
-    with pytest.raises(InvalidRequestError, match="names no category"):
+    with pytest.raises(InvalidRequestError, match=r'names no category .* or "" to remove the category'):
         IngestOptions(category=category)
+
+
+def test_an_empty_category_removes_the_category_and_one_left_out_keeps_it(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    # As tags=() removes the tags: "" was read as "not given", and nothing could remove a category.
+    path = write(tmp_path / "pump.md", GUIDE)
+    [first] = cl.ingest([path], IngestOptions(category="Plant/Pumps"))
+    assert first.document is not None
+    doc = first.document.id
+    assert cl.relabel(doc, IngestOptions(tags=("pumps",))).category == "Plant/Pumps"
+    assert cl.relabel(doc, IngestOptions(category="")).category is None
+    assert cl.list_documents(DocumentQuery(category="Plant")).total == 0
+    # Through a re-ingest of the same content too: only the label changes, and it is stored as none.
+    cl.relabel(doc, IngestOptions(category="Plant"))
+    [again] = cl.ingest([path], IngestOptions(category=""))
+    assert again.outcome is Outcome.RELABELLED and cl.document(str(doc)).category is None
+    [once_more] = cl.ingest([path], IngestOptions(category=""))
+    assert once_more.outcome is Outcome.UNCHANGED
 
 
 def _slow_source(name: str, seconds: float) -> Source:

@@ -141,7 +141,8 @@ class Labels:
     """The descriptive fields of a document, which can change without re-embedding it.
 
     ``None`` means "keep what the source's current version has" (nothing, for a new source), so
-    re-ingesting a folder without naming its scopes can never turn scoped documents universal.
+    re-ingesting a folder without naming its scopes can never turn scoped documents universal. An
+    empty value removes the label: ``category=""`` is stored as no category (NULL).
     """
 
     scopes: tuple[str, ...] | None = None
@@ -1697,7 +1698,7 @@ def stats(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> dict[str, Any
 def _labels_differ(doc: DocumentInfo, labels: Labels) -> bool:
     return (
         sorted(doc.scopes) != sorted(labels.scopes or ())
-        or doc.category != labels.category
+        or doc.category != (labels.category or None)
         or sorted(doc.tags) != sorted(labels.tags or ())
         or doc.metadata != (labels.metadata or {})
     )
@@ -1716,7 +1717,7 @@ def _set_labels(conn: sa.Connection, doc_id: uuid.UUID, labels: Labels) -> None:
 def _label_params(labels: Labels, *, as_json: bool = False) -> dict[str, Any]:
     """Labels as statement parameters (``as_json``: as fields of a JSON row, metadata unencoded)."""
     return {
-        "cat": labels.category,
+        "cat": labels.category or None,  # "" removes the category: a document without one has NULL
         "tags": sorted(set(labels.tags or ())),
         "scopes": sorted(set(labels.scopes or ())),
         "meta": (labels.metadata or {}) if as_json else json.dumps(labels.metadata or {}),
