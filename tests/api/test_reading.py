@@ -113,6 +113,29 @@ def test_the_file_is_the_stored_original_and_honours_ranges(server: Server) -> N
     assert part.headers["content-range"] == f"bytes 100-199/{len(original)}"
 
 
+def test_head_on_the_file_answers_the_headers_of_get_without_the_body(server: Server) -> None:
+    # What a browser or a download tool asks first (size, type, name, ranges); it was a 405.
+    path = f"/documents/{server.documents['acme']}/file"
+    with server.as_("reader") as client:
+        whole, head = client.get(path), client.head(path)
+        part = client.head(path, headers={"Range": "bytes=100-199"})
+        missing = client.head("/documents/00000000-0000-0000-0000-000000000000/file")
+    assert head.status_code == 200 and head.content == b""
+    for name in (
+        "content-type",
+        "content-length",
+        "content-disposition",
+        "accept-ranges",
+        "etag",
+        "last-modified",
+    ):
+        assert head.headers[name] == whole.headers[name], name
+    assert int(head.headers["content-length"]) == len(whole.content)
+    assert part.status_code == 206 and part.content == b""
+    assert part.headers["content-range"] == f"bytes 100-199/{len(whole.content)}"
+    assert missing.status_code == 404 and missing.content == b""
+
+
 def test_page_text_holds_every_chunk_of_the_page_at_its_offsets(server: Server) -> None:
     doc = server.documents["acme"]
     with server.as_("reader") as client:

@@ -122,6 +122,13 @@ class StoredFile(FileResponse):
     summary="The stored original, with its content type (supports HTTP range requests)",
     response_class=FileResponse,
 )
+# What a browser or a download tool asks before fetching (size, type, name, whether ranges work):
+# the same headers as GET, no body.
+@router.head(
+    "/documents/{document_id}/file",
+    summary="The stored original's headers (size, type, name, ranges), without its body",
+    response_class=FileResponse,
+)
 def get_file(
     document_id: DocumentId, cl: CitelineDep, access: AccessDep, version: Version = None
 ) -> StoredFile:
