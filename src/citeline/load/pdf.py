@@ -156,6 +156,9 @@ class _PageReader:
 #: A run of digits (with commas or dashes between them: "3,4", "5-7") written straight after a letter or a
 #: closing mark: where a footnote or reference marker, or an exponent, sits when it is set superscript.
 _SUPERSCRIPT_CANDIDATE = re.compile(r"(?<=[^\W\d_]|[,.;:)\]\u201d\u2019\"'])\d+(?:[,\u2013-]\d+)*")
+#: A digit, or a minus sign and a digit, straight after a digit: where an exponent sits ("10^5", "10^-3"),
+#: or a footnote marker after a number ("in 2019^4"), when it is set superscript.
+_AFTER_DIGIT = re.compile(r"(?<=\d)(?:\d|[-\u2212]\d)")
 #: Superscript: at most this share of the size of the letter before it...
 _SUPERSCRIPT_SIZE = 0.85
 #: ... and its baseline raised by at least this share of that letter's size.
@@ -163,17 +166,19 @@ _SUPERSCRIPT_RISE = 0.15
 
 
 def _mark_superscripts(textpage: Any, text: str) -> str:
-    """``text`` (the page's text) with ``^`` before each run of superscript digits that follows a word.
+    """``text`` (the page's text) with ``^`` before each run of superscript digits that follows a word
+    or a number.
 
     PDF text carries no superscript: a footnote marker set small and raised after "alert," comes out as
     "alert,5", and one after a word ("pathway12", "cells3") as part of that word, which the keyword
     index then never matches as "pathway" or "cells". PDFium knows each character's size and baseline,
     so a digit run smaller than the letter before it and raised above its baseline is marked: "alert,^5",
-    "pathway^12", "km^2". Only horizontal text is judged, and a subscript ("H2O") is lowered, not
-    raised, so it stays. The citation viewer matches passages on letters and digits only, so the mark
-    never stops it from finding one.
+    "pathway^12", "km^2". So is an exponent raised above the digit before it, which would otherwise read
+    as one number ("10^5", not "105"). Only horizontal text is judged, and a subscript ("H2O") is
+    lowered, not raised, so it stays. The citation viewer matches passages on letters and digits only,
+    so the mark never stops it from finding one.
     """
-    if not _SUPERSCRIPT_CANDIDATE.search(text):
+    if not _SUPERSCRIPT_CANDIDATE.search(text) and not _AFTER_DIGIT.search(text):
         return text
     count = textpage.count_chars()
     # The character-indexed text: the same characters as the page's text, with PDFium's soft-hyphen mark
@@ -189,6 +194,16 @@ def _mark_superscripts(textpage: Any, text: str) -> str:
             letter -= 1
         if letter >= 0 and start - letter <= 3 and _raised_and_smaller(textpage, start, letter):
             marks.append(start)
+    # After a digit the digit before is the reference: "10" then a small raised "5" is 10^5, where the
+    # text has "105". Digits of one size on one baseline, however many, are never marked. A page of
+    # figures has thousands of digit pairs: only those whose second character's baseline is above the
+    # first's (one PDFium call a character) are judged in full.
+    baselines = _Baselines(textpage)
+    for match in _AFTER_DIGIT.finditer(indexed):
+        start = match.start()
+        if baselines[start] > baselines[start - 1] and _raised_and_smaller(textpage, start, start - 1):
+            marks.append(start)
+    marks.sort()
     if not marks:
         return text
     at = _aligned_positions(indexed, text, marks)
@@ -268,6 +283,25 @@ def _raised_and_smaller(textpage: Any, index: int, letter: int) -> bool:
     return (
         size <= _SUPERSCRIPT_SIZE * reference and baselines[0] - baselines[1] >= _SUPERSCRIPT_RISE * reference
     )
+
+
+class _Baselines:
+    """The page height of each character's origin, each asked of PDFium once; the two doubles it is
+    read into are made once a page, not once a character (most of the cost of a call on a page of
+    figures)."""
+
+    def __init__(self, textpage: Any) -> None:
+        self._raw = textpage.raw
+        self._x, self._y = ctypes.c_double(), ctypes.c_double()
+        self._at = (ctypes.pointer(self._x), ctypes.pointer(self._y))
+        self._known: dict[int, float] = {}
+
+    def __getitem__(self, index: int) -> float:
+        known = self._known.get(index)
+        if known is None:
+            pdfium_c.FPDFText_GetCharOrigin(self._raw, index, *self._at)
+            known = self._known[index] = self._y.value
+        return known
 
 
 def _aligned_positions(indexed: str, text: str, positions: list[int]) -> list[int] | None:
