@@ -169,6 +169,11 @@ def test_a_claimed_quantity_the_passage_states_otherwise_disagrees(
         ("Doses between 2 and 4 mg are safe.", "Doses of 3 mg were safe."),
         # The claim's value stated anywhere in the passage.
         ("Give 20 mg.", "Doses of 10, 20 and 30 mg were tested."),
+        # ... whatever the passage makes of it.
+        (
+            "The concentration reached 5 mg/L.",
+            "The peak concentration was 5 mg/L; trough levels were 1 mg/L.",
+        ),
     ],
 )
 def test_a_quantity_the_passage_states_the_same_agrees(claim: str, passage: str) -> None:

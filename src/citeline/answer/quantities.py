@@ -583,11 +583,15 @@ def disagreement(claim: str, passage: str) -> Disagreement | None:
     stated = [q for _, qs in segments for q in qs]
     for quantity in claimed:
         same = [q for q in stated if q.dimension == quantity.dimension]
-        # Compared with what the passage states as the claim does: a claimed value with its values
+        # The claim's figure stated anywhere, whatever the passage makes of it ("peak concentration of
+        # 5 mg/L" for "reached 5 mg/L"), is never a disagreement.
+        if not same or any(same_figure(quantity, q) for q in same):
+            continue
+        # Else compared with what the passage states as the claim does: a claimed value with its values
         # ("500 mg to 1 g", not "less than 50 kg" body weight), a claimed maximum with its maxima.
         if any(q.bound == quantity.bound for q in same):
             same = [q for q in same if q.bound == quantity.bound]
-        if same and not any(consistent(quantity, q) for q in same):
+        if not any(consistent(quantity, q) for q in same):
             return Disagreement(claimed=quantity, stated=tuple(same), named=_closest(claim, same))
     return None
 
@@ -604,17 +608,33 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(w for w in re.findall(r"[a-z]{3,}", text.lower()) if w not in _COMMON)
 
 
+def _slack(claimed: Quantity, stated: Quantity) -> float:
+    """How far apart, in base units, two figures may be and still be one: the coarser one's rounding
+    (5% and 4% differ, 30% and 29.6% do not), a tenth for an approximate one."""
+    slack = max(claimed.precision * claimed.unit.scale, stated.precision * stated.unit.scale)
+    if claimed.approximate or stated.approximate:
+        magnitude = max(abs(claimed.base(claimed.high)), abs(stated.base(stated.high)))
+        slack = max(slack, 0.1 * magnitude)
+    return slack * (1 + 1e-6)  # conversions are not exact in binary
+
+
+def same_figure(claimed: Quantity, stated: Quantity) -> bool:
+    """Whether two quantities of one kind state the same figure (or range), bound or not."""
+    if claimed.dimension != stated.dimension:
+        return False
+    slack = _slack(claimed, stated)
+    return (
+        abs(claimed.base(claimed.low) - stated.base(stated.low)) <= slack
+        and abs(claimed.base(claimed.high) - stated.base(stated.high)) <= slack
+    )
+
+
 def consistent(claimed: Quantity, stated: Quantity) -> bool:
     """Whether two quantities of one kind can both hold: two bounds of one direction must be the same
     bound (a maximum of 10 bar is not a maximum of 16 bar); anything else must overlap."""
     if claimed.dimension != stated.dimension:
         return True
-    # The coarser figure's rounding, not both added: 5% and 4% differ, 30% and 29.6% do not.
-    slack = max(claimed.precision * claimed.unit.scale, stated.precision * stated.unit.scale)
-    if claimed.approximate or stated.approximate:
-        magnitude = max(abs(claimed.base(claimed.high)), abs(stated.base(stated.high)))
-        slack = max(slack, 0.1 * magnitude)
-    slack *= 1 + 1e-6  # conversions are not exact in binary
+    slack = _slack(claimed, stated)
     if claimed.bound == stated.bound and claimed.bound != "value":
         return abs(claimed.base(claimed.high) - stated.base(stated.high)) <= slack
     c_low, c_high = claimed.interval()
