@@ -323,3 +323,23 @@ def test_documents_are_found_by_part_of_their_name(site: Site, context: BrowserC
     name.fill("")
     name.press("Enter")
     expect(rows.filter(has_text="pump.md")).to_have_count(1)
+
+
+def test_the_keyboard_focus_stays_in_the_table_while_it_is_drawn_again(
+    site: Site, context: BrowserContext
+) -> None:
+    page = admin_page(site, context)
+    row = page.locator("#documents tbody tr").filter(has_text="gauge.md")
+    focused_row = "document.activeElement.closest('tr')?.dataset.id ?? document.activeElement.tagName"
+    row.get_by_role("button", name="Re-ingest gauge.md").focus()
+    page.keyboard.press("Enter")
+    expect(row.locator(".next-version")).to_contain_text("queued")
+    # The row is drawn again every second while its version is built: the focus stays on it.
+    for _ in range(3):
+        page.wait_for_timeout(1100)
+        assert page.evaluate(focused_row) == site.ids["gauge.md"]
+    page.keyboard.press("Tab")  # on to the row's next control: its Cancel
+    expect(row.get_by_role("button", name="Cancel gauge.md")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(row.get_by_role("button", name="Re-ingest gauge.md")).to_be_visible()
+    assert page.evaluate(focused_row) == site.ids["gauge.md"]

@@ -170,7 +170,29 @@ const rowButtons = (doc) => document.querySelectorAll(`#documents tr[data-id="${
  * network would otherwise send it twice (a second re-ingest builds the document twice). */
 function hold(doc) {
   state.acting.add(doc.id);
+  const row = document.querySelector(`#documents tr[data-id="${CSS.escape(doc.id)}"]`);
+  // A disabled button loses the focus to the page: a keyboard user's goes to the document's name.
+  if (row?.contains(document.activeElement)) row.querySelector("button.link")?.focus();
   for (const button of rowButtons(doc)) button.disabled = true;
+}
+
+const buttonName = (button) => button.getAttribute("aria-label") ?? button.textContent;
+
+/**
+ * Draw the table's rows, keeping the keyboard focus where it was: on the same button of the same
+ * document, else on the document's name (its buttons change with its status). The table is drawn
+ * again every second while a document is built, which would otherwise drop the focus each time.
+ */
+function drawRows(body, rows) {
+  const focused = body.contains(document.activeElement) ? document.activeElement : null;
+  const id = focused?.closest("tr")?.dataset.id;
+  const name = focused && buttonName(focused);
+  body.replaceChildren(...rows);
+  if (!id) return;
+  const row = body.querySelector(`tr[data-id="${CSS.escape(id)}"]`);
+  if (!row) return;
+  const same = [...row.querySelectorAll("button")].find((button) => buttonName(button) === name && !button.disabled);
+  (same ?? row.querySelector("button.link"))?.focus();
 }
 
 /**
@@ -272,7 +294,7 @@ async function loadDocuments() {
     };
     state.listed = page.documents;
     const body = $("documents").querySelector("tbody");
-    body.replaceChildren(...page.documents.map((doc) => documentRow(doc, next(doc))));
+    drawRows(body, page.documents.map((doc) => documentRow(doc, next(doc))));
     if (!page.documents.length) {
       body.replaceChildren(el("tr", {}, el("td", { colSpan: 11, className: "empty" }, "No documents.")));
     }
