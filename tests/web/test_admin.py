@@ -343,3 +343,14 @@ def test_the_keyboard_focus_stays_in_the_table_while_it_is_drawn_again(
     page.keyboard.press("Enter")
     expect(row.get_by_role("button", name="Re-ingest gauge.md")).to_be_visible()
     assert page.evaluate(focused_row) == site.ids["gauge.md"]
+
+
+def test_a_moment_without_the_server_is_said_and_then_unsaid(site: Site, context: BrowserContext) -> None:
+    page = admin_page(site, context)
+    status = page.locator("#admin-status")
+    page.route("**/stats", lambda route: route.abort("internetdisconnected"))
+    expect(status).to_have_text(
+        "Could not read the statistics: the server could not be reached", timeout=(WATCH_S + 5) * 1000
+    )
+    page.unroute("**/stats")
+    expect(status).to_be_hidden(timeout=(WATCH_S + 5) * 1000)

@@ -50,6 +50,13 @@ function fail(prefix, error) {
   say($("admin-status"), `${prefix}: ${describeError(error)}`, "error");
 }
 
+/** What `prefix` failed at works again: its failure, if still shown, is no longer true. The page asks
+ * every few seconds, so a moment without the server would otherwise be reported for good. */
+function recovered(prefix) {
+  const status = $("admin-status");
+  if (status.dataset.kind === "error" && status.textContent.startsWith(`${prefix}: `)) say(status, "");
+}
+
 // -- labels ---------------------------------------------------------------------------------------
 
 /** Labels the page refuses before sending them, with the field to go back to. */
@@ -130,6 +137,7 @@ async function loadStats() {
         el("div", { className: "stat" }, el("dt", {}, term), el("dd", {}, String(value ?? "–"))),
       ]),
     );
+    recovered("Could not read the statistics");
     return stats;
   } catch (error) {
     fail("Could not read the statistics", error);
@@ -298,6 +306,7 @@ async function loadDocuments() {
     if (!page.documents.length) {
       body.replaceChildren(el("tr", {}, el("td", { colSpan: 11, className: "empty" }, "No documents.")));
     }
+    recovered("Could not list the documents");
     $("documents-count").textContent =
       `${page.total} document${page.total === 1 ? "" : "s"}${page.total > page.documents.length ? `, the first ${page.documents.length} shown` : ""}`;
     // Live while anything is being ingested and the page is seen: poll until every document has
