@@ -72,6 +72,12 @@ def test_a_list_and_a_blood_pressure_share_the_unit_written_after_them() -> None
         "30 mg",
     ]
     assert [q.low for q in quantities("BP 120/80 mmHg.")] == [120, 80]
+    # A year or a count before a quantity is not in its list.
+    assert [q.text for q in quantities("In 2019, 30 mg was given; in 2019 and 2020 5 mg, to 12, 40 mg.")] == [
+        "30 mg",
+        "5 mg",
+        "40 mg",
+    ]
 
 
 def test_tables_give_bare_numbers_the_unit_and_bound_of_their_column() -> None:

@@ -178,14 +178,16 @@ _QUANTITY = re.compile(
 # Matching ignores case so that "Between" and "Percent" match; the unit found is then looked up as
 # written (see _unit_of), since for symbols case matters.
 
+# Words, not parts of words: "thunder", "moreover", "climax" compare nothing.
 _UPPER_NEAR = re.compile(
-    r"(?:up to|at most|no more than|not more than|less than|fewer than|lower than|smaller than|below|under|"
-    r"not exceeding|not to exceed|maximum of|max\.?|maximum|≤|<=|=<|<)\s*$",
+    r"(?<![A-Za-z])(?:up to|at most|no more than|not more than|less than|fewer than|lower than|"
+    r"smaller than|below|under|not exceeding|not to exceed|maximum of|max\.?|maximum|≤|<=|=<|<)\s*$",
     re.IGNORECASE,
 )
 _LOWER_NEAR = re.compile(
-    r"(?:at least|no less than|not less than|more than|greater than|higher than|larger than|above|over|"
-    r"exceed|exceeds|exceeding|in excess of|upwards of|minimum of|min\.?|minimum|≥|>=|=>|>)\s*$",
+    r"(?<![A-Za-z])(?:at least|no less than|not less than|more than|greater than|higher than|"
+    r"larger than|above|over|exceed|exceeds|exceeding|in excess of|upwards of|minimum of|min\.?|"
+    r"minimum|≥|>=|=>|>)\s*$",
     re.IGNORECASE,
 )
 # "The max pressure of the HX-4000 is 10 bar": the word naming a maximum may be words away, in the clause.
@@ -193,14 +195,18 @@ _UPPER_WORD = re.compile(r"\b(?:max|maximum|maximal|highest|peak|upper limit)\b"
 _LOWER_WORD = re.compile(r"\b(?:min|minimum|minimal|lowest|lower limit)\b", re.IGNORECASE)
 _NEGATION = re.compile(r"\b(?:not|never|no)\b|n't\b", re.IGNORECASE)
 _APPROXIMATE = re.compile(
-    r"(?:about|approximately|approx\.?|around|roughly|nearly|almost|some|~|≈|ca\.)\s*$", re.IGNORECASE
+    r"(?<![A-Za-z])(?:about|approximately|approx\.?|around|roughly|nearly|almost|some|~|≈|ca\.)\s*$",
+    re.IGNORECASE,
 )
 _CLAUSE_BREAK = re.compile(r"[,;:()\[\]|]|\band\b|\bwhile\b|\bwhereas\b|\bbut\b", re.IGNORECASE)
 _ROLE_WINDOW_WORDS = 8
 # A percentage naming a confidence level is not a finding: "95% CI", "90% confidence interval".
 _CONFIDENCE = re.compile(r"^\s*(?:CI\b|CrI\b|confidence|credible|prediction interval)", re.IGNORECASE)
-# A list before a quantity shares its unit: "10, 20 and 30 mg", "120/80 mmHg".
-_LISTED = re.compile(rf"{_BEFORE}({_NUMBER})\s*(?:,\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+|/)$")
+# A list before a quantity shares its unit: "10, 20 and 30 mg", "120/80 mmHg". The item next to it
+# is joined by "and", "or" or a slash ("In 2019, 30 mg" lists nothing), those before it by commas.
+_LISTED_LAST = re.compile(rf"{_BEFORE}({_NUMBER})(?:,?\s+(?:and|or)\s+|\s*/\s*)$")
+_LISTED_MORE = re.compile(rf"{_BEFORE}({_NUMBER}),\s*$")
+_YEAR = re.compile(r"(?:19|20)\d\d")
 # "59 ± 5%", "12.3 +/- 4.5 years": the number before the sign is the quantity.
 _SPREAD = re.compile(rf"{_BEFORE}({_SIGN}(?:{_NUMBER}))\s*(?:±|\+/-|\+/\u2212|\+-)\s*$")
 # Units that, written against their number, are something else: "the 1960s", "$2.16m", "C57BL/6J".
@@ -353,8 +359,11 @@ def _prose(text: str) -> Iterator[Quantity]:
         # A list before it shares its unit: "10, 20 and 30 mg".
         head = match.start()
         listed: list[Quantity] = []
-        while (item := _LISTED.search(text[previous_end:head])) is not None:
-            head = previous_end + item.start()
+        listing = _LISTED_LAST
+        while (item := listing.search(text[previous_end:head])) is not None and not _YEAR.fullmatch(
+            item.group(1)
+        ):
+            head, listing = previous_end + item.start(), _LISTED_MORE
             listed.append(
                 replace(
                     quantity,
