@@ -354,3 +354,21 @@ def test_a_moment_without_the_server_is_said_and_then_unsaid(site: Site, context
     )
     page.unroute("**/stats")
     expect(status).to_be_hidden(timeout=(WATCH_S + 5) * 1000)
+
+
+def test_on_a_slow_network_the_detail_shows_the_chunks_of_the_document_opened_last(
+    site: Site, context: BrowserContext
+) -> None:
+    page = admin_page(site, context)
+    held: list[Route] = []
+    page.route(f"**/documents/{site.ids['pump.md']}/chunks*", lambda route: held.append(route))
+    page.get_by_role("button", name="Feed pump").click()
+    wait_until(page, lambda: len(held) == 1)
+    page.get_by_role("button", name="Pressure gauge").click()
+    chunks = page.locator("#chunks tbody")
+    expect(chunks).to_contain_text("master gauge")
+    expect(page.locator("#detail-title")).to_have_text("Pressure gauge")
+    held[0].continue_()
+    page.wait_for_timeout(500)  # the late answer arrives, and is not shown under the gauge
+    expect(chunks).to_contain_text("master gauge")
+    expect(chunks).not_to_contain_text("1450 rpm")

@@ -38,6 +38,7 @@ const state = {
   labelled: null, // the document whose labels the relabel form was filled from
   chunkOffset: 0,
   chunkTotal: 0,
+  chunkRequest: 0, // the newest page of chunks asked for
   // Re-ingests started here: document id -> the version being built. The list shows each document's
   // current version, which stays "completed" while its next one is built, so that one is asked for.
   building: new Map(),
@@ -590,7 +591,7 @@ async function showDetail(id, { keepChunks = false } = {}) {
     if (!keepChunks) fillRelabel(doc);
     section.hidden = false;
     if (!keepChunks) {
-      await loadChunks();
+      if (!(await loadChunks())) return;
       section.focus();
       section.scrollIntoView({ block: "start" });
     }
@@ -662,9 +663,14 @@ async function relabel() {
   refresh();
 }
 
+/** The detail's page of chunks; false when another document or page was asked for meanwhile. */
 async function loadChunks() {
+  const asked = ++state.chunkRequest;
+  const offset = state.chunkOffset;
   const ref = encodeURIComponent(state.detailId);
-  const page = await api(`/documents/${ref}/chunks?limit=${CHUNKS_PER_PAGE}&offset=${state.chunkOffset}`);
+  const page = await api(`/documents/${ref}/chunks?limit=${CHUNKS_PER_PAGE}&offset=${offset}`);
+  // On a slow network the chunks of the document opened before could come last, under this one.
+  if (asked !== state.chunkRequest) return false;
   state.chunkTotal = page.total;
   $("chunks").querySelector("tbody").replaceChildren(
     ...page.chunks.map((chunk) =>
@@ -675,10 +681,11 @@ async function loadChunks() {
         el("td", { className: "chunk-text" }, chunk.text)),
     ),
   );
-  const last = Math.min(state.chunkOffset + page.chunks.length, page.total);
-  $("chunks-range").textContent = page.total ? `chunks ${state.chunkOffset + 1}–${last} of ${page.total}` : "no chunks";
-  $("chunks-prev").disabled = state.chunkOffset === 0;
+  const last = Math.min(offset + page.chunks.length, page.total);
+  $("chunks-range").textContent = page.total ? `chunks ${offset + 1}–${last} of ${page.total}` : "no chunks";
+  $("chunks-prev").disabled = offset === 0;
   $("chunks-next").disabled = last >= page.total;
+  return true;
 }
 
 function closeDetail() {
