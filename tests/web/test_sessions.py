@@ -257,3 +257,24 @@ def test_the_conversation_picked_last_is_shown_whichever_answers_first(
     page.wait_for_timeout(500)  # the late answer arrives, and is not shown over the newer pick
     expect(page.locator(".message.user .message-text")).to_have_text(["Where is the drain cock?"])
     expect(page.locator("#conversation-list li.current")).to_have_attribute("data-id", first)
+
+
+def test_on_a_slow_network_the_viewer_says_the_page_is_coming(site: Site, context: BrowserContext) -> None:
+    page = context.new_page()
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    ask(page, "At what pressure does the relief valve open?")
+    held: list[Route] = []
+    page.route("**/pages/*", lambda route: held.append(route))
+    page.locator(".message.assistant button.cite").first.click()
+    page.get_by_role("button", name="Open at the page").click()
+    viewer = page.locator("#viewer")
+    # An empty viewer, busy: its placeholder says what is coming.
+    before = "box => box.matches(':empty') && getComputedStyle(box, '::before').content"
+    expect(viewer).to_have_attribute("aria-busy", "true")
+    assert viewer.evaluate(before) == '"Opening the cited page…"'
+    while held:
+        held.pop().continue_()
+    page.unroute("**/pages/*")
+    expect(viewer.locator("mark").first).to_be_visible()
+    expect(viewer).to_have_attribute("aria-busy", "false")
