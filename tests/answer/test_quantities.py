@@ -166,6 +166,11 @@ def test_a_claimed_quantity_the_passage_states_otherwise_disagrees(
         ("Give 0.5 g of drug X.", "The dose of drug X is 500 mg."),
         ("Mortality fell by 30%.", "Mortality fell by 29.6% (95% CI 20%-40%)."),
         ("Store it at 41 °F.", "Store the pump above 5 °C."),
+        # 200 feet is 61 m, and a PDF's line may break inside "more than".
+        (
+            "It alerts when altitudes disagree by more than 61 m.",
+            "It alerts when they disagree by more\nthan 200 feet.",
+        ),
         ("Take at most 2500 mg per day.", "Take up to 2.5 g daily."),
         ("The usual adult dose of paracetamol is 1 g every 6 hours.", PARACETAMOL),
         ("The maximum daily dose of paracetamol is 4000 mg.", PARACETAMOL),

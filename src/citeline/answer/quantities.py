@@ -87,6 +87,11 @@ def _units() -> dict[str, Unit]:
     add("length", 1e-3, "mm")
     add("length", 1e-6, "µm", "μm")
     add("length", 1e-9, "nm")
+    add("length", 0.3048, "ft", "foot", "feet")
+    add("length", 0.0254, "inch", "inches")
+    add("mass", 453.59237, "lb", "lbs", "pound", "pounds")
+    add("length/time", 0.514444, "knot", "knots")
+    add("length/time", 0.44704, "mph")
     add("area", 1.0, "m2", "m²")
     add("time", 1e-3, "ms")
     add("time", 1.0, "s", "sec", "second", "seconds")
@@ -178,26 +183,34 @@ _QUANTITY = re.compile(
 # Matching ignores case so that "Between" and "Percent" match; the unit found is then looked up as
 # written (see _unit_of), since for symbols case matters.
 
-# Words, not parts of words: "thunder", "moreover", "climax" compare nothing.
-_UPPER_NEAR = re.compile(
-    r"(?<![A-Za-z])(?:up to|at most|no more than|not more than|less than|fewer than|lower than|"
-    r"smaller than|below|under|not exceeding|not to exceed|maximum of|max\.?|maximum|≤|<=|=<|<)\s*$",
-    re.IGNORECASE,
-)
-_LOWER_NEAR = re.compile(
-    r"(?<![A-Za-z])(?:at least|no less than|not less than|more than|greater than|higher than|"
-    r"larger than|above|over|exceed|exceeds|exceeding|in excess of|upwards of|minimum of|min\.?|"
-    r"minimum|≥|>=|=>|>)\s*$",
-    re.IGNORECASE,
-)
+
+def _comparison(*phrases: str) -> re.Pattern[str]:
+    """Phrases just before a number, as whole words, their spaces any whitespace (PDF text wraps
+    lines mid-phrase: "for more\\nthan 5 seconds"). "thunder" or "moreover" compare nothing."""
+    alternatives = "|".join(
+        re.escape(p).replace(r"\ ", r"\s+") for p in sorted(phrases, key=len, reverse=True)
+    )
+    return re.compile(rf"(?<![A-Za-z])(?:{alternatives})\s*$", re.IGNORECASE)
+
+
+_UPPER_NEAR = _comparison(
+    "up to", "at most", "no more than", "not more than", "less than", "fewer than", "lower than",
+    "smaller than", "below", "under", "not exceeding", "not to exceed", "maximum of", "max", "max.",
+    "maximum", "≤", "<=", "=<", "<",
+)  # fmt: skip
+_LOWER_NEAR = _comparison(
+    "at least", "no less than", "not less than", "more than", "greater than", "higher than",
+    "larger than", "above", "over", "exceed", "exceeds", "exceeding", "in excess of", "upwards of",
+    "minimum of", "min", "min.", "minimum", "≥", ">=", "=>", ">",
+)  # fmt: skip
 # "The max pressure of the HX-4000 is 10 bar": the word naming a maximum may be words away, in the clause.
 _UPPER_WORD = re.compile(r"\b(?:max|maximum|maximal|highest|peak|upper limit)\b", re.IGNORECASE)
 _LOWER_WORD = re.compile(r"\b(?:min|minimum|minimal|lowest|lower limit)\b", re.IGNORECASE)
 _NEGATION = re.compile(r"\b(?:not|never|no)\b|n't\b", re.IGNORECASE)
-_APPROXIMATE = re.compile(
-    r"(?<![A-Za-z])(?:about|approximately|approx\.?|around|roughly|nearly|almost|some|~|≈|ca\.)\s*$",
-    re.IGNORECASE,
-)
+_APPROXIMATE = _comparison(
+    "about", "approximately", "approx", "approx.", "around", "roughly", "nearly", "almost", "some", "~", "≈",
+    "ca.",
+)  # fmt: skip
 _CLAUSE_BREAK = re.compile(r"[,;:()\[\]|]|\band\b|\bwhile\b|\bwhereas\b|\bbut\b", re.IGNORECASE)
 _ROLE_WINDOW_WORDS = 8
 # A percentage naming a confidence level is not a finding: "95% CI", "90% confidence interval".
@@ -413,7 +426,7 @@ def _reading(before: str, stated: str, bound: Bound) -> str:
     if near is None:
         return stated
     negated = (bound == "upper") != (upper is not None)
-    return f"{'not ' if negated else ''}{near.group(0).strip()} {stated}"
+    return f"{'not ' if negated else ''}{_spaced(near.group(0).strip())} {stated}"
 
 
 # -- tables ----------------------------------------------------------------------------------------
