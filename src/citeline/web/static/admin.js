@@ -371,10 +371,17 @@ async function watch() {
   const stats = await loadStats();
   if (run !== state.watchRun) return;
   if (stats && unfinishedIn(stats) !== state.unfinished) {
+    // Looked for only when a build has begun (the count rose), and not during a model migration,
+    // whose staged versions the statistics show as "Migrating to": a namespace being migrated or
+    // with more documents than the list shows would otherwise have every listed document's versions
+    // read at each step of its count.
+    const begun = state.unfinished === null || unfinishedIn(stats) > state.unfinished;
     state.unfinished = unfinishedIn(stats);
     await loadDocuments();
     const followed = state.listed.filter((doc) => BUILDING.has(doc.status)).length + state.building.size;
-    if (isAdmin() && state.unfinished > followed && (await findBuilds())) await loadDocuments();
+    if (isAdmin() && begun && !stats.migration && state.unfinished > followed && (await findBuilds())) {
+      await loadDocuments();
+    }
   }
   if (run === state.watchRun && state.me && !document.hidden) state.watchTimer = setTimeout(watch, WATCH_MS);
 }
