@@ -88,4 +88,6 @@ def storable(text: str) -> str:
 
     For text no loader cleaned: pages, titles and names a caller built in memory, and file names.
     """
+    if text.isascii():  # known without a scan (CPython keeps the flag): no surrogate, only NUL to find
+        return text.replace("\x00", "\ufffd") if "\x00" in text else text
     return _UNSTORABLE.sub("\ufffd", text) if _UNSTORABLE.search(text) else text
