@@ -372,3 +372,18 @@ def test_on_a_slow_network_the_detail_shows_the_chunks_of_the_document_opened_la
     page.wait_for_timeout(500)  # the late answer arrives, and is not shown under the gauge
     expect(chunks).to_contain_text("master gauge")
     expect(chunks).not_to_contain_text("1450 rpm")
+
+
+def test_a_reader_opens_a_documents_detail_without_a_refused_request(
+    site: Site, context: BrowserContext
+) -> None:
+    reader = site.api("POST", "/keys", json={"role": "reader", "all_scopes": True, "name": "reader"})["key"]
+    page = context.new_page()
+    refused: list[str] = []
+    page.on("response", lambda r: refused.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    sign_in(page, site.server.url + "/admin", reader)
+    page.get_by_role("button", name="Pressure gauge").click()
+    expect(page.locator("#chunks tbody")).to_contain_text("master gauge")
+    expect(page.locator("#detail-versions")).to_contain_text("version 1: completed")
+    expect(page.locator("#relabel-form")).to_be_hidden()
+    assert refused == [], refused

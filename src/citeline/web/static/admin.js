@@ -568,7 +568,8 @@ async function showDetail(id, { keepChunks = false } = {}) {
   try {
     const [doc, versions] = await Promise.all([
       api(`/documents/${ref}`),
-      api(`/documents/${ref}/versions`).catch(() => null),
+      // Versions are an admin's to read: a reader's request would only be refused (a 403 in the console).
+      isAdmin() ? api(`/documents/${ref}/versions`).catch(() => null) : null,
     ]);
     if (state.detailId !== id) return;
     $("detail-title").textContent = doc.title || doc.name;
