@@ -215,3 +215,13 @@ def test_two_maxima_must_be_the_same_maximum_while_a_value_need_only_fit_under_o
     assert not consistent(max_10, max_16)
     assert consistent(at_10, max_16)
     assert consistent(max_10, at_10)
+
+
+def test_numbers_written_as_words_are_read_as_their_digits() -> None:
+    assert read("Prime the pump for ten minutes, then wait Twenty-five seconds.") == [
+        ("10 minutes", 10, 10, "minutes", "value"),
+        ("25 seconds", 25, 25, "seconds", "value"),
+    ]
+    assert read("One of the two pumps failed.") == []  # counts without a unit state no quantity
+    assert disagreement("The pump must be primed for ten minutes.", "Pump priming takes 2 minutes.")
+    assert disagreement("The pump must be primed for two minutes.", "Pump priming takes 2 minutes.") is None

@@ -26,7 +26,8 @@ passage that states none of that kind says nothing either way. When the claim na
 (``HX-4000``) and some of the passage's sentences or table rows name it, the rows and sentences naming
 only other codes are left out: a table's other rows are other devices.
 
-What it does not do: numbers written as words ("five"), quantities without a unit (counts, ratios,
+Numbers written as words up to ninety-nine ("ten minutes", "twenty-five mg") are read as digits.
+What it does not do: larger numbers in words ("a hundred"), quantities without a unit (counts, ratios,
 hazard ratios), "reduced by 30%" against "reduced to 70%", and which quantity a number is beyond its
 unit and bound (an operating pressure and a test pressure, both in bar, are one kind here).
 """
@@ -316,9 +317,52 @@ def quantities(text: str) -> list[Quantity]:
 
 
 def _quantities_in(text: str) -> list[Quantity]:
-    found = list(_prose(text))
+    found = list(_prose(_numerals(text)))
     found.extend(_fields(text))
     return found
+
+
+_ONES = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
+_TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+_WORD_VALUES = {word: n for n, word in enumerate(_ONES)} | {word: 20 + 10 * n for n, word in enumerate(_TENS)}
+_NUMBER_WORD = re.compile(
+    rf"\b(?:({'|'.join(_TENS)})[-\s]({'|'.join(_ONES[1:10])})|({'|'.join(_TENS + _ONES)}))\b(?=[-\s])",
+    re.IGNORECASE,
+)
+
+
+def _numerals(text: str) -> str:
+    """``text`` with numbers written as words, up to ninety-nine, in digits: "ten minutes" states a
+    time as "10 minutes" does ("one of the pumps" becomes "1 of the pumps", which states nothing)."""
+
+    def digits(match: re.Match[str]) -> str:
+        tens, ones, alone = match.groups()
+        if alone is not None:
+            return str(_WORD_VALUES[alone.lower()])
+        return str(_WORD_VALUES[tens.lower()] + _WORD_VALUES[ones.lower()])
+
+    return _NUMBER_WORD.sub(digits, text)
 
 
 def _prose(text: str) -> Iterator[Quantity]:
