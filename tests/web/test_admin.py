@@ -172,22 +172,21 @@ def test_a_documents_labels_change_from_its_detail(site: Site, context: BrowserC
     expect(status).to_contain_text("Could not change the labels of pump.md: body.metadata.floor")
     expect(status).to_contain_text("(HTTP 422)")
     assert site.api("GET", f"/documents/{site.ids['pump.md']}")["metadata"] == {"site": "north"}
-    # What the API would read as something else is refused on the page.
+    # An emptied category removes it; scopes naming nothing are refused; empty scopes make the
+    # document universal again, as the field says.
     form.get_by_label("Metadata").fill('{"site": "north"}')
     form.get_by_label("Category").fill("")
     form.get_by_role("button", name="Save the labels").click()
     expect(status).to_have_text(
-        "Category: a document's category cannot be removed, only changed; "
-        'put back "plant/pumps" or give another.'
+        'Saved: scopes plant-a, plant-b; tags feed, rotating; metadata {"site":"north"}.'
     )
-    form.get_by_label("Category").fill("plant/pumps")
+    assert site.api("GET", f"/documents/{site.ids['pump.md']}")["category"] is None
     form.get_by_label("Scopes").fill(" ,")
     form.get_by_role("button", name="Save the labels").click()
     expect(status).to_contain_text("names no scope; leave it empty to make the document universal.")
-    # Empty scopes make it universal again, as the field says.
     form.get_by_label("Scopes").fill("")
     form.get_by_label("Scopes").press("Enter")
-    expect(status).to_contain_text("Saved: universal; category plant/pumps")
+    expect(status).to_contain_text("Saved: universal; tags feed, rotating")
     expect(row.locator("td").nth(3)).to_have_text("Universal")
 
 

@@ -636,7 +636,10 @@ function metadataOf(field) {
   return value;
 }
 
-/** PATCH /documents/{id} with the relabel form's labels; says what the server stored, or why not. */
+/**
+ * PATCH /documents/{id} with the relabel form's labels, every field given (an empty one removes that
+ * label); says what the server stored, or why not.
+ */
 async function relabel() {
   const doc = state.labelled;
   const fields = $("relabel-form").elements;
@@ -646,14 +649,7 @@ async function relabel() {
     body.scopes = names(fields.scopes, "scope", "leave it empty to make the document universal");
     body.tags = names(fields.tags, "tag", "leave it empty for no tags");
     body.metadata = metadataOf(fields.metadata);
-    const category = categoryOf(fields.category);
-    if (category) body.category = category;
-    else if (doc.category) {
-      // The API reads a missing category as "keep it" and has no way to remove one.
-      throw new LabelError(
-        `Category: a document's category cannot be removed, only changed; put back "${doc.category}" or give another.`,
-        fields.category);
-    }
+    body.category = categoryOf(fields.category) ?? ""; // "" removes the category (left out keeps it)
   } catch (error) {
     return refuseLabel(status, error);
   }
