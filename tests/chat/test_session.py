@@ -291,3 +291,30 @@ def test_a_question_the_documents_do_not_touch_is_not_answered_and_reaches_no_mo
     assert model.calls == []
     # The same documents answer a question they do touch.
     assert not complete(ask(session, "How often is the centrifugal pump serviced?")).evidence_missing
+
+
+def test_a_follow_ups_extractive_answer_quotes_what_its_own_words_ask_about(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    write(
+        tmp_path / "preflight.txt",
+        "Torque the wheel nut to 12 Nm before flight. The relief valve opens at 3 bar.",
+    )
+    write(
+        tmp_path / "wheels.md",
+        "# Wheel nuts\n\nA wheel nut torqued past 12 Nm cracks the hub. Replace a wheel nut whose thread "
+        "is damaged. Tighten the wheel nuts in a star pattern. Check the torque of each wheel nut after "
+        "the first flight.",
+    )
+    cl.ingest([tmp_path])
+    session = ChatSession.start(cl, llm=None, persona="repair")
+    complete(ask(session, "What torque for the wheel nut?"))
+
+    done = complete(ask(session, "And the relief valve?"))
+
+    rewritten = session.last_rewrite
+    assert rewritten is not None and rewritten.method == "heuristic" and "nut" in rewritten.query
+    # The search borrowed "wheel nut" from the first turn; quoting by the search's words alone led
+    # with the nut's sentences again ("A wheel nut torqued past 12 Nm cracks the hub [2]. Torque the
+    # wheel nut ...") and gave the valve last.
+    assert done.answer.startswith("The relief valve opens at 3 bar") and "wheel nut" not in done.answer

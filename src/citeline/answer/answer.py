@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from citeline.answer.attribution import Attributor
 from citeline.answer.citations import (
@@ -116,8 +117,9 @@ async def answer_stream(
     Evidence that fails :func:`~citeline.answer.relevance.answerable` at ``min_similarity`` counts as
     none: the answer says the documents hold no evidence, and no model is called.
 
-    ``claim_text`` is what the claim is read from when it is not ``question`` itself: a conversation
-    searches a follow-up with terms borrowed from earlier turns, but judges the claim the user made.
+    ``claim_text`` is what the user typed when it is not ``question`` itself: a conversation searches a
+    follow-up with terms borrowed from earlier turns, but judges the claim the user made, and the
+    extractive answer weighs the user's own words (see :func:`~citeline.answer.extractive.extractive_answer`).
     A question that puts a claim (:func:`~citeline.answer.stance.claim_of`) is assessed by ``judge``
     (default: the packaged NLI classifier, whichever ``llm`` writes): the answer opens with the verdict
     and every citation carries its passage's stance (see :mod:`citeline.answer.stance`); the model
@@ -187,7 +189,7 @@ async def answer_stream(
             # The opening's chunks keep the numbers already shown, ahead of the extract's.
             for chunk_id in opening.chunk_ids if opening is not None else ():
                 numbering.number(chunk_id)
-            extract = await _extract(question, prepared.given, numbering, cache, clock)
+            extract = await _extract(question, prepared.given, numbering, cache, clock, claim_text)
             if draft is None or draft.sent == 0:
                 first_token = first_token if first_token is not None else clock.ms()
                 yield Token(extract.text)
@@ -514,9 +516,12 @@ async def _extract(
     numbering: CitationNumbering,
     cache: VectorCache,
     clock: _Clock,
+    own_words: str | None = None,
 ) -> _Extract:
     """Stage 6: the extractive answer from every passage given, its citations checked."""
-    extract = await asyncio.to_thread(extractive_answer, question, given, numbering, cache)
+    extract = await asyncio.to_thread(
+        partial(extractive_answer, question, given, numbering, cache, own_words=own_words)
+    )
     began = clock.ms()
     checked = await asyncio.to_thread(verify, extract.text, _numbered(given, numbering), cache)
     return _Extract(text=extract.text, verification=checked, verify_ms=clock.ms() - began)

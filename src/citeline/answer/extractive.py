@@ -84,15 +84,22 @@ def extractive_answer(
     *,
     max_sentences: int = MAX_SENTENCES,
     each_passage_first: bool = True,
+    own_words: str | None = None,
 ) -> Extract:
     """Answer ``question`` with the best-matching sentences of ``passages``, each cited.
+
+    ``own_words``: what the user typed, when ``question`` is a follow-up rewritten with terms borrowed
+    from earlier turns ("And the valve?" searched as "And the valve? (torque nut)"). A sentence then
+    scores the mean of its scores for the two, so the user's new words weigh more than the borrowed
+    ones, which alone would quote the earlier topic's sentences again, while the borrowed terms still
+    help a follow-up with few words of its own ("What about its maximum?").
 
     Citation numbers come from ``numbering``, which gains a number for each chunk cited for the first time.
     ``each_passage_first`` quotes the best sentence of each passage before a second of any (see the
     module docstring); off, the best sentences are taken wherever they are.
     """
     scored = sorted(
-        _scored(question, passages, cache), key=lambda c: (-c.score, c.passage.number, c.position)
+        _scored(question, passages, cache, own_words), key=lambda c: (-c.score, c.passage.number, c.position)
     )
     if not scored:
         return Extract(text="", cited=())
@@ -123,10 +130,15 @@ def extractive_answer(
     return Extract(text=" ".join(sentences), cited=tuple(cited))
 
 
-def _scored(question: str, passages: Sequence[Passage], cache: VectorCache) -> list[_Sentence]:
+def _scored(
+    question: str, passages: Sequence[Passage], cache: VectorCache, own_words: str | None = None
+) -> list[_Sentence]:
     """Every quotable sentence with its score, context included."""
     split = [(p, PassageSentences.of(p.text)) for p in passages]
     scores = question_scores(question, [sentences for _, sentences in split], cache)
+    if own_words is not None and own_words.strip() and own_words != question:
+        own = question_scores(own_words, [sentences for _, sentences in split], cache)
+        scores = [[(a + b) / 2 for a, b in zip(s, o, strict=True)] for s, o in zip(scores, own, strict=True)]
     out: list[_Sentence] = []
     for (passage, sentences), passage_scores in zip(split, scores, strict=True):
         cut = _cut(passage, sentences.sentences)
