@@ -388,3 +388,13 @@ def test_names_labels_and_errors_are_printed_as_text_by_every_command(
     assert code == 0 and "([/k])" in out, err
     code, out, err = _run(settings, "keys", "list")
     assert code == 0 and "[/k]" in out and "[b]plant" in out, err
+
+
+def test_an_answer_with_no_passage_does_not_claim_a_model_wrote_it(
+    settings: Settings, tmp_path: Path
+) -> None:
+    write(tmp_path / "pump.md", "Prime the pump for two minutes before the first start.")
+    assert _run(settings, "ingest", str(tmp_path))[0] == 0
+    code, out, err = _run(settings, "ask", "How do I prime the pump?", "--tag", "no-such-tag")
+    assert code == 0, err
+    assert "no passage to answer from: no model was asked" in out and "answered by" not in out

@@ -468,7 +468,9 @@ def _print_sources(complete: Complete) -> None:
         console.print(f"unsupported: {u.text}", style="yellow", highlight=False, markup=False)
     for sentence in complete.uncited:
         console.print(f"uncited: {sentence}", style="yellow", highlight=False, markup=False)
-    note = f"answered by {complete.provider}"
+    # With no passage to answer from, citeline says so itself: no model was asked.
+    note = "no passage to answer from: no model was asked" if complete.evidence_missing else ""
+    note = note or f"answered by {complete.provider}"
     if complete.fell_back:
         note += f" (fallback: {complete.fallback_reason})"
     console.print(f"[dim]{note}[/dim]", highlight=False)
