@@ -745,7 +745,7 @@ class Ingestor:
                 with self._tx(run) as conn:
                     self.index.add(conn, model, stored)
         except CitelineError as exc:
-            for job in {id(job): job for _, job, _ in items}.values():
+            for job in {id(job): job for _, job, _ in items if not job.failed}.values():
                 self._drop(job, run, str(exc), transient=isinstance(exc, TRANSIENT))
             return
         fresh = set(batch.todo)
