@@ -139,7 +139,9 @@ def test_a_sentence_repeated_by_overlapping_chunks_is_quoted_once(embedder: Embe
     assert extract.text.count("Close the vent plug") == 1
 
 
-def test_headings_code_blocks_and_table_rows_are_not_quoted(embedder: Embedder) -> None:
+def test_headings_and_code_blocks_are_not_quoted_and_a_table_row_is_quoted_as_its_headers_read_it(
+    embedder: Embedder,
+) -> None:
     text = (
         "## Deleting documents\n\n```sh\nciteline docs delete 1e1446a3\n```\n\n"
         "| Command | Effect |\n| --- | --- |\n| docs delete | removes a document |\n\n"
@@ -152,10 +154,27 @@ def test_headings_code_blocks_and_table_rows_are_not_quoted(embedder: Embedder) 
         VectorCache(embedder),
     )
 
-    assert (
-        extract.text
-        == "`docs delete` takes a document id and removes the whole document with its chunks [1]."
+    assert extract.text == (
+        "Command: docs delete; Effect: removes a document [1]. "
+        "`docs delete` takes a document id and removes the whole document with its chunks [1]."
     )
+
+
+def test_a_markdown_tables_row_is_found_and_quoted_under_its_headers(embedder: Embedder) -> None:
+    table = (
+        "# Device table\n\n| Model | Max pressure (bar) | Flow (L/min) |\n| --- | --- | --- |\n"
+        "| HX-2000 | 10 | 40 |\n| HX-4000 | 16 | 60 |\n| HX-6000 | 25 | 90 |"
+    )
+    extract = extractive_answer(
+        "What is the max pressure of the HX-4000?",
+        select_passages([make_hit(1, table)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+        max_sentences=1,
+    )
+
+    # Not the whole table run together with its heading, as one "sentence" of pipes.
+    assert extract.text == "Model: HX-4000; Max pressure (bar): 16; Flow (L/min): 60 [1]."
 
 
 def test_numbers_continue_the_conversation(embedder: Embedder) -> None:

@@ -52,6 +52,7 @@ _ANALYZER = Analyzer()
 # A line that starts a list item or a heading begins a new sentence even without a full stop before it.
 _ITEM_START = re.compile(r"[^\S\n]*(?:[#>*\u2022\u2013-]|\d{1,3}[.)][^\S\n])")
 _SPACES = re.compile(r"\s+")
+_RULE_CELL = re.compile(r":?-{2,}:?")
 _BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
 # A source's own reference markers: "... trachoma (Box 1) [2].", "[3, 4]", "[5-7]".
 _SOURCE_MARKER = re.compile(r"[^\S\n]*\[ *\d{1,4}(?: *[,;\-\u2013] *\d{1,4})* *\]")
@@ -90,6 +91,8 @@ def _breaks_sentence(before: str, after: str) -> bool:
     line = before.strip()
     if not line or not after.strip() or _ITEM_START.match(after) or line.endswith(":"):
         return True
+    if line.startswith("|") or after.lstrip().startswith("|"):
+        return True  # a Markdown table's rows are sentences of their own (see readable_rows)
     # A short unpunctuated line before a capitalised one reads as a heading; a narrow PDF column
     # wrapping mid-sentence before a proper noun is the rarer case.
     return (
@@ -167,9 +170,48 @@ class PassageSentences:
         return cls(
             text=text,
             spans=spans,
-            sentences=tuple(normalise(text[s:e]) for s, e in spans),
+            sentences=tuple(normalise(s) for s in readable_rows([text[s:e] for s, e in spans])),
             terms=content_terms(text),
         )
+
+
+def _cells(row: str) -> list[str]:
+    return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+
+def _rule(row: str) -> bool:
+    """Whether ``row`` is a Markdown table's rule (``| --- | :-: |``)."""
+    return row.lstrip().startswith("|") and all(_RULE_CELL.fullmatch(c) for c in _cells(row) if c)
+
+
+def readable_rows(sentences: Sequence[str]) -> list[str]:
+    """``sentences`` with each data row of a Markdown table written as its headers read it: ``| HX-4000 |
+    16 |`` under ``| Model | Max pressure (bar) |`` becomes ``Model: HX-4000; Max pressure (bar): 16.``
+
+    A row alone says nothing of what its numbers are, so it scored low against "the max pressure of the
+    HX-4000" and was never quoted; a sentence citing it ("The HX-4000's maximum pressure is 16 bar [1]")
+    found no words of its own in it. Written as CSV rows are loaded, a row can be scored, quoted and
+    cited. Header rows and rules stay as they are (starting with ``|``, they are never quoted).
+    """
+    out: list[str] = []
+    header: list[str] | None = None
+    for i, sentence in enumerate(sentences):
+        if not sentence.lstrip().startswith("|"):
+            header = None
+            out.append(sentence)
+            continue
+        following = sentences[i + 1] if i + 1 < len(sentences) else ""
+        if _rule(following) and not _rule(sentence):
+            header = _cells(sentence)
+        cells = _cells(sentence)
+        if header is None or _rule(sentence) or cells == header or len(cells) != len(header):
+            out.append(sentence)
+            continue
+        pairs = [
+            f"{name}: {cell}" if name else cell for name, cell in zip(header, cells, strict=True) if cell
+        ]
+        out.append("; ".join(pairs) + ".")
+    return out
 
 
 @dataclass(frozen=True)
