@@ -90,3 +90,24 @@ def test_a_pooled_connection_the_server_dropped_while_idle_is_replaced_unseen(cl
         assert admin.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
     assert _backend_pid(cl.engine) != pid
     assert cl.stats()["chunks"] == 0
+
+
+def test_stats_count_postings_exactly_and_estimate_them_past_a_large_number(
+    cl: Citeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from citeline.store import catalog
+
+    write(tmp_path / "a.md", "The relief valve opens at 6 bar and is tested every year by the engineer.")
+    cl.ingest([tmp_path])
+    with cl.engine.connect() as conn:
+        exact = int(conn.execute(sa.text("SELECT count(*) FROM postings")).scalar_one())
+    assert cl.stats()["keyword_postings"] == exact > 0  # never analyzed: counted
+
+    # Past the threshold (here, any number), the planner's estimate is given, not a count of every row:
+    # after ANALYZE of a table this small, the estimate is the count, and a row added since is not in it.
+    monkeypatch.setattr(catalog, "POSTINGS_COUNTED_UP_TO", 0)
+    with cl.engine.begin() as conn:
+        conn.execute(sa.text("ANALYZE postings"))
+    write(tmp_path / "b.md", "Drain the boiler before winter so that frost cannot crack the casing.")
+    cl.ingest([tmp_path])
+    assert cl.stats()["keyword_postings"] == exact

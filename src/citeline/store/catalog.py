@@ -1641,6 +1641,24 @@ def scopes_in_use(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> list[
     return [str(scope) for scope in rows]
 
 
+#: Above this many keyword postings, ``stats`` gives PostgreSQL's estimate of their number instead of
+#: counting them: a count reads every row (about 22 ms for SciFact's 0.7 million, seconds for the
+#: tens of millions of a corpus of a million chunks), and the admin page asks for statistics every
+#: few seconds while it is open.
+POSTINGS_COUNTED_UP_TO = 2_000_000
+
+
+def _postings(conn: sa.Connection) -> int:
+    """The number of keyword postings: exact up to :data:`POSTINGS_COUNTED_UP_TO`, then the planner's
+    estimate (``pg_class.reltuples``, kept by autovacuum's ANALYZE)."""
+    estimate = conn.execute(
+        sa.text("SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass('postings')")
+    ).scalar_one_or_none()
+    if estimate is not None and estimate > POSTINGS_COUNTED_UP_TO:
+        return int(estimate)
+    return int(conn.execute(sa.text("SELECT count(*) FROM postings")).scalar_one())
+
+
 def stats(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> dict[str, Any]:
     """Counts over the catalog as ``access`` sees it, for ``citeline stats`` and ``GET /stats``.
 
@@ -1673,7 +1691,7 @@ def stats(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> dict[str, Any
         totals = conn.execute(sa.text("SELECT chunk_count, token_total FROM corpus_stats WHERE id = 1")).one()
         out["chunks"] = int(totals[0])
         out["avg_chunk_terms"] = (float(totals[1]) / totals[0]) if totals[0] else 0.0
-        out["keyword_postings"] = int(conn.execute(sa.text("SELECT count(*) FROM postings")).scalar_one())
+        out["keyword_postings"] = _postings(conn)
         out["database_bytes"] = int(
             conn.execute(
                 sa.text(
