@@ -3,19 +3,23 @@ for a failure a user reports: the error body repeats the id, and the log lines c
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 
 import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from citeline.answer import Error
 from citeline.api import errors
 from citeline.api.request_id import HEADER, RequestIdMiddleware
+from citeline.api.routes.chat import EventStream, _error_payload, _format
+from citeline.errors import GenerationError
 from tests.api.conftest import Server
 from tests.conftest import free_port
 
@@ -64,6 +68,14 @@ def failing_app() -> Iterator[str]:
     def bug() -> None:
         raise ZeroDivisionError("the bug's own words, kept out of the response")
 
+    @app.get("/stream")
+    def stream() -> EventStream:
+        async def events() -> AsyncGenerator[str, None]:
+            # As the chat stream reports a failure once the answer has started (headers already sent).
+            yield _format("error", _error_payload(Error("the model failed", GenerationError("failed"))))
+
+        return EventStream(events())
+
     port = free_port()
     served = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=served.run, daemon=True)
@@ -89,3 +101,10 @@ def test_an_unexpected_error_gives_the_id_to_the_caller_and_to_the_log_line_with
     assert body["request_id"] == response.headers[HEADER] == "user-report-9"
     logged = [r for r in caplog.records if "[request user-report-9]" in r.getMessage()]
     assert logged and logged[0].exc_info is not None and logged[0].exc_info[0] is ZeroDivisionError
+
+
+def test_an_error_event_of_a_stream_names_the_request_as_its_headers_do(failing_app: str) -> None:
+    response = httpx.get(f"{failing_app}/stream", headers={HEADER: "stream-3"}, timeout=30)
+    assert response.headers[HEADER] == "stream-3"
+    data = json.loads(response.text.split("data: ", 1)[1])
+    assert data["code"] == "generation" and data["request_id"] == "stream-3"

@@ -28,6 +28,7 @@ from citeline.api.bodies import Count
 from citeline.api.deps import AccessDep, CitelineDep, SlotsDep
 from citeline.api.errors import error_code
 from citeline.api.limits import GenerationSlot, GenerationSlots, check_text_length
+from citeline.api.request_id import current_request_id
 from citeline.api.routes.links import file_url
 from citeline.api.routes.search import FilterFields
 from citeline.chat.events import ChatEvent, TurnStart
@@ -122,7 +123,13 @@ def sse_events(event: ChatEvent, answer: _Answer) -> Iterator[tuple[str, dict[st
 
 def _error_payload(event: Error) -> dict[str, Any]:
     exc = event.exception or GenerationError(event.message)
-    return {"code": error_code(exc), "message": event.message, "status": exc.http_status}
+    return _with_request_id({"code": error_code(exc), "message": event.message, "status": exc.http_status})
+
+
+def _with_request_id(payload: dict[str, Any]) -> dict[str, Any]:
+    """An error event names its request as an error response does (the stream's headers carry it too)."""
+    request_id = current_request_id()
+    return payload if request_id is None else {**payload, "request_id": request_id}
 
 
 def _format(name: str, data: dict[str, Any]) -> str:
@@ -181,7 +188,8 @@ async def _stream(answer: _Answer, first: ChatEvent, heartbeat: float) -> AsyncG
                 # A bug: the client learns that the answer failed, the log has the stack trace.
                 log.exception("answer in conversation %s failed", answer.session.id)
                 ended = True
-                yield _format("error", {"code": "internal", "message": "internal error", "status": 500})
+                internal = {"code": "internal", "message": "internal error", "status": 500}
+                yield _format("error", _with_request_id(internal))
                 break
             finally:
                 pending = None
