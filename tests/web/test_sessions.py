@@ -200,9 +200,11 @@ def test_a_failed_ask_keeps_the_question_and_says_why(site: Site, context: Brows
     failures = [
         (
             lambda route: route.fulfill(
-                status=500, json={"error": {"code": "internal", "message": "internal error"}}
+                status=500,
+                json={"error": {"code": "internal", "message": "internal error", "request_id": "5e1f0c"}},
             ),
-            "The answer failed: internal error (HTTP 500)",
+            # A server-side failure names its request, which the server's log lines carry.
+            "The answer failed: internal error (HTTP 500, request 5e1f0c)",
         ),
         (
             lambda route: route.abort("internetdisconnected"),

@@ -7,6 +7,7 @@ import {
   authHeaders,
   checkRefused,
   describeError,
+  requestNote,
   el,
   forgetKey,
   formatDate,
@@ -248,7 +249,8 @@ async function ask(question) {
         showChecked(message, body, data);
         say(status, "");
       } else if (name === "error") {
-        message.append(el("p", { className: "error", role: "alert" }, `The answer failed: ${data.message}`));
+        const note = requestNote(data.status ?? 500, data.request_id).replace(/^, /, "");
+        message.append(el("p", { className: "error", role: "alert" }, `The answer failed: ${data.message}${note ? ` (${note})` : ""}`));
         say(status, "");
       }
     });

@@ -43,15 +43,25 @@ const STATUS_WORDS = {
 export async function responseError(response) {
   let message = "";
   let code = "";
+  let requestId = response.headers.get("X-Request-ID") ?? "";
   try {
     const body = await response.json();
     message = body?.error?.message ?? "";
     code = body?.error?.code ?? "";
+    requestId = body?.error?.request_id ?? requestId;
   } catch {
     // Not the API's error shape (a proxy, a crash): the status says enough.
   }
   const words = message || STATUS_WORDS[response.status] || response.statusText || "request failed";
-  return new ApiError(`${words} (HTTP ${response.status})`, response.status, code);
+  return new ApiError(`${words} (HTTP ${response.status}${requestNote(response.status, requestId)})`, response.status, code);
+}
+
+/**
+ * For a server-side failure (5xx), the request's id, which the server's log lines for it carry: what
+ * to quote to whoever runs the server. A refusal (4xx) says what to change; its id would be noise.
+ */
+export function requestNote(status, requestId) {
+  return status >= 500 && requestId ? `, request ${requestId}` : "";
 }
 
 let refusedHandler = null;
