@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from citeline.answer.citations import MARKER, CitationNumbering, claims
@@ -233,3 +234,67 @@ def test_each_passage_gives_its_best_sentence_before_any_passage_gives_a_second(
 
     assert extract.cited == (1, 2)
     assert extract.text.count("[1]") == 2 and extract.text.count("[2]") == 1
+
+
+def test_a_list_item_cut_off_where_its_passage_ends_is_not_quoted(embedder: Embedder) -> None:
+    # The chunk ends mid-item; its next passage has the item whole. Quoted, the piece would say
+    # that a negation turns "do not operate it above" into something.
+    text = (
+        "- *Ranges and bounds*: up to, at most and less than make an upper bound of the quoted figure.\n"
+        "- *Negations*: a negation turns a lower bound into an upper bound for the maximum pressure "
+        '("do not operate it above'
+    )
+    hit = make_hit(1, text)
+    hit = replace(hit, chunk_index=0, total_chunks=3)
+    extract = extractive_answer(
+        "Which negation turns a bound into a maximum pressure?",
+        select_passages([hit]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    assert "operate it above" not in extract.text
+    assert extract.text.startswith("- *Ranges and bounds*:")
+
+
+def test_a_passage_that_starts_mid_sentence_is_quoted_from_its_first_whole_sentence(
+    embedder: Embedder,
+) -> None:
+    # A chunk starting mid-sentence, where a colon and a line break split the sentence in two pieces:
+    # both pieces are one sentence's, cut off at its start.
+    text = (
+        'giving 10 bar as the operating pressure does not disagree with "the maximum is 10 bar":\n'
+        "it states the figure, and PDF tables whose cells lose their column are not read at all.\n"
+        "The check of quantities reads the pressure of each table row under its column header."
+    )
+    extract = extractive_answer(
+        "Are PDF tables whose cells lose their column read?",
+        select_passages([make_hit(1, text)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    assert "it states the figure" not in extract.text
+    assert extract.text == (
+        "The check of quantities reads the pressure of each table row under its column header [1]."
+    )
+
+
+def test_a_sentence_that_goes_on_after_a_quotation_is_not_quoted_in_halves(embedder: Embedder) -> None:
+    # The quotation's own full stop ends no sentence: neither half says what the whole one says.
+    text = (
+        "The check of quantities compares figures of one kind. "
+        'A claim such as "The max pressure of the HX-4000 is 10 bar." is still found supported by a '
+        "passage about the HX-4000's motor that names no pressure. "
+        "A passage stating 16 bar for the HX-4000 does not support a claim of 10 bar."
+    )
+    extract = extractive_answer(
+        "Is a passage about the HX-4000's motor that names no pressure found supported?",
+        select_passages([make_hit(1, text)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    assert "is still found supported" not in extract.text
+    assert "is 10 bar [1]." not in extract.text
+    assert extract.text

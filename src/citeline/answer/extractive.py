@@ -51,6 +51,7 @@ DUPLICATE_SIMILARITY = 0.9
 """Two sentences whose embeddings are at least this similar say the same thing: only the first is kept."""
 
 _CLOSING = re.compile(r"[.!?][\"'\u201d\u2019)]*$")
+_QUOTE_CLOSING = re.compile(r"[.!?][\"\u201d\u2019]$")
 # Sentences with fewer content terms are headings or fragments ("Priming", "See below").
 _MIN_TERMS = 3
 # A list item may end without a full stop ("- Close the vent plug"); other unpunctuated lines may not.
@@ -174,8 +175,8 @@ def _cut(passage: Passage, sentences: Sequence[str]) -> set[int]:
 
     Chunks start and end at any word (neighbours overlap), so a passage's first sentence may begin
     mid-sentence ("through the medium of the locking section, exerts ...") and its last may stop
-    mid-sentence ("The elastic stop nut is a standard nut with the height"): quoted, either would
-    claim something the source does not say. Inside a passage, a line without closing punctuation
+    mid-sentence ("The elastic stop nut is a standard nut with the height"), a list item too: quoted,
+    either would claim something the source does not say. Inside a passage, a line without closing punctuation
     that is no list item is a heading or the labels of a figure ("Elastic Stop Nut", "Flexloc nut
     Fiber locknut"), and a figure's label ("Figure 7-26.") and the caption after it are no claims
     either. A passage of one sentence (a short note) and a table's rows are quoted whole.
@@ -187,14 +188,30 @@ def _cut(passage: Passage, sentences: Sequence[str]) -> set[int]:
         for i, sentence in enumerate(sentences)
         if not _CLOSING.search(sentence.rstrip()) and not _LIST_ITEM.match(sentence)
     }
+    # A quotation ending in its own full stop ends no sentence when a small letter follows: 'as
+    # "The max pressure is 10 bar." is still found supported' is one sentence split in two halves,
+    # and either half alone says something else.
+    for i in range(1, len(sentences)):
+        if sentences[i][:1].islower() and _QUOTE_CLOSING.search(sentences[i - 1].rstrip()):
+            cut |= {i - 1, i}
     labels = {i for i, sentence in enumerate(sentences) if _LABEL.fullmatch(sentence.strip())}
     cut |= labels | {i + 1 for i in labels}
     if sentences[0][:1].islower() or sentences[0][:1] in {",", ";", ")"}:
-        cut.add(0)
+        # The piece runs on to the first closing punctuation: a line break or a colon can split it
+        # ('... does not disagree with "the maximum is 10 bar":' / 'it states the figure), PDF tables...').
+        for i, sentence in enumerate(sentences[:-1]):
+            cut.add(i)
+            if _CLOSING.search(sentence.rstrip()):
+                break
     hit = passage.hit
     if hit.total_chunks is not None and hit.chunk_index >= hit.total_chunks - 1:
         # The document's last passage ends where the document does, punctuated or not.
         cut.discard(len(sentences) - 1)
+    elif not _CLOSING.search(sentences[-1].rstrip()):
+        # A list item may end without a full stop, but one that ends the passage may have been cut
+        # mid-sentence ('- ... a negation turns them ("do not operate it above'); whole, it is in the
+        # next passage.
+        cut.add(len(sentences) - 1)
     return cut
 
 
