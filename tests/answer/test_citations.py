@@ -274,6 +274,32 @@ def test_citations_resolve_to_the_page_span_and_the_best_matching_sentence(embed
     assert (shown["document_id"], shown["version"], shown["page"]) == (str(prime.document_id), 2, 1)
 
 
+def test_the_excerpt_backs_the_first_sentence_citing_the_passage_not_the_best_scoring_one(
+    embedder: Embedder,
+) -> None:
+    # An answer opens with what was asked; a later sentence quoting another line of the passage word
+    # for word scores higher, and showed that line (asked about error E42, the row of E57).
+    numbering = CitationNumbering()
+    passages = given_passages()
+    reply = rewrite_citations(
+        "Fill the casing with water before the first start [1]. Close the vent plug and start the motor [1].",
+        passages,
+        numbering,
+    )
+
+    given = {numbering.number(p.chunk_id): p for p in passages[:1]}
+
+    checked = verify(reply.text, given, VectorCache(embedder))
+
+    [prime] = checked.citations
+    assert prime.excerpt == (
+        "Before first use, prime the pump: open the vent plug on top of the volute and fill the casing "
+        "with clean water until it overflows."
+    )
+    # The score is still the best of the sentences citing it.
+    assert prime.score > 0.95
+
+
 def test_a_claim_its_passage_does_not_back_is_flagged(embedder: Embedder) -> None:
     passages = given_passages()
     numbering = CitationNumbering()

@@ -111,6 +111,15 @@ def test_claims_and_yes_no_questions_put_a_claim_and_open_questions_do_not() -> 
         ("Please list the side effects", None),
         ("List the side effects of aspirin.", None),
         ("Explain how the seal fails", None),
+        # A question told as a statement asks; it claims nothing.
+        (
+            "My patient weighs 45 kg and drinks, so I would like to know the most paracetamol I can give "
+            "in a day and how long to wait between doses.",
+            None,
+        ),
+        ("I wonder whether the seal survives a dry run.", None),
+        ("Could you tell me if aspirin lowers blood pressure.", None),
+        ("The manual must tell the fitter the torque.", "The manual must tell the fitter the torque."),
         # ... but a statement that merely starts like one is still a claim.
         ("Listeria infection causes meningitis.", "Listeria infection causes meningitis."),
         # A wh-word after a preposition, with or without the question mark, asks an open question.
@@ -208,6 +217,28 @@ def test_another_document_that_bears_out_the_verdict_is_judged_and_cited_with_it
     assert done.verdict == "supports"
     assert done.answer.startswith("Yes: the sources support this claim [1, 2].")
     assert {(c.chunk_id, c.stance) for c in done.citations} >= {(DRY, "supports"), (SECOND, "supports")}
+
+
+def test_a_passage_the_verdict_cites_is_checked_and_quoted_for_the_claim_not_for_the_verdicts_words(
+    embedder: Embedder,
+) -> None:
+    # "Yes: the sources support this claim" is not what any passage says: scored for those words, the
+    # seal study, which only the verdict cites, read "not backed by this passage" under a "Yes", and
+    # its excerpt was the sentence closest to those words.
+    judge = ScriptedJudge({DRY: "supports", SECOND: "supports"})
+    model = ScriptedLLM("Running without water destroys the mechanical seal within seconds. [1]")
+    study = (
+        "Seal wear was measured on 12 pumps over two years of bench tests. "
+        "Pumps run without water lost their mechanical seal."
+    )
+    evidence = [pump_hits()[1], second_study(SECOND, study), *pump_hits()[2:]]
+
+    done = completed(run(model, embedder, judge, evidence=evidence))
+
+    assert done.answer.startswith("Yes: the sources support this claim [1, 2]. Running without water")
+    cited = {c.chunk_id: c for c in done.citations}
+    assert cited[SECOND].supported
+    assert cited[SECOND].excerpt == "Pumps run without water lost their mechanical seal."
 
 
 def test_another_document_that_disagrees_neither_changes_the_verdict_nor_is_cited_for_it(

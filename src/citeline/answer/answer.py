@@ -336,10 +336,12 @@ async def _for_claim(
 
 @dataclass(frozen=True)
 class _Opening:
-    """The verdict sentence the answer opens with, and the chunks it cites (numbered in that order)."""
+    """The verdict sentence the answer opens with, the chunks it cites (numbered in that order), and the
+    claim it judges."""
 
     text: str
     chunk_ids: tuple[int, ...]
+    claim: str
 
     @classmethod
     def of(
@@ -360,6 +362,7 @@ class _Opening:
         return cls(
             text=verdict_sentence(assessment.verdict, numbers, noted),
             chunk_ids=tuple(p.chunk_id for p in [*bearing, *differing]),
+            claim=assessment.claim,
         )
 
 
@@ -536,13 +539,22 @@ async def _opened(
 ) -> _Result:
     """Stage 7: the answer with its opening, checked again as a whole.
 
-    The opening's citations are backed by their stances, not by its wording: it is never flagged.
+    The opening's citations are backed by their stances, not by its wording: it is never flagged, and
+    its citations are scored, and their excerpts chosen, for the claim it judges ("Yes: the sources
+    support this claim" is not what a passage says).
     """
     text = f"{opening.text} {result.text}"
     before = result.verification.citations if result.verification is not None else ()
     attributed = {c.number for c in before if c.attributed}
-    checked = await asyncio.to_thread(verify, text, _numbered(given, numbering), cache, attributed=attributed)
     own = {c.sentence for c in claims(opening.text)}
+    checked = await asyncio.to_thread(
+        verify,
+        text,
+        _numbered(given, numbering),
+        cache,
+        attributed=attributed,
+        read_as=dict.fromkeys(own, opening.claim),
+    )
     checked = replace(
         checked,
         unsupported=tuple(u for u in checked.unsupported if u.text not in own),

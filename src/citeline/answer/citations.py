@@ -25,7 +25,7 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -153,8 +153,9 @@ class Citation:
     """One source of an answer, resolved to the exact place a reader can open.
 
     ``start``/``end`` are the character span of the given passage in its page; ``excerpt`` is the
-    passage sentence that best matches the claims citing it, at ``excerpt_start``/``excerpt_end`` in
-    the same page. ``score`` is the best support score among those claims; ``supported`` says whether
+    passage sentence that backs the first claim citing it that it backs (the one that best matches the
+    claims citing it when it backs none), at ``excerpt_start``/``excerpt_end`` in the same page.
+    ``score`` is the best support score among those claims; ``supported`` says whether
     it reaches :data:`~citeline.answer.support.SUPPORT_THRESHOLD`. ``attributed`` says that citeline,
     not the model, cited this passage: the model left the sentences citing it uncited, and this
     passage backs them best (see :mod:`citeline.answer.attribution`). ``stance`` says how the passage
@@ -503,19 +504,31 @@ def verify(
     cache: VectorCache,
     *,
     attributed: Collection[int] = frozenset(),
+    read_as: Mapping[str, str] | None = None,
 ) -> Verification:
     """Score each cited sentence of ``answer`` against the passages it cites and build the citations.
 
     ``passages`` maps conversation numbers to the passages given this turn; ``attributed`` holds the
     numbers that citeline cited and the model did not. A sentence is unsupported when no passage it
     cites scores :data:`SUPPORT_THRESHOLD` or more; a sentence with no citation and a few content terms
-    is reported as uncited.
+    is reported as uncited. ``read_as`` maps a sentence of ``answer`` (as :func:`claims` gives it) to
+    the text its citations are scored for: a verdict ("Yes: the sources support this claim [1].") cites
+    its passages for the claim it judges, not for its own words.
+
+    A citation's excerpt is the passage sentence backing the first sentence that the passage backs:
+    an answer opens with what was asked, and an extractive answer quotes every sentence verbatim, so
+    the best score would pick among ties (an answer on error E42 showing the row of E57 it also quoted).
     """
     found = claims(answer)
+    if read_as:
+        found = [
+            replace(c, text=normalise(read_as[c.sentence])) if c.sentence in read_as else c for c in found
+        ]
     cited = {n for claim in found for n in claim.numbers if n in passages}
     prepared = {n: PassageSentences.of(passages[n].text) for n in cited}
     cache.warm([c.text for c in found if c.numbers] + [t for p in prepared.values() for t in p.sentences])
     best: dict[int, Support] = {}
+    first_backed: dict[int, Support] = {}
     unsupported: list[UnsupportedSentence] = []
     uncited: list[str] = []
     for claim in found:
@@ -532,22 +545,32 @@ def verify(
         for n, result in zip(numbers, scores, strict=True):
             if n not in best or result.score > best[n].score:
                 best[n] = result
+            if n not in first_backed and result.score >= SUPPORT_THRESHOLD:
+                first_backed[n] = result
         top = max(s.score for s in scores)
         if top < SUPPORT_THRESHOLD:
             unsupported.append(UnsupportedSentence(text=claim.sentence, numbers=tuple(numbers), score=top))
     order = list(dict.fromkeys(n for claim in found for n in claim.numbers if n in passages))
     return Verification(
-        citations=tuple(_citation(n, passages[n], prepared[n], best[n], n in attributed) for n in order),
+        citations=tuple(
+            _citation(n, passages[n], prepared[n], best[n], first_backed.get(n, best[n]), n in attributed)
+            for n in order
+        ),
         unsupported=tuple(unsupported),
         uncited=tuple(uncited),
     )
 
 
 def _citation(
-    number: int, passage: Passage, sentences: PassageSentences, result: Support, attributed: bool
+    number: int,
+    passage: Passage,
+    sentences: PassageSentences,
+    result: Support,
+    shown: Support,
+    attributed: bool,
 ) -> Citation:
     hit = passage.hit
-    start, end = sentences.spans[result.best_sentence]
+    start, end = sentences.spans[shown.best_sentence]
     excerpt = normalise(passage.text[start:end])
     if len(excerpt) > EXCERPT_CHARS:
         cut = excerpt.rfind(" ", 0, EXCERPT_CHARS)

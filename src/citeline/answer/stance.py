@@ -85,6 +85,13 @@ _REQUEST = re.compile(
     r"^\s*(?:please|list|show|give|tell|explain|describe|summari[sz]e|compare|find|outline|define)(?=[\s,:])",
     re.IGNORECASE,
 )
+# A question told as a statement ("I am a nurse ...; I would like to know what the maximum dose is.")
+# asks; it claims nothing, wherever in the text the asking comes.
+_ASKING = re.compile(
+    r"\b(?:I(?:'d| would| want| need)(?: like)? to (?:know|find out|ask)|I(?:'m| am)? wonder(?:ing)?\b|"
+    r"(?:can|could|would) you (?:tell|show|explain|let)\b|(?:tell|show) me\b|let me know\b)",
+    re.IGNORECASE,
+)
 _LEADING_CONJUNCTION = re.compile(r"^(?:and|but|so|then|also|okay|ok|well)(?:[\s,]+|$)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!][\"'\u201d\u2019)]*$")
 MIN_STATEMENT_WORDS = 4
@@ -96,9 +103,10 @@ def claim_of(question: str) -> str | None:
     """The claim a question puts to the evidence, or None when it asks something else.
 
     ``Is it true that X?`` puts ``X``; another yes/no question (``Does X lower Y?``) and a plain
-    statement (``X lowers Y.``) put themselves. Open questions (``How do I prime the pump?``) and
-    keyword searches (``elastic stop nut``: fewer than :data:`MIN_STATEMENT_WORDS` words and no full
-    stop) put none.
+    statement (``X lowers Y.``) put themselves. Open questions (``How do I prime the pump?``), questions
+    told as statements (``... I would like to know how long to wait between doses.``) and keyword
+    searches (``elastic stop nut``: fewer than :data:`MIN_STATEMENT_WORDS` words and no full stop) put
+    none.
     """
     # A follow-up often opens with "And" or "So", which does not change what is asked. (The terms a
     # conversation's search borrows from earlier turns never get here: it judges the user's own words,
@@ -109,7 +117,7 @@ def claim_of(question: str) -> str | None:
     template = _CLAIM_TEMPLATE.match(text)
     if template:
         return template.group(1).strip()
-    if _OPEN_QUESTION.match(text) or _REQUEST.match(text):
+    if _OPEN_QUESTION.match(text) or _REQUEST.match(text) or _ASKING.search(text):
         return None
     if _YES_NO.match(text):
         return text
