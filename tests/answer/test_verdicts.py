@@ -239,6 +239,10 @@ def test_a_passage_the_verdict_cites_is_checked_and_quoted_for_the_claim_not_for
     cited = {c.chunk_id: c for c in done.citations}
     assert cited[SECOND].supported
     assert cited[SECOND].excerpt == "Pumps run without water lost their mechanical seal."
+    # A passage the answer goes on to cite shows what the answer says it found.
+    assert cited[DRY].excerpt == (
+        "Running without water destroys the mechanical seal within seconds and voids the warranty."
+    )
 
 
 def test_another_document_that_disagrees_neither_changes_the_verdict_nor_is_cited_for_it(

@@ -518,20 +518,24 @@ def verify(
     A citation's excerpt is the passage sentence backing the first sentence that the passage backs:
     an answer opens with what was asked, and an extractive answer quotes every sentence verbatim, so
     the best score would pick among ties (an answer on error E42 showing the row of E57 it also quoted).
+    Sentences read as something else count last: what the answer says the passage found shows better
+    than the sentence closest to the claim, often a title.
     """
     found = claims(answer)
     if read_as:
         found = [
             replace(c, text=normalise(read_as[c.sentence])) if c.sentence in read_as else c for c in found
         ]
+    stand_ins = {i for i, c in enumerate(found) if read_as and c.sentence in read_as}
     cited = {n for claim in found for n in claim.numbers if n in passages}
     prepared = {n: PassageSentences.of(passages[n].text) for n in cited}
     cache.warm([c.text for c in found if c.numbers] + [t for p in prepared.values() for t in p.sentences])
     best: dict[int, Support] = {}
     first_backed: dict[int, Support] = {}
+    stand_in_backed: dict[int, Support] = {}
     unsupported: list[UnsupportedSentence] = []
     uncited: list[str] = []
-    for claim in found:
+    for i, claim in enumerate(found):
         numbers = [n for n in claim.numbers if n in passages]
         if not numbers:
             if len(content_terms(claim.text)) >= MIN_CLAIM_TERMS:
@@ -545,15 +549,23 @@ def verify(
         for n, result in zip(numbers, scores, strict=True):
             if n not in best or result.score > best[n].score:
                 best[n] = result
-            if n not in first_backed and result.score >= SUPPORT_THRESHOLD:
-                first_backed[n] = result
+            backed = stand_in_backed if i in stand_ins else first_backed
+            if n not in backed and result.score >= SUPPORT_THRESHOLD:
+                backed[n] = result
         top = max(s.score for s in scores)
         if top < SUPPORT_THRESHOLD:
             unsupported.append(UnsupportedSentence(text=claim.sentence, numbers=tuple(numbers), score=top))
     order = list(dict.fromkeys(n for claim in found for n in claim.numbers if n in passages))
     return Verification(
         citations=tuple(
-            _citation(n, passages[n], prepared[n], best[n], first_backed.get(n, best[n]), n in attributed)
+            _citation(
+                n,
+                passages[n],
+                prepared[n],
+                best[n],
+                first_backed.get(n, stand_in_backed.get(n, best[n])),
+                n in attributed,
+            )
             for n in order
         ),
         unsupported=tuple(unsupported),
