@@ -298,3 +298,22 @@ def test_a_sentence_that_goes_on_after_a_quotation_is_not_quoted_in_halves(embed
     assert "is still found supported" not in extract.text
     assert "is 10 bar [1]." not in extract.text
     assert extract.text
+
+
+def test_a_pdf_tables_cells_joined_by_dot_leaders_are_not_quoted(embedder: Embedder) -> None:
+    # From the Federal Register's table of estimated costs: "Stabilizer wiring change" and its dot
+    # leaders made a "sentence" of three content terms, quoted as an answer on what a part costs.
+    text = (
+        "ESTIMATED COSTS\nAction Labor cost Parts cost Cost per product\n"
+        "Stabilizer wiring change ........................ Up to 79 work-hours x $85 per hour =\n"
+        "Up to $6,715.\nThe FAA has received no definitive data on the cost of the stabilizer wiring change."
+    )
+    extract = extractive_answer(
+        "How much does the stabilizer wiring change cost?",
+        select_passages([make_hit(1, text)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    assert "...." not in extract.text
+    assert "The FAA has received no definitive data" in extract.text

@@ -59,6 +59,9 @@ _LIST_ITEM = re.compile(r"(?:[-*\u2022\u2013]|\d{1,3}[.)])\s")
 # A figure's or table's label ("Figure 7-26."): the sentence after it is its caption.
 _LABEL = re.compile(r"(?:Figure|Fig\.|Table|Plate|Chart)\s*[\w.\-]*\w\.?", re.IGNORECASE)
 _TABLES = frozenset({"text/csv"})
+# Dot leaders join a PDF table's or contents page's cells ("Stabilizer wiring change ........ Up to
+# $6,715."); the splitter ends a "sentence" at them.
+_LEADER = re.compile(r"\.{4,}|(?:\. ){3,}\.")
 
 
 @dataclass(frozen=True)
@@ -159,12 +162,13 @@ def _scored(
 
 
 def _quotable(sentence: str) -> bool:
-    # Headings and list introductions ("Do the following:") say nothing on their own; code blocks and
-    # table rows read badly as prose.
+    # Headings and list introductions ("Do the following:") say nothing on their own; code blocks,
+    # table rows and cells joined by dot leaders read badly as prose.
     return (
         bool(sentence)
         and not sentence.startswith(("#", "|"))
         and "```" not in sentence
+        and not _LEADER.search(sentence)
         and not sentence.endswith(":")
         and len(content_terms(sentence)) >= _MIN_TERMS
     )
