@@ -66,7 +66,9 @@ class SearchBody(FilterFields):
         validation_alias=AliasChoices("top_k", "n_results"),
         description="How many results (also accepted as n_results); default: the top_k setting.",
     )
-    distance_threshold: Number | None = Field(default=None, ge=0, le=2, description="Largest cosine distance.")
+    distance_threshold: Number | None = Field(
+        default=None, ge=0, le=2, description="Largest cosine distance."
+    )
     fusion: Fusion | None = Field(default=None, description="rrf, weighted or dbsf.")
     candidates: Count | None = Field(default=None, ge=1, le=10_000, description="Candidates per ranking.")
     rerank: str | None = Field(default=None, description="none, prf, maxsim or cross-encoder:<folder>.")
