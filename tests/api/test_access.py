@@ -70,7 +70,8 @@ def expected(route: Route, caller: str) -> int:
 def assert_error_shape(response: httpx.Response) -> None:
     body = response.json()
     assert set(body) == {"error"}, body
-    assert set(body["error"]) == {"code", "message"}, body
+    assert set(body["error"]) == {"code", "message", "request_id"}, body
+    assert body["error"]["request_id"] == response.headers["X-Request-ID"]
     assert body["error"]["code"] and isinstance(body["error"]["code"], str)
     assert body["error"]["message"] and isinstance(body["error"]["message"], str)
     assert "Traceback" not in response.text
