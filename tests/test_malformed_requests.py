@@ -176,3 +176,38 @@ def test_the_same_requests_without_the_nul_are_taken(library: Citeline) -> None:
     assert library.search(SearchRequest("relief valve", filters))
     assert library.list_documents(DocumentQuery(name_contains="valves", tag="valves")).total == 1
     assert library.document(document_id(library)[:8]).name == "valves.md"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: IngestOptions(tags=("valves", "x\ud800")), "tags[1]: must not contain a lone surrogate"),
+        (
+            lambda: IngestOptions(metadata={"site": "\udcff"}),
+            "metadata['site']: must not contain a lone surrogate",
+        ),
+        (lambda: Filters(scopes=("\udc80",)), "filters.scopes[0]: must not contain a lone surrogate"),
+        (lambda: IngestOptions(scopes=("s" * 257,)), "scopes: a scope must be at most 256 characters"),
+        (lambda: IngestOptions(tags=("t" * 9000,)), "tags: a tag must be at most 256 characters"),
+    ],
+    ids=["surrogate tag", "surrogate metadata", "surrogate filter", "long scope", "long tag"],
+)
+def test_labels_the_database_cannot_store_or_index_are_refused_by_name(
+    make: Callable[[], object], message: str
+) -> None:
+    # A lone surrogate cannot be encoded for the database (UnicodeEncodeError), and a label of 8 KB
+    # overflowed the labels' index entry (ProgramLimitExceeded), failing the whole request.
+    with pytest.raises(InvalidRequestError) as refused:
+        make()
+    assert message in str(refused.value)
+
+
+def test_a_file_name_that_is_not_utf8_is_cleaned_not_refused(library: Citeline, tmp_path: Path) -> None:
+    # A surrogate-escaped byte of a file name is the file system's, not a caller's mistake.
+    name = tmp_path / "caf\udce9 notes.txt"
+    try:
+        name.write_text("The pump is primed for two minutes.")
+    except (UnicodeEncodeError, OSError):
+        pytest.skip("this file system refuses names that are not UTF-8")
+    [result] = library.ingest([name])
+    assert result.document is not None and result.document.name == "caf\ufffd notes.txt"

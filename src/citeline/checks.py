@@ -2,7 +2,9 @@
 
 A NUL character (``\\x00``) is refused in any text a request carries: PostgreSQL can neither store
 nor compare one, so it would otherwise fail the request deep in the store, as the database's error
-rather than the caller's malformed request. The request types (:class:`~citeline.retrieve.filters.Filters`,
+rather than the caller's malformed request. So is a lone surrogate, which is no character, in the
+labels, names and questions of a request (a file's name or text is cleaned instead: see
+:mod:`citeline.load.clean`). The request types (:class:`~citeline.retrieve.filters.Filters`,
 :class:`~citeline.ingest.IngestOptions`, ...) and :class:`~citeline.engine.Citeline`'s entry points
 call :func:`refuse_nul`; the API calls :func:`nul_at` too, to refuse a body by its own field names
 before it is turned into a request.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Mapping, Set
 from typing import Any
 
@@ -19,9 +22,13 @@ from citeline.errors import InvalidRequestError
 
 #: Why a text is refused, after the name of the field that holds it.
 NUL_MESSAGE = "must not contain a NUL (0x00) character"
+#: A lone UTF-16 surrogate (from a Python caller, or a JSON ``"\ud800"`` escape) is no character: it
+#: cannot be encoded as UTF-8, so the database connection cannot send it.
+SURROGATE_MESSAGE = "must not contain a lone surrogate (U+D800 to U+DFFF), which is not a character"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def nul_at(value: Any, where: str = "", *, dotted: bool = False) -> str | None:
+def nul_at(value: Any, where: str = "", *, dotted: bool = False, surrogates: bool = False) -> str | None:
     """Where in ``value`` a text holds a NUL character, as a path from ``where`` (``where`` itself
     when ``value`` is such a text), or None when none does.
 
@@ -30,7 +37,7 @@ def nul_at(value: Any, where: str = "", *, dotted: bool = False) -> str | None:
     ``['key']``, fields ``.name``; ``dotted`` names items ``.0`` and ``.key``, as a JSON body's
     fields are named (``metadata.site``).
     """
-    steps = _nul_steps(value)
+    steps = _nul_steps(value, surrogates)
     if steps is None:
         return None
     for step in reversed(steps):
@@ -48,29 +55,34 @@ class _Field:
     name: str
 
 
-def _nul_steps(value: Any) -> list[object] | None:
-    """The steps from ``value`` to a text holding a NUL character, last step first (paths are named
-    only once one is found: a bulk load checks every chunk), or None when no text holds one."""
+def _unstorable(text: str) -> bool:
+    return "\x00" in text or (not text.isascii() and _SURROGATE.search(text) is not None)
+
+
+def _nul_steps(value: Any, surrogates: bool = True) -> list[object] | None:
+    """The steps from ``value`` to a text holding a NUL character or a lone surrogate, last step first
+    (paths are named only once one is found: a bulk load checks every chunk), or None when no text
+    holds one."""
     if isinstance(value, str):
-        return [] if "\x00" in value else None
+        return [] if ("\x00" in value or (surrogates and _unstorable(value))) else None
     found: list[object] | None
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            if (found := _nul_steps(item)) is not None:
+            if (found := _nul_steps(item, surrogates)) is not None:
                 found.append(index)
                 return found
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            if isinstance(key, str) and "\x00" in key:
+            if isinstance(key, str) and ("\x00" in key or (surrogates and _unstorable(key))):
                 return [key]
-            if (found := _nul_steps(item)) is not None:
+            if (found := _nul_steps(item, surrogates)) is not None:
                 found.append(key)
                 return found
     elif isinstance(value, Set):
-        return [] if any(_nul_steps(item) is not None for item in value) else None
+        return [] if any(_nul_steps(item, surrogates) is not None for item in value) else None
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for name in _field_names(type(value)):
-            if (found := _nul_steps(getattr(value, name))) is not None:
+            if (found := _nul_steps(getattr(value, name), surrogates)) is not None:
                 found.append(_Field(name))
                 return found
     return None
@@ -82,9 +94,28 @@ def _field_names(cls: type[Any]) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(cls))
 
 
-def refuse_nul(value: Any, field: str) -> None:
+def refuse_nul(value: Any, field: str, *, surrogates: bool = True) -> None:
     """Raise :class:`InvalidRequestError` naming where in ``value`` (the request's ``field``) a text
-    holds a NUL character: ``filters.tags_any[0]: must not contain a NUL (0x00) character``."""
-    where = nul_at(value, field)
+    holds a NUL character, ``filters.tags_any[0]: must not contain a NUL (0x00) character``, or a lone
+    surrogate (:data:`SURROGATE_MESSAGE`), unless ``surrogates`` is False: for texts that are cleaned
+    rather than refused (a file name that is not UTF-8, text given to be indexed)."""
+    where = nul_at(value, field, surrogates=surrogates)
     if where is not None:
-        raise InvalidRequestError(f"{where}: {NUL_MESSAGE}")
+        raise InvalidRequestError(f"{where}: {_message(value)}")
+
+
+def _message(value: Any) -> str:
+    # Which of the two the text holds: a NUL, unless the only unstorable texts hold surrogates.
+    return NUL_MESSAGE if _holds(value, "\x00") else SURROGATE_MESSAGE
+
+
+def _holds(value: Any, character: str) -> bool:
+    if isinstance(value, str):
+        return character in value
+    if isinstance(value, Mapping):
+        return any(_holds(k, character) or _holds(v, character) for k, v in value.items())
+    if isinstance(value, list | tuple | Set):
+        return any(_holds(item, character) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return any(_holds(getattr(value, name), character) for name in _field_names(type(value)))
+    return False

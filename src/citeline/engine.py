@@ -450,7 +450,7 @@ class Citeline:
         """
         paths = list(paths)
         # A path the operating system cannot even name is the caller's mistake, not a source that failed.
-        refuse_nul([str(path) for path in paths], "paths")
+        refuse_nul([str(path) for path in paths], "paths", surrogates=False)
         ingestor = self.ingestor(allow_private_urls=allow_private_urls)
         results = ingestor.ingest_paths(discover(paths), options or IngestOptions(), progress)
         documents = [r.document.id for r in results if r.document is not None and r.chunks]
@@ -476,7 +476,7 @@ class Citeline:
         ``build_index`` false the ANN index is left to :meth:`build_vector_index`, one build after
         many loads (see :func:`citeline.store.bulk.load_prepared`).
         """
-        refuse_nul(documents, "documents")
+        refuse_nul(documents, "documents", surrogates=False)
         return load_prepared(
             self.engine,
             self.vector_index,

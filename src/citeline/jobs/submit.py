@@ -44,7 +44,7 @@ class Upload:
     stream: BinaryIO
 
     def __post_init__(self) -> None:
-        refuse_nul(self.name, "upload.name")  # the name is stored as the document's
+        refuse_nul(self.name, "upload.name", surrogates=False)  # stored as the document's; cleaned
 
 
 @dataclass(frozen=True)

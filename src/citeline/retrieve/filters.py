@@ -37,6 +37,17 @@ def check_scopes(scopes: Iterable[str] | None, what: str = "scope") -> None:
     key or filter given one would silently mean something other than what was asked."""
     if scopes is not None and any(not scope.strip() for scope in scopes):
         raise InvalidRequestError(f"{what}s: a {what} must not be empty or blank; got {list(scopes)!r}")
+    for scope in scopes or ():
+        if len(scope) > MAX_LABEL_CHARS:
+            raise InvalidRequestError(
+                f"{what}s: a {what} must be at most {MAX_LABEL_CHARS} characters; got one of {len(scope):,} "
+                f"starting {scope[:40]!r}"
+            )
+
+
+#: The longest scope or tag: a name, not a text. Beyond about 2,700 bytes an entry no longer fits the
+#: index that finds documents by their labels, and the whole request failed as the database's error.
+MAX_LABEL_CHARS = 256
 
 
 def check_metadata(metadata: Mapping[str, Any] | None) -> None:
