@@ -100,6 +100,23 @@ def best_threshold(margins: Sequence[float], contradicts: Sequence[bool]) -> flo
     return max(sorted(set(margins)), key=lambda t: scores(margins, contradicts, t)[1])
 
 
+def labelled_claims(claims_dir: Path) -> tuple[dict[str, str], dict[str, dict[str, str]], list[str]]:
+    """The claims folder's texts by id, each claim's labelled abstracts (doc id -> SUPPORT/CONTRADICT),
+    and the labelled claims in the order ``citeline eval --answers`` asks them (``qrels/test.tsv``)."""
+    queries = {
+        str(q["_id"]): str(q["text"])
+        for q in map(json.loads, (claims_dir / "queries.jsonl").read_text().splitlines())
+        if q
+    }
+    order = list(dict.fromkeys(line.split("\t")[0] for line in _qrels_lines(claims_dir)))
+    labels: dict[str, dict[str, str]] = {}
+    for line in (claims_dir / "evidence.jsonl").read_text().splitlines():
+        if line.strip():
+            item = json.loads(line)
+            labels.setdefault(str(item["query_id"]), {})[str(item["doc_id"])] = str(item["label"])
+    return queries, labels, [q for q in order if q in labels and q in queries]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -114,18 +131,7 @@ def main() -> None:
     parser.add_argument("--namespace", default="eval_scifact_claims", help="with --retrieved: the eval store")
     args = parser.parse_args()
 
-    queries = {
-        str(q["_id"]): str(q["text"])
-        for q in map(json.loads, (args.claims_dir / "queries.jsonl").read_text().splitlines())
-        if q
-    }
-    order = list(dict.fromkeys(line.split("\t")[0] for line in _qrels_lines(args.claims_dir)))
-    labels: dict[str, dict[str, str]] = {}
-    for line in (args.claims_dir / "evidence.jsonl").read_text().splitlines():
-        if line.strip():
-            item = json.loads(line)
-            labels.setdefault(str(item["query_id"]), {})[str(item["doc_id"])] = str(item["label"])
-    claims = [q for q in order if q in labels and q in queries]
+    queries, labels, claims = labelled_claims(args.claims_dir)
     wanted = {doc for q in claims for doc in labels[q]}
     docs: dict[str, tuple[str, str]] = {}
     with args.corpus.open(encoding="utf-8") as fh:

@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.verdicts import SHARED, _qrels_lines
+from bench.verdicts import SHARED, labelled_claims
 from citeline.answer.nli import NliJudge
 from citeline.answer.prompt import Passage, select_passages
 from citeline.answer.quantities import disagreement, quantities
@@ -139,18 +139,7 @@ def main() -> None:
         print(json.dumps(sentence_probe(args.corpus, args.sentences), indent=1))
         return
 
-    queries = {
-        str(q["_id"]): str(q["text"])
-        for q in map(json.loads, (args.claims_dir / "queries.jsonl").read_text().splitlines())
-        if q
-    }
-    order = list(dict.fromkeys(line.split("\t")[0] for line in _qrels_lines(args.claims_dir)))
-    labels: dict[str, dict[str, str]] = {}
-    for line in (args.claims_dir / "evidence.jsonl").read_text().splitlines():
-        if line.strip():
-            item = json.loads(line)
-            labels.setdefault(str(item["query_id"]), {})[str(item["doc_id"])] = str(item["label"])
-    claims = [q for q in order if q in labels and q in queries]
+    queries, labels, claims = labelled_claims(args.claims_dir)
     wanted = {doc for q in claims for doc in labels[q]}
     abstracts: dict[str, str] = {}
     with args.corpus.open(encoding="utf-8") as fh:
