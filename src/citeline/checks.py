@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from collections.abc import Mapping, Set
 from typing import Any
 
 from citeline.errors import InvalidRequestError
+from citeline.load.clean import LONE_SURROGATES
 
 #: Why a text is refused, after the name of the field that holds it.
 NUL_MESSAGE = "must not contain a NUL (0x00) character"
 #: A lone UTF-16 surrogate (from a Python caller, or a JSON ``"\ud800"`` escape) is no character: it
 #: cannot be encoded as UTF-8, so the database connection cannot send it.
 SURROGATE_MESSAGE = "must not contain a lone surrogate (U+D800 to U+DFFF), which is not a character"
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def nul_at(value: Any, where: str = "", *, dotted: bool = False, surrogates: bool = False) -> str | None:
@@ -56,7 +55,7 @@ class _Field:
 
 
 def _unstorable(text: str) -> bool:
-    return "\x00" in text or (not text.isascii() and _SURROGATE.search(text) is not None)
+    return "\x00" in text or (not text.isascii() and LONE_SURROGATES.search(text) is not None)
 
 
 def _nul_steps(value: Any, surrogates: bool = True) -> list[object] | None:

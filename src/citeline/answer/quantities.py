@@ -40,7 +40,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from citeline.answer.support import sentence_spans
+from citeline.answer.support import sentence_spans, table_cells, table_rule
 
 Bound = Literal["value", "upper", "lower"]
 """What a quantity states: a value (or a range), the most it can be, or the least."""
@@ -549,9 +549,9 @@ def _table_rows(lines: Sequence[str]) -> Iterator[tuple[str, list[Quantity]]]:
     headers: list[tuple[Unit, Bound] | None] | None = None
     labels: list[str] = []
     for line in lines:
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if all(re.fullmatch(r":?-{2,}:?", c) for c in cells if c):
+        if table_rule(line):
             continue
+        cells = table_cells(line)
         if headers is None:
             headers, labels = [_header(c) for c in cells], cells
             continue

@@ -175,13 +175,14 @@ class PassageSentences:
         )
 
 
-def _cells(row: str) -> list[str]:
+def table_cells(row: str) -> list[str]:
+    """The cells of a Markdown table's row, stripped: ``| a | b |`` gives ``["a", "b"]``."""
     return [cell.strip() for cell in row.strip().strip("|").split("|")]
 
 
-def _rule(row: str) -> bool:
+def table_rule(row: str) -> bool:
     """Whether ``row`` is a Markdown table's rule (``| --- | :-: |``)."""
-    return row.lstrip().startswith("|") and all(_RULE_CELL.fullmatch(c) for c in _cells(row) if c)
+    return row.lstrip().startswith("|") and all(_RULE_CELL.fullmatch(c) for c in table_cells(row) if c)
 
 
 def readable_rows(sentences: Sequence[str]) -> list[str]:
@@ -201,10 +202,10 @@ def readable_rows(sentences: Sequence[str]) -> list[str]:
             out.append(sentence)
             continue
         following = sentences[i + 1] if i + 1 < len(sentences) else ""
-        if _rule(following) and not _rule(sentence):
-            header = _cells(sentence)
-        cells = _cells(sentence)
-        if header is None or _rule(sentence) or cells == header or len(cells) != len(header):
+        if table_rule(following) and not table_rule(sentence):
+            header = table_cells(sentence)
+        cells = table_cells(sentence)
+        if header is None or table_rule(sentence) or cells == header or len(cells) != len(header):
             out.append(sentence)
             continue
         pairs = [

@@ -30,7 +30,7 @@ _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\ufeff\ufffe\uffff]")
 # A str can hold a UTF-16 surrogate on its own (a file name or bytes decoded with "surrogateescape", a
 # "\\ud800" escape in JSON, a PDF string cut between the halves of a pair); UTF-8 cannot, so PostgreSQL
 # refuses any text that holds one. What the character was is lost: U+FFFD says so where it stood.
-_LONE_SURROGATES = re.compile(r"[\ud800-\udfff]")
+LONE_SURROGATES = re.compile(r"[\ud800-\udfff]")
 # What PostgreSQL cannot store in a text value at all: NUL and lone surrogates.
 _UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
 _SOFT_HYPHEN_AT_BREAK = re.compile(r"\u00ad[ \t]*\n[ \t]*")
@@ -61,7 +61,7 @@ def clean_text(text: str) -> str:
     break (``exam-\\nple`` becomes ``example``, ``LDL-C`` stays), strips trailing spaces, collapses runs
     of blank lines to one and drops blank lines at both ends.
     """
-    text = _LINE_BREAKS.sub("\n", _LONE_SURROGATES.sub("\ufffd", text))
+    text = _LINE_BREAKS.sub("\n", LONE_SURROGATES.sub("\ufffd", text))
     text = unicodedata.normalize("NFC", text).translate(_LIGATURES)
     text = _CONTROLS.sub("", text)
     text = _SOFT_HYPHEN_AT_BREAK.sub("-\n", text).replace("\u00ad", "")
@@ -77,7 +77,7 @@ def clean_inline(text: str) -> str:
     For values that are rendered inside a larger line, such as CSV cells: every run of whitespace,
     line breaks included, becomes one space.
     """
-    text = unicodedata.normalize("NFC", _LONE_SURROGATES.sub("\ufffd", text)).translate(_LIGATURES)
+    text = unicodedata.normalize("NFC", LONE_SURROGATES.sub("\ufffd", text)).translate(_LIGATURES)
     text = _CONTROLS.sub("", _LINE_BREAKS.sub("\n", text)).replace("\u00ad", "")
     return _SPACE_RUNS.sub(" ", text).strip()
 

@@ -456,15 +456,21 @@ function adding(on) {
   for (const button of $("add").querySelectorAll('button[type="submit"]')) button.disabled = on;
 }
 
+/** The add form's labels, or null once `status` says why they are refused (the field focused). */
+function labelsOrRefuse(status) {
+  try {
+    return labels();
+  } catch (error) {
+    refuseLabel(status, error);
+    return null;
+  }
+}
+
 async function upload(files) {
   const status = $("add-status");
   if (state.adding) return say(status, "Files are being added: drop these again once they are.", "error");
-  let given;
-  try {
-    given = labels();
-  } catch (error) {
-    return refuseLabel(status, error);
-  }
+  const given = labelsOrRefuse(status);
+  if (!given) return;
   adding(true);
   let done = 0;
   const failures = [];
@@ -502,12 +508,8 @@ async function upload(files) {
 async function addUrl(url) {
   const status = $("add-status");
   if (state.adding) return;
-  let given;
-  try {
-    given = labels();
-  } catch (error) {
-    return refuseLabel(status, error);
-  }
+  const given = labelsOrRefuse(status);
+  if (!given) return;
   adding(true);
   say(status, `Adding ${url}…`);
   try {
