@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import sqlalchemy as sa
@@ -52,6 +52,9 @@ from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, 
 from citeline.store.index import VectorIndex, VersionVectors
 from citeline.store.models import Status
 from citeline.types import ChunkDraft, LoadedSource, Page, Section
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
@@ -565,15 +568,17 @@ class Ingestor:
             )
             for source in sources
         ]
-        begun: list[tuple[DocumentInfo, VersionStart] | str]
+        begun: Sequence[tuple[DocumentInfo, VersionStart] | str]
         try:
-            with self._tx(run) as conn:
-                begun = list(catalog.begin_versions(conn, requests, run=run.key))
+            begun = self._begin_versions(run, requests)
         except Exception as exc:
             if catalog.refused_data(exc) is None:
                 raise
             # A value of one source was refused: the others begin, and it fails alone.
-            begun = [self._begin_one(run, request) for request in requests]
+            begun = [
+                done if isinstance(done, str) else done[0]
+                for _, done in _each_alone(requests, lambda one: self._begin_versions(run, one))
+            ]
         self._ensure_index(run)
         jobs: list[_Job] = []
         for source, begun_or_refused in zip(sources, begun, strict=True):
@@ -598,20 +603,11 @@ class Ingestor:
             )
         return jobs
 
-    def _begin_one(
-        self, run: _Run, request: catalog.VersionRequest
-    ) -> tuple[DocumentInfo, VersionStart] | str:
-        """Begin one source's version in a transaction of its own: the result, or why its values were
-        refused."""
-        try:
-            with self._tx(run) as conn:
-                [begun] = catalog.begin_versions(conn, [request], run=run.key)
-        except Exception as exc:
-            reason = catalog.refused_data(exc)
-            if reason is None:
-                raise
-            return reason
-        return begun
+    def _begin_versions(
+        self, run: _Run, requests: Sequence[catalog.VersionRequest]
+    ) -> list[tuple[DocumentInfo, VersionStart]]:
+        with self._tx(run) as conn:
+            return list(catalog.begin_versions(conn, requests, run=run.key))
 
     def _ensure_index(self, run: _Run) -> None:
         embedder = self._embedder(run)
@@ -760,16 +756,19 @@ class Ingestor:
         self, run: _Run, model: str, groups: Sequence[tuple[_Job, catalog.ChunkGroup]]
     ) -> list[VersionVectors]:
         """Store each version's chunks in a transaction of its own, failing those refused."""
+
+        def insert(one: Sequence[tuple[_Job, catalog.ChunkGroup]]) -> list[VersionVectors]:
+            with self._tx(run) as conn:
+                return catalog.insert_chunks(
+                    conn, model, [g for _, g in one], inline_vectors=self.index.in_rows
+                )
+
         stored: list[VersionVectors] = []
-        for job, group in groups:
-            try:
-                with self._tx(run) as conn:
-                    stored += catalog.insert_chunks(conn, model, [group], inline_vectors=self.index.in_rows)
-            except Exception as exc:
-                reason = catalog.refused_data(exc)
-                if reason is None:
-                    raise
-                self._drop(job, run, f"{job.source.label}: its text cannot be stored ({reason})")
+        for (job, _), done in _each_alone(groups, insert):
+            if isinstance(done, str):
+                self._drop(job, run, f"{job.source.label}: its text cannot be stored ({done})")
+            else:
+                stored += done
         return stored
 
     def _finish_ready(self, run: _Run) -> None:
@@ -800,16 +799,12 @@ class Ingestor:
             # A value of one version was refused, and with it the swap of all: each is swapped in on its
             # own, so only the one refused fails.
             previous, versions, docs, kept = [], [], [], set()
-            for job in list(ready):
-                try:
-                    files, ids, swapped_in, still = self._activate(run, [job])
-                except Exception as one:
-                    reason = catalog.refused_data(one)
-                    if reason is None:
-                        raise
+            for job, done in _each_alone(list(ready), lambda one: self._activate(run, one)):
+                if isinstance(done, str):
                     ready.remove(job)
-                    self._drop(job, run, f"{job.source.label}: cannot be stored ({reason})")
+                    self._drop(job, run, f"{job.source.label}: cannot be stored ({done})")
                     continue
+                files, ids, swapped_in, still = done
                 previous += files
                 versions += ids
                 docs += swapped_in
@@ -1086,3 +1081,19 @@ def _storable_page(page: Page) -> Page:
         return page
     sections = tuple(Section(s.start, h) for s, h in zip(page.sections, headings, strict=True))
     return dataclasses.replace(page, text=text, sections=sections)
+
+
+def _each_alone(items: Sequence[T], write: Callable[[Sequence[T]], R]) -> list[tuple[T, R | str]]:
+    """``write`` each item in a call of its own (a transaction): its result, or why the database refused
+    one of its values. For a batch the database refused: the others are written, the refused fail
+    alone. Any other error propagates."""
+    out: list[tuple[T, R | str]] = []
+    for item in items:
+        try:
+            out.append((item, write([item])))
+        except Exception as exc:
+            reason = catalog.refused_data(exc)
+            if reason is None:
+                raise
+            out.append((item, reason))
+    return out
