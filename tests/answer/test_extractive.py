@@ -317,3 +317,74 @@ def test_a_pdf_tables_cells_joined_by_dot_leaders_are_not_quoted(embedder: Embed
 
     assert "...." not in extract.text
     assert "The FAA has received no definitive data" in extract.text
+
+
+def test_a_passage_that_starts_inside_a_bracket_is_quoted_from_its_first_whole_sentence(
+    embedder: Embedder,
+) -> None:
+    # SciFact's ART abstract, cut by the splitter inside a sentence's bracket: the piece says the
+    # bracket's figure "unless" something, which is half of what the source says.
+    text = (
+        "(81% of people living with HIV on ART by 2020) unless they adopt a test-and-offer approach and "
+        "increase ART coverage. Seven models estimated that HIV incidence is lower on ART."
+    )
+    extract = extractive_answer(
+        "Are countries on course for 81% of people living with HIV on ART by 2020?",
+        select_passages([make_hit(1, text)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    assert "unless they adopt" not in extract.text
+    assert extract.text == "Seven models estimated that HIV incidence is lower on ART [1]."
+
+
+def test_a_sentence_that_opens_with_a_whole_bracket_is_quoted(embedder: Embedder) -> None:
+    text = "(See the priming section.) Prime the pump before first use with clean water in the casing."
+    extract = extractive_answer(
+        "How do I prime the pump before first use?",
+        select_passages([make_hit(1, text)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    assert "Prime the pump before first use" in extract.text
+
+
+def test_the_passages_bearing_out_a_verdict_are_quoted_first(embedder: Embedder) -> None:
+    # The second passage shares the claim's words but only says what was studied; the first, in other
+    # words, is the finding the verdict cites ("Yes: the sources support this claim [1]."), so the
+    # reader's next sentence should say what it found.
+    finding = make_hit(
+        1, "Patients receiving the treatment had 40 percent fewer recurrences in the trial.", page=1
+    )
+    topic = make_hit(
+        2, "Relapse rates of adults with the disease who take the drug were studied in this review.", page=2
+    )
+    claim = "The drug reduces relapse rates in adults with the disease."
+
+    def answer(lead: tuple[int, ...]) -> str:
+        passages = select_passages([finding, topic])
+        return extractive_answer(claim, passages, CitationNumbering(), VectorCache(embedder), lead=lead).text
+
+    # Ranked by score alone, the finding falls below the best sentence's floor and is not quoted.
+    assert "fewer recurrences" not in answer(())
+    assert answer((1,)) == (
+        "Patients receiving the treatment had 40 percent fewer recurrences in the trial [1]. "
+        "Relapse rates of adults with the disease who take the drug were studied in this review [2]."
+    )
+
+
+def test_a_lead_passage_is_quoted_even_when_its_sentences_score_below_the_others(embedder: Embedder) -> None:
+    bearing = make_hit(1, "Mortality at one year was unchanged between the two study groups.", page=1)
+    other = make_hit(2, "Aspirin lowers the risk of heart attack in adults with heart disease.", page=2)
+    extract = extractive_answer(
+        "Aspirin lowers the risk of heart attack in adults.",
+        select_passages([bearing, other]),
+        CitationNumbering(),
+        VectorCache(embedder),
+        lead=(1,),
+    )
+
+    assert extract.cited == (1, 2)
+    assert "Mortality at one year was unchanged" in extract.text

@@ -189,7 +189,8 @@ async def answer_stream(
             # The opening's chunks keep the numbers already shown, ahead of the extract's.
             for chunk_id in opening.chunk_ids if opening is not None else ():
                 numbering.number(chunk_id)
-            extract = await _extract(question, prepared.given, numbering, cache, clock, claim_text)
+            lead = opening.chunk_ids if opening is not None else ()
+            extract = await _extract(question, prepared.given, numbering, cache, clock, claim_text, lead)
             if draft is None or draft.sent == 0:
                 first_token = first_token if first_token is not None else clock.ms()
                 yield Token(extract.text)
@@ -520,10 +521,12 @@ async def _extract(
     cache: VectorCache,
     clock: _Clock,
     own_words: str | None = None,
+    lead: Sequence[int] = (),
 ) -> _Extract:
-    """Stage 6: the extractive answer from every passage given, its citations checked."""
+    """Stage 6: the extractive answer from every passage given, its citations checked; the passages
+    ``lead`` names (those bearing out the opening's verdict) are quoted first."""
     extract = await asyncio.to_thread(
-        partial(extractive_answer, question, given, numbering, cache, own_words=own_words)
+        partial(extractive_answer, question, given, numbering, cache, own_words=own_words, lead=lead)
     )
     began = clock.ms()
     checked = await asyncio.to_thread(verify, extract.text, _numbered(given, numbering), cache)

@@ -59,6 +59,9 @@ _LIST_ITEM = re.compile(r"(?:[-*\u2022\u2013]|\d{1,3}[.)])\s")
 # A figure's or table's label ("Figure 7-26."): the sentence after it is its caption.
 _LABEL = re.compile(r"(?:Figure|Fig\.|Table|Plate|Chart)\s*[\w.\-]*\w\.?", re.IGNORECASE)
 _TABLES = frozenset({"text/csv"})
+# A bracket the sentence goes on from in small letters: the end of a sentence cut before its bracket
+# ("(81% of people on ART by 2020) unless they adopt ..."), not one that opens with it ("(See below.)").
+_RUN_ON = re.compile(r"[(\[][^)\]]*[)\]],?\s+[a-z]")
 # Dot leaders join a PDF table's or contents page's cells ("Stabilizer wiring change ........ Up to
 # $6,715."); the splitter ends a "sentence" at them.
 _LEADER = re.compile(r"\.{4,}|(?:\. ){3,}\.")
@@ -89,6 +92,7 @@ def extractive_answer(
     max_sentences: int = MAX_SENTENCES,
     each_passage_first: bool = True,
     own_words: str | None = None,
+    lead: Sequence[int] = (),
 ) -> Extract:
     """Answer ``question`` with the best-matching sentences of ``passages``, each cited.
 
@@ -101,6 +105,14 @@ def extractive_answer(
     Citation numbers come from ``numbering``, which gains a number for each chunk cited for the first time.
     ``each_passage_first`` quotes the best sentence of each passage before a second of any (see the
     module docstring); off, the best sentences are taken wherever they are.
+
+    ``lead``: chunk ids of passages to quote first, in this order: the passages that bear out the
+    verdict the answer opens with ("Yes: the sources support this claim [1]."), so that the reader's
+    next sentence says what [1] found. Ranked by score alone, a passage that only shares the claim's
+    topic came first in a third of the answers to 150 SciFact claims, and in 9 of them the verdict's
+    passage was not quoted at all. A lead passage the ranking did not choose adds its best sentence,
+    whatever it scores, while the answer is at most one sentence longer than ``max_sentences``; what
+    the ranking chose stays (made room for, the lead had crowded out 4 gold abstracts of 150).
     """
     scored = sorted(
         _scored(question, passages, cache, own_words), key=lambda c: (-c.score, c.passage.number, c.position)
@@ -121,8 +133,22 @@ def extractive_answer(
                 continue
             if not any(_same(candidate.text, other.text, cache) for other in chosen):
                 chosen.append(candidate)
-    # Passages in the order of their best sentence; sentences in the order the passage has them.
-    rank = {id(c.passage): i for i, c in reversed(list(enumerate(chosen)))}
+    # The lead's passages not quoted yet, one sentence each, one past the answer's length at most: what
+    # the ranking chose stays, so no passage it would cite is left out for them.
+    for chunk_id in lead:
+        best = next((c for c in scored if c.passage.chunk_id == chunk_id), None)
+        if (
+            best is not None
+            and len(chosen) <= max_sentences
+            and not any(c.passage is best.passage for c in chosen)
+            and not any(_same(best.text, other.text, cache) for other in chosen)
+        ):
+            chosen.append(best)
+    # Passages in the order of the lead, then of their best sentence; sentences in the order the passage
+    # has them.
+    leading = {chunk_id: i for i, chunk_id in enumerate(lead)}
+    first = {id(c.passage): i for i, c in reversed(list(enumerate(chosen)))}
+    rank = {id(c.passage): (leading.get(c.passage.chunk_id, len(lead)), first[id(c.passage)]) for c in chosen}
     chosen.sort(key=lambda c: (rank[id(c.passage)], c.position))
     cited: list[int] = []
     sentences: list[str] = []
@@ -200,7 +226,7 @@ def _cut(passage: Passage, sentences: Sequence[str]) -> set[int]:
             cut |= {i - 1, i}
     labels = {i for i, sentence in enumerate(sentences) if _LABEL.fullmatch(sentence.strip())}
     cut |= labels | {i + 1 for i in labels}
-    if sentences[0][:1].islower() or sentences[0][:1] in {",", ";", ")"}:
+    if sentences[0][:1].islower() or sentences[0][:1] in {",", ";", ")"} or _RUN_ON.match(sentences[0]):
         # The piece runs on to the first closing punctuation: a line break or a colon can split it
         # ('... does not disagree with "the maximum is 10 bar":' / 'it states the figure), PDF tables...').
         for i, sentence in enumerate(sentences[:-1]):
