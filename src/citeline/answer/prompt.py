@@ -269,11 +269,14 @@ def build_findings_prompt(passages: Sequence[Passage], *, persona: str) -> Promp
     that bear the verdict out, shown as the sentences that best match the claim, and the model only
     reports their findings. The claim itself is not shown: given it, the 0.5B model restated it as the
     finding (6 of 6 SciFact claims, three of them contradicted). The model is given no way to decline.
+    Over several passages it is asked what "these sources" found, not "[1] and [2]": it copied that
+    "and [2]" after its first citation, which the citation grammar turned into a sentence "and 2." of
+    its own (28 of 60 SciFact claims, claims 91 to 150; 1 asked this way).
     """
     system_prompt(persona)  # an unknown persona is refused as for any prompt
     system = CLAIM_PERSONAS[persona]
-    numbers = " and ".join(f"[{p.number}]" for p in passages)
-    user = f"{EVIDENCE_HEADING}:\n\n{evidence_text(passages)}\n\nWhat did {numbers} find?"
+    asked = f"[{passages[0].number}]" if len(passages) == 1 else "these sources"
+    user = f"{EVIDENCE_HEADING}:\n\n{evidence_text(passages)}\n\nWhat did {asked} find?"
     return Prompt(
         persona=persona,
         messages=(Message("system", system), Message("user", user)),
