@@ -1,6 +1,12 @@
-"""The user guide documents every setting: a setting missing from docs/configuration.md fails here."""
+"""The user guide documents every setting as it is: a setting missing from docs/configuration.md, a
+variable it lists that no setting reads, or a default it states wrongly fails here."""
 
 from __future__ import annotations
+
+import json
+import re
+from enum import Enum
+from typing import Any
 
 from citeline.answer.llm import LLMS
 from citeline.embed import EMBEDDERS
@@ -24,3 +30,59 @@ def test_every_built_in_provider_is_documented() -> None:
     }
     missing = [usage for usage, text in written.items() if text not in guide]
     assert not missing, f"providers missing from docs/configuration.md: {missing}"
+
+
+def _documented_settings() -> dict[str, str]:
+    """Each setting's row of docs/configuration.md's tables: ``{name: documented default}``."""
+    guide = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `CITELINE_([A-Z0-9_]+)` \| ([^|]*) \|", guide, re.MULTILINE)
+    return {name.lower(): default.strip() for name, default in rows}
+
+
+def test_every_documented_variable_is_a_setting() -> None:
+    # A variable the guide lists but no setting reads is ignored without a word (configuration.md):
+    # an operator setting it would wait for an effect that never comes.
+    unknown = [name for name in _documented_settings() if name not in Settings.model_fields]
+    assert not unknown, f"docs/configuration.md documents no setting by these names: {unknown}"
+
+
+def _written(value: Any) -> str:
+    """A default as the guide writes it: `unset`, `true`, `800`, `0.02`, `dbsf`, `[]`."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, Enum):
+        return f"`{value.value}`"
+    if isinstance(value, list | dict):
+        return f"`{json.dumps(value)}`"
+    return f"`{value}`"
+
+
+def test_every_documented_default_is_the_settings_default() -> None:
+    wrong = {}
+    for name, documented in _documented_settings().items():
+        field = Settings.model_fields.get(name)
+        if field is None or documented == "see below":  # the source boost table, checked below
+            continue
+        default = field.get_default(call_default_factory=True)
+        if isinstance(default, float) and not isinstance(default, bool):
+            # 60 and 60.0 are the same default: compare the numbers.
+            matches = (
+                documented.strip("`").replace(".", "", 1).isdigit()
+                and float(documented.strip("`")) == default
+            )
+        else:
+            matches = documented == _written(default)
+        if not matches:
+            wrong[f"CITELINE_{name.upper()}"] = (documented, _written(default))
+    assert not wrong, f"docs/configuration.md's defaults differ from Settings (documented, real): {wrong}"
+
+
+def test_the_documented_source_boost_is_the_default() -> None:
+    guide = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    shown = re.search(r"The default `CITELINE_SOURCE_BOOST` is:\n\n```json\n(.*)\n```", guide)
+    assert shown is not None, "docs/configuration.md no longer shows the default CITELINE_SOURCE_BOOST"
+    assert json.loads(shown.group(1)) == Settings.model_fields["source_boost"].get_default(
+        call_default_factory=True
+    )
