@@ -65,6 +65,45 @@ def test_self_contained_questions_are_not_follow_ups(question: str) -> None:
     assert not is_follow_up(question)
 
 
+METFORMIN = "What is the recommended dose of metformin for adults with kidney disease?"
+# (previous question, next question, whether the next one leans on the previous): hand-written pairs
+# measuring both directions, generic questions that name no topic of their own and new questions that
+# use the same aspect words about a topic they name.
+PAIRS = [
+    (METFORMIN, "What dose should be used?", True),
+    (METFORMIN, "How long does it take?", True),
+    (METFORMIN, "Is it safe for children?", True),
+    (METFORMIN, "What about the side effects?", True),
+    (METFORMIN, "What are the side effects?", True),
+    (METFORMIN, "Is the usual dose safe for elderly patients?", True),
+    (METFORMIN, "When should the dose be reduced?", True),
+    (PUMP, "What is the recommended maximum?", True),
+    (PUMP, "How much does it cost?", True),
+    (METFORMIN, "What are the side effects of statins?", False),
+    (METFORMIN, "Is ibuprofen safe for children?", False),
+    (METFORMIN, "How long should antibiotics be taken?", False),
+    (METFORMIN, "What dose of aspirin prevents heart attacks?", False),
+    (METFORMIN, "Do statins reduce the risk of stroke?", False),
+    (PUMP, "What is the maximum pressure of the HX-4000?", False),
+    (PUMP, "How do I reset the controller?", False),
+    (PUMP, "Which fertiliser suits tomato seedlings?", False),
+]
+
+
+@pytest.mark.parametrize(("previous", "question", "leans"), PAIRS)
+def test_a_question_naming_no_topic_of_its_own_is_searched_with_the_previous_one(
+    previous: str, question: str, leans: bool
+) -> None:
+    result = rewrite(question, [turn(1, previous)], llm=None)
+    if leans:
+        assert result.method == "heuristic"
+        assert result.query.startswith(question)
+        topic = "metformin" if previous == METFORMIN else "centrifugal"
+        assert topic in result.query
+    else:
+        assert result == Rewrite(question, "unchanged")
+
+
 def test_a_follow_up_with_a_pronoun_gets_the_previous_topic() -> None:
     assert (
         heuristic_rewrite("How often should it be serviced?", [PUMP])

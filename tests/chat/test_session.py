@@ -318,3 +318,29 @@ def test_a_follow_ups_extractive_answer_quotes_what_its_own_words_ask_about(
     # with the nut's sentences again ("A wheel nut torqued past 12 Nm cracks the hub [2]. Torque the
     # wheel nut ...") and gave the valve last.
     assert done.answer.startswith("The relief valve opens at 3 bar") and "wheel nut" not in done.answer
+
+
+def test_a_generic_follow_up_is_answered_from_the_drug_the_conversation_is_about(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    write(
+        tmp_path / "metformin.md",
+        "# Metformin\n\nMetformin lowers blood glucose in type 2 diabetes. The usual starting dose of "
+        "metformin is 500 mg twice daily with meals, raised by 500 mg each week to at most 2000 mg.\n",
+    )
+    write(
+        tmp_path / "warfarin.md",
+        "# Warfarin\n\nWarfarin prevents blood clots. The dose of warfarin should be used as the INR "
+        "test dictates: most adults need 2 to 10 mg a day.\n",
+    )
+    cl.ingest([tmp_path])
+    session = ChatSession.start(cl, llm=None)
+    complete(ask(session, "What does metformin treat?"))
+
+    done = complete(ask(session, "What dose should be used?"))
+
+    rewritten = session.last_rewrite
+    assert rewritten is not None and rewritten.method == "heuristic" and "metformin" in rewritten.query
+    # Searched alone, "what dose should be used" matched the warfarin page's own words best.
+    assert done.answer.startswith("The usual starting dose of metformin is 500 mg"), done.answer
+    assert done.citations[0].title == "Metformin"

@@ -15,7 +15,11 @@ the conversation:
 4. it is too short to stand alone: at most one content word (a word that is neither a stop word nor a
    question or filler word), unless that word names something specific (an acronym, a word with digits,
    or a capitalised word that does not open the question): "what is the cost?" is a follow-up,
-   "what is BM25?" is not.
+   "what is BM25?" is not;
+5. it names no topic of its own: every content word is an aspect that any topic has (:data:`ASPECTS`:
+   dose, use, side effects, safety, cost, duration, who it is for...) and none is specific, so "what
+   dose should be used?" and "is the usual dose safe for adults?" are follow-ups, while "what dose of
+   metformin should be used?" is not.
 
 A question that is none of these passes unchanged; the detector errs towards follow-ups, since adding
 the previous topic to a self-contained question costs less than searching for "it".
@@ -159,6 +163,112 @@ FILLER = frozenset(
         "another",
     ]
 )
+# Words that ask about an aspect of a topic without naming one: a question made only of these (and
+# stop or filler words) means nothing until the conversation says what it is about. Written forms,
+# not stems, so that a topic word sharing a stem ("user manual") stays a topic.
+ASPECTS = frozenset(
+    [
+        # amount and use
+        "dose",
+        "doses",
+        "dosage",
+        "dosages",
+        "dosing",
+        "amount",
+        "quantity",
+        "use",
+        "used",
+        "using",
+        "take",
+        "takes",
+        "taken",
+        "taking",
+        "given",
+        "apply",
+        "applied",
+        "recommended",
+        "recommend",
+        "recommendation",
+        "recommendations",
+        "usual",
+        "normal",
+        "typical",
+        "standard",
+        "maximum",
+        "minimum",
+        "daily",
+        "reduce",
+        "reduced",
+        "increase",
+        "increased",
+        "adjust",
+        "adjusted",
+        "stop",
+        "stopped",
+        "start",
+        "started",
+        "avoid",
+        "avoided",
+        # effects, safety, risk
+        "side",
+        "effect",
+        "effects",
+        "adverse",
+        "reaction",
+        "reactions",
+        "safe",
+        "safety",
+        "safely",
+        "dangerous",
+        "risk",
+        "risks",
+        "harmful",
+        "benefit",
+        "benefits",
+        "work",
+        "works",
+        "working",
+        "effective",
+        "interaction",
+        "interactions",
+        "interact",
+        "contraindication",
+        "contraindications",
+        "warning",
+        "warnings",
+        "problem",
+        "problems",
+        "alternative",
+        "alternatives",
+        "difference",
+        "differences",
+        # time
+        "time",
+        "duration",
+        "last",
+        "lasts",
+        "frequency",
+        "frequently",
+        # cost
+        "cost",
+        "costs",
+        "price",
+        "expensive",
+        "cheap",
+        # who
+        "children",
+        "child",
+        "kids",
+        "adults",
+        "adult",
+        "elderly",
+        "patients",
+        "patient",
+        "people",
+        "pregnant",
+        "pregnancy",
+    ]
+)
 SHORT_CONTENT_WORDS = 1
 MAX_KEY_TERMS = 8
 HISTORY_TURNS = 3
@@ -216,7 +326,9 @@ def is_follow_up(question: str) -> bool:
         if word in DEMONSTRATIVES and (i == 0 or not _is_content(lowered[i - 1])):
             return True
     content = [(i, words[i]) for i, w in enumerate(lowered) if _is_content(w)]
-    return len(content) <= SHORT_CONTENT_WORDS and not any(_is_specific(w, i) for i, w in content)
+    if any(_is_specific(w, i) for i, w in content):
+        return False
+    return len(content) <= SHORT_CONTENT_WORDS or all(lowered[i] in ASPECTS for i, _ in content)
 
 
 def heuristic_rewrite(question: str, previous_queries: Sequence[str]) -> str:
