@@ -30,7 +30,7 @@ from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
 from citeline.store.bulk import PreparedChunk, PreparedDocument
-from citeline.store.catalog import DocumentQuery
+from citeline.store.catalog import DocumentQuery, Labels
 from citeline.store.database import schema_name
 from tests.conftest import write
 
@@ -128,7 +128,12 @@ CASES: list[tuple[str, Callable[[Citeline], object], str]] = [
     ("ingest uploader", lambda cl: cl.ingest([], IngestOptions(uploaded_by=NUL)), "uploaded_by"),
     ("upload name", lambda cl: cl.submit(Upload(f"{NUL}.md", io.BytesIO(b"# Pumps"))), "upload.name"),
     ("web page address", lambda cl: cl.submit_url(f"https://example.com/{NUL}"), "url"),
-    ("bulk chunk text", lambda cl: cl.load_prepared(prepared(text=NUL)), "documents[0].chunks[0].text"),
+    # (A NUL in a chunk's text is cleaned, as in any text to index: tests/store/test_bulk.py.)
+    (
+        "bulk labels",
+        lambda cl: cl.load_prepared(prepared(labels=Labels(tags=("valves", NUL)))),
+        "documents[0].labels.tags[1]",
+    ),
     ("bulk document name", lambda cl: cl.load_prepared(prepared(name=NUL)), "documents[0].name"),
     # Naming a document: every entry point that takes an id (or the start of one).
     ("document", lambda cl: cl.document(NUL), "document id"),

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.engine import Citeline
-from citeline.errors import ConfigError, StoreError
+from citeline.errors import ConfigError, InvalidRequestError, StoreError
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from citeline.store.bulk import PreparedChunk, PreparedDocument
@@ -189,15 +189,40 @@ def test_vectors_of_3072_dimensions_are_indexed_as_halfvec_and_found_exactly(cl:
             assert np.allclose([d for _, d in found], 1 - stored[exact] @ query, atol=2e-3)
 
 
-def test_a_lone_surrogate_in_a_prepared_text_is_replaced_not_refused(cl: Citeline) -> None:
-    # UTF-8 cannot hold one: it failed the COPY of every document in the load. (A NUL is refused by
-    # Citeline.load_prepared itself, naming the chunk.)
-    texts = ["Statins lower \udcff LDL cholesterol.", "Myopathy is rare \ud800 on statins."]
-    replaced = [t.replace("\udcff", "\ufffd").replace("\ud800", "\ufffd") for t in texts]
-    chunks = [PreparedChunk(texts[0]), PreparedChunk(texts[1], start=len(texts[0]) + 1)]
-    odd = PreparedDocument("prepared://odd", "odd", chunks, cl.embedder.embed(replaced))
+def test_a_nul_or_lone_surrogate_in_a_prepared_text_is_replaced_as_ingest_replaces_it(cl: Citeline) -> None:
+    # Text to index is cleaned, not refused, whichever way it comes: ingest of a caller's in-memory text
+    # replaces each NUL and lone surrogate by U+FFFD, one for one, and so does a load of prepared chunks
+    # (a NUL was refused here, a lone surrogate replaced). UTF-8 cannot hold a surrogate and PostgreSQL
+    # no NUL: either failed the COPY of every document in the load.
+    texts = ["Statins lower \udcff LDL \x00cholesterol.", "Myopathy is rare \ud800 on statins."]
+    replaced = [
+        t.replace("\udcff", "\ufffd").replace("\ud800", "\ufffd").replace("\x00", "\ufffd") for t in texts
+    ]
+    chunks = [
+        PreparedChunk(texts[0], section="Lipids\x00"),
+        PreparedChunk(texts[1], start=len(texts[0]) + 1, section="Harms \udcff"),
+    ]
+    odd = PreparedDocument(
+        "prepared://odd", "odd", chunks, cl.embedder.embed(replaced), title="Statins\x00 \ud800 review"
+    )
     good = _document(cl, "aspirin", TEXTS["aspirin"])
-    assert [d.name for d in cl.load_prepared([odd, good])] == ["odd", "aspirin"]
+    [stored_odd, _] = cl.load_prepared([odd, good])
+    assert stored_odd.title == "Statins\ufffd \ufffd review"
     with cl.engine.connect() as conn:
-        stored = conn.execute(sa.text("SELECT text FROM chunks ORDER BY id")).scalars().all()
-    assert stored[:2] == replaced
+        rows = conn.execute(sa.text("SELECT text, start_offset, section FROM chunks ORDER BY id")).all()
+    assert [tuple(r) for r in rows[:2]] == [
+        (replaced[0], 0, "Lipids\ufffd"),
+        (replaced[1], len(texts[0]) + 1, "Harms \ufffd"),
+    ]
+
+
+def test_labels_of_a_prepared_document_are_refused_not_cleaned(cl: Citeline) -> None:
+    # Labels are the caller's own words, refused as ingest refuses them, naming the field.
+    for bad, message in (("\x00", "NUL"), ("\ud800", "lone surrogate")):
+        doc = _document(cl, "aspirin", TEXTS["aspirin"])
+        tagged = PreparedDocument(
+            doc.source_uri, doc.name, doc.chunks, doc.vectors, labels=Labels(tags=("ok", f"cardio{bad}"))
+        )
+        with pytest.raises(InvalidRequestError, match=rf"documents\[0\]\.labels\.tags\[1\]: .*{message}"):
+            cl.load_prepared([tagged])
+    assert cl.stats()["chunks"] == 0

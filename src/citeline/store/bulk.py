@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.annotate import annotate
+from citeline.checks import refuse_nul
 from citeline.errors import ConfigError
 from citeline.load.clean import storable
 from citeline.store import catalog
@@ -39,6 +40,16 @@ class PreparedChunk:
     end: int | None = None
     section: str | None = None
 
+    def __post_init__(self) -> None:
+        # Text to index is cleaned, not refused, as ingest cleans a caller's in-memory text: each NUL or
+        # lone surrogate (which PostgreSQL cannot store, failing the COPY of every document loaded with
+        # it) becomes U+FFFD, one for one, so offsets still hold; the vectors were computed on the same
+        # text but for that character. Here rather than in load_prepared, so the request check that
+        # refuses a NUL in a document's names never sees one in its text.
+        object.__setattr__(self, "text", storable(self.text))
+        if self.section is not None:
+            object.__setattr__(self, "section", storable(self.section))
+
 
 @dataclass(frozen=True)
 class PreparedDocument:
@@ -52,6 +63,11 @@ class PreparedDocument:
     labels: Labels = field(default_factory=Labels)
     title: str | None = None
     content_type: str = "text/plain"
+
+    def __post_init__(self) -> None:
+        # The title is text read from the source, cleaned as the chunks' texts are (see PreparedChunk).
+        if self.title is not None:
+            object.__setattr__(self, "title", storable(self.title))
 
 
 def load_prepared(
@@ -77,6 +93,9 @@ def load_prepared(
     """
     if not documents:
         return []
+    for i, doc in enumerate(documents):
+        # Labels are the caller's own words: refused, naming the field, as IngestOptions refuses them.
+        refuse_nul(doc.labels, f"documents[{i}].labels")
     documents = [_storable(d) for d in documents]
     dimension = _check_vectors(documents)
     uris = [d.source_uri for d in documents]
@@ -162,25 +181,12 @@ def _check_vectors(documents: Sequence[PreparedDocument]) -> int:
 
 
 def _storable(doc: PreparedDocument) -> PreparedDocument:
-    """``doc`` with each NUL or lone surrogate in its texts and names (which PostgreSQL cannot store, and
-    which failed the COPY of every document loaded with it) replaced by U+FFFD, one for one, as ingest
-    does: offsets still hold, and the vectors were computed on the same text but for that character."""
-    chunks = [_storable_chunk(c) for c in doc.chunks]
-    title = None if doc.title is None else storable(doc.title)
+    """``doc`` with a source URI and name PostgreSQL can store (see :func:`storable`), as ingest stores a
+    caller's in-memory source (its texts were made storable when it was built)."""
     uri, name = storable(doc.source_uri), storable(doc.name)
-    if (uri, name, title) == (doc.source_uri, doc.name, doc.title) and all(
-        a is b for a, b in zip(chunks, doc.chunks, strict=True)
-    ):
+    if uri is doc.source_uri and name is doc.name:
         return doc
-    return replace(doc, source_uri=uri, name=name, title=title, chunks=chunks)
-
-
-def _storable_chunk(chunk: PreparedChunk) -> PreparedChunk:
-    text = storable(chunk.text)
-    section = None if chunk.section is None else storable(chunk.section)
-    if text is chunk.text and section is chunk.section:
-        return chunk
-    return replace(chunk, text=text, section=section)
+    return replace(doc, source_uri=uri, name=name)
 
 
 def _content_hash(doc: PreparedDocument) -> str:
