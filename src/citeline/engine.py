@@ -78,7 +78,7 @@ from citeline.settings import Settings, load_settings
 from citeline.store import catalog, keys, model_migration
 from citeline.store.analyzer import Analyzer
 from citeline.store.bulk import PreparedDocument, load_prepared
-from citeline.store.catalog import DocumentInfo, DocumentPage, DocumentQuery
+from citeline.store.catalog import BuildPage, DocumentInfo, DocumentPage, DocumentQuery
 from citeline.store.database import connect
 from citeline.store.index import Repair, VectorIndex, open_index
 from citeline.store.keys import KeyInfo
@@ -1203,6 +1203,27 @@ class Citeline:
         """One page of the documents ``access`` sees that match ``query``, with their total count."""
         with self.engine.connect() as conn:
             return catalog.query_documents(conn, query, access=access)
+
+    def builds(
+        self,
+        *,
+        failed_within: timedelta | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        access: Access = FULL_ACCESS,
+    ) -> BuildPage:
+        """The versions queued or being built that ``access`` sees, whoever started them (this process,
+        another server, the CLI, a worker), and with ``failed_within`` those that failed that recently:
+        one read of the catalog (see :func:`citeline.store.catalog.builds`)."""
+        if failed_within is not None and failed_within < timedelta(0):
+            raise InvalidRequestError(f"failed_within must not be negative, got {failed_within}")
+        if limit is not None and limit < 1:
+            raise InvalidRequestError(f"a limit of builds is at least 1, got {limit}")
+        if offset < 0:
+            raise InvalidRequestError(f"an offset of builds is at least 0, got {offset}")
+        seconds = failed_within.total_seconds() if failed_within is not None else None
+        with self.engine.connect() as conn:
+            return catalog.builds(conn, failed_within=seconds, limit=limit, offset=offset, access=access)
 
     def chunk_page(
         self, document: DocumentInfo, *, offset: int = 0, limit: int = 100, access: Access = FULL_ACCESS

@@ -41,6 +41,7 @@ ROUTES = (
     Route("DELETE", f"/conversations/{MISSING}", "read", ok=404),
     Route("GET", "/documents", "read"),
     Route("GET", "/stats", "read"),
+    Route("GET", "/builds", "read"),
     Route("GET", "/documents/{acme}", "acme"),
     Route("GET", "/documents/{acme}/file", "acme"),
     Route("GET", "/documents/{acme}/pages/1", "acme"),

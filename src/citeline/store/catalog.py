@@ -30,6 +30,7 @@ from citeline.errors import ConfigError, ConflictError, NotFoundError
 from citeline.retrieve.filters import category_condition, like_escape
 from citeline.store.index import VectorIndex, VersionVectors, as_array, fill_vectors
 from citeline.store.models import Status
+from citeline.types import SourceMetadata
 
 _DOC_COLUMNS = (
     "document_id AS id, id AS version_id, name, title, source_uri, content_type, file_path, content_hash, "
@@ -74,7 +75,7 @@ class DocumentInfo:
     created_at: datetime
     updated_at: datetime
     #: What the loader found about the source (``author``, ``pages``, ``url``, ...), as strings.
-    source_metadata: dict[str, str]
+    source_metadata: SourceMetadata
     #: Runs that claimed this version as a job; when it was queued and when its latest run started.
     attempts: int = 0
     queued_at: datetime | None = None
@@ -946,7 +947,7 @@ class Activation:
     file_path: str | None
     page_count: int
     duration_ms: float
-    source_metadata: dict[str, str] = field(default_factory=dict)
+    source_metadata: SourceMetadata = field(default_factory=dict)
     #: The keyword terms of the whole version (see analyzer.DocumentTerms), for document-level BM25.
     terms: Mapping[str, int] = field(default_factory=dict)
 
@@ -1850,3 +1851,113 @@ def query_documents(
         {**params, "q_limit": query.limit, "q_offset": query.offset},
     )
     return DocumentPage([_row_to_info(r) for r in rows], total, query.limit, query.offset)
+
+
+# -- builds in progress for shells (GET /builds, citeline builds) --------------------------------
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """A version being built (``queued`` or ``processing``), or one whose build failed lately.
+
+    The store records no progress within a build (a version's chunks arrive in the one transaction that
+    swaps it in): ``attempts``, ``started_at`` and ``cancel_requested`` are what there is to know.
+    """
+
+    document_id: uuid.UUID
+    version_id: uuid.UUID
+    name: str
+    title: str | None
+    source_uri: str
+    version: int
+    status: str
+    #: The version serving the document meanwhile; None for a document with none (a first upload).
+    current_version: int | None
+    embedding_model: str | None
+    #: Built for a running model migration (a twin, staged when done), not to replace what serves.
+    migration: bool
+    attempts: int
+    queued_at: datetime | None
+    started_at: datetime | None
+    #: When a failed build ended.
+    finished_at: datetime | None
+    #: Why it failed; for a queued one, why its last attempt was retried (if it was).
+    error: str | None
+    #: A running build asked to stop (it ends ``failed``, "cancelled").
+    cancel_requested: bool
+    scopes: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["document_id"] = str(self.document_id)
+        out["version_id"] = str(self.version_id)
+        for key in ("queued_at", "started_at", "finished_at"):
+            out[key] = out[key].isoformat() if out[key] else None
+        return out
+
+
+@dataclass(frozen=True)
+class BuildPage:
+    """One page of the builds and how many the whole listing holds."""
+
+    builds: list[BuildInfo]
+    total: int
+    limit: int | None
+    offset: int
+
+
+_BUILD_COLUMNS = (
+    "d.document_id, d.id AS version_id, d.name, d.title, d.source_uri, d.version, d.status, "
+    "(SELECT a.version FROM documents a WHERE a.document_id = d.document_id AND a.is_active) "
+    "AS current_version, d.embedding_model, "
+    "coalesce(d.embedding_model = (SELECT target_model FROM model_migrations WHERE status = 'running'), "
+    "false) AS migration, d.attempts, d.queued_at, d.started_at, "
+    "CASE WHEN d.status = 'failed' THEN d.processed_at END AS finished_at, d.error, d.cancel_requested, "
+    "d.scopes"
+)
+
+
+def builds(
+    conn: sa.Connection,
+    *,
+    failed_within: float | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    access: Access = FULL_ACCESS,
+) -> BuildPage:
+    """The versions ``access`` sees that are queued or being built, and with ``failed_within`` (seconds)
+    those whose build failed that recently, in one query with their total count.
+
+    Running builds come first (longest running first), then the queue in the order runners claim it,
+    then failures, latest first. ``pending`` versions wait to be asked for and are not builds yet.
+    """
+    where, params = access.sql("d")
+    failed = (
+        "OR (d.status = 'failed' AND d.processed_at >= now() - make_interval(secs => :b_failed))"
+        if failed_within is not None
+        else ""
+    )
+    # The count and the page in one statement; the count's row stays when the page is empty (an
+    # offset past the end), so the total is known either way.
+    rows = conn.execute(
+        sa.text(
+            f"WITH b AS (SELECT {_BUILD_COLUMNS}, "
+            "CASE d.status WHEN 'processing' THEN 0 WHEN 'queued' THEN 1 ELSE 2 END AS rank, "
+            "CASE d.status WHEN 'processing' THEN d.started_at WHEN 'queued' THEN d.queued_at END AS since, "
+            "d.processed_at "
+            f"FROM documents d WHERE {where} AND (d.status IN ('queued', 'processing') {failed})) "
+            "SELECT t.total, p.* FROM (SELECT count(*) AS total FROM b) t LEFT JOIN LATERAL "
+            "(SELECT * FROM b ORDER BY rank, since, processed_at DESC, version_id "
+            # LIMIT NULL is no limit.
+            "LIMIT :b_limit OFFSET :b_offset) p ON true"
+        ),
+        {**params, "b_failed": failed_within, "b_limit": limit, "b_offset": offset},
+    ).all()
+    fields = BuildInfo.__dataclass_fields__
+    found = [
+        BuildInfo(**{k: v for k, v in r._asdict().items() if k in fields})
+        for r in rows
+        if r.version_id is not None
+    ]
+    return BuildPage(found, int(rows[0].total), limit, offset)

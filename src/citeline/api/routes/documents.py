@@ -1,5 +1,6 @@
 """Reading documents: ``GET /documents`` (filtered, paged), one document, its file, a page's text, its
-chunks; and ``DELETE /documents/{id}`` (alias ``DELETE /index/{id}``, the knowledge-base seed's name)."""
+chunks, the builds in progress (``GET /builds``); and ``DELETE /documents/{id}`` (alias
+``DELETE /index/{id}``, the knowledge-base seed's name)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from starlette.types import Receive, Scope, Send
 from citeline.api.deps import AccessDep, AdminDep, CitelineDep
 from citeline.api.errors import error_body
 from citeline.api.routes.links import file_url
+from citeline.errors import InvalidRequestError
+from citeline.jobs.submit import parse_age
 from citeline.store.catalog import DocumentInfo, DocumentQuery
 from citeline.store.models import Status
 
@@ -73,6 +76,30 @@ def list_documents(
     page = cl.list_documents(query, access=access)
     return {
         "documents": [document_json(d) for d in page.documents],
+        "total": page.total,
+        "limit": page.limit,
+        "offset": page.offset,
+    }
+
+
+@router.get("/builds", summary="Versions queued or being built (and lately failed), whoever started them")
+def list_builds(
+    cl: CitelineDep,
+    access: AccessDep,
+    failed_within: Annotated[
+        str | None,
+        Query(description="Also the builds that failed this recently: 30m, 12h, 1d, 2w."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    offset: Offset = 0,
+) -> dict[str, Any]:
+    try:
+        age = parse_age(failed_within) if failed_within is not None else None
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(f"query.failed_within: {exc}") from None
+    page = cl.builds(failed_within=age, limit=limit, offset=offset, access=access)
+    return {
+        "builds": [b.as_dict() for b in page.builds],
         "total": page.total,
         "limit": page.limit,
         "offset": page.offset,

@@ -1,0 +1,84 @@
+"""``GET /builds``: the versions queued or being built, whoever started them, as far as the key sees,
+against a real ``citeline serve`` whose jobs go to a real Redis with no worker reading it (a build stays
+``queued`` until it is cancelled)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.api.conftest import Server, base_env, cli, create_key, ingest, start_server, stop_server
+from tests.conftest import write
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, fresh_data_dir: Callable[[str], Path], redis_server: str
+) -> Iterator[Server]:
+    data = fresh_data_dir("citeline-builds-")
+    corpus = tmp_path_factory.mktemp("builds-corpus")
+    write(corpus / "acme" / "acme-valve.md", "# ACME valve\n\nThe ACME relief valve opens at 6 bar.")
+    write(corpus / "globex" / "globex-boiler.md", "# Globex boiler\n\nThe Globex boiler runs at 12 bar.")
+    env = base_env(data)
+    acme = ingest(env, corpus / "acme", "--scope", "acme")
+    globex = ingest(env, corpus / "globex", "--scope", "globex")
+    served = base_env(data, CITELINE_JOB_RUNNER="celery", CITELINE_REDIS_URL=redis_server)
+    started = start_server(served, tmp_path_factory.mktemp("builds-log") / "serve.log")
+    try:
+        started.keys["admin"] = create_key(served, "--role", "admin")["key"]
+        started.keys["reader"] = create_key(served, "--role", "reader", "--scope", "acme")["key"]
+        started.keys["other"] = create_key(served, "--role", "reader", "--scope", "globex")["key"]
+        started.documents.update(acme=acme["acme-valve.md"], globex=globex["globex-boiler.md"])
+        yield started
+    finally:
+        stop_server(started)
+
+
+def test_builds_list_what_is_queued_within_the_keys_scopes_and_a_cancelled_one_drops_out(
+    server: Server,
+) -> None:
+    acme, globex = server.documents["acme"], server.documents["globex"]
+    with server.as_("admin") as admin:
+        assert admin.get("/builds").json() == {"builds": [], "total": 0, "limit": 50, "offset": 0}
+        assert admin.post(f"/documents/{acme}/reingest").status_code == 202
+        # Started elsewhere: by the command line, in another process.
+        ran = cli(server.env, "reingest", "--document-id", globex)
+        assert ran.returncode == 0, ran.stderr
+
+        listed = admin.get("/builds").json()
+        assert listed["total"] == 2
+        assert [(b["document_id"], b["version"], b["current_version"]) for b in listed["builds"]] == [
+            (acme, 2, 1),
+            (globex, 2, 1),
+        ]
+        first = listed["builds"][0]
+        assert (first["status"], first["name"], first["scopes"]) == ("queued", "acme-valve.md", ["acme"])
+        assert first["queued_at"] and first["started_at"] is None and first["error"] is None
+        paged = admin.get("/builds", params={"limit": 1, "offset": 1}).json()
+        assert [b["document_id"] for b in paged["builds"]] == [globex] and paged["total"] == 2
+
+        with server.as_("reader") as reader:
+            assert [b["document_id"] for b in reader.get("/builds").json()["builds"]] == [acme]
+        with server.as_("other") as other:
+            assert [b["document_id"] for b in other.get("/builds").json()["builds"]] == [globex]
+
+        assert admin.post(f"/documents/{acme}/cancel").status_code == 200
+        assert [b["document_id"] for b in admin.get("/builds").json()["builds"]] == [globex]
+        recent = admin.get("/builds", params={"failed_within": "1h"}).json()["builds"]
+        assert [(b["document_id"], b["status"], b["error"]) for b in recent] == [
+            (globex, "queued", None),
+            (acme, "failed", "cancelled"),
+        ]
+        assert recent[1]["finished_at"]
+        assert admin.post(f"/documents/{globex}/cancel").status_code == 200
+        assert admin.get("/builds").json()["total"] == 0
+
+
+def test_a_bad_age_or_page_is_a_422_naming_the_parameter(server: Server) -> None:
+    with server.as_("admin") as admin:
+        soon = admin.get("/builds", params={"failed_within": "soon"})
+        zero = admin.get("/builds", params={"limit": 0})
+    assert soon.status_code == 422 and "query.failed_within" in soon.json()["error"]["message"]
+    assert zero.status_code == 422 and "limit" in zero.json()["error"]["message"]
