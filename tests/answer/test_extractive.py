@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import replace
 from pathlib import Path
 
+from citeline.answer import Complete, Event, Start
+from citeline.answer.answer import answer_stream
 from citeline.answer.citations import MARKER, CitationNumbering, claims
 from citeline.answer.extractive import extractive_answer
+from citeline.answer.llm import GenerationOptions
 from citeline.answer.prompt import select_passages
 from citeline.answer.support import VectorCache, normalise
 from citeline.embed import Embedder
 from citeline.engine import Citeline
+from citeline.eval.answers import check_citations
 from tests.conftest import PDFS, REPO, write
 
 from .conftest import make_hit
@@ -388,3 +393,37 @@ def test_a_lead_passage_is_quoted_even_when_its_sentences_score_below_the_others
 
     assert extract.cited == (1, 2)
     assert "Mortality at one year was unchanged" in extract.text
+
+
+def test_a_table_rows_citation_shows_the_row_under_its_headers_and_points_at_the_stored_row(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    table = (
+        "# Device table\n\n| Model | Max pressure (bar) | Flow (L/min) |\n| --- | --- | --- |\n"
+        "| HX-2000 | 10 | 40 |\n| HX-4000 | 16 | 60 |\n| HX-6000 | 25 | 90 |\n"
+    )
+    write(tmp_path / "devices.md", table)
+    cl.ingest([tmp_path])
+    question = "What is the max pressure of the HX-4000?"
+
+    async def collect() -> list[Event]:
+        stream = answer_stream(
+            question,
+            cl.search(question),
+            llm=None,
+            embedder=cl.embedder,
+            numbering=CitationNumbering(),
+            persona="general",
+            options=GenerationOptions(),
+        )
+        return [event async for event in stream]
+
+    start, *_, done = asyncio.run(collect())
+    assert isinstance(start, Start) and isinstance(done, Complete)
+
+    [citation] = done.citations
+    # Every shell (CLI, API, web) shows this field: not the bare "| HX-4000 | 16 | 60 |".
+    assert citation.excerpt == "Model: HX-4000; Max pressure (bar): 16; Flow (L/min): 60."
+    assert table[citation.excerpt_start : citation.excerpt_end] == "| HX-4000 | 16 | 60 |"
+    stored = {h.chunk_id: h for h in cl.fetch([citation.chunk_id])}
+    assert check_citations(done, start.passages, stored) == ([1], [])

@@ -583,7 +583,10 @@ def _citation(
 ) -> Citation:
     hit = passage.hit
     start, end = sentences.spans[shown.best_sentence]
-    excerpt = normalise(passage.text[start:end])
+    # The sentence as it was scored: a Markdown table's row under its headers ("Model: HX-4000; Max
+    # pressure (bar): 16."), not a bare "| HX-4000 | 16 |" that names nothing. The span still points
+    # at the row as stored.
+    excerpt = sentences.sentences[shown.best_sentence]
     if len(excerpt) > EXCERPT_CHARS:
         cut = excerpt.rfind(" ", 0, EXCERPT_CHARS)
         excerpt = excerpt[: cut if cut > EXCERPT_CHARS // 2 else EXCERPT_CHARS] + "\u2026"

@@ -175,6 +175,17 @@ class PassageSentences:
         )
 
 
+def shown_text(text: str, start: int, end: int) -> str:
+    """``text[start:end]`` as a citation's excerpt shows it: when the span is one of ``text``'s sentences,
+    that sentence as :class:`PassageSentences` reads it (a table's row under its headers), otherwise the
+    span on one line."""
+    sentences = PassageSentences.of(text)
+    for span, sentence in zip(sentences.spans, sentences.sentences, strict=True):
+        if span == (start, end):
+            return sentence
+    return normalise(text[start:end])
+
+
 def table_cells(row: str) -> list[str]:
     """The cells of a Markdown table's row, stripped: ``| a | b |`` gives ``["a", "b"]``."""
     return [cell.strip() for cell in row.strip().strip("|").split("|")]

@@ -46,7 +46,7 @@ from citeline.answer.llm import GenerationOptions, Message
 from citeline.answer.nli import default_judge
 from citeline.answer.prompt import system_prompt
 from citeline.answer.stance import VERDICTS
-from citeline.answer.support import normalise
+from citeline.answer.support import shown_text
 from citeline.chat.session import delete_conversation
 from citeline.engine import Citeline
 from citeline.errors import GenerationError, InvalidRequestError
@@ -564,7 +564,10 @@ def _mismatches(citation: Citation, hit: Hit) -> list[str]:
     if not citation.start <= citation.excerpt_start <= citation.excerpt_end <= citation.end:
         out.append(f"excerpt {citation.excerpt_start}-{citation.excerpt_end} is outside the cited span")
         return out
-    stored = normalise(hit.text[citation.excerpt_start - hit.start : citation.excerpt_end - hit.start])
+    # The excerpt reads the stored sentence as the citation scored it (a table's row under its headers).
+    passage = hit.text[citation.start - hit.start : citation.end - hit.start]
+    offset = citation.start
+    stored = shown_text(passage, citation.excerpt_start - offset, citation.excerpt_end - offset)
     if not stored.startswith(citation.excerpt.removesuffix(_ELLIPSIS)):
         out.append(f"excerpt does not match the stored text at {citation.excerpt_start}")
     return out
