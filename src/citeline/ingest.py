@@ -51,7 +51,7 @@ from citeline.store.analyzer import Analyzer, DocumentTerms
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
 from citeline.store.index import VectorIndex, VersionVectors
 from citeline.store.models import Status
-from citeline.types import ChunkDraft, LoadedSource, Page, Section
+from citeline.types import ChunkDraft, LoadedSource, Page, Section, SourceMetadata
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -832,9 +832,7 @@ class Ingestor:
                         file_path=str(job.source.stored_file) if job.source.stored_file else None,
                         page_count=job.pages,
                         duration_ms=(time.perf_counter() - job.started) * 1e3,
-                        source_metadata={storable(k): storable(v) for k, v in job.loaded.metadata.items()}
-                        if job.loaded
-                        else {},
+                        source_metadata=_storable_metadata(job.loaded.metadata) if job.loaded else {},
                         terms=job.terms.counts() if job.terms else {},
                     )
                     for job in ready
@@ -1072,6 +1070,13 @@ def _storable_loaded(loaded: LoadedSource) -> LoadedSource:
     """
     loaded.pages = (_storable_page(page) for page in loaded.pages)
     return loaded
+
+
+def _storable_metadata(metadata: SourceMetadata) -> SourceMetadata:
+    return {
+        storable(k): storable(v) if isinstance(v, str) else [storable(item) for item in v]
+        for k, v in metadata.items()
+    }
 
 
 def _storable_page(page: Page) -> Page:

@@ -8,6 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+#: What a loader found in a source itself (a PDF's author, a Markdown file's front matter): strings, and
+#: lists of them (front-matter ``tags: [a, b]``).
+SourceMetadata = dict[str, str | list[str]]
+
 
 @dataclass(frozen=True, slots=True)
 class Section:
@@ -42,7 +46,7 @@ class LoadedSource:
     content_type: str
     title: str
     pages: Iterator[Page]
-    metadata: dict[str, str] = field(default_factory=dict)
+    metadata: SourceMetadata = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

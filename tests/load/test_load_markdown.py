@@ -67,7 +67,7 @@ def test_front_matter_is_metadata_not_text(tmp_path: Path) -> None:
     source = load(_write(tmp_path, DOC))
     page = next(source.pages)
     assert source.content_type == "text/markdown"
-    assert source.metadata == {"title": "Lipid guide", "author": "A. Writer"}
+    assert source.metadata == {"title": "Lipid guide", "author": "A. Writer", "tags": ["a", "b"]}
     assert page.text.startswith("Intro paragraph before any heading.")
     assert "author:" not in page.text
 
@@ -106,3 +106,58 @@ def test_front_matter_values_are_cleaned_as_the_body_is(tmp_path: Path) -> None:
     source = load(path)
     assert source.title == "Pump guide"
     assert source.metadata == {"title": "Pump guide", "author": "A. Writer"}
+
+
+def test_front_matter_lists_of_scalars_are_kept_as_lists(tmp_path: Path) -> None:
+    # Flow lists ([a, b]) and block lists ("- a" lines under the key) were dropped whole: a file's
+    # tags, authors or aliases vanished from its source metadata.
+    text = """\
+---
+title: Pump care
+tags: [pumps, "relief valve", 'maint, yearly']
+authors:
+  - Ada Okafor
+  - "B. Lee"
+aliases:
+- pump-care
+empty: []
+version: 2
+---
+# Pumps
+
+Prime the pump.
+"""
+    source = load(_write(tmp_path, text))
+    assert source.metadata == {
+        "title": "Pump care",
+        "tags": ["pumps", "relief valve", "maint, yearly"],
+        "authors": ["Ada Okafor", "B. Lee"],
+        "aliases": ["pump-care"],
+        "version": "2",
+    }
+    assert next(source.pages).text == "# Pumps\n\nPrime the pump."
+
+
+def test_front_matter_values_that_are_not_scalars_or_lists_of_scalars_are_skipped(tmp_path: Path) -> None:
+    # Nested mappings, lists of mappings or of lists, and block scalars are not guessed at.
+    text = """\
+---
+title: Pump care
+owner:
+  name: Ada
+  team: maintenance
+steps:
+  - name: prime
+    minutes: 2
+matrix: [[1, 2], [3, 4]]
+note: |
+  - not a list item
+  but a block of text
+map: {a: 1}
+tags:
+  - pumps
+---
+Prime the pump.
+"""
+    source = load(_write(tmp_path, text))
+    assert source.metadata == {"title": "Pump care", "tags": ["pumps"]}

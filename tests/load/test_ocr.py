@@ -20,7 +20,9 @@ def test_a_scanned_page_is_read_upright_with_its_confidence_kept(name: str) -> N
     source = load(PDFS / name)
     [page] = list(source.pages)
     assert "Docling bundles PDF document conversion to JSON and Markdown" in " ".join(page.text.split())
-    page_number, confidence = source.metadata["ocr_confidence"].split("=")
+    confidences = source.metadata["ocr_confidence"]
+    assert isinstance(confidences, str)
+    page_number, confidence = confidences.split("=")
     assert page_number == "1" and float(confidence) > 80
     assert source.metadata.get("ocr_rotated") == ("1=90" if "rotated" in name else None)
 

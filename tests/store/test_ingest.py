@@ -254,6 +254,26 @@ def test_what_the_loader_found_is_kept_apart_from_the_user_metadata(cl: Citeline
     assert shown.source_metadata == html.document.source_metadata
 
 
+def test_front_matter_lists_are_stored_as_lists_not_as_labels(cl: Citeline, tmp_path: Path) -> None:
+    # The front matter is what the file says of itself: kept in source_metadata, lists as lists; the
+    # labels that search filters use are still only the caller's.
+    notes = write(
+        tmp_path / "pumps.md",
+        "---\ntitle: Pump care\ntags: [pumps, maintenance]\nauthors:\n  - Ada Okafor\n  - B. Lee\n---\n"
+        "# Priming\n\nThe pump is primed for two minutes before the valve opens.\n",
+    )
+    [result] = cl.ingest([notes])
+
+    assert result.document is not None and result.document.title == "Pump care"
+    assert result.document.tags == []
+    [shown] = cl.documents()
+    assert shown.source_metadata == {
+        "title": "Pump care",
+        "tags": ["pumps", "maintenance"],
+        "authors": ["Ada Okafor", "B. Lee"],
+    }
+
+
 def test_an_original_still_needed_by_another_source_is_kept(cl: Citeline, tmp_path: Path) -> None:
     a = write(tmp_path / "a.md", GUIDE)
     cl.ingest([a])

@@ -33,7 +33,7 @@ def _memory(
     title: str = "",
     content_type: str = "text/plain",
     content_hash: str = "",
-    **metadata: str,
+    **metadata: str | list[str],
 ) -> Source:
     """A source built in memory, as the evaluation builds its corpora."""
 

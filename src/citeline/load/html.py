@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from citeline.errors import LoadError
 from citeline.load.text import markdown_page
 from citeline.load.url import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, fetch
-from citeline.types import LoadedSource
+from citeline.types import LoadedSource, SourceMetadata
 
 _HTML_MEDIA_TYPES = ("text/html", "application/xhtml+xml")
 
@@ -57,7 +57,7 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
     title = " ".join((tree.findtext(".//title") or "").split())
     document = trafilatura.extract_metadata(tree)
     meta_title = " ".join((getattr(document, "title", None) or "").split())
-    metadata: dict[str, str] = {}
+    metadata: SourceMetadata = {}
     for key in ("author", "date", "sitename", "url"):
         value = getattr(document, key, None)
         if isinstance(value, str) and value.strip():

@@ -29,7 +29,7 @@ import pypdfium2.raw as pdfium_c
 from citeline.errors import LoadError
 from citeline.load import ocr
 from citeline.load.clean import clean_inline, clean_text
-from citeline.types import LoadedSource, Page
+from citeline.types import LoadedSource, Page, SourceMetadata
 
 if TYPE_CHECKING:
     import pypdf
@@ -381,7 +381,7 @@ def load_pdf(path: Path) -> LoadedSource:
             scans.read(reader, i) for i in range(reader.page_count) if ocr.available()
         ):
             raise LoadError(reader.source, NO_TEXT_LAYER)
-        metadata = {"pages": str(reader.page_count)}
+        metadata: SourceMetadata = {"pages": str(reader.page_count)}
         if author := reader.metadata.get("Author", ""):
             metadata["author"] = author
         title = _title(reader.metadata, path)
@@ -406,7 +406,7 @@ class _Scans:
             self.done[index] = reader.ocr(index)
         return clean_text(self.done[index].text)
 
-    def describe(self, metadata: dict[str, str]) -> None:
+    def describe(self, metadata: SourceMetadata) -> None:
         """``ocr_confidence``: ``page=confidence`` for each page read by OCR; ``ocr_rotated``:
         ``page=degrees`` for those turned upright first."""
         pages = sorted(self.done)
@@ -417,7 +417,7 @@ class _Scans:
             metadata["ocr_rotated"] = rotated
 
 
-def _pages(path: Path, scans: _Scans, metadata: dict[str, str]) -> Iterator[Page]:
+def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page]:
     # The document is opened again here rather than kept open from load_pdf(), so a LoadedSource
     # whose pages are never read holds no file handle or PDFium memory.
     reader = _PageReader(path)

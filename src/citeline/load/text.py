@@ -12,7 +12,7 @@ import charset_normalizer
 
 from citeline.errors import LoadError
 from citeline.load.clean import clean_inline, clean_text
-from citeline.types import LoadedSource, Page, Section
+from citeline.types import LoadedSource, Page, Section, SourceMetadata
 
 _BOMS = (
     # UTF-32 first: its little-endian mark begins with UTF-16's.
@@ -169,14 +169,21 @@ def find_headings(text: str) -> list[Heading]:
 
 _FRONT_MATTER = re.compile(r"---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|$)", re.DOTALL)
 _FRONT_MATTER_PAIR = re.compile(r"([A-Za-z_][\w-]*)[ \t]*:[ \t]*(.*?)[ \t]*")
+_LIST_ITEM = re.compile(r"[ \t]*-(?:[ \t]+(.*?))?[ \t]*")
+# One item of a flow list ([a, "b, c", 'd']) and the comma after it, if any.
+_FLOW_ITEM = re.compile(r"""[ \t]*("[^"]*"|'[^']*'|[^,"'\[\]{}]*?)[ \t]*(,|\Z)""")
+# An unquoted value that YAML reads as something other than a plain string: a flow collection, a block
+# scalar (| or >), an anchor, alias or tag, a comment; and "key: value", a mapping (in a list item).
+_NOT_SCALAR = re.compile(r"[\[{|>&*!#]|[^:]*:(?:[ \t]|$)")
 
 
-def split_front_matter(text: str) -> tuple[dict[str, str], str]:
+def split_front_matter(text: str) -> tuple[SourceMetadata, str]:
     """Split a leading YAML front-matter block (``---`` ... ``---``) off Markdown ``text``.
 
-    Returns its simple ``key: value`` pairs (nested values and lists are skipped) and the body after
-    it. Text that does not open with such a block, whose first line is a ``key:`` pair, comes back
-    whole with no pairs.
+    Returns its top-level keys whose values are plain scalars (as strings, ``version: 2`` as ``"2"``)
+    or lists of them (``tags: [a, b]``, or ``- a`` lines under the key), and the body after it. Other
+    values (nested mappings, lists of mappings, block scalars) are skipped, as are empty ones. Text
+    that does not open with such a block, whose first line is a ``key:`` pair, comes back whole.
     """
     match = _FRONT_MATTER.match(text)
     if match is None:
@@ -184,19 +191,74 @@ def split_front_matter(text: str) -> tuple[dict[str, str], str]:
     lines = (match.group(1) or "").splitlines()
     if lines and not _FRONT_MATTER_PAIR.fullmatch(lines[0]):
         return {}, text
-    pairs: dict[str, str] = {}
-    for line in lines:
-        pair = _FRONT_MATTER_PAIR.fullmatch(line)
+    pairs: SourceMetadata = {}
+    i = 0
+    while i < len(lines):
+        pair = _FRONT_MATTER_PAIR.fullmatch(lines[i])
+        i += 1
         if pair is None:
             continue
-        value = pair.group(2)
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        # A value becomes a title or a metadata entry: no NUL (which PostgreSQL cannot store) or other
-        # control character, as in the body.
-        if value and value[0] not in "[{|>&*#" and (cleaned := clean_inline(value)):
-            pairs[pair.group(1)] = cleaned
+        key, raw = pair.groups()
+        value: str | list[str] | None
+        if raw:
+            value = _flow_list(raw) if raw.startswith("[") else _scalar(raw)
+        else:
+            # A block value: the lines indented under the key, or "- " items at the key's own indent.
+            block = []
+            while i < len(lines) and (lines[i][:1] in (" ", "\t") or lines[i].startswith("-")):
+                block.append(lines[i])
+                i += 1
+            value = _block_list(block)
+        if value:
+            pairs[key] = value
     return pairs, text[match.end() :]
+
+
+def _scalar(raw: str) -> str | None:
+    """A plain or quoted YAML scalar as one clean line, or None for anything else (or nothing left).
+
+    A value becomes a title or a metadata entry: no NUL (which PostgreSQL cannot store) or other control
+    character, as in the body.
+    """
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        raw = raw[1:-1]
+    elif _NOT_SCALAR.match(raw):
+        return None
+    return clean_inline(raw) or None
+
+
+def _flow_list(raw: str) -> list[str] | None:
+    """The scalars of a flow list (``[a, "b, c"]``), or None when it holds anything else."""
+    if not raw.endswith("]"):
+        return None
+    inner, items, at = raw[1:-1], [], 0
+    while True:
+        item = _FLOW_ITEM.match(inner, at)
+        if item is None:
+            return None
+        if item.group(1):
+            value = _scalar(item.group(1))
+            if value is None:
+                return None
+            items.append(value)
+        if not item.group(2):
+            return items
+        at = item.end()
+
+
+def _block_list(block: list[str]) -> list[str] | None:
+    """The scalars of a block list (``- a`` lines), or None when ``block`` holds anything else."""
+    items = []
+    for line in block:
+        item = _LIST_ITEM.fullmatch(line)
+        if item is None:
+            return None
+        if item.group(1):
+            value = _scalar(item.group(1))
+            if value is None:
+                return None
+            items.append(value)
+    return items or None
 
 
 def markdown_page(text: str) -> tuple[Page, str | None]:
@@ -214,12 +276,13 @@ def markdown_page(text: str) -> tuple[Page, str | None]:
 def load_markdown(path: Path) -> LoadedSource:
     """Load a Markdown file as one page whose headings are its sections.
 
-    Front matter is not body text: its ``key: value`` pairs become ``metadata``. The title is the
-    front matter's ``title``, else the first level-1 heading, else the file stem.
+    Front matter is not body text: its values (see :func:`split_front_matter`) become ``metadata``.
+    The title is the front matter's ``title``, else the first level-1 heading, else the file stem.
     """
     metadata, body = split_front_matter(read_text_file(path).replace("\r\n", "\n"))
     if not body.strip():
         raise LoadError(str(path), "empty file (front matter only)" if metadata else "empty file")
     page, heading = markdown_page(body)
-    title = metadata.get("title") or heading or path.stem
+    front_title = metadata.get("title")
+    title = (front_title if isinstance(front_title, str) else None) or heading or path.stem
     return LoadedSource(content_type="text/markdown", title=title, pages=iter([page]), metadata=metadata)
