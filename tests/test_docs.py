@@ -1,5 +1,6 @@
-"""The user guide documents every setting as it is: a setting missing from docs/configuration.md, a
-variable it lists that no setting reads, or a default it states wrongly fails here."""
+"""The user guide says what citeline does: a setting missing from docs/configuration.md, a variable it
+lists that no setting reads, a default it states wrongly, or a command line in an example that
+citeline would refuse (an unknown command or option) fails here."""
 
 from __future__ import annotations
 
