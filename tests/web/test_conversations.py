@@ -159,3 +159,28 @@ def test_a_citation_keeps_opening_what_it_cited_after_a_reingest(site: Site, con
     assert fold(marked_text(page)) == fold(cited["excerpt"])
     page.get_by_role("button", name="Open the current version").click()
     expect(page.locator("#viewer")).to_contain_text("Since the 2026 revision", timeout=30_000)
+
+
+def test_a_table_rows_citation_reads_under_its_headers_and_opens_on_the_row_itself(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    write(
+        tmp_path / "devices.md",
+        "# Device table\n\n| Model | Max pressure (bar) | Flow (L/min) |\n| --- | --- | --- |\n"
+        "| HX-2000 | 10 | 40 |\n| HX-4000 | 16 | 60 |\n| HX-6000 | 25 | 90 |\n",
+    )
+    done = cli(site.server.env, "ingest", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.key)
+    with page.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
+        ask(page, "What is the max pressure of the HX-4000?")
+    answer = completed_answer(streamed.value.text())
+    [cited] = [c for c in answer["citations"] if c["document_name"] == "devices.md"]
+    assert cited["excerpt"] == "Model: HX-4000; Max pressure (bar): 16; Flow (L/min): 60."
+
+    open_citation(page, cited["number"])
+    page.get_by_role("button", name="Open at the page").click()
+    expect(page.locator("#viewer mark.citeline-mark").first).to_be_visible(timeout=30_000)
+    # The row as stored is marked, not the headers' words the readable excerpt borrowed.
+    assert fold(marked_text(page)) == fold("| HX-4000 | 16 | 60 |")

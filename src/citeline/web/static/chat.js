@@ -397,6 +397,19 @@ async function showVersionNote(citation) {
   $("citation-version").hidden = false;
 }
 
+/**
+ * The cited span as the page holds it, for the viewer to find: the excerpt reads a table's row under
+ * its headers ("Model: HX-4000; Max pressure (bar): 16."), words the stored row "| HX-4000 | 16 |" does
+ * not have, so the viewer looked for the headers' words and marked them.
+ */
+function citedText(citation) {
+  const { text, start, excerpt_start: xs, excerpt_end: xe } = citation;
+  if (typeof text === "string" && xs !== undefined && xs >= start && xe - start <= text.length) {
+    return text.slice(xs - start, xe - start);
+  }
+  return citation.excerpt ?? text;
+}
+
 async function openAtPage(current = false) {
   const citation = state.current;
   if (!citation) return;
@@ -420,7 +433,7 @@ async function openAtPage(current = false) {
       // The cited sentence once the answer is checked; until then the whole passage.
       start: citation.excerpt_start ?? citation.start,
       end: citation.excerpt_end ?? citation.end,
-      text: citation.excerpt ?? citation.text,
+      text: citedText(citation),
     });
   } catch {
     // The viewer has written the failure in words inside its box.
