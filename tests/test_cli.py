@@ -398,3 +398,36 @@ def test_an_answer_with_no_passage_does_not_claim_a_model_wrote_it(
     code, out, err = _run(settings, "ask", "How do I prime the pump?", "--tag", "no-such-tag")
     assert code == 0, err
     assert "no passage to answer from: no model was asked" in out and "answered by" not in out
+
+
+def test_builds_lists_what_is_queued_wherever_it_was_started_until_it_ends(
+    settings: Settings, tmp_path: Path
+) -> None:
+    write(tmp_path / "[b]pump.md", "Prime the pump for two minutes before the first start.")
+    assert _run(settings, "ingest", str(tmp_path))[0] == 0
+    code, out, err = _run(settings, "builds")
+    assert (code, out) == (0, "") and "no builds queued or running" in err
+    # Queued by another process (a server, a script); no runner builds it here.
+    with Citeline(settings) as elsewhere:
+        [doc] = elsewhere.documents()
+        queued = elsewhere.reingest(doc.id).document
+
+    code, out, err = _run(settings, "builds", "--json")
+    assert code == 0, err
+    [build] = json.loads(out)
+    assert (build["document_id"], build["version"], build["current_version"]) == (str(doc.id), 2, 1)
+    assert build["status"] == "queued" and build["version_id"] == str(queued.version_id)
+    code, out, err = _run(settings, "builds")
+    assert code == 0 and "1 build" in err
+    [row] = [line.split() for line in out.splitlines() if "[b]pump.md" in line]
+    assert row[:5] == [str(doc.id)[:8], "[b]pump.md", "2", "1", "queued"]
+
+    with Citeline(settings) as elsewhere:
+        elsewhere.cancel(doc.id)
+    code, out, err = _run(settings, "builds")
+    assert (code, out) == (0, "") and "no builds queued or running" in err
+    code, out, err = _run(settings, "builds", "--failed-within", "1h")
+    [row] = [line.split() for line in out.splitlines() if "[b]pump.md" in line]
+    assert code == 0 and row[4] == "failed" and row[-1] == "cancelled", err
+    code, _, err = _run(settings, "builds", "--failed-within", "soon")
+    assert code != 0 and "'soon'" in err

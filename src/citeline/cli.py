@@ -598,6 +598,61 @@ def docs_list(
     console.print(table)
 
 
+@app.command()
+def builds(
+    ctx: typer.Context,
+    failed_within: Annotated[
+        str | None,
+        typer.Option("--failed-within", help="Also the builds that failed this recently: 30m, 12h, 1d, 2w."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
+) -> None:
+    """Versions queued or being built, whoever started them (the API, this command line, a worker):
+    running ones first, then the queue in the order runners take it."""
+    age = _guard(lambda: parse_age(failed_within)) if failed_within else None
+    with _citeline(ctx) as cl:
+        found = cl.builds(failed_within=age).builds
+    if as_json:
+        _print_json([b.as_dict() for b in found])
+        return
+    if not found:
+        err.print("no builds queued or running" + (f", none failed within {failed_within}" if age else ""))
+        return
+    # As `docs list`: the id's first 8 characters are what other commands take; cells are text.
+    table = Table(
+        Column("id", no_wrap=True),
+        Column("name", overflow="fold", ratio=2, min_width=12),
+        Column("v", no_wrap=True),
+        Column("serving", no_wrap=True),
+        Column("status", overflow="fold", ratio=1, min_width=10),
+        Column("attempts", no_wrap=True),
+        Column("since", no_wrap=True),
+        Column("error", overflow="fold", ratio=2, min_width=9),
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for b in found:
+        since = b.finished_at if b.status == "failed" else (b.started_at or b.queued_at)
+        status = Text(b.status + (" (cancelling)" if b.cancel_requested else ""))
+        if b.migration:  # a twin for the model migration, not a new version of what serves
+            status.append(f" (migration to {b.embedding_model})")
+        if b.status == "failed":
+            status.stylize("red")
+        table.add_row(
+            str(b.document_id)[:8],
+            Text(b.name),
+            str(b.version),
+            "" if b.current_version is None else str(b.current_version),
+            status,
+            str(b.attempts),
+            since.astimezone().strftime("%Y-%m-%d %H:%M:%S") if since else "",
+            Text(b.error or ""),
+        )
+    console.print(table)
+    err.print(_count(len(found), "build"))
+
+
 def _short_type(content_type: str | None) -> str:
     """``pdf``, ``markdown``, ``html``, ``csv``, ``text``: the MIME type's subtype, for a narrow column."""
     subtype = (content_type or "").partition("/")[2].partition(";")[0]
