@@ -151,3 +151,29 @@ def test_every_command_line_in_the_guide_is_one_citeline_takes() -> None:
             if hasattr(command, "commands"):
                 wrong.append(f"{page}: {line}: names no command")
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_error_is_in_the_troubleshooting_table_with_its_exit_code_and_status() -> None:
+    # The table is what an operator reads an exit code or an HTTP status against.
+    import citeline.errors as errors
+
+    guide = (REPO / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    rows = {
+        name: (code, statuses)
+        for name, code, statuses in re.findall(
+            r"^\| `(\w+Error)` \| (\d+) \| ([\d, ]+) \|", guide, re.MULTILINE
+        )
+    }
+    wrong = []
+    for name, error in vars(errors).items():
+        if not (isinstance(error, type) and issubclass(error, errors.CitelineError)):
+            continue
+        if name not in rows:
+            wrong.append(f"{name} is not in the table")
+            continue
+        code, statuses = rows[name]
+        if int(code) != error.exit_code or str(error.http_status) not in statuses.split(", "):
+            wrong.append(
+                f"{name}: documented {code} / {statuses}, is {error.exit_code} / {error.http_status}"
+            )
+    assert not wrong, wrong
