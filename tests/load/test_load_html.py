@@ -215,3 +215,42 @@ def test_responses_over_the_size_cap_are_refused(site: str, path: str) -> None:
 def test_unreachable_port_fails_cleanly(site: str) -> None:
     with pytest.raises(LoadError, match="cannot fetch"):
         load_url("http://127.0.0.1:9/", allow_private=True, timeout=2)
+
+
+@pytest.mark.parametrize("separator", [" | ", " · ", " » "])
+def test_the_site_name_in_a_title_is_left_out(tmp_path: Path, separator: str) -> None:
+    # "Valve care | Example Plant" names the site on every page of it; the document is "Valve care".
+    path = tmp_path / "valves.html"
+    body = "<main><h1>Valve care</h1><p>The relief valve opens at 6 bar and is tested every month.</p></main>"
+    for title in (f"Valve care{separator}Example Plant", f"Example Plant{separator}Valve care"):
+        path.write_text(f"<html><head><title>{title}</title></head><body>{body}</body></html>")
+        assert load(path).title == "Valve care"
+
+
+def test_a_title_part_is_left_out_after_a_dash_or_colon_only_when_it_is_the_site_name(tmp_path: Path) -> None:
+    # A dash or a colon also opens a subtitle ("Relief valves - a primer"), which is the title's own.
+    body = (
+        "<main><h1>Relief valves</h1><p>The relief valve opens at 6 bar and is tested every month.</p></main>"
+    )
+    path = tmp_path / "valves.html"
+    titles = ("Relief valves - a primer", "Relief valves: a primer", "Relief valves \u2013 Example Plant")
+    for title in titles:
+        path.write_text(f"<html><head><title>{title}</title></head><body>{body}</body></html>")
+        assert load(path).title == title
+    site = '<meta property="og:site_name" content="Example Plant">'
+    for title in ("Relief valves \u2013 Example Plant", "Example Plant: Relief valves"):
+        path.write_text(f"<html><head><title>{title}</title>{site}</head><body>{body}</body></html>")
+        assert load(path).title == "Relief valves"
+
+
+def test_a_copyright_year_is_not_the_page_date(tmp_path: Path) -> None:
+    # The footer's "Copyright 2024" came back as the date 2024-01-01, a day the page never names.
+    path = tmp_path / "ldl.html"
+    path.write_text(ARTICLE, encoding="utf-8")
+    assert "date" not in load(path).metadata
+    dated = ARTICLE.replace("<h1>", '<p><time datetime="2023-03-14">14 March 2023</time></p><h1>')
+    path.write_text(dated, encoding="utf-8")
+    assert load(path).metadata["date"] == "2023-03-14"
+    new_year = ARTICLE.replace("<h1>", '<p><time datetime="2023-01-01">1 January 2023</time></p><h1>')
+    path.write_text(new_year, encoding="utf-8")
+    assert load(path).metadata["date"] == "2023-01-01"

@@ -57,6 +57,11 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
     title = " ".join((tree.findtext(".//title") or "").split())
     document = trafilatura.extract_metadata(tree)
     meta_title = " ".join((getattr(document, "title", None) or "").split())
+    if (date := getattr(document, "date", None)) and date.endswith("-01-01"):
+        # With nothing better, trafilatura's extensive search reads a year alone (the footer's
+        # "Copyright 2024") as 1 January: a day the page never names. Only a date the page's markup
+        # gives is kept then.
+        document.date = trafilatura.extract_metadata(tree, extensive=False).date
     metadata: SourceMetadata = {}
     for key in ("author", "date", "sitename", "url"):
         value = getattr(document, key, None)
@@ -79,17 +84,47 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
     page, heading = markdown_page(markdown)
     return LoadedSource(
         content_type="text/html",
-        title=title or meta_title or heading or fallback_title,
+        title=_without_site_name(title, heading, metadata.get("sitename"))
+        or meta_title
+        or heading
+        or fallback_title,
         pages=iter([page]),
         metadata=metadata,
     )
 
 
+# Between a page's title and its site's name (escaped to keep this file ASCII-readable): a bar, a middle
+# dot or a guillemet; a hyphen, an en or em dash or a colon, which also open a subtitle.
+_SITE_SEPARATORS = ("|", "\u00b7", "\u00bb")
+_SUBTITLE_SEPARATORS = ("-", "\u2013", "\u2014", ":")
+_TITLE_SEPARATORS = " " + "".join(_SITE_SEPARATORS + _SUBTITLE_SEPARATORS)
+
+
+def _without_site_name(title: str, heading: str | None, site: object) -> str:
+    """``title`` without the site's name beside the page's own heading: "Valve care | Example Plant"
+    is "Valve care" when the page's first level-1 heading is "Valve care".
+
+    After "|", "·" or "»" the other part is taken for the site's name; after a dash or colon only when
+    it is the name the page's metadata gives, since those also open a subtitle ("Valves - a primer").
+    """
+    if not heading or title == heading:
+        return title
+    for part in (title.removeprefix(heading), title.removesuffix(heading)):
+        if part == title:
+            continue
+        rest = part.strip(_TITLE_SEPARATORS)
+        separator = part.replace(rest, "", 1).strip() if rest else ""
+        if separator in _SITE_SEPARATORS or (separator in _SUBTITLE_SEPARATORS and rest == site):
+            return heading
+    return title
+
+
 def load_html_file(path: Path) -> LoadedSource:
     """Load a saved HTML page: its main text as one page, headings as sections.
 
-    The title is the page's ``<title>``, else a title from its metadata (``og:title`` and the like),
-    else its first level-1 heading, else the file stem. Raises :class:`LoadError` when the page has no
+    The title is the page's ``<title>`` (without the site's name beside its heading: see
+    :func:`_without_site_name`), else a title from its metadata (``og:title`` and the like), else its
+    first level-1 heading, else the file stem. Raises :class:`LoadError` when the page has no
     extractable main text.
     """
     try:
