@@ -230,17 +230,41 @@ def test_a_reingest_started_elsewhere_shows_live_while_the_page_is_seen(
     expect(row.get_by_role("button", name="Re-ingest gauge.md")).to_be_visible()
 
     # Hidden, the page asks nothing; shown again, it looks at once.
-    stats = sent(page, "GET", "/stats")
+    stats, builds = sent(page, "GET", "/stats"), sent(page, "GET", "/builds")
     hide(page, True)
     time.sleep(1)
     stats.clear()
+    builds.clear()
     time.sleep(WATCH_S + 1)
-    assert stats == [], [r.url for r in stats]
+    assert stats == [] and builds == [], [r.url for r in stats + builds]
     built = site.api("POST", f"/documents/{site.ids['gauge.md']}/reingest")
     hide(page, False)
     expect(row.locator(".next-version")).to_have_text(f"version {built['version']}: queued", timeout=5_000)
     site.api("POST", f"/documents/{site.ids['gauge.md']}/cancel")
     expect(row.locator(".next-version")).to_have_count(0)
+
+
+def test_builds_started_elsewhere_are_found_in_one_request_and_drop_out_when_they_end(
+    site: Site, context: BrowserContext
+) -> None:
+    page = admin_page(site, context)
+    swept, asked = sent(page, "GET", "/versions"), sent(page, "GET", "/builds")
+    rows = {name: page.locator("#documents tbody tr").filter(has_text=name) for name in site.ids}
+    built = {name: site.api("POST", f"/documents/{doc}/reingest") for name, doc in site.ids.items()}
+    for name, row in rows.items():
+        expect(row.locator(".next-version")).to_have_text(
+            f"version {built[name]['version']}: queued", timeout=(WATCH_S + 10) * 1000
+        )
+        expect(row.get_by_role("button", name=f"Cancel {name}")).to_be_visible()
+    # The builds are one request, not a read of every listed document's versions.
+    assert swept == [] and asked, [r.url for r in swept]
+
+    for doc in site.ids.values():  # ended elsewhere
+        site.api("POST", f"/documents/{doc}/cancel")
+    for name, row in rows.items():
+        expect(row.locator(".next-version")).to_have_count(0)
+        expect(row.get_by_role("button", name=f"Re-ingest {name}")).to_be_visible()
+    expect(page.locator("#admin-status")).to_contain_text("cancelled")
 
 
 def test_on_a_slow_network_the_newest_list_shows_and_an_action_is_sent_once(

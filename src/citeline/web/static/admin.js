@@ -19,8 +19,10 @@ const $ = (id) => document.getElementById(id);
 const POLL_MS = 1000;
 // How often a visible page looks for builds started elsewhere (another admin's page, the CLI, the API).
 const WATCH_MS = 5000;
-const UNFINISHED = new Set(["pending", "queued", "processing"]);
 const BUILDING = new Set(["queued", "processing"]);
+// How recent a failure GET /builds is asked for while the page follows a build: a followed build that
+// ended failed is said with its reason. A page hidden for longer only learns it from the list.
+const FAILED_WITHIN = "1h";
 const CHUNKS_PER_PAGE = 50;
 
 const state = {
@@ -28,8 +30,8 @@ const state = {
   pollTimer: null,
   watchTimer: null,
   watchRun: 0, // the watch running now: one started anew (shown again, signed in) ends the one before
-  // Versions queued or processing, as the statistics last counted them (null: not counted yet).
-  unfinished: null,
+  // The builds in progress as last read (their versions and statuses; null: not read yet).
+  seenBuilds: null,
   listed: [], // the documents the table shows
   listing: 0, // the newest listing asked for: an older one answering later is not shown over it
   acting: new Set(), // ids of documents with an action on its way: their buttons wait for its answer
@@ -39,8 +41,8 @@ const state = {
   chunkOffset: 0,
   chunkTotal: 0,
   chunkRequest: 0, // the newest page of chunks asked for
-  // Re-ingests started here: document id -> the version being built. The list shows each document's
-  // current version, which stays "completed" while its next one is built, so that one is asked for.
+  // Re-ingests followed: document id -> the version being built, started here or elsewhere. The list
+  // shows each document's current version, which stays "completed" while its next one is built.
   building: new Map(),
   cancelled: new Set(), // ids whose build was cancelled here, so its end is not reported as a failure
 };
@@ -261,33 +263,46 @@ function documentRow(doc, next) {
 }
 
 /**
- * The versions being built by re-ingests started here, by document id, while they are unfinished; a
- * finished one is forgotten (the list then shows it, or says why it failed).
+ * The builds in progress the key sees (`GET /builds`: one request, whoever started them: this page,
+ * another admin's, the CLI, the API), and while the page follows some, the failures of the last hour.
+ * A model migration's builds are left out: the statistics show them as "Migrating to".
  */
-async function nextVersions() {
+async function readBuilds() {
+  const query = new URLSearchParams({ limit: "1000" });
+  if (state.building.size) query.set("failed_within", FAILED_WITHIN);
+  const { builds } = await api(`/builds?${query}`);
+  return builds.filter((build) => !build.migration);
+}
+
+/** What the page has seen of the builds in progress: a change means the list is to be read again. */
+const buildsSeen = (builds) =>
+  builds.filter((b) => BUILDING.has(b.status)).map((b) => `${b.version_id}:${b.status}`).sort().join(" ");
+
+/**
+ * The builds replacing the serving version of a listed document, by document id (the newest, while
+ * queued or processing), now followed; a followed build that ended is forgotten (the list then shows
+ * it), and one that failed is said with why.
+ */
+function nextVersions(builds, listed) {
   const found = new Map();
-  await Promise.all(
-    [...state.building].map(async ([id, version]) => {
-      let next;
-      try {
-        next = await api(`/documents/${encodeURIComponent(id)}?version=${encodeURIComponent(version)}`);
-      } catch {
-        state.building.delete(id); // deleted meanwhile, or out of reach: nothing more to follow
-        return;
-      }
-      if (next.status === "queued" || next.status === "processing") {
-        found.set(id, next);
-        return;
-      }
-      state.building.delete(id);
-      if (next.status === "failed" && state.cancelled.has(id)) {
-        say($("admin-status"), `Cancelled re-ingesting ${next.name} (version ${version}).`);
-      } else if (next.status === "failed") {
-        say($("admin-status"), `Re-ingesting ${next.name} failed (version ${version}): ${next.error || "no reason given"}`, "error");
-      }
-      state.cancelled.delete(id);
-    }),
-  );
+  const ids = new Set(listed.map((doc) => doc.id));
+  for (const build of builds) {
+    if (!BUILDING.has(build.status) || build.current_version === null || !ids.has(build.document_id)) continue;
+    if ((found.get(build.document_id)?.version ?? 0) < build.version) found.set(build.document_id, build);
+  }
+  const same = (id, version) => (build) => build.document_id === id && build.version === version;
+  for (const [id, version] of state.building) {
+    if (builds.some((build) => same(id, version)(build) && BUILDING.has(build.status))) continue;
+    state.building.delete(id);
+    const failed = builds.find((build) => same(id, version)(build) && build.status === "failed");
+    if (failed && state.cancelled.has(id)) {
+      say($("admin-status"), `Cancelled re-ingesting ${failed.name} (version ${version}).`);
+    } else if (failed) {
+      say($("admin-status"), `Re-ingesting ${failed.name} failed (version ${version}): ${failed.error || "no reason given"}`, "error");
+    }
+    state.cancelled.delete(id);
+  }
+  for (const [id, build] of found) state.building.set(id, build.version);
   return found;
 }
 
@@ -295,11 +310,13 @@ async function loadDocuments() {
   clearTimeout(state.pollTimer);
   const listing = ++state.listing;
   try {
-    const [page, building] = await Promise.all([api(`/documents?${filterQuery()}`), nextVersions()]);
+    const [page, builds] = await Promise.all([api(`/documents?${filterQuery()}`), readBuilds()]);
     if (listing !== state.listing) return; // filters changed (or a refresh ran) meanwhile
+    state.seenBuilds = buildsSeen(builds);
+    const building = nextVersions(builds, page.documents);
     const next = (doc) => {
       const version = building.get(doc.id);
-      return version && version.version !== doc.version ? version : undefined;
+      return version && version.version > doc.version ? version : undefined;
     };
     state.listed = page.documents;
     const body = $("documents").querySelector("tbody");
@@ -312,7 +329,7 @@ async function loadDocuments() {
       `${page.total} document${page.total === 1 ? "" : "s"}${page.total > page.documents.length ? `, the first ${page.documents.length} shown` : ""}`;
     // Live while anything is being ingested and the page is seen: poll until every document has
     // finished (a page shown again looks afresh, see watch).
-    const busy = building.size || page.documents.some((doc) => doc.status === "queued" || doc.status === "processing");
+    const busy = state.building.size || page.documents.some((doc) => BUILDING.has(doc.status));
     if (busy && !document.hidden) {
       state.pollTimer = setTimeout(refresh, POLL_MS);
     }
@@ -329,59 +346,21 @@ function refresh() {
 
 // -- builds started elsewhere ---------------------------------------------------------------------
 
-const unfinishedIn = (stats) => (stats.by_status?.queued ?? 0) + (stats.by_status?.processing ?? 0);
-
 /**
- * Follow the re-ingests of listed documents that this page did not start: the versions being built
- * that the table does not know of. The API lists no jobs, and the list shows each document's current
- * version (the one still serving), so the versions of the listed documents are read, a few at a time;
- * this runs only when the statistics count more builds than the page follows. True if it found any.
- */
-async function findBuilds() {
-  const candidates = state.listed.filter((doc) => !UNFINISHED.has(doc.status) && !state.building.has(doc.id));
-  let found = false;
-  const next = async () => {
-    for (let doc = candidates.shift(); doc; doc = candidates.shift()) {
-      let versions;
-      try {
-        ({ versions } = await api(`/documents/${encodeURIComponent(doc.id)}/versions`));
-      } catch {
-        continue; // deleted meanwhile: nothing to follow
-      }
-      const building = versions.find((v) => v.version > doc.version && BUILDING.has(v.status));
-      if (building) {
-        state.building.set(doc.id, building.version);
-        found = true;
-      }
-    }
-  };
-  await Promise.all([next(), next(), next(), next()]);
-  return found;
-}
-
-/**
- * While the page is visible, every few seconds: the statistics, and when their count of versions being
- * built changed (an upload, a re-ingest or a refresh started on another page, by the CLI or over the
- * API), the list again, following any build of a listed document. A hidden page stops asking.
+ * While the page is visible, every few seconds: the statistics, and the builds in progress; when
+ * those changed (an upload, a re-ingest or a refresh started on another page, by the CLI or over the
+ * API, or one that ended), the list again, following any build of a listed document. A hidden page
+ * stops asking.
  */
 async function watch() {
   clearTimeout(state.watchTimer);
   const run = ++state.watchRun;
   if (!state.me || document.hidden) return;
-  const stats = await loadStats();
+  const [, builds] = await Promise.all([loadStats(), readBuilds().catch(() => null)]);
   if (run !== state.watchRun) return;
-  if (stats && unfinishedIn(stats) !== state.unfinished) {
-    // Looked for only when a build has begun (the count rose), and not during a model migration,
-    // whose staged versions the statistics show as "Migrating to": a namespace being migrated or
-    // with more documents than the list shows would otherwise have every listed document's versions
-    // read at each step of its count.
-    const begun = state.unfinished === null || unfinishedIn(stats) > state.unfinished;
-    state.unfinished = unfinishedIn(stats);
+  // Unread builds (a moment without the server) change nothing: the list says its own failure.
+  if (builds === null ? state.seenBuilds === null : buildsSeen(builds) !== state.seenBuilds) {
     await loadDocuments();
-    const followed = state.listed.filter((doc) => BUILDING.has(doc.status)).length + state.building.size;
-    if (isAdmin() && begun && !stats.migration && state.unfinished > followed && (await findBuilds())) {
-      await loadDocuments();
-    }
   }
   if (run === state.watchRun && state.me && !document.hidden) state.watchTimer = setTimeout(watch, WATCH_MS);
 }
@@ -393,7 +372,7 @@ document.addEventListener("visibilitychange", () => {
     clearTimeout(state.pollTimer);
     return;
   }
-  state.unfinished = null; // shown again: what changed meanwhile is looked at now
+  state.seenBuilds = null; // shown again: what changed meanwhile is looked at now
   watch();
 });
 
@@ -791,7 +770,7 @@ function start(me) {
   $("admin").hidden = false;
   $("admin-controls").hidden = false;
   $("new-key").hidden = true;
-  state.unfinished = null;
+  state.seenBuilds = null;
   watch(); // the statistics and the list, then again every few seconds while the page is seen
   if (isAdmin()) loadKeys();
 }
