@@ -14,7 +14,13 @@ import pytest
 
 from citeline.errors import LoadError
 from citeline.load import load
-from citeline.load.pdf import NO_TEXT_LAYER, RUNNING_WINDOW, running_lines, without_running_lines
+from citeline.load.pdf import (
+    NO_TEXT_LAYER,
+    RUNNING_WINDOW,
+    running_lines,
+    without_line_numbers,
+    without_running_lines,
+)
 from citeline.store.analyzer import Analyzer
 from tests.load.conftest import _pdf_bytes
 
@@ -119,6 +125,25 @@ def test_rotated_table_rows_come_out_whole(pdf_dir: Path) -> None:
 def test_line_numbers_do_not_split_transcript_sentences(pdf_dir: Path) -> None:
     text = _squash(next(load(pdf_dir / "odd_scotus_transcript_p1.pdf").pages).text)
     assert "The above-entitled matter came on for oral argument before the Supreme Court" in text
+
+
+def test_a_margin_column_of_line_numbers_is_not_page_text(pdf_dir: Path) -> None:
+    # The transcript numbers its 25 lines in the margin, which PDFium reads as one block "1\n2\n...25"
+    # before the text: a run of numbers that opened the first chunk and matched every query for "12".
+    text = next(load(pdf_dir / "odd_scotus_transcript_p1.pdf").pages).text
+    assert text.startswith("Official - Subject to Final Review\nIN THE SUPREME COURT OF THE UNITED STATES")
+    assert [line for line in text.splitlines() if line.strip().isdigit()] == ["1"]  # the page number
+
+
+def test_numbers_that_are_the_texts_own_are_kept() -> None:
+    column = "\n".join(str(n) for n in range(1, 13))
+    assert without_line_numbers(f"Title\n{column}\nBody text.") == "Title\nBody text."
+    assert without_line_numbers(f"Body text.\n{column}") == "Body text."
+    # A short run (a table's column), and a run that does not count up by one, are the text's own.
+    short = "Rank\n1\n2\n3\n4\n5\nEnd."
+    assert without_line_numbers(short) == short
+    skipping = "\n".join(str(n) for n in (1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12))
+    assert without_line_numbers(skipping) == skipping
 
 
 def test_title_is_the_metadata_title(pdf_dir: Path) -> None:

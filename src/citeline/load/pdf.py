@@ -424,7 +424,7 @@ def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page
     try:
 
         def read(index: int) -> str:
-            text = clean_text(reader.text(index))
+            text = without_line_numbers(clean_text(reader.text(index)))
             if not text and ocr.available():
                 text = scans.read(reader, index)
                 # The metadata is stored once every page is read: it is complete by then.
@@ -440,6 +440,33 @@ def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page
             yield Page(number=number, text=without_running_lines(text, running))
     finally:
         reader.close()
+
+
+#: The fewest lines a margin column of line numbers counts: transcripts and pleadings number 25 or 28,
+#: while a short run "1 2 3 4 5" on lines of their own is as likely a table's column.
+LINE_NUMBERS_MIN = 10
+# A line holding only "1", then "2", "3", ...: where a margin column of line numbers may start.
+_LINE_NUMBERS_START = re.compile(r"^[ \t]*1\n[ \t]*2\n[ \t]*3\n", re.MULTILINE)
+
+
+def without_line_numbers(text: str) -> str:
+    """``text`` without a margin column of line numbers (a transcript's ``1`` to ``25``), which PDFium
+    reads as one block of lines ``1``, ``2``, ... ``N`` apart from the lines they number.
+
+    Only a run counting up from 1 by one, each number on a line of its own, of at least
+    :data:`LINE_NUMBERS_MIN` lines is taken for one.
+    """
+    if "\n2\n" not in text:  # nearly every page: no run to look for
+        return text
+    for found in _LINE_NUMBERS_START.finditer(text):
+        lines = text[found.start() :].split("\n")
+        count = 0
+        while count < len(lines) and lines[count].strip() == str(count + 1):
+            count += 1
+        if count >= LINE_NUMBERS_MIN:
+            end = found.start() + sum(len(line) + 1 for line in lines[:count])
+            return (text[: found.start()] + text[end:]).strip("\n")
+    return text
 
 
 # -- running heads and feet -------------------------------------------------------------------------
