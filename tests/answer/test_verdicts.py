@@ -285,6 +285,32 @@ def test_a_best_passage_on_another_subject_gives_no_verdict_rather_than_a_yes(em
     assert all(c.stance == "neutral" for c in done.citations)
 
 
+@pytest.mark.parametrize(
+    "second",
+    [
+        # Loosely on the topic: seals and wear, not running dry.
+        "Mechanical seals in pumps wear faster when the pump runs hot; dry running was not tested.",
+        "Pump seals were inspected after two years; some showed wear.",
+        # Squarely on it: still not enough when the best passage says nothing of the claim.
+        SEAL_STUDY,
+    ],
+)
+def test_another_document_alone_never_carries_a_verdict_when_the_best_passage_is_neutral(
+    embedder: Embedder, second: str
+) -> None:
+    # The real classifier: it finds every passage that does not contradict "supporting". The best
+    # passage (frost) is not about the claim, so nothing is judged and the second document, which
+    # could only bear out a verdict the first gave, is not judged either.
+    judge = NliJudge()
+    evidence = [pump_hits()[2], second_study(SECOND, second), *pump_hits()[3:]]
+
+    done = completed(run(None, embedder, judge, evidence=evidence))
+
+    assert done.verdict == "not_enough_evidence"
+    assert done.answer.startswith("The sources neither clearly support nor contradict this claim.")
+    assert all(c.stance == "neutral" for c in done.citations), done.citations
+
+
 def test_a_contradicted_claim_says_no_first_and_a_reply_citing_nothing_gives_way_to_the_extract(
     embedder: Embedder,
 ) -> None:
