@@ -427,3 +427,25 @@ def test_a_table_rows_citation_shows_the_row_under_its_headers_and_points_at_the
     assert table[citation.excerpt_start : citation.excerpt_end] == "| HX-4000 | 16 | 60 |"
     stored = {h.chunk_id: h for h in cl.fetch([citation.chunk_id])}
     assert check_citations(done, start.passages, stored) == ([1], [])
+
+
+def test_a_sentence_wrapped_after_its_colon_is_quoted_whole_not_from_its_second_line(
+    embedder: Embedder,
+) -> None:
+    text = (
+        "The chunk settings compared are the command's own. Unlike labels, they are not kept when not "
+        "given:\na document ingested with a chunk size of 600 becomes updated, rebuilt at the default "
+        "size of 800, by an ingest that does not repeat it.\n\nThe splitter cuts each page into chunks."
+    )
+    extract = extractive_answer(
+        "What happens to a document ingested with a chunk size of 600?",
+        select_passages([make_hit(1, text)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+        max_sentences=1,
+    )
+
+    assert extract.text == (
+        "Unlike labels, they are not kept when not given: a document ingested with a chunk size of 600 "
+        "becomes updated, rebuilt at the default size of 800, by an ingest that does not repeat it [1]."
+    )

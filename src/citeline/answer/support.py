@@ -89,8 +89,13 @@ def sentence_spans(text: str) -> list[Span]:
 
 def _breaks_sentence(before: str, after: str) -> bool:
     line = before.strip()
-    if not line or not after.strip() or _ITEM_START.match(after) or line.endswith(":"):
+    if not line or not after.strip() or _ITEM_START.match(after):
         return True
+    if line.endswith(":"):
+        # A colon before a list or a block ends a sentence; one before a line that goes on in small
+        # letters wraps it: "... not kept when not given:\na document ingested with ..." quoted from
+        # its second line read as a sentence of its own, starting mid-thought.
+        return not after.lstrip()[:1].islower()
     if line.startswith("|") or after.lstrip().startswith("|"):
         return True  # a Markdown table's rows are sentences of their own (see readable_rows)
     # A short unpunctuated line before a capitalised one reads as a heading; a narrow PDF column
