@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from citeline.errors import InvalidRequestError
-from citeline.split import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split
+from citeline.load import load
+from citeline.split import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, sentence_ends, split
 from citeline.types import ChunkDraft, Page, Section
+from tests.conftest import PDFS
 
 
 def texts(pages: list[Page], *, chunk_size: int, chunk_overlap: int = 0) -> list[str]:
@@ -144,6 +146,34 @@ def test_the_overlap_snaps_forward_rather_than_cutting_a_word() -> None:
         "ddd eee fff ggg",
         "ggg hhh",
     ]
+
+
+def test_the_overlap_starts_at_a_line_start_where_one_is_in_reach() -> None:
+    # Rows of a table, lines of a PDF: an overlap snapped only to a word start began mid-row, a row's
+    # tail ("0 0 0 42,271") read as a row of its own. A line (or paragraph, or sentence) starting
+    # within the overlap is where the chunk starts, as the splitter's own cuts prefer them.
+    page = Page(1, "id apples pears\nrow one 1 2\nrow two 3 4\nrow three 5 6")
+
+    assert texts([page], chunk_size=27, chunk_overlap=14) == [
+        "id apples pears\nrow one 1 2",
+        "row one 1 2\nrow two 3 4",
+        "row two 3 4\nrow three 5 6",
+    ]
+    # A sentence start is preferred to a word start, a paragraph start to both.
+    prose = Page(1, "Alpha beta gamma. Delta epsilon zeta eta theta.")
+    assert texts([prose], chunk_size=30, chunk_overlap=20)[1] == "Delta epsilon zeta eta theta."
+
+
+def test_the_overlap_of_a_real_pdf_table_repeats_whole_rows() -> None:
+    [page] = load(PDFS / "odd_nics_rotated_table.pdf").pages
+    chunks = list(split([page], chunk_size=DEFAULT_CHUNK_SIZE, chunk_overlap=DEFAULT_CHUNK_OVERLAP))
+
+    assert len(chunks) > 3
+    for chunk in chunks:
+        # Every row is whole; only a line too long for the overlap to reach its start (the table's
+        # disclaimer) is entered elsewhere.
+        line_start = page.text.rfind("\n", 0, chunk.start) + 1
+        assert chunk.start == line_start or chunk.start - line_start > DEFAULT_CHUNK_OVERLAP
 
 
 def test_the_overlap_is_empty_when_no_whole_word_fits_in_it() -> None:
@@ -317,8 +347,9 @@ def _assert_chunk_invariants(
         assert before.end < after.end
         assert before.end - after.start <= chunk_overlap
         text = by_number[after.page].text
-        if not text[after.start - 1].isspace():
-            # Only a word the previous chunk already cut may be cut again by the overlap.
+        if not text[after.start - 1].isspace() and after.start not in set(sentence_ends(text)):
+            # Only a word the previous chunk already cut may be cut again by the overlap (a sentence
+            # after a CJK full stop starts with no space before it).
             assert not text[before.end - 1].isspace()
             assert not text[before.end].isspace()
             assert not any(char.isspace() for char in text[after.start : before.end])

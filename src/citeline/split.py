@@ -59,7 +59,6 @@ _CLOSERS = r"\"'\u201d\u2019)\]\u300d\u300f\uff09"
 _SENTENCE = re.compile(rf"[.?!][{_CLOSERS}]*(?=\s)|[\u3002\uff01\uff1f]+[{_CLOSERS}]*")
 _WHITESPACE = re.compile(r"\s+")
 _NON_SPACE = re.compile(r"\S")
-_WORD_START = re.compile(r"(?<=\s)\S")
 
 # Lower-case words that a period follows without ending the sentence ("et al." ends in "al").
 _ABBREVIATIONS = frozenset(
@@ -82,8 +81,9 @@ def split(pages: Iterable[Page], *, chunk_size: int, chunk_overlap: int) -> Iter
     Pages are consumed one at a time and chunks are yielded as soon as they are known, so a long
     document never sits in memory whole. Chunks never cross a page; ``index`` runs from 0 across all
     pages. Each chunk after the first of a page (or of a CSV record) starts up to ``chunk_overlap``
-    characters before the end of the previous one, at the start of a word; the overlap is shorter,
-    or none, when no word starts in it or the chunk's first new piece leaves no room. When a page has
+    characters before the end of the previous one, at the first paragraph, line, sentence or else
+    word start in reach (see :func:`_overlap_start`); the overlap is shorter, or none, when no word
+    starts in it or the chunk's first new piece leaves no room. When a page has
     ``records``, each record becomes one chunk (several if it is longer than ``chunk_size``) and text
     outside the records is ignored.
 
@@ -153,15 +153,23 @@ def _overlap_start(
     """Where a chunk whose first new piece is ``text[piece_start:piece_end]`` should start.
 
     As far back as ``overlap`` allows but no further than leaves room for the piece, then forward to
-    a word start. The piece did not fit in the previous chunk, so leaving room for it also keeps the
-    new chunk starting after the previous one.
+    the first start of a paragraph, else of a line, else of a sentence, else of a word: the splitter's
+    own cuts, coarsest first, so a chunk of table rows or PDF lines starts with a whole row or line
+    rather than the tail of one. The piece did not fit in the previous chunk, so leaving room for it
+    also keeps the new chunk starting after the previous one.
     """
     earliest = max(previous_end - overlap, piece_end - size)
     if earliest >= previous_end:
         return piece_start
-    word = _WORD_START.search(text, earliest, previous_end)
-    if word is not None:
-        return word.start()
+    # From a little before: the separator (a line break, a full stop) may end just before ``earliest``.
+    look_from = max(0, earliest - _ABBREVIATION_WINDOW)
+    for cuts in _CUTTERS:
+        for cut in cuts(text, look_from, previous_end):
+            first = _NON_SPACE.search(text, cut, previous_end)
+            if first is None:
+                break
+            if first.start() >= earliest:
+                return first.start()
     # No word starts in the overlap: only if the previous chunk already had to cut through a word
     # (text without whitespace) may the overlap start inside that word; otherwise there is none.
     cut_through_word = not text[previous_end - 1].isspace() and not text[previous_end].isspace()
