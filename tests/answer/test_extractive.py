@@ -449,3 +449,27 @@ def test_a_sentence_wrapped_after_its_colon_is_quoted_whole_not_from_its_second_
         "Unlike labels, they are not kept when not given: a document ingested with a chunk size of 600 "
         "becomes updated, rebuilt at the default size of 800, by an ingest that does not repeat it [1]."
     )
+
+
+def test_no_piece_of_a_sentence_cut_inside_its_quotation_is_quoted(embedder: Embedder) -> None:
+    # The splitter ends sentences at the ellipsis and at the full stop inside the quotation.
+    text = (
+        "Signing out forgets the key. A key the API refuses mid-session (revoked, expired) is forgotten "
+        'too: the page goes back to its sign-in form and says why ("Signed out: API key cl_... was '
+        'revoked (HTTP 401). Sign in again with a valid key."). Every text that comes from a document '
+        "is inserted as text."
+    )
+
+    extract = extractive_answer(
+        "What happens when the API refuses a key mid-session?",
+        select_passages([make_hit(1, text)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    # It was: 'A key the API refuses ... API key cl_.. [1]. was revoked (HTTP 401) [1].' and, without
+    # its start, 'Sign in again with a valid key.") [1].'
+    for claim in claims(extract.text):
+        assert "cl_" not in claim.text and not claim.text[:1].islower(), extract.text
+        assert claim.text.count("(") == claim.text.count(")") and claim.text.count('"') % 2 == 0, claim
+    assert extract.text.startswith("Signing out forgets the key [1].")

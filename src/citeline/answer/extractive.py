@@ -52,6 +52,8 @@ DUPLICATE_SIMILARITY = 0.9
 
 _CLOSING = re.compile(r"[.!?][\"'\u201d\u2019)]*$")
 _QUOTE_CLOSING = re.compile(r"[.!?][\"\u201d\u2019]$")
+_ELLIPSES = ("...", "\u2026")
+_QUOTE_END = re.compile(r"\"[)\]]*[.!?]?[)\]]*$")
 # Sentences with fewer content terms are headings or fragments ("Priming", "See below").
 _MIN_TERMS = 3
 # A list item may end without a full stop ("- Close the vent plug"); other unpunctuated lines may not.
@@ -220,10 +222,15 @@ def _cut(passage: Passage, sentences: Sequence[str]) -> set[int]:
     }
     # A quotation ending in its own full stop ends no sentence when a small letter follows: 'as
     # "The max pressure is 10 bar." is still found supported' is one sentence split in two halves,
-    # and either half alone says something else.
+    # and either half alone says something else. So does an ellipsis inside a sentence ('API key
+    # cl_... was revoked' was quoted as 'API key cl_.. [1]. was revoked (HTTP 401) [1].').
     for i in range(1, len(sentences)):
-        if sentences[i][:1].islower() and _QUOTE_CLOSING.search(sentences[i - 1].rstrip()):
+        before = sentences[i - 1].rstrip()
+        if sentences[i][:1].islower() and (_QUOTE_CLOSING.search(before) or before.endswith(_ELLIPSES)):
             cut |= {i - 1, i}
+    # A bracket opened and never closed, or a quotation closed that never opened ('Sign in again with
+    # a valid key.").'), is the splitter cutting inside a quotation: the sentence goes on around it.
+    cut |= {i for i, sentence in enumerate(sentences) if _pieces_of_a_quotation(sentence)}
     labels = {i for i, sentence in enumerate(sentences) if _LABEL.fullmatch(sentence.strip())}
     cut |= labels | {i + 1 for i in labels}
     if sentences[0][:1].islower() or sentences[0][:1] in {",", ";", ")"} or _RUN_ON.match(sentences[0]):
@@ -243,6 +250,13 @@ def _cut(passage: Passage, sentences: Sequence[str]) -> set[int]:
         # next passage.
         cut.add(len(sentences) - 1)
     return cut
+
+
+def _pieces_of_a_quotation(sentence: str) -> bool:
+    # Straight quotes are counted only when one closes the sentence: 3/8" is an inch mark.
+    unclosed = sentence.count("(") > sentence.count(")")
+    dangling = sentence.count('"') % 2 == 1 and _QUOTE_END.search(sentence) is not None
+    return unclosed or dangling or sentence.count("\u201c") != sentence.count("\u201d")
 
 
 def _same(a: str, b: str, cache: VectorCache) -> bool:
