@@ -51,7 +51,7 @@ def test_running_heads_and_feet_are_no_part_of_a_page_s_text(pdf_dir: Path) -> N
         assert running not in text, running
     # The first page's own text, which speaks of the Federal Register, is kept.
     assert pages[0].text.startswith("This section of the FEDERAL REGISTER")
-    assert pages[1].text.startswith("1Preliminary KNKT.18.10.35.04 Aircraft")
+    assert pages[1].text.startswith("^1 Preliminary KNKT.18.10.35.04 Aircraft")
 
 
 _BODIES = [
@@ -248,6 +248,21 @@ def test_superscript_digits_after_a_word_are_marked_and_kept_apart_from_it(tmp_p
     assert {"pathway", "cell"} <= set(Analyzer().term_counts(text))
 
 
+def test_a_footnotes_own_raised_number_is_marked_and_kept_apart_from_its_first_word(tmp_path: Path) -> None:
+    """A footnote opens with its number set small and raised, "1Preliminary" in PDF text: one word to the
+    keyword index, so "preliminary" never matched it. It comes out as "^1 Preliminary"; digits at full
+    size before a letter ("3M") stay as they are."""
+    content = (
+        b"BT /F1 7 Tf 20 150 Td 5 Ts (1) Tj /F1 12 Tf 0 Ts (Preliminary report, dated 2018.) Tj ET "
+        b"BT /F1 12 Tf 20 120 Td (3M tape holds the wire.) Tj ET"
+    )
+    path = tmp_path / "footnote.pdf"
+    path.write_bytes(_pdf_bytes(content, (600, 200), None))
+    text = next(load(path).pages).text
+    assert text == "^1 Preliminary report, dated 2018.\n3M tape holds the wire."
+    assert "preliminari" in Analyzer().term_counts(text)
+
+
 def test_footnote_markers_in_real_pdfs_are_marked_and_nothing_else_is(pdf_dir: Path) -> None:
     register = list(load(pdf_dir / "multicol_federal_register_2020-17221.pdf").pages)
     marked = {(p.number, m.group()) for p in register for m in re.finditer(r"\w+[,.]?\^\d+", p.text)}
@@ -259,7 +274,10 @@ def test_footnote_markers_in_real_pdfs_are_marked_and_nothing_else_is(pdf_dir: P
         (3, "threshold,^11"),
         (3, "checklists,^15"),
     }
-    assert sum(p.text.count("^") for p in register) == 5
+    # And its footnotes' own numbers, at the start of each footnote.
+    opening = [m.group() for p in register for m in re.finditer(r"^\^\d+ \w+", p.text, re.MULTILINE)]
+    assert opening[:4] == ["^1 Preliminary", "^2 The", "^3 An", "^4 The"]
+    assert sum(p.text.count("^") for p in register) == 5 + len(opening)
     latex = " ".join(p.text for p in load(pdf_dir / "multicol_latex_pypdf_sample.pdf").pages)
     assert "Area (km^2)" in latex
 

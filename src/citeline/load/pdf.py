@@ -159,6 +159,9 @@ _SUPERSCRIPT_CANDIDATE = re.compile(r"(?<=[^\W\d_]|[,.;:)\]\u201d\u2019\"'])\d+(
 #: A digit, or a minus sign and a digit, straight after a digit: where an exponent sits ("10^5", "10^-3"),
 #: or a footnote marker after a number ("in 2019^4"), when it is set superscript.
 _AFTER_DIGIT = re.compile(r"(?<=\d)(?:\d|[-\u2212]\d)")
+#: A footnote's own number at the start of a line, straight before its first word ("1Preliminary"),
+#: where it sits when it is set superscript.
+_FOOTNOTE_NUMBER = re.compile(r"(?:^|(?<=\n))\d{1,3}(?=[^\W\d_])")
 #: Superscript: at most this share of the size of the letter before it...
 _SUPERSCRIPT_SIZE = 0.85
 #: ... and its baseline raised by at least this share of that letter's size.
@@ -174,11 +177,15 @@ def _mark_superscripts(textpage: Any, text: str) -> str:
     index then never matches as "pathway" or "cells". PDFium knows each character's size and baseline,
     so a digit run smaller than the letter before it and raised above its baseline is marked: "alert,^5",
     "pathway^12", "km^2". So is an exponent raised above the digit before it, which would otherwise read
-    as one number ("10^5", not "105"). Only horizontal text is judged, and a subscript ("H2O") is
-    lowered, not raised, so it stays. The citation viewer matches passages on letters and digits only,
-    so the mark never stops it from finding one.
+    as one number ("10^5", not "105"). A footnote's own number, raised and smaller than the letter after
+    it at the start of a line, is marked and kept apart from its first word: "^1 Preliminary", not
+    "1Preliminary". Only horizontal text is judged, and a subscript ("H2O") is lowered, not raised, so
+    it stays. The citation viewer matches passages on letters and digits only, so neither the mark nor
+    the space ever stops it from finding one.
     """
-    if not _SUPERSCRIPT_CANDIDATE.search(text) and not _AFTER_DIGIT.search(text):
+    if not (
+        _SUPERSCRIPT_CANDIDATE.search(text) or _AFTER_DIGIT.search(text) or _FOOTNOTE_NUMBER.search(text)
+    ):
         return text
     count = textpage.count_chars()
     # The character-indexed text: the same characters as the page's text, with PDFium's soft-hyphen mark
@@ -203,14 +210,20 @@ def _mark_superscripts(textpage: Any, text: str) -> str:
         start = match.start()
         if baselines[start] > baselines[start - 1] and _raised_and_smaller(textpage, start, start - 1):
             marks.append(start)
-    marks.sort()
+    # A footnote's own number is judged against the letter after it, and kept apart from that word too.
+    spaces: list[int] = []
+    for match in _FOOTNOTE_NUMBER.finditer(indexed):
+        if _raised_and_smaller(textpage, match.start(), match.end()):
+            marks.append(match.start())
+            spaces.append(match.end())
     if not marks:
         return text
-    at = _aligned_positions(indexed, text, marks)
+    inserts = sorted([(position, "^") for position in marks] + [(position, " ") for position in spaces])
+    at = _aligned_positions(indexed, text, [position for position, _ in inserts])
     if at is None:
         return text
-    for position in reversed(at):
-        text = text[:position] + "^" + text[position:]
+    for position, (_, insert) in reversed(list(zip(at, inserts, strict=True))):
+        text = text[:position] + insert + text[position:]
     return text
 
 
