@@ -254,3 +254,20 @@ def test_a_copyright_year_is_not_the_page_date(tmp_path: Path) -> None:
     new_year = ARTICLE.replace("<h1>", '<p><time datetime="2023-01-01">1 January 2023</time></p><h1>')
     path.write_text(new_year, encoding="utf-8")
     assert load(path).metadata["date"] == "2023-01-01"
+
+
+def test_a_line_break_inside_a_paragraph_does_not_end_it(tmp_path: Path) -> None:
+    # trafilatura renders each <br> as a paragraph break, so "daily<br>with food" was two paragraphs: the
+    # splitter's first choice of cut fell inside the sentence. Two <br> in a row still end a paragraph.
+    path = tmp_path / "dosing.html"
+    path.write_text(
+        "<html><head><title>Dosing</title></head><body><main><h1>Dosing</h1>"
+        "<p>Adults take 75 mg of aspirin daily<br>with food, unless the clinician says otherwise.</p>"
+        "<p>Old pages part paragraphs with line breaks.<br><br>Like this second paragraph.</p>"
+        "</main></body></html>"
+    )
+    [page] = load(path).pages
+    assert page.text == (
+        "# Dosing\n\nAdults take 75 mg of aspirin daily with food, unless the clinician says otherwise.\n\n"
+        "Old pages part paragraphs with line breaks.\n\nLike this second paragraph."
+    )

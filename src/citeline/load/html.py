@@ -11,6 +11,7 @@ import functools
 import logging
 from configparser import ConfigParser
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from citeline.errors import LoadError
@@ -54,6 +55,7 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
     tree = trafilatura.load_html(html)
     if tree is None:
         raise LoadError(source, "not HTML (no markup could be parsed)")
+    _join_broken_lines(tree)
     title = " ".join((tree.findtext(".//title") or "").split())
     document = trafilatura.extract_metadata(tree)
     meta_title = " ".join((getattr(document, "title", None) or "").split())
@@ -98,6 +100,31 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
 _SITE_SEPARATORS = ("|", "\u00b7", "\u00bb")
 _SUBTITLE_SEPARATORS = ("-", "\u2013", "\u2014", ":")
 _TITLE_SEPARATORS = " " + "".join(_SITE_SEPARATORS + _SUBTITLE_SEPARATORS)
+
+
+def _join_broken_lines(tree: Any) -> None:
+    """Replace each lone ``<br>`` of ``tree`` (outside ``<pre>``) by a space, in place.
+
+    trafilatura renders every ``<br>`` as a paragraph break, so "daily<br>with food" became two
+    paragraphs, and the splitter, which cuts at paragraphs first, cut inside the sentence. Two or more
+    in a row, with nothing between them, are how older pages part paragraphs, and are kept.
+    """
+    for br in list(tree.iter("br")):
+        before, after = br.getprevious(), br.getnext()
+        run = (after is not None and after.tag == "br" and not (br.tail or "").strip()) or (
+            before is not None and before.tag == "br" and not (before.tail or "").strip()
+        )
+        if run or any(ancestor.tag == "pre" for ancestor in br.iterancestors()):
+            continue
+        text = " " + (br.tail or "")
+        parent = br.getparent()
+        if parent is None:
+            continue
+        if before is not None:
+            before.tail = (before.tail or "") + text
+        else:
+            parent.text = (parent.text or "") + text
+        parent.remove(br)
 
 
 def _without_site_name(title: str, heading: str | None, site: object) -> str:
