@@ -161,3 +161,26 @@ Prime the pump.
 """
     source = load(_write(tmp_path, text))
     assert source.metadata == {"title": "Pump care", "tags": ["pumps"]}
+
+
+def test_html_comments_are_not_text_but_code_blocks_keep_theirs(tmp_path: Path) -> None:
+    # A comment is the author's note to other authors ("TODO: internal"), never shown to a reader: it
+    # was indexed and could be quoted as evidence.
+    text = """\
+<!-- TODO: check the pressure
+     with the supplier -->
+# Pumps
+
+Prime the pump <!-- for two minutes? --> before use.
+
+```html
+<!-- kept: an example of a comment -->
+```
+"""
+    page = next(load(_write(tmp_path, text)).pages)
+    assert page.text == (
+        "# Pumps\n\nPrime the pump before use.\n\n```html\n<!-- kept: an example of a comment -->\n```"
+    )
+    assert page.text[page.sections[0].start :].startswith("# Pumps")
+    with pytest.raises(LoadError, match="empty file"):
+        load(_write(tmp_path, "<!-- only a note -->\n"))

@@ -261,6 +261,37 @@ def _block_list(block: list[str]) -> list[str] | None:
     return items or None
 
 
+_COMMENT = re.compile(r"[ \t]*<!--.*?-->", re.DOTALL)
+
+
+def without_comments(text: str) -> str:
+    """Markdown ``text`` without its HTML comments (``<!-- ... -->``), which a reader never sees; those
+    inside fenced code blocks are the code's own and stay."""
+    if "<!--" not in text:
+        return text
+    parts: list[str] = []
+    fence: str | None = None
+    prose: list[str] = []
+    for line in text.split("\n"):
+        if fence is None:
+            opening = _FENCE.match(line)
+            if opening is None:
+                prose.append(line)
+                continue
+            if prose:
+                parts.append(_COMMENT.sub("", "\n".join(prose)))
+            prose, fence = [], opening.group(1)
+            parts.append(line)
+        else:
+            closing = _FENCE_CLOSE.fullmatch(line)
+            if closing and closing.group(1)[0] == fence[0] and len(closing.group(1)) >= len(fence):
+                fence = None
+            parts.append(line)
+    if prose:
+        parts.append(_COMMENT.sub("", "\n".join(prose)))
+    return "\n".join(parts)
+
+
 def markdown_page(text: str) -> tuple[Page, str | None]:
     """Clean Markdown ``text`` into page 1 with its headings as sections.
 
@@ -277,9 +308,11 @@ def load_markdown(path: Path) -> LoadedSource:
     """Load a Markdown file as one page whose headings are its sections.
 
     Front matter is not body text: its values (see :func:`split_front_matter`) become ``metadata``.
-    The title is the front matter's ``title``, else the first level-1 heading, else the file stem.
+    Nor are HTML comments (see :func:`without_comments`). The title is the front matter's ``title``,
+    else the first level-1 heading, else the file stem.
     """
     metadata, body = split_front_matter(read_text_file(path).replace("\r\n", "\n"))
+    body = without_comments(body)
     if not body.strip():
         raise LoadError(str(path), "empty file (front matter only)" if metadata else "empty file")
     page, heading = markdown_page(body)
