@@ -130,8 +130,9 @@ def test_the_grammar_allows_the_given_numbers_and_the_refusal_only() -> None:
     # with the sentence before ("[1] and Source: ...", "a U. [1] hospital and ...").
     assert 'sentence ::= next body "." cite' in grammar
     assert "next ::= [^ \\t#*a-z,;:)" in grammar
-    # A full stop before a digit is no sentence end (2.5 mg, P < .001).
-    assert "body ::= ([^.!?" in grammar and '| "." [0-9])*' in grammar
+    # A full stop in a number or an abbreviation is no sentence end (2.5 mg, P < .001, U.K., H2A.Z,
+    # P. falciparum).
+    assert "body ::= ([^.!?" in grammar and '| "." [0-9A-Za-z] | ". " [a-z])*' in grammar
     assert 'number ::= "1" | "2" | "3"' in grammar
     # The first sentence may open with anything but "So": its first letter differs, or its second does.
     opening = next(line for line in grammar.splitlines() if line.startswith("opening ::= "))
