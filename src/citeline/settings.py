@@ -168,7 +168,7 @@ class Settings(BaseSettings):
             "text/plain": 0.8,
             "text/csv": 0.5,
         },
-        description="Per content type, in [0, 1]; used by weighted fusion.",
+        description="Per content type, in [0, 1]; used by weighted and dbsf fusion (not rrf).",
     )
     keyword_index: Literal["memory", "sql"] = Field(
         default="memory",

@@ -9,6 +9,8 @@ import io
 import json
 import os
 import signal
+import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -321,3 +323,25 @@ def test_a_backup_goes_where_hard_links_are_not_made(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plant.tar", "src"]
     with pytest.raises(ConflictError, match="already exists"):
         backup(stocked.settings, tmp_path / "plant.tar")
+
+
+def test_finding_the_servers_tools_warns_of_nothing_where_xdg_runtime_dir_is_unset() -> None:
+    # A restore looks its tools up before any server starts; the wheel's RuntimeDirWarning ("XDG_RUNTIME_DIR
+    # is not set") was printed by `citeline restore` under root, where that variable is unset.
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-c",
+            "from citeline.store.backup import _tool; print(_tool('pg_dump'))",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("pg_dump") and "Warning" not in done.stderr

