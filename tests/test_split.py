@@ -164,6 +164,19 @@ def test_the_overlap_starts_at_a_line_start_where_one_is_in_reach() -> None:
     assert texts([prose], chunk_size=30, chunk_overlap=20)[1] == "Delta epsilon zeta eta theta."
 
 
+def test_a_markdown_table_row_too_long_for_the_overlap_is_not_entered_mid_row() -> None:
+    # Half a row ("| rotated table | FBI ... |") is cells under no header, in no row: the chunk starts
+    # at the next whole row instead, with no overlap.
+    rows = [f"| row{i} | {'cell text ' * 6}| {'more words ' * 5}|" for i in range(4)]
+    page = Page(1, "| name | a | b |\n| --- | --- | --- |\n" + "\n".join(rows))
+
+    chunks = texts([page], chunk_size=200, chunk_overlap=60)
+
+    assert len(chunks) > 1
+    lines = set(page.text.splitlines())
+    assert all(set(chunk.splitlines()) <= lines for chunk in chunks), chunks
+
+
 def test_the_overlap_of_a_real_pdf_table_repeats_whole_rows() -> None:
     [page] = load(PDFS / "odd_nics_rotated_table.pdf").pages
     chunks = list(split([page], chunk_size=DEFAULT_CHUNK_SIZE, chunk_overlap=DEFAULT_CHUNK_OVERLAP))

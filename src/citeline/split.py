@@ -163,12 +163,15 @@ def _overlap_start(
         return piece_start
     # From a little before: the separator (a line break, a full stop) may end just before ``earliest``.
     look_from = max(0, earliest - _ABBREVIATION_WINDOW)
-    for cuts in _CUTTERS:
+    for depth, cuts in enumerate(_CUTTERS):
         for cut in cuts(text, look_from, previous_end):
             first = _NON_SPACE.search(text, cut, previous_end)
             if first is None:
                 break
             if first.start() >= earliest:
+                if depth > _LINE_DEPTH and _TABLE_ROW.match(text, text.rfind("\n", 0, first.start()) + 1):
+                    # Half a Markdown table row is cells under no header, in no row: no overlap instead.
+                    return piece_start
                 return first.start()
     # No word starts in the overlap: only if the previous chunk already had to cut through a word
     # (text without whitespace) may the overlap start inside that word; otherwise there is none.
@@ -244,6 +247,10 @@ def _is_abbreviation(before_period: str) -> bool:
     word = before_period.split()[-1].lstrip(_OPENING_PUNCTUATION)
     return word.lower() in _ABBREVIATIONS or _DOTTED_OR_INITIAL.fullmatch(word) is not None
 
+
+#: The depth of the line-break cut in :data:`_CUTTERS`: finer cuts start inside a line.
+_LINE_DEPTH = 1
+_TABLE_ROW = re.compile(r"[^\S\n]{0,3}\|")
 
 _CUTTERS: tuple[_Cuts, ...] = (
     _separator_cuts(_PARAGRAPH),
