@@ -119,3 +119,39 @@ def test_a_running_build_is_listed_first_with_when_it_started(
         opened.set()
         assert cl.wait(doc.id, timeout=WAIT).status == "failed"
         assert cl.builds().total == 0
+
+
+def test_listing_builds_reads_only_the_unfinished_and_failed_versions_not_the_whole_catalog(
+    jobs: Citeline,
+) -> None:
+    # The admin page lists builds every 5 seconds while it is open: on a catalog of a million versions
+    # a scan of the table each time would cost seconds. With the planner told not to scan, the statement
+    # can only be answered through the partial indexes of migration 0018.
+    statements: list[str] = []
+
+    def keep(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if "FROM documents d" in statement and "'processing'" in statement:
+            statements.append(statement)
+
+    sa.event.listen(jobs.engine, "before_cursor_execute", keep)
+    try:
+        jobs.builds(failed_within=timedelta(hours=1))
+    finally:
+        sa.event.remove(jobs.engine, "before_cursor_execute", keep)
+    (statement,) = statements
+
+    with jobs.engine.begin() as conn:
+        conn.execute(sa.text(f"SET LOCAL search_path TO citeline_{jobs.settings.namespace}"))
+        conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+        plan = "\n".join(
+            row[0]
+            for row in conn.exec_driver_sql(
+                "EXPLAIN "
+                + statement.replace("%(b_failed)s", "3600")
+                .replace("%(b_limit)s", "NULL")
+                .replace("%(b_offset)s", "0")
+            )
+        )
+
+    assert "documents_unfinished" in plan and "documents_failed" in plan, plan
+    assert "Seq Scan on documents" not in plan, plan
