@@ -13,7 +13,7 @@ from citeline.answer.citations import MARKER, CitationNumbering, claims
 from citeline.answer.extractive import extractive_answer
 from citeline.answer.llm import GenerationOptions
 from citeline.answer.prompt import select_passages
-from citeline.answer.support import VectorCache, normalise
+from citeline.answer.support import PassageSentences, VectorCache, normalise
 from citeline.embed import Embedder
 from citeline.engine import Citeline
 from citeline.eval.answers import check_citations
@@ -473,3 +473,74 @@ def test_no_piece_of_a_sentence_cut_inside_its_quotation_is_quoted(embedder: Emb
         assert "cl_" not in claim.text and not claim.text[:1].islower(), extract.text
         assert claim.text.count("(") == claim.text.count(")") and claim.text.count('"') % 2 == 0, claim
     assert extract.text.startswith("Signing out forgets the key [1].")
+
+
+def test_no_piece_of_a_sentence_cut_inside_its_brackets_is_quoted_but_a_numbered_list_is(
+    embedder: Embedder,
+) -> None:
+    # The passage starts inside a sentence's bracket: "December 11, 2018" reads like a sentence start.
+    text = (
+        "December 11, 2018 (83 FR 63561)), was published in the Federal Register as an amendment to "
+        "14 CFR 39.13. The rule takes effect on October 6, 2020. It applies to 1) operators of the "
+        "affected airplanes and 2) their maintenance providers."
+    )
+
+    extract = extractive_answer(
+        "When was the rule published in the Federal Register and when does it take effect?",
+        select_passages([make_hit(1, text)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    assert "December 11" not in extract.text, extract.text
+    assert extract.text.startswith("The rule takes effect on October 6, 2020 [1].")
+    assert "It applies to 1) operators of the affected airplanes and 2) their maintenance providers [1]." in (
+        extract.text
+    )
+
+
+def test_a_table_row_whose_last_cell_ends_a_sentence_is_quoted_with_one_full_stop(embedder: Embedder) -> None:
+    table = (
+        "| Metric | Meaning |\n| --- | --- |\n"
+        "| `ndcg@10` | Normalised discounted cumulative gain of the first 10 documents. |\n"
+        "| `recall@10` | The share of relevant documents in the first 10. |"
+    )
+    extract = extractive_answer(
+        "What does ndcg@10 mean?",
+        select_passages([make_hit(1, table)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+        max_sentences=1,
+    )
+
+    assert extract.text == (
+        "Metric: `ndcg@10`; Meaning: Normalised discounted cumulative gain of the first 10 documents [1]."
+    )
+
+
+def test_a_table_row_with_sentences_in_its_cells_is_one_row_and_a_row_cut_by_the_passage_is_not_read(
+    embedder: Embedder,
+) -> None:
+    table = (
+        "| Metric | Meaning |\n| --- | --- |\n"
+        "| `ndcg@10` | Gain of the first 10 documents. 1.0 means the best possible order. |\n"
+        "| `recall@100` | Share of the relevant documents found in the first 100. |\n"
+        "| `mrr@10` | Reciprocal rank of th"
+    )
+
+    sentences = PassageSentences.of(table).sentences
+
+    # The splitter ends a sentence inside the cell, leaving '1.0 means ...' and a lone '|': that '|'
+    # was read as the table's rule and the next row as its header ('`recall@100`: `mrr@10`; ...').
+    assert "Metric: `ndcg@10`; Meaning: Gain of the first 10 documents." in sentences
+    assert (
+        "Metric: `recall@100`; Meaning: Share of the relevant documents found in the first 100." in sentences
+    )
+    assert sentences[-1] == "| `mrr@10` | Reciprocal rank of th"
+    extract = extractive_answer(
+        "What does mrr@10 mean?",
+        select_passages([make_hit(1, table)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+    assert "Reciprocal rank of th" not in extract.text

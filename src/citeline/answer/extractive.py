@@ -53,7 +53,9 @@ DUPLICATE_SIMILARITY = 0.9
 _CLOSING = re.compile(r"[.!?][\"'\u201d\u2019)]*$")
 _QUOTE_CLOSING = re.compile(r"[.!?][\"\u201d\u2019]$")
 _ELLIPSES = ("...", "\u2026")
-_QUOTE_END = re.compile(r"\"[)\]]*[.!?]?[)\]]*$")
+_ENUMERATION = re.compile(r"(?:^|(?<=\s))(?:\d{1,2}|[A-Za-z])\)$")
+_QUOTE = re.compile(r'(?<!\d)"')
+_CLOSING_QUOTES = ('"', "\u201d")
 # Sentences with fewer content terms are headings or fragments ("Priming", "See below").
 _MIN_TERMS = 3
 # A list item may end without a full stop ("- Close the vent plug"); other unpunctuated lines may not.
@@ -228,9 +230,19 @@ def _cut(passage: Passage, sentences: Sequence[str]) -> set[int]:
         before = sentences[i - 1].rstrip()
         if sentences[i][:1].islower() and (_QUOTE_CLOSING.search(before) or before.endswith(_ELLIPSES)):
             cut |= {i - 1, i}
-    # A bracket opened and never closed, or a quotation closed that never opened ('Sign in again with
-    # a valid key.").'), is the splitter cutting inside a quotation: the sentence goes on around it.
-    cut |= {i for i, sentence in enumerate(sentences) if _pieces_of_a_quotation(sentence)}
+    # A bracket or quotation closed that never opened ('Sign in again with a valid key.").', 'December
+    # 11, 2018 (83 FR 63561)), was published ...') or opened and never closed is a sentence cut inside
+    # it, by the splitter or by the passage's edge: the sentence goes on around it.
+    for i, sentence in enumerate(sentences):
+        # The splitter leaves a quotation's closing mark after its full stop to the next sentence
+        # ('... termed "inflammaging.' / '" Inflammaging is ...'): both are whole but for it.
+        if sentence[:1] in _CLOSING_QUOTES:
+            sentence = sentence[1:]
+        following = sentences[i + 1] if i + 1 < len(sentences) else ""
+        if following[:1] in _CLOSING_QUOTES:
+            sentence += following[0]
+        if _pieces_of_a_quotation(sentence):
+            cut.add(i)
     labels = {i for i, sentence in enumerate(sentences) if _LABEL.fullmatch(sentence.strip())}
     cut |= labels | {i + 1 for i in labels}
     if sentences[0][:1].islower() or sentences[0][:1] in {",", ";", ")"} or _RUN_ON.match(sentences[0]):
@@ -253,10 +265,24 @@ def _cut(passage: Passage, sentences: Sequence[str]) -> set[int]:
 
 
 def _pieces_of_a_quotation(sentence: str) -> bool:
-    # Straight quotes are counted only when one closes the sentence: 3/8" is an inch mark.
-    unclosed = sentence.count("(") > sentence.count(")")
-    dangling = sentence.count('"') % 2 == 1 and _QUOTE_END.search(sentence) is not None
-    return unclosed or dangling or sentence.count("\u201c") != sentence.count("\u201d")
+    # A straight quote after a digit is an inch mark (3/8").
+    quotes = len(_QUOTE.findall(sentence)) % 2 == 1
+    return quotes or sentence.count("\u201c") != sentence.count("\u201d") or not _brackets_pair(sentence)
+
+
+def _brackets_pair(sentence: str) -> bool:
+    # "1) ... 2) ..." and "a)" number a list: a closing bracket with none open after such a marker
+    # closes nothing.
+    depth = 0
+    for i, ch in enumerate(sentence):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth:
+                depth -= 1
+            elif not _ENUMERATION.search(sentence, 0, i + 1):
+                return False
+    return depth == 0
 
 
 def _same(a: str, b: str, cache: VectorCache) -> bool:

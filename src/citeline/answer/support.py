@@ -198,7 +198,8 @@ def table_cells(row: str) -> list[str]:
 
 def table_rule(row: str) -> bool:
     """Whether ``row`` is a Markdown table's rule (``| --- | :-: |``)."""
-    return row.lstrip().startswith("|") and all(_RULE_CELL.fullmatch(c) for c in table_cells(row) if c)
+    cells = [c for c in table_cells(row) if c]
+    return row.lstrip().startswith("|") and bool(cells) and all(_RULE_CELL.fullmatch(c) for c in cells)
 
 
 def readable_rows(sentences: Sequence[str]) -> list[str]:
@@ -212,22 +213,37 @@ def readable_rows(sentences: Sequence[str]) -> list[str]:
     """
     out: list[str] = []
     header: list[str] | None = None
+    closed = True  # whether the header row ends in a pipe, as its whole rows then do
+    # Whether the last row goes on in the next sentences: the splitter ends sentences inside a cell
+    # ("| `ndcg@10` | Gain of the first 10. 1.0 is best. |" is three), and the table goes on after.
+    open_row = False
     for i, sentence in enumerate(sentences):
-        if not sentence.lstrip().startswith("|"):
-            header = None
+        stripped = sentence.strip()
+        if not stripped.startswith("|"):
+            if not open_row:
+                header = None
+            open_row = open_row and not stripped.endswith("|")
             out.append(sentence)
             continue
+        open_row = not stripped.endswith("|")
         following = sentences[i + 1] if i + 1 < len(sentences) else ""
         if table_rule(following) and not table_rule(sentence):
             header = table_cells(sentence)
+            closed = sentence.rstrip().endswith("|")
         cells = table_cells(sentence)
-        if header is None or table_rule(sentence) or cells == header or len(cells) != len(header):
+        # A row the passage's edge cut ("| `mrr@10` | Reciprocal rank of th") stays as it is: read
+        # under its headers, with a full stop, it passed for a whole row. (A row whose cell ends a
+        # sentence leaves its closing pipe to the next piece, so only the last can be cut.)
+        cut = closed and i == len(sentences) - 1 and not sentence.rstrip().endswith("|")
+        if header is None or table_rule(sentence) or cells == header or len(cells) != len(header) or cut:
             out.append(sentence)
             continue
         pairs = [
             f"{name}: {cell}" if name else cell for name, cell in zip(header, cells, strict=True) if cell
         ]
-        out.append("; ".join(pairs) + ".")
+        row = "; ".join(pairs)
+        # A last cell that ends its own sentence gets no second full stop ("... ideal ranking..").
+        out.append(row if row.endswith((".", "!", "?")) else row + ".")
     return out
 
 
