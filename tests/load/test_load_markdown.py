@@ -138,6 +138,33 @@ Prime the pump.
     assert next(source.pages).text == "# Pumps\n\nPrime the pump."
 
 
+def test_front_matter_comments_and_quotes_are_read_as_yaml_reads_them(tmp_path: Path) -> None:
+    # "value # note" is the value and a comment; 'It''s' is It's; a "#" inside a word or quotes stays.
+    text = """\
+---
+title: 'It''s the pump' # working title
+subtitle: "A \\"quoted\\" word"
+status: draft   # until review
+url: https://example.com/pumps#priming
+language: "C# and F#"
+tags: [pumps, 'o''ring']  # two
+owners:
+  - Ada   # lead
+  - "B. #2"
+---
+Prime the pump.
+"""
+    assert load(_write(tmp_path, text)).metadata == {
+        "title": "It's the pump",
+        "subtitle": 'A "quoted" word',
+        "status": "draft",
+        "url": "https://example.com/pumps#priming",
+        "language": "C# and F#",
+        "tags": ["pumps", "o'ring"],
+        "owners": ["Ada", "B. #2"],
+    }
+
+
 def test_front_matter_values_that_are_not_scalars_or_lists_of_scalars_are_skipped(tmp_path: Path) -> None:
     # Nested mappings, lists of mappings or of lists, and block scalars are not guessed at.
     text = """\

@@ -170,8 +170,14 @@ def find_headings(text: str) -> list[Heading]:
 _FRONT_MATTER = re.compile(r"---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|$)", re.DOTALL)
 _FRONT_MATTER_PAIR = re.compile(r"([A-Za-z_][\w-]*)[ \t]*:[ \t]*(.*?)[ \t]*")
 _LIST_ITEM = re.compile(r"[ \t]*-(?:[ \t]+(.*?))?[ \t]*")
+# A quoted YAML scalar: 'it''s' (a quote doubled inside), "a \"b\"" (escaped).
+_QUOTED = r"'(?:[^']|'')*'" + r'|"(?:[^"\\]|\\.)*"'
+# A quoted scalar as a whole value, perhaps with a comment after it.
+_QUOTED_VALUE = re.compile(rf"({_QUOTED})[ \t]*(?:#.*)?")
+# A comment after a plain value: a "#" after whitespace ("x#y" is one word, as in a URL's fragment).
+_PLAIN_COMMENT = re.compile(r"[ \t]+#.*")
 # One item of a flow list ([a, "b, c", 'd']) and the comma after it, if any.
-_FLOW_ITEM = re.compile(r"""[ \t]*("[^"]*"|'[^']*'|[^,"'\[\]{}]*?)[ \t]*(,|\Z)""")
+_FLOW_ITEM = re.compile(rf"""[ \t]*({_QUOTED}|[^,"'\[\]{{}}]*?)[ \t]*(,|\Z)""")
 # An unquoted value that YAML reads as something other than a plain string: a flow collection, a block
 # scalar (| or >), an anchor, alias or tag, a comment; and "key: value", a mapping (in a list item).
 _NOT_SCALAR = re.compile(r"[\[{|>&*!#]|[^:]*:(?:[ \t]|$)")
@@ -220,15 +226,29 @@ def _scalar(raw: str) -> str | None:
     A value becomes a title or a metadata entry: no NUL (which PostgreSQL cannot store) or other control
     character, as in the body.
     """
-    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
-        raw = raw[1:-1]
-    elif _NOT_SCALAR.match(raw):
-        return None
+    quoted = _QUOTED_VALUE.fullmatch(raw)
+    if quoted is not None:
+        value = quoted.group(1)
+        unquote = _unquote_single if value[0] == "'" else _unquote_double
+        raw = unquote(value[1:-1])
+    else:
+        raw = _PLAIN_COMMENT.split(raw, maxsplit=1)[0]
+        if _NOT_SCALAR.match(raw):
+            return None
     return clean_inline(raw) or None
+
+
+def _unquote_single(inner: str) -> str:
+    return inner.replace("''", "'")
+
+
+def _unquote_double(inner: str) -> str:
+    return re.sub(r"\\(.)", r"\1", inner)
 
 
 def _flow_list(raw: str) -> list[str] | None:
     """The scalars of a flow list (``[a, "b, c"]``), or None when it holds anything else."""
+    raw = re.sub(r"\][ \t]+#.*", "]", raw)
     if not raw.endswith("]"):
         return None
     inner, items, at = raw[1:-1], [], 0
