@@ -792,36 +792,39 @@ class Ingestor:
         if not ready:
             return
         try:
-            previous, versions, docs, kept = self._activate(run, ready)
+            previous, versions, docs, kept, served = self._activate(run, ready)
         except Exception as exc:
             if catalog.refused_data(exc) is None:
                 raise
             # A value of one version was refused, and with it the swap of all: each is swapped in on its
             # own, so only the one refused fails.
-            previous, versions, docs, kept = [], [], [], set()
+            previous, versions, docs, kept, served = [], [], [], set(), set()
             for job, done in _each_alone(list(ready), lambda one: self._activate(run, one)):
                 if isinstance(done, str):
                     ready.remove(job)
                     self._drop(job, run, f"{job.source.label}: cannot be stored ({done})")
                     continue
-                files, ids, swapped_in, still = done
+                files, ids, swapped_in, still, serving = done
                 previous += files
                 versions += ids
                 docs += swapped_in
                 kept |= still
+                served |= serving
         # The versions this swap retired leave the index after the commit.
         self._forget(run, [v for v in versions if v not in kept])
         remove_unused_files(self.engine, {Path(f) for f in previous})
-        self._report_swapped(run, ready, docs)
+        self._report_swapped(run, ready, docs, served)
 
     def _activate(
         self, run: _Run, ready: Sequence[_Job]
-    ) -> tuple[list[str], list[uuid.UUID], list[DocumentInfo], set[uuid.UUID]]:
+    ) -> tuple[list[str], list[uuid.UUID], list[DocumentInfo], set[uuid.UUID], set[str]]:
         """Swap in the versions of ``ready`` in one transaction: the files their sources' versions held
-        before, those versions, the versions swapped in, and which of the earlier ones stay indexed."""
+        before, those versions, the versions swapped in, which of the earlier ones stay indexed, and the
+        sources that had an active version before."""
         with self._tx(run) as conn:
             previous = catalog.version_files(conn, [job.source.uri for job in ready])
             versions = catalog.version_ids(conn, [job.source.uri for job in ready])
+            served = catalog.served_sources(conn, [job.source.uri for job in ready])
             docs = catalog.activate(
                 conn,
                 [
@@ -846,10 +849,13 @@ class Ingestor:
                 for doc in catalog.versions_by_id(conn, versions)
                 if doc.status != Status.SUPERSEDED
             }
-        return previous, versions, docs, kept
+        return previous, versions, docs, kept, served
 
-    def _report_swapped(self, run: _Run, ready: Sequence[_Job], docs: Sequence[DocumentInfo]) -> None:
-        """Report each job of ``ready`` by what became of its version (``docs``: those swapped in)."""
+    def _report_swapped(
+        self, run: _Run, ready: Sequence[_Job], docs: Sequence[DocumentInfo], served: set[str]
+    ) -> None:
+        """Report each job of ``ready`` by what became of its version (``docs``: those swapped in;
+        ``served``: the sources that had an active version before, so were updated, not added)."""
         swapped = {doc.version_id: doc for doc in docs}
         for job in ready:
             elapsed = time.perf_counter() - job.started
@@ -883,7 +889,8 @@ class Ingestor:
                     )
                 )
                 continue
-            outcome = Outcome.ADDED if doc.version == 1 else Outcome.UPDATED
+            # Added: the source had no active version (its first, or its earlier ones all failed).
+            outcome = Outcome.UPDATED if job.source.uri in served else Outcome.ADDED
             if doc.status == Status.STAGED:
                 outcome = Outcome.STAGED
             run.report(IngestResult(job.source.label, outcome, doc, job.chunks, job.embedded, elapsed))

@@ -492,3 +492,19 @@ def test_a_claimed_job_s_time_limit_counts_from_its_own_start(cl: Citeline, tmp_
             conn.execute(sa.text("SELECT name, started_at FROM documents")).all()
         )
     assert (started["second.txt"] - started["first.txt"]).total_seconds() >= 0.9
+
+
+def test_a_source_whose_earlier_versions_all_failed_is_added_when_one_succeeds(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    # "added" says the source had nothing to search before; "updated" that a version was replaced.
+    note = write(tmp_path / "note.txt", "")
+    (failed,) = cl.ingest([note])
+    note.write_text("The relief valve opens at 16 bar.\n", encoding="utf-8")
+    (first,) = cl.ingest([note])
+    note.write_text("The relief valve opens at 18 bar.\n", encoding="utf-8")
+    (second,) = cl.ingest([note])
+
+    assert failed.outcome is Outcome.FAILED
+    assert first.outcome is Outcome.ADDED and first.document is not None and first.document.version == 2
+    assert second.outcome is Outcome.UPDATED

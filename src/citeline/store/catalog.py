@@ -1604,6 +1604,16 @@ def list_documents(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> list
     return [_row_to_info(r) for r in rows]
 
 
+def served_sources(conn: sa.Connection, source_uris: Sequence[str]) -> set[str]:
+    """Which of these sources have an active version."""
+    return set(
+        conn.execute(
+            sa.text("SELECT source_uri FROM documents WHERE source_uri = ANY(:s) AND is_active"),
+            {"s": list(source_uris)},
+        ).scalars()
+    )
+
+
 def version_files(conn: sa.Connection, source_uris: Sequence[str]) -> list[str]:
     """Stored originals referred to by any version of these sources."""
     return list(
