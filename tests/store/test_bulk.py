@@ -226,3 +226,30 @@ def test_labels_of_a_prepared_document_are_refused_not_cleaned(cl: Citeline) -> 
         with pytest.raises(InvalidRequestError, match=rf"documents\[0\]\.labels\.tags\[1\]: .*{message}"):
             cl.load_prepared([tagged])
     assert cl.stats()["chunks"] == 0
+
+
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        (Labels(tags=("t" * 300,)), "documents[1].labels.tags: a tag must be at most 256 characters"),
+        (Labels(scopes=(" ",)), "documents[1].labels.scopes: a scope must not be empty or blank"),
+        (
+            Labels(metadata={"site": 7}),
+            "documents[1].labels.metadata.site: a metadata value must be a string",
+        ),
+    ],
+    ids=["long tag", "blank scope", "metadata number"],
+)
+def test_labels_of_prepared_documents_are_checked_as_ingest_checks_them(
+    cl: Citeline, labels: Labels, message: str
+) -> None:
+    # They were stored as given: a tag longer than ingest allows (one of 8 KB overflows the labels'
+    # index, failing the whole load as a database error), a blank scope no key holds, a number as
+    # metadata that no filter matches. IngestOptions refuses each, naming the field; so does a load.
+    good = _document(cl, "aspirin", TEXTS["aspirin"])
+    doc = _document(cl, "sleep", TEXTS["sleep"])
+    bad = PreparedDocument(doc.source_uri, doc.name, doc.chunks, doc.vectors, labels=labels)
+    with pytest.raises(InvalidRequestError) as refused:
+        cl.load_prepared([good, bad])
+    assert str(refused.value).startswith(message)
+    assert cl.stats()["chunks"] == 0

@@ -21,8 +21,9 @@ from numpy.typing import NDArray
 
 from citeline.annotate import annotate
 from citeline.checks import refuse_nul
-from citeline.errors import ConfigError
+from citeline.errors import ConfigError, InvalidRequestError
 from citeline.load.clean import storable
+from citeline.retrieve.filters import check_metadata, check_scopes
 from citeline.store import catalog
 from citeline.store.analyzer import Analyzer, DocumentTerms
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
@@ -94,8 +95,7 @@ def load_prepared(
     if not documents:
         return []
     for i, doc in enumerate(documents):
-        # Labels are the caller's own words: refused, naming the field, as IngestOptions refuses them.
-        refuse_nul(doc.labels, f"documents[{i}].labels")
+        _check_labels(doc.labels, f"documents[{i}].labels")
     documents = [_storable(d) for d in documents]
     dimension = _check_vectors(documents)
     uris = [d.source_uri for d in documents]
@@ -178,6 +178,18 @@ def _check_vectors(documents: Sequence[PreparedDocument]) -> int:
     if len(dimensions) != 1:
         raise ConfigError(f"load_prepared: vectors of one model have one dimension; got {sorted(dimensions)}")
     return dimensions.pop()
+
+
+def _check_labels(labels: Labels, field: str) -> None:
+    """Refuse ``labels`` as :class:`~citeline.ingest.IngestOptions` refuses them (they are the caller's
+    own words, not cleaned), naming the field under ``field``."""
+    refuse_nul(labels, field)
+    try:
+        check_scopes(labels.scopes)
+        check_scopes(labels.tags, "tag")
+        check_metadata(labels.metadata)
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(f"{field}.{exc}") from exc
 
 
 def _storable(doc: PreparedDocument) -> PreparedDocument:
