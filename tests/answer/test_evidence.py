@@ -8,7 +8,13 @@ import pytest
 
 from citeline.answer.citations import CitationNumbering, rewrite_citations, verify
 from citeline.answer.evidence import approx_evidence_tokens, focus_passages
-from citeline.answer.prompt import CHARS_PER_TOKEN, build_prompt, evidence_chars, evidence_text
+from citeline.answer.prompt import (
+    CHARS_PER_TOKEN,
+    build_prompt,
+    evidence_chars,
+    evidence_text,
+    select_passages,
+)
 from citeline.answer.support import VectorCache, normalise
 from citeline.embed import Embedder
 from citeline.errors import InvalidRequestError
@@ -231,3 +237,13 @@ def test_a_list_number_cut_off_as_a_sentence_is_never_shown(embedder: Embedder) 
     assert passage.shown is not None  # focused, not whole
     assert "journey" in passage.shown_text
     assert not any(passage.text[s:e].strip() in {"2.", "3."} for s, e in passage.shown)
+
+
+def test_evidence_exactly_at_the_budget_counts_as_the_budget() -> None:
+    # 60 tokens allow 276 characters (60 x 4.6); in floating point 276 / 4.6 is just over 60.
+    budget = 60
+    text = "x" * (int(budget * CHARS_PER_TOKEN) - len("[1] Pump manual\n"))
+    [passage] = select_passages([make_hit(1, text, title="Pump manual")])
+    assert evidence_chars([passage]) == int(budget * CHARS_PER_TOKEN)
+
+    assert approx_evidence_tokens([passage]) == budget
