@@ -533,6 +533,8 @@ def test_a_table_row_with_sentences_in_its_cells_is_one_row_and_a_row_cut_by_the
     # The splitter ends a sentence inside the cell, leaving '1.0 means ...' and a lone '|': that '|'
     # was read as the table's rule and the next row as its header ('`recall@100`: `mrr@10`; ...').
     assert "Metric: `ndcg@10`; Meaning: Gain of the first 10 documents." in sentences
+    # The cell's second sentence says which row it belongs to.
+    assert "Metric: `ndcg@10`; 1.0 means the best possible order." in sentences
     assert (
         "Metric: `recall@100`; Meaning: Share of the relevant documents found in the first 100." in sentences
     )

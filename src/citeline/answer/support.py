@@ -217,15 +217,21 @@ def readable_rows(sentences: Sequence[str]) -> list[str]:
     # Whether the last row goes on in the next sentences: the splitter ends sentences inside a cell
     # ("| `ndcg@10` | Gain of the first 10. 1.0 is best. |" is three), and the table goes on after.
     open_row = False
+    label = ""  # the row's first cell under its header: what a later sentence of the row is about
     for i, sentence in enumerate(sentences):
         stripped = sentence.strip()
         if not stripped.startswith("|"):
             if not open_row:
                 header = None
+            elif label:
+                # "Measured for the default embedder." alone does not say what was measured.
+                rest = stripped.removesuffix("|").rstrip()
+                sentence = f"{label}; {rest}" if rest.endswith((".", "!", "?")) else f"{label}; {rest}."
             open_row = open_row and not stripped.endswith("|")
             out.append(sentence)
             continue
         open_row = not stripped.endswith("|")
+        label = ""
         following = sentences[i + 1] if i + 1 < len(sentences) else ""
         if table_rule(following) and not table_rule(sentence):
             header = table_cells(sentence)
@@ -242,6 +248,7 @@ def readable_rows(sentences: Sequence[str]) -> list[str]:
             f"{name}: {cell}" if name else cell for name, cell in zip(header, cells, strict=True) if cell
         ]
         row = "; ".join(pairs)
+        label = f"{header[0]}: {cells[0]}" if header[0] and cells[0] else ""
         # A last cell that ends its own sentence gets no second full stop ("... ideal ranking..").
         out.append(row if row.endswith((".", "!", "?")) else row + ".")
     return out
