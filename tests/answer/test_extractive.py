@@ -259,7 +259,8 @@ def test_a_list_item_cut_off_where_its_passage_ends_is_not_quoted(embedder: Embe
     )
 
     assert "operate it above" not in extract.text
-    assert extract.text.startswith("- *Ranges and bounds*:")
+    # Quoted without its bullet and emphasis.
+    assert extract.text.startswith("Ranges and bounds: up to, at most")
 
 
 def test_a_passage_that_starts_mid_sentence_is_quoted_from_its_first_whole_sentence(
@@ -546,3 +547,23 @@ def test_a_table_row_with_sentences_in_its_cells_is_one_row_and_a_row_cut_by_the
         VectorCache(embedder),
     )
     assert "Reciprocal rank of th" not in extract.text
+
+
+def test_a_quoted_list_item_loses_its_bullet_and_emphasis(embedder: Embedder) -> None:
+    text = (
+        "The benchmark reports two figures.\n\n"
+        "- **Ingest memory**: the peak Python memory while ingesting PDFs of 3, 15 and 150 pages.\n"
+        "- **Search latency**: the time each search takes over the whole collection.\n"
+    )
+
+    extract = extractive_answer(
+        "How much memory does ingesting PDFs take?",
+        select_passages([make_hit(1, text)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+        max_sentences=1,
+    )
+
+    assert extract.text == (
+        "Ingest memory: the peak Python memory while ingesting PDFs of 3, 15 and 150 pages [1]."
+    )

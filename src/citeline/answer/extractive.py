@@ -56,6 +56,9 @@ _ELLIPSES = ("...", "\u2026")
 _ENUMERATION = re.compile(r"(?:^|(?<=\s))(?:\d{1,2}|[A-Za-z])\)$")
 _QUOTE = re.compile(r'(?<!\d)"')
 _CLOSING_QUOTES = ('"', "\u201d")
+_BULLET = re.compile(r"^[-*\u2022]\s+")
+# Only asterisks: "__init__" is a name, not emphasis.
+_EMPHASIS = re.compile(r"\*\*([^\s*](?:.*?[^\s*])?)\*\*|(?<![\w*])\*([^\s*](?:[^*]*[^\s*])?)\*(?![\w*])")
 # Sentences with fewer content terms are headings or fragments ("Priming", "See below").
 _MIN_TERMS = 3
 # A list item may end without a full stop ("- Close the vent plug"); other unpunctuated lines may not.
@@ -178,7 +181,7 @@ def _scored(
         cut = _cut(passage, sentences.sentences)
         for i, (sentence, score) in enumerate(zip(sentences.sentences, passage_scores, strict=True)):
             # Quoted with citeline's citation: the source's own "[2]" would read as another one.
-            text = without_markers(sentence)
+            text = _plain(without_markers(sentence))
             if i not in cut and _quotable(text):
                 out.append(_Sentence(passage=passage, position=i, text=text, score=score))
     if not out:
@@ -189,6 +192,12 @@ def _scored(
             for i, t in enumerate(sentences.sentences)
         ]
     return out
+
+
+def _plain(sentence: str) -> str:
+    """``sentence`` without its list bullet and Markdown emphasis: inside a paragraph of quotes,
+    "- **Ingest memory**: the peak ..." read as a stray list item with asterisks."""
+    return _EMPHASIS.sub(lambda m: m.group(1) or m.group(2), _BULLET.sub("", sentence, count=1))
 
 
 def _quotable(sentence: str) -> bool:
