@@ -567,3 +567,28 @@ def test_a_quoted_list_item_loses_its_bullet_and_emphasis(embedder: Embedder) ->
     assert extract.text == (
         "Ingest memory: the peak Python memory while ingesting PDFs of 3, 15 and 150 pages [1]."
     )
+
+
+def test_a_pdf_line_ending_in_a_preposition_before_a_name_goes_on_and_is_no_heading(
+    embedder: Embedder,
+) -> None:
+    text = (
+        "SUMMARY: The FAA proposes to adopt a\nnew airworthiness directive (AD) for\n"
+        "Pilatus Aircraft Ltd. Model PC\u201312/47E\nairplanes. This proposed AD results\n"
+        "from mandatory continuing\nairworthiness information.\n"
+    )
+
+    extract = extractive_answer(
+        "Which airplanes does the airworthiness directive apply to?",
+        select_passages([make_hit(1, text)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+        max_sentences=1,
+    )
+
+    # It was 'Pilatus Aircraft Ltd. Model PC-12/47E airplanes [1].', the line break after "for" read
+    # as the end of a heading.
+    assert extract.text == (
+        "SUMMARY: The FAA proposes to adopt a new airworthiness directive (AD) for Pilatus Aircraft Ltd. "
+        "Model PC\u201312/47E airplanes [1]."
+    )

@@ -58,6 +58,33 @@ _BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
 _SOURCE_MARKER = re.compile(r"[^\S\n]*\[ *\d{1,4}(?: *[,;\-\u2013] *\d{1,4})* *\]")
 # Headings in manuals and PDFs end their line without punctuation and are short.
 _HEADING_MAX_WORDS = 6
+# Articles, prepositions and conjunctions: a line ending in one goes on on the next.
+_GOES_ON = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "for",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "with",
+        "from",
+        "into",
+        "onto",
+        "per",
+        "via",
+        "and",
+        "or",
+        "nor",
+        "but",
+        "as",
+        "than",
+    ]
+)
 
 Span = tuple[int, int]
 
@@ -99,11 +126,13 @@ def _breaks_sentence(before: str, after: str) -> bool:
     if line.startswith("|") or after.lstrip().startswith("|"):
         return True  # a Markdown table's rows are sentences of their own (see readable_rows)
     # A short unpunctuated line before a capitalised one reads as a heading; a narrow PDF column
-    # wrapping mid-sentence before a proper noun is the rarer case.
+    # wrapping mid-sentence before a proper noun is the rarer case, unless the line ends in a word no
+    # heading ends in ("... directive (AD) for\nPilatus Aircraft ...").
     return (
         after.lstrip()[:1].isupper()
         and (line[-1].isalnum() or line[-1] == ")")
         and len(line.split()) <= _HEADING_MAX_WORDS
+        and line.split()[-1].lower() not in _GOES_ON
     )
 
 
