@@ -211,3 +211,22 @@ Prime the pump <!-- for two minutes? --> before use.
     assert page.text[page.sections[0].start :].startswith("# Pumps")
     with pytest.raises(LoadError, match="empty file"):
         load(_write(tmp_path, "<!-- only a note -->\n"))
+
+
+def test_front_matter_yaml_cannot_read_is_skipped_and_the_body_still_loads(tmp_path: Path) -> None:
+    text = "---\ntitle: [unclosed\nauthor: Ada\n---\n# Pumps\n\nPrime the pump.\n"
+    source = load(_write(tmp_path, text))
+    assert source.metadata == {}
+    assert source.title == "Pumps"
+    assert next(source.pages).text == "# Pumps\n\nPrime the pump."
+
+
+def test_front_matter_scalars_are_kept_as_written_not_converted(tmp_path: Path) -> None:
+    # YAML 1.1 would read "no" as false and 2024-05-01 as a date; metadata keeps the author's text.
+    text = "---\ntitle: No\ndraft: yes\ndate: 2024-05-01\nratio: 1e3\n---\nPrime the pump.\n"
+    assert load(_write(tmp_path, text)).metadata == {
+        "title": "No",
+        "draft": "yes",
+        "date": "2024-05-01",
+        "ratio": "1e3",
+    }

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import charset_normalizer
+import yaml
 
 from citeline.errors import LoadError
 from citeline.load.clean import clean_inline, clean_text
@@ -168,117 +169,50 @@ def find_headings(text: str) -> list[Heading]:
 
 
 _FRONT_MATTER = re.compile(r"---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|$)", re.DOTALL)
-_FRONT_MATTER_PAIR = re.compile(r"([A-Za-z_][\w-]*)[ \t]*:[ \t]*(.*?)[ \t]*")
-_LIST_ITEM = re.compile(r"[ \t]*-(?:[ \t]+(.*?))?[ \t]*")
-# A quoted YAML scalar: 'it''s' (a quote doubled inside), "a \"b\"" (escaped).
-_QUOTED = r"'(?:[^']|'')*'" + r'|"(?:[^"\\]|\\.)*"'
-# A quoted scalar as a whole value, perhaps with a comment after it.
-_QUOTED_VALUE = re.compile(rf"({_QUOTED})[ \t]*(?:#.*)?")
-# A comment after a plain value: a "#" after whitespace ("x#y" is one word, as in a URL's fragment).
-_PLAIN_COMMENT = re.compile(r"[ \t]+#.*")
-# One item of a flow list ([a, "b, c", 'd']) and the comma after it, if any.
-_FLOW_ITEM = re.compile(rf"""[ \t]*({_QUOTED}|[^,"'\[\]{{}}]*?)[ \t]*(,|\Z)""")
-# An unquoted value that YAML reads as something other than a plain string: a flow collection, a block
-# scalar (| or >), an anchor, alias or tag, a comment; and "key: value", a mapping (in a list item).
-_NOT_SCALAR = re.compile(r"[\[{|>&*!#]|[^:]*:(?:[ \t]|$)")
+_FRONT_MATTER_KEY = re.compile(r"[A-Za-z_][\w-]*[ \t]*:(?:[ \t]|$)")
+# What YAML refuses to read (control characters but tab and line breaks), cleaned out before it reads.
+_UNREADABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def split_front_matter(text: str) -> tuple[SourceMetadata, str]:
     """Split a leading YAML front-matter block (``---`` ... ``---``) off Markdown ``text``.
 
-    Returns its top-level keys whose values are plain scalars (as strings, ``version: 2`` as ``"2"``)
-    or lists of them (``tags: [a, b]``, or ``- a`` lines under the key), and the body after it. Other
-    values (nested mappings, lists of mappings, block scalars) are skipped, as are empty ones. Text
-    that does not open with such a block, whose first line is a ``key:`` pair, comes back whole.
+    Returns its top-level keys whose values are scalars, as their text (``version: 2`` as ``"2"``,
+    ``draft: yes`` as ``"yes"``: YAML's base schema, which resolves nothing), or lists of scalars
+    (``tags: [a, b]``, or ``- a`` lines under the key), and the body after it. Other values (nested
+    mappings, lists of mappings, block scalars) are skipped, as are empty ones; so is a block YAML
+    cannot read. Text that does not open with such a block, whose first line is a ``key:`` pair, comes
+    back whole.
     """
     match = _FRONT_MATTER.match(text)
     if match is None:
         return {}, text
-    lines = (match.group(1) or "").splitlines()
-    if lines and not _FRONT_MATTER_PAIR.fullmatch(lines[0]):
+    block = _UNREADABLE.sub("", match.group(1) or "")
+    if not _FRONT_MATTER_KEY.match(block):
         return {}, text
+    try:
+        # The base loader reads every scalar as the string written: a title "No" stays "No", not False.
+        data = yaml.load(block, Loader=yaml.BaseLoader)
+    except yaml.YAMLError:
+        data = None
+    body = text[match.end() :]
+    if not isinstance(data, dict):
+        return {}, body
     pairs: SourceMetadata = {}
-    i = 0
-    while i < len(lines):
-        pair = _FRONT_MATTER_PAIR.fullmatch(lines[i])
-        i += 1
-        if pair is None:
-            continue
-        key, raw = pair.groups()
-        value: str | list[str] | None
-        if raw:
-            value = _flow_list(raw) if raw.startswith("[") else _scalar(raw)
-        else:
-            # A block value: the lines indented under the key, or "- " items at the key's own indent.
-            block = []
-            while i < len(lines) and (lines[i][:1] in (" ", "\t") or lines[i].startswith("-")):
-                block.append(lines[i])
-                i += 1
-            value = _block_list(block)
+    for key, raw in data.items():
+        value: str | list[str] | None = None
+        if isinstance(raw, str) and not _block_scalar(block, key):
+            value = clean_inline(raw) or None
+        elif isinstance(raw, list) and all(isinstance(item, str) for item in raw):
+            value = [item for item in (clean_inline(i) for i in raw) if item] or None
         if value:
-            pairs[key] = value
-    return pairs, text[match.end() :]
+            pairs[str(key)] = value
+    return pairs, body
 
 
-def _scalar(raw: str) -> str | None:
-    """A plain or quoted YAML scalar as one clean line, or None for anything else (or nothing left).
-
-    A value becomes a title or a metadata entry: no NUL (which PostgreSQL cannot store) or other control
-    character, as in the body.
-    """
-    quoted = _QUOTED_VALUE.fullmatch(raw)
-    if quoted is not None:
-        value = quoted.group(1)
-        unquote = _unquote_single if value[0] == "'" else _unquote_double
-        raw = unquote(value[1:-1])
-    else:
-        raw = _PLAIN_COMMENT.split(raw, maxsplit=1)[0]
-        if _NOT_SCALAR.match(raw):
-            return None
-    return clean_inline(raw) or None
-
-
-def _unquote_single(inner: str) -> str:
-    return inner.replace("''", "'")
-
-
-def _unquote_double(inner: str) -> str:
-    return re.sub(r"\\(.)", r"\1", inner)
-
-
-def _flow_list(raw: str) -> list[str] | None:
-    """The scalars of a flow list (``[a, "b, c"]``), or None when it holds anything else."""
-    raw = re.sub(r"\][ \t]+#.*", "]", raw)
-    if not raw.endswith("]"):
-        return None
-    inner, items, at = raw[1:-1], [], 0
-    while True:
-        item = _FLOW_ITEM.match(inner, at)
-        if item is None:
-            return None
-        if item.group(1):
-            value = _scalar(item.group(1))
-            if value is None:
-                return None
-            items.append(value)
-        if not item.group(2):
-            return items
-        at = item.end()
-
-
-def _block_list(block: list[str]) -> list[str] | None:
-    """The scalars of a block list (``- a`` lines), or None when ``block`` holds anything else."""
-    items = []
-    for line in block:
-        item = _LIST_ITEM.fullmatch(line)
-        if item is None:
-            return None
-        if item.group(1):
-            value = _scalar(item.group(1))
-            if value is None:
-                return None
-            items.append(value)
-    return items or None
+def _block_scalar(block: str, key: str) -> bool:
+    """Whether ``key``'s value is a block scalar (``|`` or ``>``): a text of its own, not a label."""
+    return re.search(rf"^{re.escape(key)}[ \t]*:[ \t]*[|>]", block, re.MULTILINE) is not None
 
 
 _COMMENT = re.compile(r"[ \t]*<!--.*?-->", re.DOTALL)
