@@ -150,10 +150,77 @@ def test_title_is_the_metadata_title(pdf_dir: Path) -> None:
     assert load(pdf_dir / "manual_faa_amt_handbook_sample.pdf").title == "AMT General Handbook"
 
 
-def test_title_falls_back_to_the_stem_when_missing_or_a_file_name(pdf_dir: Path) -> None:
-    # The transcript's metadata title is "10811.exe".
+def test_without_a_metadata_title_the_largest_text_on_page_1_is_the_title(pdf_dir: Path) -> None:
+    # The LaTeX sample has no metadata title; its title is set at 17.2 points over 10-point body text.
+    assert load(pdf_dir / "multicol_latex_pypdf_sample.pdf").title == "Two-Column Document with Lorem Ipsum"
+
+
+def test_a_title_set_sideways_on_two_lines_is_joined(pdf_dir: Path) -> None:
+    # The NICS table is turned a quarter; its two title lines are set at 15.1 points (a scaled font).
+    title = load(pdf_dir / "odd_nics_rotated_table.pdf").title
+    assert title == "NICS Firearm Background Checks November - 2015"
+
+
+def test_a_masthead_repeated_atop_the_next_pages_is_not_the_title(pdf_dir: Path) -> None:
+    # "Proposed Rules" is the largest text on page 1 and runs atop every later page; the page number
+    # "47698" is the next largest. Neither is a title, so the file name stays.
+    pdf = pdf_dir / "multicol_federal_register_2020-17221.pdf"
+    assert load(pdf).title == "multicol_federal_register_2020-17221"
+
+
+def test_title_falls_back_to_the_stem_when_no_text_stands_out(pdf_dir: Path) -> None:
+    # The transcript's metadata title is "10811.exe", and its page is set in one size throughout.
     assert load(pdf_dir / "odd_scotus_transcript_p1.pdf").title == "odd_scotus_transcript_p1"
-    assert load(pdf_dir / "multicol_latex_pypdf_sample.pdf").title == "multicol_latex_pypdf_sample"
+
+
+@pytest.mark.parametrize(
+    "metadata_title",
+    [
+        "",
+        "untitled",
+        "Untitled-1",
+        "Document1",
+        "Microsoft Word - report",
+        "report.docx",
+        "pump_report",
+        "Title",
+    ],
+)
+def test_a_placeholder_metadata_title_gives_way_to_the_largest_text(
+    tmp_path: Path, metadata_title: str
+) -> None:
+    content = (
+        b"BT /F1 1 Tf 24 0 0 24 20 150 Tm (Pump Care and) Tj ET "
+        b"BT /F1 1 Tf 24 0 0 24 20 124 Tm (Maintenance) Tj ET "
+        b"BT /F1 10 Tf 20 90 Td (Check the seals every month and the bearings every year.) Tj ET "
+        b"BT /F1 10 Tf 20 76 Td (Replace a seal that weeps.) Tj ET "
+        b"BT /F1 14 Tf 280 20 Td (3) Tj ET"
+    )
+    path = tmp_path / "pump_report.pdf"
+    path.write_bytes(_pdf_bytes(content, (400, 200), metadata_title or None))
+    assert load(path).title == "Pump Care and Maintenance"
+
+
+@pytest.mark.parametrize(
+    "large",
+    [
+        b"12",
+        b"xii",
+        b"August 6, 2020",
+        b"Thursday, 6 August 2020",
+        b"Abstract",
+        b"Page 3 of 9",
+        b"Seal " * 41,
+    ],
+)
+def test_a_page_number_date_heading_or_paragraph_set_large_is_not_a_title(
+    tmp_path: Path, large: bytes
+) -> None:
+    body = b"Check the seals every month and the bearings every year, and replace a seal that weeps. " * 3
+    content = b"BT /F1 24 Tf 20 150 Td (%s) Tj ET BT /F1 10 Tf 20 90 Td (%s) Tj ET" % (large, body)
+    path = tmp_path / "notes.pdf"
+    path.write_bytes(_pdf_bytes(content, (3000, 200), None))
+    assert load(path).title == "notes"
 
 
 def test_a_pdf_with_neither_text_nor_image_fails_up_front(tmp_path: Path) -> None:

@@ -42,9 +42,14 @@ NO_TEXT_LAYER = "no text layer (scanned?)"
 _PDFIUM_LOCK = threading.RLock()
 # The PDF format allows junk before the header; readers look this far for it.
 _HEADER_WINDOW = 1024
-# Titles that are really file names ("10811.exe", "Microsoft Word - draft.doc") say nothing.
+# Titles that are really file names ("10811.exe", "Microsoft Word - draft.doc") or an application's
+# placeholder ("Untitled", "Document1", "PowerPoint Presentation") say nothing.
 _FILE_NAME_TITLE = re.compile(
-    r"(?:microsoft \w+ - )?\S.*\.(?:exe|docx?|pdf|tex|dvi|indd|qxd|rtf|ps|txt)", re.IGNORECASE
+    r"microsoft \w+ - .*|\S.*\.(?:exe|docx?|pdf|tex|dvi|indd|qxd|rtf|ps|txt)"
+    r"|(?:untitled|new|blank)?[\s_-]*(?:document|presentation|template|untitled)?[\s_-]?\d*"
+    r"|(?:powerpoint|word|excel) (?:presentation|document|template)|slide \d+|(?:no )?title( here)?"
+    r"|insert title here|your title here|none|null|unknown|\(anonymous\)",
+    re.IGNORECASE,
 )
 _OPEN_ERRORS = {
     pdfium_c.FPDF_ERR_PASSWORD: "encrypted PDF (password required); save an unprotected copy and load that",
@@ -80,6 +85,9 @@ class _PageReader:
                 raise LoadError(self.source, f"cannot read PDF structure ({exc})") from exc
         self._file: IO[bytes] | None = None
         self._fallback: pypdf.PdfReader | None = None
+        #: Whether to note page 1's large text (:func:`_heading_blocks`) while reading it, for a title.
+        self.wants_title = False
+        self._headings: list[str] | None = None
 
     def text(self, index: int) -> str:
         """The raw text of page ``index`` (0-based); raises :class:`LoadError` if neither reader can."""
@@ -126,6 +134,9 @@ class _PageReader:
                 textpage = page.get_textpage()
                 try:
                     text = _mark_superscripts(textpage, _page_text(textpage))
+                    if index == 0 and self.wants_title and self._headings is None:
+                        # Here rather than in first_page_title: parsing the page again cost more.
+                        self._headings = _heading_blocks(textpage)
                 finally:
                     textpage.close()
             finally:
@@ -143,6 +154,40 @@ class _PageReader:
             self._file = self._path.open("rb")
             self._fallback = pypdf.PdfReader(self._file)
         return self._fallback.pages[index].extract_text()
+
+    def first_page_title(self) -> str:
+        """The text set largest on page 1 that reads as a title (``""`` if none does); needs
+        :attr:`wants_title` set before page 1 is read.
+
+        A candidate is dropped when it is a page number or a date alone, longer than
+        :data:`TITLE_MAX_CHARS`, a section heading ("Abstract"), or a running line: a journal's masthead
+        ("Proposed Rules" on the Federal Register's first page) is repeated at the top of the pages after.
+        Then the next-largest text is tried, down to :data:`TITLE_MIN_SCALE` times the body text's size.
+        """
+        running: set[str] | None = None
+        for block in self._headings or []:
+            if not _reads_as_title(block):
+                continue
+            if running is None:
+                running = self._running_keys()
+            # Whole words: "Notes" is not the running head "Footnotes".
+            key = f" {_line_key(block)} "
+            if not any(key in f" {line} " for line in running):
+                return block
+        return ""
+
+    def _running_keys(self) -> set[str]:
+        """The keys of the lines at the edges of page 2, where a masthead or running head is repeated.
+
+        Page 2 alone, to keep this cheap: the pages are read again for their text later.
+        """
+        if self.page_count < 2:
+            return set()
+        try:
+            text = clean_text(self.text(1))
+        except LoadError:
+            return set()  # reported when the page itself is read
+        return {_line_key(line) for line in _edges(text)}
 
     def close(self) -> None:
         """Release both readers."""
@@ -340,6 +385,91 @@ def _aligned_positions(indexed: str, text: str, positions: list[int]) -> list[in
     return out if target is None else None
 
 
+#: Text is a title candidate only when set at least this many times the size of most of page 1's text.
+TITLE_MIN_SCALE = 1.15
+#: A longer "title" is a paragraph set large (a cover's blurb), not a title.
+TITLE_MAX_CHARS = 200
+#: Characters whose sizes differ by less than this share are set in one size (rounding in the PDF).
+_SAME_SIZE = 0.03
+_MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sept?|oct|nov|dec)[a-z]*\.?"
+_NOT_A_TITLE = re.compile(
+    # A page number, in any of its usual forms ("7", "- 7 -", "Page 7 of 9", "xii").
+    r"[-\u2013\u2014\s]*(?:page\s+)?(?:\d+|m{0,3}(?:cm|cd|d?c{0,3})(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3}))"
+    r"(?:\s*(?:of|/)\s*\d+)?[-\u2013\u2014\s]*"
+    # A date alone ("Thursday, August 6, 2020", "6 August 2020", "November - 2015").
+    rf"|(?:[a-z]+day,?\s+)?(?:{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?,?(?:\s+\d{{4}})?"
+    rf"|\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH},?(?:\s+\d{{4}})?|{_MONTH}\s*[-\u2013,]?\s*\d{{4}})"
+    # A section heading.
+    r"|(?:\d+\.?\s*)?(?:abstract|(?:table of )?contents|introduction|summary|preface|foreword|references)"
+    r"|(?:chapter|appendix|section|part)\s+\w{1,4}",
+    re.IGNORECASE,
+)
+
+
+def _heading_blocks(textpage: Any) -> list[str]:
+    """The page's runs of text set distinctly larger than its body text, largest first, each as one line.
+
+    A run is the characters of one size that follow each other in the page's text, whatever lines they
+    are on: a title wrapped onto two lines is one run. Sizes are the sizes rendered (font size times the
+    scale of the character's matrix), as a PDF may set every font at 1 point and scale it.
+    """
+    count = textpage.count_chars()
+    text = _indexed_text(textpage, count)
+    raw = textpage.raw
+    text_object = _text_object_function()
+    matrix = pdfium_c.FS_MATRIX()
+    at = ctypes.byref(matrix)
+    runs: list[list[Any]] = []  # [size, start, end] in the page's text
+    weights: dict[float, int] = {}
+    last_object, size = None, 0.0
+    for index, char in enumerate(text):
+        if char.isspace() or char == "\ufffe":
+            continue
+        # The characters of one text object share its size and matrix: asked of PDFium once an object,
+        # the loop over a page of 6,500 characters takes 2 ms rather than 8.
+        current = text_object(raw, index)
+        if current is None or current != last_object:
+            last_object = current
+            pdfium_c.FPDFText_GetMatrix(raw, index, at)
+            scale = abs(matrix.a * matrix.d - matrix.b * matrix.c) ** 0.5 or 1.0
+            size = round(float(pdfium_c.FPDFText_GetFontSize(raw, index)) * scale, 1)
+        weights[size] = weights.get(size, 0) + 1
+        if runs and abs(runs[-1][0] - size) <= _SAME_SIZE * runs[-1][0]:
+            runs[-1][2] = index + 1
+        else:
+            runs.append([size, index, index + 1])
+    if not weights:
+        return []
+    body = max(weights, key=weights.__getitem__)
+    large = [run for run in runs if run[0] >= TITLE_MIN_SCALE * body]
+    large.sort(key=lambda run: -run[0])  # stable: runs of one size stay in page order
+    return [clean_inline(" ".join(text[start:end].replace("\ufffe", "").split())) for _, start, end in large]
+
+
+_TEXT_OBJECT: list[Any] = []
+
+
+def _text_object_function() -> Any:
+    """``FPDFText_GetTextObject`` returning the object's address as a plain int (or None), which compares
+    cheaply; pypdfium2's binding returns a new pointer object each call."""
+    if not _TEXT_OBJECT:
+        address = ctypes.cast(pdfium_c.FPDFText_GetTextObject, ctypes.c_void_p).value
+        assert address, "pypdfium2 binds FPDFText_GetTextObject"
+        prototype = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+        _TEXT_OBJECT.append(prototype(address))
+    return _TEXT_OBJECT[0]
+
+
+def _reads_as_title(text: str) -> bool:
+    """Whether ``text`` could be a title: a word or more, not too long, not a page number, date or section
+    heading alone."""
+    return (
+        len(text) <= TITLE_MAX_CHARS
+        and re.search(r"[^\W\d_]{2}", text) is not None
+        and not _NOT_A_TITLE.fullmatch(text)
+    )
+
+
 def _meta_text(doc: Any, key: str) -> str:
     """The document information entry ``key`` (``Title``, ``Author``) as one clean line.
 
@@ -367,11 +497,23 @@ def _check_header(path: Path) -> None:
         raise LoadError(source, "not a PDF file (no %PDF header)")
 
 
-def _title(metadata: dict[str, str], path: Path) -> str:
-    title = metadata.get("Title", "")
-    if not title or _FILE_NAME_TITLE.fullmatch(title):
-        return path.stem
-    return title
+def _name_key(name: str) -> str:
+    return re.sub(r"[\W_]+", "", name).casefold()
+
+
+def _placeholder_title(title: str, path: Path) -> bool:
+    """Whether the metadata ``title`` says nothing: missing, a placeholder or a file name."""
+    return (
+        not title
+        or _FILE_NAME_TITLE.fullmatch(title) is not None
+        or _name_key(title) in (_name_key(path.name), _name_key(path.stem))
+    )
+
+
+def _title(reader: _PageReader, path: Path) -> str:
+    if reader.wants_title:
+        return reader.first_page_title() or path.stem
+    return reader.metadata.get("Title", "")
 
 
 def load_pdf(path: Path) -> LoadedSource:
@@ -379,11 +521,14 @@ def load_pdf(path: Path) -> LoadedSource:
 
     Raises :class:`LoadError` now for a file that is not a PDF, corrupt, encrypted, has no pages or
     has no text on any page (``no text layer (scanned?)``). The title is the document's metadata title
-    unless that is missing or just a file name, then the file stem. Page numbers are 1-based physical
-    pages; a page without text still comes out, with empty text, so numbering never shifts.
+    unless that is missing, a placeholder or just a file name; then the text set largest on page 1 when
+    that is distinctly larger than the body text and reads as a title (see :func:`_heading_blocks`),
+    else the file stem. Page numbers are 1-based physical pages; a page without text still comes out,
+    with empty text, so numbering never shifts.
     """
     _check_header(path)
     reader = _PageReader(path)
+    reader.wants_title = _placeholder_title(reader.metadata.get("Title", ""), path)
     scans = _Scans()
     try:
         if reader.page_count == 0:
@@ -397,7 +542,7 @@ def load_pdf(path: Path) -> LoadedSource:
         metadata: SourceMetadata = {"pages": str(reader.page_count)}
         if author := reader.metadata.get("Author", ""):
             metadata["author"] = author
-        title = _title(reader.metadata, path)
+        title = _title(reader, path)
     finally:
         reader.close()
     return LoadedSource(
