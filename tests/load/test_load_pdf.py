@@ -156,9 +156,10 @@ def test_without_a_metadata_title_the_largest_text_on_page_1_is_the_title(pdf_di
 
 
 def test_a_title_set_sideways_on_two_lines_is_joined(pdf_dir: Path) -> None:
-    # The NICS table is turned a quarter; its two title lines are set at 15.1 points (a scaled font).
+    # The NICS table is turned a quarter; its title and the month under it are set at 15.1 points (a
+    # scaled font). A date line is joined after a colon.
     title = load(pdf_dir / "odd_nics_rotated_table.pdf").title
-    assert title == "NICS Firearm Background Checks November - 2015"
+    assert title == "NICS Firearm Background Checks: November - 2015"
 
 
 def test_a_masthead_repeated_atop_the_next_pages_is_not_the_title(pdf_dir: Path) -> None:

@@ -392,13 +392,17 @@ TITLE_MAX_CHARS = 200
 #: Characters whose sizes differ by less than this share are set in one size (rounding in the PDF).
 _SAME_SIZE = 0.03
 _MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sept?|oct|nov|dec)[a-z]*\.?"
+# A date alone ("Thursday, August 6, 2020", "6 August 2020", "November - 2015").
+_DATE = (
+    rf"(?:[a-z]+day,?\s+)?(?:{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?,?(?:\s+\d{{4}})?"
+    rf"|\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH},?(?:\s+\d{{4}})?|{_MONTH}\s*[-\u2013,]?\s*\d{{4}})"
+)
+_DATE_LINE = re.compile(_DATE, re.IGNORECASE)
 _NOT_A_TITLE = re.compile(
     # A page number, in any of its usual forms ("7", "- 7 -", "Page 7 of 9", "xii").
     r"[-\u2013\u2014\s]*(?:page\s+)?(?:\d+|m{0,3}(?:cm|cd|d?c{0,3})(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3}))"
     r"(?:\s*(?:of|/)\s*\d+)?[-\u2013\u2014\s]*"
-    # A date alone ("Thursday, August 6, 2020", "6 August 2020", "November - 2015").
-    rf"|(?:[a-z]+day,?\s+)?(?:{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?,?(?:\s+\d{{4}})?"
-    rf"|\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH},?(?:\s+\d{{4}})?|{_MONTH}\s*[-\u2013,]?\s*\d{{4}})"
+    rf"|{_DATE}"
     # A section heading.
     r"|(?:\d+\.?\s*)?(?:abstract|(?:table of )?contents|introduction|summary|preface|foreword|references)"
     r"|(?:chapter|appendix|section|part)\s+\w{1,4}",
@@ -443,7 +447,18 @@ def _heading_blocks(textpage: Any) -> list[str]:
     body = max(weights, key=weights.__getitem__)
     large = [run for run in runs if run[0] >= TITLE_MIN_SCALE * body]
     large.sort(key=lambda run: -run[0])  # stable: runs of one size stay in page order
-    return [clean_inline(" ".join(text[start:end].replace("\ufffe", "").split())) for _, start, end in large]
+    return [_one_line(text[start:end].replace("\ufffe", "")) for _, start, end in large]
+
+
+def _one_line(text: str) -> str:
+    """A title set on several lines as one: joined by spaces, but a line that is a date alone, as under
+    a table's or report's title ("NICS Firearm Background Checks" / "November - 2015"), after a colon."""
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    title = ""
+    for line in filter(None, lines):
+        separator = ": " if title and _DATE_LINE.fullmatch(line) else " "
+        title = f"{title}{separator}{line}" if title else line
+    return clean_inline(title)
 
 
 _TEXT_OBJECT: list[Any] = []
