@@ -202,6 +202,17 @@ def test_a_placeholder_metadata_title_gives_way_to_the_largest_text(
     assert load(path).title == "Pump Care and Maintenance"
 
 
+def test_a_title_in_small_capitals_is_one_title(tmp_path: Path) -> None:
+    # Small capitals: each word's first letter at 24 points, the rest at 18, over 10-point body text.
+    content = (
+        b"BT /F1 24 Tf 20 150 Td (P) Tj /F1 18 Tf (UMP ) Tj /F1 24 Tf (C) Tj /F1 18 Tf (ARE) Tj ET "
+        b"BT /F1 10 Tf 20 90 Td (Check the seals every month and the bearings every year.) Tj ET"
+    )
+    path = tmp_path / "pump.pdf"
+    path.write_bytes(_pdf_bytes(content, (400, 200), None))
+    assert load(path).title == "PUMP CARE"
+
+
 @pytest.mark.parametrize(
     "large",
     [

@@ -445,7 +445,19 @@ def _heading_blocks(textpage: Any) -> list[str]:
     if not weights:
         return []
     body = max(weights, key=weights.__getitem__)
-    large = [run for run in runs if run[0] >= TITLE_MIN_SCALE * body]
+    large: list[list[Any]] = []
+    joins_last = False
+    for size, start, end in runs:
+        if size < TITLE_MIN_SCALE * body:
+            joins_last = False
+            continue
+        # Large text of two sizes on one line is one heading: a title in small capitals ("P" "UMP")
+        # would otherwise come apart into its capitals and the rest.
+        if joins_last and not any(char in "\r\n" for char in text[large[-1][2] : start]):
+            large[-1][0], large[-1][2] = max(large[-1][0], size), end
+        else:
+            large.append([size, start, end])
+        joins_last = True
     large.sort(key=lambda run: -run[0])  # stable: runs of one size stay in page order
     return [_one_line(text[start:end].replace("\ufffe", "")) for _, start, end in large]
 
