@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from citeline.answer.relevance import answerable
+from citeline.answer.support import VectorCache
+from citeline.embed import Embedder
 from citeline.engine import Citeline
 from tests.conftest import write
 
@@ -83,3 +85,56 @@ def test_a_question_off_the_manuals_topics_is_refused_and_one_on_them_is_answere
     assert (
         answerable(question, cl.search(question), min_similarity=cl.settings.answer_min_similarity) is answers
     )
+
+
+NUT = (
+    "An elastic stop nut has a nylon collar that grips the bolt thread. Do not use elastic stop nuts "
+    "where the temperature exceeds 250 degrees F. An elastic stop nut may be reused only if the collar "
+    "still resists turning by hand."
+)
+
+
+def test_a_follow_up_is_answerable_only_by_a_passage_holding_words_of_its_own() -> None:
+    nut = replace(make_hit(1, NUT), similarity=0.61)
+    valve = replace(make_hit(2, "The relief valve opens at 3,000 psi."), similarity=0.12)
+
+    def asked(said: str) -> bool:
+        return answerable(f"{said} (elastic stop nut)", [nut, valve], min_similarity=0.25, own_words=said)
+
+    # Close to the search, and holding the user's own words.
+    assert asked("Can they be reused?")
+    assert asked("What temperature limit applies to them?")
+    # Far from the search with its borrowed words, but one sentence holds the user's own words.
+    assert asked("And the relief valve?")
+    # No topic word of their own ("use" names none): the borrowed topic judges them.
+    assert asked("How are they used?")
+    assert asked("Why?")
+    # Only the borrowed words match.
+    assert not asked("What are the risks?")
+    assert not asked("And what is the capital of France?")
+    assert not asked("Who invented it?")
+    assert not asked("What dose should be used?")
+    # Without the user's words (a standalone question, or a model's rewrite), the search's words judge.
+    assert answerable("What are the risks? (elastic stop nut)", [nut], min_similarity=0.25)
+    assert answerable("What are the risks?", [nut], min_similarity=0.25, own_words="What are the risks?")
+    # Said in other words than the passage's: only an embedder finds the sentence.
+    assert not asked("Is it safe at high heat?")
+    # A floor of zero still turns the check off.
+    assert answerable(
+        "Who invented it? (elastic stop nut)", [nut], min_similarity=0.0, own_words="Who invented it?"
+    )
+
+
+def test_a_follow_up_in_other_words_than_the_passage_s_is_answerable_by_meaning(embedder: Embedder) -> None:
+    nut = replace(make_hit(1, NUT), similarity=0.61)
+    cache = VectorCache(embedder)
+
+    def asked(said: str) -> bool:
+        return answerable(
+            f"{said} (elastic stop nut)", [nut], min_similarity=0.25, own_words=said, cache=cache
+        )
+
+    assert asked("Is it safe at high heat?")
+    assert not asked("What are the risks?")
+    assert not asked("And what is the capital of France?")
+    assert not asked("What dose should be used?")

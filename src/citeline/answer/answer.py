@@ -114,8 +114,9 @@ async def answer_stream(
     leaves it unchanged). ``embedder`` scores sentences: to focus the evidence, to attribute uncited
     sentences, to check citations and to pick extractive sentences. ``max_evidence_tokens`` bounds
     the evidence the model reads (see :mod:`citeline.answer.evidence`); None gives it whole chunks.
-    Evidence that fails :func:`~citeline.answer.relevance.answerable` at ``min_similarity`` counts as
-    none: the answer says the documents hold no evidence, and no model is called.
+    Evidence that fails :func:`~citeline.answer.relevance.answerable` at ``min_similarity`` (with
+    ``claim_text`` as the user's own words) counts as none: the answer says the documents hold no
+    evidence, and no model is called.
 
     ``claim_text`` is what the user typed when it is not ``question`` itself: a conversation searches a
     follow-up with terms borrowed from earlier turns, but judges the claim the user made, and the
@@ -142,7 +143,11 @@ async def answer_stream(
     try:
         prepared = await _prepare(
             question,
-            evidence if answerable(question, evidence, min_similarity=min_similarity) else [],
+            evidence
+            if answerable(
+                question, evidence, min_similarity=min_similarity, own_words=claim_text, cache=cache
+            )
+            else [],
             focus=llm is not None,
             cache=cache,
             persona=persona,

@@ -20,6 +20,27 @@ fixtures, 13 of 25 general-knowledge questions ("what is the capital of France",
 passed on one shared word at similarities of 0.07 to 0.23. Asking for two words in one sentence, or an
 identifier, refused 10 of them; 25 questions about those documents and the first 150 SciFact claims
 all still pass.
+
+A follow-up in a conversation is searched with terms borrowed from the earlier turns ("What are the
+risks? (elastic stop nut)"), and those words alone matched the earlier topic's passages: in a
+conversation about elastic stop nuts, "What are the risks?", "And what is the capital of France?" and
+"Who invented it?" were all answered by quoting the nut's sentences again. So a follow-up asked in
+``own_words`` of its own must also find them in the evidence: a passage answers it when it is relevant
+to the searched question as above and holds one of the user's own topic words, or when one of its
+sentences holds the user's own words by the rule above, or, given an embedder, when one of the
+relevant passages has a sentence within :data:`MIN_OWN_SIMILARITY` of what the user typed. Words that
+name no topic (:data:`FILLER`, "use") neither carry nor block a follow-up, so one made of them alone
+("How are they used?", "Why?") is judged by the borrowed topic as before, and "What dose should be
+used?" is answered from the drug the conversation is about but not from a passage that says "use"
+about nuts.
+
+Measured on 44 follow-ups to six short passages (pump, ward, nut, drug, bread and tyre; 22 that the
+passage answers and 22 it does not, all relevant to their rewritten question): before, all 44 passed.
+The user's own topic words alone answered 11 of the 22 answerable ones (the others say it in other
+words: "How much should I take?" for "the usual starting dose", "And which day is it?" for "on
+Fridays") and refused all 22 others; with the embedder at 0.18, 21 of 22 pass (the closest sentence
+of the refused "How worn can they get?" is at 0.14) and 18 of 22 are refused (let in at 0.19 to 0.31:
+"Is it safe in pregnancy?" of metformin, "Who is the nurse in charge?" of a ward's service day).
 """
 
 from __future__ import annotations
@@ -27,8 +48,92 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from citeline.answer.support import content_terms, sentence_spans
+from citeline.answer.support import PassageSentences, VectorCache, content_terms, sentence_spans
 from citeline.retrieve.search import Hit
+
+FILLER = frozenset(
+    [
+        "what",
+        "how",
+        "why",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "tell",
+        "explain",
+        "describe",
+        "please",
+        "give",
+        "show",
+        "list",
+        "mean",
+        "means",
+        "meant",
+        "need",
+        "needs",
+        "want",
+        "wants",
+        "like",
+        "thing",
+        "things",
+        "also",
+        "else",
+        "more",
+        "much",
+        "many",
+        "really",
+        "ok",
+        "okay",
+        "thanks",
+        "thank",
+        "often",
+        "usually",
+        "always",
+        "never",
+        "ever",
+        "still",
+        "already",
+        "exactly",
+        "actually",
+        "generally",
+        "typically",
+        "long",
+        "way",
+        "ways",
+        "kind",
+        "sort",
+        "lot",
+        "lots",
+        "one",
+        "ones",
+        "example",
+        "examples",
+        "yes",
+        "yeah",
+        "possible",
+        "can",
+        "may",
+        "might",
+        "must",
+        "shall",
+        "get",
+        "got",
+        "another",
+    ]
+)
+"""Words that carry no topic: question words, requests, hedges. A follow-up rewrite never borrows them
+(:mod:`citeline.chat.rewrite`), and they are not the user's own topic words here."""
+
+# Every manual says "use": a follow-up's "What dose should be used?" is about the dose.
+_NO_TOPIC_TERMS = content_terms(" ".join([*FILLER, "use", "used", "uses", "using"]))
+
+MIN_OWN_SIMILARITY = 0.18
+"""A follow-up's own words (not the borrowed ones) said in other words: the cosine similarity, for the
+packaged MiniLM embedder, between what the user typed and the closest sentence of a passage relevant to
+the rewritten question (see the module docstring)."""
 
 MIN_TERM_SHARE = 0.5
 """A passage with a sentence holding at least this share of the question's content terms may answer it,
@@ -43,13 +148,49 @@ enough alone ("What does E42 mean?")."""
 _IDENTIFIER = re.compile(r"\b(?=[^\W_]*\d)(?=[^\W_]*[^\W\d_])[^\W_]+\b|\b[A-Z]{2,}\b")
 
 
-def answerable(question: str, evidence: Sequence[Hit], *, min_similarity: float) -> bool:
+def answerable(
+    question: str,
+    evidence: Sequence[Hit],
+    *,
+    min_similarity: float,
+    own_words: str | None = None,
+    cache: VectorCache | None = None,
+) -> bool:
     """Whether ``evidence`` may answer ``question`` (see the module docstring); 0 always says yes
-    when there is evidence."""
+    when there is evidence. ``own_words``: what the user typed, when ``question`` is a follow-up
+    searched with terms borrowed from earlier turns; ``cache`` embeds them to find a sentence that
+    says them in other words (without it, only their words count)."""
     if not evidence:
         return False
-    if min_similarity <= 0 or any(hit.similarity >= min_similarity for hit in evidence):
+    if min_similarity <= 0:
         return True
+    said = own_words.strip() if own_words is not None else ""
+    own = _topic_terms(said) if said and said != question.strip() else frozenset()
+    if not own:
+        return any(_relevant(question, hit, min_similarity) for hit in evidence)
+    relevant = [hit for hit in evidence if _relevant(question, hit, min_similarity)]
+    if any(own & content_terms(hit.text) for hit in relevant) or any(
+        _holds_terms(said, hit) for hit in evidence
+    ):
+        return True
+    if cache is None or not relevant:
+        return False
+    sentences = [t for hit in relevant for t in PassageSentences.of(hit.text).sentences]
+    vectors = cache.matrix([said, *sentences])
+    return bool(sentences) and float((vectors[1:] @ vectors[0]).max()) >= MIN_OWN_SIMILARITY
+
+
+def _topic_terms(text: str) -> frozenset[str]:
+    return content_terms(text) - _NO_TOPIC_TERMS
+
+
+def _relevant(question: str, hit: Hit, min_similarity: float) -> bool:
+    return hit.similarity >= min_similarity or _holds_terms(question, hit)
+
+
+def _holds_terms(question: str, hit: Hit) -> bool:
+    """Whether a sentence of ``hit`` holds enough of ``question``'s content terms (see the module
+    docstring)."""
     terms = content_terms(question)
     if not terms:
         return False
@@ -60,4 +201,4 @@ def answerable(question: str, evidence: Sequence[Hit], *, min_similarity: float)
         enough = len(shared) >= MIN_SHARED_TERMS or bool(shared & identifiers)
         return enough and len(shared) >= MIN_TERM_SHARE * len(terms)
 
-    return any(holds(hit.text[s:e]) for hit in evidence for s, e in sentence_spans(hit.text))
+    return any(holds(hit.text[s:e]) for s, e in sentence_spans(hit.text))

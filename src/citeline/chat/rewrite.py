@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from citeline.answer.llm import LLM, GenerationOptions, Message, complete
+from citeline.answer.relevance import FILLER
 from citeline.chat.store import Turn
 from citeline.errors import GenerationError
 from citeline.store.analyzer import ENGLISH_STOP_WORDS, Analyzer
@@ -89,80 +90,6 @@ ANAPHORS = frozenset(
     ]
 )
 DEMONSTRATIVES = frozenset({"this", "that", "these", "those"})
-# Words that carry no topic: question words, requests, hedges. They are never key terms.
-FILLER = frozenset(
-    [
-        "what",
-        "how",
-        "why",
-        "when",
-        "where",
-        "which",
-        "who",
-        "whom",
-        "whose",
-        "tell",
-        "explain",
-        "describe",
-        "please",
-        "give",
-        "show",
-        "list",
-        "mean",
-        "means",
-        "meant",
-        "need",
-        "needs",
-        "want",
-        "wants",
-        "like",
-        "thing",
-        "things",
-        "also",
-        "else",
-        "more",
-        "much",
-        "many",
-        "really",
-        "ok",
-        "okay",
-        "thanks",
-        "thank",
-        "often",
-        "usually",
-        "always",
-        "never",
-        "ever",
-        "still",
-        "already",
-        "exactly",
-        "actually",
-        "generally",
-        "typically",
-        "long",
-        "way",
-        "ways",
-        "kind",
-        "sort",
-        "lot",
-        "lots",
-        "one",
-        "ones",
-        "example",
-        "examples",
-        "yes",
-        "yeah",
-        "possible",
-        "can",
-        "may",
-        "might",
-        "must",
-        "shall",
-        "get",
-        "got",
-        "another",
-    ]
-)
 # Words that ask about an aspect of a topic without naming one: a question made only of these (and
 # stop or filler words) means nothing until the conversation says what it is about. Written forms,
 # not stems, so that a topic word sharing a stem ("user manual") stays a topic.

@@ -1,0 +1,117 @@
+"""A follow-up is answered only when the passages hold something of what the user newly asked."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from citeline.answer import EVIDENCE_MISSING, Complete
+from citeline.chat.events import ChatEvent
+from citeline.chat.session import ChatSession
+from citeline.engine import Citeline
+from tests.conftest import write
+
+DOCUMENTS = {
+    "nuts.md": (
+        "# Elastic stop nuts\n\n"
+        "An elastic stop nut has a fibre or nylon collar that grips the bolt thread and keeps the nut "
+        "from loosening under vibration. Do not use elastic stop nuts where the temperature exceeds "
+        "250 degrees F, because the collar softens. An elastic stop nut may be reused only if the collar "
+        "still resists turning by hand. At least one full thread of the bolt must protrude through the "
+        "nut after tightening.\n"
+    ),
+    "hydraulics.md": (
+        "# Hydraulic system\n\n"
+        "The relief valve opens at 3,000 psi and returns fluid to the reservoir. Check the reservoir "
+        "level before each flight.\n"
+    ),
+    "metformin.md": (
+        "# Metformin\n\n"
+        "Metformin lowers blood glucose in type 2 diabetes. The usual starting dose of metformin is 500 mg "
+        "twice daily with meals, raised by 500 mg each week to at most 2000 mg. Nausea and diarrhoea are "
+        "common side effects in the first weeks.\n"
+    ),
+}
+
+
+@pytest.fixture
+def documents(cl: Citeline, tmp_path: Path) -> Citeline:
+    for name, text in DOCUMENTS.items():
+        write(tmp_path / name, text)
+    cl.ingest([tmp_path])
+    return cl
+
+
+def turn(session: ChatSession, question: str) -> Complete:
+    async def run() -> list[ChatEvent]:
+        return [event async for event in session.ask(question)]
+
+    last = asyncio.run(run())[-1]
+    assert isinstance(last, Complete), last
+    return last
+
+
+NUT = "What is an elastic stop nut?"
+DRUG = "What does metformin treat?"
+
+
+@pytest.mark.parametrize(
+    ("first", "follow_up", "quoted"),
+    [
+        (NUT, "Can they be reused?", "may be reused only if the collar"),
+        (NUT, "What temperature limit applies to them?", "exceeds 250 degrees F"),
+        (NUT, "How many threads must show?", "must protrude through the nut"),
+        (NUT, "And the relief valve?", "The relief valve opens at 3,000 psi"),
+        # No topic words of its own: the conversation's topic answers it.
+        (NUT, "How are they used?", "An elastic stop nut has a fibre or nylon collar"),
+        (NUT, "Why?", "An elastic stop nut has a fibre or nylon collar"),
+        (DRUG, "What dose should be used?", "The usual starting dose of metformin is 500 mg"),
+        (DRUG, "And its side effects?", "common side effects"),
+        (DRUG, "And the relief valve?", "The relief valve opens at 3,000 psi"),
+        # In other words than the passage's.
+        (NUT, "Is it safe at high heat?", "exceeds 250 degrees F"),
+        (DRUG, "How much should I take?", "The usual starting dose of metformin is 500 mg"),
+        (DRUG, "Does it upset the stomach?", "Nausea and diarrhoea"),
+    ],
+)
+def test_a_follow_up_the_earlier_topic_s_passages_answer_is_answered(
+    documents: Citeline, first: str, follow_up: str, quoted: str
+) -> None:
+    session = ChatSession.start(documents, llm=None)
+    turn(session, first)
+
+    done = turn(session, follow_up)
+
+    assert session.last_rewrite is not None and session.last_rewrite.method == "heuristic"
+    assert not done.evidence_missing and quoted in done.answer, done.answer
+
+
+@pytest.mark.parametrize(
+    ("first", "follow_up"),
+    [
+        (NUT, "What are the risks?"),
+        (NUT, "And what is the capital of France?"),
+        (NUT, "And the risks of smoking?"),
+        (NUT, "What about its colour?"),
+        (NUT, "Who invented it?"),
+        (NUT, "What is the weather like?"),
+        # "Do not use elastic stop nuts ..." holds "use", which names no topic.
+        (NUT, "What dose should be used?"),
+        (DRUG, "What is it made of?"),
+    ],
+)
+def test_a_follow_up_only_the_borrowed_topic_words_match_gets_the_evidence_missing_answer(
+    documents: Citeline, first: str, follow_up: str
+) -> None:
+    session = ChatSession.start(documents, llm=None)
+    assert not turn(session, first).evidence_missing
+
+    done = turn(session, follow_up)
+
+    rewritten = session.last_rewrite
+    assert rewritten is not None and rewritten.method == "heuristic" and rewritten.query != follow_up
+    # Searched as "What are the risks? (elastic stop nut)", the borrowed words matched the nut's
+    # passage (similarity 0.61) and the answer quoted the nut's sentences again.
+    assert done.evidence_missing and done.answer == EVIDENCE_MISSING and not done.citations, done.answer
