@@ -592,3 +592,21 @@ def test_a_pdf_line_ending_in_a_preposition_before_a_name_goes_on_and_is_no_head
         "SUMMARY: The FAA proposes to adopt a new airworthiness directive (AD) for Pilatus Aircraft Ltd. "
         "Model PC\u201312/47E airplanes [1]."
     )
+
+
+def test_a_sentence_with_a_citation_number_in_inline_code_is_not_quoted(embedder: Embedder) -> None:
+    # Quoted, the code's "[1]" would be read as a citation; with it removed as the source's own marker,
+    # the guide's sentence read "The model sees the passages numbered `` to `[n]`".
+    text = (
+        "The model sees the passages numbered `[1]` to `[n]` in the prompt. "
+        "The model sees each passage with its number and its title in the prompt."
+    )
+    extract = extractive_answer(
+        "How does the model see the passages in the prompt?",
+        select_passages([make_hit(1, text)]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    assert "``" not in extract.text and "[n]" not in extract.text
+    assert extract.text == "The model sees each passage with its number and its title in the prompt [1]."

@@ -66,6 +66,9 @@ _LIST_ITEM = re.compile(r"(?:[-*\u2022\u2013]|\d{1,3}[.)])\s")
 # A figure's or table's label ("Figure 7-26."): the sentence after it is its caption.
 _LABEL = re.compile(r"(?:Figure|Fig\.|Table|Plate|Chart)\s*[\w.\-]*\w\.?", re.IGNORECASE)
 _TABLES = frozenset({"text/csv"})
+# A "[1]" inside inline code is the text's own (a guide's "numbered `[1]` to `[n]`"): quoted, it would
+# read as a citation, and without it the sentence says "numbered `` to `[n]`". Not quoted at all.
+_CODE_MARKER = re.compile(r"`[^`\n]*\[ *\d{1,4} *\][^`\n]*`")
 # A bracket the sentence goes on from in small letters: the end of a sentence cut before its bracket
 # ("(81% of people on ART by 2020) unless they adopt ..."), not one that opens with it ("(See below.)").
 _RUN_ON = re.compile(r"[(\[][^)\]]*[)\]],?\s+[a-z]")
@@ -182,7 +185,7 @@ def _scored(
         for i, (sentence, score) in enumerate(zip(sentences.sentences, passage_scores, strict=True)):
             # Quoted with citeline's citation: the source's own "[2]" would read as another one.
             text = _plain(without_markers(sentence))
-            if i not in cut and _quotable(text):
+            if i not in cut and _quotable(text) and not _CODE_MARKER.search(sentence):
                 out.append(_Sentence(passage=passage, position=i, text=text, score=score))
     if not out:
         # Passages of headings and fragments only: quote them rather than say nothing.
