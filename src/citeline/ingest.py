@@ -44,7 +44,7 @@ from citeline.errors import (
 )
 from citeline.load import SUPPORTED_SUFFIXES, load
 from citeline.load.clean import storable
-from citeline.retrieve.filters import check_metadata, check_scopes, normalise_category
+from citeline.retrieve.filters import check_labels, normalise_category
 from citeline.split import CHUNK_OVERLAP_MAX, CHUNK_SIZE_MAX, CHUNK_SIZE_MIN, split
 from citeline.store import catalog
 from citeline.store.analyzer import Analyzer, DocumentTerms
@@ -99,9 +99,7 @@ class IngestOptions:
     def __post_init__(self) -> None:
         # Checked here, so every shell (CLI, API, workers) refuses the same labels the same way.
         refuse_nul(self, "")
-        check_scopes(self.scopes)
-        check_scopes(self.tags, "tag")
-        check_metadata(self.metadata)
+        check_labels(self.scopes, self.tags, self.metadata)
         if self.category and not normalise_category(self.category):
             # "/" is more likely a slip than a wish to remove the category, which "" says plainly.
             raise InvalidRequestError(

@@ -50,6 +50,16 @@ def check_scopes(scopes: Iterable[str] | None, what: str = "scope") -> None:
 MAX_LABEL_CHARS = 256
 
 
+def check_labels(
+    scopes: Iterable[str] | None, tags: Iterable[str] | None, metadata: Mapping[str, Any] | None
+) -> None:
+    """Refuse labels as every request type refuses them: a blank or over-long scope or tag
+    (:func:`check_scopes`), a metadata value that is not a string (:func:`check_metadata`)."""
+    check_scopes(scopes)
+    check_scopes(tags, "tag")
+    check_metadata(metadata)
+
+
 def check_metadata(metadata: Mapping[str, Any] | None) -> None:
     """Refuse a metadata value that is not a string: values are stored and compared as strings, so a
     number stored as a number would never match a filter."""
@@ -84,9 +94,7 @@ class Filters:
 
     def __post_init__(self) -> None:
         refuse_nul(self, "filters")
-        check_scopes(self.scopes)
-        check_scopes(self.tags_any + self.tags_all, "tag")
-        check_metadata(self.metadata)
+        check_labels(self.scopes, self.tags_any + self.tags_all, self.metadata)
         known = [t.value for t in SectionType]
         unknown = sorted(set(self.section_types) - set(known))
         if unknown:

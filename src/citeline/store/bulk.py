@@ -23,7 +23,7 @@ from citeline.annotate import annotate
 from citeline.checks import refuse_nul
 from citeline.errors import ConfigError, InvalidRequestError
 from citeline.load.clean import storable
-from citeline.retrieve.filters import check_metadata, check_scopes
+from citeline.retrieve.filters import check_labels
 from citeline.store import catalog
 from citeline.store.analyzer import Analyzer, DocumentTerms
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
@@ -185,9 +185,7 @@ def _check_labels(labels: Labels, field: str) -> None:
     own words, not cleaned), naming the field under ``field``."""
     refuse_nul(labels, field)
     try:
-        check_scopes(labels.scopes)
-        check_scopes(labels.tags, "tag")
-        check_metadata(labels.metadata)
+        check_labels(labels.scopes, labels.tags, labels.metadata)
     except InvalidRequestError as exc:
         raise InvalidRequestError(f"{field}.{exc}") from exc
 
