@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from citeline.answer.support import PassageSentences, VectorCache, content_terms, sentence_spans
 from citeline.retrieve.search import Hit
@@ -166,12 +167,12 @@ def answerable(
         return True
     said = own_words.strip() if own_words is not None else ""
     own = _topic_terms(said) if said and said != question.strip() else frozenset()
+    asked = _Terms.of(question)
     if not own:
-        return any(_relevant(question, hit, min_similarity) for hit in evidence)
-    relevant = [hit for hit in evidence if _relevant(question, hit, min_similarity)]
-    if any(own & content_terms(hit.text) for hit in relevant) or any(
-        _holds_terms(said, hit) for hit in evidence
-    ):
+        return any(_relevant(asked, hit, min_similarity) for hit in evidence)
+    relevant = [hit for hit in evidence if _relevant(asked, hit, min_similarity)]
+    typed = _Terms.of(said)
+    if any(own & content_terms(hit.text) for hit in relevant) or any(typed.held_by(hit) for hit in evidence):
         return True
     if cache is None or not relevant:
         return False
@@ -184,21 +185,30 @@ def _topic_terms(text: str) -> frozenset[str]:
     return content_terms(text) - _NO_TOPIC_TERMS
 
 
-def _relevant(question: str, hit: Hit, min_similarity: float) -> bool:
-    return hit.similarity >= min_similarity or _holds_terms(question, hit)
+def _relevant(asked: _Terms, hit: Hit, min_similarity: float) -> bool:
+    return hit.similarity >= min_similarity or asked.held_by(hit)
 
 
-def _holds_terms(question: str, hit: Hit) -> bool:
-    """Whether a sentence of ``hit`` holds enough of ``question``'s content terms (see the module
-    docstring)."""
-    terms = content_terms(question)
-    if not terms:
-        return False
-    identifiers = {t for word in _IDENTIFIER.findall(question) for t in content_terms(word)}
+@dataclass(frozen=True)
+class _Terms:
+    """A question's content terms and identifiers, read once for every hit it is checked against."""
 
-    def holds(sentence: str) -> bool:
-        shared = terms & content_terms(sentence)
-        enough = len(shared) >= MIN_SHARED_TERMS or bool(shared & identifiers)
-        return enough and len(shared) >= MIN_TERM_SHARE * len(terms)
+    terms: frozenset[str]
+    identifiers: frozenset[str]
 
-    return any(holds(hit.text[s:e]) for s, e in sentence_spans(hit.text))
+    @classmethod
+    def of(cls, question: str) -> _Terms:
+        identifiers = {t for word in _IDENTIFIER.findall(question) for t in content_terms(word)}
+        return cls(content_terms(question), frozenset(identifiers))
+
+    def held_by(self, hit: Hit) -> bool:
+        """Whether a sentence of ``hit`` holds enough of the terms (see the module docstring)."""
+        if not self.terms:
+            return False
+
+        def holds(sentence: str) -> bool:
+            shared = self.terms & content_terms(sentence)
+            enough = len(shared) >= MIN_SHARED_TERMS or bool(shared & self.identifiers)
+            return enough and len(shared) >= MIN_TERM_SHARE * len(self.terms)
+
+        return any(holds(hit.text[s:e]) for s, e in sentence_spans(hit.text))
