@@ -69,6 +69,44 @@ def test_a_line_break_is_preferred_to_a_sentence_end() -> None:
     assert texts([page], chunk_size=15) == ["Aa. Bb.", "Cc. Dd. Ee."]
 
 
+def test_a_line_that_only_wraps_a_sentence_is_cut_at_the_sentence_end_instead() -> None:
+    # PDF columns and hard-wrapped Markdown break prose mid-sentence. Cut at the line break, the first
+    # chunk ended "... in the same direction as a" and the second began "force ...".
+    page = Page(
+        1,
+        "The Boots self-locking nut is of one piece, all-metal\n"
+        "construction. The spring exerts a constant force in\n"
+        "the same direction as a force that would tighten it.",
+    )
+
+    assert texts([page], chunk_size=110) == [
+        "The Boots self-locking nut is of one piece, all-metal\nconstruction.",
+        "The spring exerts a constant force in\nthe same direction as a force that would tighten it.",
+    ]
+
+
+def test_rows_headings_list_items_and_short_lines_still_end_at_their_line_break() -> None:
+    # Only a long line ending in a word, a comma or a hyphen, followed by a small letter, is a wrap.
+    rows = Page(1, "Model HX-4000 maximum pressure sixteen bar\nModel HX-5000 maximum pressure twenty bar")
+    items = Page(1, "- the first item of the list, in words\n- the second item of the list, in words")
+    code = Page(1, "import os\nimport sys\nimport json\nprint(os.getcwd())")
+    colon = Page(1, "The parts of the nut are listed as follows:\nthe case, the core and the key of it.")
+
+    assert texts([rows], chunk_size=50) == rows.text.split("\n")
+    assert texts([items], chunk_size=45) == items.text.split("\n")
+    assert texts([code], chunk_size=30) == ["import os\nimport sys", "import json\nprint(os.getcwd())"]
+    assert texts([colon], chunk_size=45) == colon.text.split("\n")
+
+
+def test_real_hard_wrapped_pdf_prose_is_chunked_at_sentence_ends() -> None:
+    [page] = load(PDFS / "manual_faa_amt_handbook_sample.pdf").pages
+    chunks = list(split([page], chunk_size=DEFAULT_CHUNK_SIZE, chunk_overlap=DEFAULT_CHUNK_OVERLAP))
+
+    ends = set(sentence_ends(page.text))
+    # Cut at line breaks, 1 of the 6 chunks ended a sentence; now most do, the last one at the page's end.
+    assert sum(chunk.end in ends or chunk.end == len(page.text.rstrip()) for chunk in chunks) >= 4
+
+
 def test_a_sentence_end_is_preferred_to_a_space() -> None:
     # Cutting at spaces would fill the first chunk with "One two three. Four five".
     page = Page(1, "One two three. Four five six seven.")

@@ -224,6 +224,32 @@ def _separator_cuts(pattern: re.Pattern[str]) -> _Cuts:
     return cuts
 
 
+def _line_cuts(text: str, start: int, end: int) -> Iterator[int]:
+    """Just past each line break in ``text[start:end]`` that ends a line of its own, not a wrap."""
+    for match in _LINE.finditer(text, start, end):
+        if not _wraps(text, match.start()):
+            yield match.end()
+
+
+def _wraps(text: str, newline: int) -> bool:
+    """Whether the line break at ``newline`` only wraps a sentence onto the next line.
+
+    PDF columns and hard-wrapped Markdown or text break prose every 40 to 100 characters, mid-sentence;
+    cut there, a chunk ends "... in the same direction as a" and the next starts "force ...", a
+    fragment to embed and to quote. A break is a wrap when its line is long enough to be prose (a row,
+    a heading or a line of code is seldom that long and ends otherwise), ends in a word, a number, a
+    comma or a hyphen rather than a stop, a colon or a bracket, and the next line carries on in a
+    small letter. Anything else (a table row, a list item, a heading, a line after a full stop)
+    ends a line of its own.
+    """
+    line_start = text.rfind("\n", 0, newline) + 1
+    line = text[line_start:newline].rstrip()
+    if len(line.strip()) < _WRAP_MIN or not (line[-1].isalnum() or line[-1] in _WRAP_ENDS):
+        return False
+    following = _NEXT_LINE.match(text, newline + 1)
+    return following is not None and following.group(1).islower()
+
+
 def sentence_ends(text: str) -> Iterator[int]:
     """Offsets just past each sentence end in ``text``, as the splitter cuts them (abbreviations skipped).
 
@@ -251,10 +277,17 @@ def _is_abbreviation(before_period: str) -> bool:
 #: The depth of the line-break cut in :data:`_CUTTERS`: finer cuts start inside a line.
 _LINE_DEPTH = 1
 _TABLE_ROW = re.compile(r"[^\S\n]{0,3}\|")
+# A wrapped line is at least this long without its indent: prose columns run 40 characters and more.
+_WRAP_MIN = 30
+# Besides a letter or a digit, what a line may end in and its sentence carry on: a comma, a hyphen or
+# dash (a word or a range split over the break).
+_WRAP_ENDS = ",-\u2010\u2011\u2013"
+# The first character of the next line, past its indent (and not past another line break).
+_NEXT_LINE = re.compile(r"[^\S\n]*(\S)")
 
 _CUTTERS: tuple[_Cuts, ...] = (
     _separator_cuts(_PARAGRAPH),
-    _separator_cuts(_LINE),
+    _line_cuts,
     _sentence_cuts,
     _separator_cuts(_WHITESPACE),
 )
