@@ -288,6 +288,23 @@ def test_a_repeated_search_reuses_its_vector_and_finds_the_same(cl: Citeline, tm
     assert (first.cache_hit, again.cache_hit) == (False, True)
 
 
+def test_a_compound_the_question_splits_still_matches_the_documents_word(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    # "back up" is two words to the analyzer ("up" a stop word), "backup" one; the question's words
+    # written together are looked for too, so the page that says "backup" scores on the keyword side.
+    cl.ingest(
+        [
+            write(tmp_path / "backup.txt", "Run citeline backup nightly; the backup holds the namespace."),
+            write(tmp_path / "back.txt", "Lower back pain after lifting: rest, then return to work."),
+        ]
+    )
+
+    hits = {Path(h.document_name).name: h for h in cl.search("How do I back up the namespace?")}
+
+    assert hits["backup.txt"].keyword_score > hits["back.txt"].keyword_score > 0
+
+
 def test_concurrent_searches_return_what_a_lone_search_returns(cl: Citeline, tmp_path: Path) -> None:
     topics = ["insulin dosing", "hand hygiene", "blood pressure", "asthma inhalers", "fever in children"]
     for n, topic in enumerate(topics):

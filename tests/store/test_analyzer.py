@@ -21,6 +21,28 @@ def test_acronyms_and_hyphenated_terms_are_kept_unstemmed_with_their_parts() -> 
     assert "patient" in terms and "was" not in terms and "in" not in terms
 
 
+def test_a_query_also_looks_for_neighbouring_words_written_together() -> None:
+    # "back up" must find "backup": alone, "up" is a stop word and "back" is another word.
+    analyzer = Analyzer()
+
+    assert analyzer.query_terms("How do I back up the index?")["backup"] == 1
+    assert {"login", "setup", "overexpress"} <= set(analyzer.query_terms("log in; set up; over expression"))
+    # What the words give on their own stays as it was, and no joined term repeats one of them.
+    assert analyzer.query_terms("back up") == Counter({"back": 1, "backup": 1})
+
+
+def test_a_query_joins_no_two_stop_words_no_words_split_by_punctuation_and_makes_no_stop_word() -> None:
+    analyzer = Analyzer()
+
+    assert "doi" not in analyzer.query_terms("How do I cite it?")  # "do I" is not a DOI
+    assert "int" not in analyzer.query_terms("perturbations in T cells")  # nor "in T" an "int"
+    assert "email" in analyzer.query_terms("send an e mail")  # two words that are no stop words join
+    assert "backup" not in analyzer.query_terms("Look back, up the hill")
+    assert "himself" not in analyzer.query_terms("him self")  # a stop word, never a term
+    # Documents are indexed word by word, as before.
+    assert "backup" not in analyzer.terms("back up")
+
+
 def test_each_step_can_be_switched_off() -> None:
     text = "The Running Studies"
     assert Analyzer(stem=False, stop_words=False).terms(text) == ["the", "running", "studies"]

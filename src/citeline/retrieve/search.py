@@ -360,7 +360,7 @@ def hybrid_search(
         view = read_catalog(conn, model, request.filters, cache, vector_index.name)
         scope = view.scope
         t1 = time.perf_counter()
-        terms = analyzer.term_counts(request.query)
+        terms = analyzer.query_terms(request.query)
         stage: dict[str, Any] = {
             "where": where,
             "params": params,

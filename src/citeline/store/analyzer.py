@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import pairwise
 
 import Stemmer
 
@@ -253,6 +254,34 @@ class Analyzer:
     def term_counts(self, text: str) -> Counter[str]:
         """Each term of ``text`` with its frequency."""
         return Counter(self.terms(text))
+
+    def query_terms(self, query: str) -> Counter[str]:
+        """The terms a keyword search for ``query`` looks for: its :meth:`term_counts`, and the term of
+        each pair of neighbouring words written together.
+
+        Readers split a compound the documents write whole ("back up" for "backup", "set up", "log
+        in", "over expression"): the words alone then match nothing that says it, or ("up", "in")
+        are stop words and match nothing at all. The joined term is only an extra: where no document
+        holds it ("expressionof"), it scores nothing. Two stop words are not joined ("do I" would
+        look for DOIs), nor words split by anything but spaces ("back, up"); a join that makes a stop
+        word ("him self") gives no term, as the word would not.
+        """
+        counts = self.term_counts(query)
+        words = list(_TOKEN.finditer(query))
+        stops = self._stops
+        for first, second in pairwise(words):
+            left, right = first.group(), second.group()
+            if query[first.end() : second.start()].strip() or not (left.isalpha() and right.isalpha()):
+                continue
+            # A stop word and a letter or two ("in T", "is e") join into noise ("int"), not a compound.
+            stop_left, stop_right = left.lower() in stops, right.lower() in stops
+            short = len(right) < 3 if stop_left else len(left) < 3 if stop_right else False
+            if (stop_left and stop_right) or short:
+                continue
+            for term in self._whole_terms(left + right):
+                if term not in counts:
+                    counts[term] = 1
+        return counts
 
     def _stem(self, word: str) -> str:
         return str(self._stemmer.stemWord(word)) if self.stem else word
