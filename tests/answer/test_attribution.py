@@ -210,28 +210,74 @@ def test_abbreviations_decimals_and_connectives_are_not_sentences_to_cite(embedd
     ]
 
 
-def test_a_sentence_cited_to_a_passage_that_does_not_back_it_gets_the_one_that_does(
+def test_a_sentence_cited_after_its_full_stop_to_a_passage_that_does_not_back_it_cites_the_one_that_does(
     embedder: Embedder,
 ) -> None:
-    # The 0.5B model copies a sentence from one passage and, now and then, cites another.
-    for reply, expected in (
-        (
-            "In winter, drain the volute so that frost cannot crack the casing. [4]",
-            "In winter, drain the volute so that frost cannot crack the casing. [1] [2]",
-        ),
-        (
-            "In winter, drain the volute so that frost cannot crack the casing [4].",
-            "In winter, drain the volute so that frost cannot crack the casing [1] [2].",
-        ),
-    ):
-        shown, done = ask(reply, embedder)
+    # The 0.5B model copies a sentence from one passage and, now and then, cites another; its grammar puts
+    # the citation after the full stop, where it waits with the punctuation, so it is replaced unseen.
+    # The answer cited "[1] [2]" with [1] flagged "not backed by this passage", the demo's first answer.
+    shown, done = ask("In winter, drain the volute so that frost cannot crack the casing. [4]", embedder)
 
-        assert shown == done.answer == expected
-        motor, frost = done.citations
-        assert (motor.chunk_id, motor.attributed, motor.supported) == (MOTOR, False, False)
-        assert (frost.chunk_id, frost.attributed, frost.supported) == (FROST, True, True)
-        # The sentence is backed by one of its citations now; the model's own is flagged on its own.
-        assert done.unsupported == ()
+    assert shown == done.answer == "In winter, drain the volute so that frost cannot crack the casing. [1]"
+    [frost] = done.citations
+    assert (frost.number, frost.chunk_id, frost.attributed, frost.supported) == (1, FROST, True, True)
+    assert done.unsupported == ()
+    [removed] = done.removed
+    assert (removed.number, removed.occurrences) == (4, 1)
+    assert "does not back" in removed.reason
+
+
+def test_the_replacement_is_the_same_however_the_reply_is_cut_into_pieces(embedder: Embedder) -> None:
+    for piece in (1, 2, 5, 100):
+        text, attributor = attribute(
+            "Never run the pump dry. [2] In winter, drain the volute so that frost cannot crack the "
+            "casing. [4] Fill the casing with clean water. [1]",
+            embedder,
+            piece=piece,
+        )
+
+        assert text == (
+            "Never run the pump dry. [1] In winter, drain the volute so that frost cannot crack the "
+            "casing. [2] Fill the casing with clean water. [3]"
+        ), piece
+        assert [(a.chunk_id, a.number, a.unbacked) for a in attributor.attributions] == [(FROST, 2, (2,))]
+        assert [(r.number, r.occurrences) for r in attributor.removed] == [(4, 1)]
+
+
+def test_a_citation_shown_before_the_full_stop_stays_and_is_flagged_beside_the_one_that_backs(
+    embedder: Embedder,
+) -> None:
+    shown, done = ask("In winter, drain the volute so that frost cannot crack the casing [4].", embedder)
+
+    assert (
+        shown == done.answer == "In winter, drain the volute so that frost cannot crack the casing [1] [2]."
+    )
+    motor, frost = done.citations
+    assert (motor.chunk_id, motor.attributed, motor.supported) == (MOTOR, False, False)
+    assert (frost.chunk_id, frost.attributed, frost.supported) == (FROST, True, True)
+    # The sentence is backed by one of its citations; the model's own is flagged on its own.
+    assert done.unsupported == () and done.removed == ()
+
+
+def test_a_replaced_number_shown_elsewhere_or_given_by_an_earlier_turn_is_not_given_again(
+    embedder: Embedder,
+) -> None:
+    # [1] (the dry-running passage) backs the first sentence and is shown there: the second sentence's
+    # unbacked [1] is dropped, and the frost passage gets the next number.
+    text, _ = attribute(
+        "Never run the pump dry. [2] In winter, drain the volute so that frost cannot crack the casing. [2]",
+        embedder,
+    )
+    assert text == (
+        "Never run the pump dry. [1] In winter, drain the volute so that frost cannot crack the casing. [2]"
+    )
+    # A number from an earlier turn stays that passage's.
+    numbering = CitationNumbering([MOTOR])
+    _, done = ask(
+        "In winter, drain the volute so that frost cannot crack the casing. [4]", embedder, numbering
+    )
+    assert done.answer.endswith("casing. [2]")
+    assert numbering.chunk_ids == [MOTOR, FROST]
 
 
 def test_a_sentence_its_own_citation_backs_gets_no_other(embedder: Embedder) -> None:

@@ -74,11 +74,13 @@ def test_the_answer_cites_the_passage_the_model_quoted_whatever_number_it_wrote(
 
     done = asyncio.run(answer())
 
+    # The model quotes the frost passage and writes the motor's number after the full stop: the frost
+    # passage is cited in its place, as [1], and the motor's number is reported removed, never shown.
     assert not done.fell_back and done.provider == SPEC
-    assert [(c.chunk_id, c.attributed, c.supported) for c in done.citations] == [
-        (104, False, False),
-        (103, True, True),
+    assert [(c.number, c.chunk_id, c.attributed, c.supported) for c in done.citations] == [
+        (1, 103, True, True)
     ]
+    assert [r.number for r in done.removed] == [4]
     assert done.unsupported == () and done.uncited == ()
 
 

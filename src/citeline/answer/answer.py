@@ -433,7 +433,7 @@ class _Draft:
 
     @property
     def removed(self) -> tuple[RemovedCitation, ...]:
-        return tuple(self.rewriter.removed)
+        return (*self.rewriter.removed, *self.attributor.removed)
 
     def failure(self) -> str | None:
         """Stage 4: why the finished reply cannot stand on its face, or None."""

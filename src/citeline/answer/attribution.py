@@ -7,23 +7,30 @@ a sentence that makes a claim (a few content terms) ends without a citation, or 
 which backs it, it scores the sentence against every passage given this turn with the support score of
 :mod:`citeline.answer.support`; if the best passage reaches
 :data:`~citeline.answer.support.SUPPORT_THRESHOLD`, its number is added to the sentence, before its
-closing punctuation (``... seal [2].``) or after the model's own citation (``... seal. [4] [2]``). The
-model's citations stay, and the check flags those that do not back their sentence. A sentence no
-passage backs is left as it is; the citation check reports it.
+closing punctuation (``... seal [2].``), or after the full stop in place of the model's own citation
+there (``... seal. [4]`` becomes ``... seal. [2]``). A citation the model wrote before the full stop
+has been shown by then: it stays, and the check flags it if it does not back its sentence. A citation
+after the full stop waits with the punctuation, so when it is replaced it was never shown; it is
+reported with the citations removed, and its number, if this reply gave it and nothing shows it,
+goes to the next passage cited (no answer citing only [2]). The local model's grammar puts every
+citation after the full stop. A sentence no passage backs is left as it is; the citation check
+reports it.
 
-Only the closing punctuation of a sentence, and the whitespace after it, wait for the next piece (to
-learn whether the sentence ended, and whether the model cites it after the full stop: ``seal. [2]``);
-everything else is passed on at once. The scores are the ones :func:`~citeline.answer.citations.verify`
-computes again later, so an attributed citation is never flagged as unsupported.
+Only the closing punctuation of a sentence, the whitespace after it and a citation after it wait for
+the next piece (to learn whether the sentence ended, and whether the model cites it after the full
+stop: ``seal. [2]``); everything else is passed on at once. The scores are the ones
+:func:`~citeline.answer.citations.verify` computes again later, so an attributed citation is never
+flagged as unsupported.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from citeline.answer.citations import MARKER, MIN_CLAIM_TERMS, CitationNumbering, claims
+from citeline.answer.citations import MARKER, MIN_CLAIM_TERMS, CitationNumbering, RemovedCitation, claims
 from citeline.answer.prompt import Passage
 from citeline.answer.support import (
     SUPPORT_THRESHOLD,
@@ -88,7 +95,25 @@ class Attributor:
         self._done_text = ""
         self._pending = ""
         self._after_citation = False
+        # The model's citations after a full stop, not yet shown: kept or replaced when the sentence closes.
+        self._held = ""
+        self._numbered_before = len(numbering)
+        self._replaced: Counter[int] = Counter()
         self._cited_by_model: set[int] = set()
+
+    @property
+    def removed(self) -> list[RemovedCitation]:
+        """The model's citations after a full stop that did not back their sentence and were replaced by
+        the passage that does, by the model's passage number, with how often each was."""
+        return [
+            RemovedCitation(
+                number=n,
+                occurrences=count,
+                reason="the model cited it for a sentence it does not back; the passage that does is "
+                "cited instead",
+            )
+            for n, count in sorted(self._replaced.items())
+        ]
 
     @property
     def attributed_numbers(self) -> frozenset[int]:
@@ -109,7 +134,7 @@ class Attributor:
                 more = _MARKERS.match(pending)
                 if more is not None:
                     self._pending = pending[more.end() :]
-                    out.append(self._emit(more.group()))
+                    self._held += more.group()
                     continue
                 self._after_citation = False
                 out.append(self._close(""))
@@ -152,7 +177,8 @@ class Attributor:
             # A citation after the full stop belongs to the sentence before it.
             self._pending = rest[cited_after.end() :]
             self._after_citation = True
-            return self._emit(punctuation) + self._emit(cited_after.group())
+            self._held = cited_after.group()
+            return self._emit(punctuation)
         if not self._ends_sentence(punctuation, rest):
             return self._emit(punctuation)
         return self._close(punctuation)
@@ -165,23 +191,26 @@ class Attributor:
         return any(end == cut for _, end in sentence_spans(text))
 
     def _close(self, punctuation: str) -> str:
-        """End the current sentence with ``punctuation``, adding a citation first if it needs one."""
-        found = claims(self._done_text + punctuation)
+        """End the current sentence with ``punctuation`` (or with the model's citations after its full
+        stop), adding a citation first if it needs one."""
+        held, self._held = self._held, ""
+        found = claims(self._done_text + punctuation + held)
         sentence = found[-1] if found else None
         if (
             sentence is None
             or len(content_terms(sentence.text)) < MIN_CLAIM_TERMS
             or sentence.text.casefold() in self._never
         ):
-            return self._emit(punctuation)
+            return self._emit(punctuation) + self._emit(held)
         scores = [support(sentence.text, sentences, self._cache).score for sentences in self._sentences]
         index_of = {self.numbering.get(p.chunk_id): i for i, p in enumerate(self._passages)}
         cited = [index_of[n] for n in sentence.numbers if n in index_of]
         if any(scores[i] >= self._threshold for i in cited):
-            return self._emit(punctuation)
+            return self._emit(punctuation) + self._emit(held)
         best = max(range(len(scores)), key=lambda i: (scores[i], -i), default=None)
         if best is None or scores[best] < self._threshold:
-            return self._emit(punctuation)
+            return self._emit(punctuation) + self._emit(held)
+        self._drop(held, index_of)
         chunk_id = self._passages[best].chunk_id
         number = self.numbering.number(chunk_id)
         self.attributions.append(
@@ -194,6 +223,17 @@ class Attributor:
             )
         )
         return self._emit(f" [{number}]", added=True) + self._emit(punctuation)
+
+    def _drop(self, held: str, index_of: dict[int | None, int]) -> None:
+        """Drop the model's citations ``held`` after a full stop, never shown: record each by the model's
+        passage number, and take back a number this reply gave it that nothing shows."""
+        shown = {int(n) for group in MARKER.findall(self._done_text) for n in group.split(", ")}
+        numbers = [int(n) for group in MARKER.findall(held) for n in group.split(", ")]
+        for n in reversed(numbers):
+            if n in index_of:
+                self._replaced[index_of[n] + 1] += 1
+            if n not in shown:
+                self.numbering.release(self.numbering.chunk_id(n), after=self._numbered_before)
 
     def _emit(self, text: str, *, added: bool = False) -> str:
         if not added:

@@ -105,6 +105,18 @@ class CitationNumbering:
             found = self._numbers[chunk_id] = len(self._numbers) + 1
         return found
 
+    def release(self, chunk_id: int, *, after: int) -> bool:
+        """Take back the number of ``chunk_id`` when it is the last one given and above ``after``, so
+        the next chunk numbered gets it. True if it was taken back.
+
+        For a citation dropped before it was shown: its number, given as the model wrote it, would
+        otherwise leave a gap (an answer citing only [2]). Numbers given before ``after`` (earlier turns,
+        an answer's opening) are never taken back."""
+        if self._numbers.get(chunk_id) != len(self._numbers) or len(self._numbers) <= after:
+            return False
+        del self._numbers[chunk_id]
+        return True
+
     def get(self, chunk_id: int) -> int | None:
         """The number of ``chunk_id``, or None when it was never cited."""
         return self._numbers.get(chunk_id)
