@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from citeline.answer import EVIDENCE_MISSING, Complete
+from citeline.answer.llm import LLM, get_llm
 from citeline.chat.events import ChatEvent
 from citeline.chat.session import ChatSession
 from citeline.engine import Citeline
+from citeline.settings import Settings
 from tests.conftest import write
 
 DOCUMENTS = {
@@ -115,3 +118,31 @@ def test_a_follow_up_only_the_borrowed_topic_words_match_gets_the_evidence_missi
     # Searched as "What are the risks? (elastic stop nut)", the borrowed words matched the nut's
     # passage (similarity 0.61) and the answer quoted the nut's sentences again.
     assert done.evidence_missing and done.answer == EVIDENCE_MISSING and not done.citations, done.answer
+
+
+@pytest.fixture(scope="module")
+def local_llm(data_dir: Path) -> Iterator[LLM]:
+    llm = get_llm("local:qwen2.5-coder-0.5b-instruct", Settings(data_dir=data_dir))
+    yield llm
+    llm.close()
+
+
+@pytest.mark.slow
+def test_a_follow_up_the_model_rewrote_is_held_to_the_user_s_own_words_too(
+    documents: Citeline, local_llm: LLM
+) -> None:
+    # The packaged model rewrites follow-ups when the setting asks it to (auto leaves it to the heuristic).
+    settings = documents.settings.model_copy(update={"follow_up_rewrite": "llm"})
+    with Citeline(settings) as cl:
+        first = ChatSession.start(cl, llm=None)
+        turn(first, NUT)
+        session = ChatSession.resume(cl, first.id, llm=local_llm)
+
+        done = turn(session, "What are the risks?")
+
+    rewritten = session.last_rewrite
+    assert rewritten is not None and rewritten.method == "llm" and "nut" in rewritten.query, rewritten
+    # Searched as the model's "elastic stop nut risks", the nut's passage was relevant to the query, the
+    # user's "risks" was never checked, and the answer quoted the nut again (with the keyword query
+    # judged as a claim: "Yes: the sources support this claim").
+    assert done.evidence_missing and done.answer == EVIDENCE_MISSING and done.claim is None, done.answer

@@ -162,6 +162,10 @@ def test_a_model_reply_is_reduced_to_the_query_line() -> None:
     assert clean_reply(
         'Standalone query: "How often should a centrifugal pump be serviced?"\n', question
     ) == ("How often should a centrifugal pump be serviced?")
+    # The packaged 0.5B model quotes its label with the query.
+    assert clean_reply('"Standalone query: Who invented the elastic stop nut?"', question) == (
+        "Who invented the elastic stop nut?"
+    )
     assert clean_reply("\n\n  pump service interval\nBecause the user asked...", question) == (
         "pump service interval"
     )

@@ -53,6 +53,7 @@ _WORD = re.compile(r"[^\W_]+(?:[-'\u2019/.][^\W_]+)*", re.UNICODE)
 # "it's", "that's", "they're": the pronoun is what matters.
 _CONTRACTION = re.compile(r"['\u2019](s|re|ll|d|ve)$")
 _CITATION_MARK = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
+_QUOTES = "\"'`\u201c\u201d"
 
 CONTINUATIONS = (
     "what about",
@@ -343,8 +344,10 @@ def clean_reply(reply: str, question: str) -> str | None:
     instead of rewriting must not become the search query.
     """
     line = next((ln.strip() for ln in reply.strip().splitlines() if ln.strip()), "")
+    # The label may sit inside the quotes ('"Standalone query: Who invented ..."', the 0.5B model's).
+    line = line.strip(_QUOTES).strip()
     line = re.sub(r"^(standalone\s+)?(search\s+)?(query|question)\s*:\s*", "", line, flags=re.IGNORECASE)
-    line = line.strip().strip("\"'`\u201c\u201d").strip()
+    line = line.strip().strip(_QUOTES).strip()
     if not line or len(line) > max_query_chars(question):
         return None
     return line

@@ -164,9 +164,12 @@ class ChatSession:
             options=self.options,
             max_evidence_tokens=self.cl.settings.answer_evidence_tokens or None,
             min_similarity=self.cl.settings.answer_min_similarity,
-            # The heuristic rewrite only appends terms for the search; the claim is the user's own. A
-            # model's rewrite resolves what the follow-up refers to, so its query is the claim.
-            claim_text=None if self.last_rewrite.method == "llm" else question,
+            # A rewrite, the heuristic's or a model's, is a search query: the topic it borrowed from earlier
+            # turns made the earlier topic's passages relevant to it whatever the user asked ("What are the
+            # risks?" searched as the model's "elastic stop nut risks" quoted the nut again), and a keyword
+            # query is no claim ("elastic stop nut risks" got "Yes: the sources support this claim"). So
+            # the evidence must hold the user's own words, and the claim judged is what the user said.
+            claim_text=question,
         ):
             if isinstance(event, Complete):
                 cited = _cited_in_number_order(event, numbering, numbered_before)
