@@ -26,6 +26,12 @@ passage that states none of that kind says nothing either way. When the claim na
 (``HX-4000``) and some of the passage's sentences or table rows name it, the rows and sentences naming
 only other codes are left out: a table's other rows are other devices.
 
+A **bare figure** (:func:`figures`) is a number without a unit that is a value ("the threshold is
+0.25"), not a year, a reference, a label's number ("type 1", "page 17"), a p-value, a code or a number
+of a list sharing a unit. A claimed bare figure says nothing of what it measures, so only that number
+written somewhere in the passage (in anything) bears it out; a passage that writes other bare figures
+and never it disagrees, even when the claim's value lies within a range the passage states.
+
 Numbers written as words up to ninety-nine ("ten minutes", "twenty-five mg") are read as digits.
 What it does not do: larger numbers in words ("a hundred"), quantities without a unit (counts, ratios,
 hazard ratios), "reduced by 30%" against "reduced to 70%", and which quantity a number is beyond its
@@ -124,6 +130,9 @@ def _units() -> dict[str, Unit]:
     add("molarity", 1e-6, "µM", "μM", "uM")
     add("molarity", 1e-9, "nM")
     add("activity", 1.0, "IU")
+    add("molecular mass", 1.0, "Da")
+    add("molecular mass", 1e3, "kDa", "kD")
+    add("molecular mass", 1e6, "MDa")
     add("percent", 1.0, "%", "percent", "per cent")
     add("fold", 1.0, "fold")
     units = {symbol: Unit(symbol, dimension, scale) for symbol, (dimension, scale) in table.items()}
@@ -610,6 +619,74 @@ def _scoped(text: str) -> list[tuple[str, list[Quantity]]]:
     return out
 
 
+# -- bare figures ----------------------------------------------------------------------------------
+
+FIGURE = Unit("", "figure", 1.0)
+"""The unit of a bare figure: a number written without one ("the threshold is 0.25", "a ratio of 1.5")."""
+
+_BARE = re.compile(
+    rf"{_BEFORE}(?<![\w/\[#§])(?P<number>{_SIGN}(?:{_NUMBER}))(?![\w/^%°µμ\u00b2\u00b3]|[.,]\d|-[A-Za-z])"
+)
+# A number after one of these names what it numbers, not a value: "Figure 3", "page 17", "type 1".
+_LABEL = re.compile(
+    r"(?:\b(?:fig|figs|figure|figures|table|tables|page|pages|p|pp|section|sections|chapter|chapters|"
+    r"step|steps|version|edition|item|items|line|lines|row|rows|column|columns|no|nos|number|numbers|"
+    r"type|types|phase|grade|class|stage|stages)\.?)\s*$",
+    re.IGNORECASE,
+)
+_P_VALUE = re.compile(r"\bp\s*(?:[<>=\u2264\u2265]=?|value\s+(?:of\s+)?)\s*$", re.IGNORECASE)
+_REFERENCE = re.compile(r"\[[\d\s,;\u2013-]+\]")
+_ANY_NUMBER = re.compile(_NUMBER)
+_GONE = "\x00"
+_LISTED_BEFORE = re.compile(rf"{_BEFORE}(?:{_NUMBER})(?:,?\s+(?:and|or)\s+|,\s*|\s*/\s*)(?={_GONE})")
+
+
+def figures(text: str) -> list[Quantity]:
+    """The bare figures ``text`` states: numbers with no unit that are values, in order.
+
+    Not figures: numbers of a quantity with a unit (:func:`quantities`), years, reference markers
+    (``[12]``), what a label numbers ("Figure 3", "page 17", "type 1"), p-values, and numbers inside
+    codes, fractions and ordinals ("HX-4000", "10/66", "2nd"). Numbers written as words are not read
+    here: "one of the pumps" states no figure.
+    """
+    blanked = _REFERENCE.sub(lambda m: " " * len(m.group(0)), text)
+    blanked = _QUANTITY.sub(lambda m: _GONE * len(m.group(0)), blanked)
+    # A list before a quantity shares its unit ("23, 15, and 216 kD"): its numbers are no bare figures.
+    while (listed := _LISTED_BEFORE.sub(lambda m: _GONE * len(m.group(0)), blanked)) != blanked:
+        blanked = listed
+    found: list[Quantity] = []
+    previous_end = 0
+    for match in _BARE.finditer(blanked):
+        number = match.group("number")
+        before = blanked[previous_end : match.start()]
+        previous_end = match.end()
+        if _YEAR.fullmatch(number) or _LABEL.search(before) or _P_VALUE.search(before):
+            continue
+        bound = _bound(before)
+        found.append(
+            Quantity(
+                low=_value(number),
+                high=_value(number),
+                unit=FIGURE,
+                bound=bound,
+                text=_reading(before, number, bound),
+                precision=_precision(number),
+                approximate=bool(_APPROXIMATE.search(before)),
+                context=_clause(before),
+            )
+        )
+    return found
+
+
+def _mentions(text: str, figure: Quantity) -> bool:
+    """Whether ``text`` writes the number of ``figure`` anywhere, whatever it makes of it (in a
+    quantity, a code, a label or a list)."""
+    slack = figure.precision * (1 + 1e-6)
+    return any(
+        abs(_value(n) - figure.high) <= slack for n in _ANY_NUMBER.findall(_numerals(text).replace(",", ""))
+    )
+
+
 def identifiers(text: str) -> frozenset[str]:
     """The codes ``text`` names (``HX-4000``, ``XR200``), as upper-case letters and digits."""
     return frozenset(re.sub(r"[^A-Z0-9]", "", m.group(0).upper()) for m in _IDENTIFIER.finditer(text))
@@ -638,7 +715,7 @@ class Disagreement:
 def disagreement(claim: str, passage: str) -> Disagreement | None:
     """The first quantity of ``claim`` that ``passage`` states otherwise, and what it states; None when
     the passage states every claimed quantity it speaks of consistently (see the module docstring)."""
-    claimed = quantities(claim)
+    claimed = [*quantities(claim), *figures(claim)]
     if not claimed:
         return None
     segments = _scoped(passage)
@@ -646,18 +723,29 @@ def disagreement(claim: str, passage: str) -> Disagreement | None:
     if codes and any(identifiers(s) & codes for s, _ in segments):
         # A table's other rows, or sentences about another device, are not about this one.
         segments = [(s, qs) for s, qs in segments if identifiers(s) & codes or not identifiers(s)]
-    stated = [q for _, qs in segments for q in qs]
+    stated = [q for s, qs in segments for q in (*qs, *figures(s))]
     for quantity in claimed:
         same = [q for q in stated if q.dimension == quantity.dimension]
         # The claim's figure stated anywhere, whatever the passage makes of it ("peak concentration of
-        # 5 mg/L" for "reached 5 mg/L"), is never a disagreement.
-        if not same or any(same_figure(quantity, q) for q in same):
+        # 5 mg/L" for "reached 5 mg/L"), is never a disagreement. A bare figure must be written as the
+        # claim writes it (a "0" is no rounded 0.25), in whatever the passage writes it (a quantity, a
+        # code, a list): it says nothing of what it measures.
+        if not same:
+            continue
+        if quantity.unit is FIGURE:
+            if _mentions(passage, quantity):
+                continue
+        elif any(same_figure(quantity, q) for q in same):
             continue
         # Else compared with what the passage states as the claim does: a claimed value with its values
         # ("500 mg to 1 g", not "less than 50 kg" body weight), a claimed maximum with its maxima.
         if any(q.bound == quantity.bound for q in same):
             same = [q for q in same if q.bound == quantity.bound]
-        if not any(consistent(quantity, q) for q in same):
+        # A bare value is borne out only by that figure written: one that merely lies within a range or
+        # under a bound the passage states may be any other quantity's ("the value must lie between 0
+        # and 2" says nothing of a threshold of 0.25).
+        exact = quantity.unit is FIGURE and quantity.bound == "value"
+        if exact or not any(consistent(quantity, q) for q in same):
             return Disagreement(claimed=quantity, stated=tuple(same), named=_closest(claim, same))
     return None
 
