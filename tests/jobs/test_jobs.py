@@ -86,6 +86,41 @@ def test_replacing_a_document_keeps_its_id_and_swaps_the_new_version_in(jobs: Ci
     assert "frosty" in texts and "before winter storage" not in texts
 
 
+def test_a_newer_version_queued_while_an_older_one_builds_is_kept_and_built_after_it(jobs: Citeline) -> None:
+    """Two replacements sent one after the other (two admins, or a retried upload) are both queued;
+    whichever is built first must not take the other's version with it: the newer one, still queued,
+    or pending (index=False), is built afterwards and is what readers end with."""
+    ingestor = jobs.ingestor()
+    first = jobs.submit(upload("pump.md", PUMP)).document
+    ingestor.run_jobs(limit=1, version_ids=[first.version_id])
+    second = jobs.submit(upload("pump-v2.md", PUMP.replace("winter", "frosty")), document_id=first.id)
+    third = jobs.submit(upload("pump-v3.md", PUMP.replace("winter", "icy")), document_id=first.id)
+    snowy = upload("pump-v4.md", PUMP.replace("winter", "snowy"))
+    later = jobs.submit(snowy, document_id=first.id, index=False)
+    assert [s.document.version for s in (second, third, later)] == [2, 3, 4]
+    ingestor.run_jobs(limit=1, version_ids=[second.document.version_id])
+    versions = {v.version: v.status for v in jobs.versions(first.id)}
+    assert versions == {2: "completed", 3: "queued", 4: "pending"}
+    assert jobs.document(str(first.id)).version == 2
+    ingestor.run_jobs(limit=1, version_ids=[third.document.version_id])
+    assert {v.version: v.status for v in jobs.versions(first.id)} == {3: "completed", 4: "pending"}
+    texts = " ".join(h.text for h in jobs.search(SearchRequest("storage before winter", top_k=20)))
+    assert "icy" in texts and "frosty" not in texts
+
+
+def test_an_older_version_still_queued_when_a_newer_one_is_swapped_in_is_retired(jobs: Citeline) -> None:
+    """The other order: the newest version is built first; the older one still queued would only
+    bring back what it replaced, so it goes with the rest."""
+    ingestor = jobs.ingestor()
+    first = jobs.submit(upload("pump.md", PUMP)).document
+    ingestor.run_jobs(limit=1, version_ids=[first.version_id])
+    second = jobs.submit(upload("pump-v2.md", PUMP.replace("winter", "frosty")), document_id=first.id)
+    third = jobs.submit(upload("pump-v3.md", PUMP.replace("winter", "icy")), document_id=first.id)
+    ingestor.run_jobs(limit=1, version_ids=[third.document.version_id])
+    assert {v.version: v.status for v in jobs.versions(first.id)} == {3: "completed"}
+    assert ingestor.run_jobs(limit=1, version_ids=[second.document.version_id]) == []
+
+
 def test_the_same_content_again_is_no_new_version_and_new_labels_are_applied(jobs: Citeline) -> None:
     jobs.start_jobs()
     first = jobs.wait(jobs.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)

@@ -961,7 +961,8 @@ def activate(
     of them must then use.
 
     Retires every other version of each source and keeps the corpus totals in step: deletes it with
-    its chunks, or keeps one a live conversation cites as ``superseded`` (:func:`_supersede`).
+    its chunks, or keeps one a live conversation cites as ``superseded`` (:func:`_supersede`). A newer
+    version still to be built is kept: it swaps in after this one.
     Set-based: a handful of statements for any number of versions. When one source has several
     versions here, the newest wins and the others are retired with the rest.
 
@@ -1023,7 +1024,8 @@ def activate(
         )
     }
     sources = [a.document.source_uri for a in chosen]
-    _retire_others(conn, sources, keep=ids + _newer_twins(conn, ids, target), supersede=True)
+    keep = ids + _newer_twins(conn, ids, target) + _newer_unbuilt(conn, ids)
+    _retire_others(conn, sources, keep=keep, supersede=True)
     _record_built(
         conn, chosen, {i: n for i, (n, _) in totals.items()}, active=True, vector_index=vector_index
     )
@@ -1062,6 +1064,22 @@ def _newer_twins(conn: sa.Connection, ids: Sequence[uuid.UUID], target: str | No
                 "WHERE a.id = ANY(CAST(:ids AS uuid[])) AND t.embedding_model = :m AND t.version > a.version"
             ),
             {"ids": list(ids), "m": target},
+        ).scalars()
+    )
+
+
+def _newer_unbuilt(conn: sa.Connection, ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    """Versions newer than these versions of their sources that are still to be built (``pending``,
+    ``queued`` or ``processing``): replacements submitted while these were built, which swapping
+    these in must not take with it (the client was told they are queued); each swaps in when built."""
+    return list(
+        conn.execute(
+            sa.text(
+                "SELECT n.id FROM documents n JOIN documents a ON a.source_uri = n.source_uri "
+                "WHERE a.id = ANY(CAST(:ids AS uuid[])) AND n.version > a.version "
+                "AND n.status IN ('pending', 'queued', 'processing')"
+            ),
+            {"ids": list(ids)},
         ).scalars()
     )
 
