@@ -103,7 +103,7 @@ def test_claims_and_yes_no_questions_put_a_claim_and_open_questions_do_not() -> 
         # A follow-up's opening word does not change what it asks or claims.
         ("And what error code should I check?", None),
         ("So how often is it serviced?", None),
-        ("And does it lower blood pressure?", "does it lower blood pressure?"),
+        ("And does aspirin lower blood pressure?", "does aspirin lower blood pressure?"),
         ("Is it true that it lowers blood pressure?", "it lowers blood pressure"),
         # A claim's own closing parenthesis is part of it.
         ("Vitamin D prevents fractures (over 70)", "Vitamin D prevents fractures (over 70)"),

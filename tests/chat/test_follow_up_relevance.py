@@ -91,6 +91,20 @@ def test_a_follow_up_the_earlier_topic_s_passages_answer_is_answered(
     assert not done.evidence_missing and quoted in done.answer, done.answer
 
 
+def test_a_yes_no_follow_up_about_what_an_earlier_turn_named_gets_an_answer_not_a_verdict(
+    documents: Citeline,
+) -> None:
+    session = ChatSession.start(documents, llm=None)
+    turn(session, NUT)
+
+    done = turn(session, "Can they be reused?")
+
+    # "They" are the nuts of the first turn, which the classifier never sees: judged as it stands, the
+    # question got "Yes: the sources support this claim", a verdict on nothing it could read.
+    assert done.claim is None and done.verdict is None
+    assert done.answer.startswith("An elastic stop nut may be reused only if the collar"), done.answer
+
+
 @pytest.mark.parametrize(
     ("first", "follow_up"),
     [

@@ -92,6 +92,12 @@ _ASKING = re.compile(
     r"(?:can|could|would) you (?:tell|show|explain|let)\b|(?:tell|show) me\b|let me know\b)",
     re.IGNORECASE,
 )
+# A yes/no question whose subject is a personal pronoun ("Can they be reused?") is about something an
+# earlier turn named; put to the classifier as it stands, "they" is nothing it can read. "It" standing
+# for what follows ("Is it safe to run the pump dry?", "Is it possible that ...") names its subject.
+_POINTING_SUBJECT = re.compile(
+    r"^\s*\w+\s+(?:they|he|she|it(?!(?:\s+[\w-]+){0,2}\s+(?:to|that|whether|if)\b))\b", re.IGNORECASE
+)
 _LEADING_CONJUNCTION = re.compile(r"^(?:and|but|so|then|also|okay|ok|well)(?:[\s,]+|$)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!][\"'\u201d\u2019)]*$")
 MIN_STATEMENT_WORDS = 4
@@ -104,9 +110,10 @@ def claim_of(question: str) -> str | None:
 
     ``Is it true that X?`` puts ``X``; another yes/no question (``Does X lower Y?``) and a plain
     statement (``X lowers Y.``) put themselves. Open questions (``How do I prime the pump?``), questions
-    told as statements (``... I would like to know how long to wait between doses.``) and keyword
-    searches (``elastic stop nut``: fewer than :data:`MIN_STATEMENT_WORDS` words and no full stop) put
-    none.
+    told as statements (``... I would like to know how long to wait between doses.``), keyword searches
+    (``elastic stop nut``: fewer than :data:`MIN_STATEMENT_WORDS` words and no full stop) and yes/no
+    questions whose subject is a pronoun pointing to an earlier turn (``Can they be reused?``: they
+    name nothing to check) put none.
     """
     # A follow-up often opens with "And" or "So", which does not change what is asked. (The terms a
     # conversation's search borrows from earlier turns never get here: it judges the user's own words,
@@ -120,7 +127,7 @@ def claim_of(question: str) -> str | None:
     if _OPEN_QUESTION.match(text) or _REQUEST.match(text) or _ASKING.search(text):
         return None
     if _YES_NO.match(text):
-        return text
+        return None if _POINTING_SUBJECT.match(text) else text
     if text.endswith("?") or (len(text.split()) < MIN_STATEMENT_WORDS and not _SENTENCE_END.search(text)):
         return None
     return text

@@ -1,0 +1,40 @@
+"""Which questions put a claim to the evidence: a yes/no question only when it names what it is about."""
+
+from __future__ import annotations
+
+import pytest
+
+from citeline.answer.stance import claim_of
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # Its subject points back to an earlier turn: "they" are nothing the classifier can read, and
+        # "Can they be reused?" was answered "Yes: the sources support this claim".
+        "Can they be reused?",
+        "And can they be reused?",
+        "Is it safe at high heat?",
+        "Does it upset the stomach?",
+        "Do they need a torque wrench?",
+        "Has he been told?",
+    ],
+)
+def test_a_yes_no_question_about_something_it_does_not_name_puts_no_claim(question: str) -> None:
+    assert claim_of(question) is None
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Can elastic stop nuts be reused?",
+        "Does aspirin inhibit PGE2?",
+        # "it" stands for what follows, which the question names.
+        "Is it safe to run the pump dry?",
+        "Is it possible that the seal fails within seconds?",
+        # A pronoun later in the question is no subject.
+        "Does metformin cause it?",
+    ],
+)
+def test_a_yes_no_question_naming_its_subject_puts_itself(question: str) -> None:
+    assert claim_of(question) == question
