@@ -180,3 +180,32 @@ def test_a_boolean_field_still_takes_true_and_false(admin: httpx.Client) -> None
     assert everything.status_code == 201 and everything.json()["scopes"] is None, everything.text
     scoped = admin.post("/keys", json={"role": "reader", "scopes": ["acme"], "all_scopes": False})
     assert scoped.status_code == 201 and scoped.json()["scopes"] == ["acme"], scoped.text
+
+
+@pytest.mark.parametrize("path", ["/search", "/chat", "/chat/stream", "/keys", "/refresh"])
+def test_a_body_that_is_not_json_says_so_and_where(admin: httpx.Client, path: str) -> None:
+    # FastAPI's own words were `body.9: JSON decode error`: a field named `9`, and no reason.
+    body = b'{"query": }' if path == "/search" else b'{"x": }'
+    message = refused(admin.post(path, content=body, headers={"Content-Type": "application/json"}), "body")
+    assert "Invalid JSON at character" in message and "character" in message and "Expecting value" in message
+    assert "body.9" not in message and "body.7" not in message
+
+
+@pytest.mark.parametrize(
+    ("content_type", "named"),
+    [
+        ("application/x-www-form-urlencoded", "application/x-www-form-urlencoded"),
+        ("text/plain", "text/plain"),
+        (None, "no Content-Type"),
+    ],
+)
+def test_a_json_route_sent_another_content_type_names_what_it_takes_and_what_it_got(
+    admin: httpx.Client, content_type: str | None, named: str
+) -> None:
+    # The answer was `body: Input should be a valid dictionary or object to extract fields from`,
+    # whatever was sent: a client posting a form, or JSON without its header, could not tell why.
+    headers = {"Content-Type": content_type} if content_type else {}
+    # httpx sends raw bytes without a Content-Type unless told one.
+    response = admin.post("/search", content=b'{"query": "relief valve"}', headers=headers)
+    message = refused(response, "body")
+    assert "POST /search takes JSON" in message and "application/json" in message and named in message

@@ -70,12 +70,37 @@ async def _citeline_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc)
 
 
+#: Pydantic's error types for a body that is not an object at all (bytes of another content type).
+_NOT_AN_OBJECT = frozenset({"model_attributes_type", "dict_type", "model_type"})
+
+
+def _is_json(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+def _problem(request: Request, error: Any) -> str:
+    """One validation error as ``where: why``, in words a client can act on where the framework's
+    are not: its ``body.9: JSON decode error`` names a character offset as if it were a field."""
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") == "json_invalid" and len(loc) == 2 and loc[0] == "body":
+        # Pydantic's own (a body parsed by json_body) says where already: "Invalid JSON: EOF ... column 7".
+        reason = (error.get("ctx") or {}).get("error", "not JSON")
+        return f"body: Invalid JSON at character {loc[1]}: {reason}"
+    content_type = request.headers.get("content-type")
+    if loc == ("body",) and error.get("type") in _NOT_AN_OBJECT and not _is_json(content_type):
+        # FastAPI reads a JSON route's body as JSON only under a JSON content type; anything else
+        # arrives as bytes, and pydantic's word for it says nothing about the header.
+        got = content_type or "no Content-Type"
+        route = f"{request.method} {request.url.path}"
+        return f"body: {route} takes JSON (Content-Type: application/json), not {got}"
+    where = ".".join(str(part) for part in loc)
+    return f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg"))
+
+
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    problems = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        problems.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg")))
+    problems = [_problem(request, error) for error in exc.errors()]
     return JSONResponse(error_body("invalid_request", "; ".join(problems) or "invalid request"), 422)
 
 
