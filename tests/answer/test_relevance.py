@@ -138,3 +138,15 @@ def test_a_follow_up_in_other_words_than_the_passage_s_is_answerable_by_meaning(
     assert not asked("What are the risks?")
     assert not asked("And what is the capital of France?")
     assert not asked("What dose should be used?")
+
+
+def test_near_the_floor_a_passage_must_name_something_the_question_asks_about() -> None:
+    nut = replace(make_hit(1, NUT), similarity=0.27)
+    torque = replace(make_hit(2, "Tighten the nut to the torque given in the table."), similarity=0.27)
+
+    assert not answerable("What torque should be used?", [nut], min_similarity=0.25)
+    assert answerable("What torque should be used?", [torque], min_similarity=0.25)
+    # Clearly close in meaning, it needs no word in common.
+    assert answerable("What torque should be used?", [replace(nut, similarity=0.36)], min_similarity=0.25)
+    # A question naming no topic ("use" names none) is judged by meaning alone.
+    assert answerable("How is it used?", [nut], min_similarity=0.25)

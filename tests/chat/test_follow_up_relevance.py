@@ -134,6 +134,22 @@ def test_a_follow_up_only_the_borrowed_topic_words_match_gets_the_evidence_missi
     assert done.evidence_missing and done.answer == EVIDENCE_MISSING and not done.citations, done.answer
 
 
+@pytest.mark.parametrize("earlier", [[NUT], []])
+def test_a_question_whose_topic_no_passage_names_is_refused_though_near_in_meaning(
+    documents: Citeline, earlier: list[str]
+) -> None:
+    session = ChatSession.start(documents, llm=None)
+    for question in earlier:
+        turn(session, question)
+
+    done = turn(session, "What torque should be used?")
+
+    # Not a follow-up (it names its topic), searched as asked: the nut's passage, at similarity 0.27
+    # to it and saying nothing of torque, passed the floor of 0.25 and was quoted.
+    assert session.last_rewrite is not None and session.last_rewrite.method == "unchanged"
+    assert done.evidence_missing and done.answer == EVIDENCE_MISSING and not done.citations, done.answer
+
+
 @pytest.fixture(scope="module")
 def local_llm(data_dir: Path) -> Iterator[LLM]:
     llm = get_llm("local:qwen2.5-coder-0.5b-instruct", Settings(data_dir=data_dir))
