@@ -18,6 +18,8 @@ from citeline.answer.stance import claim_of
         "Does it upset the stomach?",
         "Do they need a torque wrench?",
         "Has he been told?",
+        "Does it need to be replaced?",
+        "Can it be reused if the collar is worn?",
     ],
 )
 def test_a_yes_no_question_about_something_it_does_not_name_puts_no_claim(question: str) -> None:
@@ -32,6 +34,7 @@ def test_a_yes_no_question_about_something_it_does_not_name_puts_no_claim(questi
         # "it" stands for what follows, which the question names.
         "Is it safe to run the pump dry?",
         "Is it possible that the seal fails within seconds?",
+        "Would it be safe to reuse an elastic stop nut?",
         # A pronoun later in the question is no subject.
         "Does metformin cause it?",
     ],

@@ -93,10 +93,14 @@ _ASKING = re.compile(
     re.IGNORECASE,
 )
 # A yes/no question whose subject is a personal pronoun ("Can they be reused?") is about something an
-# earlier turn named; put to the classifier as it stands, "they" is nothing it can read. "It" standing
-# for what follows ("Is it safe to run the pump dry?", "Is it possible that ...") names its subject.
-_POINTING_SUBJECT = re.compile(
-    r"^\s*\w+\s+(?:they|he|she|it(?!(?:\s+[\w-]+){0,2}\s+(?:to|that|whether|if)\b))\b", re.IGNORECASE
+# earlier turn named; put to the classifier as it stands, "they" is nothing it can read. An "it" that
+# stands for what follows ("Is it safe to run the pump dry?", "Would it be wise to ...") names its
+# subject; "Does it need to be replaced?" does not.
+_POINTING_SUBJECT = re.compile(r"^\s*\w+\s+(?:they|he|she|it)\b", re.IGNORECASE)
+_ANTICIPATORY_IT = re.compile(
+    r"^\s*(?:(?:is|was)\s+it|(?:would|will|could|can|might|should)\s+it\s+be)\s+(?:[\w-]+\s+){1,2}"
+    r"(?:to|that|whether|for)\b",
+    re.IGNORECASE,
 )
 _LEADING_CONJUNCTION = re.compile(r"^(?:and|but|so|then|also|okay|ok|well)(?:[\s,]+|$)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!][\"'\u201d\u2019)]*$")
@@ -127,7 +131,7 @@ def claim_of(question: str) -> str | None:
     if _OPEN_QUESTION.match(text) or _REQUEST.match(text) or _ASKING.search(text):
         return None
     if _YES_NO.match(text):
-        return None if _POINTING_SUBJECT.match(text) else text
+        return None if _POINTING_SUBJECT.match(text) and not _ANTICIPATORY_IT.match(text) else text
     if text.endswith("?") or (len(text.split()) < MIN_STATEMENT_WORDS and not _SENTENCE_END.search(text)):
         return None
     return text
