@@ -858,12 +858,15 @@ class Ingestor:
         for job in ready:
             elapsed = time.perf_counter() - job.started
             doc = swapped.get(job.doc.version_id)
-            refused = False
+            refused = gone = False
             if doc is None:
                 with self.engine.connect() as conn:
                     now = catalog.versions_by_id(conn, [job.doc.version_id])
                 refused = bool(now) and now[0].status == Status.FAILED
-            if doc is None and (run.retry is not None or refused):
+                # Retired by a newer version of its source swapped in with it (two replacements of a
+                # document claimed in one batch): nothing of it is left to fail or discard.
+                gone = not now
+            if doc is None and not gone and (run.retry is not None or refused):
                 # Failed while it was built (cancelled, over its hard time limit, or embedded by a model
                 # the namespace no longer serves): not swapped in, and what it wrote goes.
                 with self.engine.begin() as conn:
@@ -876,7 +879,7 @@ class Ingestor:
                     )
                 )
                 continue
-            if doc is None:  # the same source twice in one run: its newest copy won
+            if doc is None:  # the same source twice in one run (or batch of jobs): its newest copy won
                 run.report(
                     IngestResult(
                         job.source.label,

@@ -121,6 +121,41 @@ def test_an_older_version_still_queued_when_a_newer_one_is_swapped_in_is_retired
     assert ingestor.run_jobs(limit=1, version_ids=[second.document.version_id]) == []
 
 
+def test_a_replacement_of_a_document_with_no_live_version_keeps_its_labels(jobs: Citeline) -> None:
+    """A replacement that gives no labels keeps the document's, whether its current version is live,
+    failed (a corrupt first upload, uploaded again fixed) or still queued: it took none and became
+    universal, readable by every reader key, when no version was live yet."""
+    ingestor = jobs.ingestor()
+    plant_a = IngestOptions(scopes=("plant-a",), tags=("manual",))
+    broken = jobs.submit(Upload("pump.pdf", io.BytesIO(b"not a pdf")), plant_a).document
+    ingestor.run_jobs(limit=1, version_ids=[broken.version_id])
+    assert jobs.document(str(broken.id)).status == "failed"
+    fixed = jobs.submit(upload("pump.md", PUMP), document_id=broken.id).document
+    assert (fixed.scopes, fixed.tags) == (["plant-a"], ["manual"])
+    queued = jobs.submit(upload("valve.md", PUMP.replace("pump", "valve")), plant_a).document
+    replaced = jobs.submit(upload("valve-v2.md", PUMP.replace("pump", "gate valve")), document_id=queued.id)
+    assert (replaced.document.scopes, replaced.document.tags) == (["plant-a"], ["manual"])
+    ingestor.run_jobs(limit=3)
+    reader_b = Access.reader({"plant-b"}, "k-b")
+    assert jobs.search(SearchRequest("prime the pump", filters=Filters()), access=reader_b) == []
+    with pytest.raises(NotFoundError):
+        jobs.document(str(broken.id), access=reader_b)
+
+
+def test_two_replacements_claimed_in_one_batch_build_the_newest_and_report_the_other(jobs: Citeline) -> None:
+    """The thread runner claims up to CITELINE_JOB_BATCH versions at once; two replacements of one
+    document among them: the newest is swapped in and retires the other, which is reported superseded.
+    Reporting it looked the retired version up and raised NotFoundError out of the whole batch."""
+    ingestor = jobs.ingestor()
+    first = jobs.submit(upload("pump.md", PUMP)).document
+    ingestor.run_jobs(limit=1, version_ids=[first.version_id])
+    jobs.submit(upload("pump-v2.md", PUMP.replace("winter", "frosty")), document_id=first.id)
+    jobs.submit(upload("pump-v3.md", PUMP.replace("winter", "icy")), document_id=first.id)
+    results = ingestor.run_jobs(limit=5)
+    assert sorted(r.outcome for r in results) == sorted([Outcome.UPDATED, Outcome.UNCHANGED])
+    assert [(v.version, v.status) for v in jobs.versions(first.id)] == [(3, "completed")]
+
+
 def test_the_same_content_again_is_no_new_version_and_new_labels_are_applied(jobs: Citeline) -> None:
     jobs.start_jobs()
     first = jobs.wait(jobs.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)

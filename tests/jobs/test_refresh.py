@@ -233,6 +233,31 @@ def test_adding_a_page_again_is_compared_by_its_text(cl: Citeline, site: Site) -
         cl.close()
 
 
+def test_a_page_whose_first_fetch_failed_keeps_its_labels_when_ingested_again(
+    cl: Citeline, site: Site
+) -> None:
+    # A page added for one scope whose first fetch failed (not there yet, a private address not yet
+    # allowed) and re-ingested once it is there was built with no labels at all: a universal document
+    # that every reader key, whatever its scopes, could read.
+    cl = cl.derive(url_allow_private=True)
+    try:
+        cl.start_jobs()
+        labels = IngestOptions(
+            scopes=("plant-a",), category="Plant", tags=("pumps",), metadata={"site": "north"}
+        )
+        added = cl.submit_url(site.url("/pumps"), labels)
+        failed = cl.wait(added.document.id)
+        assert failed.status == "failed" and failed.scopes == ["plant-a"]
+        site.pages["/pumps"] = (200, ORIGINAL)
+        again = cl.reingest(added.document.id)
+        assert again.document.scopes == ["plant-a"]
+        done = cl.wait(added.document.id)
+        assert done.status == "completed" and done.scopes == ["plant-a"]
+        assert (done.category, done.tags, done.metadata) == ("Plant", ["pumps"], {"site": "north"})
+    finally:
+        cl.close()
+
+
 def test_an_uploaded_document_has_no_origin_to_refresh(cl: Citeline, tmp_path: Path) -> None:
     path = write(tmp_path / "notes.md", "# Notes\n\nUploaded, not read from a path.")
     with path.open("rb") as fh:

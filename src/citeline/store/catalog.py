@@ -307,12 +307,19 @@ def begin_versions(
     if len(set(uris)) != len(uris):
         raise ValueError("begin_versions: a source may appear only once per call")
     _lock_sources(conn, uris)
+    # Each source's current version: the active one, else its newest (failed, queued, pending). A new
+    # version takes the labels it is not given from it: from the active one alone, a document whose
+    # only version failed or is still to be built was replaced or re-ingested with no scopes at all,
+    # universal, readable by every reader key.
     current = {
         info.source_uri: info
         for info in (
             _row_to_info(r)
             for r in conn.execute(
-                sa.text(f"SELECT {_DOC_COLUMNS} FROM documents WHERE source_uri = ANY(:s) AND is_active"),
+                sa.text(
+                    f"SELECT DISTINCT ON (source_uri) {_DOC_COLUMNS} FROM documents "
+                    "WHERE source_uri = ANY(:s) ORDER BY source_uri, is_active DESC, version DESC"
+                ),
                 {"s": uris},
             )
         )
@@ -322,8 +329,9 @@ def begin_versions(
     #: Unchanged sources read again: their active version's fetch time moves forward.
     touched: list[tuple[uuid.UUID, datetime]] = []
     for req in requests:
-        active = current.get(req.source_uri)
-        labels = req.labels.over(active)
+        latest = current.get(req.source_uri)
+        active = latest if latest is not None and latest.is_active else None
+        labels = req.labels.over(latest)
         spec = req.spec
         if active is not None and not req.force and spec.same_as(active):
             if req.fetched_at is not None:
