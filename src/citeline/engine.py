@@ -1355,18 +1355,29 @@ class Citeline:
         self._key_cache.forget(info.id)
         return info
 
-    def readiness(self) -> dict[str, bool]:
+    def readiness(self, problems: dict[str, str] | None = None) -> dict[str, bool]:
         """Whether this instance can serve: the database answers, the embedder is loaded and, once
-        started, the job runner is alive."""
+        started, the job runner is alive. ``problems`` (if given) receives, for each check that
+        failed, why: a bare false does not tell a dead thread from an unreachable broker."""
+        reasons: dict[str, str] = {}
         try:
             with self.engine.connect() as conn:
                 conn.execute(sa.text("SELECT 1"))
-            database = True
-        except (CitelineError, sa.exc.SQLAlchemyError):
-            database = False
-        checks = {"database": database, "embedder": self._embedder is not None}
+        except (CitelineError, sa.exc.SQLAlchemyError) as exc:
+            first_line = str(getattr(exc, "orig", None) or exc).strip().splitlines()[:1]
+            reasons["database"] = (
+                f"the database does not answer: {' '.join(first_line) or type(exc).__name__}"
+            )
+        if self._embedder is None:
+            reasons["embedder"] = "the embedding model is not loaded yet"
+        checks = {"database": "database" not in reasons, "embedder": "embedder" not in reasons}
         if self._jobs is not None:
-            checks["job_runner"] = self._jobs.alive
+            problem = self._jobs.problem
+            checks["job_runner"] = problem is None
+            if problem is not None:
+                reasons["job_runner"] = problem
+        if problems is not None:
+            problems.update(reasons)
         return checks
 
 

@@ -187,3 +187,21 @@ def test_a_job_over_its_hard_time_limit_fails_and_leaves_no_chunk(
         time.sleep(3.0)
         assert cl.document(str(stuck.id)).status == "failed"
         assert chunks_per_version(cl) == {} and cl.search("prime the pump") == []
+
+
+def test_readiness_names_an_unreachable_broker_and_what_happens_to_uploads(settings: Settings) -> None:
+    # /health/ready said only "job_runner": false while Redis was down, and an admin could not tell
+    # the broker from a dead thread; the reason now names the broker (without its password).
+    port = free_port()
+    unreachable = settings.model_copy(
+        update={"job_runner": "celery", "redis_url": f"redis://:s3cret@127.0.0.1:{port}/0"}
+    )
+    with Citeline(unreachable) as cl:
+        cl.start_jobs()
+        problems: dict[str, str] = {}
+        checks = cl.readiness(problems)
+        assert checks["job_runner"] is False and checks["database"] is True
+        reason = problems["job_runner"]
+        assert f"127.0.0.1:{port}" in reason and "does not answer" in reason and "s3cret" not in reason
+        assert "queued" in reason  # uploads are still taken, and wait in the catalog
+        assert "database" not in problems  # the embedder loads at the first search or at serve's start

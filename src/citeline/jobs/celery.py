@@ -22,6 +22,7 @@ import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
 from celery import Celery
@@ -45,6 +46,16 @@ QUEUE = "citeline"
 #: A message send that cannot reach Redis gives up quickly: the version is queued in the catalog
 #: whatever happens, and a worker's sweep sends its message once Redis is back.
 _SEND_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
+
+
+def _without_password(url: str) -> str:
+    """``redis://:secret@host:6379/0`` as ``redis://:***@host:6379/0``: a URL fit for a log or a reply."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def celery_app(settings: Settings) -> Celery:
@@ -124,14 +135,24 @@ class CeleryRunner:
     @property
     def alive(self) -> bool:
         """Started, and Redis answers."""
+        return self.problem is None
+
+    @property
+    def problem(self) -> str | None:
+        """Why documents are not being sent to the workers: not started, or Redis does not answer."""
         if not self._started:
-            return False
+            return "the job runner is not started"
         try:
             with self._app.connection_for_write() as conn:
                 conn.ensure_connection(max_retries=1, timeout=2)
-        except (KombuError, OSError):
-            return False
-        return True
+        except (KombuError, OSError) as exc:
+            where = _without_password(self._settings.redis_url or "")
+            # Queuing goes on (the catalog is the queue): say so, so nobody re-uploads what is waiting.
+            return (
+                f"the broker at {where} does not answer ({exc}); documents are still queued, and "
+                "wait in the catalog until a worker sends them once it is back"
+            )
+        return None
 
 
 class WorkerProcess:

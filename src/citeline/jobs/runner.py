@@ -49,6 +49,11 @@ class JobRunner(Protocol):
         """Whether the runner is processing (for readiness checks)."""
         ...
 
+    @property
+    def problem(self) -> str | None:
+        """Why the runner is not processing, in words an operator can act on; None when it is."""
+        ...
+
 
 class ThreadRunner:
     """Worker threads that claim queued versions from the catalog and build them."""
@@ -101,6 +106,13 @@ class ThreadRunner:
     @property
     def alive(self) -> bool:
         return bool(self._threads) and all(t.is_alive() for t in self._threads)
+
+    @property
+    def problem(self) -> str | None:
+        if not self._threads:
+            return "the job runner's threads are not started"
+        dead = sum(1 for t in self._threads if not t.is_alive())
+        return f"{dead} of the job runner's {len(self._threads)} threads stopped" if dead else None
 
     def _sweeping(self) -> None:
         while not self._stopping.wait(self._settings.job_poll_seconds):

@@ -20,11 +20,14 @@ async def live() -> dict[str, str]:
 
 @router.get("/ready", summary="The database answers and the embedder is loaded")
 def ready(cl: CitelineDep, slots: SlotsDep) -> JSONResponse:
-    checks = cl.readiness()
+    problems: dict[str, str] = {}
+    checks = cl.readiness(problems)
     ok = all(checks.values())
     body: dict[str, Any] = {
         "status": "ready" if ok else "not ready",
         **checks,
         "generations": asdict(slots.counts),
     }
+    if problems:
+        body["problems"] = problems
     return JSONResponse(body, status_code=200 if ok else 503)
