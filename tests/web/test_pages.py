@@ -415,3 +415,42 @@ def test_the_chat_works_with_the_keyboard_at_phone_width(site: Site, browser: Br
         assert admin.evaluate("document.documentElement.scrollWidth") <= 390
     finally:
         context.close()
+
+
+# Everything the page holds, shown or hidden: text a signed-out page keeps in its DOM is one sign-in
+# away from the next user of the tab (and readable by anyone who opens the developer tools).
+PAGE_TEXT = (
+    "() => document.body.textContent + [...document.querySelectorAll('input')].map(i => i.value).join(' ')"
+)
+
+
+def test_signing_out_leaves_nothing_of_the_key_for_the_next_one_in_the_tab(
+    site: Site, context: BrowserContext
+) -> None:
+    admin = context.new_page()
+    sign_in(admin, site.server.url + "/admin", site.admin)
+    admin.get_by_role("button", name="Globex boiler").click()
+    expect(admin.locator("#chunks tbody")).to_contain_text("serviced in spring")
+    admin.get_by_role("button", name="Sign out").click()
+    expect(admin.locator("#sign-in")).to_be_visible()
+    held = admin.evaluate(PAGE_TEXT)
+    assert "Globex boiler" not in held and "serviced in spring" not in held, held
+    # The acme reader signing in next in the same tab (no reload) sees neither the detail nor the list.
+    admin.get_by_label("API key", exact=True).fill(site.reader)
+    admin.get_by_role("button", name="Sign in").click()
+    expect(admin.locator("#documents tbody")).to_contain_text(FEDERAL_REGISTER.stem)
+    expect(admin.locator("#detail")).to_be_hidden()
+    held = admin.evaluate(PAGE_TEXT)
+    assert "Globex boiler" not in held and "serviced in spring" not in held, held
+
+    chat = context.new_page()
+    sign_in(chat, site.server.url + "/", site.admin)
+    ask(chat, "When is the Globex boiler serviced?")
+    chat.locator(".message.assistant button.cite").first.click()
+    expect(chat.locator("#citation-passage")).to_contain_text("serviced in spring")
+    expect(chat.locator("#conversation-list")).to_contain_text("When is the Globex boiler serviced?")
+    chat.get_by_role("button", name="Sign out").click()
+    expect(chat.locator("#sign-in")).to_be_visible()
+    held = chat.evaluate(PAGE_TEXT)
+    assert "Globex boiler" not in held and "serviced in spring" not in held, held
+    assert chat.locator("#scope option").all_inner_texts() == [], "the admin's scopes stay offered"

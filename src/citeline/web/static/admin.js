@@ -121,8 +121,10 @@ function refuseLabel(status, error) {
 
 /** The statistics, shown; resolves to them (null when they could not be read). */
 async function loadStats() {
+  const me = state.me;
   try {
     const stats = await api("/stats");
+    if (state.me !== me) return null; // signed out (or in with another key) meanwhile
     const byStatus = stats.by_status ?? {};
     const items = [
       ["Documents", stats.active_documents ?? stats.documents],
@@ -143,6 +145,7 @@ async function loadStats() {
     recovered("Could not read the statistics");
     return stats;
   } catch (error) {
+    if (state.me !== me) return null;
     fail("Could not read the statistics", error);
     return null;
   }
@@ -686,8 +689,10 @@ function closeDetail() {
 // -- keys -----------------------------------------------------------------------------------------
 
 async function loadKeys() {
+  const me = state.me;
   try {
     const { keys } = await api("/keys");
+    if (state.me !== me) return; // signed out (or in with another key) meanwhile
     $("key-table").querySelector("tbody").replaceChildren(
       ...keys.map((key) =>
         el("tr", { dataset: { id: key.id } },
@@ -706,6 +711,7 @@ async function loadKeys() {
       ),
     );
   } catch (error) {
+    if (state.me !== me) return;
     fail("Could not list the keys", error);
   }
 }
@@ -747,7 +753,35 @@ function setUpKeys() {
 
 // -- start ----------------------------------------------------------------------------------------
 
+/**
+ * Forget what the signed-out key was shown (statistics, documents, a document's detail and chunks,
+ * keys, what was typed): hidden is not gone, and the next key signed in in this tab may be a reader
+ * of other scopes. Answers still on their way for the old key are not drawn.
+ */
+function forgetShown() {
+  state.listing += 1;
+  state.chunkRequest += 1;
+  state.detailId = null;
+  state.labelled = null;
+  state.listed = [];
+  state.seenBuilds = null;
+  state.building.clear();
+  state.cancelled.clear();
+  state.acting.clear();
+  $("detail").hidden = true;
+  $("detail-title").textContent = "Document";
+  const emptied = ["stats", "detail-facts", "detail-versions", "detail-source", "chunks-range", "documents-count"];
+  for (const id of [...emptied, "new-key-value"]) $(id).replaceChildren();
+  for (const table of ["documents", "chunks", "key-table"]) $(table).querySelector("tbody").replaceChildren();
+  $("new-key").hidden = true;
+  for (const form of ["upload-form", "url-form", "filters", "relabel-form", "key-form"]) $(form).reset();
+  $("filters").elements.scope.replaceChildren(el("option", { value: "" }, "any"));
+  showChosen();
+  for (const status of ["admin-status", "add-status", "relabel-status"]) say($(status), "");
+}
+
 function showSignIn() {
+  forgetShown();
   clearTimeout(state.pollTimer);
   clearTimeout(state.watchTimer);
   state.watchRun += 1;

@@ -39,6 +39,7 @@ const state = {
   controller: null,
   // The newest conversation asked for (opened, started anew): an older one answering later is not shown.
   opening: 0,
+  listing: 0, // the newest conversation list asked for: an older one answering later is not drawn
   current: null, // the citation shown in the panel
   viewer: null,
 };
@@ -461,8 +462,11 @@ function markCurrentConversation() {
 
 async function refreshConversations() {
   const list = $("conversation-list");
+  const listing = ++state.listing;
   try {
     const { conversations } = await api("/conversations");
+    // A list asked for before a sign-out (another key's) or before a newer one is not drawn.
+    if (listing !== state.listing) return;
     list.replaceChildren(
       ...conversations.map((conversation) =>
         el(
@@ -483,6 +487,7 @@ async function refreshConversations() {
     if (!conversations.length) list.replaceChildren(el("li", { className: "empty" }, "None yet."));
     markCurrentConversation();
   } catch (error) {
+    if (listing !== state.listing) return;
     list.replaceChildren(el("li", { className: "error" }, `Could not list conversations: ${describeError(error)}`));
   }
 }
@@ -527,7 +532,29 @@ async function deleteConversation(conversation) {
 
 // -- start ----------------------------------------------------------------------------------------
 
+/**
+ * Forget what the signed-out key was shown (its conversations, scopes, the citation open, the cited
+ * documents): hidden is not gone, and the next key signed in in this tab may see other scopes.
+ */
+function forgetShown() {
+  state.listing += 1;
+  $("conversation-list").replaceChildren();
+  $("scope").replaceChildren();
+  state.current = null;
+  $("citation-title").textContent = "Citation";
+  for (const id of ["citation-facts", "citation-passage", "citation-support", "citation-version-text"]) {
+    $(id).replaceChildren();
+  }
+  state.viewer?.close();
+  state.viewer = null;
+  $("viewer").replaceChildren();
+  state.documents.clear();
+  state.currentDocuments.clear();
+  say($("chat-status"), "");
+}
+
 function showSignIn() {
+  forgetShown();
   $("chat").hidden = true;
   $("chat-controls").hidden = true;
   $("sign-in").hidden = false;
