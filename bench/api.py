@@ -209,27 +209,26 @@ GUIDE_QUESTIONS = (
 GUIDE_COMMIT = "7d89d29107cdc89ce62e9972020164461b8d5ba4"
 
 
-def frozen_guide(data_dir: Path) -> tuple[Path, str]:
-    """The user guide at :data:`GUIDE_COMMIT`, exported once into ``data_dir``, and that commit; or,
-    where this checkout does not hold it (a shallow clone), the working tree's docs/ and
-    ``"working-tree"``."""
+def frozen_guide(data_dir: Path, commit: str = GUIDE_COMMIT) -> tuple[Path, str]:
+    """The user guide at ``commit``, exported once into ``data_dir``, and that commit; or, where this
+    checkout does not hold it (a shallow clone), the working tree's docs/ and ``"working-tree"``."""
     repo = Path(__file__).resolve().parents[1]
-    folder = data_dir / f"bench-guide-{GUIDE_COMMIT[:12]}"
+    folder = data_dir / f"bench-guide-{commit[:12]}"
     if (folder / "docs").is_dir():
-        return folder / "docs", GUIDE_COMMIT
+        return folder / "docs", commit
     archive = subprocess.run(
-        ["git", "-C", str(repo), "archive", "--format=tar", GUIDE_COMMIT, "docs"],
+        ["git", "-C", str(repo), "archive", "--format=tar", commit, "docs"],
         capture_output=True,
         check=False,
     )
     if archive.returncode != 0:
-        print(f"bench: commit {GUIDE_COMMIT} is not in this checkout; asking about the working tree's docs/")
+        print(f"bench: commit {commit} is not in this checkout; asking about the working tree's docs/")
         return repo / "docs", "working-tree"
     staging = data_dir / f".bench-guide-{os.getpid()}"
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(staging, filter="data")
     staging.rename(folder)
-    return folder / "docs", GUIDE_COMMIT
+    return folder / "docs", commit
 
 
 def first_token(
