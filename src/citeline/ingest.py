@@ -726,7 +726,11 @@ class Ingestor:
                         conn, model, [g for _, g in groups], inline_vectors=self.index.in_rows
                     )
             except Exception as exc:
-                if catalog.refused_data(exc) is None:
+                if catalog.missing_version(exc):
+                    # A document deleted while it was built: its chunks have no row to belong to.
+                    groups = self._without_deleted(run, groups)
+                    stored = self._insert_each(run, model, groups)
+                elif catalog.refused_data(exc) is None:
                     raise
                 # One document's chunks were refused, and with them the batch: each document's chunks
                 # are written again on their own, so only the one refused fails. The common path
@@ -749,6 +753,30 @@ class Ingestor:
             job.chunks += 1
             job.embedded += i in fresh
             job.pending -= 1
+
+    def _without_deleted(
+        self, run: _Run, groups: Sequence[tuple[_Job, catalog.ChunkGroup]]
+    ) -> list[tuple[_Job, catalog.ChunkGroup]]:
+        """Stop the jobs of ``groups`` whose version no longer exists (its document was deleted while
+        it was built: what was asked for is done, so nothing is recorded as failed); the others."""
+        with self.engine.connect() as conn:
+            alive = {
+                v.version_id for v in catalog.versions_by_id(conn, [j.doc.version_id for j, _ in groups])
+            }
+        kept = []
+        for job, group in groups:
+            if job.doc.version_id in alive:
+                kept.append((job, group))
+                continue
+            job.failed = True
+            run.buffer[:] = [(j, r) for j, r in run.buffer if j is not job]
+            if job in run.open_jobs:
+                run.open_jobs.remove(job)
+            self._forget(run, [job.doc.version_id])
+            reason = f"{job.source.label}: deleted while it was built; the build stopped"
+            log.info("%s", reason)
+            run.report(IngestResult(job.source.label, Outcome.FAILED, job.doc, error=reason))
+        return kept
 
     def _insert_each(
         self, run: _Run, model: str, groups: Sequence[tuple[_Job, catalog.ChunkGroup]]

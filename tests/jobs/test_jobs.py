@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import threading
 import time
 import uuid
@@ -263,6 +264,33 @@ def test_a_running_job_can_be_cancelled_and_is_never_swapped_in(
         assert cl.search("prime the pump") == []
         with cl.engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM chunks")).scalar_one() == 0
+
+
+def test_a_document_deleted_while_it_is_built_stops_its_build_quietly(
+    settings: Settings, gate: tuple[str, threading.Event], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An admin deletes a document whose version a runner is building: the delete holds, the build
+    stops without an ERROR and a stack trace (its chunks met a foreign key to a deleted row, and
+    recording the failure raised NotFoundError), and the runner goes on with the next document."""
+    name, opened = gate
+    with configured(settings, embedding_model=f"gated:{name}") as cl:
+        cl.start_jobs()
+        doc = cl.submit(upload("pump.md", PUMP)).document
+        deadline = time.monotonic() + 30
+        while cl.document(str(doc.id)).status != "processing" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with caplog.at_level(logging.INFO, logger="citeline"):
+            cl.delete(str(doc.id))
+            opened.set()
+            after = cl.submit(upload("valve.md", PUMP.replace("pump", "valve")))
+            assert cl.wait(after.document.id, timeout=WAIT).status == "completed"
+        with pytest.raises(NotFoundError):
+            cl.document(str(doc.id))
+        with cl.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(DISTINCT document_id) FROM chunks")).scalar_one() == 1
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]
+    assert any("deleted while it was built" in r.getMessage() for r in caplog.records)
 
 
 def test_a_job_over_its_soft_time_limit_fails_with_the_limit_named(settings: Settings) -> None:

@@ -843,6 +843,12 @@ def cached_vectors(
     return {by_chunk[cid]: vec for cid, vec in found.items()}
 
 
+def missing_version(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write of chunks whose version row is gone (deleted while it was built)."""
+    cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None else exc
+    return isinstance(cause, psycopg.errors.ForeignKeyViolation) and "chunks_document_id_fkey" in str(cause)
+
+
 def refused_data(exc: BaseException) -> str | None:
     """Why PostgreSQL (or the driver, encoding for it) refused a write for a value it was given, in one
     line; None when ``exc`` is not such a refusal (the server down, a bug).
