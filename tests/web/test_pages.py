@@ -454,3 +454,23 @@ def test_signing_out_leaves_nothing_of_the_key_for_the_next_one_in_the_tab(
     held = chat.evaluate(PAGE_TEXT)
     assert "Globex boiler" not in held and "serviced in spring" not in held, held
     assert chat.locator("#scope option").all_inner_texts() == [], "the admin's scopes stay offered"
+
+
+def test_a_reload_keeps_the_scope_chosen(site: Site, context: BrowserContext) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.admin)
+    scope = page.get_by_label("Scope")
+    scope.select_option("globex")
+    ask(page, "When is the Globex boiler serviced?")
+    page.reload()
+    expect(page.locator(".message.assistant")).to_have_count(1)
+    expect(scope).to_have_value("globex")
+    # A follow-up after the reload searches the scope the page shows, as before the reload.
+    with page.expect_request("**/chat/stream") as asked:
+        ask(page, "How often is the Globex boiler serviced?")
+    assert json.loads(asked.value.post_data or "{}")["scopes"] == ["globex"]
+    # Signed out, the choice goes with the key.
+    page.get_by_role("button", name="Sign out").click()
+    page.get_by_label("API key", exact=True).fill(site.reader)
+    page.get_by_role("button", name="Sign in").click()
+    expect(scope).to_have_value("")

@@ -280,3 +280,46 @@ def test_on_a_slow_network_the_viewer_says_the_page_is_coming(site: Site, contex
     page.unroute("**/pages/*")
     expect(viewer.locator("mark").first).to_be_visible()
     expect(viewer).to_have_attribute("aria-busy", "false")
+
+
+def test_an_answer_cut_off_says_so_and_gives_the_question_back(site: Site, context: BrowserContext) -> None:
+    page = context.new_page()
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    asked = "At what pressure does the relief valve open?"
+    # The connection closes (a proxy's timeout, a server restart) after the server took the question and
+    # a few words came: no complete event and no error event.
+    cut = (
+        'event: start\ndata: {"conversation_id": "0b0e5c1e-0000-4000-8000-000000000000", "turn": 1}\n\n'
+        'event: token\ndata: {"text": "The relief valve opens at"}\n\n'
+    )
+    page.route(
+        "**/chat/stream",
+        lambda route: route.fulfill(status=200, content_type="text/event-stream", body=cut),
+    )
+    page.get_by_label("Question").fill(asked)
+    page.get_by_role("button", name="Ask").click()
+    answer = page.locator(".message.assistant").last
+    expect(answer.locator(".error")).to_have_text(
+        "The answer was cut off: the connection closed before it was complete. Ask again."
+    )
+    expect(page.get_by_label("Question")).to_have_value(asked)
+
+
+def test_a_failed_asks_reason_is_brought_into_view(site: Site, context: BrowserContext) -> None:
+    page = context.new_page()
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    # A question taller than the page: the reason it failed comes under it.
+    asked = "\n".join(f"Line {n} of a long question about the relief valve." for n in range(80))
+    page.route(
+        "**/chat/stream",
+        lambda route: route.fulfill(
+            status=413, json={"error": {"code": "too_large", "message": "the question is too long"}}
+        ),
+    )
+    page.get_by_label("Question").fill(asked)
+    page.get_by_role("button", name="Ask").click()
+    error = page.locator(".message.assistant").last.locator(".error")
+    expect(error).to_have_text("The answer failed: the question is too long (HTTP 413)")
+    expect(error).to_be_in_viewport(ratio=1)

@@ -23,6 +23,8 @@ const $ = (id) => document.getElementById(id);
 const CITATION = /\[(\d+)\]/g;
 // The conversation on screen, kept in the tab's session storage (as the key is) so a reload reopens it.
 const CONVERSATION_STORAGE = "citeline.conversation";
+// The scope chosen, kept the same way: a reload showing "All scopes" would search every scope.
+const SCOPE_STORAGE = "citeline.scope";
 
 function setConversation(id) {
   state.conversationId = id;
@@ -203,6 +205,21 @@ function selectedScopes() {
   return value ? [value] : undefined;
 }
 
+/**
+ * Say how an answer ended without being complete (failed, stopped, cut off), under it and in view: a
+ * tall question would otherwise leave the reason below the fold, as if nothing happened.
+ */
+function endNote(message, className, words) {
+  const note = el("p", { className, ...(className === "error" ? { role: "alert" } : {}) }, words);
+  message.append(note);
+  note.scrollIntoView({ block: "nearest" });
+}
+
+/** The question back in its box to send again, unless something else was typed there meanwhile. */
+function giveBack(question) {
+  if (!$("question").value.trim()) $("question").value = question;
+}
+
 function setBusy(busy) {
   $("ask").disabled = busy;
   $("stop").disabled = !busy;
@@ -216,6 +233,7 @@ async function ask(question) {
   const { message, body } = addMessage("assistant", "");
   message.setAttribute("aria-busy", "true");
   let text = "";
+  let ended = false; // a complete or error event came: else the stream was cut off
   state.controller = new AbortController();
   setBusy(true);
   say(status, "Searching the documents…");
@@ -247,21 +265,31 @@ async function ask(question) {
         }
         renderAnswer(body, text);
       } else if (name === "complete") {
+        ended = true;
         showChecked(message, body, data);
         say(status, "");
       } else if (name === "error") {
+        ended = true;
         const note = requestNote(data.status ?? 500, data.request_id).replace(/^, /, "");
-        message.append(el("p", { className: "error", role: "alert" }, `The answer failed: ${data.message}${note ? ` (${note})` : ""}`));
+        endNote(message, "error", `The answer failed: ${data.message}${note ? ` (${note})` : ""}`);
+        giveBack(question);
         say(status, "");
       }
     });
+    // The connection closed mid-answer (a proxy's timeout, a server restart): what came is no answer.
+    if (!ended) {
+      endNote(message, "error", "The answer was cut off: the connection closed before it was complete. Ask again.");
+      giveBack(question);
+      say(status, "");
+    }
   } catch (error) {
     checkRefused(error); // the stream's own request: a revoked key signs the page out
     if (error?.name === "AbortError") {
-      message.append(el("p", { className: "stopped" }, "Stopped."));
+      endNote(message, "stopped", "Stopped.");
       say(status, "");
     } else {
-      message.append(el("p", { className: "error", role: "alert" }, `The answer failed: ${describeError(error)}`));
+      endNote(message, "error", `The answer failed: ${describeError(error)}`);
+      giveBack(question);
       say(status, "");
     }
   } finally {
@@ -540,6 +568,7 @@ function forgetShown() {
   state.listing += 1;
   $("conversation-list").replaceChildren();
   $("scope").replaceChildren();
+  sessionStorage.removeItem(SCOPE_STORAGE);
   state.current = null;
   $("citation-title").textContent = "Citation";
   for (const id of ["citation-facts", "citation-passage", "citation-support", "citation-version-text"]) {
@@ -567,6 +596,8 @@ function start(me) {
     el("option", { value: "" }, me.all_scopes ? "All scopes" : "All my scopes"),
     ...me.scopes.map((name) => el("option", { value: name }, name)),
   );
+  const kept = sessionStorage.getItem(SCOPE_STORAGE);
+  if (kept && me.scopes.includes(kept)) scope.value = kept;
   $("admin-link").hidden = me.role !== "admin";
   $("sign-in").hidden = true;
   $("chat").hidden = false;
@@ -592,6 +623,10 @@ $("question").addEventListener("keydown", (event) => {
     event.preventDefault();
     $("ask-form").requestSubmit();
   }
+});
+$("scope").addEventListener("change", () => {
+  if ($("scope").value) sessionStorage.setItem(SCOPE_STORAGE, $("scope").value);
+  else sessionStorage.removeItem(SCOPE_STORAGE);
 });
 $("stop").addEventListener("click", () => state.controller?.abort());
 $("new-conversation").addEventListener("click", newConversation);
