@@ -17,7 +17,7 @@ import redis
 import sqlalchemy as sa
 
 from citeline.engine import Citeline
-from citeline.jobs.celery import WorkerProcess, celery_app, send
+from citeline.jobs.celery import QUEUE, WorkerProcess, celery_app, queue_of, send
 from citeline.jobs.submit import Upload
 from citeline.settings import Settings
 from citeline.store.catalog import DocumentInfo
@@ -154,6 +154,26 @@ def test_a_message_delivered_more_than_once_builds_its_version_once(
         assert done.status == again.status == "completed" and again.attempts == 1, workers.log()
         assert [(v.version, v.status) for v in cl.versions(doc.id)] == [(1, "completed")]
         assert chunks_per_version(cl) == {again.version_id: again.vector_count}
+
+
+def test_a_message_waits_in_the_queue_of_the_vector_store_its_sender_writes_to(
+    celery_settings: Settings,
+) -> None:
+    # A message names only a version and a namespace; the worker writes vectors into its own store. A
+    # Chroma worker sharing Redis with pgvector workers built their namespaces into Chroma (and they
+    # its namespace into pgvector), whose searches then all failed with model_mismatch.
+    chroma_a = celery_settings.model_copy(update={"vector_backend": "chroma", "chroma_url": "http://a:8000"})
+    chroma_b = chroma_a.model_copy(update={"chroma_url": "http://b:8000"})
+    tenant = chroma_a.model_copy(update={"chroma_tenant": "clinic"})
+    queues = [queue_of(s) for s in (celery_settings, chroma_a, chroma_b, tenant)]
+    assert queues[0] == QUEUE and len(set(queues)) == 4
+    assert queue_of(chroma_a.model_copy(update={"chroma_url": "http://a:8000/"})) == queues[1]
+
+    broker = redis.Redis.from_url(celery_settings.redis_url or "")
+    send(celery_app(chroma_a), [uuid.uuid4(), uuid.uuid4()], celery_settings.namespace)
+    send(celery_app(celery_settings), [uuid.uuid4()], celery_settings.namespace)
+
+    assert [broker.llen(q) for q in queues] == [1, 2, 0, 0]
 
 
 def test_a_transient_failure_is_retried_by_the_worker_with_backoff(

@@ -16,11 +16,13 @@ versions, versions queued while Redis was down).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -39,7 +41,8 @@ from citeline.store.database import release_server
 
 log = logging.getLogger(__name__)
 
-#: The task a message runs, and the broker queue messages wait in.
+#: The task a message runs, and the broker queue messages wait in for workers that write to pgvector
+#: (see :func:`queue_of` for the others).
 TASK = "citeline.build"
 QUEUE = "citeline"
 
@@ -58,6 +61,29 @@ def _without_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
+def queue_of(settings: Settings) -> str:
+    """The broker queue of the processes that write vectors where ``settings`` do.
+
+    :data:`QUEUE` for pgvector, whose vectors live in the catalog's own database; for Chroma, a queue
+    per Chroma store (server, or cloud, tenant and database; or the data directory of an embedded one).
+    A message says only which version of which namespace to build, and a worker writes the vectors
+    into its own store: workers for two stores sharing one Redis built each other's namespaces into the
+    wrong one, whose searches then answered ``model_mismatch`` until those documents were ingested
+    again. A message now waits in the queue of the store its sender writes to, which only that
+    store's workers read.
+    """
+    if settings.vector_backend == "pgvector":
+        return QUEUE
+    if settings.chroma_url:
+        where = settings.chroma_url.rstrip("/")
+    elif settings.chroma_api_key is not None:
+        where = "cloud"
+    else:
+        where = f"embedded:{Path(settings.data_dir).resolve()}"
+    key = f"{where}|{settings.chroma_tenant or ''}|{settings.chroma_database or ''}"
+    return f"{QUEUE}.chroma.{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
 def celery_app(settings: Settings) -> Celery:
     """The Celery application of ``settings``: Redis broker, late acknowledgement, citeline's limits.
 
@@ -73,7 +99,7 @@ def celery_app(settings: Settings) -> Celery:
     grace = max(1.0, 2 * settings.job_poll_seconds)
     app = Celery("citeline", broker=settings.redis_url, set_as_current=False)
     app.conf.update(
-        task_default_queue=QUEUE,
+        task_default_queue=queue_of(settings),
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         task_ignore_result=True,
@@ -92,13 +118,14 @@ def celery_app(settings: Settings) -> Celery:
 
 
 def send(app: Celery, version_ids: Sequence[uuid.UUID], namespace: str, *, countdown: float = 0) -> None:
-    """Send a build message for each version; a broker that cannot be reached is logged, not raised."""
+    """Send a build message for each version to ``app``'s queue (:func:`queue_of`); a broker that cannot
+    be reached is logged, not raised."""
     for version_id in version_ids:
         try:
             app.send_task(
                 TASK,
                 args=[str(version_id), namespace],
-                queue=QUEUE,
+                queue=app.conf.task_default_queue,
                 countdown=countdown or None,
                 retry=True,
                 retry_policy=_SEND_RETRY,
@@ -262,7 +289,7 @@ class WorkerProcess:
     def _waiting(self) -> int:
         """Messages waiting in the broker's queue (not those a worker holds)."""
         with self.app.connection_for_write() as conn:
-            declared = conn.default_channel.queue_declare(queue=QUEUE)
+            declared = conn.default_channel.queue_declare(queue=self.app.conf.task_default_queue)
         return int(declared.message_count)
 
 
@@ -286,7 +313,7 @@ def run_worker(settings: Settings, *, concurrency: int, loglevel: str = "INFO") 
             "worker",
             f"--concurrency={concurrency}",
             "--pool=prefork",
-            f"--queues={QUEUE}",
+            f"--queues={app.conf.task_default_queue}",
             f"--loglevel={loglevel}",
             f"--hostname=citeline-{os.getpid()}@%h",
             # Workers share nothing but Redis and PostgreSQL: no chatter between them to wait for.
