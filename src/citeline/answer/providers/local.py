@@ -451,6 +451,10 @@ class LocalLLM:
         # One request at a time, with the priming of the prompt cache that goes with it.
         self._serving = threading.Lock()
         self._primed: str | None = None
+        # The threads serving requests, which close() stops and waits for; _closing tells them to stop.
+        self._workers: set[threading.Thread] = set()
+        self._workers_lock = threading.Lock()
+        self._closing = threading.Event()
         self.readings: collections.deque[PromptReading] = collections.deque(maxlen=64)
         """The latest requests' prompt readings, oldest first: what shows the cache hitting."""
 
@@ -510,35 +514,55 @@ class LocalLLM:
             request["grammar"] = citation_grammar(options.shape)
         pieces: queue.SimpleQueue[object] = queue.SimpleQueue()
         cancelled = threading.Event()
+        cut_by_close = threading.Event()
 
         def on_chunk(chunk: dict[str, Any]) -> bool:
             pieces.put(chunk)
-            return cancelled.is_set()  # True tells llama.cpp to stop generating
+            if self._closing.is_set():
+                cut_by_close.set()
+            # True tells llama.cpp to stop generating.
+            return cancelled.is_set() or cut_by_close.is_set()
 
         system = messages[0].content if messages and messages[0].role == "system" else None
         if system is None:
             request["cache_prompt"] = False
 
         def run() -> None:
-            with self._serving:
-                try:
-                    if system is not None and self._primed != system:
-                        self._prime(server, system, fresh=True)
-                    server.handle_chat_completions(request, on_chunk)
-                except BaseException as exc:
-                    pieces.put(exc)
-                finally:
-                    pieces.put(_DONE)
-                if system is not None and self._primed == system:
+            try:
+                with self._serving:
                     try:
-                        self._prime(server, system, fresh=False)
-                    except Exception:
-                        self._primed = None  # the next request primes from scratch
+                        if self._closing.is_set():
+                            raise GenerationError("the model was closed")
+                        if system is not None and self._primed != system:
+                            self._prime(server, system, fresh=True)
+                        server.handle_chat_completions(request, on_chunk)
+                        if cut_by_close.is_set():
+                            raise GenerationError("the model was closed during the reply")
+                    except BaseException as exc:
+                        pieces.put(exc)
+                    finally:
+                        pieces.put(_DONE)
+                    # Priming after the reply spares the next request the work; a closing model has none.
+                    if system is not None and self._primed == system and not self._closing.is_set():
+                        try:
+                            self._prime(server, system, fresh=False)
+                        except Exception:
+                            self._primed = None  # the next request primes from scratch
+            finally:
+                with self._workers_lock:
+                    self._workers.discard(threading.current_thread())
 
         deadline = time.monotonic() + options.timeout
-        # Not a daemon: at interpreter exit Python would kill a daemon thread inside llama.cpp's C++
-        # frames, which aborts the process. A cancelled reply ends at its next token.
-        threading.Thread(target=run, name="citeline-llm").start()
+        # Not a daemon, said explicitly: a thread inherits daemon from the one that starts it, and
+        # replies are read from daemon threads (citeline.answer.answer). The interpreter does not wait
+        # for a daemon thread at exit: one still priming the cache kept llama.cpp computing while the
+        # process ran its C++ static destructors, a segmentation fault after the answer. close() stops
+        # and waits for these threads; a cancelled reply ends at its next token.
+        worker = threading.Thread(target=run, name="citeline-llm", daemon=False)
+        with self._workers_lock:
+            # Started under the lock, so that close() never finds a thread it cannot join yet.
+            self._workers.add(worker)
+            worker.start()
         try:
             while True:
                 try:
@@ -614,8 +638,22 @@ class LocalLLM:
                 yield text
 
     def close(self) -> None:
-        """Unload the model; a later request loads it again."""
-        # Dropping the last reference stops llama.cpp's loop and frees the weights (a reply still
-        # streaming holds its own reference and finishes first).
-        with self._lock:
-            self._server = None
+        """Stop the requests in flight (a reply ends at its next token), wait for them, and unload the
+        model; a later request loads it again.
+
+        After close, no thread of this model runs llama.cpp: a process may exit at once. Close waits
+        only for work under way (the token being computed, a priming of the cache begun); the priming
+        that would follow a reply is skipped, as the model is going away."""
+        self._closing.set()
+        try:
+            with self._workers_lock:
+                workers = list(self._workers)
+            for worker in workers:
+                worker.join()
+            with self._lock:
+                # With no request left holding it, this is the last reference: llama.cpp's loop stops
+                # and the weights are freed here, not in the interpreter's teardown.
+                self._server = None
+                self._primed = None
+        finally:
+            self._closing.clear()
