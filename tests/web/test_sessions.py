@@ -323,3 +323,44 @@ def test_a_failed_asks_reason_is_brought_into_view(site: Site, context: BrowserC
     error = page.locator(".message.assistant").last.locator(".error")
     expect(error).to_have_text("The answer failed: the question is too long (HTTP 413)")
     expect(error).to_be_in_viewport(ratio=1)
+
+
+def test_a_reload_mid_answer_gives_the_question_back_unless_it_was_answered(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    ask(page, "At what pressure does the relief valve open?")
+    question = page.get_by_label("Question")
+    asked = "How often is the relief valve tested?"
+    # Reloaded while the question is on its way: the server never finishes it, so nothing is stored.
+    held: list[Route] = []
+    page.route("**/chat/stream", lambda route: held.append(route))
+    question.fill(asked)
+    page.get_by_role("button", name="Ask").click()
+    while not held:
+        page.wait_for_timeout(50)
+    page.reload()
+    expect(page.locator(".message.assistant")).to_have_count(1)
+    expect(question).to_have_value(asked)
+    expect(page.locator("#chat-status")).to_have_text(
+        "Your last question was not answered: the page was reloaded before its answer was complete. "
+        "Ask it again."
+    )
+    page.unroute("**/chat/stream")
+    # On a slow network the server finished and stored the answer while the page was still reading it:
+    # the reload shows that answer, and gives nothing back to ask again.
+    network = context.new_cdp_session(page)
+    network.send("Network.enable")
+    slow = {"offline": False, "latency": 0, "uploadThroughput": -1, "downloadThroughput": 200}
+    network.send("Network.emulateNetworkConditions", slow)
+    page.get_by_role("button", name="Ask").click()
+    expect(question).to_have_value("", timeout=20_000)
+    page.wait_for_timeout(2000)  # the extractive answer is stored within a moment
+    network.send("Network.emulateNetworkConditions", {**slow, "downloadThroughput": -1})
+    page.reload()
+    expect(page.locator(".message.assistant")).to_have_count(2)
+    expect(page.locator(".message.user").last).to_have_text(f"You{asked}")
+    expect(question).to_have_value("")
+    expect(page.locator("#chat-status")).not_to_contain_text("not answered")

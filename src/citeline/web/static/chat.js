@@ -25,6 +25,8 @@ const CITATION = /\[(\d+)\]/g;
 const CONVERSATION_STORAGE = "citeline.conversation";
 // The scope chosen, kept the same way: a reload showing "All scopes" would search every scope.
 const SCOPE_STORAGE = "citeline.scope";
+// The question on its way, until its answer ends on this page: a reload mid-answer gives it back.
+const ASKING_STORAGE = "citeline.asking";
 
 function setConversation(id) {
   state.conversationId = id;
@@ -237,6 +239,7 @@ async function ask(question) {
   state.controller = new AbortController();
   setBusy(true);
   say(status, "Searching the documents…");
+  sessionStorage.setItem(ASKING_STORAGE, question);
   const request = { question, persona: $("persona").value, scopes: selectedScopes() };
   if (state.conversationId) request.conversation_id = state.conversationId;
   try {
@@ -293,6 +296,7 @@ async function ask(question) {
       say(status, "");
     }
   } finally {
+    sessionStorage.removeItem(ASKING_STORAGE);
     message.removeAttribute("aria-busy");
     state.controller = null;
     setBusy(false);
@@ -540,6 +544,7 @@ async function openConversation(id, { quiet = false } = {}) {
     }
     say($("chat-status"), "Ask a follow-up to continue the conversation (citation numbers continue).");
     markCurrentConversation();
+    return conversation;
   } catch (error) {
     if (opening !== state.opening) return;
     if (quiet) setConversation(null); // the one open before a reload: deleted or expired since
@@ -569,6 +574,7 @@ function forgetShown() {
   $("conversation-list").replaceChildren();
   $("scope").replaceChildren();
   sessionStorage.removeItem(SCOPE_STORAGE);
+  sessionStorage.removeItem(ASKING_STORAGE);
   state.current = null;
   $("citation-title").textContent = "Citation";
   for (const id of ["citation-facts", "citation-passage", "citation-support", "citation-version-text"]) {
@@ -606,9 +612,23 @@ function start(me) {
   state.viewer = null;
   refreshConversations();
   $("question").focus();
-  // A reload mid-conversation reopens it.
+  // A reload mid-conversation reopens it, and gives back a question whose answer it cut short.
+  const asking = sessionStorage.getItem(ASKING_STORAGE);
+  sessionStorage.removeItem(ASKING_STORAGE);
   const open = sessionStorage.getItem(CONVERSATION_STORAGE);
-  if (open) openConversation(open, { quiet: true });
+  const opened = open ? openConversation(open, { quiet: true }) : Promise.resolve(undefined);
+  if (asking) opened.then((conversation) => giveBackUnanswered(asking, conversation));
+}
+
+/**
+ * After a reload mid-answer: the question back in its box to ask again, unless the server finished
+ * and stored its answer all the same (then the reopened conversation shows it).
+ */
+function giveBackUnanswered(question, conversation) {
+  const asked = conversation?.messages.filter((stored) => stored.role === "user").at(-1);
+  if (asked?.content === question) return;
+  giveBack(question);
+  say($("chat-status"), "Your last question was not answered: the page was reloaded before its answer was complete. Ask it again.");
 }
 
 $("ask-form").addEventListener("submit", (event) => {
