@@ -211,9 +211,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         llm.close()
     if args.replies:
         args.replies.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    keys = ["found", "first", "extractive_gold"] + (
-        [] if llm is None else ["model_gold", "model_own", "fell_back"]
-    )
+    keys = ["found", "first", "extractive_gold", "extractive_first"]
+    keys += [] if llm is None else ["model_gold", "model_first", "model_own", "fell_back"]
     summary: dict[str, Any] = {k: round(sum(bool(r[k]) for r in rows) / len(rows), 3) for k in keys}
     summary.update(questions=len(rows), guide=commit)
     return summary
