@@ -364,3 +364,16 @@ def test_a_reload_mid_answer_gives_the_question_back_unless_it_was_answered(
     expect(page.locator(".message.user").last).to_have_text(f"You{asked}")
     expect(question).to_have_value("")
     expect(page.locator("#chat-status")).not_to_contain_text("not answered")
+
+
+def test_a_conversations_title_cut_in_the_list_can_be_read_whole(site: Site, context: BrowserContext) -> None:
+    page = context.new_page()
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    asked = "At what pressure does the relief valve open, and how is it tested?"
+    ask(page, asked)
+    item = page.locator("#conversation-list li button.continue").first
+    expect(item).to_have_text(asked)
+    # The column cuts the title ("At what pre…"); hovering it shows it whole.
+    assert item.evaluate("button => button.scrollWidth > button.clientWidth")
+    expect(item).to_have_attribute("title", asked)

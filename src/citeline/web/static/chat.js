@@ -504,8 +504,13 @@ async function refreshConversations() {
         el(
           "li",
           { dataset: { id: conversation.id } },
-          el("button", { type: "button", className: "continue", onclick: () => openConversation(conversation.id) },
-            conversation.title || "(untitled)"),
+          // The narrow column cuts a long title: its tooltip shows it whole.
+          el("button", {
+            type: "button",
+            className: "continue",
+            title: conversation.title || "(untitled)",
+            onclick: () => openConversation(conversation.id),
+          }, conversation.title || "(untitled)"),
           el("span", { className: "when" }, formatDate(conversation.updated_at)),
           el("button", {
             type: "button",
