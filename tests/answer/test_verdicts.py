@@ -17,7 +17,15 @@ from citeline.answer.llm import GenerationOptions
 from citeline.answer.nli import NliJudge
 from citeline.answer.prompt import Passage
 from citeline.answer.providers.local import LocalLLM
-from citeline.answer.stance import STANCES, Judgement, Stance, claim_of, verdict_of
+from citeline.answer.stance import (
+    STANCES,
+    Judgement,
+    Stance,
+    asks_yes_no,
+    claim_of,
+    verdict_of,
+    verdict_sentence,
+)
 from citeline.answer.support import VectorCache
 from citeline.embed import Embedder
 from citeline.errors import GenerationError
@@ -322,7 +330,8 @@ def test_a_contradicted_claim_says_no_first_and_a_reply_citing_nothing_gives_way
     events = run(model, embedder, judge, question="Does the pump need no priming?", evidence=pump_hits())
 
     done = completed(events)
-    assert done.answer.startswith("No: the sources contradict this claim [1]. ")
+    # Asked yes or no, the opening answers the question rather than judging "this claim".
+    assert done.answer.startswith("No: the sources say otherwise [1]. ")
     assert done.verdict == "contradicts"
     assert done.fell_back and done.stream_replaced
     assert done.fallback_reason == (
@@ -465,3 +474,18 @@ def test_the_classifier_is_opened_from_its_checked_file_and_keeps_no_copy_of_it(
     session, _ = NliJudge()._loaded()
     assert getattr(session, "_model_bytes", None) is None
     assert session._model_path is not None and session._model_path.endswith(".onnx")
+
+
+def test_a_question_asked_yes_or_no_is_answered_yes_or_no_and_a_claim_put_is_judged() -> None:
+    # "Can elastic stop nuts be reused?" was answered "Yes: the sources support this claim [1]."
+    numbers = {"supports": [1], "contradicts": [2]}
+    assert asks_yes_no("Can elastic stop nuts be reused?") and asks_yes_no("And does aspirin lower LDL?")
+    assert not asks_yes_no("Is it true that aspirin lowers LDL?") and not asks_yes_no("Aspirin lowers LDL.")
+    assert [verdict_sentence(v, numbers, asked=True) for v in ("supports", "contradicts", "mixed")] == [
+        "Yes: the sources say so [1].",
+        "No: the sources say otherwise [2].",
+        "The sources disagree: some say yes [1], others no [2].",
+    ]
+    unclear = verdict_sentence("not_enough_evidence", {}, asked=True)
+    assert unclear == "The sources do not clearly say yes or no."
+    assert verdict_sentence("supports", numbers) == "Yes: the sources support this claim [1]."

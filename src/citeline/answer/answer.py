@@ -70,7 +70,15 @@ from citeline.answer.prompt import (
     select_passages,
 )
 from citeline.answer.relevance import answerable
-from citeline.answer.stance import Assessment, Stance, StanceJudge, assess, claim_of, verdict_sentence
+from citeline.answer.stance import (
+    Assessment,
+    Stance,
+    StanceJudge,
+    asks_yes_no,
+    assess,
+    claim_of,
+    verdict_sentence,
+)
 from citeline.answer.support import VectorCache
 from citeline.embed.base import Embedder
 from citeline.errors import CitelineError, GenerationError
@@ -174,7 +182,8 @@ async def answer_stream(
     first_token: float | None = None
     try:
         working = numbering.copy()
-        opening = _Opening.of(assessment, prepared.given, working)
+        asked = asks_yes_no(question if claim_text is None else claim_text)
+        opening = _Opening.of(assessment, prepared.given, working, asked=asked)
         announcer = _Announcer(prepared.given, numbered_before=len(numbering), assessment=assessment)
         if opening is not None:
             first_token = clock.ms()
@@ -351,9 +360,15 @@ class _Opening:
 
     @classmethod
     def of(
-        cls, assessment: Assessment | None, given: Sequence[Passage], working: CitationNumbering
+        cls,
+        assessment: Assessment | None,
+        given: Sequence[Passage],
+        working: CitationNumbering,
+        *,
+        asked: bool = False,
     ) -> _Opening | None:
-        """The opening for ``assessment``, numbering the passages it cites in ``working``."""
+        """The opening for ``assessment``, numbering the passages it cites in ``working``; ``asked``: the
+        question asked yes or no, and the opening answers it (:func:`verdict_sentence`)."""
         if assessment is None:
             return None
         bearing = assessment.bearing(given)
@@ -366,7 +381,7 @@ class _Opening:
         differing = assessment.differing(given)
         noted = [(working.number(p.chunk_id), assessment.disagreements[p.chunk_id]) for p in differing]
         return cls(
-            text=verdict_sentence(assessment.verdict, numbers, noted),
+            text=verdict_sentence(assessment.verdict, numbers, noted, asked=asked),
             chunk_ids=tuple(p.chunk_id for p in [*bearing, *differing]),
             claim=assessment.claim,
         )

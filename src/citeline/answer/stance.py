@@ -31,7 +31,7 @@ A question that is a claim ("Is it true that X?", "Does X lower Y?", or a plain 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, get_args
 
@@ -273,21 +273,34 @@ def _about(claim: str, passage: Passage, cache: VectorCache) -> bool:
     return support(claim, PassageSentences.of(passage.text), cache).score >= SUPPORT_THRESHOLD
 
 
+def asks_yes_no(question: str) -> bool:
+    """Whether ``question`` asks yes or no of the claim it puts (``Can they be reused?``, ``Does X lower
+    Y?``), rather than putting a claim to be checked (``Is it true that X?``, ``X lowers Y.``)."""
+    text = _LEADING_CONJUNCTION.sub("", question.strip(), count=1).strip()
+    return bool(text) and not _CLAIM_TEMPLATE.match(text) and _YES_NO.match(text) is not None
+
+
 def verdict_sentence(
     verdict: Verdict,
     numbers: Mapping[Stance, Sequence[int]],
     differing: Sequence[tuple[int, Disagreement]] = (),
+    *,
+    asked: bool = False,
 ) -> str:
     """The answer's first sentence: the verdict in plain words, citing the passages that bear it out.
 
     ``numbers`` gives the conversation numbers of the passages of each stance; ``differing``, the
     number and the disagreement of each passage whose numbers differ from the claim's, which a
-    verdict of ``not_enough_evidence`` names.
+    verdict of ``not_enough_evidence`` names. ``asked``: the question asked yes or no
+    (:func:`asks_yes_no`), and the sentence answers it ("Yes: the sources say so [1]."): "the sources
+    support this claim" answered "Can elastic stop nuts be reused?" as if the reader had made a claim.
     """
 
     def cite(stance: Stance) -> str:
         return f"[{', '.join(map(str, numbers.get(stance, ())))}]"
 
+    if asked:
+        return _answer_sentence(verdict, cite, differing)
     if verdict == "supports":
         return f"Yes: the sources support this claim {cite('supports')}."
     if verdict == "contradicts":
@@ -301,3 +314,19 @@ def verdict_sentence(
         said = "; ".join(f"{d.describe()} [{number}]" for number, d in differing)
         return f"The sources neither clearly support nor contradict this claim: {said}."
     return "The sources neither clearly support nor contradict this claim."
+
+
+def _answer_sentence(
+    verdict: Verdict, cite: Callable[[Stance], str], differing: Sequence[tuple[int, Disagreement]]
+) -> str:
+    """:func:`verdict_sentence` for a question asked yes or no."""
+    if verdict == "supports":
+        return f"Yes: the sources say so {cite('supports')}."
+    if verdict == "contradicts":
+        return f"No: the sources say otherwise {cite('contradicts')}."
+    if verdict == "mixed":
+        return f"The sources disagree: some say yes {cite('supports')}, others no {cite('contradicts')}."
+    if differing:
+        said = "; ".join(f"{d.describe()} [{number}]" for number, d in differing)
+        return f"The sources do not clearly say yes or no: {said}."
+    return "The sources do not clearly say yes or no."
