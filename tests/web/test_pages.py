@@ -474,3 +474,23 @@ def test_a_reload_keeps_the_scope_chosen(site: Site, context: BrowserContext) ->
     page.get_by_label("API key", exact=True).fill(site.reader)
     page.get_by_role("button", name="Sign in").click()
     expect(scope).to_have_value("")
+
+
+def test_the_statistics_count_every_document_the_list_shows(site: Site, context: BrowserContext) -> None:
+    if not _has_upload_route(site.server):
+        pytest.skip("POST /documents (upload) is not on this branch yet")
+    with site.server.client(site.admin) as api:
+        made = api.post("/documents", files={"file": ("empty.txt", b"")}, data={"scopes": "globex"})
+        assert made.status_code in (201, 202), made.text
+    page = context.new_page()
+    sign_in(page, site.server.url + "/admin", site.admin)
+    failed = page.locator("#documents tbody tr").filter(has_text="empty.txt")
+    expect(failed).to_have_attribute("data-status", "failed", timeout=60_000)
+    total = page.locator("#documents tbody tr").count()
+    expect(page.locator("#documents-count")).to_have_text(f"{total} documents")
+    stat = page.locator("#stats .stat").filter(has=page.locator("dt", has_text="Documents"))
+    # A failed document is a document: 'Documents' counts it, as the list and its statuses do, and
+    # 'Searchable' counts those with a version that searches read.
+    expect(stat.locator("dd")).to_have_text(str(total))
+    searchable = page.locator("#stats .stat").filter(has=page.locator("dt", has_text="Searchable"))
+    expect(searchable.locator("dd")).to_have_text(str(total - 1))

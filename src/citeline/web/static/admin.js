@@ -127,7 +127,10 @@ async function loadStats() {
     if (state.me !== me) return null; // signed out (or in with another key) meanwhile
     const byStatus = stats.by_status ?? {};
     const items = [
-      ["Documents", stats.active_documents ?? stats.documents],
+      // Every document, as the list and the statuses count them (a failed one too); "Searchable": those
+      // with a version that searches read.
+      ["Documents", stats.documents],
+      ["Searchable", stats.active_documents],
       ["Chunks", stats.chunks],
       ...Object.entries(byStatus).map(([status, count]) => [status, count]),
       ["Embedding model", stats.embedding_model],
