@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -9,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from citeline.answer import CitationNumbering, Complete, answer_stream
 from citeline.answer.llm import GenerationOptions, Message, get_llm
 from citeline.answer.providers.local import LocalLLM
 from citeline.embed import Embedder, get_embedder
+from citeline.engine import Citeline
 from citeline.errors import GenerationError
 from citeline.retrieve.search import Hit
 from citeline.settings import Settings
@@ -104,3 +107,26 @@ def local_llm(data_dir: Path) -> Iterator[LocalLLM]:
     assert isinstance(llm, LocalLLM)
     yield llm
     llm.close()
+
+
+def extractive_answer_to(cl: Citeline, question: str, *, persona: str = "general") -> Complete:
+    """``question`` searched in ``cl`` and answered from its passages with no model, as ``citeline ask``
+    with ``CITELINE_LLM=extractive`` answers it (the relevance gate included)."""
+    hits = cl.search(question)[: cl.settings.answer_passages]
+
+    async def collect() -> Complete:
+        async for event in answer_stream(
+            question,
+            hits,
+            llm=None,
+            embedder=cl.embedder,
+            numbering=CitationNumbering(),
+            persona=persona,
+            options=GenerationOptions(temperature=0.0, max_tokens=120, timeout=60.0),
+            min_similarity=cl.settings.answer_min_similarity,
+        ):
+            if isinstance(event, Complete):
+                return event
+        raise AssertionError(f"no answer to {question!r}")
+
+    return asyncio.run(collect())

@@ -9,13 +9,11 @@ was answered "Yes: the sources support this claim".
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
-from citeline.answer import CitationNumbering, Complete, answer_stream
-from citeline.answer.llm import GenerationOptions
+from citeline.answer import Complete
 from citeline.answer.nli import default_judge
 from citeline.answer.prompt import select_passages
 from citeline.answer.quantities import figures
@@ -23,6 +21,8 @@ from citeline.answer.stance import assess, claim_of
 from citeline.answer.support import VectorCache
 from citeline.engine import Citeline
 from tests.conftest import write
+
+from .conftest import extractive_answer_to
 
 # docs/search.md, as the guide says it.
 SEARCH_GUIDE = """# Search
@@ -42,24 +42,7 @@ between 0 and 2.
 
 
 def ask(cl: Citeline, question: str) -> Complete:
-    hits = cl.search(question)[: cl.settings.answer_passages]
-
-    async def collect() -> Complete:
-        async for event in answer_stream(
-            question,
-            hits,
-            llm=None,
-            embedder=cl.embedder,
-            numbering=CitationNumbering(),
-            persona="general",
-            options=GenerationOptions(temperature=0.0, max_tokens=120, timeout=60.0),
-            min_similarity=cl.settings.answer_min_similarity,
-        ):
-            if isinstance(event, Complete):
-                return event
-        raise AssertionError(f"no answer to {question!r}")
-
-    return asyncio.run(collect())
+    return extractive_answer_to(cl, question, persona="general")
 
 
 @pytest.fixture

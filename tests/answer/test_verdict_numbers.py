@@ -6,11 +6,9 @@ its own found "The max pressure of the HX-4000 is 10 bar." supported by a table 
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-from citeline.answer import CitationNumbering, Complete, answer_stream
-from citeline.answer.llm import GenerationOptions
+from citeline.answer import Complete
 from citeline.answer.nli import default_judge
 from citeline.answer.prompt import select_passages
 from citeline.answer.stance import assess, claim_of
@@ -18,9 +16,8 @@ from citeline.answer.support import VectorCache
 from citeline.engine import Citeline
 from tests.conftest import write
 
+from .conftest import extractive_answer_to
 from .test_quantities import DEVICE_TABLE
-
-OPTIONS = GenerationOptions(temperature=0.0, max_tokens=120, timeout=60.0)
 
 MANUAL = """# HX-4000 booster pump
 
@@ -37,23 +34,7 @@ current device of 30 mA.
 
 
 def ask(cl: Citeline, question: str) -> Complete:
-    hits = cl.search(question)[: cl.settings.answer_passages]
-
-    async def collect() -> Complete:
-        async for event in answer_stream(
-            question,
-            hits,
-            llm=None,
-            embedder=cl.embedder,
-            numbering=CitationNumbering(),
-            persona="repair",
-            options=OPTIONS,
-        ):
-            if isinstance(event, Complete):
-                return event
-        raise AssertionError(f"no answer to {question!r}")
-
-    return asyncio.run(collect())
+    return extractive_answer_to(cl, question, persona="repair")
 
 
 def test_a_device_table_stating_another_pressure_does_not_support_the_claim_and_the_answer_says_so(

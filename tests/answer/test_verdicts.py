@@ -478,7 +478,7 @@ def test_the_classifier_is_opened_from_its_checked_file_and_keeps_no_copy_of_it(
 
 def test_a_question_asked_yes_or_no_is_answered_yes_or_no_and_a_claim_put_is_judged() -> None:
     # "Can elastic stop nuts be reused?" was answered "Yes: the sources support this claim [1]."
-    numbers = {"supports": [1], "contradicts": [2]}
+    numbers: dict[Stance, list[int]] = {"supports": [1], "contradicts": [2]}
     assert asks_yes_no("Can elastic stop nuts be reused?") and asks_yes_no("And does aspirin lower LDL?")
     assert not asks_yes_no("Is it true that aspirin lowers LDL?") and not asks_yes_no("Aspirin lowers LDL.")
     assert [verdict_sentence(v, numbers, asked=True) for v in ("supports", "contradicts", "mixed")] == [
