@@ -461,9 +461,10 @@ def _print_sources(complete: Complete) -> None:
             highlight=False,
         )
         console.print("    " + " ".join(c.excerpt.split()), highlight=False, markup=False)
+    # A removed citation is a note, like the provider's line: the answer as shown stands without it.
     for r in complete.removed:
         reason = escape(r.reason)
-        console.print(f"[yellow]removed citation \\[{r.number}]: {reason}[/yellow]", highlight=False)
+        console.print(f"[dim]removed citation \\[{r.number}]: {reason}[/dim]", highlight=False)
     for u in complete.unsupported:
         console.print(f"unsupported: {u.text}", style="yellow", highlight=False, markup=False)
     for sentence in complete.uncited:
