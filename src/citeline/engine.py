@@ -707,11 +707,20 @@ class Citeline:
         return [p for p in removed if not p.exists()]
 
     def index(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> DocumentInfo:
-        """Queue a ``pending`` document (registered without being asked to index)."""
+        """Queue a ``pending`` document (registered without being asked to index). One already queued or
+        building is left as it is; :class:`ConflictError` for one with nothing to build (to build a
+        completed or failed document again, :meth:`reingest` it), as :meth:`cancel` refuses one with
+        nothing to cancel: it did nothing and answered as if it had."""
         _require_admin(access, f"index document {ref}")
         doc = self.document(str(ref), access=access)
         with self.engine.begin() as conn:
-            pending = [v.version_id for v in catalog.versions(conn, doc.id) if v.status == "pending"]
+            versions = catalog.versions(conn, doc.id)
+            pending = [v.version_id for v in versions if v.status == "pending"]
+            if not pending and not any(v.status in _UNFINISHED for v in versions):
+                raise ConflictError(
+                    f"document {doc.id} has no pending version to queue ({doc.status}); "
+                    "re-ingest it to build it again"
+                )
             queued = catalog.enqueue(conn, pending)
             current = catalog.get_document(conn, doc.id)
         self.jobs.notify([v.version_id for v in queued])
@@ -726,7 +735,10 @@ class Citeline:
         out: list[DocumentInfo] = []
         for doc in {d.id: d for d in chosen}.values():
             if status == Status.PENDING:
-                out.append(self.index(doc.id, access=access))
+                try:
+                    out.append(self.index(doc.id, access=access))
+                except ConflictError:  # built or failed since it was listed
+                    out.append(self.document(str(doc.id), access=access))
                 continue
             try:
                 out.append(self.reingest(doc.id, access=access).document)

@@ -172,6 +172,10 @@ def test_a_pending_document_waits_until_asked_to_index(jobs: Citeline) -> None:
     assert jobs.document(str(pending.id)).status == "pending"
     assert jobs.index(pending.id).status in ("queued", "processing", "completed")
     assert jobs.wait(pending.id, timeout=WAIT).status == "completed"
+    # Nothing left to build: refused, as cancel refuses a document with nothing to cancel (it answered
+    # as if it had queued something).
+    with pytest.raises(ConflictError, match=r"no pending version to queue \(completed\); re-ingest it"):
+        jobs.index(pending.id)
 
 
 def test_relabelling_changes_what_a_scoped_search_sees_without_re_embedding(jobs: Citeline) -> None:
