@@ -247,6 +247,18 @@ def test_a_reader_sees_no_admin_action_and_no_other_scope(site: Site, context: B
     expect(chat.locator(".message.assistant").last).not_to_contain_text("serviced in spring")
 
 
+def test_not_in_the_evidence_is_said_of_the_documents_searched(site: Site, context: BrowserContext) -> None:
+    # The admin key reads every document; with the globex scope picked, the aviation question finds
+    # nothing. The note said "the documents this key can see", which the scope had narrowed.
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.admin)
+    page.get_by_label("Scope").select_option("globex")
+    ask(page, QUESTION)
+    expect(page.locator(".message.assistant").last.locator(".not-in-evidence")).to_have_text(
+        "Not in the evidence: the documents searched do not answer this question."
+    )
+
+
 def test_an_admin_sees_every_document_with_its_actions(
     site: Site, context: BrowserContext, screenshots: Path
 ) -> None:

@@ -180,7 +180,7 @@ function showChecked(message, body, answer) {
   if (answer.evidence_missing) {
     message.append(
       el("p", { className: "not-in-evidence", role: "note" },
-        "Not in the evidence: the documents this key can see do not answer this question."),
+        "Not in the evidence: the documents searched do not answer this question."),
     );
   } else if (unsupported.length) {
     message.append(
