@@ -34,9 +34,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.answers import ask
 from bench.api import frozen_guide
-from citeline.answer import CitationNumbering, Complete, answer_stream
-from citeline.answer.llm import GenerationOptions, get_llm
+from citeline.answer import Complete
+from citeline.answer.llm import get_llm
 from citeline.engine import Citeline
 from citeline.ingest import IngestOptions
 from citeline.retrieve.search import Hit, SearchRequest
@@ -146,20 +147,12 @@ def answers_from(hit: Hit, gold: tuple[str, ...]) -> bool:
     return any(f"{name}#{_key(hit.section)}" == _key(section) for section in gold)
 
 
-async def _complete(question: str, hits: list[Hit], cl: Citeline, llm: Any) -> Complete:
-    async for event in answer_stream(
-        question,
-        hits,
-        llm=llm,
-        embedder=cl.embedder,
-        numbering=CitationNumbering(),
-        persona=cl.settings.persona,
-        options=GenerationOptions.from_settings(cl.settings),
-        max_evidence_tokens=cl.settings.answer_evidence_tokens or None,
-    ):
-        if isinstance(event, Complete):
-            return event
-    raise AssertionError(f"no Complete event for {question!r}")
+def _complete(question: str, hits: list[Hit], cl: Citeline, llm: Any) -> Complete:
+    """``question`` answered from ``hits`` as ``citeline ask`` answers it (``llm`` None: extractive)."""
+    answered: Complete = asyncio.run(
+        ask(question, hits, cl, llm, cl.settings.answer_evidence_tokens or None)
+    )["complete"]
+    return answered
 
 
 def _cites(
@@ -184,7 +177,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cl.ingest([guide], IngestOptions(category="citeline/guide"))
         for question, gold in QUESTIONS:
             hits = cl.search(SearchRequest(query=question, top_k=cl.settings.answer_passages))
-            extractive = asyncio.run(_complete(question, hits, cl, None))
+            extractive = _complete(question, hits, cl, None)
             row: dict[str, Any] = {
                 "question": question,
                 "found": any(answers_from(h, gold) for h in hits),
@@ -193,7 +186,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "extractive_first": _cites(extractive, hits, gold, first=True),
             }
             if llm is not None:
-                done = asyncio.run(_complete(question, hits, cl, llm))
+                done = _complete(question, hits, cl, llm)
                 row.update(
                     model_gold=_cites(done, hits, gold),
                     model_first=_cites(done, hits, gold, first=True),

@@ -36,11 +36,11 @@ from functools import partial
 
 from citeline.answer.attribution import Attributor
 from citeline.answer.citations import (
-    MARKER,
     CitationNumbering,
     CitationRewriter,
     RemovedCitation,
     Verification,
+    cited_numbers,
     claims,
     has_cited_statement,
     verify,
@@ -637,17 +637,16 @@ class _Announcer:
     def announce(self, text: str, numbering: CitationNumbering) -> Iterator[CitationEvent]:
         """Events for the numbers in ``text`` (written with ``numbering``) not announced before."""
         ids = numbering.chunk_ids
-        for group in MARKER.findall(text):
-            for number in map(int, group.split(", ")):
-                if number in self._announced or not 1 <= number <= len(ids):
-                    continue
-                self._announced.add(number)
-                chunk_id = ids[number - 1]
-                yield CitationEvent(
-                    number=number,
-                    passage=self._passages.get(chunk_id) if number > self._numbered_before else None,
-                    stance=self._assessment.stance(chunk_id) if self._assessment is not None else "neutral",
-                )
+        for number in cited_numbers(text):
+            if number in self._announced or not 1 <= number <= len(ids):
+                continue
+            self._announced.add(number)
+            chunk_id = ids[number - 1]
+            yield CitationEvent(
+                number=number,
+                passage=self._passages.get(chunk_id) if number > self._numbered_before else None,
+                stance=self._assessment.stance(chunk_id) if self._assessment is not None else "neutral",
+            )
 
 
 def _numbered(passages: Sequence[Passage], numbering: CitationNumbering) -> Mapping[int, Passage]:

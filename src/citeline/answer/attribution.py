@@ -30,7 +30,13 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from citeline.answer.citations import MARKER, MIN_CLAIM_TERMS, CitationNumbering, RemovedCitation, claims
+from citeline.answer.citations import (
+    MIN_CLAIM_TERMS,
+    CitationNumbering,
+    RemovedCitation,
+    cited_numbers,
+    claims,
+)
 from citeline.answer.prompt import Passage
 from citeline.answer.support import (
     SUPPORT_THRESHOLD,
@@ -227,9 +233,9 @@ class Attributor:
     def _drop(self, held: str, index_of: dict[int | None, int]) -> None:
         """Drop the model's citations ``held`` after a full stop, never shown: record each by the model's
         passage number, and take back a number this reply gave it that nothing shows."""
-        shown = {int(n) for group in MARKER.findall(self._done_text) for n in group.split(", ")}
-        numbers = [int(n) for group in MARKER.findall(held) for n in group.split(", ")]
-        for n in reversed(numbers):
+        # What the reply shows: the model's citations passed on, and citeline's own.
+        shown = self._cited_by_model | {a.number for a in self.attributions}
+        for n in reversed(cited_numbers(held)):
             if n in index_of:
                 self._replaced[index_of[n] + 1] += 1
             if n not in shown:
@@ -238,6 +244,6 @@ class Attributor:
     def _emit(self, text: str, *, added: bool = False) -> str:
         if not added:
             # The rewriter passes each citation on whole, so a marker is never split between calls.
-            self._cited_by_model.update(int(n) for group in MARKER.findall(text) for n in group.split(", "))
+            self._cited_by_model.update(cited_numbers(text))
         self._done_text += text
         return text

@@ -75,6 +75,12 @@ _REFERENCE_WORDS = (
 _LINE_WORDS = sorted((*_STRUCTURE_WORDS, *_REFERENCE_WORDS), key=len, reverse=True)
 
 
+def cited_numbers(text: str) -> list[int]:
+    """The numbers of the citations in ``text`` as citeline writes them (``[1]``, ``[2, 3]``), in order,
+    repeats included."""
+    return [int(n) for group in MARKER.findall(text) for n in group.split(", ")]
+
+
 class CitationNumbering:
     """Conversation-wide citation numbers: chunk id -> number, in order of first citation.
 
@@ -485,9 +491,7 @@ def claims(answer: str) -> list[Claim]:
             pieces.append(sentence.strip())
     out: list[Claim] = []
     for sentence in pieces:
-        numbers = tuple(
-            dict.fromkeys(int(n) for group in MARKER.findall(sentence) for n in group.split(", "))
-        )
+        numbers = tuple(dict.fromkeys(cited_numbers(sentence)))
         text = normalise(_LIST_MARKER.sub("", _SPACED_MARKER.sub("", sentence)))
         out.append(Claim(sentence=normalise(sentence), numbers=numbers, text=text))
     return out

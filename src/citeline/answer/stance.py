@@ -31,7 +31,7 @@ A question that is a claim ("Is it true that X?", "Does X lower Y?", or a plain 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, get_args
 
@@ -119,10 +119,9 @@ def claim_of(question: str) -> str | None:
     questions whose subject is a pronoun pointing to an earlier turn (``Can they be reused?``: they
     name nothing to check) put none.
     """
-    # A follow-up often opens with "And" or "So", which does not change what is asked. (The terms a
-    # conversation's search borrows from earlier turns never get here: it judges the user's own words,
-    # answer_stream's claim_text, so a claim's own closing "(in mice)" is kept.)
-    text = _LEADING_CONJUNCTION.sub("", question.strip(), count=1).strip()
+    # (The terms a conversation's search borrows from earlier turns never get here: it judges the user's
+    # own words, answer_stream's claim_text, so a claim's own closing "(in mice)" is kept.)
+    text = _asked(question)
     if not text:
         return None
     template = _CLAIM_TEMPLATE.match(text)
@@ -273,11 +272,35 @@ def _about(claim: str, passage: Passage, cache: VectorCache) -> bool:
     return support(claim, PassageSentences.of(passage.text), cache).score >= SUPPORT_THRESHOLD
 
 
+def _asked(question: str) -> str:
+    """What ``question`` asks, without the "And" or "So" a follow-up often opens with, which does not
+    change it."""
+    return _LEADING_CONJUNCTION.sub("", question.strip(), count=1).strip()
+
+
 def asks_yes_no(question: str) -> bool:
     """Whether ``question`` asks yes or no of the claim it puts (``Can they be reused?``, ``Does X lower
     Y?``), rather than putting a claim to be checked (``Is it true that X?``, ``X lowers Y.``)."""
-    text = _LEADING_CONJUNCTION.sub("", question.strip(), count=1).strip()
+    text = _asked(question)
     return bool(text) and not _CLAIM_TEMPLATE.match(text) and _YES_NO.match(text) is not None
+
+
+#: The verdict sentences, for a claim put ("Is it true that X?", "X lowers Y.") and for a question asked
+#: yes or no: supports, contradicts, mixed, and neither (followed by what the sources state otherwise).
+_VERDICT_WORDS: Mapping[bool, tuple[str, str, str, str]] = {
+    False: (
+        "Yes: the sources support this claim {supports}.",
+        "No: the sources contradict this claim {contradicts}.",
+        "The sources disagree: some support this claim {supports}, others contradict it {contradicts}.",
+        "The sources neither clearly support nor contradict this claim",
+    ),
+    True: (
+        "Yes: the sources say so {supports}.",
+        "No: the sources say otherwise {contradicts}.",
+        "The sources disagree: some say yes {supports}, others no {contradicts}.",
+        "The sources do not clearly say yes or no",
+    ),
+}
 
 
 def verdict_sentence(
@@ -295,38 +318,15 @@ def verdict_sentence(
     (:func:`asks_yes_no`), and the sentence answers it ("Yes: the sources say so [1]."): "the sources
     support this claim" answered "Can elastic stop nuts be reused?" as if the reader had made a claim.
     """
-
-    def cite(stance: Stance) -> str:
-        return f"[{', '.join(map(str, numbers.get(stance, ())))}]"
-
-    if asked:
-        return _answer_sentence(verdict, cite, differing)
+    supports, contradicts, mixed, neither = _VERDICT_WORDS[asked]
+    cited = {s: f"[{', '.join(map(str, numbers.get(s, ())))}]" for s in ("supports", "contradicts")}
     if verdict == "supports":
-        return f"Yes: the sources support this claim {cite('supports')}."
+        return supports.format(**cited)
     if verdict == "contradicts":
-        return f"No: the sources contradict this claim {cite('contradicts')}."
+        return contradicts.format(**cited)
     if verdict == "mixed":
-        return (
-            f"The sources disagree: some support this claim {cite('supports')}, others contradict it "
-            f"{cite('contradicts')}."
-        )
+        return mixed.format(**cited)
     if differing:
         said = "; ".join(f"{d.describe()} [{number}]" for number, d in differing)
-        return f"The sources neither clearly support nor contradict this claim: {said}."
-    return "The sources neither clearly support nor contradict this claim."
-
-
-def _answer_sentence(
-    verdict: Verdict, cite: Callable[[Stance], str], differing: Sequence[tuple[int, Disagreement]]
-) -> str:
-    """:func:`verdict_sentence` for a question asked yes or no."""
-    if verdict == "supports":
-        return f"Yes: the sources say so {cite('supports')}."
-    if verdict == "contradicts":
-        return f"No: the sources say otherwise {cite('contradicts')}."
-    if verdict == "mixed":
-        return f"The sources disagree: some say yes {cite('supports')}, others no {cite('contradicts')}."
-    if differing:
-        said = "; ".join(f"{d.describe()} [{number}]" for number, d in differing)
-        return f"The sources do not clearly say yes or no: {said}."
-    return "The sources do not clearly say yes or no."
+        return f"{neither}: {said}."
+    return f"{neither}."

@@ -24,12 +24,12 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
 from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 from kombu.exceptions import KombuError, OperationalError
+from kombu.utils.url import maybe_sanitize_url
 
 from citeline.engine import Citeline
 from citeline.errors import ConfigError
@@ -49,16 +49,6 @@ QUEUE = "citeline"
 #: A message send that cannot reach Redis gives up quickly: the version is queued in the catalog
 #: whatever happens, and a worker's sweep sends its message once Redis is back.
 _SEND_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
-
-
-def _without_password(url: str) -> str:
-    """``redis://:secret@host:6379/0`` as ``redis://:***@host:6379/0``: a URL fit for a log or a reply."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def queue_of(settings: Settings) -> str:
@@ -160,11 +150,6 @@ class CeleryRunner:
         self._app.close()
 
     @property
-    def alive(self) -> bool:
-        """Started, and Redis answers."""
-        return self.problem is None
-
-    @property
     def problem(self) -> str | None:
         """Why documents are not being sent to the workers: not started, or Redis does not answer."""
         if not self._started:
@@ -173,7 +158,7 @@ class CeleryRunner:
             with self._app.connection_for_write() as conn:
                 conn.ensure_connection(max_retries=1, timeout=2)
         except (KombuError, OSError) as exc:
-            where = _without_password(self._settings.redis_url or "")
+            where = maybe_sanitize_url(self._settings.redis_url or "", mask="***")
             # Queuing goes on (the catalog is the queue): say so, so nobody re-uploads what is waiting.
             return (
                 f"the broker at {where} does not answer ({exc}); documents are still queued, and "

@@ -45,13 +45,9 @@ class JobRunner(Protocol):
         ...
 
     @property
-    def alive(self) -> bool:
-        """Whether the runner is processing (for readiness checks)."""
-        ...
-
-    @property
     def problem(self) -> str | None:
-        """Why the runner is not processing, in words an operator can act on; None when it is."""
+        """Why the runner is not processing, in words an operator can act on; None when it is (the
+        readiness check)."""
         ...
 
 
@@ -102,10 +98,6 @@ class ThreadRunner:
         deadline = time.monotonic() + timeout
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-
-    @property
-    def alive(self) -> bool:
-        return bool(self._threads) and all(t.is_alive() for t in self._threads)
 
     @property
     def problem(self) -> str | None:

@@ -273,10 +273,10 @@ class Analyzer:
             left, right = first.group(), second.group()
             if query[first.end() : second.start()].strip() or not (left.isalpha() and right.isalpha()):
                 continue
-            # A stop word and a letter or two ("in T", "is e") join into noise ("int"), not a compound.
+            # Two stop words, or a stop word and a letter or two ("in T", "is e"), join into noise ("doi",
+            # "int"), not a compound.
             stop_left, stop_right = left.lower() in stops, right.lower() in stops
-            short = len(right) < 3 if stop_left else len(left) < 3 if stop_right else False
-            if (stop_left and stop_right) or short:
+            if (stop_left and (stop_right or len(right) < 3)) or (stop_right and len(left) < 3):
                 continue
             for term in self._whole_terms(left + right):
                 if term not in counts:

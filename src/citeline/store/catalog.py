@@ -1038,8 +1038,7 @@ def activate(
         )
     }
     sources = [a.document.source_uri for a in chosen]
-    keep = ids + _newer_twins(conn, ids, target) + _newer_unbuilt(conn, ids)
-    _retire_others(conn, sources, keep=keep, supersede=True)
+    _retire_others(conn, sources, keep=ids + _newer_kept(conn, ids, target), supersede=True)
     _record_built(
         conn, chosen, {i: n for i, (n, _) in totals.items()}, active=True, vector_index=vector_index
     )
@@ -1066,34 +1065,19 @@ def _bind_model(conn: sa.Connection, versions: Sequence[DocumentInfo]) -> str | 
     return served_model(conn)
 
 
-def _newer_twins(conn: sa.Connection, ids: Sequence[uuid.UUID], target: str | None) -> list[uuid.UUID]:
-    """Versions embedded by the migration's target that are newer than these versions of their
-    sources: twins of versions being activated, which retiring the older versions must not take."""
-    if target is None:
-        return []
-    return list(
-        conn.execute(
-            sa.text(
-                "SELECT t.id FROM documents t JOIN documents a ON a.source_uri = t.source_uri "
-                "WHERE a.id = ANY(CAST(:ids AS uuid[])) AND t.embedding_model = :m AND t.version > a.version"
-            ),
-            {"ids": list(ids), "m": target},
-        ).scalars()
-    )
-
-
-def _newer_unbuilt(conn: sa.Connection, ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
-    """Versions newer than these versions of their sources that are still to be built (``pending``,
-    ``queued`` or ``processing``): replacements submitted while these were built, which swapping
-    these in must not take with it (the client was told they are queued); each swaps in when built."""
+def _newer_kept(conn: sa.Connection, ids: Sequence[uuid.UUID], target: str | None) -> list[uuid.UUID]:
+    """Versions newer than these versions of their sources that retiring the older versions must not
+    take, in one statement: twins embedded by a model migration's ``target``, and versions still to be
+    built (``pending``, ``queued`` or ``processing``), replacements submitted while these were built,
+    which the client was told are queued and which each swap in when built."""
     return list(
         conn.execute(
             sa.text(
                 "SELECT n.id FROM documents n JOIN documents a ON a.source_uri = n.source_uri "
                 "WHERE a.id = ANY(CAST(:ids AS uuid[])) AND n.version > a.version "
-                "AND n.status IN ('pending', 'queued', 'processing')"
+                "AND (n.status IN ('pending', 'queued', 'processing') OR n.embedding_model = :m)"
             ),
-            {"ids": list(ids)},
+            {"ids": list(ids), "m": target},
         ).scalars()
     )
 
