@@ -24,15 +24,8 @@ from citeline.errors import GenerationError
 from citeline.settings import Settings
 
 from .conftest import LOCAL_SPEC
+from .test_providers_local import QUESTION
 
-QUESTION = [
-    Message("system", "Answer the question from the passage only. Be brief."),
-    Message(
-        "user",
-        "Passage: The Harlow Bridge over the river Ness opened in 1932 and is 412 metres long.\n\n"
-        "Question: In which year did the Harlow Bridge open?",
-    ),
-]
 MODEL = LOCAL_SPEC.removeprefix("local:")
 
 

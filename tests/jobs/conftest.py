@@ -24,6 +24,7 @@ from citeline.engine import Citeline
 from citeline.errors import EmbeddingError
 from citeline.registry import Provider
 from citeline.settings import Settings
+from citeline.store.catalog import DocumentInfo
 from citeline.store.database import schema_name
 from tests.conftest import REPO
 
@@ -219,3 +220,11 @@ def celery_settings(settings: Settings, broker: str) -> Iterator[Settings]:
     )
     with Citeline(settings) as cl, cl.engine.begin() as conn:
         conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(settings.namespace)}" CASCADE'))
+
+
+def wait_for_status(cl: Citeline, doc: DocumentInfo, status: str, timeout: float = 120) -> DocumentInfo:
+    """``doc`` as it is once its status is ``status``, or as it is when ``timeout`` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while (current := cl.document(str(doc.id))).status != status and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return current

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +20,7 @@ from citeline.ingest import IngestOptions
 from citeline.jobs.submit import Upload
 from citeline.settings import Settings
 from tests.conftest import write
+from tests.jobs.conftest import wait_for_status
 from tests.jobs.test_jobs import PUMP, WAIT, configured, upload
 
 
@@ -108,9 +108,7 @@ def test_a_running_build_is_listed_first_with_when_it_started(
     with configured(settings, embedding_model=f"gated:{name}") as cl:
         cl.start_jobs()
         doc = cl.submit(Upload("pump.md", io.BytesIO(PUMP.encode()))).document
-        deadline = time.monotonic() + 30
-        while cl.document(str(doc.id)).status != "processing" and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_status(cl, doc, "processing", timeout=30)
         [running] = cl.builds().builds
         assert running.status == "processing" and running.started_at is not None
         assert running.attempts == 1 and not running.cancel_requested

@@ -20,9 +20,8 @@ from citeline.engine import Citeline
 from citeline.jobs.celery import QUEUE, WorkerProcess, celery_app, queue_of, send
 from citeline.jobs.submit import Upload
 from citeline.settings import Settings
-from citeline.store.catalog import DocumentInfo
 from tests.conftest import free_port
-from tests.jobs.conftest import Workers
+from tests.jobs.conftest import Workers, wait_for_status
 from tests.jobs.test_jobs import PUMP
 
 
@@ -34,13 +33,6 @@ def chunks_per_version(cl: Citeline) -> dict[uuid.UUID, int]:
     with cl.engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT document_id, count(*) FROM chunks GROUP BY document_id"))
         return {r[0]: int(r[1]) for r in rows}
-
-
-def wait_for_status(cl: Citeline, doc: DocumentInfo, status: str, timeout: float = 120) -> DocumentInfo:
-    deadline = time.monotonic() + timeout
-    while (current := cl.document(str(doc.id))).status != status and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return current
 
 
 def test_uploads_are_built_by_a_celery_worker_soon_after_they_are_queued(

@@ -31,6 +31,7 @@ from citeline.settings import Settings
 from citeline.store import catalog
 from citeline.store.models import Status
 from tests.conftest import PDFS
+from tests.jobs.conftest import wait_for_status
 
 #: Seconds to wait for a job: generous, since a loaded machine is slow, and a stuck job fails anyway.
 WAIT = 180.0
@@ -258,9 +259,7 @@ def test_a_running_job_can_be_cancelled_and_is_never_swapped_in(
     with configured(settings, embedding_model=f"gated:{name}") as cl:
         cl.start_jobs()
         doc = cl.submit(upload("pump.md", PUMP)).document
-        deadline = time.monotonic() + 30
-        while cl.document(str(doc.id)).status != "processing" and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_status(cl, doc, "processing", timeout=30)
         assert cl.cancel(doc.id).status == "processing"  # asked to stop
         opened.set()
         done = cl.wait(doc.id, timeout=WAIT)
@@ -280,9 +279,7 @@ def test_a_document_deleted_while_it_is_built_stops_its_build_quietly(
     with configured(settings, embedding_model=f"gated:{name}") as cl:
         cl.start_jobs()
         doc = cl.submit(upload("pump.md", PUMP)).document
-        deadline = time.monotonic() + 30
-        while cl.document(str(doc.id)).status != "processing" and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_status(cl, doc, "processing", timeout=30)
         with caplog.at_level(logging.INFO, logger="citeline"):
             cl.delete(str(doc.id))
             opened.set()
