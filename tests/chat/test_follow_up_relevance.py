@@ -176,3 +176,21 @@ def test_a_follow_up_the_model_rewrote_is_held_to_the_user_s_own_words_too(
     # user's "risks" was never checked, and the answer quoted the nut again (with the keyword query
     # judged as a claim: "Yes: the sources support this claim").
     assert done.evidence_missing and done.answer == EVIDENCE_MISSING and done.claim is None, done.answer
+
+
+@pytest.mark.parametrize("refused", ["What is the capital of France?", "What are the risks?"])
+def test_a_follow_up_after_a_refused_turn_takes_the_topic_last_answered(
+    documents: Citeline, refused: str
+) -> None:
+    session = ChatSession.start(documents, llm=None)
+    turn(session, NUT)
+    assert turn(session, refused).evidence_missing
+
+    done = turn(session, "Can they be reused?")
+
+    # The refused turn's topic is not the conversation's: "Can they be reused?" was searched as
+    # "Can they be reused? (capital France)", or "(risks elastic stop nut)", the refused question's
+    # words first, though nothing was said about them.
+    assert session.last_rewrite is not None
+    assert session.last_rewrite.query == "Can they be reused? (elastic stop nut)"
+    assert "may be reused only if the collar" in done.answer, done.answer

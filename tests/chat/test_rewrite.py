@@ -254,3 +254,22 @@ def test_with_the_packaged_model_every_follow_up_carries_the_topic(local_llm: LL
     result = rewrite(question, [turn(1, PUMP, PUMP_ANSWER)], llm=local_llm)
     assert result.method == "llm" or (result.method == "heuristic" and result.fell_back)
     assert "pump" in result.query.lower()
+
+
+def test_a_turn_the_documents_could_not_answer_gives_no_topic() -> None:
+    refused = Turn(
+        number=2,
+        question="What is the capital of France?",
+        standalone_query="What is the capital of France?",
+        answer="No passage in the documents matches this question closely enough ...",
+        cited_chunk_ids=(),
+        answered=False,
+    )
+
+    assert rewrite("How often should it be serviced?", [turn(1, PUMP), refused], llm=None) == Rewrite(
+        "How often should it be serviced? (prime centrifugal pump)", "heuristic"
+    )
+    # With nothing answered yet, the question is searched as asked.
+    assert rewrite("How often should it be serviced?", [refused], llm=None) == Rewrite(
+        "How often should it be serviced?", "unchanged"
+    )

@@ -32,7 +32,8 @@ answer, or drop the topic; each of those fails the check. Without a model, or wh
 nothing, says too much or fails the check, :func:`heuristic_rewrite` appends the key terms of the
 previous standalone query (its content words not already in the question, in their original form) in
 parentheses: "How often should it be serviced? (prime centrifugal pump)". Since that previous query
-was itself rewritten, the topic carries across several follow-ups.
+was itself rewritten, the topic carries across several follow-ups. A turn that got the no-evidence
+answer lends nothing, to the heuristic or the model: its topic is not what the conversation is about.
 """
 
 from __future__ import annotations
@@ -229,8 +230,14 @@ def rewrite(
     llm: LLM | None,
     options: GenerationOptions | None = None,
 ) -> Rewrite:
-    """The standalone query for ``question``, asked after ``history`` (oldest turn first)."""
+    """The standalone query for ``question``, asked after ``history`` (oldest turn first).
+
+    Only the turns that were answered lend it a topic; with none, it is searched as asked.
+    """
     question = question.strip()
+    # A turn the documents could not answer set no topic: "Can they be reused?" after "What is an
+    # elastic stop nut?" and a refused "What is the capital of France?" is about the nuts.
+    history = [turn for turn in history if turn.answered]
     if not history or not is_follow_up(question):
         return Rewrite(question, "unchanged")
     if llm is not None:

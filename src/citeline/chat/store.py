@@ -88,13 +88,17 @@ class MessageInfo:
 
 @dataclass(frozen=True)
 class Turn:
-    """One question and its answer, as :func:`turns` pairs them."""
+    """One question and its answer, as :func:`turns` pairs them.
+
+    ``answered`` is false when the answer said the documents hold no evidence for the question.
+    """
 
     number: int
     question: str
     standalone_query: str
     answer: str
     cited_chunk_ids: tuple[int, ...]
+    answered: bool = True
 
 
 def parse_id(ref: str | uuid.UUID) -> uuid.UUID:
@@ -303,6 +307,7 @@ def turns(stored: Sequence[MessageInfo]) -> list[Turn]:
                     standalone_query=question.standalone_query or question.content,
                     answer=answer.content,
                     cited_chunk_ids=answer.cited_chunk_ids,
+                    answered=not (answer.checks or {}).get("evidence_missing", False),
                 )
             )
     return out
