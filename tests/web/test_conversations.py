@@ -184,3 +184,41 @@ def test_a_table_rows_citation_reads_under_its_headers_and_opens_on_the_row_itse
     expect(page.locator("#viewer mark.citeline-mark").first).to_be_visible(timeout=30_000)
     # The row as stored is marked, not the headers' words the readable excerpt borrowed.
     assert fold(marked_text(page)) == fold("| HX-4000 | 16 | 60 |")
+
+
+def test_a_follow_ups_search_is_said_with_the_answer_it_belongs_to_live_and_reopened(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.key)
+    ask(page, QUESTION)
+    with page.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
+        ask(page, "And how often is it checked?")
+    query = next(
+        json.loads(block.split("data:", 1)[1])["query"]
+        for block in streamed.value.text().replace("\r\n", "\n").split("\n\n")
+        if block.startswith("event: rewrite")
+    )
+    assert query != "And how often is it checked?", query  # the follow-up was searched rewritten
+    said = f"Searched for: {query}"
+    # The search is said inside the follow-up's answer, under its heading and above its text: above
+    # the heading it read as a note on the question before.
+    answer = page.locator(".message.assistant").last
+    expect(answer.locator(".rewrite")).to_have_text(said)
+    assert answer.evaluate("a => [...a.children].map(c => c.className || c.tagName)")[:3] == [
+        "H3",
+        "rewrite",
+        "message-text",
+    ]
+    expect(page.locator(".message.assistant").first.locator(".rewrite")).to_have_count(0)
+    live = answer.inner_text()
+
+    # Reopened from the list, the follow-up's answer says its search as it did live.
+    again = context.new_page()
+    sign_in(again, site.server.url + "/", site.key)
+    conversation_id = page.evaluate("sessionStorage.getItem('citeline.conversation')")
+    again.locator(f'#conversation-list li[data-id="{conversation_id}"] button.continue').click()
+    expect(again.locator(".message.assistant")).to_have_count(2)
+    expect(again.locator(".message.assistant").last.locator(".rewrite")).to_have_text(said)
+    expect(again.locator(".message.assistant").first.locator(".rewrite")).to_have_count(0)
+    assert again.locator(".message.assistant").last.inner_text() == live

@@ -190,6 +190,14 @@ function showChecked(message, body, answer) {
   }
 }
 
+/**
+ * Say what a follow-up was searched as, in its answer between the heading and the text: it is how
+ * that answer was found, not a note on the question before.
+ */
+function showSearched(body, query) {
+  body.before(el("p", { className: "rewrite" }, `Searched for: ${query}`));
+}
+
 function addMessage(role, text) {
   const body = el("div", { className: "message-text" });
   const message = el("article", { className: `message ${role}` }, el("h3", {}, role === "user" ? "You" : "citeline"), body);
@@ -250,7 +258,7 @@ async function ask(question) {
         // (an error status, a key refused, no network) leaves it there to send again.
         if ($("question").value.trim() === question) $("question").value = "";
       } else if (name === "rewrite" && data.rewritten) {
-        message.prepend(el("p", { className: "rewrite" }, `Searched for: ${data.query}`));
+        showSearched(body, data.query);
       } else if (name === "evidence") {
         say(status, `Answering from ${data.passages.length} passages…`);
         for (const passage of data.passages) prefetchDocument(passage.document_id, passage.version);
@@ -537,11 +545,14 @@ async function openConversation(id, { quiet = false } = {}) {
     newConversation();
     setConversation(conversation.id);
     $("persona").value = conversation.persona;
+    let searched = null; // the question before the answer, when it was searched rewritten
     for (const stored of conversation.messages) {
       if (stored.role === "user") {
         addMessage("user", stored.content);
+        searched = stored.standalone_query && stored.standalone_query !== stored.content ? stored.standalone_query : null;
       } else {
         const { message, body } = addMessage("assistant", "");
+        if (searched) showSearched(body, searched);
         // `stored` tells an answer kept before its checks were (no support score) from one being written.
         const citations = stored.citations.map((citation) => ({ ...citation, stored: true }));
         showChecked(message, body, { ...stored, answer: stored.content, citations });
