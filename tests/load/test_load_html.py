@@ -271,3 +271,65 @@ def test_a_line_break_inside_a_paragraph_does_not_end_it(tmp_path: Path) -> None
         "# Dosing\n\nAdults take 75 mg of aspirin daily with food, unless the clinician says otherwise.\n\n"
         "Old pages part paragraphs with line breaks.\n\nLike this second paragraph."
     )
+
+
+def _plain_page(rows: str, items: str) -> str:
+    """A page whose text sits in plain <div>s, with no <main>, <article> or container class trafilatura
+    knows, as many hand-written and exported pages are."""
+    return (
+        "<html><head><title>Pump maintenance</title></head><body>"
+        '<div class="menu"><a href="/">Home</a> | <a href="/docs">Docs</a></div>'
+        '<div class="wrapper"><h1>Pump maintenance</h1><p>The pump is inspected every 250 hours.</p>'
+        f"<h2>Checklist</h2><ul>{items}</ul>"
+        f"<h2>Torque values</h2><table><tr><th>Bolt</th><th>Torque</th></tr>{rows}</table>"
+        "<p>Torque the bolts in a cross pattern.</p></div>"
+        '<div id="bottom">Last edited by jdoe. <a href="/privacy">Privacy policy</a></div>'
+        "</body></html>"
+    )
+
+
+_ITEMS = "<li>Check the inlet strainer for debris.</li><li>Check the shaft seal for weeping oil.</li>"
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        # trafilatura lost the headings and the list of this one...
+        _plain_page("<tr><td>M8</td><td>25 Nm</td></tr>", _ITEMS),
+        # ... and the table of this one, with a third item in the list.
+        _plain_page("<tr><td>M8</td><td>25 Nm</td></tr>", _ITEMS + "<li>Record the discharge pressure.</li>"),
+    ],
+    ids=["headings-and-list", "table"],
+)
+def test_a_page_without_a_main_or_article_element_keeps_its_headings_lists_and_tables(
+    tmp_path: Path, html: str
+) -> None:
+    # trafilatura finds the main text inside <main>, <article> or a container whose class it knows; on
+    # a page without one it fell back to picking up loose paragraphs or to other extractors, and the
+    # headings (so no sections), the list items or the table were lost, depending on the page.
+    path = tmp_path / "pump.html"
+    path.write_text(html, encoding="utf-8")
+    [page] = load(path).pages
+    headings = [section.heading for section in page.sections]
+    assert headings == ["Pump maintenance", "Checklist", "Torque values"]
+    assert "- Check the inlet strainer for debris.\n- Check the shaft seal for weeping oil." in page.text
+    assert "| M8 | 25 Nm |" in page.text
+    assert page.text.endswith("Torque the bolts in a cross pattern.")
+    for boilerplate in ("Home", "Docs", "Privacy policy", "Last edited"):
+        assert boilerplate not in page.text
+
+
+def test_a_page_with_its_text_straight_in_the_body_keeps_its_headings(tmp_path: Path) -> None:
+    # As a page saved from a word processor is: no container at all.
+    path = tmp_path / "notes.html"
+    path.write_text(
+        "<html><head><title>Pump notes</title></head><body><h1>Pump care</h1>"
+        "<p>The pump is inspected every 250 hours, and the seals are replaced every year.</p>"
+        "<h2>Seals</h2><p>Use only Viton seals rated for high temperatures.</p></body></html>"
+    )
+    [page] = load(path).pages
+    assert page.text == (
+        "# Pump care\n\nThe pump is inspected every 250 hours, and the seals are replaced every year.\n\n"
+        "## Seals\n\nUse only Viton seals rated for high temperatures."
+    )
+    assert [section.heading for section in page.sections] == ["Pump care", "Seals"]

@@ -56,6 +56,7 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
     if tree is None:
         raise LoadError(source, "not HTML (no markup could be parsed)")
     _join_broken_lines(tree)
+    _frame_the_body(tree)
     title = " ".join((tree.findtext(".//title") or "").split())
     document = trafilatura.extract_metadata(tree)
     meta_title = " ".join((getattr(document, "title", None) or "").split())
@@ -100,6 +101,27 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
 _SITE_SEPARATORS = ("|", "\u00b7", "\u00bb")
 _SUBTITLE_SEPARATORS = ("-", "\u2013", "\u2014", ":")
 _TITLE_SEPARATORS = " " + "".join(_SITE_SEPARATORS + _SUBTITLE_SEPARATORS)
+
+
+def _frame_the_body(tree: Any) -> None:
+    """Wrap the body of ``tree`` in a ``<main>``, in place, when it has no frame trafilatura looks for.
+
+    trafilatura's own extractor reads the main text inside the first frame it knows (``<article>``,
+    ``<main>``, a container classed ``content``, ``post``, ``story`` and the like). A page without one,
+    its text in plain ``<div>``s or straight in ``<body>`` (hand-written pages, pages saved from a word
+    processor or a wiki), is left to picking up loose paragraphs and to other extractors, which lose
+    its headings (so no sections), its lists or its tables, depending on the page. Framed, the body is
+    read as any article is, its navigation, headers, footers and boilerplate classes still dropped.
+    """
+    from trafilatura.xpaths import BODY_XPATH
+
+    body = tree.find("body")
+    if body is None or any(next(iter(expression(tree)), None) is not None for expression in BODY_XPATH):
+        return
+    frame = body.makeelement("main", {})
+    frame.text, body.text = body.text, None
+    frame.extend(list(body))
+    body.append(frame)
 
 
 def _join_broken_lines(tree: Any) -> None:
