@@ -465,3 +465,39 @@ def test_the_splitter_defaults_are_the_settings_defaults() -> None:
         fields["chunk_size"].default,
         fields["chunk_overlap"].default,
     ) == (DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP)
+
+
+def _table_page(rows: int) -> Page:
+    body = "\n".join(
+        f"| M{i} | {i * 5} N·m | {'torque for the bolts of part ' * 2}{i} |" for i in range(rows)
+    )
+    return Page(
+        1, f"Torques.\n\n| Bolt | Torque | Where |\n| :--- | ---: | --- |\n{body}\n\nSee also the manual."
+    )
+
+
+def test_a_chunk_that_continues_a_markdown_table_is_read_with_its_header_row() -> None:
+    chunks = list(split([_table_page(20)], chunk_size=300, chunk_overlap=50))
+
+    assert len(chunks) > 3
+    first, *rest = chunks
+    # The first chunk holds the header itself; every later one starts among the rows and is read with
+    # the header, which names its cells, while its text stays exactly its span of the page.
+    assert "| Bolt | Torque | Where |" in first.text and first.context is None
+    assert all(c.context == "| Bolt | Torque | Where |" for c in rest), [c.context for c in rest]
+    assert all(c.text.startswith("| M") for c in rest)
+
+
+def test_text_after_a_table_and_tables_that_are_not_tables_have_no_context() -> None:
+    prose = "After the table, the manual goes on in prose about other things entirely. " * 4
+    page = Page(1, _table_page(8).text + "\n\n" + prose)
+    [*_, last] = split([page], chunk_size=300, chunk_overlap=50)
+    assert last.text == prose.strip() and last.context is None
+    # A pipe line over a line of dashes without a pipe is a heading underline, not a table.
+    heading = Page(1, "Inputs | outputs\n----------\n" + "| a | b |\n" * 40)
+    assert all(c.context is None for c in split([heading], chunk_size=100, chunk_overlap=20))
+    # CSV records carry their column names in every row already.
+    [record] = split(
+        [Page(1, "| a | b |\n| - | - |\n| 1 | 2 |", records=((20, 29),))], chunk_size=50, chunk_overlap=0
+    )
+    assert record.context is None

@@ -1186,7 +1186,7 @@ class Citeline:
             rows = conn.execute(
                 sa.text(
                     "SELECT id, chunk_index, page, start_offset, end_offset, section, section_type, "
-                    "model_numbers, text FROM chunks "
+                    "model_numbers, context, text FROM chunks "
                     "WHERE document_id = :id ORDER BY chunk_index"
                 ),
                 {"id": document.version_id},
@@ -1250,7 +1250,7 @@ class Citeline:
             rows = conn.execute(
                 sa.text(
                     "SELECT id, chunk_index, page, start_offset, end_offset, section, section_type, "
-                    "model_numbers, text FROM chunks "
+                    "model_numbers, context, text FROM chunks "
                     "WHERE document_id = :id ORDER BY chunk_index LIMIT :limit OFFSET :offset"
                 ),
                 {"id": document.version_id, "limit": limit, "offset": offset},

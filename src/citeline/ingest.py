@@ -51,7 +51,7 @@ from citeline.store.analyzer import Analyzer, DocumentTerms
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
 from citeline.store.index import VectorIndex, VersionVectors
 from citeline.store.models import Status
-from citeline.types import ChunkDraft, LoadedSource, Page, Section, SourceMetadata
+from citeline.types import ChunkDraft, LoadedSource, Page, Section, SourceMetadata, embedding_text
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -658,7 +658,8 @@ class Ingestor:
         yield from split(counted(job.loaded.pages), chunk_size=job.size, chunk_overlap=job.overlap)
 
     def _row(self, draft: ChunkDraft) -> ChunkRow:
-        counts = self.analyzer.term_counts(draft.text)
+        # The chunk's context (a table's header row) names its cells to BM25 as to the embedder.
+        counts = self.analyzer.term_counts(embedding_text(draft.text, draft.context))
         found = annotate(draft.section, draft.text)
         return ChunkRow(
             chunk_index=draft.index,
@@ -671,6 +672,7 @@ class Ingestor:
             token_count=sum(counts.values()),
             model_numbers=found.model_numbers,
             section_type=found.section_type,
+            context=draft.context,
         )
 
     def _flush(self, run: _Run) -> None:
@@ -693,7 +695,7 @@ class Ingestor:
             known = catalog.cached_vectors(conn, embedder.model_id, [r.text_hash for r in rows], self.index)
         todo = [i for i, r in enumerate(rows) if r.text_hash not in known]
         assert run.embedding is not None
-        future = run.embedding.submit(embedder.embed, [rows[i].text for i in todo])
+        future = run.embedding.submit(embedder.embed, [rows[i].embedded for i in todo])
         return _Batch(items, known, todo, future)
 
     def _write(self, run: _Run, batch: _Batch) -> None:

@@ -107,6 +107,8 @@ def _split(pages: Iterable[Page], size: int, overlap: int) -> Iterator[ChunkDraf
         sections = sorted(page.sections, key=lambda section: section.start)
         section_starts = [section.start for section in sections]
         regions = page.records if page.records is not None else ((0, len(text)),)
+        tables = _tables(text) if page.records is None else []
+        table_starts = [body_start for body_start, _, _ in tables]
         for region_start, region_end in regions:
             if not 0 <= region_start <= region_end <= len(text):
                 raise ValueError(
@@ -115,6 +117,7 @@ def _split(pages: Iterable[Page], size: int, overlap: int) -> Iterator[ChunkDraf
                 )
             for start, end in _chunk_spans(text, region_start, region_end, size, overlap):
                 in_force = bisect_right(section_starts, start)
+                in_table = bisect_right(table_starts, start)
                 yield ChunkDraft(
                     index=index,
                     text=text[start:end],
@@ -122,10 +125,41 @@ def _split(pages: Iterable[Page], size: int, overlap: int) -> Iterator[ChunkDraf
                     start=start,
                     end=end,
                     section=sections[in_force - 1].heading if in_force else carried,
+                    context=_header_of(tables[in_table - 1], start) if in_table else None,
                 )
                 index += 1
         if sections:
             carried = sections[-1].heading
+
+
+# A Markdown (GFM) table: a header row with at least one pipe, then its delimiter row of dashes with
+# optional alignment colons and at least one pipe (a line of dashes alone underlines a heading), then
+# the body, one row a line up to a blank line or a line without a pipe.
+_TABLE = re.compile(
+    r"^[^\S\n]{0,3}(?P<header>[^\n]*\|[^\n]*)\n"
+    r"[^\S\n]{0,3}(?=[^\n]*\|)\|?[^\S\n]*:?-+:?[^\S\n]*(?:\|[^\S\n]*:?-+:?[^\S\n]*)*\|?[^\S\n]*$"
+    r"(?P<body>(?:\n[^\n]*\|[^\n]*)*)",
+    re.MULTILINE,
+)
+_Table = tuple[int, int, str]
+
+
+def _tables(text: str) -> list[_Table]:
+    """The Markdown tables of ``text`` as ``(body start, body end, header row)``, in order."""
+    if "|" not in text or "-" not in text:
+        return []
+    return [
+        (match.start("body"), match.end("body"), match["header"].strip())
+        for match in _TABLE.finditer(text)
+        if match["body"]
+    ]
+
+
+def _header_of(table: _Table, start: int) -> str | None:
+    """The header row a chunk starting at ``start`` is read with: its table's, when the chunk starts
+    among the table's rows (and so does not hold the header itself)."""
+    body_start, body_end, header = table
+    return header if body_start <= start < body_end else None
 
 
 def _chunk_spans(text: str, start: int, end: int, size: int, overlap: int) -> Iterator[_Span]:

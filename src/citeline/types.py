@@ -55,7 +55,10 @@ class ChunkDraft:
 
     ``start`` and ``end`` are character offsets into the text of page ``page``, so
     ``page.text[start:end] == text`` always holds. ``section`` is the heading in force at ``start``
-    (the last heading started at or before it, carried over from earlier pages).
+    (the last heading started at or before it, carried over from earlier pages). ``context`` is text
+    the chunk is read with but does not hold: the header row of a Markdown table whose rows it
+    continues, without which its cells are values under no names. It is embedded and indexed with
+    the chunk (:func:`embedding_text`) and never shown as part of its text.
     """
 
     index: int
@@ -64,3 +67,11 @@ class ChunkDraft:
     start: int
     end: int
     section: str | None = None
+    context: str | None = None
+
+
+def embedding_text(text: str, context: str | None) -> str:
+    """What is embedded and indexed for a chunk: its ``context`` (when it has one) on a line before
+    its text. Every path that embeds a stored chunk (ingest, vector repair) goes through this, so a
+    chunk's vector is the same whichever made it."""
+    return f"{context}\n{text}" if context else text

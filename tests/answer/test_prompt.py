@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from citeline.answer.llm import LLM
@@ -146,6 +148,17 @@ def test_a_long_title_is_cut_to_its_first_words_in_the_evidence() -> None:
         "[1] Rare and common variants in multifactorial susceptibility to \u2026\n"
     )
     assert passage.hit.title == title  # citations keep the whole title
+
+
+def test_the_rows_of_a_tables_later_chunk_are_shown_under_its_header_row() -> None:
+    rows = "| M8 | 25 N·m |\n| M10 | 49 N·m |"
+    hit = dataclasses.replace(make_hit(1, rows), context="| Bolt | Tightening torque |")
+
+    [passage] = select_passages([hit])
+
+    # The header names the cells for the model; a citation still resolves to the rows as stored.
+    assert passage.block == f"[1] Pump manual\n| Bolt | Tightening torque |\n{rows}"
+    assert passage.text == rows
 
 
 def test_the_model_does_not_see_the_sources_own_reference_markers() -> None:

@@ -136,6 +136,50 @@ class TestVectorIndex:
         assert (first.embedded, again.chunks, again.embedded) == (1, 1, 0)
         assert sorted(_names(store, "bees")) == ["one.txt", "two.txt"]
 
+    def test_a_tables_later_chunks_are_embedded_and_indexed_under_its_header_row(
+        self, store: Citeline, tmp_path: Path
+    ) -> None:
+        """Rows after a table's first chunk are cells under no names; each such chunk is embedded and
+        indexed with the table's header row before it (types.embedding_text), keeps its own text, and
+        gets the same vector again when the index lost it and repair restores it."""
+        header = "| Fastener | Tightening torque | Where |"
+        rows = "\n".join(
+            f"| M{i} | {i * 5} N·m | the bracket of part {i} on the housing |" for i in range(40)
+        )
+        path = write(tmp_path / "torques.md", f"# Torques\n\n{header}\n| --- | --- | --- |\n{rows}\n")
+        [result] = store.ingest([path], IngestOptions(chunk_size=300, chunk_overlap=50))
+        doc = _document(store, "torques.md")
+        chunks = store.chunks(doc)
+        later = [c for c in chunks if c["context"] is not None]
+        assert len(later) == len(chunks) - 1 and all(c["context"] == header for c in later)
+        assert all(header not in c["text"] for c in later)
+        expected = store.embedder.embed([f"{header}\n{c['text']}" for c in later])
+        ids = [int(c["id"]) for c in later]
+
+        def cosines() -> list[float]:
+            with store.engine.connect() as conn:
+                held = store.vector_index.vectors(conn, ids)
+            return [float(np.dot(held[i], e)) for i, e in zip(ids, expected, strict=True)]
+
+        assert min(cosines()) == pytest.approx(1.0, abs=1e-4)
+        # The header's words reach the rows by keyword too: only the header says "tightening".
+        hits = {h.chunk_id: h for h in store.search(SearchRequest("tightening", top_k=50))}
+        assert all(hits[i].keyword_score > 0 and hits[i].context == header for i in ids)
+        with store.engine.connect() as conn:
+            store.vector_index.remove(conn, [doc.version_id])
+        store.repair_vectors()
+        assert min(cosines()) == pytest.approx(1.0, abs=1e-4)
+        # The same rows in a file of their own, under no header, are another text with another vector:
+        # the vector reused for a text already embedded is the one of what was embedded.
+        alone = write(tmp_path / "rows.md", later[0]["text"])
+        [again] = store.ingest([alone])
+        assert again.embedded == 1 and result.error is None
+        [row] = store.chunks(_document(store, "rows.md"))
+        with store.engine.connect() as conn:
+            vector = store.vector_index.vectors(conn, [int(row["id"])])[int(row["id"])]
+        assert row["context"] is None
+        assert float(np.dot(vector, store.embedder.embed([row["text"]])[0])) == pytest.approx(1.0, abs=1e-4)
+
     def test_vectors_of_a_version_being_built_neither_show_nor_crowd_out_active_ones(
         self, store: Citeline, tmp_path: Path
     ) -> None:

@@ -174,8 +174,10 @@ class Passage:
 
     @property
     def block(self) -> str:
-        """The evidence block: ``[n] <title>``, then the text shown on one line."""
-        return f"[{self.number}] {self.title}\n{self.shown_text}"
+        """The evidence block: ``[n] <title>``, then the text shown, after the chunk's context on a line
+        of its own (the header row of the table whose rows it holds, which names their cells)."""
+        context = f"{self.hit.context}\n" if self.hit.context else ""
+        return f"[{self.number}] {self.title}\n{context}{self.shown_text}"
 
 
 @dataclass(frozen=True)

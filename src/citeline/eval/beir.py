@@ -46,7 +46,7 @@ from citeline.ingest import IngestOptions, IngestResult, Outcome, Source
 from citeline.retrieve.search import SearchRequest, Timings
 from citeline.settings import Settings
 from citeline.store import catalog, model_migration
-from citeline.types import LoadedSource, Page, Section
+from citeline.types import LoadedSource, Page, Section, embedding_text
 
 #: Chunks fetched per query for recall@100: enough that 100 distinct documents survive folding chunks
 #: into documents.
@@ -511,13 +511,20 @@ class KnownVectors:
         with store.engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
-                    "SELECT c.id, c.text FROM chunks c JOIN documents d ON d.id = c.document_id "
+                    "SELECT c.id, c.text, c.context FROM chunks c JOIN documents d ON d.id = c.document_id "
                     "WHERE d.is_active AND c.embedding_model = :m"
                 ),
                 {"m": embedder.model_id},
             ).all()
             vectors = store.vector_index.vectors(conn, [int(r[0]) for r in rows])
-        return cls(embedder, {text: vectors[int(cid)] for cid, text in rows if int(cid) in vectors})
+        return cls(
+            embedder,
+            {
+                embedding_text(text, context): vectors[int(cid)]
+                for cid, text, context in rows
+                if int(cid) in vectors
+            },
+        )
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         out = np.empty((len(texts), self.dimension), dtype=np.float32)

@@ -115,6 +115,8 @@ class Hit:
     #: Auto-metadata of the chunk (citeline.annotate): model-number keys and section type.
     model_numbers: tuple[str, ...] = ()
     section_type: str | None = None
+    #: Text the chunk is read with but does not hold: the header row of the table it continues.
+    context: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -651,7 +653,7 @@ def _rank(
 _HIT_COLUMNS = (
     "c.id AS chunk_id, d.document_id, d.name AS document_name, d.title, c.version, d.content_type, c.page, "
     "c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, d.vector_count AS total_chunks, "
-    "c.model_numbers, c.section_type, c.text"
+    "c.model_numbers, c.section_type, c.context, c.text"
 )
 
 

@@ -30,7 +30,7 @@ from citeline.errors import ConfigError, ConflictError, NotFoundError
 from citeline.retrieve.filters import category_condition, like_escape
 from citeline.store.index import VectorIndex, VersionVectors, as_array, fill_vectors
 from citeline.store.models import Status
-from citeline.types import SourceMetadata
+from citeline.types import SourceMetadata, embedding_text
 
 _DOC_COLUMNS = (
     "document_id AS id, id AS version_id, name, title, source_uri, content_type, file_path, content_hash, "
@@ -182,10 +182,19 @@ class ChunkRow:
     #: Auto-metadata (citeline.annotate): canonical model-number keys and the section's type.
     model_numbers: tuple[str, ...] = ()
     section_type: str | None = None
+    #: Embedded and indexed with the text, not part of it (types.ChunkDraft.context).
+    context: str | None = None
+
+    @property
+    def embedded(self) -> str:
+        """The text its vector is made from."""
+        return embedding_text(self.text, self.context)
 
     @property
     def text_hash(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()
+        """The hash vectors are reused by: of what is embedded, so a row of a table and the same row
+        under its header are two vectors."""
+        return hashlib.sha256(self.embedded.encode()).hexdigest()
 
 
 def _source_key(source_uri: str) -> int:
@@ -876,7 +885,7 @@ class ChunkGroup:
 #: The chunk columns written by :func:`insert_chunks`, in order, as PostgreSQL types (for binary COPY).
 _CHUNK_COPY_TYPES = (
     "int8", "uuid", "int4", "int4", "text", "varchar",
-    "int4", "int4", "int4", "text", "vector", "text", "int4", "text[]", "text",
+    "int4", "int4", "int4", "text", "vector", "text", "int4", "text[]", "text", "text",
 )  # fmt: skip
 
 
@@ -905,8 +914,8 @@ def insert_chunks(
         # Binary COPY: vectors go as packed floats instead of being printed and parsed as decimal text.
         with cur.copy(
             "COPY chunks (id, document_id, version, chunk_index, text, text_hash, page, start_offset, "
-            "end_offset, section, embedding, embedding_model, token_count, model_numbers, section_type) "
-            "FROM STDIN (FORMAT BINARY)"
+            "end_offset, section, embedding, embedding_model, token_count, model_numbers, section_type, "
+            "context) FROM STDIN (FORMAT BINARY)"
         ) as copy:
             copy.set_types(_CHUNK_COPY_TYPES)
             at = 0
@@ -930,6 +939,7 @@ def insert_chunks(
                             row.token_count,
                             list(row.model_numbers),
                             row.section_type,
+                            row.context,
                         )
                     )
                     at += 1

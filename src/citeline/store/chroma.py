@@ -39,6 +39,7 @@ from pydantic import SecretStr
 from citeline.errors import ConfigError, StoreError
 from citeline.settings import Settings
 from citeline.store.index import EmbedFn, HeldChunks, Repair, VectorQuery, VersionVectors
+from citeline.types import embedding_text
 
 #: Ids read or written per Chroma call (its batch limit is larger; this keeps requests small).
 _PAGE = 5_000
@@ -420,7 +421,7 @@ class ChromaIndex:
             held = whole | parted
             rows = conn.execute(
                 sa.text(
-                    "SELECT c.id, c.document_id, c.embedding_model, d.scopes, c.text, d.is_active "
+                    "SELECT c.id, c.document_id, c.embedding_model, d.scopes, c.text, d.is_active, c.context "
                     "FROM chunks c JOIN documents d ON d.id = c.document_id "
                     "WHERE d.vector_index = :name AND c.embedding IS NULL "
                     "AND (d.is_active OR c.id = ANY(:held))"
@@ -449,7 +450,7 @@ class ChromaIndex:
             unrestorable = len(missing) - len(todo)
             for at in range(0, len(todo), _PAGE):
                 part = todo[at : at + _PAGE]
-                vectors = embed([r[4] for r in part])
+                vectors = embed([embedding_text(r[4], r[6]) for r in part])
                 self.add(
                     conn,
                     model,

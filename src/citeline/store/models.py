@@ -137,6 +137,8 @@ class Chunk(Base):
     start_offset: Mapped[int] = mapped_column(Integer)
     end_offset: Mapped[int] = mapped_column(Integer)
     section: Mapped[str | None] = mapped_column(Text)
+    #: Text embedded and indexed with the chunk but not part of it (types.ChunkDraft.context).
+    context: Mapped[str | None] = mapped_column(Text)
     # Untyped so vectors of any model fit; each model gets its own partial HNSW index over a cast to
     # its dimension (see vectors.ensure_index), which is also what keeps vector spaces apart. NULL when
     # another vector index (Chroma) holds the chunk's vector.

@@ -207,6 +207,7 @@ def get_chunks(
             "section": r["section"],
             "section_type": r["section_type"],
             "model_numbers": r["model_numbers"],
+            "context": r["context"],
             "text": r["text"],
         }
         for r in rows

@@ -91,6 +91,7 @@ def result(hit: Hit) -> dict[str, Any]:
         "section": hit.section,
         "section_type": hit.section_type,
         "model_numbers": list(hit.model_numbers),
+        "context": hit.context,
         "text": hit.text,
         "distance": hit.distance,
         "similarity": hit.similarity,
