@@ -74,3 +74,15 @@ def test_text_is_cleaned(tmp_path: Path) -> None:
     path = tmp_path / "scan.txt"
     path.write_bytes(b"An exam-\r\nple of LDL-C.   \r\n\r\n\r\n\r\nNext\x00 para.")
     assert next(load(path).pages).text == "An example\nof LDL-C.\n\nNext para."
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_a_byte_order_mark_is_read_as_text(tmp_path: Path, encoding: str) -> None:
+    # Some Windows tools (database exports, .NET's Encoding.Unicode) write UTF-16 with no BOM. Its
+    # ASCII text is valid UTF-8 byte for byte, with a NUL beside every letter, so it was read
+    # as UTF-8 and refused as binary content.
+    text = "Pump log, unit 7.\nThe discharge pressure was 40 psi at 10:00; the valve opened at 45.\n"
+    path = tmp_path / "log.txt"
+    path.write_bytes(text.encode(encoding))
+    [page] = load(path).pages
+    assert page.text == text.strip()

@@ -27,6 +27,9 @@ _BOMS = (
 _MAX_CONTROL_RATIO = 0.01
 _STRAY_CONTROLS = 2
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+# UTF-16 puts the NUL of each ASCII character on one side of the pair: this many times as many there
+# as on the other says which byte order it is.
+_UTF16_NUL_SIDE = 10
 # How far (in charset-normalizer's "chaos" percentage points) cp1252 may trail the best guess and
 # still win; see _decode.
 _CP1252_SLACK = 10.0
@@ -40,6 +43,8 @@ def _decode(data: bytes) -> str | None:
                 return data.decode(encoding)
             except UnicodeDecodeError:
                 return None
+    if (utf16 := _utf16_without_bom(data)) is not None:
+        return utf16
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -59,6 +64,28 @@ def _decode(data: bytes) -> str | None:
             except UnicodeDecodeError:
                 break
     return str(best)
+
+
+def _utf16_without_bom(data: bytes) -> str | None:
+    """``data`` decoded as UTF-16 without a byte-order mark, when its NULs say it is one.
+
+    Some Windows tools write UTF-16 with no mark. Its ASCII text has a NUL beside every character, on
+    the odd bytes (little-endian) or the even ones (big-endian), and is valid UTF-8 byte for byte: read
+    as UTF-8 it is half control characters, and refused as binary.
+    """
+    if len(data) % 2 or data.count(0) < len(data) // 4:
+        return None
+    odd, even = data[1::2].count(0), data[0::2].count(0)
+    if odd > _UTF16_NUL_SIDE * even:
+        encoding = "utf-16-le"
+    elif even > _UTF16_NUL_SIDE * odd:
+        encoding = "utf-16-be"
+    else:
+        return None
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError:
+        return None
 
 
 def read_text_file(path: Path) -> str:
