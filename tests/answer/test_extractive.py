@@ -637,3 +637,36 @@ def test_a_sentence_with_a_citation_number_in_inline_code_is_not_quoted(embedder
 
     assert "``" not in extract.text and "[n]" not in extract.text
     assert extract.text == "The model sees each passage with its number and its title in the prompt [1]."
+
+
+def test_a_table_cells_later_sentence_is_not_quoted_when_the_passage_lacks_the_tables_headers(
+    embedder: Embedder,
+) -> None:
+    # A passage of docs/configuration.md that starts at a row: without the headers the row cannot be
+    # read, so it is not quoted, and its cell's second sentence alone says nothing of which setting.
+    row = (
+        "| `CITELINE_ANSWER_MIN_SIMILARITY` | `0.25` | When no passage reaches this cosine similarity to "
+        "the question, and no sentence holds half of the question's terms (two at least, or an identifier "
+        "such as E42), citeline says the documents hold no evidence and calls no model; 0 to 1, `0` turns "
+        "the check off. Measured for the default embedder: see `conversations.md`. |\n\n### Conversations"
+    )
+    troubleshooting = (
+        "`citeline ask` says this, without calling the model, when no passage found for the question "
+        "reaches `CITELINE_ANSWER_MIN_SIMILARITY` (cosine similarity, 0.25 by default) and no sentence "
+        "holds half of the question's terms (two of them at least, or an identifier such as `E42`)."
+    )
+    passages = select_passages([make_hit(1, row), make_hit(2, troubleshooting, page=2)])
+
+    for lead in ((), (1,)):
+        extract = extractive_answer(
+            "Is it true that CITELINE_ANSWER_MIN_SIMILARITY is 0.25 by default?",
+            passages,
+            CitationNumbering(),
+            VectorCache(embedder),
+            lead=lead,
+        )
+
+        # The verdict's passage (lead) put it first: 'Measured for the default embedder: see
+        # `conversations.md` [1].' opened the answer.
+        assert "Measured for the default embedder" not in extract.text, extract.text
+        assert extract.text.startswith("`citeline ask` says this"), extract.text

@@ -257,6 +257,19 @@ def _cut(passage: Passage, sentences: Sequence[str]) -> set[int]:
             sentence += following[0]
         if _pieces_of_a_quotation(sentence):
             cut.add(i)
+    # A Markdown row the passage holds without its table's headers cannot be read (support.readable_rows)
+    # and stays as written, "| ...", never quoted; neither are its cells' later sentences, which say
+    # nothing of the row they belong to ("Measured for the default embedder: see `conversations.md`."
+    # led an answer on CITELINE_ANSWER_MIN_SIMILARITY). A row read under its headers names its row in
+    # them ("Metric: `ndcg@10`; 1.0 means ...") and does not start with "|".
+    in_row = False
+    for i, sentence in enumerate(sentences):
+        stripped = sentence.strip()
+        if stripped.startswith("|"):
+            in_row = not stripped.endswith("|")
+        elif in_row:
+            cut.add(i)
+            in_row = not stripped.endswith("|")
     labels = {i for i, sentence in enumerate(sentences) if _LABEL.fullmatch(sentence.strip())}
     cut |= labels | {i + 1 for i in labels}
     if sentences[0][:1].islower() or sentences[0][:1] in {",", ";", ")"} or _RUN_ON.match(sentences[0]):
