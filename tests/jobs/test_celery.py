@@ -10,16 +10,19 @@ import signal
 import statistics
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 
 from citeline.engine import Citeline
-from citeline.jobs.celery import QUEUE, WorkerProcess, celery_app, queue_of, send
+from citeline.jobs.celery import QUEUE, TASK, WorkerProcess, celery_app, queue_of, send
 from citeline.jobs.submit import Upload
 from citeline.settings import Settings
+from citeline.store.database import schema_name, server_url
 from tests.conftest import free_port
 from tests.jobs.conftest import Workers, wait_for_status
 from tests.jobs.test_jobs import PUMP
@@ -141,7 +144,7 @@ def test_a_message_delivered_more_than_once_builds_its_version_once(
         send(celery_app(celery_settings), [doc.version_id] * 3, celery_settings.namespace)
         done = cl.wait(doc.id, timeout=180)
         time.sleep(1.0)  # the extra deliveries have been taken by then
-        assert redis.Redis.from_url(celery_settings.redis_url or "").llen("citeline") == 0
+        assert redis.Redis.from_url(celery_settings.redis_url or "").llen(queue_of(celery_settings)) == 0
         again = cl.document(str(doc.id))
         assert done.status == again.status == "completed" and again.attempts == 1, workers.log()
         assert [(v.version, v.status) for v in cl.versions(doc.id)] == [(1, "completed")]
@@ -158,7 +161,7 @@ def test_a_message_waits_in_the_queue_of_the_vector_store_its_sender_writes_to(
     chroma_b = chroma_a.model_copy(update={"chroma_url": "http://b:8000"})
     tenant = chroma_a.model_copy(update={"chroma_tenant": "clinic"})
     queues = [queue_of(s) for s in (celery_settings, chroma_a, chroma_b, tenant)]
-    assert queues[0] == QUEUE and len(set(queues)) == 4
+    assert len(set(queues)) == 4
     assert queue_of(chroma_a.model_copy(update={"chroma_url": "http://a:8000/"})) == queues[1]
 
     broker = redis.Redis.from_url(celery_settings.redis_url or "")
@@ -217,3 +220,100 @@ def test_readiness_names_an_unreachable_broker_and_what_happens_to_uploads(setti
         assert f"127.0.0.1:{port}" in reason and "does not answer" in reason and "s3cret" not in reason
         assert "queued" in reason  # uploads are still taken, and wait in the catalog
         assert "database" not in problems  # the embedder loads at the first search or at serve's start
+
+
+def test_a_deployments_queue_is_named_by_its_database_not_by_how_its_users_log_in(
+    celery_settings: Settings,
+) -> None:
+    def at(url: str | None) -> str:
+        return queue_of(celery_settings.model_copy(update={"database_url": url}))
+
+    shared = at("postgresql://alice:one@db.internal:5432/citeline")
+    assert at("postgresql://bob:two@DB.internal/citeline") == shared  # default port, other user
+    assert at("postgresql://alice@db.internal:5433/citeline") != shared
+    assert at("postgresql://alice@db.internal/clinic") != shared
+    assert at("postgresql://alice@db2.internal/citeline") != shared
+    assert at("postgresql://alice@localhost/citeline") == at("postgresql://alice@127.0.0.1/citeline")
+    assert at(None) != at("postgresql://postgres@localhost/postgres")  # the embedded server
+    # The namespace is in the message, not in the queue: one worker builds every namespace.
+    assert queue_of(celery_settings.model_copy(update={"namespace": "other"})) == at(None)
+
+
+@pytest.fixture
+def second_deployment(celery_settings: Settings, tmp_path: Path) -> Iterator[Settings]:
+    """Another deployment on the same Redis: its own database (on the test's server, reached by URL),
+    its own folder of originals, and the same namespace name, as two teams' ``default`` would be."""
+    database = f"ops_{uuid.uuid4().hex[:10]}"
+    url = make_url(server_url(celery_settings))
+    with Citeline(celery_settings) as cl, cl.engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(sa.text(f'CREATE DATABASE "{database}"'))
+    other = url.set(drivername="postgresql", database=database).render_as_string(hide_password=False)
+    yield celery_settings.model_copy(update={"database_url": other, "data_dir": tmp_path / "other"})
+    with Citeline(celery_settings) as cl, cl.engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(
+            sa.text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        )
+
+
+def test_two_deployments_sharing_one_redis_never_take_each_others_messages(
+    celery_settings: Settings, second_deployment: Settings, workers: Workers
+) -> None:
+    # Workers of two databases on one Redis read one queue: a worker took the other deployment's
+    # message, found no such version in its own catalog and dropped it, and the document waited for
+    # its own deployment's sweeper to send it again.
+    ours, theirs = celery_settings, second_deployment
+    assert queue_of(ours) != queue_of(theirs)
+    workers.start(theirs)
+    with Citeline(ours) as cl, Citeline(theirs) as other:
+        waiting = cl.submit(upload("pump.md", PUMP)).document  # no worker of ours yet
+        built = other.wait(other.submit(upload("valve.md", PUMP + "\n\nValve.")).document.id, timeout=180)
+        assert built.status == "completed" and built.attempts == 1, workers.log()
+        time.sleep(1.0)  # five sweeps of theirs
+        assert redis.Redis.from_url(ours.redis_url or "").llen(queue_of(ours)) == 1
+        assert cl.document(str(waiting.id)).status == "queued"
+        assert str(waiting.version_id) not in workers.log()
+
+        workers.start(ours)
+        done = cl.wait(waiting.id, timeout=180)
+        assert done.status == "completed" and done.attempts == 1, workers.log()
+        assert [h.document_id for h in cl.search("prime the pump")][:1] == [waiting.id]
+        assert [h.document_id for h in other.search("prime the pump")][:1] == [built.id]
+    workers.stop()  # before their database is dropped
+
+
+def test_a_worker_drains_messages_an_older_citeline_left_in_the_old_queue(
+    celery_settings: Settings, workers: Workers
+) -> None:
+    # Up to this version every pgvector worker read the queue 'citeline': messages left there by
+    # processes not yet upgraded are still built. The sweep would send them again only after a poll,
+    # here a minute away.
+    slow = celery_settings.model_copy(update={"job_poll_seconds": 60.0})
+    with Citeline(slow.model_copy(update={"job_runner": "thread"})) as cl:
+        doc = cl.submit(upload("pump.md", PUMP)).document  # queued, no message sent
+        celery_app(slow).send_task(TASK, args=[str(doc.version_id), slow.namespace], queue=QUEUE)
+        workers.start(slow)
+        done = cl.wait(doc.id, timeout=60)
+        assert done.status == "completed" and done.attempts == 1, workers.log()
+        assert redis.Redis.from_url(slow.redis_url or "").llen(QUEUE) == 0
+
+
+def test_a_message_for_a_namespace_this_database_lacks_creates_nothing(
+    celery_settings: Settings, workers: Workers
+) -> None:
+    # A message another deployment left in the old shared queue names a namespace of its own
+    # database: opening it here created an empty namespace (a schema) in this one.
+    absent = f"t_{uuid.uuid4().hex[:12]}"
+    workers.start(celery_settings)
+    send(celery_app(celery_settings), [uuid.uuid4()], absent)
+    with Citeline(celery_settings) as cl:
+        # One worker process takes messages in order: once a later document is built, it has
+        # handled the stray one.
+        done = cl.wait(cl.submit(upload("pump.md", PUMP)).document.id, timeout=180)
+        assert done.status == "completed", workers.log()
+        with cl.engine.connect() as conn:
+            schemas = conn.execute(
+                sa.text("SELECT 1 FROM information_schema.schemata WHERE schema_name = :s"),
+                {"s": schema_name(absent)},
+            ).all()
+    assert schemas == [], workers.log()
+    assert f"namespace {absent}" in workers.log()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import socket
 import threading
 import uuid
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 from kombu.exceptions import KombuError, OperationalError
 from kombu.utils.url import maybe_sanitize_url
+from sqlalchemy.engine import make_url
 
 from citeline.engine import Citeline
 from citeline.errors import ConfigError
@@ -37,12 +39,12 @@ from citeline.ingest import Outcome, RetryPolicy
 from citeline.jobs.runner import JobLimits, sweep
 from citeline.settings import Settings
 from citeline.store import catalog
-from citeline.store.database import release_server
+from citeline.store.database import release_server, schema_name
 
 log = logging.getLogger(__name__)
 
-#: The task a message runs, and the broker queue messages wait in for workers that write to pgvector
-#: (see :func:`queue_of` for the others).
+#: The task a message runs, and the prefix of every broker queue (see :func:`queue_of`). Before queues
+#: were per deployment, every pgvector deployment's messages waited in the queue named :data:`QUEUE`.
 TASK = "citeline.build"
 QUEUE = "citeline"
 
@@ -50,28 +52,63 @@ QUEUE = "citeline"
 #: whatever happens, and a worker's sweep sends its message once Redis is back.
 _SEND_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
 
+#: Addresses that name a PostgreSQL server on this machine, however they are spelled.
+_LOCAL_HOSTS = {"", "localhost", "127.0.0.1", "::1"}
+
+
+def deployment_of(settings: Settings) -> str:
+    """What names the store of the processes whose settings are ``settings``: the catalog's database
+    and, for Chroma, the vector store; the namespace is not part of it (a message names it).
+
+    The database is the embedded server of this machine's data directory, or the host, port and
+    database name of ``database_url`` (user and password left out: two users of one database share its
+    catalog). A server on this machine (embedded, ``localhost``, a Unix socket) is told apart from
+    another machine's by this machine's host name.
+    """
+    machine = socket.gethostname()
+    if settings.database_url is None:
+        where = f"embedded:{machine}:{Path(settings.data_dir).expanduser().resolve()}"
+    else:
+        url = make_url(settings.database_url)
+        host = (url.host or str(url.query.get("host") or "")).lower()
+        if host in _LOCAL_HOSTS or host.startswith("/"):
+            host = f"{machine}:{'localhost' if host in _LOCAL_HOSTS else host}"
+        where = f"postgresql:{host}:{url.port or 5432}/{url.database or url.username or ''}"
+    if settings.vector_backend == "chroma":
+        where += f"|chroma:{_chroma_of(settings)}"
+    return where
+
 
 def queue_of(settings: Settings) -> str:
-    """The broker queue of the processes that write vectors where ``settings`` do.
+    """The broker queue of the processes that build documents into the store ``settings`` name
+    (:func:`deployment_of`): ``citeline.<digest>``.
 
-    :data:`QUEUE` for pgvector, whose vectors live in the catalog's own database; for Chroma, a queue
-    per Chroma store (server, or cloud, tenant and database; or the data directory of an embedded one).
-    A message says only which version of which namespace to build, and a worker writes the vectors
-    into its own store: workers for two stores sharing one Redis built each other's namespaces into the
-    wrong one, whose searches then answered ``model_mismatch`` until those documents were ingested
-    again. A message now waits in the queue of the store its sender writes to, which only that
-    store's workers read.
+    A message says only which version of which namespace to build, and a worker builds it in its own
+    store. Workers of two databases sharing one Redis took each other's messages, found no such version
+    and dropped them, and the document waited for its own deployment's sweep to send it again (Chroma
+    workers even wrote another store's namespaces into theirs). A message now waits in the queue of its
+    sender's store, which only that store's workers read.
     """
+    return f"{QUEUE}.{hashlib.sha256(deployment_of(settings).encode()).hexdigest()[:16]}"
+
+
+def legacy_queue_of(settings: Settings) -> str:
+    """The queue that citeline up to this version sent ``settings``' messages to, and that a worker still
+    reads so that messages older processes left there are built (:func:`run_worker`)."""
     if settings.vector_backend == "pgvector":
         return QUEUE
+    return f"{QUEUE}.chroma.{hashlib.sha256(_chroma_of(settings).encode()).hexdigest()[:12]}"
+
+
+def _chroma_of(settings: Settings) -> str:
+    """The Chroma store: server, or cloud, tenant and database; or the data directory of an embedded one."""
     if settings.chroma_url:
         where = settings.chroma_url.rstrip("/")
     elif settings.chroma_api_key is not None:
         where = "cloud"
     else:
         where = f"embedded:{Path(settings.data_dir).resolve()}"
-    key = f"{where}|{settings.chroma_tenant or ''}|{settings.chroma_database or ''}"
-    return f"{QUEUE}.chroma.{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    return f"{where}|{settings.chroma_tenant or ''}|{settings.chroma_database or ''}"
 
 
 def celery_app(settings: Settings) -> Celery:
@@ -184,25 +221,49 @@ class WorkerProcess:
 
     def store(self, namespace: str) -> tuple[Citeline, JobLimits]:
         """The store of ``namespace`` in this process, opened on first use; refused once the process is
-        stopping (:class:`_StoppingError`)."""
+        stopping (:class:`_StoppingError`), and for a namespace other than the worker's own that its
+        database does not hold (:class:`_AbsentError`)."""
         with self._lock:
             if self._stopping.is_set():
                 # A sweep that began before the stop must not open the store again after stopped()
                 # let go of the database server: the process would exit holding it.
                 raise _StoppingError(f"the worker process is stopping; {namespace} is not opened again")
             if namespace not in self._stores:
-                first = next(iter(self._stores.values()), None)
-                cl = (
-                    first[0].derive(namespace=namespace)
-                    if first
-                    else Citeline(self.settings.model_copy(update={"namespace": namespace}))
-                )
-                self._stores[namespace] = (cl, JobLimits(cl.engine, cl.settings))
+                own = self.settings.namespace
+                if own not in self._stores:
+                    cl = Citeline(self.settings)
+                    self._stores[own] = (cl, JobLimits(cl.engine, cl.settings))
+                if namespace != own:
+                    self._open_existing(namespace)
             return self._stores[namespace]
+
+    def _open_existing(self, namespace: str) -> None:
+        """Open ``namespace`` beside the worker's own if its database holds it: opening creates a
+        namespace, and a message from another deployment (one left in the queue every deployment shared
+        before, see :func:`legacy_queue_of`) created an empty one in this database."""
+        own = self._stores[self.settings.namespace][0]
+        with own.engine.connect() as conn:
+            found = conn.execute(
+                sa.text("SELECT 1 FROM information_schema.schemata WHERE schema_name = :s"),
+                {"s": schema_name(namespace)},
+            ).first()
+        if found is None:
+            raise _AbsentError(namespace)
+        cl = own.derive(namespace=namespace)
+        self._stores[namespace] = (cl, JobLimits(cl.engine, cl.settings))
 
     def build(self, version_id: uuid.UUID, namespace: str) -> None:
         """Claim ``version_id`` and build it; a transient failure sends its retry after its delay."""
-        cl, limits = self.store(namespace)
+        try:
+            cl, limits = self.store(namespace)
+        except _AbsentError:
+            log.warning(
+                "dropped the message for version %s of namespace %s: this worker's database has no such "
+                "namespace (a message of another deployment, or of a namespace since deleted)",
+                version_id,
+                namespace,
+            )
+            return
         log.info("building version %s of %s", version_id, namespace)
         ingestor = cl.ingestor(allow_private_urls=cl.settings.url_allow_private)
         results = ingestor.run_jobs(limit=1, version_ids=[version_id], retry=self._retry, should_stop=limits)
@@ -282,6 +343,10 @@ class _StoppingError(Exception):
     """The worker process is stopping: no store is opened any more."""
 
 
+class _AbsentError(Exception):
+    """A message names a namespace that the worker's database does not hold."""
+
+
 def run_worker(settings: Settings, *, concurrency: int, loglevel: str = "INFO") -> None:
     """Run a Celery worker of ``concurrency`` processes until it is stopped (``citeline worker``)."""
     app = celery_app(settings)
@@ -298,7 +363,8 @@ def run_worker(settings: Settings, *, concurrency: int, loglevel: str = "INFO") 
             "worker",
             f"--concurrency={concurrency}",
             "--pool=prefork",
-            f"--queues={app.conf.task_default_queue}",
+            # Messages that citeline before per-deployment queues left in the old one are still built.
+            f"--queues={app.conf.task_default_queue},{legacy_queue_of(settings)}",
             f"--loglevel={loglevel}",
             f"--hostname=citeline-{os.getpid()}@%h",
             # Workers share nothing but Redis and PostgreSQL: no chatter between them to wait for.
