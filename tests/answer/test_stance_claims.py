@@ -41,3 +41,23 @@ def test_a_yes_no_question_about_something_it_does_not_name_puts_no_claim(questi
 )
 def test_a_yes_no_question_naming_its_subject_puts_itself(question: str) -> None:
     assert claim_of(question) == question
+
+
+@pytest.mark.parametrize(
+    ("question", "claim"),
+    [
+        (
+            'Is the valve set at 3,000 psi? <img src=x onerror="window.pwned=9">',
+            "Is the valve set at 3,000 psi?",
+        ),
+        ("<b>Does aspirin inhibit PGE2?</b>", "Does aspirin inhibit PGE2?"),
+        (
+            "Is it true that <i>metformin</i> lowers glucose?<script>x = 9</script>",
+            "metformin lowers glucose",
+        ),
+        # Comparisons are no markup.
+        ("Is the pressure <10 bar and >2 bar?", "Is the pressure <10 bar and >2 bar?"),
+    ],
+)
+def test_markup_in_a_question_is_no_part_of_its_claim(question: str, claim: str) -> None:
+    assert claim_of(question) == claim

@@ -89,3 +89,30 @@ def test_years_references_figures_codes_and_other_units_leave_the_verdict_to_the
 
         assert checked.disagreements == {}, (question, checked.disagreements)
         assert checked.verdict == unchecked.verdict, question
+
+
+FLOOR = """# Answers
+
+## The answer floor
+
+The answer floor, CITELINE_ANSWER_MIN_SIMILARITY, is 0.25 by default. Below it, citeline says the
+documents hold no evidence and calls no model.
+"""
+
+
+def test_markup_in_a_question_states_no_figure_and_hides_no_claim(cl: Citeline, tmp_path: Path) -> None:
+    write(tmp_path / "answers.md", FLOOR)
+    cl.ingest([tmp_path])
+    markup = '<img src=x onerror="window.pwned=9">'
+
+    for question in (
+        f"Is the answer floor 0.25 by default? {markup}",
+        f"{markup} Is the answer floor 0.25 by default?",
+        f"Is it true that the answer floor is 0.25 by default {markup}?",
+    ):
+        done = ask(cl, question)
+
+        # The tag's "9" was read as a figure the claim states, the source states 0.25 and never 9: "it
+        # states 9, where the source states 0.25". With the tag first, the question put no claim at all.
+        assert done.claim is not None and "<img" not in done.claim and "9" not in done.claim, done.claim
+        assert done.verdict == "supports", done.answer

@@ -102,6 +102,14 @@ _ANTICIPATORY_IT = re.compile(
     r"(?:to|that|whether|for)\b",
     re.IGNORECASE,
 )
+# Markup pasted into a question (an HTML tag, a script, a comment) is no part of what it claims: the
+# attribute of '<img src=x onerror="window.pwned=9">' was read as a figure the claim states ("it states
+# 9, where the source states 0.25"), and a tag before "Is ..." hid the yes/no question. A tag opens with
+# a letter, so "<10 bar" is a comparison, not markup.
+_MARKUP = re.compile(
+    r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|$)|<!--.*?(?:-->|$)|</?[A-Za-z][\w:-]*(?:\s[^<>]*)?/?>",
+    re.IGNORECASE | re.DOTALL,
+)
 _LEADING_CONJUNCTION = re.compile(r"^(?:and|but|so|then|also|okay|ok|well)(?:[\s,]+|$)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!][\"'\u201d\u2019)]*$")
 MIN_STATEMENT_WORDS = 4
@@ -273,9 +281,13 @@ def _about(claim: str, passage: Passage, cache: VectorCache) -> bool:
 
 
 def _asked(question: str) -> str:
-    """What ``question`` asks, without the "And" or "So" a follow-up often opens with, which does not
-    change it."""
-    return _LEADING_CONJUNCTION.sub("", question.strip(), count=1).strip()
+    """What ``question`` asks, without markup and without the "And" or "So" a follow-up often opens
+    with, neither of which changes it."""
+    text = question
+    if _MARKUP.search(text):
+        # The spaces the markup leaves, and any before the question mark it stood in front of.
+        text = re.sub(r"\s+([?.!,;:])", r"\1", " ".join(_MARKUP.sub(" ", text).split()))
+    return _LEADING_CONJUNCTION.sub("", text.strip(), count=1).strip()
 
 
 def asks_yes_no(question: str) -> bool:
