@@ -65,3 +65,18 @@ def test_binary_csv_is_refused(tmp_path: Path) -> None:
     path.write_bytes(bytes(range(256)) * 8)
     with pytest.raises(LoadError, match="binary content, not text"):
         load(path)
+
+
+@pytest.mark.parametrize("delimiter", [";", "|"])
+def test_an_excel_separator_line_names_the_delimiter_and_is_not_the_header(
+    tmp_path: Path, delimiter: str
+) -> None:
+    # A CSV made for Excel (in a locale with decimal commas, say) opens with "sep=;". It was taken for the
+    # header: every row read "sep=: part; column 2: torque", its real column names a row of data.
+    rows = ["sep=" + delimiter, "part;torque", "bolt, M8;25,5", "nut;7"]
+    text = "\r\n".join(row.replace(";", delimiter) for row in rows) + "\r\n"
+    path = _write(tmp_path, text, name="torques.csv")
+    source = load(path)
+    [page] = source.pages
+    assert page.text == "part: bolt, M8; torque: 25,5\npart: nut; torque: 7"
+    assert source.metadata == {"rows": "2", "columns": "2"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 from citeline.errors import LoadError
@@ -16,6 +17,9 @@ from citeline.types import LoadedSource, Page
 
 _DELIMITERS = ",;\t|"
 _SNIFF_SAMPLE = 64 * 1024
+# Excel's hint on a CSV's first line naming its delimiter ("sep=;"): Excel reads it and hides it, so it
+# is neither the header nor a row.
+_SEPARATOR_LINE = re.compile(r"sep=([^\r\n\"])[ \t]*(?:\r\n|\r|\n|$)")
 
 
 def _dialect(text: str, suffix: str) -> type[csv.Dialect]:
@@ -64,14 +68,20 @@ def render_rows(header: list[str], rows: list[list[str]]) -> tuple[str, tuple[tu
 def load_csv(path: Path) -> LoadedSource:
     """Load a CSV or TSV file: the header row names the fields, each data row becomes one record.
 
-    The delimiter of a ``.csv`` is sniffed (comma, semicolon, tab or pipe). The single page's
-    ``records`` hold each row's span, so no row is ever split across chunks or merged with another.
+    The delimiter of a ``.csv`` is sniffed (comma, semicolon, tab or pipe), unless a first line such as
+    ``sep=;`` names it, as for Excel. The single page's ``records`` hold each row's span, so no row is
+    ever split across chunks or merged with another.
     Short rows simply lack the missing fields; long rows name the extra cells ``column N``.
     """
     source = str(path)
     text = read_text_file(path)
+    separator = _SEPARATOR_LINE.match(text)
     try:
-        rows = list(csv.reader(io.StringIO(text, newline=""), _dialect(text, path.suffix.lower())))
+        if separator:
+            stream = io.StringIO(text[separator.end() :], newline="")
+            rows = list(csv.reader(stream, csv.excel, delimiter=separator.group(1)))
+        else:
+            rows = list(csv.reader(io.StringIO(text, newline=""), _dialect(text, path.suffix.lower())))
     except csv.Error as exc:
         raise LoadError(source, f"malformed CSV ({exc})") from exc
     rows = [row for row in rows if any(cell.strip() for cell in row)]
