@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 
+import pypdf
 import pytest
 from typer.testing import CliRunner
 
@@ -11,6 +14,7 @@ from citeline.cli import app
 from citeline.load import load
 from citeline.settings import Settings
 from tests.conftest import PDFS
+from tests.load.conftest import _pdf_bytes
 
 SCANS = ["scanned_docling_ocr_test.pdf", "scanned_docling_ocr_test_rotated_90.pdf"]
 
@@ -39,3 +43,28 @@ def test_a_scanned_document_is_found_by_citeline_search(settings: Settings) -> N
     shown = runner.invoke(app, [*base, "docs", "list", "--json"])
     metadata = {d["name"]: d["source_metadata"] for d in json.loads(shown.stdout)}
     assert metadata["scanned_docling_ocr_test_rotated_90.pdf"]["ocr_rotated"] == "1=90"
+
+
+def test_a_scan_stamped_with_a_running_line_is_still_read_by_ocr(tmp_path: Path) -> None:
+    # A scan whose pages carry a stamp in a text layer (a Bates number, Acrobat's "Page 1 of 3") has text
+    # on every page, so no page was sent to OCR; the stamp is a running line and is dropped, and the
+    # pages came out empty: the document said nothing of what the scans show.
+    writer = pypdf.PdfWriter()
+    for number in range(1, 4):
+        scan = pypdf.PdfReader(PDFS / "scanned_docling_ocr_test.pdf").pages[0]
+        size = (int(scan.mediabox.width), int(scan.mediabox.height))
+        stamp = pypdf.PdfReader(
+            io.BytesIO(_pdf_bytes(b"BT /F1 9 Tf 450 20 Td (ACME-%06d) Tj ET" % number, size, None))
+        )
+        writer.add_page(scan).merge_page(stamp.pages[0])
+    path = tmp_path / "production.pdf"
+    with path.open("wb") as file:
+        writer.write(file)
+    source = load(path)
+    pages = list(source.pages)
+    for page in pages:
+        assert "Docling bundles PDF document conversion to JSON" in " ".join(page.text.split())
+        assert "ACME" not in page.text
+    confidences = source.metadata["ocr_confidence"]
+    assert isinstance(confidences, str)
+    assert [item.split("=")[0] for item in confidences.split()] == ["1", "2", "3"]

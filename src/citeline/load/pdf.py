@@ -117,6 +117,21 @@ class _PageReader:
             finally:
                 page.close()
 
+    def is_scan(self, index: int) -> bool:
+        """Whether page ``index`` (0-based) is a scan: an image covering at least :data:`SCAN_SHARE` of it."""
+        with _PDFIUM_LOCK:
+            page = self._doc[index]
+            try:
+                left, bottom, right, top = page.get_mediabox()
+                area = abs((right - left) * (top - bottom)) or 1.0
+                for image in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE], max_depth=2):
+                    left, bottom, right, top = image.get_bounds()
+                    if (right - left) * (top - bottom) >= SCAN_SHARE * area:
+                        return True
+                return False
+            finally:
+                page.close()
+
     def ocr(self, index: int) -> ocr.OcrText:
         """Page ``index`` (0-based) read by OCR."""
         with _PDFIUM_LOCK:
@@ -622,10 +637,20 @@ def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page
         window = list(itertools.islice(texts, RUNNING_WINDOW))
         running = running_lines(window)
         for number, text in enumerate(itertools.chain(window, texts), start=1):
-            yield Page(number=number, text=without_running_lines(text, running))
+            kept = without_running_lines(text, running)
+            if text and not kept and ocr.available() and reader.is_scan(number - 1):
+                # A scan stamped in a text layer (a Bates number, "Page 2 of 9") has text, so it was not
+                # read by OCR above; once the stamp goes as a running line, nothing of the scan is left.
+                kept = without_running_lines(scans.read(reader, number - 1), running)
+                scans.describe(metadata)
+            yield Page(number=number, text=kept)
     finally:
         reader.close()
 
+
+#: An image covering this share of a page makes it a scan (:meth:`_PageReader.is_scan`); a figure on a page
+#: of text covers less.
+SCAN_SHARE = 0.8
 
 #: The fewest lines a margin column of line numbers counts: transcripts and pleadings number 25 or 28,
 #: while a short run "1 2 3 4 5" on lines of their own is as likely a table's column.
