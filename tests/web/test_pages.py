@@ -506,3 +506,44 @@ def test_the_statistics_count_every_document_the_list_shows(site: Site, context:
     expect(stat.locator("dd")).to_have_text(str(total))
     searchable = page.locator("#stats .stat").filter(has=page.locator("dt", has_text="Searchable"))
     expect(searchable.locator("dd")).to_have_text(str(total - 1))
+
+
+def test_an_upload_says_which_files_were_ingested_and_why_the_others_failed(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    if not _has_upload_route(site.server):
+        pytest.skip("POST /documents (upload) is not on this branch yet")
+    files = [
+        write(tmp_path / "boiler-log.md", "# Boiler log\n\nThe boiler was flushed on Monday."),
+        tmp_path / UPLOADED_PDF.name,
+        write(tmp_path / "blank.txt", ""),  # taken, then fails to ingest: nothing to read
+        tmp_path / "scan.pdf",  # taken, then fails to ingest: not a PDF inside
+        tmp_path / "tool.exe",  # refused at upload
+    ]
+    files[1].write_bytes(UPLOADED_PDF.read_bytes())
+    files[3].write_bytes(b"this is no PDF, whatever its name says\n" * 50)
+    files[4].write_bytes(b"MZ\x90\x00")
+    page = context.new_page()
+    sign_in(page, site.server.url + "/admin", site.admin)
+    expect(page.locator("#documents tbody tr").first).to_be_visible()
+    try:
+        page.get_by_label("Files to upload").set_input_files(files)
+        page.get_by_label("Scopes").first.fill("uploads")
+        page.get_by_role("button", name="Upload", exact=True).click()
+        status = page.locator("#add-status")
+        # Four were taken and one refused; of the four, two were ingested and two failed, each with why.
+        expect(status).to_contain_text("2 failed to ingest", timeout=180_000)
+        expect(status).to_have_text(
+            "Uploaded 4 of 5 files (scopes uploads; no tags): 2 ingested, 2 failed to ingest. "
+            "Failed to ingest: blank.txt: empty file; scan.pdf: not a PDF file (no %PDF header). "
+            "Not uploaded: tool.exe: unsupported file type '.exe'; supported: .csv, .htm, .html, "
+            ".markdown, .md, .pdf, .tsv, .txt (HTTP 415)"
+        )
+        expect(status).to_have_attribute("data-kind", "error")
+        rows = page.locator("#documents tbody tr").filter(has_text="uploads")
+        expect(rows.and_(page.locator('[data-status="completed"]'))).to_have_count(2)
+        expect(rows.and_(page.locator('[data-status="failed"]'))).to_have_count(2)
+    finally:
+        with site.server.client(site.admin) as api:
+            for doc in api.get("/documents", params={"scope": "uploads"}).json()["documents"]:
+                api.delete(f"/documents/{doc['id']}").raise_for_status()

@@ -117,7 +117,7 @@ def test_a_failed_upload_is_said_once(site: Site, context: BrowserContext, tmp_p
     page.get_by_role("button", name="Upload", exact=True).click()
     status = page.locator("#add-status")
     expect(status).to_contain_text("unsupported file type")
-    expect(status).to_contain_text("Uploaded none of 1 file. Failed: tool.exe: unsupported file type")
+    expect(status).to_contain_text("Uploaded none of 1 file. Not uploaded: tool.exe: unsupported file type")
     assert status.inner_text().count("tool.exe") == 1, status.inner_text()
 
 

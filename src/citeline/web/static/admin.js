@@ -45,6 +45,8 @@ const state = {
   // shows each document's current version, which stays "completed" while its next one is built.
   building: new Map(),
   cancelled: new Set(), // ids whose build was cancelled here, so its end is not reported as a failure
+  // The last files or web page added here, followed until each is ingested or failed (see followAdded).
+  added: null,
 };
 
 const isAdmin = () => state.me?.role === "admin";
@@ -319,6 +321,7 @@ async function loadDocuments() {
     const [page, builds] = await Promise.all([api(`/documents?${filterQuery()}`), readBuilds()]);
     if (listing !== state.listing) return; // filters changed (or a refresh ran) meanwhile
     state.seenBuilds = buildsSeen(builds);
+    followAdded(builds);
     const building = nextVersions(builds, page.documents);
     const next = (doc) => {
       const version = building.get(doc.id);
@@ -335,7 +338,7 @@ async function loadDocuments() {
       `${page.total} document${page.total === 1 ? "" : "s"}${page.total > page.documents.length ? `, the first ${page.documents.length} shown` : ""}`;
     // Live while anything is being ingested and the page is seen: poll until every document has
     // finished (a page shown again looks afresh, see watch).
-    const busy = state.building.size || page.documents.some((doc) => BUILDING.has(doc.status));
+    const busy = state.building.size || following() || page.documents.some((doc) => BUILDING.has(doc.status));
     if (busy && !document.hidden) {
       state.pollTimer = setTimeout(refresh, POLL_MS);
     }
@@ -451,17 +454,101 @@ function labelsOrRefuse(status) {
   }
 }
 
+/** `words` about the file `name`, naming it once: the API's messages often begin with it already. */
+const named = (name, words) => (words.startsWith(`${name}:`) ? words : `${name}: ${words}`);
+
+/** A document just added, to follow until its build ends: `outcome` is then ingested, failed or deleted. */
+function followed(doc) {
+  const settled = { completed: "ingested", failed: "failed" }[doc.status];
+  return { id: doc.id, name: doc.name, version: doc.version, outcome: settled, error: doc.error, checking: false };
+}
+
+/** Whether something added here is still being ingested (the list then refreshes every second). */
+const following = () => Boolean(state.added?.docs.some((doc) => doc.outcome === undefined));
+
+/**
+ * What became of the files uploaded: how many the server took, of those how many were ingested and
+ * how many failed to ingest (each with why), and each refused with why. Taken is not ingested: a file
+ * the server accepted may still fail (empty, not the type its name says).
+ */
+function uploadWords(heading, uploaded, refused) {
+  const ingested = uploaded.filter((doc) => doc.outcome === "ingested").length;
+  const failed = uploaded.filter((doc) => doc.outcome === "failed");
+  const deleted = uploaded.filter((doc) => doc.outcome === "deleted").length;
+  const building = uploaded.length - ingested - failed.length - deleted;
+  let text;
+  if (!uploaded.length) text = `${heading}.`;
+  else if (building === uploaded.length) text = `${heading}; ${building === 1 ? "it is" : "they are"} being ingested.`;
+  else {
+    const counts = [
+      ingested ? `${ingested} ingested` : null,
+      failed.length ? `${failed.length} failed to ingest` : null,
+      deleted ? `${deleted} deleted before ${deleted === 1 ? "it was" : "they were"} ingested` : null,
+      building ? `${building} being ingested` : null,
+    ];
+    text = `${heading}: ${counts.filter(Boolean).join(", ")}.`;
+  }
+  if (failed.length) text += ` Failed to ingest: ${failed.map((doc) => named(doc.name, doc.error || "no reason given")).join("; ")}.`;
+  if (refused.length) text += ` Not uploaded: ${refused.join("; ")}`;
+  return [text, failed.length || refused.length ? "error" : "info"];
+}
+
+/** What became of a web page added: fetched and ingested, or why not. */
+function pageWords(heading, page) {
+  if (page.outcome === undefined) return [`${heading}; it is being ingested.`, "info"];
+  if (page.outcome === "ingested") return [`${heading}: ingested.`, "info"];
+  if (page.outcome === "deleted") return [`${heading}; it was deleted before it was ingested.`, "info"];
+  return [`${heading}; it failed to ingest: ${page.error || "no reason given"}`, "error"];
+}
+
+/** Say what became of what was added last; said again only when it changed (it is a live region). */
+function sayAdded() {
+  if (!state.added) return;
+  const [text, kind] = state.added.words();
+  const status = $("add-status");
+  if (status.textContent !== text || status.dataset.kind !== kind) say(status, text, kind);
+}
+
+/**
+ * Follow what was added last with the builds just read: one no longer queued or processing has ended,
+ * and its version is read once to learn how (ingested, or failed and why; gone if deleted meanwhile).
+ */
+function followAdded(builds) {
+  const added = state.added;
+  if (!added) return;
+  for (const doc of added.docs) {
+    if (doc.outcome !== undefined || doc.checking) continue;
+    const build = builds.find((b) => b.document_id === doc.id && b.version === doc.version);
+    if (build && BUILDING.has(build.status)) continue;
+    doc.checking = true;
+    api(`/documents/${encodeURIComponent(doc.id)}?version=${encodeURIComponent(doc.version)}`)
+      .then((found) => {
+        // Still queued (listed before its build was): looked at again with the next builds read.
+        doc.outcome = { completed: "ingested", failed: "failed" }[found.status];
+        doc.error = found.error;
+      })
+      .catch((error) => {
+        if (error?.status === 404) doc.outcome = "deleted";
+      })
+      .finally(() => {
+        doc.checking = false;
+        if (state.added === added) sayAdded();
+      });
+  }
+}
+
 async function upload(files) {
   const status = $("add-status");
   if (state.adding) return say(status, "Files are being added: drop these again once they are.", "error");
+  state.added = null; // what was added before is no longer said over what this add says
   const given = labelsOrRefuse(status);
   if (!given) return;
   adding(true);
-  let done = 0;
+  const uploaded = []; // the documents the server took, followed until each is ingested or failed
   const failures = [];
   const labelled = new Set(); // the labels the server gave the uploaded files, in words
   for (const file of files) {
-    say(status, `Uploading ${file.name} (${done + 1} of ${files.length})…`);
+    say(status, `Uploading ${file.name} (${uploaded.length + failures.length + 1} of ${files.length})…`);
     const form = new FormData();
     form.append("file", file, file.name);
     for (const scope of given.scopes) form.append("scopes", scope);
@@ -470,20 +557,19 @@ async function upload(files) {
     if (given.chunk_size) form.append("chunk_size", String(given.chunk_size));
     if (given.chunk_overlap !== undefined) form.append("chunk_overlap", String(given.chunk_overlap));
     try {
-      labelled.add(labelWords(await api("/documents", { method: "POST", form })));
-      done += 1;
+      const doc = await api("/documents", { method: "POST", form });
+      labelled.add(labelWords(doc));
+      uploaded.push(followed(doc));
     } catch (error) {
       // The API's message names the file already ("a.exe: unsupported file type"); say it once.
-      const words = describeError(error);
-      failures.push(words.startsWith(`${file.name}:`) ? words : `${file.name}: ${words}`);
+      failures.push(named(file.name, describeError(error)));
     }
     loadDocuments();
   }
   const count = `${files.length} file${files.length === 1 ? "" : "s"}`;
-  const summary = done
-    ? `Uploaded ${done} of ${count} (${[...labelled].join(" | ")}); ${done === 1 ? "it is" : "they are"} being ingested.`
-    : `Uploaded none of ${count}.`;
-  say(status, failures.length ? `${summary} Failed: ${failures.join("; ")}` : summary, failures.length ? "error" : "info");
+  const heading = uploaded.length ? `Uploaded ${uploaded.length} of ${count} (${[...labelled].join(" | ")})` : `Uploaded none of ${count}`;
+  state.added = { docs: uploaded, words: () => uploadWords(heading, uploaded, failures) };
+  sayAdded();
   $("files").value = "";
   showChosen();
   adding(false);
@@ -493,13 +579,16 @@ async function upload(files) {
 async function addUrl(url) {
   const status = $("add-status");
   if (state.adding) return;
+  state.added = null;
   const given = labelsOrRefuse(status);
   if (!given) return;
   adding(true);
   say(status, `Adding ${url}…`);
   try {
     const doc = await api("/documents", { method: "POST", json: { url, ...given } });
-    say(status, `Added ${doc.name} (${labelWords(doc)}); it is being ingested.`);
+    const page = followed(doc);
+    state.added = { docs: [page], words: () => pageWords(`Added ${doc.name} (${labelWords(doc)})`, page) };
+    sayAdded();
     $("url-form").reset();
   } catch (error) {
     say(status, `Could not add ${url}: ${describeError(error)}`, "error");
@@ -532,7 +621,10 @@ function setUpAdding() {
   $("upload-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const files = [...input.files];
-    if (!files.length) return say($("add-status"), "Choose or drop at least one file.", "error");
+    if (!files.length) {
+      state.added = null;
+      return say($("add-status"), "Choose or drop at least one file.", "error");
+    }
     upload(files);
   });
   $("url-form").addEventListener("submit", (event) => {
@@ -771,6 +863,7 @@ function forgetShown() {
   state.building.clear();
   state.cancelled.clear();
   state.acting.clear();
+  state.added = null;
   $("detail").hidden = true;
   $("detail-title").textContent = "Document";
   const emptied = ["stats", "detail-facts", "detail-versions", "detail-source", "chunks-range", "documents-count"];
