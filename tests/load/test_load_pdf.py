@@ -439,3 +439,26 @@ def test_an_exponent_after_a_number_is_marked_and_plain_numbers_are_not(tmp_path
     # PDFium breaks the line after a one-character raised run in this hand-built PDF, marked or not.
     text = " ".join(next(load(path).pages).text.split())
     assert text == "Growth of 10^5 cells in 10^-3 s; pump 1050 in 2019^4, CO2."
+
+
+def test_a_pdf_without_pages_says_so(tmp_path: Path) -> None:
+    # PDFium refuses a document whose page tree is empty, with an error code of "success" (or, read on
+    # another thread, "format"): the reason read "cannot open PDF (Failed to load document (PDFium:
+    # Success).)" or "corrupt or truncated", of a file pypdf wrote and reads back without a fault.
+    writer = pypdf.PdfWriter()
+    path = tmp_path / "empty-binder.pdf"
+    with path.open("wb") as file:
+        writer.write(file)
+    with pytest.raises(LoadError) as caught:
+        load(path)
+    assert (caught.value.source, caught.value.reason) == (str(path), "PDF has no pages")
+
+
+def test_a_broken_pdf_is_reported_once_without_pypdf_warnings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "broken.pdf"
+    path.write_bytes(b"%PDF-1.4\nthis is not really a pdf\n")
+    with pytest.raises(LoadError, match="corrupt or truncated PDF"):
+        load(path)
+    assert not [record for record in caplog.records if record.name.startswith("pypdf")]

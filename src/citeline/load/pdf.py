@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import logging
 import math
 import re
 import threading
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     import pypdf
 
 NO_TEXT_LAYER = "no text layer (scanned?)"
+
+# pypdf logs what it repairs or gives up on in a malformed file ("EOF marker not found") as warnings,
+# which reach the user's terminal; what matters is reported here, as an error naming the file.
+logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 # PDFium is not thread-safe, not even across documents, and ingestion runs loaders on a thread pool.
 # Re-entrant because a generator abandoned mid-document may be finalised by the garbage collector
@@ -73,6 +78,8 @@ class _PageReader:
                 raise LoadError(self.source, f"cannot read file ({exc.strerror or exc})") from exc
             except pdfium.PdfiumError as exc:
                 code = getattr(exc, "err_code", None)
+                if code not in (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY) and _no_pages(path):
+                    raise LoadError(self.source, "PDF has no pages") from exc
                 reason = _OPEN_ERRORS.get(code, f"cannot open PDF ({exc})")
                 raise LoadError(self.source, reason) from exc
             try:
@@ -526,6 +533,21 @@ def _meta_text(doc: Any, key: str) -> str:
     buffer = ctypes.create_string_buffer(size)
     pdfium_c.FPDF_GetMetaText(doc.raw, name, buffer, size)
     return clean_inline(buffer.raw[: size - 2].decode("utf-16-le", errors="replace"))
+
+
+def _no_pages(path: Path) -> bool:
+    """Whether pypdf reads ``path`` as a document without pages.
+
+    PDFium refuses to open one at all, with the error code of success (or, its last error being shared,
+    another thread's), which says nothing of why.
+    """
+    import pypdf
+
+    try:
+        with path.open("rb") as file:
+            return len(pypdf.PdfReader(file).pages) == 0
+    except Exception:  # pypdf raises many types on malformed files; then it is not an empty document
+        return False
 
 
 def _check_header(path: Path) -> None:
