@@ -225,3 +225,20 @@ def test_numbers_written_as_words_are_read_as_their_digits() -> None:
     assert read("One of the two pumps failed.") == []  # counts without a unit state no quantity
     assert disagreement("The pump must be primed for ten minutes.", "Pump priming takes 2 minutes.")
     assert disagreement("The pump must be primed for two minutes.", "Pump priming takes 2 minutes.") is None
+
+
+def test_a_torque_is_one_unit_written_with_its_hyphen_and_compares_across_units() -> None:
+    # "30 ft-lbs" was read as a mass of 30 lbs, "150 inch-pounds" as 150 pounds, "25 in-lb" as 25 lb.
+    assert [
+        (q.text, q.dimension) for q in quantities("Torque the nut to 30 ft-lbs, the bolt to 25 in-lb.")
+    ] == [
+        ("30 ft-lbs", "torque"),
+        ("25 in-lb", "torque"),
+    ]
+    assert [q.dimension for q in quantities("150 inch-pounds, 12 N·m, a 25 lb weight")] == [
+        "torque",
+        "torque",
+        "mass",
+    ]
+    assert disagreement("The nut is torqued to 50 in-lb.", "Torque the nut to 12 N·m.") is not None
+    assert disagreement("The nut is torqued to 106 in-lb.", "Torque the nut to 12 N·m.") is None

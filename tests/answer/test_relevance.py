@@ -146,7 +146,53 @@ def test_near_the_floor_a_passage_must_name_something_the_question_asks_about() 
 
     assert not answerable("What torque should be used?", [nut], min_similarity=0.25)
     assert answerable("What torque should be used?", [torque], min_similarity=0.25)
-    # Clearly close in meaning, it needs no word in common.
-    assert answerable("What torque should be used?", [replace(nut, similarity=0.36)], min_similarity=0.25)
+    # Clearly close in meaning, it needs no word in common; but a measure ("torque") it must name or
+    # state (see the measure test below).
+    assert answerable("What spanner should be used?", [replace(nut, similarity=0.36)], min_similarity=0.25)
+    assert not answerable("What torque should be used?", [replace(nut, similarity=0.36)], min_similarity=0.25)
     # A question naming no topic ("use" names none) is judged by meaning alone.
     assert answerable("How is it used?", [nut], min_similarity=0.25)
+
+
+@pytest.mark.parametrize(
+    ("question", "answered"),
+    [
+        # The passage is about the nuts and tightening, and never says torque: similar in meaning
+        # (0.4) and holding "elastic stop nuts", it was quoted as the answer.
+        ("What torque should be used on elastic stop nuts?", False),
+        ("What is the maximum torque for an elastic stop nut?", False),
+        ("What temperature limit applies to elastic stop nuts?", True),
+    ],
+)
+def test_a_question_asking_a_measure_is_answered_only_where_the_evidence_names_or_states_it(
+    question: str, answered: bool
+) -> None:
+    nut = replace(
+        make_hit(
+            1,
+            "An elastic stop nut has a fibre collar that grips the bolt thread. Do not use elastic stop nuts "
+            "where the temperature exceeds 250 degrees F. At least one full thread of the bolt must protrude "
+            "through the nut after tightening.",
+        ),
+        similarity=0.45,
+    )
+
+    assert answerable(question, [nut], min_similarity=0.25) is answered
+
+
+def test_a_measure_stated_in_its_units_answers_a_question_naming_it() -> None:
+    tighten = make_hit(1, "Tighten each elastic stop nut to 25 in-lb; check the collar.")
+    torque = replace(tighten, similarity=0.3)
+    valve = replace(make_hit(2, "The relief valve opens at 3,000 psi."), similarity=0.3)
+
+    assert answerable("What torque should be used on elastic stop nuts?", [torque], min_similarity=0.25)
+    assert answerable("At what pressure does the relief valve open?", [valve], min_similarity=0.25)
+
+
+def test_a_claim_naming_a_measure_asks_for_no_value() -> None:
+    # SciFact claims whose abstracts never name the measure: they are judged, not refused.
+    lumen = make_hit(1, "Arterioles and venules differ in the size of their lumen.")
+    vessels = replace(lumen, similarity=0.5)
+
+    assert answerable("Arterioles have a larger lumen diameter than venules.", [vessels], min_similarity=0.25)
+    assert not answerable("What is the lumen diameter of arterioles?", [vessels], min_similarity=0.25)

@@ -77,6 +77,8 @@ DRUG = "What does metformin treat?"
         (NUT, "Is it safe at high heat?", "exceeds 250 degrees F"),
         (DRUG, "How much should I take?", "The usual starting dose of metformin is 500 mg"),
         (DRUG, "Does it upset the stomach?", "Nausea and diarrhoea"),
+        # A measure the passage states in its units, without naming it.
+        ("What does the relief valve do?", "What pressure does it open at?", "opens at 3,000 psi"),
     ],
 )
 def test_a_follow_up_the_earlier_topic_s_passages_answer_is_answered(
@@ -117,6 +119,9 @@ def test_a_yes_no_follow_up_about_what_an_earlier_turn_named_gets_an_answer_not_
         # "Do not use elastic stop nuts ..." holds "use", which names no topic.
         (NUT, "What dose should be used?"),
         (DRUG, "What is it made of?"),
+        # A measure the passage neither names nor states: its sentence on tightening is at 0.40 to it.
+        (NUT, "What torque should be used for them?"),
+        (NUT, "How much do they weigh?"),
     ],
 )
 def test_a_follow_up_only_the_borrowed_topic_words_match_gets_the_evidence_missing_answer(

@@ -6,7 +6,7 @@ confirms a wrong dose, pressure or percentage is the worst failure an answer can
 :func:`disagreement` looks for one before a passage may count as supporting a claim.
 
 What counts as a quantity is a number **with a unit** (:data:`UNITS`: pressure, mass, volume, length,
-time, temperature, electrical, concentration, percentages, ...), so years, reference numbers
+time, temperature, electrical, torque, concentration, percentages, ...), so years, reference numbers
 (``[12]``), figure, table and page numbers, p-values and model codes (``HX-4000``, ``XR200``) never
 are. A quantity is read as:
 
@@ -133,6 +133,10 @@ def _units() -> dict[str, Unit]:
     add("molecular mass", 1.0, "Da")
     add("molecular mass", 1e3, "kDa", "kD")
     add("molecular mass", 1e6, "MDa")
+    # Written with the hyphen, as manuals do: "25 in-lb" read "in" and then a mass of 25 lb before.
+    add("torque", 1.0, "N·m", "N-m", "Nm")
+    add("torque", 0.112984829, "in-lb", "in-lbs", "in.-lb", "in.-lbs", "lb-in", "inch-pound", "inch-pounds")
+    add("torque", 1.3558179483, "ft-lb", "ft-lbs", "ft.-lb", "ft.-lbs", "lb-ft", "foot-pound", "foot-pounds")
     add("percent", 1.0, "%", "percent", "per cent")
     add("fold", 1.0, "fold")
     units = {symbol: Unit(symbol, dimension, scale) for symbol, (dimension, scale) in table.items()}
@@ -181,11 +185,13 @@ _UNIT = rf"(?:{_alternatives(list(UNITS))})"
 _PER_UNIT = rf"(?:{_alternatives(list(_PER))})"
 _COMPOUND = rf"{_UNIT}(?:\s?(?:/|\bper\s)\s?{_PER_UNIT})*(?:\s+daily)?"
 # After a unit: not more letters ("5 months" is not "5 m"), and a hyphenated "-fold", "-year", "-mg".
+# A range's first unit is not followed by a hyphen and letters: "30 ft-lbs" is one unit, not "ft" to
+# "lbs".
 _AFTER = r"(?![A-Za-z0-9µμ²³°])"
 _RANGE_JOIN = r"\s?(?:-|\u2013|\u2014|to)\s?"
 _QUANTITY = re.compile(
     rf"{_BEFORE}(?:(?P<between>between|from)\s+)?"
-    rf"(?P<low>{_SIGN}(?:{_NUMBER}))(?:\s?(?P<low_unit>{_COMPOUND}){_AFTER})?"
+    rf"(?P<low>{_SIGN}(?:{_NUMBER}))(?:\s?(?P<low_unit>{_COMPOUND}){_AFTER}(?!-[A-Za-z]))?"
     rf"(?:(?(between)\s+(?:and|to|-)\s+|{_RANGE_JOIN})(?P<high>{_SIGN}(?:{_NUMBER})))?"
     rf"(?:\s?-?\s?(?P<unit>{_COMPOUND})){_AFTER}",
     re.IGNORECASE,

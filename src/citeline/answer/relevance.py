@@ -52,8 +52,14 @@ Fridays") and refused all 22 others; with the embedder at 0.18, 21 of 22 pass (t
 of the refused "How worn can they get?" is at 0.14) and 18 of 22 are refused (let in at 0.19 to 0.31:
 "Is it safe in pregnancy?" of metformin, "Who is the nurse in charge?" of a ward's service day).
 Meaning cannot tell a paraphrase from a neighbouring subject: "What torque should be used for them?"
-about the nuts is let in the same way (its closest sentence, on bolt threads, is at 0.40, while "And
-which day is it?" finds "serviced on Fridays" at 0.19).
+about the nuts was let in the same way (its closest sentence, on bolt threads after tightening, is at
+0.40, while "And which day is it?" finds "serviced on Fridays" at 0.19), and the nut's sentences were
+quoted as if they gave a torque. A question that asks for the value of a measure (:data:`MEASURES`:
+"What torque ...", "At what pressure ...", follow-up or not) therefore needs a passage that names the
+measure or states a quantity in its units ("opens at 3,000 psi" answers "What pressure does it open
+at?"); without one it is refused, however close in meaning. A claim that names a measure asks for no
+value and is judged as before: of SciFact's 450 claims, 12 name one, and the abstracts of 3 never do
+("Arterioles have a larger lumen diameter than venules.", "the pressure of antimicrobial usage").
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from citeline.answer.quantities import quantities
 from citeline.answer.support import PassageSentences, VectorCache, content_terms, sentence_spans
 from citeline.retrieve.search import Hit
 
@@ -162,6 +169,27 @@ MIN_SHARED_TERMS = 2
 a guide that says "capitalised", half of its two terms, and was answered from it. An identifier is
 enough alone ("What does E42 mean?")."""
 
+MEASURES: dict[str, str] = {
+    "torque": "torque",
+    "pressure": "pressure",
+    "temperature": "temperature",
+    "voltage": "voltage",
+    "wattage": "power",
+    "amperage": "current",
+    "weight": "mass",
+    "weigh": "mass",
+    "diameter": "length",
+    "thickness": "length",
+}
+"""Words naming a measure, with the dimension (:mod:`citeline.answer.quantities`) its values are stated
+in. A question naming one asks for its value, which a passage states by naming the measure or by a
+quantity in its units ("opens at 3,000 psi" for "what pressure"); a passage doing neither does not
+answer it, however close in meaning (see the module docstring). Only words that always name the
+measure: "size", "speed" or "length" also name other things ("chunk size", "search speed")."""
+
+_ASKING_WORD = re.compile(r"\b(?:what|which|how|tell|give|list|show)\b", re.IGNORECASE)
+_MEASURE_TERMS = {term: dimension for word, dimension in MEASURES.items() for term in content_terms(word)}
+
 # A code or part number (letters and digits: E42, XR200, COVID-19) or an acronym (NICS, BM25).
 _IDENTIFIER = re.compile(r"\b(?=[^\W_]*\d)(?=[^\W_]*[^\W\d_])[^\W_]+\b|\b[A-Z]{2,}\b")
 
@@ -183,6 +211,9 @@ def answerable(
     if min_similarity <= 0:
         return True
     said = own_words.strip() if own_words is not None else ""
+    measures = _asked_measures(said or question)
+    if measures and not any(_states(hit, measures) for hit in evidence):
+        return False
     own = _topic_terms(said) if said and said != question.strip() else frozenset()
     asked = _Terms.of(question)
     if not own:
@@ -196,6 +227,24 @@ def answerable(
     sentences = [t for hit in relevant for t in PassageSentences.of(hit.text).sentences]
     vectors = cache.matrix([said, *sentences])
     return bool(sentences) and float((vectors[1:] @ vectors[0]).max()) >= MIN_OWN_SIMILARITY
+
+
+def _asked_measures(question: str) -> set[str]:
+    """The dimensions of the measures whose value ``question`` asks for: named after a question word
+    or request ("What torque ...", "At what pressure ...", "Tell me the weight"). A claim naming one
+    ("Arterioles have a larger lumen diameter than venules.") asks for no value, and "pressure" may be
+    a figure of speech there ("the pressure of antimicrobial usage")."""
+    asking = _ASKING_WORD.search(question)
+    if asking is None:
+        return set()
+    after = content_terms(question[asking.end() :])
+    return {_MEASURE_TERMS[t] for t in after if t in _MEASURE_TERMS}
+
+
+def _states(hit: Hit, dimensions: set[str]) -> bool:
+    """Whether ``hit`` names one of the measures of ``dimensions`` or states a quantity of one."""
+    named = {t for t in content_terms(hit.text) if _MEASURE_TERMS.get(t) in dimensions}
+    return bool(named) or any(q.dimension in dimensions for q in quantities(hit.text))
 
 
 def _topic_terms(text: str) -> frozenset[str]:
