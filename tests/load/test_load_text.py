@@ -86,3 +86,13 @@ def test_utf16_without_a_byte_order_mark_is_read_as_text(tmp_path: Path, encodin
     path.write_bytes(text.encode(encoding))
     [page] = load(path).pages
     assert page.text == text.strip()
+
+
+def test_a_utf8_file_with_a_few_latin1_bytes_is_read_as_text(tmp_path: Path) -> None:
+    # Notes kept in UTF-8 and a line pasted or appended from a Windows-1252 file: strict UTF-8 fails,
+    # no single encoding reads the whole, and the file was refused as "binary content, not text".
+    utf8 = "Le café crème coûte 3 €. Ärger über Straße — “quoted”.\n" * 5
+    path = tmp_path / "notes.txt"
+    path.write_bytes(utf8.encode("utf-8") + "Une ligne collée: déjà vu, 5 €.\n".encode("cp1252"))
+    [page] = load(path).pages
+    assert page.text == (utf8 + "Une ligne collée: déjà vu, 5 €.").strip()

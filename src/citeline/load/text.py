@@ -30,6 +30,10 @@ _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 # UTF-16 puts the NUL of each ASCII character on one side of the pair: this many times as many there
 # as on the other says which byte order it is.
 _UTF16_NUL_SIDE = 10
+# Bytes that are not UTF-8, as the "surrogateescape" error handler gives them, and every character
+# beyond ASCII (those included).
+_ESCAPED_BYTES = re.compile("[\udc80-\udcff]")
+_BEYOND_ASCII = re.compile("[^\x00-\x7f]")
 # How far (in charset-normalizer's "chaos" percentage points) cp1252 may trail the best guess and
 # still win; see _decode.
 _CP1252_SLACK = 10.0
@@ -49,6 +53,8 @@ def _decode(data: bytes) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         pass
+    if (mixed := _mostly_utf8(data)) is not None:
+        return mixed
     matches = charset_normalizer.from_bytes(data)
     best = matches.best()
     if best is None:
@@ -86,6 +92,29 @@ def _utf16_without_bom(data: bytes) -> str | None:
         return data.decode(encoding)
     except UnicodeDecodeError:
         return None
+
+
+def _mostly_utf8(data: bytes) -> str | None:
+    """``data`` read as UTF-8 with its few bytes that are not UTF-8 read as Windows-1252, when it holds
+    more UTF-8 characters beyond ASCII than such bytes.
+
+    A UTF-8 file with a line pasted or appended from a Windows-1252 one fails strict UTF-8, and no single
+    encoding reads the whole: it was refused as binary. A Windows-1252 file hardly ever holds a valid
+    UTF-8 sequence ("Ã©"), so it still goes to the detection after this.
+    """
+    text = data.decode("utf-8", errors="surrogateescape")
+    foreign = len(_ESCAPED_BYTES.findall(text))
+    if len(_BEYOND_ASCII.findall(text)) - foreign <= foreign:
+        return None
+    return _ESCAPED_BYTES.sub(_windows_1252, text)
+
+
+def _windows_1252(escaped: re.Match[str]) -> str:
+    byte = bytes([ord(escaped.group()) - 0xDC00])
+    try:
+        return byte.decode("cp1252")
+    except UnicodeDecodeError:  # the five bytes cp1252 leaves undefined: control characters in Latin-1
+        return byte.decode("latin-1")
 
 
 def read_text_file(path: Path) -> str:
