@@ -68,3 +68,27 @@ def test_string_and_path_sources_are_equivalent(tmp_path: Path) -> None:
     path = tmp_path / "a.txt"
     path.write_text("same")
     assert next(load(str(path)).pages) == next(load(path).pages)
+
+
+@pytest.mark.parametrize(
+    ("opening", "encoding"),
+    [
+        ("\ufeff<!DOCTYPE html>", "utf-8"),  # a byte-order mark, as Windows editors write
+        ("<!DOCTYPE html>", "utf-16"),  # the same in UTF-16
+        ('<?xml version="1.0"?>\n<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0//EN">', "utf-8"),
+        ("<!-- saved from url=(0014)about:internet -->\n<!DOCTYPE html>", "utf-8"),  # Internet Explorer
+        ("\n  <!-- generated -->\n<HTML lang='en'>", "utf-8"),
+    ],
+    ids=["bom", "utf-16", "xhtml", "saved-from", "comment"],
+)
+def test_a_page_without_suffix_is_html_after_a_bom_xml_declaration_or_comment(
+    tmp_path: Path, opening: str, encoding: str
+) -> None:
+    # A page saved without an extension (wget names a page by its URL's last segment) was read as plain
+    # text, markup and all, when something came before its <!DOCTYPE html> or <html>.
+    path = tmp_path / "onboarding"
+    html = "<html><head><title>Onboarding</title></head><body><h1>Welcome</h1><p>Badges at reception.</p>"
+    path.write_text(f"{opening}{html.removeprefix('<html>')}</body></html>", encoding=encoding)
+    source = load(path)
+    assert source.content_type == "text/html"
+    assert next(source.pages).text == "# Welcome\n\nBadges at reception."

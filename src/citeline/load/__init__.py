@@ -8,6 +8,7 @@ front (missing file, unsupported type, unreadable, encrypted or scanned PDF, emp
 
 from __future__ import annotations
 
+import codecs
 import re
 import stat
 from collections.abc import Callable
@@ -48,10 +49,21 @@ def _sniff(path: Path) -> Callable[[Path], LoadedSource]:
         raise LoadError(str(path), f"cannot read file ({exc.strerror or exc})") from exc
     if b"%PDF-" in head:
         return load_pdf
-    start = head.lstrip().lower()
-    if start.startswith((b"<!doctype html", b"<html")):
-        return load_html_file
-    return load_text
+    return load_html_file if _HTML_START.match(_head_text(head)) else load_text
+
+
+# What may come before a page's <!DOCTYPE html> or <html>: white space, an XML declaration (XHTML) and
+# comments (Internet Explorer's "saved from url" mark, a generator's note).
+_HTML_START = re.compile(r"\s*(?:<\?xml[^>]*>\s*|<!--.*?-->\s*)*<(?:!doctype\s+html|html[\s>])", re.I | re.S)
+
+
+def _head_text(head: bytes) -> str:
+    """The first bytes of a file as text, enough to tell HTML by: UTF-16 after its byte-order mark,
+    else byte for byte (the markup is ASCII in every other encoding a page is saved in)."""
+    for bom, encoding in ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be")):
+        if head.startswith(bom):
+            return head[len(bom) :].decode(encoding, errors="ignore")
+    return head.removeprefix(codecs.BOM_UTF8).decode("latin-1")
 
 
 def load(source: str | Path, *, allow_private: bool = False) -> LoadedSource:
