@@ -13,7 +13,7 @@ from citeline.answer.citations import MARKER, CitationNumbering, claims
 from citeline.answer.extractive import extractive_answer
 from citeline.answer.llm import GenerationOptions
 from citeline.answer.prompt import select_passages
-from citeline.answer.support import PassageSentences, VectorCache, normalise
+from citeline.answer.support import PassageSentences, VectorCache, normalise, without_markers
 from citeline.embed import Embedder
 from citeline.engine import Citeline
 from citeline.eval.answers import check_citations
@@ -670,3 +670,28 @@ def test_a_table_cells_later_sentence_is_not_quoted_when_the_passage_lacks_the_t
         # `conversations.md` [1].' opened the answer.
         assert "Measured for the default embedder" not in extract.text, extract.text
         assert extract.text.startswith("`citeline ask` says this"), extract.text
+
+
+def test_a_quoted_sentence_loses_the_footnote_marks_a_pdf_gives_it_but_keeps_its_exponents(
+    embedder: Embedder,
+) -> None:
+    # As the PDF loader marks them (docs/ingesting.md): a footnote's own number at the start of its
+    # line, a footnote mark raised after a comma; an exponent after a digit or a unit stays.
+    text = (
+        "Stall warning is the activation of the stick shaker,^8 with other warnings.\n"
+        "^9 An AOA disagree alert is a visual alert that the two AOA sensors of the 737 MAX disagree.\n"
+        "The vane area is 25 cm^2 and the sensor samples 10^3 times each second.\n"
+    )
+
+    extract = extractive_answer(
+        "What is an AOA disagree alert on the 737 MAX stick shaker vane sensors?",
+        select_passages([replace(make_hit(1, text), content_type="application/pdf")]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    # "^9 An AOA disagree alert ..." opened the answer to what an AOA disagree alert is.
+    assert "An AOA disagree alert is a visual alert" in extract.text, extract.text
+    assert "^9" not in extract.text and "^8" not in extract.text, extract.text
+    assert "25 cm^2" in extract.text and "10^3 times" in extract.text, extract.text
+    assert without_markers("the stick shaker,^8 with others") == "the stick shaker, with others"

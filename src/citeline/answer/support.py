@@ -55,7 +55,13 @@ _SPACES = re.compile(r"\s+")
 _RULE_CELL = re.compile(r":?-{2,}:?")
 _BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
 # A source's own reference markers: "... trachoma (Box 1) [2].", "[3, 4]", "[5-7]".
-_SOURCE_MARKER = re.compile(r"[^\S\n]*\[ *\d{1,4}(?: *[,;\-\u2013] *\d{1,4})* *\]")
+_SOURCE_MARKER = re.compile(
+    r"[^\S\n]*\[ *\d{1,4}(?: *[,;\-\u2013] *\d{1,4})* *\]"
+    # The PDF loader's footnote marks: a footnote's own number opening its line ("^9 An AOA ..."), a
+    # mark raised after punctuation ("shaker,^8"). One after a digit or a letter may be an exponent
+    # ("10^3", "cm^2") and stays.
+    r"|(?:^|(?<=\n))[^\S\n]*\^\d{1,3}[^\S\n]+|(?<=[.,;:!?)\]\"\u201d\u2019])\^\d{1,3}(?![\d^])"
+)
 # Headings in manuals and PDFs end their line without punctuation and are short.
 _HEADING_MAX_WORDS = 6
 # Articles, prepositions and conjunctions: a line ending in one goes on on the next.
@@ -137,7 +143,8 @@ def _breaks_sentence(before: str, after: str) -> bool:
 
 
 def without_markers(text: str) -> str:
-    """``text`` without the numbered reference markers of its source (``[2]``, ``[3, 4]``).
+    """``text`` without the numbered reference markers of its source (``[2]``, ``[3, 4]``) and the
+    footnote marks the PDF loader writes (``^9 A footnote``, ``shaker,^8``).
 
     Quoted in an answer, or shown to a model beside citeline's own numbered passages, a paper's "[2]"
     reads as a citation of passage 2.
