@@ -462,3 +462,68 @@ def test_a_broken_pdf_is_reported_once_without_pypdf_warnings(
     with pytest.raises(LoadError, match="corrupt or truncated PDF"):
         load(path)
     assert not [record for record in caplog.records if record.name.startswith("pypdf")]
+
+
+def _form_pdf(fields: list[tuple[str, str, int, bool]]) -> bytes:
+    """A one-page PDF form: for each ``(label, value, y, appearance)`` a label in the page's text and a
+    filled text field beside it, with an appearance stream of its value or (as some form fillers leave
+    it) none, for the reader to draw from the value."""
+    content = b" ".join(
+        b"BT /F1 12 Tf 20 %d Td (%s:) Tj ET" % (y, label.encode()) for label, _, y, _ in fields
+    )
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R /AcroForm << /Fields [%s] /DA (/Helv 0 Tf 0 g)"
+        b" /DR << /Font << /Helv 5 0 R >> >> >> >>"
+        % b" ".join(b"%d 0 R" % (6 + 2 * i) for i in range(len(fields))),
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 400 300] /Contents 4 0 R"
+        b" /Resources << /Font << /F1 5 0 R >> >> /Annots [%s] >>"
+        % b" ".join(b"%d 0 R" % (6 + 2 * i) for i in range(len(fields))),
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    for i, (label, value, y, appearance) in enumerate(fields):
+        shown = b"/Tx BMC BT /Helv 12 Tf 2 6 Td (%s) Tj ET EMC" % value.encode()
+        objects.append(
+            b"<< /Type /Annot /Subtype /Widget /FT /Tx /T (%s) /V (%s) /Rect [180 %d 380 %d] /P 3 0 R"
+            b" /DA (/Helv 12 Tf 0 g)%s >>"
+            % (
+                label.encode(),
+                value.encode(),
+                y - 6,
+                y + 16,
+                b" /AP << /N %d 0 R >>" % (7 + 2 * i) if appearance else b"",
+            )
+        )
+        objects.append(
+            b"<< /Type /XObject /Subtype /Form /BBox [0 0 200 22] /Resources << /Font << /Helv 5 0 R >> >>"
+            b" /Length %d >>\nstream\n%s\nendstream" % (len(shown), shown)
+        )
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def test_the_values_filled_into_a_pdf_form_are_part_of_its_text(tmp_path: Path) -> None:
+    # A filled form (an inspection report, an application) keeps its answers in form fields, which are
+    # not page content: only the labels were read, "Inspector:" with no name, "Result:" with no result.
+    path = tmp_path / "inspection.pdf"
+    path.write_bytes(
+        _form_pdf(
+            [
+                ("Inspector", "Ada Lovelace", 250, True),
+                ("Result", "Relief valve leaking at 6 bar", 200, False),
+            ]
+        )
+    )
+    [page] = load(path).pages
+    assert "Ada Lovelace" in page.text
+    assert "Relief valve leaking at 6 bar" in page.text
+    assert "Inspector:" in page.text and "Result:" in page.text

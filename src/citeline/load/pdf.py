@@ -56,6 +56,7 @@ _FILE_NAME_TITLE = re.compile(
     r"|insert title here|your title here|none|null|unknown|\(anonymous\)",
     re.IGNORECASE,
 )
+_FLATTENED = pdfium_c.FLATTEN_SUCCESS
 _OPEN_ERRORS = {
     pdfium_c.FPDF_ERR_PASSWORD: "encrypted PDF (password required); save an unprotected copy and load that",
     pdfium_c.FPDF_ERR_SECURITY: "encrypted PDF with an unsupported security handler",
@@ -83,6 +84,10 @@ class _PageReader:
                 reason = _OPEN_ERRORS.get(code, f"cannot open PDF ({exc})")
                 raise LoadError(self.source, reason) from exc
             try:
+                if self._doc.get_formtype() == pdfium_c.FORMTYPE_ACRO_FORM:
+                    # Before any page is loaded: the form environment draws fields that the form filler
+                    # left without an appearance of their value (see _pdfium_text).
+                    self._doc.init_forms()
                 self.page_count: int = len(self._doc)
                 self.metadata: dict[str, str] = {
                     key: _meta_text(self._doc, key) for key in ("Title", "Author")
@@ -152,6 +157,16 @@ class _PageReader:
     def _pdfium_text(self, index: int) -> str:
         with _PDFIUM_LOCK:
             page = self._doc[index]
+            # A filled form's answers are in its fields, which are not page content: flattened (in memory
+            # only), their values are drawn into the page and read with its text. PDFium asks for the
+            # page to be loaded again after that.
+            if (
+                self._doc.formenv
+                and pdfium_c.FPDFPage_GetAnnotCount(page.raw)
+                and pdfium_c.FPDFPage_Flatten(page.raw, pdfium_c.FLAT_NORMALDISPLAY) == _FLATTENED
+            ):
+                page.close()
+                page = self._doc[index]
             try:
                 textpage = page.get_textpage()
                 try:
