@@ -431,3 +431,22 @@ def test_builds_lists_what_is_queued_wherever_it_was_started_until_it_ends(
     assert code == 0 and row[4] == "failed" and row[-1] == "cancelled", err
     code, _, err = _run(settings, "builds", "--failed-within", "soon")
     assert code != 0 and "'soon'" in err
+
+
+def test_an_age_option_given_empty_or_malformed_is_refused_naming_the_option(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # `citeline refresh --older-than "$AGE"` with AGE unset read every source again: an empty age was
+    # taken as no age at all.
+    source = write(tmp_path / "pump.md", "Prime the pump for two minutes before the first start.")
+    assert _run(settings, "ingest", str(source))[0] == 0
+    with Citeline(settings) as cl:
+        [before] = cl.documents()
+    for command, option in (("refresh", "--older-than"), ("builds", "--failed-within")):
+        for value in ("", "  ", "soon", "-1d"):
+            code, out, err = _run(settings, command, option, value)
+            assert (code, out) == (2, ""), (command, value, err)
+            assert f"error: {option}: an age is a number and a unit" in err and repr(value) in err
+    with Citeline(settings) as cl:
+        [after] = cl.documents()
+    assert after.last_fetched_at == before.last_fetched_at  # nothing was read again

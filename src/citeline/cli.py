@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -118,6 +119,18 @@ def _guard(fn: Callable[[], T]) -> T:
         return fn()
     except CitelineError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(exc.exit_code) from exc
+
+
+def _age(option: str, text: str | None) -> timedelta | None:
+    """The age an option was given (None when it was not), or exit naming the option: an empty one
+    is refused, not taken for no age at all (a script's unset variable read every source again)."""
+    if text is None:
+        return None
+    try:
+        return parse_age(text)
+    except InvalidRequestError as exc:
+        err.print(f"[red]error:[/red] {option}: {escape(str(exc))}", highlight=False)
         raise typer.Exit(exc.exit_code) from exc
 
 
@@ -610,7 +623,7 @@ def builds(
 ) -> None:
     """Versions queued or being built, whoever started them (the API, this command line, a worker):
     running ones first, then the queue in the order runners take it."""
-    age = _guard(lambda: parse_age(failed_within)) if failed_within else None
+    age = _age("--failed-within", failed_within)
     with _citeline(ctx) as cl:
         found = cl.builds(failed_within=age).builds
     if as_json:
@@ -1001,7 +1014,7 @@ def refresh(
     keeps its current version. With the thread runner (or --sync) the command waits for the new
     versions; with CITELINE_JOB_RUNNER=celery, web pages are queued for `citeline worker`.
     """
-    age = _guard(lambda: parse_age(older_than)) if older_than else None
+    age = _age("--older-than", older_than)
     with _citeline(ctx, **({"job_runner": "thread"} if sync else {})) as cl:
         docs = cl.refresh_candidates(older_than=age, document_ids=document_id)
         if dry_run:
