@@ -61,3 +61,14 @@ def test_a_yes_no_question_naming_its_subject_puts_itself(question: str) -> None
 )
 def test_markup_in_a_question_is_no_part_of_its_claim(question: str, claim: str) -> None:
     assert claim_of(question) == claim
+
+
+@pytest.mark.parametrize("said", ["Thanks!", "Great, thanks!", "Got it!", "Wow!"])
+def test_a_short_exclamation_puts_no_claim(said: str) -> None:
+    # "Thanks!" got "The sources neither clearly support nor contradict this claim." A short claim is
+    # judged when it ends with its full stop.
+    assert claim_of(said) is None
+
+
+def test_a_long_exclamation_still_puts_its_claim() -> None:
+    assert claim_of("Aspirin lowers the risk of heart attack!") == "Aspirin lowers the risk of heart attack!"

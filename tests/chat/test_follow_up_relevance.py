@@ -199,3 +199,20 @@ def test_a_follow_up_after_a_refused_turn_takes_the_topic_last_answered(
     assert session.last_rewrite is not None
     assert session.last_rewrite.query == "Can they be reused? (elastic stop nut)"
     assert "may be reused only if the collar" in done.answer, done.answer
+
+
+def test_a_thank_you_is_not_answered_with_the_last_answer_again_and_lends_no_topic(
+    documents: Citeline,
+) -> None:
+    session = ChatSession.start(documents, llm=None)
+    turn(session, NUT)
+
+    thanks = turn(session, "Thanks!")
+
+    # Searched as "Thanks! (elastic stop nut)", it was judged as a claim ("The sources neither clearly
+    # support nor contradict this claim.") and the nut's sentences quoted again.
+    assert thanks.claim is None and thanks.evidence_missing, thanks.answer
+    done = turn(session, "Can they be reused?")
+    assert session.last_rewrite is not None
+    assert session.last_rewrite.query == "Can they be reused? (elastic stop nut)"
+    assert "may be reused only if the collar" in done.answer, done.answer

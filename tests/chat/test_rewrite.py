@@ -273,3 +273,12 @@ def test_a_turn_the_documents_could_not_answer_gives_no_topic() -> None:
     assert rewrite("How often should it be serviced?", [refused], llm=None) == Rewrite(
         "How often should it be serviced?", "unchanged"
     )
+
+
+@pytest.mark.parametrize(
+    "said", ["Thanks!", "Thank you very much.", "ok", "Great, thanks!", "Got it", "Cheers"]
+)
+def test_a_thank_you_or_an_acknowledgement_is_taken_as_said(said: str) -> None:
+    # "Thanks!" was searched as "Thanks! (prime centrifugal pump)" and answered with the pump again.
+    assert not is_follow_up(said)
+    assert rewrite(said, [turn(1, PUMP)], llm=None) == Rewrite(said, "unchanged")

@@ -111,10 +111,11 @@ _MARKUP = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _LEADING_CONJUNCTION = re.compile(r"^(?:and|but|so|then|also|okay|ok|well)(?:[\s,]+|$)", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"[.!][\"'\u201d\u2019)]*$")
+_SENTENCE_END = re.compile(r"\.[\"'\u201d\u2019)]*$")
 MIN_STATEMENT_WORDS = 4
 """A statement without a closing full stop shorter than this is a keyword search ("elastic stop nut",
-"XR200 max pressure"), not a claim; "Aspirin lowers cholesterol." with its full stop is one."""
+"XR200 max pressure") or an exclamation ("Thanks!", "Got it!"), not a claim; "Aspirin lowers
+cholesterol." with its full stop is one."""
 
 
 def claim_of(question: str) -> str | None:
