@@ -230,3 +230,55 @@ def test_front_matter_scalars_are_kept_as_written_not_converted(tmp_path: Path) 
         "date": "2024-05-01",
         "ratio": "1e3",
     }
+
+
+README = """\
+<p align="center">
+    <img src="https://raw.githubusercontent.com/acme/pumpctl/main/docs/logo.png" width="200" alt="logo">
+</p>
+
+<h1 align="center">pumpctl</h1>
+
+<p align="center">
+  <a href="https://github.com/acme/pumpctl/actions"><img src="https://img.shields.io/ci.svg" alt="CI"></a>
+</p>
+
+pumpctl controls <b>centrifugal</b> pumps over Modbus.<br>It needs Python 3.11.
+
+## Torques
+
+<table>
+<tr><th>Bolt</th><th>Torque</th></tr>
+<tr><td>M8</td><td>25 Nm</td></tr>
+</table>
+
+| Bolt | Torque |
+|---|---|
+| M10 | 49 Nm<br>(dry) |
+
+## Usage
+
+Run `pumpctl start <unit>` to start a unit. Notes go in `<!-- -->`, like this<!-- one -->.
+
+```html
+<p>kept: an example of markup</p>
+```
+
+    <b>kept: indented code</b>
+"""
+
+
+def test_html_in_markdown_is_read_as_a_reader_sees_it(tmp_path: Path) -> None:
+    # A README opening with a centred logo, an HTML <h1> and badges: the tags, image addresses and
+    # badge links were the text of its first chunk, quoted as evidence and indexed; the HTML <h1>
+    # was no heading, so the title was the file name; table cells were glued into their markup.
+    source = load(_write(tmp_path, README, name="README.md"))
+    [page] = source.pages
+    assert source.title == "pumpctl"
+    assert [section.heading for section in page.sections] == ["pumpctl", "Torques", "Usage"]
+    assert page.text == (
+        "# pumpctl\n\npumpctl controls centrifugal pumps over Modbus.\nIt needs Python 3.11.\n\n"
+        "## Torques\n\nBolt Torque\nM8 25 Nm\n\n| Bolt | Torque |\n|---|---|\n| M10 | 49 Nm (dry) |\n\n"
+        "## Usage\n\nRun `pumpctl start <unit>` to start a unit. Notes go in `<!-- -->`, like this.\n\n"
+        "```html\n<p>kept: an example of markup</p>\n```\n\n    <b>kept: indented code</b>"
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -271,26 +271,80 @@ def _block_scalar(block: str, key: str) -> bool:
     return re.search(rf"^{re.escape(key)}[ \t]*:[ \t]*[|>]", block, re.MULTILINE) is not None
 
 
-_COMMENT = re.compile(r"[ \t]*<!--.*?-->", re.DOTALL)
+# A comment, or a code span that may show one ("`<!-- -->`"), matched first to be kept.
+_COMMENT = re.compile(r"(`+)(?:(?!\n[ \t]*\n).)+?\1|[ \t]*<!--.*?-->", re.DOTALL)
+_INDENTED_CODE = re.compile(r" {4}|\t")
+# The HTML elements a Markdown author writes: a tag of another name ("<unit>", "<claim>") is a
+# placeholder the reader is meant to see.
+_BLOCK_TAGS = frozenset(
+    (
+        *("address", "article", "aside", "blockquote", "br", "caption", "center", "details", "dd", "div"),
+        *("dl", "dt", "figcaption", "figure", "footer", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr"),
+        *("li", "main", "nav", "ol", "p", "picture", "pre", "section", "summary", "table", "tbody"),
+        *("tfoot", "thead", "tr", "ul"),
+    )
+)
+_CELL_TAGS = frozenset(("td", "th"))
+_INLINE_TAGS = frozenset(
+    (
+        *("a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "del", "dfn", "em", "font", "i", "img"),
+        *("input", "ins", "kbd", "label", "mark", "q", "s", "samp", "small", "source", "span", "strike"),
+        *("strong", "sub", "sup", "tt", "u", "var", "video", "wbr"),
+    )
+)
+# A code span (kept as written, so it is matched first: "`<b>`" shows the tag) or a tag. A span may run
+# over lines, not over a blank line.
+_TAG = re.compile(
+    r"(`+)(?:(?!\n[ \t]*\n).)+?\1|<(/?)([A-Za-z][A-Za-z0-9]*)(?:\s[^<>]*)?/?>", re.DOTALL | re.IGNORECASE
+)
+_HTML_HEADING = re.compile(
+    r"^ {0,3}<h([1-6])(?:\s[^<>]*)?>(.*?)</h\1\s*>[ \t]*$", re.IGNORECASE | re.MULTILINE
+)
+# What each tag left out becomes while the lines are put back together (see _rendered).
+_BREAK, _SPACE, _NOTHING = "\x00\x01", "\x00\x02", "\x00\x03"
 
 
-def without_comments(text: str) -> str:
-    """Markdown ``text`` without its HTML comments (``<!-- ... -->``), which a reader never sees; those
-    inside fenced code blocks are the code's own and stay."""
-    if "<!--" not in text:
+def without_html(text: str) -> str:
+    """Markdown ``text`` as a reader of it rendered sees it: HTML comments (``<!-- ... -->``) left out,
+    an HTML heading (``<h2>Usage</h2>``) written as a Markdown one, and the tags of other HTML elements
+    left out, their text kept. Code (fenced, indented, or a span in backticks) is the code's own and
+    stays as written.
+
+    A README opening with a centred logo, an HTML ``<h1>`` and badges otherwise gives a first chunk of
+    image addresses and links, quoted as evidence, and no title.
+    """
+    if "<" not in text:
         return text
+    if "<!--" in text:
+        # Comments first, over all but fenced code: one may hold blank and indented lines.
+        text = _outside_code(text, lambda prose: _COMMENT.sub(_code_span_or_nothing, prose), indented=False)
+    return _outside_code(text, _rendered, indented=True)
+
+
+def _outside_code(text: str, render: Callable[[str], str], *, indented: bool) -> str:
+    """``text`` with each run of lines outside fenced code (and, if ``indented``, indented code) given
+    to ``render``."""
     parts: list[str] = []
     fence: str | None = None
     prose: list[str] = []
+    code = False  # in an indented code block
     for line in text.split("\n"):
         if fence is None:
             opening = _FENCE.match(line)
-            if opening is None:
+            # An indented code block starts after a blank line (or at the start) and runs on through
+            # indented and blank lines; an indented line inside a paragraph or HTML block is neither.
+            blank_before = not prose or not prose[-1].strip()
+            code = indented and (
+                bool(_INDENTED_CODE.match(line) and (code or blank_before)) or (code and not line.strip())
+            )
+            if opening is None and not code:
                 prose.append(line)
                 continue
             if prose:
-                parts.append(_COMMENT.sub("", "\n".join(prose)))
-            prose, fence = [], opening.group(1)
+                parts.append(render("\n".join(prose)))
+                prose = []
+            if opening is not None:
+                fence, code = opening.group(1), False
             parts.append(line)
         else:
             closing = _FENCE_CLOSE.fullmatch(line)
@@ -298,8 +352,48 @@ def without_comments(text: str) -> str:
                 fence = None
             parts.append(line)
     if prose:
-        parts.append(_COMMENT.sub("", "\n".join(prose)))
+        parts.append(render("\n".join(prose)))
     return "\n".join(parts)
+
+
+def _rendered(prose: str) -> str:
+    """Markdown ``prose`` (no code blocks) without its tags; see :func:`without_html`."""
+    prose = _HTML_HEADING.sub(_heading_line, prose)
+    lines = []
+    for line in _TAG.sub(_tag_text, prose).split("\n"):
+        if "\x00" in line:
+            if line.lstrip().startswith("|"):
+                # A row of a Markdown table is one line: a <br> in its cell is a space.
+                line = line.replace(_BREAK, _SPACE)
+            # What tags left of a line: the text between them, spaced once; a line of tags alone is blank.
+            line = _text_left(line)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _heading_line(heading: re.Match[str]) -> str:
+    text = " ".join(_text_left(_TAG.sub(_tag_text, heading.group(2))).split())
+    return f"{'#' * int(heading.group(1))} {text}" if text else ""
+
+
+def _text_left(line: str) -> str:
+    rendered = line.replace(_BREAK, "\n").replace(_SPACE, " ").replace(_NOTHING, "")
+    return "\n".join(filter(None, (" ".join(part.split()) for part in rendered.split("\n"))))
+
+
+def _code_span_or_nothing(match: re.Match[str]) -> str:
+    return match.group(0) if match.group(1) else ""
+
+
+def _tag_text(match: re.Match[str]) -> str:
+    if match.group(1):  # a code span
+        return match.group(0)
+    name = match.group(3).lower()
+    if name in _BLOCK_TAGS:
+        return _BREAK
+    if name in _CELL_TAGS:
+        return _SPACE
+    return _NOTHING if name in _INLINE_TAGS else match.group(0)
 
 
 def markdown_page(text: str) -> tuple[Page, str | None]:
@@ -318,11 +412,11 @@ def load_markdown(path: Path) -> LoadedSource:
     """Load a Markdown file as one page whose headings are its sections.
 
     Front matter is not body text: its values (see :func:`split_front_matter`) become ``metadata``.
-    Nor are HTML comments (see :func:`without_comments`). The title is the front matter's ``title``,
+    Nor are HTML comments and tags (see :func:`without_html`). The title is the front matter's ``title``,
     else the first level-1 heading, else the file stem.
     """
     metadata, body = split_front_matter(read_text_file(path).replace("\r\n", "\n"))
-    body = without_comments(body)
+    body = without_html(body)
     if not body.strip():
         raise LoadError(str(path), "empty file (front matter only)" if metadata else "empty file")
     page, heading = markdown_page(body)
