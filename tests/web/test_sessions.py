@@ -6,6 +6,7 @@ pages out, saying why; a failed upload is said once, in words; the pages log no 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -377,3 +378,50 @@ def test_a_conversations_title_cut_in_the_list_can_be_read_whole(site: Site, con
     # The column cuts the title ("At what pre…"); hovering it shows it whole.
     assert item.evaluate("button => button.scrollWidth > button.clientWidth")
     expect(item).to_have_attribute("title", asked)
+
+
+def test_an_answer_comes_into_view_as_it_is_written_and_when_reopened(site: Site, browser: Browser) -> None:
+    # A short window: from the third turn on, a new answer starts near the foot of the conversation.
+    context = browser.new_context(viewport={"width": 1280, "height": 520})
+    try:
+        page = context.new_page()
+        key, _ = site.new_key()
+        sign_in(page, site.server.url + "/", key)
+        for question in (
+            "At what pressure does the relief valve open?",
+            "How often is the relief valve tested?",
+            "Where does the drain cock sit?",
+            "How is the relief valve tested?",
+        ):
+            ask(page, question)
+            # Its text is read where it is written, not below the fold of the conversation.
+            expect(page.locator(".message.assistant").last.locator(".message-text")).to_be_in_viewport(
+                ratio=1
+            )
+        page.reload()
+        expect(page.locator(".message.assistant")).to_have_count(4)
+        expect(page.locator(".message.assistant").last.locator(".message-text")).to_be_in_viewport(ratio=1)
+
+        # An answer taller than the conversation's view is followed until its question reaches the top,
+        # then left for the reader to scroll: its beginning stays on screen.
+        long_answer = " ".join(f"Sentence {n} about the relief valve and its lever." for n in range(120))
+        stream = (
+            'event: start\ndata: {"conversation_id": "0b0e5c1e-0000-4000-8000-000000000001", "turn": 5}\n\n'
+            + "".join(
+                f"event: token\ndata: {json.dumps({'text': word + ' '})}\n\n" for word in long_answer.split()
+            )
+            + "event: complete\ndata: "
+            + json.dumps(
+                {"answer": long_answer, "citations": [], "unsupported": [], "evidence_missing": False}
+            )
+            + "\n\n"
+        )
+        page.route(
+            "**/chat/stream",
+            lambda route: route.fulfill(status=200, content_type="text/event-stream", body=stream),
+        )
+        ask(page, "Tell me everything about the relief valve.")
+        expect(page.locator(".message.user").last).to_be_in_viewport(ratio=1)
+        expect(page.locator(".message.assistant").last.locator("h3")).to_be_in_viewport(ratio=1)
+    finally:
+        context.close()

@@ -208,6 +208,53 @@ function addMessage(role, text) {
   return { message, body };
 }
 
+// -- keeping an answer in view -------------------------------------------------------------------
+
+/** Whether the conversation scrolls in its own box; at phone width the box grows and the page scrolls. */
+const ownScroll = (box) => box.scrollHeight > box.clientHeight + 1;
+
+/** The part of the window the conversation is seen in: its own box, or the window (phone width). */
+function conversationView() {
+  const box = $("messages");
+  const seen = box.getBoundingClientRect();
+  const top = ownScroll(box) ? Math.max(seen.top, 0) : 0;
+  return { top, bottom: Math.min(seen.bottom, window.innerHeight) };
+}
+
+/**
+ * Scroll down so the end of `message` is on screen, but no further than its question reaching the top
+ * of the view: an answer taller than the view is then read from its beginning, at the reader's pace.
+ * The conversation's own box scrolls, or the window where the box grows with it (at phone width).
+ */
+function bringIntoView(message) {
+  const view = conversationView();
+  const question = message.previousElementSibling ?? message;
+  const room = question.getBoundingClientRect().top - view.top - 8;
+  const by = Math.min(message.getBoundingClientRect().bottom - view.bottom, room);
+  if (by <= 0) return;
+  const box = $("messages");
+  if (ownScroll(box)) box.scrollTop += by;
+  else window.scrollBy(0, by);
+}
+
+/**
+ * A function that runs a change to the answer `message` (just added, in view) and keeps its end in
+ * view, until the reader scrolls up: then they read what they chose, and the answer is not followed.
+ */
+function follower(message) {
+  const scrolled = () => ({ box: $("messages").scrollTop, page: window.scrollY });
+  let left = scrolled();
+  let on = true;
+  return (change) => {
+    const now = scrolled();
+    if (now.box < left.box - 1 || now.page < left.page - 1) on = false;
+    change();
+    if (!on) return;
+    bringIntoView(message);
+    left = scrolled();
+  };
+}
+
 // -- asking ---------------------------------------------------------------------------------------
 
 function selectedScopes() {
@@ -241,6 +288,7 @@ async function ask(question) {
   state.opening += 1; // asked in the conversation on screen: one still being opened is not shown over it
   addMessage("user", question);
   const { message, body } = addMessage("assistant", "");
+  const following = follower(message);
   message.setAttribute("aria-busy", "true");
   let text = "";
   let ended = false; // a complete or error event came: else the stream was cut off
@@ -258,13 +306,13 @@ async function ask(question) {
         // (an error status, a key refused, no network) leaves it there to send again.
         if ($("question").value.trim() === question) $("question").value = "";
       } else if (name === "rewrite" && data.rewritten) {
-        showSearched(body, data.query);
+        following(() => showSearched(body, data.query));
       } else if (name === "evidence") {
         say(status, `Answering from ${data.passages.length} passages…`);
         for (const passage of data.passages) prefetchDocument(passage.document_id, passage.version);
       } else if (name === "token") {
         text += data.text;
-        renderAnswer(body, text);
+        following(() => renderAnswer(body, text));
       } else if (name === "citation") {
         // The passage comes the first time the conversation cites it; the checked citation (excerpt,
         // support score) comes with `complete`.
@@ -274,10 +322,10 @@ async function ask(question) {
           state.citations.set(data.number, citation);
           prefetchDocument(citation.document_id, citation.version);
         }
-        renderAnswer(body, text);
+        following(() => renderAnswer(body, text));
       } else if (name === "complete") {
         ended = true;
-        showChecked(message, body, data);
+        following(() => showChecked(message, body, data));
         say(status, "");
       } else if (name === "error") {
         ended = true;
@@ -559,6 +607,9 @@ async function openConversation(id, { quiet = false } = {}) {
       }
     }
     say($("chat-status"), "Ask a follow-up to continue the conversation (citation numbers continue).");
+    // Each message was brought into view as it was added, before its answer was drawn.
+    const last = $("messages").lastElementChild;
+    if (last) bringIntoView(last);
     markCurrentConversation();
     return conversation;
   } catch (error) {
