@@ -113,6 +113,23 @@ def test_a_sweep_that_cannot_reach_the_broker_logs_one_line_not_a_traceback(
     assert f"sweeping the queue of {unreachable.namespace} failed:" in record.getMessage()
 
 
+def test_a_worker_whose_database_is_down_logs_one_line_a_poll_not_a_traceback(
+    celery_settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Started while PostgreSQL was down, a worker logged a chained traceback of four exceptions at
+    # every poll (opening the store raised StoreError, which the sweep did not expect).
+    down = celery_settings.model_copy(
+        update={"database_url": f"postgresql://citeline:s3cret@127.0.0.1:{free_port()}/citeline"}
+    )
+    process = WorkerProcess(down, celery_app(down))
+    with caplog.at_level(logging.WARNING, logger="citeline.jobs.celery"):
+        process._sweep_logged(down.namespace)
+    [record] = [r for r in caplog.records if r.name == "citeline.jobs.celery"]
+    assert record.levelno == logging.WARNING and record.exc_info is None
+    message = record.getMessage()
+    assert "cannot reach PostgreSQL" in message and "next poll" in message and "s3cret" not in message
+
+
 def test_a_document_whose_worker_is_killed_completes_after_a_restart_without_duplicates(
     celery_settings: Settings, workers: Workers, tmp_path: Path
 ) -> None:

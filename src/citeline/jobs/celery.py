@@ -34,7 +34,7 @@ from kombu.utils.url import maybe_sanitize_url
 from sqlalchemy.engine import make_url
 
 from citeline.engine import Citeline
-from citeline.errors import ConfigError
+from citeline.errors import ConfigError, StoreError
 from citeline.ingest import Outcome, RetryPolicy
 from citeline.jobs.runner import JobLimits, sweep
 from citeline.settings import Settings
@@ -51,6 +51,11 @@ QUEUE = "citeline"
 #: A message send that cannot reach Redis gives up quickly: the version is queued in the catalog
 #: whatever happens, and a worker's sweep sends its message once Redis is back.
 _SEND_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
+
+#: The broker or the database out of reach (StoreError: the store could not even be opened): one line
+#: a poll says so (Celery's own log names the broker too), where a chained traceback a poll buried it.
+_OUT_OF_REACH = (StoreError, OSError, OperationalError, sa.exc.OperationalError)
+
 
 #: Addresses that name a PostgreSQL server on this machine, however they are spelled.
 _LOCAL_HOSTS = {"", "localhost", "127.0.0.1", "::1"}
@@ -297,6 +302,12 @@ class WorkerProcess:
             self.store(self.settings.namespace)[0].warm_up(search=False)
         except _StoppingError:
             return
+        except _OUT_OF_REACH as exc:
+            log.warning(
+                "opening namespace %s failed: %s; trying again at the next sweep",
+                self.settings.namespace,
+                exc,
+            )
         except Exception:
             log.exception(
                 "opening namespace %s failed; trying again at the next sweep", self.settings.namespace
@@ -313,9 +324,7 @@ class WorkerProcess:
             self._sweep(namespace)
         except _StoppingError:
             return
-        except (OSError, OperationalError, sa.exc.OperationalError) as exc:
-            # The broker or the database is out of reach: one line a poll says so (Celery's own log
-            # names the broker too), where a chained traceback a poll buried it.
+        except _OUT_OF_REACH as exc:
             log.warning("sweeping the queue of %s failed: %s; trying again at the next poll", namespace, exc)
         except Exception:
             log.exception("sweeping the queue of %s failed; trying again at the next poll", namespace)
