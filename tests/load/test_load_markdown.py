@@ -282,3 +282,26 @@ def test_html_in_markdown_is_read_as_a_reader_sees_it(tmp_path: Path) -> None:
         "## Usage\n\nRun `pumpctl start <unit>` to start a unit. Notes go in `<!-- -->`, like this.\n\n"
         "```html\n<p>kept: an example of markup</p>\n```\n\n    <b>kept: indented code</b>"
     )
+
+
+def test_toml_front_matter_is_metadata_not_text(tmp_path: Path) -> None:
+    # Hugo and Zola pages open with TOML between "+++" lines, their title there and not in the body:
+    # the block was indexed as body text ('title = "Pump care"' the start of the first chunk) and the
+    # document was titled by its file name.
+    text = (
+        '+++\ntitle = "Pump care"\nweight = 10\ndraft = false\ntags = ["pumps", "maintenance"]\n'
+        'date = 2024-05-01\n[params]\nhidden = "nested tables are skipped"\n+++\n\nPrime the pump.\n'
+    )
+    source = load(_write(tmp_path, text, name="_index.md"))
+    assert source.title == "Pump care"
+    assert source.metadata == {
+        "title": "Pump care",
+        "weight": "10",
+        "draft": "false",
+        "tags": ["pumps", "maintenance"],
+        "date": "2024-05-01",
+    }
+    assert next(source.pages).text == "Prime the pump."
+    # TOML that cannot be read is skipped whole, as YAML is, and the body still loads.
+    broken = load(_write(tmp_path, '+++\ntitle = "unclosed\n+++\n# Pumps\n\nPrime it.\n', name="b.md"))
+    assert (broken.title, broken.metadata, next(broken.pages).text) == ("Pumps", {}, "# Pumps\n\nPrime it.")

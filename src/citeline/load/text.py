@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import codecs
+import datetime
 import re
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -225,13 +227,17 @@ def find_headings(text: str) -> list[Heading]:
 
 
 _FRONT_MATTER = re.compile(r"---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|$)", re.DOTALL)
+# Hugo's and Zola's TOML front matter, between "+++" lines.
+_TOML_FRONT_MATTER = re.compile(r"\+\+\+[ \t]*\n(.*?\n)?\+\+\+[ \t]*(?:\n|$)", re.DOTALL)
+_TOML_KEY = re.compile(r"\s*(?:[\w\"'.-]+[ \t]*=|\[)")
 _FRONT_MATTER_KEY = re.compile(r"[A-Za-z_][\w-]*[ \t]*:(?:[ \t]|$)")
 # What YAML refuses to read (control characters but tab and line breaks), cleaned out before it reads.
 _UNREADABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def split_front_matter(text: str) -> tuple[SourceMetadata, str]:
-    """Split a leading YAML front-matter block (``---`` ... ``---``) off Markdown ``text``.
+    """Split a leading YAML front-matter block (``---`` ... ``---``) off Markdown ``text``, or a TOML one
+    (``+++`` ... ``+++``, read as :func:`_toml_values` says).
 
     Returns its top-level keys whose values are scalars, as their text (``version: 2`` as ``"2"``,
     ``draft: yes`` as ``"yes"``: YAML's base schema, which resolves nothing), or lists of scalars
@@ -240,6 +246,9 @@ def split_front_matter(text: str) -> tuple[SourceMetadata, str]:
     cannot read. Text that does not open with such a block, whose first line is a ``key:`` pair, comes
     back whole.
     """
+    toml = _TOML_FRONT_MATTER.match(text)
+    if toml and _TOML_KEY.match(toml.group(1) or ""):
+        return _toml_values(toml.group(1) or ""), text[toml.end() :]
     match = _FRONT_MATTER.match(text)
     if match is None:
         return {}, text
@@ -264,6 +273,33 @@ def split_front_matter(text: str) -> tuple[SourceMetadata, str]:
         if value:
             pairs[str(key)] = value
     return pairs, body
+
+
+def _toml_values(block: str) -> SourceMetadata:
+    """The top-level scalars and lists of scalars of a TOML front-matter block, as text as TOML writes
+    them (``draft = false`` as ``"false"``, a date as ``2024-05-01``); nothing if TOML cannot read it."""
+    try:
+        data = tomllib.loads(block)
+    except tomllib.TOMLDecodeError:
+        return {}
+    pairs: SourceMetadata = {}
+    for key, raw in data.items():
+        value: str | list[str] | None = None
+        if isinstance(raw, list) and not any(isinstance(item, dict | list) for item in raw):
+            value = [item for item in (clean_inline(_toml_text(i)) for i in raw) if item] or None
+        elif not isinstance(raw, dict | list):
+            value = clean_inline(_toml_text(raw)) or None
+        if value:
+            pairs[key] = value
+    return pairs
+
+
+def _toml_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return str(value)
 
 
 def _block_scalar(block: str, key: str) -> bool:
