@@ -144,6 +144,8 @@ class _Site(http.server.BaseHTTPRequestHandler):
             "/data.json": ("application/json", b'{"a": 1}'),
             "/huge": ("text/html", b"<p>" + b"word " * 50_000 + b"</p>"),
             "/huge-unannounced": ("text/html", b"<p>" + b"word " * 50_000 + b"</p>"),
+            "/empty": ("text/html; charset=utf-8", b""),
+            "/blank": ("text/html", b"  \r\n  "),
         }
         if self.path not in routes:
             self.send_error(404, "Not Found")
@@ -333,3 +335,12 @@ def test_a_page_with_its_text_straight_in_the_body_keeps_its_headings(tmp_path: 
         "## Seals\n\nUse only Viton seals rated for high temperatures."
     )
     assert [section.heading for section in page.sections] == ["Pump care", "Seals"]
+
+
+@pytest.mark.parametrize("path", ["/empty", "/blank"])
+def test_an_empty_page_is_said_to_be_empty(site: str, path: str) -> None:
+    # A server answering 200 with no content (a page being rebuilt, a broken proxy) was reported as
+    # "not HTML (no markup could be parsed)", which sends the user looking at the page's markup.
+    with pytest.raises(LoadError) as caught:
+        load(f"{site}{path}", allow_private=True)
+    assert caught.value.reason == "empty page (the server sent no content)"

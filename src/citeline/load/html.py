@@ -203,6 +203,8 @@ def load_url(
     response = fetch(url, allow_private=allow_private, timeout=timeout, max_bytes=max_bytes)
     if response.media_type not in _HTML_MEDIA_TYPES:
         raise LoadError(url, f"not an HTML page (the server sent {response.media_type})")
+    if not response.body.strip():
+        raise LoadError(url, "empty page (the server sent no content)")
     html: str | bytes = response.body
     if response.charset:
         # An unknown charset label is left to the page's own <meta charset>.
