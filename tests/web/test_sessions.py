@@ -425,3 +425,20 @@ def test_an_answer_comes_into_view_as_it_is_written_and_when_reopened(site: Site
         expect(page.locator(".message.assistant").last.locator("h3")).to_be_in_viewport(ratio=1)
     finally:
         context.close()
+
+
+def test_the_chat_fits_the_window_with_its_ask_box_whole(site: Site, browser: Browser) -> None:
+    for width, height in ((1280, 900), (1024, 600)):
+        context = browser.new_context(viewport={"width": width, "height": height})
+        try:
+            page = context.new_page()
+            key, _ = site.new_key()
+            sign_in(page, site.server.url + "/", key)
+            ask(page, "At what pressure does the relief valve open?")
+            # The conversation scrolls in its own box; the page itself has nothing to scroll, and the
+            # ask box and its buttons are whole at the foot of the window.
+            assert page.evaluate("document.documentElement.scrollHeight") <= height, (width, height)
+            expect(page.get_by_role("button", name="Stop")).to_be_in_viewport(ratio=1)
+            expect(page.get_by_label("Question")).to_be_in_viewport(ratio=1)
+        finally:
+            context.close()
