@@ -695,3 +695,58 @@ def test_a_quoted_sentence_loses_the_footnote_marks_a_pdf_gives_it_but_keeps_its
     assert "^9" not in extract.text and "^8" not in extract.text, extract.text
     assert "25 cm^2" in extract.text and "10^3 times" in extract.text, extract.text
     assert without_markers("the stick shaker,^8 with others") == "the stick shaker, with others"
+
+
+def test_a_passage_opening_with_the_tail_of_a_sentence_another_passage_holds_does_not_quote_it(
+    embedder: Embedder,
+) -> None:
+    # Chunks 30 and 31 of the federal register fixture: 31 starts where its overlap with 30 cuts a
+    # sentence, on a capital ("MCAS"), so it read as a whole sentence and opened the answer to "What
+    # is MCAS?": 'MCAS activation as a result of input from a single AOA sensor [1].'
+    before = replace(
+        make_hit(
+            30,
+            "This is in contrast to the original MCAS design, which relied on data from only one sensor "
+            "at a time, and allowed repeated MCAS activation as a result of input from a single AOA sensor.",
+        ),
+        chunk_index=30,
+        total_chunks=60,
+    )
+    after = replace(
+        make_hit(
+            31,
+            "MCAS activation as a result of input from a single AOA sensor. These revised flight control "
+            "laws would use inputs from both AOA sensors to activate MCAS.",
+        ),
+        chunk_index=31,
+        total_chunks=60,
+    )
+
+    extract = extractive_answer(
+        "What is MCAS activation from a single AOA sensor?",
+        select_passages([after, before]),
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    quoted = [c.text for c in claims(extract.text)]
+    assert not any(s.startswith("MCAS activation as a result") for s in quoted), extract.text
+    assert any(s.startswith("This is in contrast to the original MCAS design") for s in quoted), extract.text
+
+
+def test_a_pdf_line_starting_in_small_letters_is_no_heading_and_its_sentence_goes_on() -> None:
+    # Chunk 31 of the federal register fixture, as the PDF loader gives its narrow column.
+    text = (
+        "If the difference between the AOA\nsensor inputs is above a calculated\nthreshold, the FCC "
+        "would disable the\nspeed trim system (STS), including its\nMCAS function, for the remainder of\n"
+        "that flight, and provide a corresponding\nindication of such deactivation on the\nflight deck.\n"
+        "Boots Self-Locking Nut\nThe Boots self-locking nut is of one piece."
+    )
+
+    assert PassageSentences.of(text).sentences == (
+        "If the difference between the AOA sensor inputs is above a calculated threshold, the FCC would "
+        "disable the speed trim system (STS), including its MCAS function, for the remainder of that "
+        "flight, and provide a corresponding indication of such deactivation on the flight deck.",
+        "Boots Self-Locking Nut",
+        "The Boots self-locking nut is of one piece.",
+    )

@@ -182,13 +182,16 @@ def _scored(
         own = question_scores(own_words, [sentences for _, sentences in split], cache)
         scores = [[(a + b) / 2 for a, b in zip(s, o, strict=True)] for s, o in zip(scores, own, strict=True)]
     out: list[_Sentence] = []
-    for (passage, sentences), passage_scores in zip(split, scores, strict=True):
+    for i, ((passage, sentences), passage_scores) in enumerate(zip(split, scores, strict=True)):
         cut = _cut(passage, sentences.sentences)
-        for i, (sentence, score) in enumerate(zip(sentences.sentences, passage_scores, strict=True)):
+        others = [t for j, (_, other) in enumerate(split) if j != i for t in other.sentences]
+        if sentences.sentences and _goes_on_from(sentences.sentences[0], others):
+            cut.add(0)
+        for position, (sentence, score) in enumerate(zip(sentences.sentences, passage_scores, strict=True)):
             # Quoted with citeline's citation: the source's own "[2]" would read as another one.
             text = _plain(without_markers(sentence))
-            if i not in cut and _quotable(text) and not _CODE_MARKER.search(sentence):
-                out.append(_Sentence(passage=passage, position=i, text=text, score=score))
+            if position not in cut and _quotable(text) and not _CODE_MARKER.search(sentence):
+                out.append(_Sentence(passage=passage, position=position, text=text, score=score))
     if not out:
         # Passages of headings and fragments only: quote them rather than say nothing.
         out = [
@@ -289,6 +292,18 @@ def _cut(passage: Passage, sentences: Sequence[str]) -> set[int]:
         # next passage.
         cut.add(len(sentences) - 1)
     return cut
+
+
+def _goes_on_from(first: str, others: Sequence[str]) -> bool:
+    """Whether a passage's ``first`` sentence is the end of one of ``others``, the sentences of the
+    other passages.
+
+    Neighbouring chunks overlap, and a chunk may start mid-sentence on a capital ("MCAS activation as
+    a result of input from a single AOA sensor." ends "... and allowed repeated MCAS activation as a
+    result of ..."), which :func:`_cut` cannot tell from a whole sentence; quoted, it claims what the
+    sentence does not say alone, and often beside the whole sentence from the other passage.
+    """
+    return any(len(other) > len(first) and other.endswith(" " + first) for other in others)
 
 
 def _pieces_of_a_quotation(sentence: str) -> bool:

@@ -133,9 +133,12 @@ def _breaks_sentence(before: str, after: str) -> bool:
         return True  # a Markdown table's rows are sentences of their own (see readable_rows)
     # A short unpunctuated line before a capitalised one reads as a heading; a narrow PDF column
     # wrapping mid-sentence before a proper noun is the rarer case, unless the line ends in a word no
-    # heading ends in ("... directive (AD) for\nPilatus Aircraft ...").
+    # heading ends in ("... directive (AD) for\nPilatus Aircraft ...") or starts in small letters, as
+    # no heading does: "speed trim system (STS), including its\nMCAS function, for ..." was cut there,
+    # and "MCAS function, for the remainder of that flight, ..." opened the answer to "What is MCAS?".
     return (
-        after.lstrip()[:1].isupper()
+        not line[:1].islower()
+        and after.lstrip()[:1].isupper()
         and (line[-1].isalnum() or line[-1] == ")")
         and len(line.split()) <= _HEADING_MAX_WORDS
         and line.split()[-1].lower() not in _GOES_ON
@@ -206,21 +209,24 @@ class PassageSentences:
     terms: frozenset[str]
 
     @classmethod
-    def of(cls, text: str) -> PassageSentences:
+    def of(cls, text: str, context: str | None = None) -> PassageSentences:
+        """``text`` cut into sentences. ``context`` is the chunk's (``Hit.context``): the header row of
+        the table whose rows ``text`` continues, under which those rows are read."""
         spans = tuple(sentence_spans(text))
+        sentences = readable_rows([text[s:e] for s, e in spans], header=context)
         return cls(
             text=text,
             spans=spans,
-            sentences=tuple(normalise(s) for s in readable_rows([text[s:e] for s, e in spans])),
+            sentences=tuple(normalise(s) for s in sentences),
             terms=content_terms(text),
         )
 
 
-def shown_text(text: str, start: int, end: int) -> str:
+def shown_text(text: str, start: int, end: int, context: str | None = None) -> str:
     """``text[start:end]`` as a citation's excerpt shows it: when the span is one of ``text``'s sentences,
-    that sentence as :class:`PassageSentences` reads it (a table's row under its headers), otherwise the
-    span on one line."""
-    sentences = PassageSentences.of(text)
+    that sentence as :class:`PassageSentences` reads it (a table's row under its headers, ``context``'s
+    for rows that continue a table), otherwise the span on one line."""
+    sentences = PassageSentences.of(text, context)
     for span, sentence in zip(sentences.spans, sentences.sentences, strict=True):
         if span == (start, end):
             return sentence
@@ -238,7 +244,7 @@ def table_rule(row: str) -> bool:
     return row.lstrip().startswith("|") and bool(cells) and all(_RULE_CELL.fullmatch(c) for c in cells)
 
 
-def readable_rows(sentences: Sequence[str]) -> list[str]:
+def readable_rows(sentences: Sequence[str], *, header: str | None = None) -> list[str]:
     """``sentences`` with each data row of a Markdown table written as its headers read it: ``| HX-4000 |
     16 |`` under ``| Model | Max pressure (bar) |`` becomes ``Model: HX-4000; Max pressure (bar): 16.``
 
@@ -246,10 +252,13 @@ def readable_rows(sentences: Sequence[str]) -> list[str]:
     HX-4000" and was never quoted; a sentence citing it ("The HX-4000's maximum pressure is 16 bar [1]")
     found no words of its own in it. Written as CSV rows are loaded, a row can be scored, quoted and
     cited. Header rows and rules stay as they are (starting with ``|``, they are never quoted).
+    ``header`` is the header row of a table whose rows ``sentences`` start with (a chunk that continues
+    a table holds no header of its own: ``Hit.context``).
     """
     out: list[str] = []
-    header: list[str] | None = None
-    closed = True  # whether the header row ends in a pipe, as its whole rows then do
+    first = header if header is not None and header.lstrip().startswith("|") else None
+    columns: list[str] | None = table_cells(first) if first is not None else None
+    closed = first is None or first.rstrip().endswith("|")  # whether whole rows end in a pipe
     # Whether the last row goes on in the next sentences: the splitter ends sentences inside a cell
     # ("| `ndcg@10` | Gain of the first 10. 1.0 is best. |" is three), and the table goes on after.
     open_row = False
@@ -258,7 +267,7 @@ def readable_rows(sentences: Sequence[str]) -> list[str]:
         stripped = sentence.strip()
         if not stripped.startswith("|"):
             if not open_row:
-                header = None
+                columns = None
             elif label:
                 # "Measured for the default embedder." alone does not say what was measured.
                 rest = stripped.removesuffix("|").rstrip()
@@ -270,21 +279,21 @@ def readable_rows(sentences: Sequence[str]) -> list[str]:
         label = ""
         following = sentences[i + 1] if i + 1 < len(sentences) else ""
         if table_rule(following) and not table_rule(sentence):
-            header = table_cells(sentence)
+            columns = table_cells(sentence)
             closed = sentence.rstrip().endswith("|")
         cells = table_cells(sentence)
         # A row the passage's edge cut ("| `mrr@10` | Reciprocal rank of th") stays as it is: read
         # under its headers, with a full stop, it passed for a whole row. (A row whose cell ends a
         # sentence leaves its closing pipe to the next piece, so only the last can be cut.)
         cut = closed and i == len(sentences) - 1 and not sentence.rstrip().endswith("|")
-        if header is None or table_rule(sentence) or cells == header or len(cells) != len(header) or cut:
+        if columns is None or table_rule(sentence) or cells == columns or len(cells) != len(columns) or cut:
             out.append(sentence)
             continue
         pairs = [
-            f"{name}: {cell}" if name else cell for name, cell in zip(header, cells, strict=True) if cell
+            f"{name}: {cell}" if name else cell for name, cell in zip(columns, cells, strict=True) if cell
         ]
         row = "; ".join(pairs)
-        label = f"{header[0]}: {cells[0]}" if header[0] and cells[0] else ""
+        label = f"{columns[0]}: {cells[0]}" if columns[0] and cells[0] else ""
         # A last cell that ends its own sentence gets no second full stop ("... ideal ranking..").
         out.append(row if row.endswith((".", "!", "?")) else row + ".")
     return out
