@@ -336,6 +336,9 @@ _TAG = re.compile(
 _HTML_HEADING = re.compile(
     r"^ {0,3}<h([1-6])(?:\s[^<>]*)?>(.*?)</h\1\s*>[ \t]*$", re.IGNORECASE | re.MULTILINE
 )
+# A line opening with the tag of an HTML element starts an HTML block, which runs to a blank line (as
+# CommonMark has it); an element inside a paragraph's text is left as written.
+_HTML_BLOCK_START = re.compile(r" {0,3}</?([A-Za-z][A-Za-z0-9]*)(?:\s|/?>|$)")
 # What each tag left out becomes while the lines are put back together (see _rendered).
 _BREAK, _SPACE, _NOTHING = "\x00\x01", "\x00\x02", "\x00\x03"
 
@@ -393,17 +396,38 @@ def _outside_code(text: str, render: Callable[[str], str], *, indented: bool) ->
 
 
 def _rendered(prose: str) -> str:
-    """Markdown ``prose`` (no code blocks) without its tags; see :func:`without_html`."""
-    prose = _HTML_HEADING.sub(_heading_line, prose)
+    """Markdown ``prose`` (no code blocks) with its HTML blocks read as text; see :func:`without_html`."""
+    out: list[str] = []
+    block: list[str] = []
+    for line in [*prose.split("\n"), ""]:
+        if block and not line.strip():
+            out.extend(_block_text("\n".join(block)).split("\n"))
+            block = []
+        if block or _starts_html_block(line):
+            block.append(line)
+        else:
+            out.append(line)
+    return "\n".join(out[:-1])
+
+
+def _starts_html_block(line: str) -> bool:
+    """Whether ``line`` opens an HTML block: with the tag of a block element (``<p align="center">``,
+    ``<table>``), or with nothing but tags of other elements (a line of badges, a lone ``<img>``)."""
+    start = _HTML_BLOCK_START.match(line)
+    if start is None:
+        return False
+    name = start.group(1).lower()
+    if name in _BLOCK_TAGS or name in _CELL_TAGS:
+        return True
+    return name in _INLINE_TAGS and not _text_left(_TAG.sub(_tag_text, line)).strip()
+
+
+def _block_text(block: str) -> str:
+    """The text of an HTML block: its heading lines as Markdown headings, its tags left out."""
     lines = []
-    for line in _TAG.sub(_tag_text, prose).split("\n"):
-        if "\x00" in line:
-            if line.lstrip().startswith("|"):
-                # A row of a Markdown table is one line: a <br> in its cell is a space.
-                line = line.replace(_BREAK, _SPACE)
-            # What tags left of a line: the text between them, spaced once; a line of tags alone is blank.
-            line = _text_left(line)
-        lines.append(line)
+    for line in _TAG.sub(_tag_text, _HTML_HEADING.sub(_heading_line, block)).split("\n"):
+        # What tags left of a line: the text between them, spaced once; a line of tags alone is blank.
+        lines.append(_text_left(line) if "\x00" in line else line)
     return "\n".join(lines)
 
 
