@@ -30,6 +30,7 @@ from enum import Enum
 from typing import Any
 
 from citeline.answer.prompt import Passage
+from citeline.answer.quantities import disagreement
 from citeline.answer.stance import Stance
 from citeline.answer.support import (
     SUPPORT_THRESHOLD,
@@ -526,10 +527,12 @@ def verify(
 
     ``passages`` maps conversation numbers to the passages given this turn; ``attributed`` holds the
     numbers that citeline cited and the model did not. A sentence is unsupported when no passage it
-    cites scores :data:`SUPPORT_THRESHOLD` or more; a sentence with no citation and a few content terms
-    is reported as uncited. ``read_as`` maps a sentence of ``answer`` (as :func:`claims` gives it) to
-    the text its citations are scored for: a verdict ("Yes: the sources support this claim [1].") cites
-    its passages for the claim it judges, not for its own words.
+    cites scores :data:`SUPPORT_THRESHOLD` or more; a passage that states one of the sentence's
+    quantities otherwise (:func:`~citeline.answer.quantities.disagreement`) scores 0 for it. A
+    sentence with no citation and a few content terms is reported as uncited. ``read_as`` maps a
+    sentence of ``answer`` (as :func:`claims` gives it) to the text its citations are scored for: a
+    verdict ("Yes: the sources support this claim [1].") cites its passages for the claim it judges,
+    not for its own words.
 
     A citation's excerpt is the passage sentence backing the first sentence that the passage backs:
     an answer opens with what was asked, and an extractive answer quotes every sentence verbatim, so
@@ -544,7 +547,7 @@ def verify(
         ]
     stand_ins = {i for i, c in enumerate(found) if read_as and c.sentence in read_as}
     cited = {n for claim in found for n in claim.numbers if n in passages}
-    prepared = {n: PassageSentences.of(passages[n].text) for n in cited}
+    prepared = {n: PassageSentences.of(passages[n].text, passages[n].hit.context) for n in cited}
     cache.warm([c.text for c in found if c.numbers] + [t for p in prepared.values() for t in p.sentences])
     best: dict[int, Support] = {}
     first_backed: dict[int, Support] = {}
@@ -562,6 +565,14 @@ def verify(
             support(claim.text, prepared[n], cache) if content_terms(claim.text) else _NOTHING
             for n in numbers
         ]
+        if i not in stand_ins:
+            # Meaning and shared words do not compare numbers: "The maximum dose is 3000 mg. [1]" scored
+            # 0.47 against "... to at most 2000 mg." A passage stating the sentence's quantity otherwise
+            # does not back it, whatever it scores (a verdict's opening says so itself: not checked).
+            scores = [
+                replace(s, score=0.0) if s.score and disagreement(claim.text, passages[n].text) else s
+                for n, s in zip(numbers, scores, strict=True)
+            ]
         for n, result in zip(numbers, scores, strict=True):
             if n not in best or result.score > best[n].score:
                 best[n] = result

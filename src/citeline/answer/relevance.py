@@ -224,7 +224,7 @@ def answerable(
         return True
     if cache is None or not relevant:
         return False
-    sentences = [t for hit in relevant for t in PassageSentences.of(hit.text).sentences]
+    sentences = [t for hit in relevant for t in PassageSentences.of(hit.text, hit.context).sentences]
     vectors = cache.matrix([said, *sentences])
     return bool(sentences) and float((vectors[1:] @ vectors[0]).max()) >= MIN_OWN_SIMILARITY
 

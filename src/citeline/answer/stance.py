@@ -278,7 +278,8 @@ def assess(
 
 def _about(claim: str, passage: Passage, cache: VectorCache) -> bool:
     """Whether ``passage`` is about ``claim``: its best sentence reaches the citation check's threshold."""
-    return support(claim, PassageSentences.of(passage.text), cache).score >= SUPPORT_THRESHOLD
+    sentences = PassageSentences.of(passage.text, passage.hit.context)
+    return support(claim, sentences, cache).score >= SUPPORT_THRESHOLD
 
 
 def _asked(question: str) -> str:

@@ -567,7 +567,7 @@ def _mismatches(citation: Citation, hit: Hit) -> list[str]:
     # The excerpt reads the stored sentence as the citation scored it (a table's row under its headers).
     passage = hit.text[citation.start - hit.start : citation.end - hit.start]
     offset = citation.start
-    stored = shown_text(passage, citation.excerpt_start - offset, citation.excerpt_end - offset)
+    stored = shown_text(passage, citation.excerpt_start - offset, citation.excerpt_end - offset, hit.context)
     if not stored.startswith(citation.excerpt.removesuffix(_ELLIPSIS)):
         out.append(f"excerpt does not match the stored text at {citation.excerpt_start}")
     return out
