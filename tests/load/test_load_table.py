@@ -80,3 +80,14 @@ def test_an_excel_separator_line_names_the_delimiter_and_is_not_the_header(
     [page] = source.pages
     assert page.text == "part: bolt, M8; torque: 25,5\npart: nut; torque: 7"
     assert source.metadata == {"rows": "2", "columns": "2"}
+
+
+def test_a_quote_doubled_inside_a_quoted_cell_is_one_quote(tmp_path: Path) -> None:
+    # Excel writes an inch mark in a cell that also holds a comma as "Pipe, 3/4"" steel". Python's sniffer
+    # decided such files do not double their quotes, and the cell read 'Pipe, 3/4" steel"'.
+    path = _write(tmp_path, 'part,description,qty\nA1,"Pipe, 3/4"" steel",4\nA2,"Hose, 1/2"" rubber",2\n')
+    [page] = load(path).pages
+    assert (
+        page.text
+        == 'part: A1; description: Pipe, 3/4" steel; qty: 4\npart: A2; description: Hose, 1/2" rubber; qty: 2'
+    )

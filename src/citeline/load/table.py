@@ -30,10 +30,15 @@ def _dialect(text: str, suffix: str) -> type[csv.Dialect]:
         # A row cut in half would look like a row with fewer delimiters.
         sample = sample[: sample.rfind("\n") + 1] or sample
     try:
-        return csv.Sniffer().sniff(sample, delimiters=_DELIMITERS)
+        dialect = csv.Sniffer().sniff(sample, delimiters=_DELIMITERS)
     except csv.Error:
         # The sniffer gives up on single-column files and on samples it finds ambiguous.
         return csv.excel
+    # A quote inside a quoted cell is written twice ("3/4"" steel"), as Excel and RFC 4180 have it. The
+    # sniffer says otherwise whenever such a cell also holds the delimiter, and without an escape
+    # character (which it never finds) a quote inside a cell could not be written at all.
+    dialect.doublequote = True
+    return dialect
 
 
 def render_rows(header: list[str], rows: list[list[str]]) -> tuple[str, tuple[tuple[int, int], ...]]:
