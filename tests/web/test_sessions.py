@@ -7,6 +7,9 @@ pages out, saying why; a failed upload is said once, in words; the pages log no 
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,6 +308,51 @@ def test_an_answer_cut_off_says_so_and_gives_the_question_back(site: Site, conte
         "The answer was cut off: the connection closed before it was complete. Ask again."
     )
     expect(page.get_by_label("Question")).to_have_value(asked)
+
+
+def test_an_answer_whose_connection_breaks_says_it_was_cut_off(site: Site, context: BrowserContext) -> None:
+    # A server that answers, sends a few words and dies (as citeline serve killed mid-answer does): the
+    # response's chunked body ends without its last chunk, and reading it fails in the browser.
+    listener = socket.create_server(("127.0.0.1", 0))
+    words = (
+        b'event: start\ndata: {"conversation_id": "0b0e5c1e-0000-4000-8000-000000000002", "turn": 1}\n\n'
+        b'event: token\ndata: {"text": "The relief valve opens at"}\n\n'
+    )
+
+    def answer_and_die() -> None:
+        client, _ = listener.accept()
+        with client:
+            client.recv(65536)
+            client.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + f"{len(words):x}\r\n".encode()
+                + words
+                + b"\r\n"
+            )
+            time.sleep(0.5)
+
+    dying = threading.Thread(target=answer_and_die, daemon=True)
+    dying.start()
+    try:
+        page = context.new_page()
+        key, _ = site.new_key()
+        sign_in(page, site.server.url + "/", key)
+        port = listener.getsockname()[1]
+        page.route(
+            "**/chat/stream", lambda route: route.continue_(url=f"http://127.0.0.1:{port}/chat/stream")
+        )
+        asked = "At what pressure does the relief valve open?"
+        page.get_by_label("Question").fill(asked)
+        page.get_by_role("button", name="Ask").click()
+        answer = page.locator(".message.assistant").last
+        # The server was reached and began; it is not said to be unreachable.
+        expect(answer.locator(".error")).to_have_text(
+            "The answer was cut off: the connection closed before it was complete. Ask again."
+        )
+        expect(page.get_by_label("Question")).to_have_value(asked)
+    finally:
+        dying.join(timeout=10)
+        listener.close()
 
 
 def test_a_failed_asks_reason_is_brought_into_view(site: Site, context: BrowserContext) -> None:

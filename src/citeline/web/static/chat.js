@@ -50,6 +50,12 @@ const state = {
 
 // -- streaming ------------------------------------------------------------------------------------
 
+/** The answer's connection ended before its last event: what came is no whole answer. */
+class CutOff extends Error {
+  name = "CutOff";
+  message = "The answer was cut off: the connection closed before it was complete. Ask again.";
+}
+
 /**
  * POST /chat/stream and call `onEvent(name, data)` for each server-sent event. EventSource cannot send
  * an Authorization header, so the stream is read with fetch: events are separated by a blank line,
@@ -66,7 +72,16 @@ async function streamAnswer(body, signal, onEvent) {
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   for (;;) {
-    const { value, done } = await reader.read();
+    let read;
+    try {
+      read = await reader.read();
+    } catch (error) {
+      // The server answered, then the connection broke (it stopped, a proxy dropped it): not "could not
+      // be reached". Stop is an abort, said as such.
+      if (error?.name === "AbortError") throw error;
+      throw new CutOff();
+    }
+    const { value, done } = read;
     if (done) break;
     buffer += value.replaceAll("\r\n", "\n");
     let cut;
@@ -336,15 +351,17 @@ async function ask(question) {
       }
     });
     // The connection closed mid-answer (a proxy's timeout, a server restart): what came is no answer.
-    if (!ended) {
-      endNote(message, "error", "The answer was cut off: the connection closed before it was complete. Ask again.");
-      giveBack(question);
-      say(status, "");
-    }
+    if (!ended) throw new CutOff();
   } catch (error) {
     checkRefused(error); // the stream's own request: a revoked key signs the page out
     if (error?.name === "AbortError") {
       endNote(message, "stopped", "Stopped.");
+      say(status, "");
+    } else if (error instanceof CutOff) {
+      if (!ended) { // after the complete or error event, what broke was only the connection's end
+        endNote(message, "error", error.message);
+        giveBack(question);
+      }
       say(status, "");
     } else {
       endNote(message, "error", `The answer failed: ${describeError(error)}`);
