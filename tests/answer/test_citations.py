@@ -18,7 +18,7 @@ from citeline.answer.prompt import Passage, select_passages
 from citeline.answer.support import SUPPORT_THRESHOLD, VectorCache, normalise
 from citeline.embed import Embedder
 
-from .conftest import PUMP_PAGES, pump_hits
+from .conftest import PUMP_PAGES, make_hit, pump_hits
 
 # Chunk ids of the pump manual's pages, by page.
 PRIME, DRY, FROST, MOTOR = 101, 102, 103, 104
@@ -354,3 +354,23 @@ def test_a_citation_citeline_added_is_marked_attributed(embedder: Embedder) -> N
 
     assert [(c.number, c.attributed) for c in checked.citations] == [(1, False), (2, True)]
     assert [c.as_dict()["attributed"] for c in checked.citations] == [False, True]
+
+
+def test_a_sentence_stating_a_quantity_its_passage_states_otherwise_is_not_backed_by_it(
+    embedder: Embedder,
+) -> None:
+    # Asked "Is it true that the maximum dose is 3000 mg?", the packaged model wrote "The maximum dose
+    # is 3000 mg. [1]" under the verdict that the source states at most 2000 mg: support 0.47, above
+    # the threshold, so the answer asserted the wrong dose, cited, with no flag.
+    dose = make_hit(
+        7,
+        "The usual starting dose of metformin is 500 mg twice daily with meals, raised by 500 mg each "
+        "week to at most 2000 mg.",
+    )
+    given = {1: select_passages([dose])[0]}
+
+    wrong = verify("The maximum dose of metformin is 3000 mg [1].", given, VectorCache(embedder))
+    right = verify("The maximum dose of metformin is 2000 mg [1].", given, VectorCache(embedder))
+
+    assert [u.numbers for u in wrong.unsupported] == [(1,)] and not wrong.citations[0].supported
+    assert right.unsupported == () and right.citations[0].supported
