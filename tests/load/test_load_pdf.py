@@ -264,13 +264,18 @@ def test_a_blank_page_between_text_pages_keeps_its_number_and_claims_no_ocr(
     assert source.metadata == {"pages": "3"}
 
 
-def test_a_scanned_pdf_fails_up_front_where_tesseract_is_not_installed(
+def test_a_scanned_pdf_fails_up_front_where_tesseract_is_not_installed_and_says_so(
     pdf_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The reason was "no text layer (scanned?)" alone: the administrator knew the file was a scan, not
+    # that this machine cannot read scans.
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(LoadError) as caught:
         load(pdf_dir / "scanned_docling_ocr_test.pdf")
-    assert caught.value.reason == NO_TEXT_LAYER
+    assert caught.value.reason == (
+        f"{NO_TEXT_LAYER}; Tesseract, which reads scanned pages, is not installed "
+        "(make install installs it; Debian: apt-get install tesseract-ocr)"
+    )
 
 
 def _encrypted_copy(plain: Path, target: Path, user_password: str) -> Path:

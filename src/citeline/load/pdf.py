@@ -36,6 +36,11 @@ if TYPE_CHECKING:
     import pypdf
 
 NO_TEXT_LAYER = "no text layer (scanned?)"
+#: Said after :data:`NO_TEXT_LAYER` of a PDF with images where the ``tesseract`` program is missing.
+NO_OCR = (
+    "Tesseract, which reads scanned pages, is not installed (make install installs it; Debian: apt-get "
+    "install tesseract-ocr)"
+)
 
 # pypdf logs what it repairs or gives up on in a malformed file ("EOF marker not found") as warnings,
 # which reach the user's terminal; what matters is reported here, as an error naming the file.
@@ -617,6 +622,8 @@ def load_pdf(path: Path) -> LoadedSource:
         if not any(clean_text(reader.text(i)) for i in range(reader.page_count)) and not any(
             scans.read(reader, i) for i in range(reader.page_count) if ocr.available()
         ):
+            if not ocr.available() and any(reader.has_image(i) for i in range(reader.page_count)):
+                raise LoadError(reader.source, f"{NO_TEXT_LAYER}; {NO_OCR}")
             raise LoadError(reader.source, NO_TEXT_LAYER)
         metadata: SourceMetadata = {"pages": str(reader.page_count)}
         if author := reader.metadata.get("Author", ""):
