@@ -532,3 +532,20 @@ def test_the_values_filled_into_a_pdf_form_are_part_of_its_text(tmp_path: Path) 
     assert "Ada Lovelace" in page.text
     assert "Relief valve leaking at 6 bar" in page.text
     assert "Inspector:" in page.text and "Result:" in page.text
+
+
+def test_scanned_pages_left_unread_without_tesseract_are_named(
+    make_pdf: Callable[..., Path], pdf_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A PDF of text pages and scanned ones loads on a machine without Tesseract (it has text), and its
+    # scanned pages came out empty with nothing anywhere saying they were not read.
+    writer = pypdf.PdfWriter()
+    writer.append(make_pdf(text="Prime the pump before the first start."))
+    writer.append(pdf_dir / "scanned_docling_ocr_test.pdf")
+    path = tmp_path / "mixed.pdf"
+    with path.open("wb") as file:
+        writer.write(file)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    source = load(path)
+    assert [page.text for page in source.pages] == ["Prime the pump before the first start.", ""]
+    assert source.metadata == {"pages": "2", "ocr_unread": "2"}

@@ -45,10 +45,8 @@ def test_a_scanned_document_is_found_by_citeline_search(settings: Settings) -> N
     assert metadata["scanned_docling_ocr_test_rotated_90.pdf"]["ocr_rotated"] == "1=90"
 
 
-def test_a_scan_stamped_with_a_running_line_is_still_read_by_ocr(tmp_path: Path) -> None:
-    # A scan whose pages carry a stamp in a text layer (a Bates number, Acrobat's "Page 1 of 3") has text
-    # on every page, so no page was sent to OCR; the stamp is a running line and is dropped, and the
-    # pages came out empty: the document said nothing of what the scans show.
+def _stamped_scan(tmp_path: Path) -> Path:
+    """Three scanned pages, each stamped with a Bates number in a text layer."""
     writer = pypdf.PdfWriter()
     for number in range(1, 4):
         scan = pypdf.PdfReader(PDFS / "scanned_docling_ocr_test.pdf").pages[0]
@@ -60,7 +58,14 @@ def test_a_scan_stamped_with_a_running_line_is_still_read_by_ocr(tmp_path: Path)
     path = tmp_path / "production.pdf"
     with path.open("wb") as file:
         writer.write(file)
-    source = load(path)
+    return path
+
+
+def test_a_scan_stamped_with_a_running_line_is_still_read_by_ocr(tmp_path: Path) -> None:
+    # A scan whose pages carry a stamp in a text layer (a Bates number, Acrobat's "Page 1 of 3") has text
+    # on every page, so no page was sent to OCR; the stamp is a running line and is dropped, and the
+    # pages came out empty: the document said nothing of what the scans show.
+    source = load(_stamped_scan(tmp_path))
     pages = list(source.pages)
     for page in pages:
         assert "Docling bundles PDF document conversion to JSON" in " ".join(page.text.split())
@@ -68,3 +73,12 @@ def test_a_scan_stamped_with_a_running_line_is_still_read_by_ocr(tmp_path: Path)
     confidences = source.metadata["ocr_confidence"]
     assert isinstance(confidences, str)
     assert [item.split("=")[0] for item in confidences.split()] == ["1", "2", "3"]
+
+
+def test_a_stamped_scan_left_unread_without_tesseract_names_its_pages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    source = load(_stamped_scan(tmp_path))
+    assert [page.text for page in source.pages] == ["", "", ""]
+    assert source.metadata == {"pages": "3", "ocr_unread": "1 2 3"}

@@ -673,6 +673,8 @@ def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page
                 text = scans.read(reader, index)
                 # The metadata is stored once every page is read: it is complete by then.
                 scans.describe(metadata)
+            elif not text and reader.has_image(index):
+                _unread(metadata, index + 1)
             return text
 
         texts = (read(index) for index in range(reader.page_count))
@@ -682,14 +684,24 @@ def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page
         running = running_lines(window)
         for number, text in enumerate(itertools.chain(window, texts), start=1):
             kept = without_running_lines(text, running)
-            if text and not kept and ocr.available() and reader.is_scan(number - 1):
+            if text and not kept and reader.is_scan(number - 1):
                 # A scan stamped in a text layer (a Bates number, "Page 2 of 9") has text, so it was not
                 # read by OCR above; once the stamp goes as a running line, nothing of the scan is left.
-                kept = without_running_lines(scans.read(reader, number - 1), running)
-                scans.describe(metadata)
+                if ocr.available():
+                    kept = without_running_lines(scans.read(reader, number - 1), running)
+                    scans.describe(metadata)
+                else:
+                    _unread(metadata, number)
             yield Page(number=number, text=kept)
     finally:
         reader.close()
+
+
+def _unread(metadata: SourceMetadata, number: int) -> None:
+    """Name page ``number`` in ``ocr_unread``: a scanned page left empty because Tesseract is missing,
+    which nothing else would say."""
+    unread = metadata.get("ocr_unread")
+    metadata["ocr_unread"] = f"{unread} {number}" if isinstance(unread, str) else str(number)
 
 
 #: An image covering this share of a page makes it a scan (:meth:`_PageReader.is_scan`); a figure on a page
