@@ -72,3 +72,33 @@ def test_a_short_exclamation_puts_no_claim(said: str) -> None:
 
 def test_a_long_exclamation_still_puts_its_claim() -> None:
     assert claim_of("Aspirin lowers the risk of heart attack!") == "Aspirin lowers the risk of heart attack!"
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # Put as a claim, a subject pointing back is as unreadable as in a yes/no question: after "What
+        # is an elastic stop nut?", both got "Yes: the sources support this claim", judged on "they".
+        "Is it true that they can be reused?",
+        "And is it true that it softens above 250 degrees F?",
+        "They can be reused.",
+        "It lowers blood glucose in adults.",
+    ],
+)
+def test_a_claim_about_something_it_does_not_name_puts_no_claim(question: str) -> None:
+    assert claim_of(question) is None
+
+
+@pytest.mark.parametrize(
+    ("question", "claim"),
+    [
+        ("Is it true that it is safe to run the pump dry?", "it is safe to run the pump dry"),
+        ("It is unsafe to reuse an elastic stop nut.", "It is unsafe to reuse an elastic stop nut."),
+        (
+            "Is it true that their collar softens above 250 degrees F?",
+            "their collar softens above 250 degrees F",
+        ),
+    ],
+)
+def test_an_it_standing_for_what_follows_still_names_the_claims_subject(question: str, claim: str) -> None:
+    assert claim_of(question) == claim

@@ -110,6 +110,14 @@ _MARKUP = re.compile(
     r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|$)|<!--.*?(?:-->|$)|</?[A-Za-z][\w:-]*(?:\s[^<>]*)?/?>",
     re.IGNORECASE | re.DOTALL,
 )
+# The same two readings in a claim put as a statement ("They can be reused.", "Is it true that it
+# lowers blood glucose?") and an "it" standing for what follows ("It is unsafe to reuse the nut.").
+_POINTING_STATEMENT = re.compile(r"^\s*(?:they|he|she|it)\b", re.IGNORECASE)
+_ANTICIPATORY_STATEMENT = re.compile(
+    r"^\s*it\s+(?:is|was|(?:would|will|could|can|might|should)\s+be)\s+(?:[\w-]+\s+){1,2}"
+    r"(?:to|that|whether|for)\b",
+    re.IGNORECASE,
+)
 _LEADING_CONJUNCTION = re.compile(r"^(?:and|but|so|then|also|okay|ok|well)(?:[\s,]+|$)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"\.[\"'\u201d\u2019)]*$")
 MIN_STATEMENT_WORDS = 4
@@ -125,8 +133,8 @@ def claim_of(question: str) -> str | None:
     statement (``X lowers Y.``) put themselves. Open questions (``How do I prime the pump?``), questions
     told as statements (``... I would like to know how long to wait between doses.``), keyword searches
     (``elastic stop nut``: fewer than :data:`MIN_STATEMENT_WORDS` words and no full stop) and yes/no
-    questions whose subject is a pronoun pointing to an earlier turn (``Can they be reused?``: they
-    name nothing to check) put none.
+    questions and claims whose subject is a pronoun pointing to an earlier turn (``Can they be
+    reused?``, ``Is it true that they can be reused?``: they name nothing to check) put none.
     """
     # (The terms a conversation's search borrows from earlier turns never get here: it judges the user's
     # own words, answer_stream's claim_text, so a claim's own closing "(in mice)" is kept.)
@@ -135,14 +143,20 @@ def claim_of(question: str) -> str | None:
         return None
     template = _CLAIM_TEMPLATE.match(text)
     if template:
-        return template.group(1).strip()
+        return _named(template.group(1).strip())
     if _OPEN_QUESTION.match(text) or _REQUEST.match(text) or _ASKING.search(text):
         return None
     if _YES_NO.match(text):
         return None if _POINTING_SUBJECT.match(text) and not _ANTICIPATORY_IT.match(text) else text
     if text.endswith("?") or (len(text.split()) < MIN_STATEMENT_WORDS and not _SENTENCE_END.search(text)):
         return None
-    return text
+    return _named(text)
+
+
+def _named(claim: str) -> str | None:
+    """``claim``, unless its subject is a pronoun pointing to an earlier turn."""
+    pointing = _POINTING_STATEMENT.match(claim) and not _ANTICIPATORY_STATEMENT.match(claim)
+    return None if pointing else claim
 
 
 @dataclass(frozen=True)
