@@ -32,10 +32,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 # UTF-16 puts the NUL of each ASCII character on one side of the pair: this many times as many there
 # as on the other says which byte order it is.
 _UTF16_NUL_SIDE = 10
-# Bytes that are not UTF-8, as the "surrogateescape" error handler gives them, and every character
-# beyond ASCII (those included).
+# Bytes that are not UTF-8, as the "surrogateescape" error handler gives them.
 _ESCAPED_BYTES = re.compile("[\udc80-\udcff]")
-_BEYOND_ASCII = re.compile("[^\x00-\x7f]")
 # How far (in charset-normalizer's "chaos" percentage points) cp1252 may trail the best guess and
 # still win; see _decode.
 _CP1252_SLACK = 10.0
@@ -105,8 +103,10 @@ def _mostly_utf8(data: bytes) -> str | None:
     UTF-8 sequence ("Ã©"), so it still goes to the detection after this.
     """
     text = data.decode("utf-8", errors="surrogateescape")
-    foreign = len(_ESCAPED_BYTES.findall(text))
-    if len(_BEYOND_ASCII.findall(text)) - foreign <= foreign:
+    # Counted by what removing them leaves, which holds no object per character of a long file.
+    foreign = len(text) - len(_ESCAPED_BYTES.sub("", text))
+    beyond_ascii = len(text) - len(text.encode("ascii", "ignore"))
+    if beyond_ascii - foreign <= foreign:
         return None
     return _ESCAPED_BYTES.sub(_windows_1252, text)
 
