@@ -275,12 +275,52 @@ def test_the_section_in_force_at_a_chunks_start_is_carried_across_pages() -> Non
 
 
 def test_a_chunk_takes_the_last_section_started_at_or_before_its_start() -> None:
-    page = Page(1, "# A\n# B\nBody.", sections=(Section(0, "A"), Section(4, "B"), Section(8, "Body")))
+    text = "Intro.\n# A\nAlpha.\n# B\nBeta."
+    page = Page(1, text, sections=(Section(text.index("# A"), "A"), Section(text.index("# B"), "B")))
 
-    (whole,) = split([page], chunk_size=100, chunk_overlap=0)
+    assert [(c.text, c.section) for c in split([page], chunk_size=100, chunk_overlap=0)] == [
+        ("Intro.", None),
+        ("# A\nAlpha.", "A"),
+        ("# B\nBeta.", "B"),
+    ]
 
-    assert whole.section == "A"
-    assert [chunk.section for chunk in split([page], chunk_size=5, chunk_overlap=0)] == ["A", "B", "Body"]
+
+def test_no_chunk_runs_on_from_one_section_into_the_next() -> None:
+    # A chunk holding the end of one section and the start of the next was cited under the first
+    # heading for text under the second; each section is now chunked on its own, with no overlap
+    # reaching back over its heading.
+    first = "# Chunk size\n\n" + "The splitter cuts pages into chunks of at most the chunk size. " * 3
+    second = "## Why 800\n\n" + "The model reads at most 256 tokens of a chunk. " * 3
+    page = Page(
+        1, first + "\n\n" + second, sections=(Section(0, "Chunk size"), Section(len(first) + 2, "Why 800"))
+    )
+
+    chunks = list(split([page], chunk_size=800, chunk_overlap=120))
+
+    assert [(c.text, c.section) for c in chunks] == [
+        (first.strip(), "Chunk size"),
+        (second.strip(), "Why 800"),
+    ]
+
+
+def test_a_heading_with_nothing_under_it_goes_with_the_next_section() -> None:
+    text = "# Ingesting\n\n## Folders\n\nA folder is read with everything under it.\n\n## Files\n\nOne file."
+    starts = (0, text.index("## Folders"), text.index("## Files"))
+    page = Page(
+        1,
+        text,
+        sections=tuple(Section(s, h) for s, h in zip(starts, ("Ingesting", "Folders", "Files"), strict=True)),
+    )
+
+    chunks = list(split([page], chunk_size=800, chunk_overlap=120))
+
+    # No chunk of "# Ingesting" alone: it stays with the section it heads, which the chunk is cited under.
+    assert [(c.text, c.section) for c in chunks] == [
+        (text[: starts[2]].strip(), "Folders"),
+        ("## Files\n\nOne file.", "Files"),
+    ]
+    # Cut finer, the heading's own chunk is still cited under it.
+    assert [c.section for c in split([page], chunk_size=20, chunk_overlap=0)][:2] == ["Ingesting", "Folders"]
 
 
 def test_each_record_becomes_exactly_one_chunk_and_text_outside_records_is_ignored() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from citeline.errors import InvalidRequestError
 from citeline.types import ChunkDraft, Page
@@ -79,11 +79,12 @@ def split(pages: Iterable[Page], *, chunk_size: int, chunk_overlap: int) -> Iter
     """Cut ``pages`` into chunks of at most ``chunk_size`` characters, lazily, in page order.
 
     Pages are consumed one at a time and chunks are yielded as soon as they are known, so a long
-    document never sits in memory whole. Chunks never cross a page; ``index`` runs from 0 across all
-    pages. Each chunk after the first of a page (or of a CSV record) starts up to ``chunk_overlap``
-    characters before the end of the previous one, at the first paragraph, line, sentence or else
-    word start in reach (see :func:`_overlap_start`); the overlap is shorter, or none, when no word
-    starts in it or the chunk's first new piece leaves no room. When a page has
+    document never sits in memory whole. Chunks never cross a page, nor a section's heading (see
+    :func:`_section_regions`); ``index`` runs from 0 across all pages. Each chunk after the first of a
+    section (or of a CSV record) starts up to ``chunk_overlap`` characters before the end of the
+    previous one, at the first paragraph, line, sentence or else word start in reach (see
+    :func:`_overlap_start`); the overlap is shorter, or none, when no word starts in it or the chunk's
+    first new piece leaves no room. When a page has
     ``records``, each record becomes one chunk (several if it is longer than ``chunk_size``) and text
     outside the records is ignored.
 
@@ -106,17 +107,22 @@ def _split(pages: Iterable[Page], size: int, overlap: int) -> Iterator[ChunkDraf
         text = page.text
         sections = sorted(page.sections, key=lambda section: section.start)
         section_starts = [section.start for section in sections]
-        regions = page.records if page.records is not None else ((0, len(text)),)
+        regions: Sequence[tuple[int, int, int]]
+        if page.records is not None:
+            regions = [(start, end, start) for start, end in page.records]
+        else:
+            regions = _section_regions(text, section_starts)
         tables = _tables(text) if page.records is None else []
         table_starts = [body_start for body_start, _, _ in tables]
-        for region_start, region_end in regions:
+        for region_start, region_end, anchor in regions:
             if not 0 <= region_start <= region_end <= len(text):
                 raise ValueError(
                     f"page {page.number}: record ({region_start}, {region_end}) is not a span of its "
                     f"{len(text)}-character text"
                 )
             for start, end in _chunk_spans(text, region_start, region_end, size, overlap):
-                in_force = bisect_right(section_starts, start)
+                # A chunk reaching past the headings its region starts with is cited under the last.
+                in_force = bisect_right(section_starts, anchor if start < anchor < end else start)
                 in_table = bisect_right(table_starts, start)
                 yield ChunkDraft(
                     index=index,
@@ -130,6 +136,36 @@ def _split(pages: Iterable[Page], size: int, overlap: int) -> Iterator[ChunkDraf
                 index += 1
         if sections:
             carried = sections[-1].heading
+
+
+def _section_regions(text: str, section_starts: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``text`` cut at its headings into ``(start, end, anchor)`` regions that no chunk crosses: a chunk
+    that ran on from one section into the next was cited under the first heading for text under the
+    second. A heading with nothing under it before the next one ("## Ingesting" over "### Folders")
+    goes with the next region, and ``anchor`` is where that region's own heading starts: a chunk that
+    reaches past it is cited under it (see :func:`_split`)."""
+    regions: list[tuple[int, int, int]] = []
+    start = anchor = 0
+    heading = 0 if 0 in section_starts else None  # the section being looked at (None: text before any)
+    for cut in sorted({cut for cut in section_starts if 0 < cut < len(text)}):
+        if heading is not None and _only_heading(text[heading:cut]):
+            anchor = cut
+        else:
+            regions.append((start, cut, anchor))
+            start = anchor = cut
+        heading = cut
+    regions.append((start, len(text), anchor))
+    return regions
+
+
+def _only_heading(region: str) -> bool:
+    """Whether ``region`` (from a heading to the next) holds its heading line and nothing else (a
+    setext heading's underline aside)."""
+    _, _, rest = region.strip().partition("\n")
+    return not rest.strip() or bool(_SETEXT_UNDERLINE.fullmatch(rest.strip()))
+
+
+_SETEXT_UNDERLINE = re.compile(r"=+|-+")
 
 
 # A Markdown (GFM) table: a header row with at least one pipe, then its delimiter row of dashes with
