@@ -344,3 +344,38 @@ def test_an_empty_page_is_said_to_be_empty(site: str, path: str) -> None:
     with pytest.raises(LoadError) as caught:
         load(f"{site}{path}", allow_private=True)
     assert caught.value.reason == "empty page (the server sent no content)"
+
+
+LAYOUT_PAGE = """<html><head><title>Pump manual</title></head><body>
+<table width="100%"><tr><td width="20%"><a href="/">Home</a><br><a href="/pumps">Pumps</a><br>
+<a href="/valves">Valves</a></td>
+<td><h1>Pump manual</h1><p>The pump is inspected every 250 hours. Check the inlet strainer for debris.</p>
+<h2>Torques</h2><table><tr><th>Bolt</th><th>Torque</th></tr><tr><td>M8</td><td>25 Nm</td></tr></table>
+<p>Replace the shaft seal when you see weeping oil around the shaft.</p></td></tr></table>
+</body></html>"""
+
+
+def test_a_page_laid_out_in_a_table_is_read_as_text_not_as_one_table_row(tmp_path: Path) -> None:
+    # Older sites, HTML exports and e-mails lay the page out in a table: the whole page came out as one
+    # Markdown table row ("| Home Pumps | Pump manual The pump is ... |"), menu included, with no
+    # headings and no paragraphs. A table whose cells hold headings, paragraphs or tables is layout.
+    path = tmp_path / "manual.html"
+    path.write_text(LAYOUT_PAGE, encoding="utf-8")
+    [page] = load(path).pages
+    assert [section.heading for section in page.sections] == ["Pump manual", "Torques"]
+    assert "# Pump manual\n\nThe pump is inspected every 250 hours." in page.text
+    assert "| M8 | 25 Nm |" in page.text  # a table of data in it stays a table
+    assert page.text.endswith("Replace the shaft seal when you see weeping oil around the shaft.")
+
+
+def test_a_table_of_data_whose_cells_hold_paragraphs_stays_a_table(tmp_path: Path) -> None:
+    # As a wiki writes one: every cell's text in a <p>, some in a <div> around them.
+    path = tmp_path / "torques.html"
+    path.write_text(
+        "<html><head><title>Torques</title></head><body><main><h1>Torques</h1><p>For pump housings.</p>"
+        "<table><tr><th><div><p>Bolt</p></div></th><th><p>Torque</p></th></tr>"
+        "<tr><td><div><p>M8</p><p>flange</p></div></td><td><p>25 Nm</p></td></tr></table>"
+        "</main></body></html>"
+    )
+    [page] = load(path).pages
+    assert "| Bolt | Torque |\n|---|---|\n| M8 flange | 25 Nm |" in page.text

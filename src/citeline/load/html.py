@@ -56,6 +56,7 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
     if tree is None:
         raise LoadError(source, "not HTML (no markup could be parsed)")
     _join_broken_lines(tree)
+    _unwrap_layout_tables(tree)
     _frame_the_body(tree)
     title = " ".join((tree.findtext(".//title") or "").split())
     document = trafilatura.extract_metadata(tree)
@@ -101,6 +102,47 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
 _SITE_SEPARATORS = ("|", "\u00b7", "\u00bb")
 _SUBTITLE_SEPARATORS = ("-", "\u2013", "\u2014", ":")
 _TITLE_SEPARATORS = " " + "".join(_SITE_SEPARATORS + _SUBTITLE_SEPARATORS)
+
+
+_TABLE_PARTS = ("table", "thead", "tbody", "tfoot", "tr", "td", "th")
+#: What a cell of a table of data does not hold, and one of a table laying out the page does: a heading or
+#: a table; in a table of one row (columns side by side), also several paragraphs, lists or blocks.
+_HEADINGS_AND_TABLES = ("h1", "h2", "h3", "h4", "h5", "h6", "table")
+_BLOCKS = ("p", "ul", "ol", "div", "blockquote")
+
+
+def _unwrap_layout_tables(tree: Any) -> None:
+    """Turn each table that lays out the page into plain blocks, in place.
+
+    Older sites, HTML exports and e-mails put a page's menu and text in the cells of a table, which
+    trafilatura renders as a table like any other: the whole page came out as one Markdown row ("| Home
+    Pumps | Pump manual The pump is ... |"), with no headings and no paragraphs. A table with a cell
+    holding a heading or a table, or of one row with a cell holding two or more paragraphs, lists or
+    blocks, is taken for layout (a table of data, as a wiki writes one, has rows of cells that hold
+    neither): its table, row and cell elements become ``<div>``s, so what they hold is read as any
+    page's text is. A table of data inside it stays a table.
+    """
+    for table in list(tree.iter("table")):
+        rows = [row for row in table.iter("tr") if _table_of(row) is table]
+        cells = [cell for row in rows for cell in row if cell.tag in ("td", "th")]
+        if not any(_is_layout_cell(cell, one_row=len(rows) == 1) for cell in cells):
+            continue
+        for part in [table, *(part for part in table.iter(*_TABLE_PARTS) if _table_of(part) is table)]:
+            part.tag = "div"
+            part.attrib.clear()
+
+
+def _table_of(part: Any) -> Any:
+    """The nearest table around ``part``."""
+    return next(part.iterancestors("table"), None)
+
+
+def _is_layout_cell(cell: Any, *, one_row: bool) -> bool:
+    table = _table_of(cell)
+    own = [
+        child for child in cell.iterdescendants(*_HEADINGS_AND_TABLES, *_BLOCKS) if _table_of(child) is table
+    ]
+    return any(child.tag in _HEADINGS_AND_TABLES for child in own) or (one_row and len(own) >= 2)
 
 
 def _frame_the_body(tree: Any) -> None:
