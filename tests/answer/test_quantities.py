@@ -242,3 +242,16 @@ def test_a_torque_is_one_unit_written_with_its_hyphen_and_compares_across_units(
     ]
     assert disagreement("The nut is torqued to 50 in-lb.", "Torque the nut to 12 N·m.") is not None
     assert disagreement("The nut is torqued to 106 in-lb.", "Torque the nut to 12 N·m.") is None
+
+
+def test_a_negative_figure_the_passage_writes_is_no_disagreement() -> None:
+    # A sentence of the guide against its own passage: "-0.013" was looked for as "0.013" and found
+    # missing, so the quoted sentence was said to state its own figure otherwise.
+    passage = (
+        "| 1500 / 200 | 0.735, 0.965 | 0.731, 0.965 | |\n\nThese are single-sample figures. Checked on the "
+        "300 test claims, `dbsf` stays: min-max `weighted` loses 0.007 nDCG@10 to it (95% CI -0.013 to "
+        "-0.001)."
+    )
+
+    assert disagreement("Min-max weighted loses 0.007 to it (95% CI -0.013 to -0.001).", passage) is None
+    assert disagreement("Min-max weighted loses 0.007 to it (95% CI -0.019 to -0.001).", passage) is not None

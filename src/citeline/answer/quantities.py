@@ -688,8 +688,11 @@ def _mentions(text: str, figure: Quantity) -> bool:
     """Whether ``text`` writes the number of ``figure`` anywhere, whatever it makes of it (in a
     quantity, a code, a label or a list)."""
     slack = figure.precision * (1 + 1e-6)
+    # Numbers are found without their sign ("CI -0.013" holds "0.013"): a claimed "-0.013" is written
+    # there too.
     return any(
-        abs(_value(n) - figure.high) <= slack for n in _ANY_NUMBER.findall(_numerals(text).replace(",", ""))
+        abs(_value(n) - abs(figure.high)) <= slack
+        for n in _ANY_NUMBER.findall(_numerals(text).replace(",", ""))
     )
 
 
