@@ -379,3 +379,16 @@ def test_a_table_of_data_whose_cells_hold_paragraphs_stays_a_table(tmp_path: Pat
     )
     [page] = load(path).pages
     assert "| Bolt | Torque |\n|---|---|\n| M8 flange | 25 Nm |" in page.text
+
+
+def test_a_list_inside_a_table_cell_is_kept(tmp_path: Path) -> None:
+    # trafilatura drops a list that sits in a table cell: the row read "| M10 |  |", its values lost.
+    path = tmp_path / "torques.html"
+    path.write_text(
+        "<html><head><title>Torques</title></head><body><main><h1>Torques</h1><p>For pump housings.</p>"
+        "<table><tr><th>Bolt</th><th>Torque</th></tr>"
+        "<tr><td>M10</td><td>Either:<ul><li>49 Nm dry</li><li>44 Nm <b>oiled</b></li></ul></td></tr>"
+        "<tr><td>M12</td><td><ol><li>85 Nm</li></ol></td></tr></table></main></body></html>"
+    )
+    [page] = load(path).pages
+    assert "| M10 | Either: 49 Nm dry; 44 Nm oiled |\n| M12 | 85 Nm |" in page.text

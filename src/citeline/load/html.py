@@ -57,6 +57,7 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
         raise LoadError(source, "not HTML (no markup could be parsed)")
     _join_broken_lines(tree)
     _unwrap_layout_tables(tree)
+    _lists_in_cells_as_text(tree)
     _frame_the_body(tree)
     title = " ".join((tree.findtext(".//title") or "").split())
     document = trafilatura.extract_metadata(tree)
@@ -143,6 +144,32 @@ def _is_layout_cell(cell: Any, *, one_row: bool) -> bool:
         child for child in cell.iterdescendants(*_HEADINGS_AND_TABLES, *_BLOCKS) if _table_of(child) is table
     ]
     return any(child.tag in _HEADINGS_AND_TABLES for child in own) or (one_row and len(own) >= 2)
+
+
+def _lists_in_cells_as_text(tree: Any) -> None:
+    """Write each list inside a table cell as its items' text, parted by semicolons, in place.
+
+    trafilatura drops a list that sits in a table cell: a row of torques read "| M10 |  |".
+    """
+    for cell in list(tree.iter("td", "th")):
+        for found in list(cell.iter("ul", "ol")):
+            if _within_a_list(found, cell):
+                continue  # written out with the list around it
+            items = (" ".join(item.text_content().split()) for item in found.iter("li"))
+            text = "; ".join(item for item in items if item)
+            span = found.makeelement("span", {})
+            span.text, span.tail = f" {text} ", found.tail
+            found.getparent().replace(found, span)
+
+
+def _within_a_list(element: Any, cell: Any) -> bool:
+    """Whether ``element`` sits in a list inside ``cell``."""
+    for ancestor in element.iterancestors():
+        if ancestor is cell:
+            return False
+        if ancestor.tag in ("ul", "ol"):
+            return True
+    return False
 
 
 def _frame_the_body(tree: Any) -> None:
