@@ -450,3 +450,23 @@ def test_an_age_option_given_empty_or_malformed_is_refused_naming_the_option(
     with Citeline(settings) as cl:
         [after] = cl.documents()
     assert after.last_fetched_at == before.last_fetched_at  # nothing was read again
+
+
+def test_stats_names_the_broker_queue_of_the_deployment_with_celery_workers(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Workers print the queues they read at start; the processes that queue documents said nowhere
+    # which queue they send to, so a deployment whose processes spell its database differently could
+    # not be told from one whose workers are down.
+    from citeline.jobs.celery import queue_of
+
+    code, out, _ = _run(settings, "stats", "--json")
+    assert code == 0 and "job_queue" not in json.loads(out)  # the thread runner: no broker
+    monkeypatch.setenv("CITELINE_JOB_RUNNER", "celery")
+    monkeypatch.setenv("CITELINE_REDIS_URL", "redis://127.0.0.1:1/0")  # not reached by stats
+    celery = settings.model_copy(update={"job_runner": "celery", "redis_url": "redis://127.0.0.1:1/0"})
+    code, out, err = _run(settings, "stats", "--json")
+    assert code == 0, err
+    assert json.loads(out)["job_queue"] == queue_of(celery)
+    code, out, _ = _run(settings, "stats")
+    assert code == 0 and f"job_queue  {queue_of(celery)}" in out
