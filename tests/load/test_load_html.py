@@ -379,6 +379,15 @@ def test_a_table_of_data_whose_cells_hold_paragraphs_stays_a_table(tmp_path: Pat
     )
     [page] = load(path).pages
     assert "| Bolt | Torque |\n|---|---|\n| M8 flange | 25 Nm |" in page.text
+    # Nor is a table of many rows one of layout for a heading in a cell: unwrapped, its rows were lost.
+    rows = "".join(f"<tr><td>AN{n}</td><td>Washer size {n}</td></tr>" for n in range(960, 964))
+    path.write_text(
+        "<html><head><title>Parts</title></head><body><main><h1>Parts</h1><p>For pump housings.</p>"
+        f"<table><tr><th>Part</th><th>Note</th></tr>{rows}<tr><td>AN4</td><td><h4>Bolt</h4></td></tr>"
+        "</table></main></body></html>"
+    )
+    [page] = load(path).pages
+    assert "| AN960 | Washer size 960 |" in page.text and "| AN4 | Bolt |" in page.text
 
 
 def test_a_list_inside_a_table_cell_is_kept(tmp_path: Path) -> None:

@@ -109,7 +109,9 @@ _TABLE_PARTS = ("table", "thead", "tbody", "tfoot", "tr", "td", "th")
 #: What a cell of a table of data does not hold, and one of a table laying out the page does: a heading or
 #: a table; in a table of one row (columns side by side), also several paragraphs, lists or blocks.
 _HEADINGS_AND_TABLES = ("h1", "h2", "h3", "h4", "h5", "h6", "table")
-_BLOCKS = ("p", "ul", "ol", "div", "blockquote")
+_BLOCKS = ("p", "ul", "ol", "div", "blockquote", "pre")
+#: A table laying out a page has a row or a few (a head, the columns, a foot); one of more rows holds data.
+_LAYOUT_ROWS = 3
 
 
 def _unwrap_layout_tables(tree: Any) -> None:
@@ -117,19 +119,20 @@ def _unwrap_layout_tables(tree: Any) -> None:
 
     Older sites, HTML exports and e-mails put a page's menu and text in the cells of a table, which
     trafilatura renders as a table like any other: the whole page came out as one Markdown row ("| Home
-    Pumps | Pump manual The pump is ... |"), with no headings and no paragraphs. A table with a cell
-    holding a heading or a table, or of one row with a cell holding two or more paragraphs, lists or
-    blocks, is taken for layout (a table of data, as a wiki writes one, has rows of cells that hold
-    neither): its table, row and cell elements become ``<div>``s, so what they hold is read as any
-    page's text is. A table of data inside it stays a table.
+    Pumps | Pump manual The pump is ... |"), with no headings and no paragraphs. A table of at most
+    :data:`_LAYOUT_ROWS` rows with a cell holding a heading or a table, or of one row with a cell holding
+    two or more paragraphs, lists or blocks, is taken for layout (a table of data, as a wiki writes one,
+    has more rows, or cells that hold neither): its table and rows become ``<div>``s, and its cells
+    ``<div>``s too, or ``<p>``s where they hold text alone, so what they hold is read as any page's text
+    is. A table of data inside it stays a table.
     """
     for table in list(tree.iter("table")):
         rows = [row for row in table.iter("tr") if _table_of(row) is table]
         cells = [cell for row in rows for cell in row if cell.tag in ("td", "th")]
-        if not any(_is_layout_cell(cell, one_row=len(rows) == 1) for cell in cells):
+        if len(rows) > _LAYOUT_ROWS or not any(_is_layout_cell(c, one_row=len(rows) == 1) for c in cells):
             continue
         for part in [table, *(part for part in table.iter(*_TABLE_PARTS) if _table_of(part) is table)]:
-            part.tag = "div"
+            part.tag = "p" if part in cells and not _own_blocks(part) else "div"
             part.attrib.clear()
 
 
@@ -138,11 +141,16 @@ def _table_of(part: Any) -> Any:
     return next(part.iterancestors("table"), None)
 
 
-def _is_layout_cell(cell: Any, *, one_row: bool) -> bool:
+def _own_blocks(cell: Any) -> list[Any]:
+    """The headings, tables and blocks in ``cell``, but those of a table inside it."""
     table = _table_of(cell)
-    own = [
+    return [
         child for child in cell.iterdescendants(*_HEADINGS_AND_TABLES, *_BLOCKS) if _table_of(child) is table
     ]
+
+
+def _is_layout_cell(cell: Any, *, one_row: bool) -> bool:
+    own = _own_blocks(cell)
     return any(child.tag in _HEADINGS_AND_TABLES for child in own) or (one_row and len(own) >= 2)
 
 
