@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, Route, expect
 
 from tests.api.conftest import (
     Server,
@@ -547,3 +547,41 @@ def test_an_upload_says_which_files_were_ingested_and_why_the_others_failed(
         with site.server.client(site.admin) as api:
             for doc in api.get("/documents", params={"scope": "uploads"}).json()["documents"]:
                 api.delete(f"/documents/{doc['id']}").raise_for_status()
+
+
+def test_an_answer_still_coming_for_a_conversation_left_does_not_write_into_the_one_opened(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.admin)
+    with page.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
+        ask(page, "When is the Globex boiler serviced?")
+    opened = completed_answer(streamed.value.text())
+    [first] = [c for c in opened["citations"] if c["number"] == 1]
+    assert first["document_name"] == "globex-boiler.md", opened
+
+    # Another question in a new conversation; its answer is on its way (held) when the user goes back
+    # to the first conversation, and comes after. Its citation [1] is of another document.
+    held: list[Route] = []
+    page.route("**/chat/stream", lambda route: held.append(route))
+    page.get_by_role("button", name="New conversation").click()
+    page.get_by_label("Question").fill(QUESTION)
+    page.get_by_role("button", name="Ask").click()
+    expect(page.locator(".message.assistant")).to_have_count(1)
+    while not held:
+        page.wait_for_timeout(50)
+    page.locator(f'#conversation-list li[data-id="{opened["conversation_id"]}"] button.continue').click()
+    expect(page.locator(".message.user")).to_have_text(["YouWhen is the Globex boiler serviced?"])
+    held[0].fulfill(response=held[0].fetch())
+    expect(page.get_by_role("button", name="Ask")).to_be_enabled(timeout=60_000)
+    page.unroute("**/chat/stream")
+
+    # The conversation on screen is the one picked: its messages, its citations, its follow-ups.
+    expect(page.locator(".message.user")).to_have_text(["YouWhen is the Globex boiler serviced?"])
+    page.locator('.message.assistant .cite[data-number="1"]').first.click()
+    panel = page.get_by_role("complementary", name="Citation")
+    expect(panel.locator("dd").filter(has_text="globex-boiler.md")).to_have_count(1)
+    expect(page.locator("#chat-status")).not_to_contain_text("Answering")
+    with page.expect_request("**/chat/stream") as asked:
+        ask(page, "How often is the Globex boiler serviced?")
+    assert json.loads(asked.value.post_data or "{}")["conversation_id"] == opened["conversation_id"]

@@ -301,6 +301,11 @@ function setBusy(busy) {
 async function ask(question) {
   const status = $("chat-status");
   state.opening += 1; // asked in the conversation on screen: one still being opened is not shown over it
+  // Another conversation opened (or a new one begun) while this answer comes: the answer goes on, and is
+  // stored, but writes nothing into the one on screen (its citation numbers, its id, its status).
+  const shown = state.opening;
+  const onScreen = () => state.opening === shown;
+  let asked = state.conversationId;
   addMessage("user", question);
   const { message, body } = addMessage("assistant", "");
   const following = follower(message);
@@ -315,6 +320,9 @@ async function ask(question) {
   if (state.conversationId) request.conversation_id = state.conversationId;
   try {
     await streamAnswer(request, state.controller.signal, (name, data) => {
+      if (name === "complete" || name === "error") ended = true;
+      if (name === "start") asked = data.conversation_id;
+      if (!onScreen()) return;
       if (name === "start") {
         setConversation(data.conversation_id);
         // The question is kept in its box until the server has taken it: a refused or failed ask
@@ -339,11 +347,9 @@ async function ask(question) {
         }
         following(() => renderAnswer(body, text));
       } else if (name === "complete") {
-        ended = true;
         following(() => showChecked(message, body, data));
         say(status, "");
       } else if (name === "error") {
-        ended = true;
         const note = requestNote(data.status ?? 500, data.request_id).replace(/^, /, "");
         endNote(message, "error", `The answer failed: ${data.message}${note ? ` (${note})` : ""}`);
         giveBack(question);
@@ -354,7 +360,9 @@ async function ask(question) {
     if (!ended) throw new CutOff();
   } catch (error) {
     checkRefused(error); // the stream's own request: a revoked key signs the page out
-    if (error?.name === "AbortError") {
+    if (!onScreen()) {
+      // Said nowhere: the conversation it was asked in is no longer on screen.
+    } else if (error?.name === "AbortError") {
       endNote(message, "stopped", "Stopped.");
       say(status, "");
     } else if (error instanceof CutOff) {
@@ -374,6 +382,8 @@ async function ask(question) {
     state.controller = null;
     setBusy(false);
     refreshConversations();
+    // Its conversation opened again meanwhile, from the server, without this turn: read it again.
+    if (!onScreen() && asked && state.conversationId === asked) openConversation(asked, { quiet: true });
   }
 }
 
