@@ -82,3 +82,36 @@ def test_a_stamped_scan_left_unread_without_tesseract_names_its_pages(
     source = load(_stamped_scan(tmp_path))
     assert [page.text for page in source.pages] == ["", "", ""]
     assert source.metadata == {"pages": "3", "ocr_unread": "1 2 3"}
+
+
+def _outlined(tmp_path: Path) -> Path:
+    """The scanned fixture's words drawn as vector shapes, as a design or CAD program exports text it has
+    turned into outlines: no text layer and no image, only filled paths."""
+    import pypdfium2 as pdfium
+
+    page = pdfium.PdfDocument(PDFS / "scanned_docling_ocr_test.pdf")[0]
+    width, height = page.get_size()
+    image = page.render(scale=1).to_pil().convert("L")
+    dark = image.load()
+    shapes = []
+    for y in range(image.height):
+        x = 0
+        while x < image.width:
+            start = x
+            while x < image.width and dark[x, y] < 128:
+                x += 1
+            if x > start:
+                shapes.append(b"%d %.1f %d 1 re" % (start, height - y - 1, x - start))
+            x += 1
+    path = tmp_path / "outlined.pdf"
+    path.write_bytes(_pdf_bytes(b"0 g " + b" ".join(shapes) + b" f", (int(width), int(height)), None))
+    return path
+
+
+def test_text_drawn_as_outlines_is_read_by_ocr(tmp_path: Path) -> None:
+    # Only a page showing an image was sent to OCR, so a page whose words are vector outlines (a poster or
+    # brochure exported with outlined fonts, a CAD drawing) failed as "no text layer (scanned?)".
+    source = load(_outlined(tmp_path))
+    [page] = list(source.pages)
+    assert "Docling bundles PDF document conversion to JSON and Markdown" in " ".join(page.text.split())
+    assert str(source.metadata["ocr_confidence"]).startswith("1=")

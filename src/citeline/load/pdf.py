@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import pypdf
 
 NO_TEXT_LAYER = "no text layer (scanned?)"
-#: Said after :data:`NO_TEXT_LAYER` of a PDF with images where the ``tesseract`` program is missing.
+#: Said after :data:`NO_TEXT_LAYER` of a PDF that draws something where ``tesseract`` is missing.
 NO_OCR = (
     "Tesseract, which reads scanned pages, is not installed (make install installs it; Debian: apt-get "
     "install tesseract-ocr)"
@@ -125,12 +125,17 @@ class _PageReader:
                 f"page {index + 1}: text extraction failed (pypdfium2: {primary_error}; pypdf: {exc})",
             ) from exc
 
-    def has_image(self, index: int) -> bool:
-        """Whether page ``index`` (0-based) shows an image: a page without one has nothing to OCR."""
+    def draws(self, index: int) -> bool:
+        """Whether page ``index`` (0-based) draws anything: a blank page has nothing to OCR.
+
+        Not only an image (a scan): words turned into vector outlines (a poster or brochure exported with
+        outlined fonts, a CAD drawing) are paths, and glyphs without a Unicode mapping are text objects
+        the text layer gives nothing for.
+        """
         with _PDFIUM_LOCK:
             page = self._doc[index]
             try:
-                return any(True for _ in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE], max_depth=2))
+                return int(pdfium_c.FPDFPage_CountObjects(page.raw)) > 0
             finally:
                 page.close()
 
@@ -622,7 +627,7 @@ def load_pdf(path: Path) -> LoadedSource:
         if not any(clean_text(reader.text(i)) for i in range(reader.page_count)) and not any(
             scans.read(reader, i) for i in range(reader.page_count) if ocr.available()
         ):
-            if not ocr.available() and any(reader.has_image(i) for i in range(reader.page_count)):
+            if not ocr.available() and any(reader.draws(i) for i in range(reader.page_count)):
                 raise LoadError(reader.source, f"{NO_TEXT_LAYER}; {NO_OCR}")
             raise LoadError(reader.source, NO_TEXT_LAYER)
         metadata: SourceMetadata = {"pages": str(reader.page_count)}
@@ -643,8 +648,8 @@ class _Scans:
         self.done: dict[int, ocr.OcrText] = {}
 
     def read(self, reader: _PageReader, index: int) -> str:
-        """The OCR text of page ``index``; empty for a page with no image (blank: nothing to read)."""
-        if not reader.has_image(index):
+        """The OCR text of page ``index``; empty for a blank page (nothing drawn: nothing to read)."""
+        if not reader.draws(index):
             return ""
         if index not in self.done:
             self.done[index] = reader.ocr(index)
@@ -673,7 +678,7 @@ def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page
                 text = scans.read(reader, index)
                 # The metadata is stored once every page is read: it is complete by then.
                 scans.describe(metadata)
-            elif not text and reader.has_image(index):
+            elif not text and reader.draws(index):
                 _unread(metadata, index + 1)
             return text
 
