@@ -45,10 +45,10 @@ def test_a_scanned_document_is_found_by_citeline_search(settings: Settings) -> N
     assert metadata["scanned_docling_ocr_test_rotated_90.pdf"]["ocr_rotated"] == "1=90"
 
 
-def _stamped_scan(tmp_path: Path) -> Path:
-    """Three scanned pages, each stamped with a Bates number in a text layer."""
+def _stamped_scan(tmp_path: Path, pages: int = 3) -> Path:
+    """Scanned pages, each stamped with a Bates number in a text layer."""
     writer = pypdf.PdfWriter()
-    for number in range(1, 4):
+    for number in range(1, pages + 1):
         scan = pypdf.PdfReader(PDFS / "scanned_docling_ocr_test.pdf").pages[0]
         size = (int(scan.mediabox.width), int(scan.mediabox.height))
         stamp = pypdf.PdfReader(
@@ -114,4 +114,13 @@ def test_text_drawn_as_outlines_is_read_by_ocr(tmp_path: Path) -> None:
     source = load(_outlined(tmp_path))
     [page] = list(source.pages)
     assert "Docling bundles PDF document conversion to JSON and Markdown" in " ".join(page.text.split())
+    assert str(source.metadata["ocr_confidence"]).startswith("1=")
+
+
+def test_a_short_scan_stamped_in_a_text_layer_is_read_by_ocr(tmp_path: Path) -> None:
+    # With fewer than three pages no running line is learned, so the stamp stayed the page's only text:
+    # a scanned letter with a Bates number was stored as "ACME-000001", its letter lost.
+    source = load(_stamped_scan(tmp_path, pages=1))
+    [page] = list(source.pages)
+    assert "Docling bundles PDF document conversion to JSON" in " ".join(page.text.split())
     assert str(source.metadata["ocr_confidence"]).startswith("1=")

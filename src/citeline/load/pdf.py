@@ -689,17 +689,28 @@ def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page
         running = running_lines(window)
         for number, text in enumerate(itertools.chain(window, texts), start=1):
             kept = without_running_lines(text, running)
-            if text and not kept and reader.is_scan(number - 1):
-                # A scan stamped in a text layer (a Bates number, "Page 2 of 9") has text, so it was not
-                # read by OCR above; once the stamp goes as a running line, nothing of the scan is left.
-                if ocr.available():
-                    kept = without_running_lines(scans.read(reader, number - 1), running)
-                    scans.describe(metadata)
-                else:
+            # A scan stamped in a text layer (a Bates number, "Page 2 of 9") has text, so it was not read
+            # by OCR above; once the stamp goes as a running line, nothing of the scan is left. In a PDF
+            # too short to learn running lines, the stamp is all its text layer holds.
+            stamped = (not kept and bool(text)) or (reader.page_count < _FEWEST_RUNNING and _a_stamp(kept))
+            if stamped and reader.is_scan(number - 1):
+                if not ocr.available():
                     _unread(metadata, number)
+                elif seen := without_running_lines(scans.read(reader, number - 1), running):
+                    kept = seen
+                    scans.describe(metadata)
             yield Page(number=number, text=kept)
     finally:
         reader.close()
+
+
+#: A stamp on a scan is one short line.
+_STAMP_CHARS = 60
+
+
+def _a_stamp(text: str) -> bool:
+    """Whether ``text``, all of a page's text layer, could be a stamp on a scan: one short line."""
+    return bool(text) and "\n" not in text and len(text) <= _STAMP_CHARS
 
 
 def _unread(metadata: SourceMetadata, number: int) -> None:
@@ -748,6 +759,8 @@ def without_line_numbers(text: str) -> str:
 
 #: Pages read ahead to learn a document's running lines.
 RUNNING_WINDOW = 8
+#: The fewest pages with text a running line is learned from.
+_FEWEST_RUNNING = 3
 #: Lines at each edge of a page that may be running lines.
 _EDGE_LINES = 2
 #: A running line must be at an edge of this share of the window's pages with text, and of 3 at least.
@@ -779,7 +792,7 @@ def _is_running(key: str, running: frozenset[str]) -> bool:
 def running_lines(pages: list[str]) -> frozenset[str]:
     """The keys of the lines at an edge of at least half of ``pages`` (3 at least) that hold text."""
     keyed = [{_line_key(line) for line in _edges(text)} for text in pages if text.strip()]
-    need = max(3, math.ceil(len(keyed) * _RUNNING_SHARE))
+    need = max(_FEWEST_RUNNING, math.ceil(len(keyed) * _RUNNING_SHARE))
     if len(keyed) < need:
         return frozenset()
     counts = Counter(key for keys in keyed for key in keys)
