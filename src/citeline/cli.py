@@ -898,8 +898,12 @@ def _migrate_by_reingest(
     if not here:
         console.print("citeline worker builds them; then run: citeline migrate --switch", highlight=False)
         return
+    shown = ""
     while (status := cl.migration(max_age=0.0)) is not None and status.progress.building:
-        err.print(_migration_line(status), highlight=False)
+        # Printed when it changes: one long document held a line repeated every poll.
+        if (line := _migration_line(status)) != shown:
+            err.print(line, highlight=False)
+            shown = line
         time.sleep(2.0)
     if status is None:  # another process ended it
         if cl.served_model(refresh=True) == target:
