@@ -470,3 +470,17 @@ def test_stats_names_the_broker_queue_of_the_deployment_with_celery_workers(
     assert json.loads(out)["job_queue"] == queue_of(celery)
     code, out, _ = _run(settings, "stats")
     assert code == 0 and f"job_queue  {queue_of(celery)}" in out
+
+
+def test_an_invalid_global_option_is_named_as_the_option_given(settings: Settings) -> None:
+    # `citeline --namespace Clinic stats` answered "invalid setting: CITELINE_NAMESPACE: ...", a
+    # variable the operator had not set.
+    result = runner.invoke(app, ["--data-dir", str(settings.data_dir), "--namespace", "Clinic", "stats"])
+    assert result.exit_code == 78
+    assert "error: invalid setting: --namespace (CITELINE_NAMESPACE): " in result.stderr
+    assert "must start with a lowercase letter" in result.stderr and "'Clinic'" in result.stderr
+    # Set in the environment, it is named as the variable it is.
+    result = runner.invoke(
+        app, ["--data-dir", str(settings.data_dir), "stats"], env={"CITELINE_NAMESPACE": "Clinic"}
+    )
+    assert result.exit_code == 78 and "error: invalid setting: CITELINE_NAMESPACE: " in result.stderr

@@ -95,11 +95,21 @@ def main(
     ctx.obj = overrides
 
 
+#: The settings that citeline's own options set, by the option's name.
+_GLOBAL_OPTIONS = {"data_dir": "--data-dir", "namespace": "--namespace"}
+
+
 def _settings(ctx: typer.Context, **more: Any) -> Settings:
     try:
         return load_settings(**{**(ctx.obj or {}), **more})
     except ConfigError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        message = str(exc)
+        for field, option in _GLOBAL_OPTIONS.items():
+            if field in (ctx.obj or {}):
+                # A value given as an option is named as the option, not as a variable nobody set.
+                variable = f"CITELINE_{field.upper()}"
+                message = message.replace(f"{variable}:", f"{option} ({variable}):")
+        err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
         raise typer.Exit(exc.exit_code) from exc
 
 
