@@ -484,3 +484,12 @@ def test_an_invalid_global_option_is_named_as_the_option_given(settings: Setting
         app, ["--data-dir", str(settings.data_dir), "stats"], env={"CITELINE_NAMESPACE": "Clinic"}
     )
     assert result.exit_code == 78 and "error: invalid setting: CITELINE_NAMESPACE: " in result.stderr
+
+
+@pytest.mark.parametrize("command", ["backup", "restore"])
+def test_an_empty_backup_file_name_is_refused_as_empty(settings: Settings, command: str) -> None:
+    # `citeline backup "$FILE"` with FILE unset answered ". already exists" (exit code 3), and restore
+    # ". is a folder": the empty name was read as the current folder.
+    code, out, err = _run(settings, command, "")
+    assert (code, out) == (2, ""), err
+    assert f"error: {command}: the backup file name is empty" in err

@@ -1167,10 +1167,18 @@ def exit_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _backup_file(command: str, name: str) -> Path:
+    """The backup file named; an empty name is refused (a path would read it as the current folder)."""
+    if not name.strip():
+        err.print(f"[red]error:[/red] {command}: the backup file name is empty", highlight=False)
+        raise typer.Exit(2)
+    return Path(name)
+
+
 @app.command()
 def backup(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="The backup file to write (must not exist).")],
+    file: Annotated[str, typer.Argument(help="The backup file to write (must not exist).")],
     as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
 ) -> None:
     """Back up the namespace into one file, consistent while citeline keeps serving.
@@ -1179,8 +1187,9 @@ def backup(
     stored originals."""
     from citeline.store.backup import backup as write_backup
 
+    path = _backup_file("backup", file)
     with exit_on_sigterm():
-        result = _guard(lambda: write_backup(_settings(ctx), file))
+        result = _guard(lambda: write_backup(_settings(ctx), path))
     manifest = result.manifest
     if as_json:
         _print_json({"path": str(result.path), "bytes": result.bytes, **asdict(manifest)})
@@ -1190,9 +1199,9 @@ def backup(
         f"({result.bytes / 1e6:.1f} MB): {_holding(manifest)}",
         highlight=False,
     )
-    for path in manifest.missing_files:
+    for missing in manifest.missing_files:
         err.print(
-            f"[yellow]warning:[/yellow] stored original {escape(path)} was gone "
+            f"[yellow]warning:[/yellow] stored original {escape(missing)} was gone "
             "(its document deleted since the snapshot?)"
         )
 
@@ -1200,7 +1209,7 @@ def backup(
 @app.command()
 def restore(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="A file written by `citeline backup`.")],
+    file: Annotated[str, typer.Argument(help="A file written by `citeline backup`.")],
     as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
 ) -> None:
     """Restore a backup file into the namespace (--namespace), which must be empty.
@@ -1209,8 +1218,9 @@ def restore(
     where the backup's own is free."""
     from citeline.store.backup import restore as read_backup
 
+    path = _backup_file("restore", file)
     with exit_on_sigterm():
-        result = _guard(lambda: read_backup(_settings(ctx), file))
+        result = _guard(lambda: read_backup(_settings(ctx), path))
     manifest = result.manifest
     if as_json:
         _print_json(
