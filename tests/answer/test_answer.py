@@ -28,7 +28,7 @@ from citeline.embed import Embedder
 from citeline.errors import GenerationError, InvalidRequestError
 from citeline.retrieve.search import Hit
 
-from .conftest import ScriptedLLM, pump_hits
+from .conftest import ScriptedLLM, make_hit, pump_hits
 
 OPTIONS = GenerationOptions(temperature=0.0, max_tokens=256, timeout=30.0)
 PRIME, DRY, FROST, MOTOR = 101, 102, 103, 104
@@ -435,3 +435,31 @@ def test_a_failure_after_the_start_is_an_error_event(embedder: Embedder) -> None
     focused = run(ScriptedLLM("x"), BrokenEmbedder(), max_evidence_tokens=60)  # type: ignore[arg-type]
 
     assert [type(e) for e in focused] == [Error]
+
+
+def test_a_reply_that_only_repeats_the_questions_words_is_replaced_by_the_extractive_answer(
+    embedder: Embedder,
+) -> None:
+    # The packaged model's reply to the follow-up "Can it be reused?", searched (and asked) as "Can it
+    # be reused? (Boots self-locking nut work)": every word of it is the question's, and it scored 0.74
+    # against the passage about the nut, so it stood as the answer.
+    nut = make_hit(
+        5,
+        "The Boots self-locking nut is of one piece, all-metal construction designed to hold tight despite "
+        "severe vibration. Only a wrench applied to the nut loosens it. The nut can be removed and reused "
+        "without impairing its efficiency.",
+    )
+    question = "Can it be reused? (Boots self-locking nut work)"
+
+    for reply in ("The Boots self-locking nut work. [1]", "Boots self-locking nut: it can be reused [1]."):
+        done = completed(run(ScriptedLLM(reply), embedder, evidence=[nut], question=question))
+
+        assert (
+            done.fell_back and done.fallback_reason == "the model's reply only repeats the question's words"
+        )
+        assert "The nut can be removed and reused without impairing its efficiency [1]." in done.answer
+
+    # A reply that says something of its own stands.
+    reply = "The nut can be removed and reused without impairing its efficiency [1]."
+    done = completed(run(ScriptedLLM(reply), embedder, evidence=[nut], question=question))
+    assert not done.fell_back and done.answer == reply

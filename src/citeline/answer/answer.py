@@ -79,7 +79,7 @@ from citeline.answer.stance import (
     claim_of,
     verdict_sentence,
 )
-from citeline.answer.support import VectorCache
+from citeline.answer.support import VectorCache, content_terms
 from citeline.embed.base import Embedder
 from citeline.errors import CitelineError, GenerationError
 from citeline.retrieve.search import Hit
@@ -192,7 +192,8 @@ async def answer_stream(
                 yield citation
         draft: _Draft | None = None
         if llm is not None:
-            draft = _Draft(prepared.prompt, working, cache)
+            # Asked for findings, the model may restate the claim the verdict judged: not checked then.
+            draft = _Draft(prepared.prompt, working, cache, question=question if assessment is None else None)
             async for text in draft.generate(llm, options):
                 first_token = first_token if first_token is not None else clock.ms()
                 yield Token(text)
@@ -395,8 +396,11 @@ class _Draft:
     the characters of the reply shown so far.
     """
 
-    def __init__(self, prompt: Prompt, working: CitationNumbering, cache: VectorCache) -> None:
+    def __init__(
+        self, prompt: Prompt, working: CitationNumbering, cache: VectorCache, *, question: str | None = None
+    ) -> None:
         self.prompt = prompt
+        self.question = question
         self.numbering = working
         self.rewriter = CitationRewriter(prompt.passages, self.numbering)
         self.attributor = Attributor(
@@ -461,6 +465,8 @@ class _Draft:
             return "the model's reply cited no given passage, and no passage backs its sentences"
         if not has_cited_statement(self.reply):
             return "the model's reply made no statement with a citation"
+        if self.question is not None and _restates(self.reply, self.question):
+            return "the model's reply only repeats the question's words"
         return None
 
 
@@ -652,6 +658,17 @@ class _Announcer:
 def _numbered(passages: Sequence[Passage], numbering: CitationNumbering) -> Mapping[int, Passage]:
     """The passages given this turn that ``numbering`` cites, by their conversation number."""
     return {n: p for p in passages if (n := numbering.get(p.chunk_id)) is not None}
+
+
+def _restates(reply: str, question: str) -> bool:
+    """Whether every sentence of ``reply`` is made of ``question``'s words alone: it answers nothing.
+
+    A 0.5B model echoes what it was asked ("The Boots self-locking nut work. [1]", asked "Can it be
+    reused? (Boots self-locking nut work)"), and the echo scores well against any passage on the topic.
+    """
+    asked = content_terms(question)
+    said = [content_terms(c.text) for c in claims(reply)]
+    return bool(said) and all(terms <= asked for terms in said)
 
 
 def _may_be(refusal: str, reply: str) -> bool:
