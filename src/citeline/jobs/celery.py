@@ -90,16 +90,16 @@ def queue_of(settings: Settings) -> str:
 
     A message says only which version of which namespace to build, and a worker builds it in its own
     store. Workers of two databases sharing one Redis took each other's messages, found no such version
-    and dropped them, and the document waited for its own deployment's sweep to send it again (Chroma
-    workers even wrote another store's namespaces into theirs). A message now waits in the queue of its
-    sender's store, which only that store's workers read.
+    and dropped them, and the document waited for its own deployment's sweep to send it again (and
+    before Chroma stores had queues of their own, a worker built another store's versions into its own).
+    A message now waits in the queue of its sender's store, which only that store's workers read.
     """
     return f"{QUEUE}.{hashlib.sha256(deployment_of(settings).encode()).hexdigest()[:16]}"
 
 
 def legacy_queue_of(settings: Settings) -> str:
-    """The queue that citeline up to this version sent ``settings``' messages to, and that a worker still
-    reads so that messages older processes left there are built (:func:`run_worker`)."""
+    """The queue that citeline sent ``settings``' messages to before queues were per deployment, and
+    that a worker still reads so that messages older processes left there are built (:func:`run_worker`)."""
     if settings.vector_backend == "pgvector":
         return QUEUE
     return f"{QUEUE}.chroma.{hashlib.sha256(_chroma_of(settings).encode()).hexdigest()[:12]}"
