@@ -150,6 +150,20 @@ def test_without_headings_the_text_of_each_section_decides() -> None:
     }
 
 
+def test_care_of_a_patient_is_no_maintenance_section_but_care_of_a_device_is() -> None:
+    clinical = [
+        "Keeping one care journey apart from another",
+        "Palliative care",
+        "Care plan",
+        "Intensive care",
+        "Standards of care",
+    ]
+    assert {h: classify_section(h, "Text.") for h in clinical} == dict.fromkeys(clinical)
+    for heading in ("Care and storage", "Product care", "Caring for your dishwasher", "Care of the unit"):
+        match = classify_section(heading, "Text.")
+        assert match is not None and match.type is SectionType.MAINTENANCE, heading
+
+
 def test_a_section_type_says_which_rule_chose_it() -> None:
     by_heading = classify_section("Troubleshooting the installation", "Check the fuse.")
     assert by_heading is not None and by_heading.type is SectionType.TROUBLESHOOTING

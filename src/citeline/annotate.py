@@ -165,7 +165,12 @@ _HEADING_RULES: tuple[tuple[SectionType, re.Pattern[str]], ...] = tuple(
         ),
         (
             SectionType.MAINTENANCE,
-            r"\bmaint(?:enance|aining)\b|\bservicing\b|\bcleaning\b|\bcare\b|\blubricat\w+"
+            # "Care" alone is a clinician's word ("Palliative care", "Care plan", "Keeping one care
+            # journey apart"): only a manual's care of a thing counts.
+            r"\bmaint(?:enance|aining)\b|\bservicing\b|\bcleaning\b|\blubricat\w+"
+            r"|\bcare\s+(?:and|&)\s+(?:maintenance|cleaning|storage|upkeep)\b|\bproduct\s+care\b"
+            r"|\bcaring\s+for\s+(?:your|the)\b|\bcare\s+of\s+(?:your|the)\s+(?:unit|device|appliance|"
+            r"product|instrument|machine|equipment|tool)s?\b"
             r"|\binspections?\b|\bcalibrat\w+|\breplacing\b",
         ),
         (
