@@ -282,3 +282,17 @@ def test_a_thank_you_or_an_acknowledgement_is_taken_as_said(said: str) -> None:
     # "Thanks!" was searched as "Thanks! (prime centrifugal pump)" and answered with the pump again.
     assert not is_follow_up(said)
     assert rewrite(said, [turn(1, PUMP)], llm=None) == Rewrite(said, "unchanged")
+
+
+def test_the_way_a_claim_was_put_is_no_topic_to_borrow() -> None:
+    # "Is it true that ..." asks; "true" named no topic, yet it was searched for with the next
+    # follow-up: "And what about children? (true maximum dose metformin 2000 mg)".
+    assert (
+        heuristic_rewrite(
+            "And what about children?", ["Is it true that the maximum dose of metformin is 2000 mg?"]
+        )
+        == "And what about children? (maximum dose metformin 2000 mg)"
+    )
+    assert heuristic_rewrite(
+        "And what about children?", ["And is it the case that metformin lowers glucose?"]
+    ) == ("And what about children? (metformin lowers glucose)")

@@ -57,6 +57,9 @@ _WORD = re.compile(r"[^\W_]+(?:[-'\u2019/.][^\W_]+)*", re.UNICODE)
 _CONTRACTION = re.compile(r"['\u2019](s|re|ll|d|ve)$")
 _CITATION_MARK = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
 _QUOTES = "\"'`\u201c\u201d"
+_CLAIM_FORM = re.compile(
+    r"^\s*(?:(?:and|so|but)\s+)?is\s+it\s+(?:true|the\s+case|correct)\s+that\b", re.IGNORECASE
+)
 
 CONTINUATIONS = (
     "what about",
@@ -313,7 +316,8 @@ def heuristic_rewrite(question: str, previous_queries: Sequence[str]) -> str:
     analyzer = _analyzer()
     have = set(analyzer.terms(question))
     for previous in reversed(previous_queries):
-        borrowed = key_terms(previous, exclude=have)
+        # "Is it true that ..." is how a claim was put, not what it is about.
+        borrowed = key_terms(_CLAIM_FORM.sub("", previous, count=1), exclude=have)
         if borrowed:
             return f"{question} ({' '.join(borrowed)})"
     return question
