@@ -102,3 +102,21 @@ def test_a_claim_about_something_it_does_not_name_puts_no_claim(question: str) -
 )
 def test_an_it_standing_for_what_follows_still_names_the_claims_subject(question: str, claim: str) -> None:
     assert claim_of(question) == claim
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # Asks which, not whether: answered "Yes: the sources say so [1]." on the user guide.
+        "Should I use scopes or namespaces to keep two clinics apart?",
+        "Is pgvector or Chroma faster for a million chunks?",
+        "Do I ingest a folder with --scope or with --category?",
+    ],
+)
+def test_a_question_offering_alternatives_puts_no_claim(question: str) -> None:
+    assert claim_of(question) is None
+
+
+def test_a_yes_no_question_with_or_not_still_puts_its_claim() -> None:
+    question = "Is it safe to run the pump dry or not?"
+    assert claim_of(question) == question

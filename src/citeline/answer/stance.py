@@ -118,6 +118,9 @@ _ANTICIPATORY_STATEMENT = re.compile(
     r"(?:to|that|whether|for)\b",
     re.IGNORECASE,
 )
+# "Should I use scopes or namespaces ...?" asks which, not whether: it was answered "Yes: the sources
+# say so". "... or not?" still asks whether.
+_ALTERNATIVES = re.compile(r"\s+or\s+(?!not\b)", re.IGNORECASE)
 _LEADING_CONJUNCTION = re.compile(r"^(?:and|but|so|then|also|okay|ok|well)(?:[\s,]+|$)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"\.[\"'\u201d\u2019)]*$")
 MIN_STATEMENT_WORDS = 4
@@ -134,7 +137,8 @@ def claim_of(question: str) -> str | None:
     told as statements (``... I would like to know how long to wait between doses.``), keyword searches
     (``elastic stop nut``: fewer than :data:`MIN_STATEMENT_WORDS` words and no full stop) and yes/no
     questions and claims whose subject is a pronoun pointing to an earlier turn (``Can they be
-    reused?``, ``Is it true that they can be reused?``: they name nothing to check) put none.
+    reused?``, ``Is it true that they can be reused?``: they name nothing to check) and yes/no
+    questions offering alternatives (``Should I use scopes or namespaces?``: they ask which) put none.
     """
     # (The terms a conversation's search borrows from earlier turns never get here: it judges the user's
     # own words, answer_stream's claim_text, so a claim's own closing "(in mice)" is kept.)
@@ -147,6 +151,8 @@ def claim_of(question: str) -> str | None:
     if _OPEN_QUESTION.match(text) or _REQUEST.match(text) or _ASKING.search(text):
         return None
     if _YES_NO.match(text):
+        if _ALTERNATIVES.search(text):
+            return None
         return None if _POINTING_SUBJECT.match(text) and not _ANTICIPATORY_IT.match(text) else text
     if text.endswith("?") or (len(text.split()) < MIN_STATEMENT_WORDS and not _SENTENCE_END.search(text)):
         return None
