@@ -120,3 +120,8 @@ def test_a_question_offering_alternatives_puts_no_claim(question: str) -> None:
 def test_a_yes_no_question_with_or_not_still_puts_its_claim() -> None:
     question = "Is it safe to run the pump dry or not?"
     assert claim_of(question) == question
+
+
+def test_an_identifier_in_angle_brackets_is_no_markup() -> None:
+    assert claim_of("Is error <E42> fatal?") == "Is error <E42> fatal?"
+    assert claim_of("Does the <HX-4000> reach 16 bar?") == "Does the <HX-4000> reach 16 bar?"

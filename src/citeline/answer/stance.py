@@ -105,9 +105,15 @@ _ANTICIPATORY_IT = re.compile(
 # Markup pasted into a question (an HTML tag, a script, a comment) is no part of what it claims: the
 # attribute of '<img src=x onerror="window.pwned=9">' was read as a figure the claim states ("it states
 # 9, where the source states 0.25"), and a tag before "Is ..." hid the yes/no question. A tag opens with
-# a letter, so "<10 bar" is a comparison, not markup.
+# an HTML element's name or carries an attribute, so "<10 bar" is a comparison and "<E42>" a code.
+_HTML_ELEMENTS = (
+    "a|abbr|audio|b|big|blockquote|body|br|button|center|code|div|details|em|embed|font|form|h[1-6]|head|"
+    "hr|html|i|iframe|img|input|label|li|link|mark|math|meta|object|ol|option|p|pre|q|s|select|small|"
+    "span|strike|strong|sub|summary|sup|svg|table|tbody|td|textarea|th|thead|title|tr|u|ul|video"
+)
 _MARKUP = re.compile(
-    r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|$)|<!--.*?(?:-->|$)|</?[A-Za-z][\w:-]*(?:\s[^<>]*)?/?>",
+    r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|$)|<!--.*?(?:-->|$)"
+    rf"|</?(?:{_HTML_ELEMENTS})(?:\s[^<>]*)?/?>|<[A-Za-z][\w:-]*\s[^<>]*=[^<>]*>",
     re.IGNORECASE | re.DOTALL,
 )
 # The same two readings in a claim put as a statement ("They can be reused.", "Is it true that it
