@@ -585,3 +585,35 @@ def test_an_answer_still_coming_for_a_conversation_left_does_not_write_into_the_
     with page.expect_request("**/chat/stream") as asked:
         ask(page, "How often is the Globex boiler serviced?")
     assert json.loads(asked.value.post_data or "{}")["conversation_id"] == opened["conversation_id"]
+
+
+def test_many_files_uploaded_at_once_wait_out_the_keys_rate_limit_rather_than_fail(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    if not _has_upload_route(site.server):
+        pytest.skip("POST /documents (upload) is not on this branch yet")
+    # A server of the same store allowing 30 requests a minute per key, as 600 a minute does for an
+    # admin uploading a few hundred files at once.
+    limited = start_server({**site.server.env, "CITELINE_API_RATE_LIMIT": "30"}, tmp_path / "serve.log")
+    files = [
+        write(tmp_path / f"tank-{n:02}.md", f"# Tank {n}\n\nTank {n} is drained every {n} days.")
+        for n in range(24)
+    ]
+    try:
+        page = context.new_page()
+        sign_in(page, limited.url + "/admin", site.admin)
+        expect(page.locator("#documents tbody tr").first).to_be_visible()
+        page.get_by_label("Files to upload").set_input_files(files)
+        page.get_by_label("Scopes").first.fill("tanks")
+        page.get_by_role("button", name="Upload", exact=True).click()
+        status = page.locator("#add-status")
+        # Over the limit the page waits as the server asks (Retry-After), and every file goes in.
+        expect(status).to_contain_text("waiting", timeout=60_000)
+        expect(status).to_have_text(
+            "Uploaded 24 of 24 files (scopes tanks; no tags): 24 ingested.", timeout=240_000
+        )
+    finally:
+        stop_server(limited)
+        with site.server.client(site.admin) as api:
+            for doc in api.get("/documents", params={"scope": "tanks", "limit": 100}).json()["documents"]:
+                api.delete(f"/documents/{doc['id']}").raise_for_status()

@@ -24,6 +24,14 @@ const BUILDING = new Set(["queued", "processing"]);
 // ended failed is said with its reason. A page hidden for longer only learns it from the list.
 const FAILED_WITHIN = "1h";
 const CHUNKS_PER_PAGE = 50;
+// While files are uploaded, the list is read at most this often: read after each file, it spent the
+// key's requests a minute (CITELINE_API_RATE_LIMIT) twice as fast as the uploads themselves.
+const UPLOAD_LIST_MS = 2000;
+// How many times one file's upload waits out the rate limit before it is said not uploaded.
+const RATE_LIMIT_WAITS = 5;
+// Uploaded documents the list does not show (filtered out, past its first 200) read one by one once
+// their build ended: at most this many at each refresh, to stay well within the rate limit.
+const FOLLOW_READS = 3;
 
 const state = {
   me: null,
@@ -321,7 +329,7 @@ async function loadDocuments() {
     const [page, builds] = await Promise.all([api(`/documents?${filterQuery()}`), readBuilds()]);
     if (listing !== state.listing) return; // filters changed (or a refresh ran) meanwhile
     state.seenBuilds = buildsSeen(builds);
-    followAdded(builds);
+    followAdded(builds, page.documents);
     const building = nextVersions(builds, page.documents);
     const next = (doc) => {
       const version = building.get(doc.id);
@@ -510,16 +518,26 @@ function sayAdded() {
 }
 
 /**
- * Follow what was added last with the builds just read: one no longer queued or processing has ended,
- * and its version is read once to learn how (ingested, or failed and why; gone if deleted meanwhile).
+ * Follow what was added last with the builds and the list just read: one no longer queued or
+ * processing has ended, and the list says how (ingested, or failed and why); one the list does not
+ * show (filtered out) is read once (gone if deleted meanwhile), a few at each refresh.
  */
-function followAdded(builds) {
+function followAdded(builds, listed) {
   const added = state.added;
   if (!added) return;
+  let reads = added.docs.filter((doc) => doc.checking).length;
   for (const doc of added.docs) {
     if (doc.outcome !== undefined || doc.checking) continue;
     const build = builds.find((b) => b.document_id === doc.id && b.version === doc.version);
     if (build && BUILDING.has(build.status)) continue;
+    const shown = listed.find((d) => d.id === doc.id && d.version === doc.version);
+    if (shown) {
+      doc.outcome = { completed: "ingested", failed: "failed" }[shown.status];
+      doc.error = shown.error;
+      continue;
+    }
+    if (reads >= FOLLOW_READS) continue;
+    reads += 1;
     doc.checking = true;
     api(`/documents/${encodeURIComponent(doc.id)}?version=${encodeURIComponent(doc.version)}`)
       .then((found) => {
@@ -535,6 +553,7 @@ function followAdded(builds) {
         if (state.added === added) sayAdded();
       });
   }
+  sayAdded();
 }
 
 async function upload(files) {
@@ -547,8 +566,12 @@ async function upload(files) {
   const uploaded = []; // the documents the server took, followed until each is ingested or failed
   const failures = [];
   const labelled = new Set(); // the labels the server gave the uploaded files, in words
+  const me = state.me;
+  let listedAt = 0;
   for (const file of files) {
-    say(status, `Uploading ${file.name} (${uploaded.length + failures.length + 1} of ${files.length})…`);
+    if (state.me !== me) break; // signed out meanwhile: the rest are not sent with no key
+    const position = `${uploaded.length + failures.length + 1} of ${files.length}`;
+    say(status, `Uploading ${file.name} (${position})…`);
     const form = new FormData();
     form.append("file", file, file.name);
     for (const scope of given.scopes) form.append("scopes", scope);
@@ -556,15 +579,29 @@ async function upload(files) {
     if (given.category) form.append("category", given.category);
     if (given.chunk_size) form.append("chunk_size", String(given.chunk_size));
     if (given.chunk_overlap !== undefined) form.append("chunk_overlap", String(given.chunk_overlap));
-    try {
-      const doc = await api("/documents", { method: "POST", form });
-      labelled.add(labelWords(doc));
-      uploaded.push(followed(doc));
-    } catch (error) {
-      // The API's message names the file already ("a.exe: unsupported file type"); say it once.
-      failures.push(named(file.name, describeError(error)));
+    for (let waits = 0; ; waits += 1) {
+      try {
+        const doc = await api("/documents", { method: "POST", form });
+        labelled.add(labelWords(doc));
+        uploaded.push(followed(doc));
+      } catch (error) {
+        // Over the key's requests a minute: nothing is wrong with the file, so it waits as asked and
+        // goes again, rather than being said not uploaded.
+        if (error?.status === 429 && waits < RATE_LIMIT_WAITS && state.me === me) {
+          const seconds = error.retryAfter ?? 10;
+          say(status, `Uploading ${file.name} (${position}): waiting ${seconds} s, as the server asks: ${describeError(error)}`);
+          await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+          continue;
+        }
+        // The API's message names the file already ("a.exe: unsupported file type"); say it once.
+        failures.push(named(file.name, describeError(error)));
+      }
+      break;
     }
-    loadDocuments();
+    if (Date.now() - listedAt >= UPLOAD_LIST_MS) {
+      listedAt = Date.now();
+      loadDocuments();
+    }
   }
   const count = `${files.length} file${files.length === 1 ? "" : "s"}`;
   const heading = uploaded.length ? `Uploaded ${uploaded.length} of ${count} (${[...labelled].join(" | ")})` : `Uploaded none of ${count}`;

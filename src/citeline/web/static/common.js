@@ -20,13 +20,17 @@ export function authHeaders() {
   return key ? { Authorization: `Bearer ${key}` } : {};
 }
 
-/** A failed API call: `status` is the HTTP status (0 when the server could not be reached). */
+/**
+ * A failed API call: `status` is the HTTP status (0 when the server could not be reached);
+ * `retryAfter`, the seconds the server asked to wait before trying again (a 429 or a 503), if it did.
+ */
 export class ApiError extends Error {
   name = "ApiError";
-  constructor(message, status = 0, code = "") {
+  constructor(message, status = 0, code = "", retryAfter = undefined) {
     super(message);
     this.status = status;
     this.code = code;
+    this.retryAfter = retryAfter;
   }
 }
 
@@ -53,7 +57,13 @@ export async function responseError(response) {
     // Not the API's error shape (a proxy, a crash): the status says enough.
   }
   const words = message || STATUS_WORDS[response.status] || response.statusText || "request failed";
-  return new ApiError(`${words} (HTTP ${response.status}${requestNote(response.status, requestId)})`, response.status, code);
+  const wait = Number.parseInt(response.headers.get("Retry-After") ?? "", 10);
+  return new ApiError(
+    `${words} (HTTP ${response.status}${requestNote(response.status, requestId)})`,
+    response.status,
+    code,
+    Number.isFinite(wait) ? wait : undefined,
+  );
 }
 
 /**
@@ -94,7 +104,13 @@ export function describeError(error) {
  * Call the API with the stored key. `json` is sent as a JSON body, `form` as multipart. Resolves to
  * the parsed JSON body (null for an empty one), rejects with an {@link ApiError}.
  */
+// Until when the server asked this page to wait (a 429's Retry-After: the key is over its requests a
+// minute). The page's requests meanwhile wait too: sent, each would only be refused again.
+let quietUntil = 0;
+
 export async function api(path, { method = "GET", json, form, signal } = {}) {
+  const quiet = quietUntil - Date.now();
+  if (quiet > 0) await new Promise((resolve) => setTimeout(resolve, quiet));
   const headers = authHeaders();
   let body;
   if (json !== undefined) {
@@ -112,6 +128,9 @@ export async function api(path, { method = "GET", json, form, signal } = {}) {
   }
   if (!response.ok) {
     const error = await responseError(response);
+    if (response.status === 429 && error.retryAfter) {
+      quietUntil = Math.max(quietUntil, Date.now() + error.retryAfter * 1000);
+    }
     checkRefused(error);
     throw error;
   }
