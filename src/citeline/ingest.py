@@ -39,6 +39,7 @@ from citeline.errors import (
     InvalidRequestError,
     JobStoppedError,
     LoadError,
+    NotFoundError,
     StoreError,
     UnsupportedTypeError,
 )
@@ -769,16 +770,21 @@ class Ingestor:
         for job, group in groups:
             if job.doc.version_id in alive:
                 kept.append((job, group))
-                continue
-            job.failed = True
-            run.buffer[:] = [(j, r) for j, r in run.buffer if j is not job]
-            if job in run.open_jobs:
-                run.open_jobs.remove(job)
-            self._forget(run, [job.doc.version_id])
-            reason = f"{job.source.label}: deleted while it was built; the build stopped"
-            log.info("%s", reason)
-            run.report(IngestResult(job.source.label, Outcome.FAILED, job.doc, error=reason))
+            else:
+                self._stop_deleted(job, run)
         return kept
+
+    def _stop_deleted(self, job: _Job, run: _Run) -> None:
+        """Stop a job whose version no longer exists: its document was deleted while it was built. What
+        was asked for is done, so nothing is recorded as failed (there is no row to record it on)."""
+        job.failed = True
+        run.buffer[:] = [(j, r) for j, r in run.buffer if j is not job]
+        if job in run.open_jobs:
+            run.open_jobs.remove(job)
+        self._forget(run, [job.doc.version_id])
+        reason = f"{job.source.label}: deleted while it was built; the build stopped"
+        log.info("%s", reason)
+        run.report(IngestResult(job.source.label, Outcome.FAILED, job.doc, error=reason))
 
     def _insert_each(
         self, run: _Run, model: str, groups: Sequence[tuple[_Job, catalog.ChunkGroup]]
@@ -954,19 +960,27 @@ class Ingestor:
         if job in run.open_jobs:
             run.open_jobs.remove(job)
         src = job.source
-        if transient and run.retry is not None and job.doc.attempts <= run.retry.retries:
-            delay = run.retry.delay_after(job.doc.attempts)
-            with self.engine.begin() as conn:
-                catalog.requeue(conn, job.doc.version_id, f"{reason} (retrying in {delay:g} s)", delay=delay)
-                queued = catalog.get_version(conn, job.doc.version_id)
-            self._forget(run, [job.doc.version_id])
-            run.report(IngestResult(src.label, Outcome.RETRYING, queued, error=reason))
+        try:
+            if transient and run.retry is not None and job.doc.attempts <= run.retry.retries:
+                delay = run.retry.delay_after(job.doc.attempts)
+                with self.engine.begin() as conn:
+                    retrying = f"{reason} (retrying in {delay:g} s)"
+                    catalog.requeue(conn, job.doc.version_id, retrying, delay=delay)
+                    queued = catalog.get_version(conn, job.doc.version_id)
+                self._forget(run, [job.doc.version_id])
+                run.report(IngestResult(src.label, Outcome.RETRYING, queued, error=reason))
+                return
+            if transient and run.retry is not None:
+                reason = f"{reason} (gave up after {job.doc.attempts} attempts)"
+            failed = self._record_failure(
+                src.label, src.uri, src.name, run.labels, job.doc, reason, job.started
+            )
+        except NotFoundError:
+            # Deleted while it was built, and its build then failed (the delete took its stored original,
+            # or anything else went wrong meanwhile): there is no version to record the failure on.
+            self._stop_deleted(job, run)
             return
-        if transient and run.retry is not None:
-            reason = f"{reason} (gave up after {job.doc.attempts} attempts)"
-        run.report(
-            self._record_failure(src.label, src.uri, src.name, run.labels, job.doc, reason, job.started)
-        )
+        run.report(failed)
         self._forget(run, [job.doc.version_id])
         if src.stored_file is not None:
             remove_unused_files(self.engine, [src.stored_file])

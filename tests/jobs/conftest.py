@@ -76,6 +76,25 @@ class _Gated(_Faulty):
         return self.inner.embed(texts)
 
 
+class _GatedFailing(_Gated):
+    """The gated embedder, failing every batch once its gate opens, as a remote provider that went away:
+    a build that fails after what happened while it waited."""
+
+    def __init__(self, model: str, *, batch_size: int, threads: int) -> None:
+        super().__init__(model, batch_size=batch_size, threads=threads)
+        self.model_id = f"gatedfail:{model}"
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if len(texts) > 1:
+            self.gate.wait(60)
+            raise EmbeddingError(f"{self.model_id}: the embedding server went away")
+        return self.inner.embed(texts)
+
+
+def _gatedfail(model: str, settings: Settings) -> Embedder:
+    return _GatedFailing(model, batch_size=settings.embed_batch_size, threads=settings.embed_threads)
+
+
 def _faulty(model: str, settings: Settings) -> Embedder:
     return _Faulty(model, batch_size=settings.embed_batch_size, threads=settings.embed_threads)
 
@@ -86,17 +105,18 @@ def _gated(model: str, settings: Settings) -> Embedder:
 
 @pytest.fixture(autouse=True)
 def fault_injecting_providers() -> Iterator[None]:
-    """``faulty:``, ``gated:`` and ``filegate:`` embedders, registered for these tests only (others
-    list providers)."""
+    """``faulty:``, ``gated:``, ``gatedfail:`` and ``filegate:`` embedders, registered for these tests
+    only (others list providers)."""
     register_test_providers()
     yield
-    for name in ("faulty", "gated", "filegate"):
+    for name in ("faulty", "gated", "gatedfail", "filegate"):
         EMBEDDERS.remove(name)
 
 
 def register_test_providers() -> None:
     """Register the fault-injecting embedders (in the tests, and in the workers they start)."""
-    for name, build in (("faulty", _faulty), ("gated", _gated), ("filegate", _filegated)):
+    builds = (("faulty", _faulty), ("gated", _gated), ("gatedfail", _gatedfail), ("filegate", _filegated))
+    for name, build in builds:
         EMBEDDERS.register(
             Provider(name, build=build, about="the packaged embedder, with faults", example=f"{name}:0-a")
         )

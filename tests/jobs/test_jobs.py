@@ -294,6 +294,32 @@ def test_a_document_deleted_while_it_is_built_stops_its_build_quietly(
     assert any("deleted while it was built" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("retries", [3, 0], ids=["to-be-retried", "given-up"])
+def test_a_build_failing_after_its_document_was_deleted_stops_quietly(
+    settings: Settings, gate: tuple[str, threading.Event], caplog: pytest.LogCaptureFixture, retries: int
+) -> None:
+    """A build whose document is deleted and which then fails (its original went with the delete, its
+    provider went away) has no version to requeue, or to record the failure on when its retries are
+    spent: either raised NotFoundError, which the runner logged as an ERROR with a stack trace (and a
+    full tests/jobs run met now and then in the test above). It stops as deleted."""
+    name, opened = gate
+    with configured(settings, embedding_model=f"gatedfail:{name}", job_retries=retries) as cl:
+        cl.start_jobs()
+        doc = cl.submit(upload("pump.md", PUMP)).document
+        wait_for_status(cl, doc, "processing", timeout=30)
+        with caplog.at_level(logging.INFO, logger="citeline"):
+            cl.delete(str(doc.id))
+            opened.set()
+            deadline = time.monotonic() + 30
+            while not any("deleted while it was built" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+                time.sleep(0.05)
+        with pytest.raises(NotFoundError):
+            cl.document(str(doc.id))
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]
+
+
 def test_a_job_over_its_soft_time_limit_fails_with_the_limit_named(settings: Settings) -> None:
     with configured(settings, job_soft_time_limit=0.001) as cl:
         cl.start_jobs()
