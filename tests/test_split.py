@@ -155,6 +155,8 @@ def test_small_pieces_are_merged_greedily_keeping_the_text_between_them() -> Non
         ("The ratio was 3.", "5 on average."),
         ("Made in the U.S.", " by the company."),
         ("Written by J.", " R. R. Tolkien."),
+        ("Nuts range in size from No.", " 6 up to 1/4 inch."),
+        ("As Art.", " 5 of the treaty says."),
     ],
 )
 def test_abbreviations_initials_and_decimals_do_not_end_a_sentence(before: str, after: str) -> None:
@@ -164,6 +166,18 @@ def test_abbreviations_initials_and_decimals_do_not_end_a_sentence(before: str, 
     size = max(len(sentence), len(opening) + 1 + len(before))
 
     assert texts([Page(1, f"{opening} {sentence}")], chunk_size=size) == [opening, sentence]
+
+
+def test_no_ends_a_sentence_unless_a_number_follows_it() -> None:
+    text = "Is the valve open? The answer is no. Then close it. Use bolts No. 6 to No. 8 here."
+    ends = list(sentence_ends(text + " "))
+
+    assert [text[a:b].strip() for a, b in zip([0, *ends], ends, strict=False)] == [
+        "Is the valve open?",
+        "The answer is no.",
+        "Then close it.",
+        "Use bolts No. 6 to No. 8 here.",
+    ]
 
 
 def test_each_chunk_reaches_back_by_the_overlap_to_a_word_start() -> None:

@@ -68,6 +68,10 @@ _ABBREVIATIONS = frozenset(
         "tab", "vol", "vs",
     }
 )  # fmt: skip
+# Words that abbreviate only before a number: "ranges in size from No. 6 up to 1/4 inch" goes on, while
+# "The answer is no. Then ..." ends.
+_BEFORE_NUMBER = frozenset({"no", "nos", "art", "arts", "para", "paras", "sect", "pt", "pts"})
+_NUMBERED = re.compile(r"\s+\d")
 # "e.g", "i.e", "U.S", "Ph.D": letters with inner periods; or one capital letter, an initial.
 _DOTTED_OR_INITIAL = re.compile(r"(?:[^\W\d_]{1,2}\.)+[^\W\d_]{1,2}|[A-Z]")
 _OPENING_PUNCTUATION = "([{\"'\u201c\u2018"
@@ -333,7 +337,15 @@ def _sentence_cuts(text: str, start: int, end: int) -> Iterator[int]:
         period = match.start()
         if text[period] == "." and _is_abbreviation(text[max(start, period - _ABBREVIATION_WINDOW) : period]):
             continue
+        if text[period] == "." and _NUMBERED.match(text, match.end()) and _numbers_next(text, start, period):
+            continue
         yield match.end()
+
+
+def _numbers_next(text: str, start: int, period: int) -> bool:
+    """Whether the word before ``period`` is one that abbreviates before a number ("No. 6", "Art. 5")."""
+    words = text[max(start, period - _ABBREVIATION_WINDOW) : period].split()
+    return bool(words) and words[-1].lstrip(_OPENING_PUNCTUATION).lower() in _BEFORE_NUMBER
 
 
 def _is_abbreviation(before_period: str) -> bool:
