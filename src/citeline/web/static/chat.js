@@ -560,6 +560,9 @@ async function openAtPage(current = false) {
 
 function newConversation() {
   state.opening += 1;
+  // A question still being answered belongs to the conversation left: a reload must not give it
+  // back into this one, where it would be asked.
+  sessionStorage.removeItem(ASKING_STORAGE);
   setConversation(null);
   state.citations.clear();
   state.currentDocuments.clear(); // a document may have a newer version since it was fetched
