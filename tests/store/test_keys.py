@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -10,6 +11,9 @@ import sqlalchemy as sa
 from citeline.access import Role
 from citeline.engine import Citeline
 from citeline.errors import AuthenticationError, InvalidRequestError
+from citeline.ingest import IngestOptions
+from citeline.retrieve.filters import Filters
+from citeline.retrieve.search import SearchRequest
 from citeline.store import keys
 
 
@@ -49,6 +53,25 @@ def test_an_admin_key_cannot_be_bound_to_scopes_and_a_reader_may_be_universal_on
         with pytest.raises(InvalidRequestError, match="a scope must not be empty or blank"):
             keys.create_key(conn, role=Role.READER, scopes=["ward-a", " "])
     assert info.access.scopes == frozenset()
+
+
+def test_a_scope_with_surrounding_whitespace_is_refused_alike_by_keys_documents_and_filters(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    """Keys stripped " clinic " to "clinic" while documents and filters kept it as given, so a key made
+    for the scope a document was ingested with could not see it. Every one of them now refuses it."""
+    note = tmp_path / "note.md"
+    note.write_text("Clinic opening hours are nine to five.", encoding="utf-8")
+    refused = "a scope must not start or end with whitespace; got ' clinic ' \\(did you mean 'clinic'\\?\\)"
+    with cl.engine.begin() as conn, pytest.raises(InvalidRequestError, match=refused):
+        keys.create_key(conn, role=Role.READER, scopes=[" clinic "])
+    with pytest.raises(InvalidRequestError, match=refused):
+        cl.ingest([note], IngestOptions(scopes=(" clinic ",)))
+    with pytest.raises(InvalidRequestError, match=refused):
+        cl.search(SearchRequest("opening hours", filters=Filters(scopes=(" clinic ",))))
+    with pytest.raises(InvalidRequestError, match="a tag must not start or end with whitespace"):
+        cl.ingest([note], IngestOptions(tags=("rota ",)))
+    assert cl.documents() == []
 
 
 def test_a_checked_key_is_trusted_for_the_cache_time_and_a_revoke_here_ends_it_at_once(cl: Citeline) -> None:

@@ -34,9 +34,18 @@ def category_condition(column: str, param: str, category: str) -> tuple[str, dic
 
 def check_scopes(scopes: Iterable[str] | None, what: str = "scope") -> None:
     """Refuse a blank scope (or tag, with ``what``): ``""`` names no scope anyone holds, so a document,
-    key or filter given one would silently mean something other than what was asked."""
+    key or filter given one would silently mean something other than what was asked. Refuse one that
+    starts or ends with whitespace too: ``" clinic "`` is another scope than ``clinic``, which a
+    document, a key and a filter must all spell alike (keys once stripped it, documents did not, and a
+    key made for ``" clinic "`` could not see a document ingested with it)."""
     if scopes is not None and any(not scope.strip() for scope in scopes):
         raise InvalidRequestError(f"{what}s: a {what} must not be empty or blank; got {list(scopes)!r}")
+    padded = [scope for scope in scopes or () if scope != scope.strip()]
+    if padded:
+        raise InvalidRequestError(
+            f"{what}s: a {what} must not start or end with whitespace; got {padded[0]!r} "
+            f"(did you mean {padded[0].strip()!r}?)"
+        )
     for scope in scopes or ():
         if len(scope) > MAX_LABEL_CHARS:
             raise InvalidRequestError(
