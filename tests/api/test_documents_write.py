@@ -348,6 +348,9 @@ def test_refresh_reads_a_changed_file_again_and_reports_each_document(server: Se
         assert changed["outcome"] in ("queued", "processing", "updated")
         assert poll(admin, mine["id"])["version"] == 2
         assert admin.post("/refresh", json={"older_than": "soon"}).status_code == 422
+        # Empty is no age: refused too, not a refresh of everything (as the CLI's --older-than "").
+        empty = admin.post("/refresh", json={"older_than": "", "dry_run": True})
+        assert empty.status_code == 422 and "an age is a number and a unit" in empty.text
         # A named document whose original is gone: the dry run says why a refresh would refuse it.
         path.unlink()
         dry = admin.post("/refresh", json={"dry_run": True, "document_ids": [mine["id"]]})

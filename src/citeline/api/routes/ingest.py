@@ -198,7 +198,8 @@ class RefreshBody(RequestBody):
 
 @router.post("/refresh", status_code=202, summary="Read web pages and files again; new versions if changed")
 async def refresh(body: RefreshBody, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
-    age = parse_age(body.older_than) if body.older_than else None
+    # An empty age is refused, not taken for none: "older_than": "" read every source again.
+    age = parse_age(body.older_than) if body.older_than is not None else None
     docs = await _run(cl.refresh_candidates, older_than=age, document_ids=body.document_ids)
     if body.dry_run:
         # A named document refresh would refuse says why, as the real run would.
