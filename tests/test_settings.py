@@ -24,6 +24,20 @@ from citeline.settings import Persona, load_settings
             '{"text/plain": 5}',
             "CITELINE_SOURCE_BOOST.text/plain: Input should be less than or equal to 1 (got '5')",
         ),
+        # A port that is not a number failed every command with a traceback from SQLAlchemy; the
+        # password is never shown.
+        (
+            "CITELINE_DATABASE_URL",
+            "postgresql://team:s3cret@db.internal:notaport/kb",
+            "CITELINE_DATABASE_URL: Value error, database_url is not a valid URL (invalid literal for int() "
+            "with base 10: 'notaport') (got 'postgresql://team:***@db.internal:notaport/kb')",
+        ),
+        (
+            "CITELINE_REDIS_URL",
+            "http://team:s3cret@broker",
+            "CITELINE_REDIS_URL: Value error, redis_url must be a redis://, rediss:// or unix:// URL "
+            "(got 'http://team:***@broker')",
+        ),
     ],
 )
 def test_a_bad_setting_is_a_configuration_error_naming_its_variable(

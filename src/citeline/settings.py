@@ -438,10 +438,19 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _url_is_postgres(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(
-            ("postgresql://", "postgres://", "postgresql+psycopg://")
-        ):
+        if value is None:
+            return value
+        if not value.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
             raise ValueError("database_url must be a postgresql:// URL")
+        # Parsed now, so a malformed one (a port that is not a number) is named here, as a setting,
+        # rather than failing every command later with a traceback from deep in SQLAlchemy.
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(value).port  # noqa: B018 - reading the port is the check
+        except (ArgumentError, ValueError) as exc:
+            raise ValueError(f"database_url is not a valid URL ({exc})") from None
         return value
 
 
@@ -454,6 +463,13 @@ def load_settings(**overrides: object) -> Settings:
         raise ConfigError(f"invalid setting: {describe_invalid(exc)}") from None
 
 
+#: Settings whose value an error never shows, and URLs whose password it masks.
+_SECRET_FIELDS = frozenset({"openai_api_key", "anthropic_api_key", "chroma_api_key", "embed_api_key"})
+_URL_FIELDS = frozenset(
+    {"database_url", "redis_url", "chroma_url", "api_rate_limit_redis_url", "embed_base_url", "llm_base_url"}
+)
+
+
 def describe_invalid(exc: ValidationError) -> str:
     """Each problem of ``exc`` as ``CITELINE_NAME: message (got value)``, joined by ``; ``."""
     problems = []
@@ -462,6 +478,10 @@ def describe_invalid(exc: ValidationError) -> str:
         name = f"CITELINE_{loc[0].upper()}" if loc else "settings"
         where = ".".join([name, *loc[1:]])
         got = error.get("input")
+        if loc and loc[0] in _SECRET_FIELDS:
+            got = None  # an error line is printed and logged: a key or a password is never in it
+        elif loc and loc[0] in _URL_FIELDS and isinstance(got, str):
+            got = re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", got)
         shown = "" if isinstance(got, dict) or got is None else f" (got {str(got)[:80]!r})"
         problems.append(f"{where}: {error.get('msg', 'invalid')}{shown}")
     return "; ".join(problems)
