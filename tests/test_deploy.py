@@ -44,6 +44,14 @@ def test_services_run_citeline_commands_with_options_they_have() -> None:
     assert COMPOSE["services"]["api"]["volumes"] == COMPOSE["services"]["worker"]["volumes"]
 
 
+def test_workers_are_given_the_time_to_finish_a_build_when_stopped() -> None:
+    # SIGTERM lets a worker finish its builds, up to the hard time limit; Docker's default of 10 s
+    # would kill them half built.
+    grace = COMPOSE["services"]["worker"].get("stop_grace_period", "10s")
+    seconds = int(grace[:-1]) * {"s": 1, "m": 60, "h": 3600}[grace[-1]]
+    assert seconds > Settings.model_fields["job_hard_time_limit"].default
+
+
 def test_the_image_carries_the_pdf_viewer_the_package_serves() -> None:
     dockerfile = (REPO / "Dockerfile").read_text(encoding="utf-8")
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
