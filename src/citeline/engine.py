@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -1367,30 +1367,40 @@ class Citeline:
         self._key_cache.forget(info.id)
         return info
 
-    def readiness(self, problems: dict[str, str] | None = None) -> dict[str, bool]:
+    def readiness(self) -> Readiness:
         """Whether this instance can serve: the database answers, the embedder is loaded and, once
-        started, the job runner is alive. ``problems`` (if given) receives, for each check that
-        failed, why: a bare false does not tell a dead thread from an unreachable broker."""
-        reasons: dict[str, str] = {}
+        started, the job runner is alive; for each check that fails, why (a bare false does not tell a
+        dead thread from an unreachable broker)."""
+        problems: dict[str, str] = {}
         try:
             with self.engine.connect() as conn:
                 conn.execute(sa.text("SELECT 1"))
         except (CitelineError, sa.exc.SQLAlchemyError) as exc:
             first_line = str(getattr(exc, "orig", None) or exc).strip().splitlines()[:1]
-            reasons["database"] = (
+            problems["database"] = (
                 f"the database does not answer: {' '.join(first_line) or type(exc).__name__}"
             )
         if self._embedder is None:
-            reasons["embedder"] = "the embedding model is not loaded yet"
-        checks = {"database": "database" not in reasons, "embedder": "embedder" not in reasons}
+            problems["embedder"] = "the embedding model is not loaded yet"
+        checks = ["database", "embedder"]
         if self._jobs is not None:
+            checks.append("job_runner")
             problem = self._jobs.problem
-            checks["job_runner"] = problem is None
             if problem is not None:
-                reasons["job_runner"] = problem
-        if problems is not None:
-            problems.update(reasons)
-        return checks
+                problems["job_runner"] = problem
+        return Readiness({name: name not in problems for name in checks}, problems)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """What :meth:`Citeline.readiness` found: each check passed or not, and why each failed one did."""
+
+    checks: dict[str, bool]
+    problems: dict[str, str]
+
+    @property
+    def ready(self) -> bool:
+        return all(self.checks.values())
 
 
 def _require_admin(access: Access, action: str) -> None:

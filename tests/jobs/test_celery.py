@@ -230,9 +230,9 @@ def test_readiness_names_an_unreachable_broker_and_what_happens_to_uploads(setti
     )
     with Citeline(unreachable) as cl:
         cl.start_jobs()
-        problems: dict[str, str] = {}
-        checks = cl.readiness(problems)
-        assert checks["job_runner"] is False and checks["database"] is True
+        found = cl.readiness()
+        checks, problems = found.checks, found.problems
+        assert checks["job_runner"] is False and checks["database"] is True and not found.ready
         reason = problems["job_runner"]
         assert f"127.0.0.1:{port}" in reason and "does not answer" in reason and "s3cret" not in reason
         assert "queued" in reason  # uploads are still taken, and wait in the catalog

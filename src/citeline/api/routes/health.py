@@ -20,14 +20,12 @@ async def live() -> dict[str, str]:
 
 @router.get("/ready", summary="The database answers and the embedder is loaded")
 def ready(cl: CitelineDep, slots: SlotsDep) -> JSONResponse:
-    problems: dict[str, str] = {}
-    checks = cl.readiness(problems)
-    ok = all(checks.values())
+    found = cl.readiness()
     body: dict[str, Any] = {
-        "status": "ready" if ok else "not ready",
-        **checks,
+        "status": "ready" if found.ready else "not ready",
+        **found.checks,
         "generations": asdict(slots.counts),
     }
-    if problems:
-        body["problems"] = problems
-    return JSONResponse(body, status_code=200 if ok else 503)
+    if found.problems:
+        body["problems"] = found.problems
+    return JSONResponse(body, status_code=200 if found.ready else 503)
