@@ -341,6 +341,31 @@ def test_search_explain_shows_the_plan_and_the_stages(settings: Settings, tmp_pa
     assert set(explain["stages_ms"]) >= {"embed", "catalog", "keyword", "dense", "fetch", "fuse"}
 
 
+def test_a_hit_from_a_tables_later_chunk_is_shown_under_its_header_row(
+    settings: Settings, tmp_path: Path
+) -> None:
+    rows = "\n".join(
+        f"| M{n} flange bolt | {n * 5} N·m | {'blue' if n % 2 else 'none'} |" for n in range(4, 40)
+    )
+    write(
+        tmp_path / "torques.md",
+        f"# Torques\n\n| Fastener | Tightening torque | Thread locker |\n| --- | --- | --- |\n{rows}\n",
+    )
+    code, _, err = _run(settings, "ingest", str(tmp_path / "torques.md"))
+    assert code == 0, err
+
+    code, out, err = _run(settings, "search", "tightening torque of the M31 flange bolt", "--top-k", "1")
+
+    assert code == 0, err
+    header, snippet = out.splitlines()[1:3]
+    assert header.strip() == "| Fastener | Tightening torque | Thread locker |"
+    assert snippet.strip().startswith("| M") and "Fastener" not in snippet  # rows, under the header
+    code, out, err = _run(
+        settings, "search", "tightening torque of the M31 flange bolt", "--top-k", "1", "--json"
+    )
+    assert json.loads(out)[0]["context"] == "| Fastener | Tightening torque | Thread locker |"
+
+
 def test_providers_lists_what_each_provider_model_setting_can_name() -> None:
     result = runner.invoke(app, ["providers", "--json"])
     assert result.exit_code == 0, result.stderr

@@ -419,6 +419,9 @@ def _print_hits(hits: list[Hit]) -> None:
             + "[/dim]",
             highlight=False,
         )
+        if hit.context:
+            # The rows of a table's later chunk, under the header row they are read with.
+            console.print("    " + escape(" ".join(hit.context.split())), style="dim", highlight=False)
         snippet = " ".join(hit.text.split())
         console.print(
             "    " + (snippet[:300] + ("…" if len(snippet) > 300 else "")), highlight=False, markup=False
