@@ -641,3 +641,20 @@ def test_a_reload_after_leaving_a_conversation_mid_answer_gives_its_question_to_
     expect(page.locator(".message.user")).to_have_text(["YouWhen is the Globex boiler serviced?"])
     expect(page.get_by_label("Question")).to_have_value("")
     expect(page.locator("#chat-status")).not_to_contain_text("not answered")
+
+
+def test_a_reingest_started_on_the_page_says_when_its_new_version_serves(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/admin", site.admin)
+    row = page.locator("#documents tbody tr").filter(has_text="globex-boiler.md")
+    expect(row).to_have_attribute("data-status", "completed")
+    version = int(row.locator("td").first.inner_text())
+    row.get_by_role("button", name="Re-ingest globex-boiler.md").click()
+    # Its end is said, as a cancelled or failed one's is; before, only the version number changed.
+    expect(page.locator("#admin-status")).to_have_text(
+        f"Re-ingested globex-boiler.md: version {version + 1} serves searches now.", timeout=60_000
+    )
+    expect(row.locator("td").first).to_have_text(str(version + 1))
+    expect(row.locator(".next-version")).to_have_count(0)

@@ -53,6 +53,7 @@ const state = {
   // shows each document's current version, which stays "completed" while its next one is built.
   building: new Map(),
   cancelled: new Set(), // ids whose build was cancelled here, so its end is not reported as a failure
+  late: new Map(), // id -> times a followed build was seen ended before the list showed its version
   // The last files or web page added here, followed until each is ingested or failed (see followAdded).
   added: null,
 };
@@ -309,12 +310,23 @@ function nextVersions(builds, listed) {
   const same = (id, version) => (build) => build.document_id === id && build.version === version;
   for (const [id, version] of state.building) {
     if (builds.some((build) => same(id, version)(build) && BUILDING.has(build.status))) continue;
-    state.building.delete(id);
     const failed = builds.find((build) => same(id, version)(build) && build.status === "failed");
+    const doc = listed.find((listedDoc) => listedDoc.id === id);
+    // Ended between the list's answer and the builds': the list still shows the version before, so
+    // it is read again (a few times at most) before the end is said.
+    const late = state.late.get(id) ?? 0;
+    if (!failed && doc && doc.version < version && late < 3) {
+      state.late.set(id, late + 1);
+      continue;
+    }
+    state.building.delete(id);
+    state.late.delete(id);
     if (failed && state.cancelled.has(id)) {
       say($("admin-status"), `Cancelled re-ingesting ${failed.name} (version ${version}).`);
     } else if (failed) {
       say($("admin-status"), `Re-ingesting ${failed.name} failed (version ${version}): ${failed.error || "no reason given"}`, "error");
+    } else if (doc && doc.version >= version) {
+      say($("admin-status"), `Re-ingested ${doc.name}: version ${doc.version} serves searches now.`);
     }
     state.cancelled.delete(id);
   }
@@ -899,6 +911,7 @@ function forgetShown() {
   state.seenBuilds = null;
   state.building.clear();
   state.cancelled.clear();
+  state.late.clear();
   state.acting.clear();
   state.added = null;
   $("detail").hidden = true;
