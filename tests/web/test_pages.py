@@ -658,3 +658,30 @@ def test_a_reingest_started_on_the_page_says_when_its_new_version_serves(
     )
     expect(row.locator("td").first).to_have_text(str(version + 1))
     expect(row.locator(".next-version")).to_have_count(0)
+
+
+def test_at_phone_width_the_admin_page_reads_why_a_document_failed_in_lines(
+    site: Site, browser: Browser
+) -> None:
+    if not _has_upload_route(site.server):
+        pytest.skip("POST /documents (upload) is not on this branch yet")
+    with site.server.client(site.admin) as api:
+        made = api.post("/documents", files={"file": ("blank-phone.txt", b"")}, data={"scopes": "phone"})
+        assert made.status_code in (201, 202), made.text
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    try:
+        page = context.new_page()
+        sign_in(page, site.server.url + "/admin", site.admin)
+        row = page.locator("#documents tbody tr").filter(has_text="blank-phone.txt")
+        expect(row).to_have_attribute("data-status", "failed", timeout=60_000)
+        error = row.locator("td.status .error")
+        expect(error).to_have_text("blank-phone.txt: empty file")
+        # The table scrolls sideways at this width; the reason still reads in lines, not in scraps of
+        # a word or two (its column had the badge's width, 77 px).
+        assert error.evaluate("e => e.getBoundingClientRect().width") >= 150
+        zone = page.locator("#drop-zone").evaluate("e => e.getBoundingClientRect().right")
+        assert page.get_by_label("Files to upload").evaluate("e => e.getBoundingClientRect().right") <= zone
+    finally:
+        context.close()
+        with site.server.client(site.admin) as api:
+            api.delete(f"/documents/{made.json()['id']}").raise_for_status()
