@@ -227,6 +227,27 @@ def test_a_page_the_pdf_does_not_have_is_said_in_words(viewer_page: Page, server
     )
 
 
+def test_a_scanned_page_says_it_has_no_text_to_mark(viewer_page: Page, server: TestServer) -> None:
+    # citeline read this page by OCR; the PDF itself has no text layer, so there is nothing to mark.
+    name = "scanned_docling_ocr_test.pdf"
+    _serve_pdf(server, name)
+    passage = "Docling bundles PDF document conversion to JSON and Markdown"
+    span = Span("OCR sentence", 1, 0, len(passage), passage)
+
+    result = open_citation(viewer_page, pdf_citation(server.url, name, span))
+    assert result["matched"] == 0
+    # Not "could not be located", which reads as a wrong citation: the page is an image.
+    assert (
+        viewer_page.locator("#viewer")
+        .inner_text()
+        .count(
+            "Page 1 of 1 (a scanned page with no text layer: the passage, read from it by OCR, cannot be "
+            "marked on it)"
+        )
+        == 1
+    )
+
+
 def test_time_to_highlighted_page_on_the_15_page_fixture(
     viewer_page: Page, server: TestServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -239,7 +239,13 @@ export class CitationViewer {
     }
     const { ranges, matched, total } = located;
     const marks = markRanges(textLayer.textDivs, ranges);
-    const note = marks.length ? " (cited page)" : " (the cited passage could not be located on this page)";
+    // A scan has no text layer: citeline read its text by OCR, and there is nothing here to mark.
+    const scanned = !items.some((item) => item.trim());
+    const note = marks.length
+      ? " (cited page)"
+      : scanned
+        ? " (a scanned page with no text layer: the passage, read from it by OCR, cannot be marked on it)"
+        : " (the cited passage could not be located on this page)";
     this.#show(sheet, this.#pager(pageNumber, pdf.numPages, note), marks);
     return { matched, total, marks };
   }
