@@ -490,3 +490,20 @@ def test_the_chat_fits_the_window_with_its_ask_box_whole(site: Site, browser: Br
             expect(page.get_by_label("Question")).to_be_in_viewport(ratio=1)
         finally:
             context.close()
+
+
+def test_the_conversation_list_reaches_past_the_apis_first_fifty(site: Site, context: BrowserContext) -> None:
+    key, _ = site.new_key()
+    with site.server.client(key) as api:
+        for n in range(52):
+            body = {"question": f"Where does the drain cock sit? ({n})"}
+            with api.stream("POST", "/chat/stream", json=body) as answer:
+                answer.read()
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", key)
+    # The API lists 50 unless asked for more; the oldest two were out of the page's reach.
+    expect(page.locator("#conversation-list li button.continue")).to_have_count(52, timeout=20_000)
+    oldest = page.locator("#conversation-list li button.continue").last
+    expect(oldest).to_have_text("Where does the drain cock sit? (0)")
+    oldest.click()
+    expect(page.locator(".message.user")).to_have_text(["YouWhere does the drain cock sit? (0)"])

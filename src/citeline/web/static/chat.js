@@ -27,6 +27,9 @@ const CONVERSATION_STORAGE = "citeline.conversation";
 const SCOPE_STORAGE = "citeline.scope";
 // The question on its way, until its answer ends on this page: a reload mid-answer gives it back.
 const ASKING_STORAGE = "citeline.asking";
+// How many conversations the list shows, most recent first. The API's default (50) left a key's
+// older conversations out of reach without a word.
+const CONVERSATIONS_LISTED = 200;
 
 function setConversation(id) {
   state.conversationId = id;
@@ -582,7 +585,7 @@ async function refreshConversations() {
   const list = $("conversation-list");
   const listing = ++state.listing;
   try {
-    const { conversations } = await api("/conversations");
+    const { conversations } = await api(`/conversations?limit=${CONVERSATIONS_LISTED}`);
     // A list asked for before a sign-out (another key's) or before a newer one is not drawn.
     if (listing !== state.listing) return;
     list.replaceChildren(
@@ -608,6 +611,9 @@ async function refreshConversations() {
       ),
     );
     if (!conversations.length) list.replaceChildren(el("li", { className: "empty" }, "None yet."));
+    if (conversations.length >= CONVERSATIONS_LISTED) {
+      list.append(el("li", { className: "empty" }, `The ${CONVERSATIONS_LISTED} most recent are listed; delete older ones to see the rest.`));
+    }
     markCurrentConversation();
   } catch (error) {
     if (listing !== state.listing) return;
