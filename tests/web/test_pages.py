@@ -685,3 +685,18 @@ def test_at_phone_width_the_admin_page_reads_why_a_document_failed_in_lines(
         context.close()
         with site.server.client(site.admin) as api:
             api.delete(f"/documents/{made.json()['id']}").raise_for_status()
+
+
+def test_the_citations_heading_and_close_stay_in_view_with_the_page_open(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.reader)
+    ask(page, QUESTION)
+    page.locator(".message.assistant button.cite").first.click()
+    page.get_by_role("button", name="Open at the page").click()
+    expect(page.locator("#viewer mark.citeline-mark").first).to_be_in_viewport(timeout=30_000)
+    # The viewer brings the marked passage into view by scrolling the panel; which citation is open and
+    # the way to close it stay on screen with it.
+    expect(page.locator("#citation-title")).to_be_in_viewport(ratio=1)
+    expect(page.get_by_role("button", name="Close the citation")).to_be_in_viewport(ratio=1)
