@@ -176,9 +176,11 @@ _SETEXT_UNDERLINE = re.compile(r"=+|-+")
 # optional alignment colons and at least one pipe (a line of dashes alone underlines a heading), then
 # the body, one row a line up to a blank line or a line without a pipe.
 _TABLE = re.compile(
-    r"^[^\S\n]{0,3}(?P<header>[^\n]*\|[^\n]*)\n"
-    r"[^\S\n]{0,3}(?=[^\n]*\|)\|?[^\S\n]*:?-+:?[^\S\n]*(?:\|[^\S\n]*:?-+:?[^\S\n]*)*\|?[^\S\n]*$"
-    r"(?P<body>(?:\n[^\n]*\|[^\n]*)*)",
+    r"^[^\S\n]{0,3}(?P<header>(?=[^\n]*\|)[^\n]*+)\n"
+    # Possessive: a long line of dashes and pipes that turns out not to be a delimiter row ("|---|---
+    # ... x") is given up at once, not tried every way of cutting it (quadratic: 27 s at 128 KB).
+    r"[^\S\n]{0,3}(?=[^\n]*\|)\|?+[^\S\n]*+:?+-++:?+[^\S\n]*+(?:\|[^\S\n]*+:?+-++:?+[^\S\n]*+)*+\|?+[^\S\n]*+$"
+    r"(?P<body>(?:\n(?=[^\n]*\|)[^\n]*+)*+)",
     re.MULTILINE,
 )
 _Table = tuple[int, int, str]
