@@ -463,3 +463,14 @@ def test_a_reply_that_only_repeats_the_questions_words_is_replaced_by_the_extrac
     reply = "The nut can be removed and reused without impairing its efficiency [1]."
     done = completed(run(ScriptedLLM(reply), embedder, evidence=[nut], question=question))
     assert not done.fell_back and done.answer == reply
+
+
+def test_a_reply_picking_one_of_the_alternatives_a_question_offers_is_no_echo(embedder: Embedder) -> None:
+    # Made of the question's words, as the answer to a choice is: it was replaced as an echo.
+    bolts = make_hit(6, "The M12 flange bolt is larger than the M10 flange bolt and takes 85 N·m.")
+    question = "Which is larger, the M10 or the M12 flange bolt?"
+    reply = "The M12 flange bolt is larger [1]."
+
+    done = completed(run(ScriptedLLM(reply), embedder, evidence=[bolts], question=question))
+
+    assert not done.fell_back and done.answer == reply

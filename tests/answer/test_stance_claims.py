@@ -111,14 +111,23 @@ def test_an_it_standing_for_what_follows_still_names_the_claims_subject(question
         "Should I use scopes or namespaces to keep two clinics apart?",
         "Is pgvector or Chroma faster for a million chunks?",
         "Do I ingest a folder with --scope or with --category?",
+        "Is the M10 or the M12 bolt larger?",
     ],
 )
 def test_a_question_offering_alternatives_puts_no_claim(question: str) -> None:
     assert claim_of(question) is None
 
 
-def test_a_yes_no_question_with_or_not_still_puts_its_claim() -> None:
-    question = "Is it safe to run the pump dry or not?"
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Is it safe to run the pump dry or not?",
+        # An "or" inside what is claimed offers no choice: these are claims to judge.
+        "Does aspirin reduce the risk of heart attack or stroke?",
+        "Is metformin safe for patients with kidney or liver disease?",
+    ],
+)
+def test_a_yes_no_question_whose_or_is_part_of_the_claim_still_puts_it(question: str) -> None:
     assert claim_of(question) == question
 
 

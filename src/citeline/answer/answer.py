@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 import time
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
@@ -666,9 +667,16 @@ def _restates(reply: str, question: str) -> bool:
     A 0.5B model echoes what it was asked ("The Boots self-locking nut work. [1]", asked "Can it be
     reused? (Boots self-locking nut work)"), and the echo scores well against any passage on the topic.
     """
+    if _OFFERS_CHOICE.search(question):
+        # "Which is larger, the M10 or the M12 bolt?" is answered in its own words: "The M12 bolt is
+        # larger [1]." picks one of what it offered.
+        return False
     asked = content_terms(question)
     said = [content_terms(c.text) for c in claims(reply)]
     return bool(said) and all(terms <= asked for terms in said)
+
+
+_OFFERS_CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
 
 
 def _may_be(refusal: str, reply: str) -> bool:
