@@ -374,3 +374,25 @@ def test_a_sentence_stating_a_quantity_its_passage_states_otherwise_is_not_backe
 
     assert [u.numbers for u in wrong.unsupported] == [(1,)] and not wrong.citations[0].supported
     assert right.unsupported == () and right.citations[0].supported
+
+
+def test_a_sentence_taking_one_quantity_from_each_passage_it_cites_is_backed(embedder: Embedder) -> None:
+    # Each passage states one of the sentence's two torques and not the other: compared passage by
+    # passage, each "stated it otherwise" and the whole sentence was flagged.
+    m10 = make_hit(8, "Tighten the M10 flange bolts of the pump housing to 49 N·m.")
+    m12 = make_hit(9, "Tighten the M12 flange bolts of the pump housing to 85 N·m.", start=100)
+    given = dict(enumerate(select_passages([m10, m12]), start=1))
+
+    both = verify(
+        "Tighten the M10 flange bolts to 49 N·m and the M12 flange bolts to 85 N·m [1][2].",
+        given,
+        VectorCache(embedder),
+    )
+    wrong = verify(
+        "Tighten the M10 flange bolts to 60 N·m and the M12 flange bolts to 85 N·m [1][2].",
+        given,
+        VectorCache(embedder),
+    )
+
+    assert both.unsupported == () and all(c.supported for c in both.citations)
+    assert [u.numbers for u in wrong.unsupported] == [(1, 2)]

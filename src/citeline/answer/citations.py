@@ -569,10 +569,14 @@ def verify(
             # Meaning and shared words do not compare numbers: "The maximum dose is 3000 mg. [1]" scored
             # 0.47 against "... to at most 2000 mg." A passage stating the sentence's quantity otherwise
             # does not back it, whatever it scores (a verdict's opening says so itself: not checked).
-            scores = [
-                replace(s, score=0.0) if s.score and disagreement(claim.text, passages[n].text) else s
-                for n, s in zip(numbers, scores, strict=True)
-            ]
+            # A sentence citing several passages may take one quantity from each ("M10 to 49 N·m and
+            # M12 to 85 N·m [1][2]"): only a quantity none of them bears out is a disagreement.
+            joined = "\n\n".join(passages[n].text for n in numbers)
+            if len(numbers) == 1 or disagreement(claim.text, joined):
+                scores = [
+                    replace(s, score=0.0) if s.score and disagreement(claim.text, passages[n].text) else s
+                    for n, s in zip(numbers, scores, strict=True)
+                ]
         for n, result in zip(numbers, scores, strict=True):
             if n not in best or result.score > best[n].score:
                 best[n] = result
