@@ -189,6 +189,32 @@ def test_a_measure_stated_in_its_units_answers_a_question_naming_it() -> None:
     assert answerable("At what pressure does the relief valve open?", [valve], min_similarity=0.25)
 
 
+def test_a_tables_rows_answer_a_measure_their_header_row_names() -> None:
+    # The rows of a table's later chunk name no measure: their context (the header row) does.
+    rows = replace(
+        make_hit(1, "| M31 flange bolt | 155 | 8.8 |\n| M32 flange bolt | 160 | 8.8 |"),
+        context="| Fastener | Tightening torque (N·m) | Grade |",
+        similarity=0.35,
+    )
+
+    assert answerable("What tightening torque does the M31 flange bolt take?", [rows], min_similarity=0.25)
+    assert not answerable(
+        "What tightening torque does the M31 flange bolt take?",
+        [replace(rows, context=None)],
+        min_similarity=0.25,
+    )
+
+
+def test_a_question_naming_a_measure_of_what_it_asks_about_asks_for_no_value() -> None:
+    # It asks for drugs, not for a pressure: "blood pressure" is what they act on.
+    drugs = replace(
+        make_hit(1, "ACE inhibitors such as ramipril reduce hypertension in diabetes."), similarity=0.5
+    )
+
+    assert answerable("What drugs lower blood pressure in diabetes?", [drugs], min_similarity=0.25)
+    assert answerable("How does temperature affect the drugs' shelf life?", [drugs], min_similarity=0.25)
+
+
 def test_a_claim_naming_a_measure_asks_for_no_value() -> None:
     # SciFact claims whose abstracts never name the measure: they are judged, not refused.
     lumen = make_hit(1, "Arterioles and venules differ in the size of their lumen.")

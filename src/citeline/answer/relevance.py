@@ -71,6 +71,7 @@ from dataclasses import dataclass
 from citeline.answer.quantities import quantities
 from citeline.answer.support import PassageSentences, VectorCache, content_terms, sentence_spans
 from citeline.retrieve.search import Hit
+from citeline.types import embedding_text
 
 FILLER = frozenset(
     [
@@ -187,7 +188,14 @@ quantity in its units ("opens at 3,000 psi" for "what pressure"); a passage doin
 answer it, however close in meaning (see the module docstring). Only words that always name the
 measure: "size", "speed" or "length" also name other things ("chunk size", "search speed")."""
 
-_ASKING_WORD = re.compile(r"\b(?:what|which|how|tell|give|list|show)\b", re.IGNORECASE)
+_ASKING_WORD = re.compile(
+    r"\b(?:what|which|how\s+(?:much|many|high|low|hot|cold|heavy)|tell|give|list|show)\b", re.IGNORECASE
+)
+#: How far after the asking word the measure is named ("What torque", "What is the tightening torque",
+#: "How much torque"): further on, the question asks something else of a thing the measure describes
+#: ("What drugs lower blood pressure?" asks for drugs). "Which weight loss drugs ...?" is still read
+#: as asking a weight.
+_MEASURE_REACH = 3
 _MEASURE_TERMS = {term: dimension for word, dimension in MEASURES.items() for term in content_terms(word)}
 
 # A code or part number (letters and digits: E42, XR200, COVID-19) or an acronym (NICS, BM25).
@@ -237,14 +245,17 @@ def _asked_measures(question: str) -> set[str]:
     asking = _ASKING_WORD.search(question)
     if asking is None:
         return set()
-    after = content_terms(question[asking.end() :])
-    return {_MEASURE_TERMS[t] for t in after if t in _MEASURE_TERMS}
+    words = [w for w in re.findall(r"[\w-]+", question[asking.end() :]) if content_terms(w)]
+    first = {t for word in words[:_MEASURE_REACH] for t in content_terms(word)}
+    return {_MEASURE_TERMS[t] for t in first if t in _MEASURE_TERMS}
 
 
 def _states(hit: Hit, dimensions: set[str]) -> bool:
-    """Whether ``hit`` names one of the measures of ``dimensions`` or states a quantity of one."""
-    named = {t for t in content_terms(hit.text) if _MEASURE_TERMS.get(t) in dimensions}
-    return bool(named) or any(q.dimension in dimensions for q in quantities(hit.text))
+    """Whether ``hit`` names one of the measures of ``dimensions`` or states a quantity of one (in its
+    text, or in its context: the header row "Tightening torque (N·m)" over the rows it holds)."""
+    text = embedding_text(hit.text, hit.context)
+    named = {t for t in content_terms(text) if _MEASURE_TERMS.get(t) in dimensions}
+    return bool(named) or any(q.dimension in dimensions for q in quantities(text))
 
 
 def _topic_terms(text: str) -> frozenset[str]:
@@ -259,7 +270,9 @@ def _relevant(asked: _Terms, hit: Hit, min_similarity: float) -> bool:
     # Near the floor, meaning alone is no evidence: a passage that names nothing the question asks
     # about must be clearly close to it.
     clear = hit.similarity >= CLEAR_SIMILARITY * min_similarity
-    return clear or not asked.topic or bool(asked.topic & content_terms(hit.text))
+    return (
+        clear or not asked.topic or bool(asked.topic & content_terms(embedding_text(hit.text, hit.context)))
+    )
 
 
 @dataclass(frozen=True)
@@ -287,4 +300,7 @@ class _Terms:
             enough = len(shared) >= MIN_SHARED_TERMS or bool(shared & self.identifiers)
             return enough and len(shared) >= MIN_TERM_SHARE * len(self.terms)
 
-        return any(holds(hit.text[s:e]) for s, e in sentence_spans(hit.text))
+        # A table's later chunk holds rows whose column names are its context's.
+        return any(holds(hit.text[s:e]) for s, e in sentence_spans(hit.text)) or bool(
+            hit.context and holds(embedding_text(hit.text, hit.context))
+        )
