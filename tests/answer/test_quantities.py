@@ -255,3 +255,15 @@ def test_a_negative_figure_the_passage_writes_is_no_disagreement() -> None:
 
     assert disagreement("Min-max weighted loses 0.007 to it (95% CI -0.013 to -0.001).", passage) is None
     assert disagreement("Min-max weighted loses 0.007 to it (95% CI -0.019 to -0.001).", passage) is not None
+
+
+def test_a_figure_stated_with_the_other_sign_is_a_disagreement() -> None:
+    # Compared without their signs since 7874f62, -0.5 and 0.5 were the same figure: a sign flip is
+    # what a claim most often gets wrong.
+    lower = "The HbA1c change was -0.5 with metformin."
+    higher = "The HbA1c change was 0.5 with metformin."
+
+    assert disagreement(lower, higher) is not None and disagreement(higher, lower) is not None
+    # A hyphen read as a minus in the claim is written the same way in the passage: no disagreement.
+    il23 = "Interleukin (IL)-23 drives IL-17 production in these T cells."
+    assert disagreement(il23, il23) is None

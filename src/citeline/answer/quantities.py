@@ -643,6 +643,7 @@ _LABEL = re.compile(
 _P_VALUE = re.compile(r"\bp\s*(?:[<>=\u2264\u2265]=?|value\s+(?:of\s+)?)\s*$", re.IGNORECASE)
 _REFERENCE = re.compile(r"\[[\d\s,;\u2013-]+\]")
 _ANY_NUMBER = re.compile(_NUMBER)
+_SIGNED_NUMBER = re.compile(rf"(?:(?<![^\s(\[=:;,/])[-\u2212])?(?:{_NUMBER})")
 _GONE = "\x00"
 _LISTED_BEFORE = re.compile(rf"{_BEFORE}(?:{_NUMBER})(?:,?\s+(?:and|or)\s+|,\s*|\s*/\s*)(?={_GONE})")
 
@@ -688,12 +689,19 @@ def _mentions(text: str, figure: Quantity) -> bool:
     """Whether ``text`` writes the number of ``figure`` anywhere, whatever it makes of it (in a
     quantity, a code, a label or a list)."""
     slack = figure.precision * (1 + 1e-6)
-    # Numbers are found without their sign ("CI -0.013" holds "0.013"): a claimed "-0.013" is written
-    # there too.
-    return any(
-        abs(_value(n) - abs(figure.high)) <= slack
-        for n in _ANY_NUMBER.findall(_numerals(text).replace(",", ""))
-    )
+    # With its sign, where one is written ("CI -0.013" holds -0.013, "a change of 0.5" not -0.5): a
+    # minus after a space, a bracket or a separator is a sign, one between two numbers a range
+    # ("10-20" holds 20).
+    # A hyphen the claim read as a minus ("interleukin (IL)-23") is written the same way in the text.
+    written = _numerals(text).replace(",", "")
+    for match in _SIGNED_NUMBER.finditer(written):
+        value = _value(match.group(0))
+        if abs(value - figure.high) <= slack:
+            return True
+        hyphen = match.start() > 0 and written[match.start() - 1] in "-\u2212"
+        if figure.high < 0 and hyphen and abs(value + figure.high) <= slack:
+            return True
+    return False
 
 
 def identifiers(text: str) -> frozenset[str]:
