@@ -94,6 +94,13 @@ def test_a_claim_about_something_it_does_not_name_puts_no_claim(question: str) -
     [
         ("Is it true that it is safe to run the pump dry?", "it is safe to run the pump dry"),
         ("It is unsafe to reuse an elastic stop nut.", "It is unsafe to reuse an elastic stop nut."),
+        # Contracted, with more words before "to", or "it takes": the same "it" (11ae105 dropped them).
+        ("It's unsafe to reuse an elastic stop nut.", "It's unsafe to reuse an elastic stop nut."),
+        (
+            "It is generally considered unsafe to reuse an elastic stop nut.",
+            "It is generally considered unsafe to reuse an elastic stop nut.",
+        ),
+        ("It takes 24 hours for the epoxy to cure.", "It takes 24 hours for the epoxy to cure."),
         (
             "Is it true that their collar softens above 250 degrees F?",
             "their collar softens above 250 degrees F",

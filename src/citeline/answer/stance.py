@@ -120,8 +120,8 @@ _MARKUP = re.compile(
 # lowers blood glucose?") and an "it" standing for what follows ("It is unsafe to reuse the nut.").
 _POINTING_STATEMENT = re.compile(r"^\s*(?:they|he|she|it)\b", re.IGNORECASE)
 _ANTICIPATORY_STATEMENT = re.compile(
-    r"^\s*it\s+(?:is|was|(?:would|will|could|can|might|should)\s+be)\s+(?:[\w-]+\s+){1,2}"
-    r"(?:to|that|whether|for)\b",
+    r"^\s*(?:it\s+(?:is|was|(?:would|will|could|can|might|should)\s+be)\s+|it['\u2019]s\s+|it\s+takes\s+)"
+    r"(?:[\w-]+\s+){1,4}(?:to|that|whether|for)\b",
     re.IGNORECASE,
 )
 # "Should I use scopes or namespaces ...?" asks which, not whether: it was answered "Yes: the sources
