@@ -695,6 +695,9 @@ def test_a_quoted_sentence_loses_the_footnote_marks_a_pdf_gives_it_but_keeps_its
     assert "^9" not in extract.text and "^8" not in extract.text, extract.text
     assert "25 cm^2" in extract.text and "10^3 times" in extract.text, extract.text
     assert without_markers("the stick shaker,^8 with others") == "the stick shaker, with others"
+    # After a closing bracket it is an exponent too (7f7ecc5 took "(2r)^2" for a footnote mark).
+    for formula in ("The area grows as (2r)^2 with the radius.", "Stress in [N/mm]^2 units."):
+        assert without_markers(formula) == formula
 
 
 def test_a_passage_opening_with_the_tail_of_a_sentence_another_passage_holds_does_not_quote_it(

@@ -58,9 +58,9 @@ _BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
 _SOURCE_MARKER = re.compile(
     r"[^\S\n]*\[ *\d{1,4}(?: *[,;\-\u2013] *\d{1,4})* *\]"
     # The PDF loader's footnote marks: a footnote's own number opening its line ("^9 An AOA ..."), a
-    # mark raised after punctuation ("shaker,^8"). One after a digit or a letter may be an exponent
-    # ("10^3", "cm^2") and stays.
-    r"|(?:^|(?<=\n))[^\S\n]*\^\d{1,3}[^\S\n]+|(?<=[.,;:!?)\]\"\u201d\u2019])\^\d{1,3}(?![\d^])"
+    # mark raised after punctuation ("shaker,^8"). One after a digit, a letter or a closing bracket
+    # may be an exponent ("10^3", "cm^2", "(2r)^2", "[N/mm]^2") and stays.
+    r"|(?:^|(?<=\n))[^\S\n]*\^\d{1,3}[^\S\n]+|(?<=[.,;:!?\"\u201d\u2019])\^\d{1,3}(?![\d^])"
 )
 # Headings in manuals and PDFs end their line without punctuation and are short.
 _HEADING_MAX_WORDS = 6
