@@ -410,3 +410,25 @@ def test_a_reader_opens_a_documents_detail_without_a_refused_request(
     expect(page.locator("#detail-versions")).to_contain_text("version 1: completed")
     expect(page.locator("#relabel-form")).to_be_hidden()
     assert refused == [], refused
+
+
+def test_a_file_uploaded_with_the_keyboard_leaves_the_focus_on_upload(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    page = admin_page(site, context)
+    page.get_by_label("Files to upload").set_input_files(
+        write(tmp_path / "strainer.md", "# Strainer\n\nThe strainer is cleaned weekly.\n")
+    )
+    upload = page.get_by_role("button", name="Upload", exact=True)
+    upload.focus()
+    page.keyboard.press("Enter")
+    row = page.locator("#documents tbody tr").filter(has_text="strainer.md")
+    try:
+        expect(page.locator("#add-status")).to_contain_text("Uploaded 1 of 1 file")
+        # The button waits (disabled) while the file goes up, which dropped the focus to the page's
+        # top: the status holds it meanwhile, and it comes back to Upload.
+        expect(upload).to_be_enabled()
+        expect(upload).to_be_focused()
+    finally:
+        expect(row).to_have_count(1)
+        site.api("DELETE", f"/documents/{row.get_attribute('data-id')}")

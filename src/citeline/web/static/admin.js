@@ -44,6 +44,7 @@ const state = {
   listing: 0, // the newest listing asked for: an older one answering later is not shown over it
   acting: new Set(), // ids of documents with an action on its way: their buttons wait for its answer
   adding: false, // an upload or a web page on its way: a second click would add the files again
+  addFocus: null, // the add button that had the focus when it was disabled, to give it back
   detailId: null,
   labelled: null, // the document whose labels the relabel form was filled from
   chunkOffset: 0,
@@ -461,7 +462,20 @@ function showChosen() {
 /** While files or a web page are being added, the add buttons wait (a double click added them twice). */
 function adding(on) {
   state.adding = on;
-  for (const button of $("add").querySelectorAll('button[type="submit"]')) button.disabled = on;
+  const buttons = [...$("add").querySelectorAll('button[type="submit"]')];
+  const status = $("add-status");
+  if (on) {
+    // A disabled button drops the keyboard's focus to the top of the page: the status (saying what
+    // is being added) holds it meanwhile, and gives it back to the button after.
+    state.addFocus = buttons.find((button) => button === document.activeElement) ?? null;
+    if (state.addFocus) status.focus();
+  }
+  for (const button of buttons) button.disabled = on;
+  if (!on) {
+    const lost = document.activeElement === status || document.activeElement === document.body;
+    if (state.addFocus && lost) state.addFocus.focus();
+    state.addFocus = null;
+  }
 }
 
 /** The add form's labels, or null once `status` says why they are refused (the field focused). */
@@ -574,6 +588,7 @@ async function upload(files) {
   state.added = null; // what was added before is no longer said over what this add says
   const given = labelsOrRefuse(status);
   if (!given) return;
+  say(status, `Uploading ${files.length} file${files.length === 1 ? "" : "s"}…`);
   adding(true);
   const uploaded = []; // the documents the server took, followed until each is ingested or failed
   const failures = [];
@@ -631,8 +646,8 @@ async function addUrl(url) {
   state.added = null;
   const given = labelsOrRefuse(status);
   if (!given) return;
-  adding(true);
   say(status, `Adding ${url}…`);
+  adding(true);
   try {
     const doc = await api("/documents", { method: "POST", json: { url, ...given } });
     const page = followed(doc);
