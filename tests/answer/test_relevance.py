@@ -215,6 +215,17 @@ def test_a_question_naming_a_measure_of_what_it_asks_about_asks_for_no_value() -
     assert answerable("How does temperature affect the drugs' shelf life?", [drugs], min_similarity=0.25)
 
 
+@pytest.mark.parametrize("said", ["Thanks!", "Thank you very much", "Great, thanks"])
+def test_a_thank_you_asks_nothing_of_the_documents(said: str) -> None:
+    # A corpus that says thanks (a paper's acknowledgements) answered "Thanks!" by quoting it.
+    thanks = replace(
+        make_hit(1, "Thanks to Jane Doe for the pump drawings and to the plant staff."), similarity=0.6
+    )
+
+    assert not answerable(said, [thanks], min_similarity=0.25)
+    assert answerable("Who made the pump drawings?", [thanks], min_similarity=0.25)
+
+
 def test_a_claim_naming_a_measure_asks_for_no_value() -> None:
     # SciFact claims whose abstracts never name the measure: they are judged, not refused.
     lumen = make_hit(1, "Arterioles and venules differ in the size of their lumen.")

@@ -198,6 +198,48 @@ _ASKING_WORD = re.compile(
 _MEASURE_REACH = 3
 _MEASURE_TERMS = {term: dimension for word, dimension in MEASURES.items() for term in content_terms(word)}
 
+# A thank-you or an acknowledgement made of these words alone asks nothing: read as a follow-up,
+# "Thanks!" was searched with the conversation's topic and answered with the last answer again; asked
+# of the documents, it was answered from whatever passage says "thanks" (a paper's acknowledgements).
+COURTESIES = frozenset(
+    [
+        "thanks",
+        "thank",
+        "you",
+        "ok",
+        "okay",
+        "alright",
+        "great",
+        "good",
+        "cool",
+        "nice",
+        "perfect",
+        "awesome",
+        "cheers",
+        "understood",
+        "got",
+        "it",
+        "very",
+        "much",
+        "a",
+        "lot",
+        "hi",
+        "hello",
+        "hey",
+        "bye",
+        "goodbye",
+    ]
+)
+_COURTESY_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)?", re.UNICODE)
+
+
+def is_courtesy(text: str) -> bool:
+    """Whether ``text`` is a thank-you, a greeting or an acknowledgement and nothing else ("Thanks!",
+    "Got it", "Great, thanks a lot"): it asks nothing of the documents."""
+    words = [re.sub(r"['\u2019](?:s|re|ll|d|ve)$", "", w.lower()) for w in _COURTESY_WORD.findall(text)]
+    return bool(words) and "?" not in text and all(w in COURTESIES for w in words)
+
+
 # A code or part number (letters and digits: E42, XR200, COVID-19) or an acronym (NICS, BM25).
 _IDENTIFIER = re.compile(r"\b(?=[^\W_]*\d)(?=[^\W_]*[^\W\d_])[^\W_]+\b|\b[A-Z]{2,}\b")
 
@@ -218,6 +260,8 @@ def answerable(
         return False
     if min_similarity <= 0:
         return True
+    if is_courtesy(own_words if own_words is not None else question):
+        return False
     said = own_words.strip() if own_words is not None else ""
     measures = _asked_measures(said or question)
     if measures and not any(_states(hit, measures) for hit in evidence):

@@ -21,7 +21,8 @@ the conversation:
    dose should be used?" and "is the usual dose safe for adults?" are follow-ups, while "what dose of
    metformin should be used?" is not.
 
-A thank-you or an acknowledgement without a question mark ("Thanks!", "Got it", :data:`COURTESIES`)
+A thank-you or an acknowledgement without a question mark ("Thanks!", "Got it",
+:func:`citeline.answer.relevance.is_courtesy`)
 is no follow-up. A question that is none of these passes unchanged; the detector errs towards
 follow-ups, since adding the previous topic to a self-contained question costs less than searching
 for "it".
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from citeline.answer.llm import LLM, GenerationOptions, Message, complete
-from citeline.answer.relevance import FILLER
+from citeline.answer.relevance import FILLER, is_courtesy
 from citeline.chat.store import Turn
 from citeline.errors import GenerationError
 from citeline.store.analyzer import ENGLISH_STOP_WORDS, Analyzer
@@ -203,37 +204,6 @@ ASPECTS = frozenset(
         "pregnancy",
     ]
 )
-# A thank-you or an acknowledgement made of these words alone asks nothing: read as a follow-up,
-# "Thanks!" was searched with the conversation's topic and answered with the last answer again.
-COURTESIES = frozenset(
-    [
-        "thanks",
-        "thank",
-        "you",
-        "ok",
-        "okay",
-        "alright",
-        "great",
-        "good",
-        "cool",
-        "nice",
-        "perfect",
-        "awesome",
-        "cheers",
-        "understood",
-        "got",
-        "it",
-        "very",
-        "much",
-        "a",
-        "lot",
-        "hi",
-        "hello",
-        "hey",
-        "bye",
-        "goodbye",
-    ]
-)
 SHORT_CONTENT_WORDS = 1
 MAX_KEY_TERMS = 8
 HISTORY_TURNS = 3
@@ -288,7 +258,7 @@ def is_follow_up(question: str) -> bool:
     """Whether ``question`` leans on earlier turns (the rules are in this module's docstring)."""
     words = _WORD.findall(question)
     lowered = [_CONTRACTION.sub("", w.lower()) for w in words]
-    if lowered and "?" not in question and all(w in COURTESIES for w in lowered):
+    if is_courtesy(question):
         return False
     opening = " ".join(lowered[:3])
     if any(opening == c or opening.startswith(c + " ") for c in CONTINUATIONS):
