@@ -13,6 +13,7 @@ is installed; the source's metadata then says which pages were, with what confid
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import logging
@@ -43,8 +44,33 @@ NO_OCR = (
 )
 
 # pypdf logs what it repairs or gives up on in a malformed file ("EOF marker not found") as warnings,
-# which reach the user's terminal; what matters is reported here, as an error naming the file.
-logging.getLogger("pypdf").setLevel(logging.ERROR)
+# which reach the user's terminal; what matters is reported here, as an error naming the file. Only
+# while citeline's own pypdf calls run is pypdf's logger raised to errors: its level is otherwise the
+# application's, which may read PDFs with pypdf itself. (Its module loggers are made at their first
+# warning, so a filter on them cannot be set beforehand; they take their level from "pypdf".)
+_PYPDF_LOGGER = logging.getLogger("pypdf")
+_QUIET_LOCK = threading.Lock()
+_quiet_calls = 0
+_level_before = logging.NOTSET
+
+
+@contextlib.contextmanager
+def _quiet_pypdf() -> Iterator[None]:
+    """Within: pypdf logs errors only (while any thread is within)."""
+    global _quiet_calls, _level_before
+    with _QUIET_LOCK:
+        if _quiet_calls == 0:
+            _level_before = _PYPDF_LOGGER.level
+            _PYPDF_LOGGER.setLevel(logging.ERROR)
+        _quiet_calls += 1
+    try:
+        yield
+    finally:
+        with _QUIET_LOCK:
+            _quiet_calls -= 1
+            if _quiet_calls == 0:
+                _PYPDF_LOGGER.setLevel(_level_before)
+
 
 # PDFium is not thread-safe, not even across documents, and ingestion runs loaders on a thread pool.
 # Re-entrant because a generator abandoned mid-document may be finalised by the garbage collector
@@ -199,8 +225,10 @@ class _PageReader:
 
             # A file handle, not the path: given a path pypdf reads the whole file into memory.
             self._file = self._path.open("rb")
-            self._fallback = pypdf.PdfReader(self._file)
-        return self._fallback.pages[index].extract_text()
+            with _quiet_pypdf():
+                self._fallback = pypdf.PdfReader(self._file)
+        with _quiet_pypdf():
+            return self._fallback.pages[index].extract_text()
 
     def first_page_title(self) -> str:
         """The text set largest on page 1 that reads as a title (``""`` if none does); needs
@@ -569,7 +597,7 @@ def _no_pages(path: Path) -> bool:
     import pypdf
 
     try:
-        with path.open("rb") as file:
+        with path.open("rb") as file, _quiet_pypdf():
             return len(pypdf.PdfReader(file).pages) == 0
     except Exception:  # pypdf raises many types on malformed files; then it is not an empty document
         return False
