@@ -495,6 +495,9 @@ def test_stats_names_the_broker_queue_of_the_deployment_with_celery_workers(
     assert json.loads(out)["job_queue"] == queue_of(celery)
     code, out, _ = _run(settings, "stats")
     assert code == 0 and f"job_queue  {queue_of(celery)}" in out
+    # The library says it, so GET /stats and the admin page do too, not the command line alone.
+    with Citeline(celery) as cl:
+        assert cl.stats()["job_queue"] == queue_of(celery)
 
 
 def test_an_invalid_global_option_is_named_as_the_option_given(settings: Settings) -> None:

@@ -1117,11 +1117,6 @@ def stats(
     workers, the broker queue this deployment's documents are sent to."""
     with _citeline(ctx) as cl:
         data = cl.stats()
-        if cl.settings.job_runner == "celery":
-            from citeline.jobs.celery import queue_of  # Celery is loaded only by those who use it
-
-            # To compare with the queues `citeline worker` prints at start (docs/deploying.md).
-            data["job_queue"] = queue_of(cl.settings)
     if as_json:
         _print_json(data)
         return

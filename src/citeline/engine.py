@@ -1205,6 +1205,12 @@ class Citeline:
         if status is not None:
             out["migration"] = status.as_dict()
         out["mode"] = "external" if self.settings.database_url else "embedded"
+        if self.settings.job_runner == "celery":
+            from citeline.jobs.celery import queue_of  # Celery is loaded only by those who use it
+
+            # To compare with the queues `citeline worker` prints at start (docs/deploying.md): the CLI,
+            # GET /stats and the admin page show the queue this process sends builds to.
+            out["job_queue"] = queue_of(self.settings)
         return out
 
     # -- for servers (the API and later shells) ---------------------------------------------------
