@@ -67,13 +67,14 @@ def test_binary_csv_is_refused(tmp_path: Path) -> None:
         load(path)
 
 
-@pytest.mark.parametrize("delimiter", [";", "|"])
+@pytest.mark.parametrize(("delimiter", "quote"), [(";", ""), ("|", ""), (";", '"')])
 def test_an_excel_separator_line_names_the_delimiter_and_is_not_the_header(
-    tmp_path: Path, delimiter: str
+    tmp_path: Path, delimiter: str, quote: str
 ) -> None:
     # A CSV made for Excel (in a locale with decimal commas, say) opens with "sep=;". It was taken for the
-    # header: every row read "sep=: part; column 2: torque", its real column names a row of data.
-    rows = ["sep=" + delimiter, "part;torque", "bolt, M8;25,5", "nut;7"]
+    # header: every row read "sep=: part; column 2: torque", its real column names a row of data. Some
+    # tools quote it as a one-cell row.
+    rows = [f"{quote}sep={delimiter}{quote}", "part;torque", "bolt, M8;25,5", "nut;7"]
     text = "\r\n".join(row.replace(";", delimiter) for row in rows) + "\r\n"
     path = _write(tmp_path, text, name="torques.csv")
     source = load(path)

@@ -19,7 +19,8 @@ _DELIMITERS = ",;\t|"
 _SNIFF_SAMPLE = 64 * 1024
 # Excel's hint on a CSV's first line naming its delimiter ("sep=;"): Excel reads it and hides it, so it
 # is neither the header nor a row.
-_SEPARATOR_LINE = re.compile(r"sep=([^\r\n\"])[ \t]*(?:\r\n|\r|\n|$)")
+# Some tools write it quoted, as a one-cell row ('"sep=;"').
+_SEPARATOR_LINE = re.compile(r"(\"?)sep=([^\r\n\"])\1[ \t]*(?:\r\n|\r|\n|$)")
 
 
 def _dialect(text: str, suffix: str) -> type[csv.Dialect]:
@@ -84,7 +85,7 @@ def load_csv(path: Path) -> LoadedSource:
     try:
         if separator:
             stream = io.StringIO(text[separator.end() :], newline="")
-            rows = list(csv.reader(stream, csv.excel, delimiter=separator.group(1)))
+            rows = list(csv.reader(stream, csv.excel, delimiter=separator.group(2)))
         else:
             rows = list(csv.reader(io.StringIO(text, newline=""), _dialect(text, path.suffix.lower())))
     except csv.Error as exc:
