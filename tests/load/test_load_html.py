@@ -401,3 +401,17 @@ def test_a_list_inside_a_table_cell_is_kept(tmp_path: Path) -> None:
     )
     [page] = load(path).pages
     assert "| M10 | Either: 49 Nm dry; 44 Nm oiled |\n| M12 | 85 Nm |" in page.text
+
+
+def test_a_nested_list_in_a_table_cell_is_written_once_after_its_item(tmp_path: Path) -> None:
+    # Each item's whole text ran its nested items together, and they came again on their own:
+    # "Dry49 Nm52 Nm max; 49 Nm; 52 Nm max; Oiled 44 Nm".
+    path = tmp_path / "torques.html"
+    path.write_text(
+        "<html><head><title>Torques</title></head><body><main><h1>Torques</h1><p>For pump housings.</p>"
+        "<table><tr><th>Bolt</th><th>Torque</th></tr><tr><td>M10</td><td><ul>"
+        "<li>Dry<ul><li>49 Nm</li><li>52 Nm max</li></ul></li><li>Oiled 44 Nm</li></ul></td></tr>"
+        "</table></main></body></html>"
+    )
+    [page] = load(path).pages
+    assert "| M10 | Dry: 49 Nm, 52 Nm max; Oiled 44 Nm |" in page.text

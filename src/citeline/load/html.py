@@ -163,11 +163,30 @@ def _lists_in_cells_as_text(tree: Any) -> None:
         for found in list(cell.iter("ul", "ol")):
             if _within_a_list(found, cell):
                 continue  # written out with the list around it
-            items = (" ".join(item.text_content().split()) for item in found.iter("li"))
-            text = "; ".join(item for item in items if item)
+            text = _list_text(found, "; ")
             span = found.makeelement("span", {})
             span.text, span.tail = f" {text} ", found.tail
             found.getparent().replace(found, span)
+
+
+def _list_text(found: Any, separator: str) -> str:
+    """A list's items as text parted by ``separator``, each with its nested lists after a colon, their
+    items parted by commas: "Dry: 49 Nm, 52 Nm max; Oiled 44 Nm" (an item's text_content() ran its
+    nested items together, "Dry49 Nm52 Nm max", and iterating every "li" gave them twice)."""
+    items = []
+    for item in found.iterchildren("li"):
+        own = [item.text or ""]
+        nested = []
+        for child in item:
+            if child.tag in ("ul", "ol"):
+                nested.append(_list_text(child, ", "))
+            else:
+                own.append(child.text_content())
+            own.append(child.tail or "")
+        text = " ".join("".join(own).split())
+        inner = ", ".join(n for n in nested if n)
+        items.append(f"{text}: {inner}" if text and inner else text or inner)
+    return separator.join(item for item in items if item)
 
 
 def _within_a_list(element: Any, cell: Any) -> bool:
