@@ -278,6 +278,21 @@ def test_a_scanned_pdf_fails_up_front_where_tesseract_is_not_installed_and_says_
     )
 
 
+def test_a_page_drawing_only_a_white_background_is_blank_not_a_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Exporters write a blank page as one white rectangle. Any drawn object sent a page to OCR (a second
+    # a page, "ocr_confidence 2=0"), and without Tesseract a PDF of such pages was said to need it.
+    from tests.load.conftest import _pdf_bytes
+
+    path = tmp_path / "blank.pdf"
+    path.write_bytes(_pdf_bytes(b"1 1 1 rg 0 0 300 200 re f", (300, 200), None))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(LoadError) as caught:
+        load(path)
+    assert caught.value.reason == NO_TEXT_LAYER
+
+
 def _encrypted_copy(plain: Path, target: Path, user_password: str) -> Path:
     writer = pypdf.PdfWriter(clone_from=plain)
     writer.encrypt(user_password=user_password, owner_password="owner-secret", algorithm="AES-256")

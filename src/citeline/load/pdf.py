@@ -156,12 +156,16 @@ class _PageReader:
 
         Not only an image (a scan): words turned into vector outlines (a poster or brochure exported with
         outlined fonts, a CAD drawing) are paths, and glyphs without a Unicode mapping are text objects
-        the text layer gives nothing for.
+        the text layer gives nothing for. What it draws must show, though: a page whose only object is a
+        white background (as exporters write blank pages) draws one colour, rendered small, and is blank.
         """
         with _PDFIUM_LOCK:
             page = self._doc[index]
             try:
-                return int(pdfium_c.FPDFPage_CountObjects(page.raw)) > 0
+                if int(pdfium_c.FPDFPage_CountObjects(page.raw)) == 0:
+                    return False
+                pixels = page.render(scale=_BLANK_CHECK_SCALE, grayscale=True).to_numpy()
+                return int(pixels.max()) - int(pixels.min()) > _BLANK_CONTRAST
             finally:
                 page.close()
 
@@ -747,6 +751,12 @@ def _unread(metadata: SourceMetadata, number: int) -> None:
     unread = metadata.get("ocr_unread")
     metadata["ocr_unread"] = f"{unread} {number}" if isinstance(unread, str) else str(number)
 
+
+#: A page is rendered at this scale (36 DPI) to see whether what it draws shows: words at that size
+#: still make dark pixels.
+_BLANK_CHECK_SCALE = 0.5
+#: Grey levels between the darkest and lightest pixel under which a rendered page is one colour: blank.
+_BLANK_CONTRAST = 16
 
 #: An image covering this share of a page makes it a scan (:meth:`_PageReader.is_scan`); a figure on a page
 #: of text covers less.
