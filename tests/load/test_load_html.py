@@ -403,6 +403,30 @@ def test_a_list_inside_a_table_cell_is_kept(tmp_path: Path) -> None:
     assert "| M10 | Either: 49 Nm dry; 44 Nm oiled |\n| M12 | 85 Nm |" in page.text
 
 
+def test_a_spacer_row_does_not_hide_a_layout_table_and_a_heading_alone_in_a_cell_is_data(
+    tmp_path: Path,
+) -> None:
+    # Four rows, one of them an empty spacer, read as one table row with no headings; a three-row table
+    # of data whose header cell held an <h4> was unwrapped into loose lines, its pairs lost.
+    layout = tmp_path / "layout.html"
+    layout.write_text(
+        "<html><head><title>Pump</title></head><body><table><tr><td><img src=logo.png alt=Logo></td></tr>"
+        "<tr><td height=8></td></tr><tr><td><a href=/>Home</a></td><td><h1>Pump manual</h1><p>The pump is "
+        "primed before its first start with clean water.</p><h2>Servicing</h2><p>Replace the seal every "
+        "year and check the impeller.</p></td></tr><tr><td>Footer</td></tr></table></body></html>"
+    )
+    [page] = load(layout).pages
+    assert "# Pump manual\n\nThe pump is primed" in page.text and "## Servicing" in page.text
+    data = tmp_path / "data.html"
+    data.write_text(
+        "<html><head><title>Parts</title></head><body><main><h1>Parts</h1><p>Parts of the pump.</p><table>"
+        "<tr><th><h4>Bolt</h4></th><th>Note</th></tr><tr><td>AN960</td><td>Washer size 960</td></tr>"
+        "<tr><td>AN4</td><td>Bolt of 1/4 inch</td></tr></table></main></body></html>"
+    )
+    [page] = load(data).pages
+    assert "| Bolt | Note |" in page.text and "| AN960 | Washer size 960 |" in page.text
+
+
 def test_a_nested_list_in_a_table_cell_is_written_once_after_its_item(tmp_path: Path) -> None:
     # Each item's whole text ran its nested items together, and they came again on their own:
     # "Dry49 Nm52 Nm max; 49 Nm; 52 Nm max; Oiled 44 Nm".

@@ -129,6 +129,8 @@ def _unwrap_layout_tables(tree: Any) -> None:
     for table in list(tree.iter("table")):
         rows = [row for row in table.iter("tr") if _table_of(row) is table]
         cells = [cell for row in rows for cell in row if cell.tag in ("td", "th")]
+        # A spacer row (an empty cell of a set height) lays out nothing and counts for no row.
+        rows = [row for row in rows if row.text_content().strip() or row.find(".//img") is not None]
         if len(rows) > _LAYOUT_ROWS or not any(_is_layout_cell(c, one_row=len(rows) == 1) for c in cells):
             continue
         for part in [table, *(part for part in table.iter(*_TABLE_PARTS) if _table_of(part) is table)]:
@@ -150,8 +152,17 @@ def _own_blocks(cell: Any) -> list[Any]:
 
 
 def _is_layout_cell(cell: Any, *, one_row: bool) -> bool:
+    """Whether ``cell`` lays out part of a page: it holds a table, or a heading with text under it (a
+    cell of data may hold a heading alone, "<th><h4>Bolt</h4></th>"), or, in a table of one row,
+    several blocks."""
     own = _own_blocks(cell)
-    return any(child.tag in _HEADINGS_AND_TABLES for child in own) or (one_row and len(own) >= 2)
+    if any(child.tag == "table" for child in own):
+        return True
+    headings = [child for child in own if child.tag in _HEADINGS_AND_TABLES]
+    under = " ".join(cell.text_content().split()) != " ".join(
+        " ".join(h.text_content().split()) for h in headings
+    )
+    return (bool(headings) and under) or (one_row and len(own) >= 2)
 
 
 def _lists_in_cells_as_text(tree: Any) -> None:
