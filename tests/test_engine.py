@@ -74,3 +74,19 @@ def test_an_empty_or_wildcard_document_id_names_no_document(cl: Citeline, tmp_pa
             cl.delete(ref)
     assert [d.id for d in cl.documents()] == [only.id]
     assert cl.document(str(only.id)[:6]).id == only.id
+
+
+def test_stats_count_each_document_once_by_its_current_version(cl: Citeline, tmp_path: Path) -> None:
+    # Counted per version, a document whose new version failed (and still served the old one) was two
+    # documents: the admin page's "Documents" read one more than its list of documents.
+    path = write(tmp_path / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar.")
+    cl.ingest([path])
+    write(path, "")
+    [failed] = cl.ingest([path])
+    assert failed.error is not None
+    cl.ingest([write(tmp_path / "pumps.md", "# Pumps\n\nPrime the pump before first use.")])
+
+    stats = cl.stats()
+
+    assert (stats["documents"], stats["active_documents"], stats["versions"]) == (2, 2, 3)
+    assert stats["by_status"] == {"completed": 2}

@@ -1714,12 +1714,25 @@ def stats(conn: sa.Connection, *, access: Access = FULL_ACCESS) -> dict[str, Any
         ).all()
         return {str(k): int(v) for k, v in rows}
 
-    by_status = grouped("status", False)
+    # Each document once, by its current version (the active one, else its newest), as GET /documents
+    # lists it: counted per version, a re-ingest made two documents of one (its old version superseded)
+    # and a version kept for a conversation's citation a third.
+    current = conn.execute(
+        sa.text(
+            f"SELECT status, count(*) FROM (SELECT DISTINCT ON (d.document_id) d.status FROM documents d "
+            f"WHERE {where} ORDER BY d.document_id, d.is_active DESC, d.version DESC) AS c "
+            f"GROUP BY 1 ORDER BY 1"
+        ),
+        params,
+    ).all()
+    by_status = {str(k): int(v) for k, v in current}
+    versions = grouped("status", False)
     types = grouped("content_type", True)
     models = grouped("embedding_model", True)
     out: dict[str, Any] = {
         "documents": int(sum(by_status.values())),
         "active_documents": int(sum(types.values())),
+        "versions": int(sum(versions.values())),
         "by_status": by_status,
         "by_content_type": types,
         "embedding_models": models,
