@@ -128,9 +128,7 @@ _ANTICIPATORY_STATEMENT = re.compile(
 # say so". So does a question whose subject is the choice ("Is pgvector or Chroma faster ...?"). An
 # "or" further on is part of what is claimed ("Does aspirin reduce the risk of heart attack or
 # stroke?" is a claim to judge), and "... or not?" still asks whether.
-_ALTERNATIVES = re.compile(
-    r"^\s*\w+\s+(?:(?:I|we|you)\b.*?\s|(?:\S+\s+){1,3}?)or\s+(?!not\b)", re.IGNORECASE
-)
+_ALTERNATIVES = re.compile(r"^\s*\w+\s+(?:(?:I|we|you)\b.*?\s|(?:\S+\s+){1,3}?)or\s+(?!not\b)", re.IGNORECASE)
 _LEADING_CONJUNCTION = re.compile(r"^(?:and|but|so|then|also|okay|ok|well)(?:[\s,]+|$)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"\.[\"'\u201d\u2019)]*$")
 MIN_STATEMENT_WORDS = 4
