@@ -12,7 +12,7 @@ from citeline.answer.prompt import REFUSAL, select_passages
 from citeline.answer.support import SUPPORT_THRESHOLD, VectorCache
 from citeline.embed import Embedder
 
-from .conftest import ScriptedLLM, pump_hits
+from .conftest import ScriptedLLM, make_hit, pump_hits
 
 PRIME, DRY, FROST, MOTOR = 101, 102, 103, 104
 OPTIONS = GenerationOptions(timeout=30.0)
@@ -202,11 +202,12 @@ def test_list_items_and_a_last_sentence_without_a_full_stop_are_attributed(embed
 
 
 def test_abbreviations_decimals_and_connectives_are_not_sentences_to_cite(embedder: Embedder) -> None:
-    text, attributor = attribute("The motor takes e.g. 230 V at 2.5 kW. In short:", embedder)
+    # (0.75 kW: the passage's 750 W. At 2.5 kW it states the power otherwise and backs nothing.)
+    text, attributor = attribute("The motor takes e.g. 230 V at 0.75 kW. In short:", embedder)
 
-    assert text == "The motor takes e.g. 230 V at 2.5 kW [1]. In short:"
+    assert text == "The motor takes e.g. 230 V at 0.75 kW [1]. In short:"
     assert [(a.sentence, a.chunk_id) for a in attributor.attributions] == [
-        ("The motor takes e.g. 230 V at 2.5 kW.", MOTOR)
+        ("The motor takes e.g. 230 V at 0.75 kW.", MOTOR)
     ]
 
 
@@ -287,3 +288,43 @@ def test_a_sentence_its_own_citation_backs_gets_no_other(embedder: Embedder) -> 
 
     assert text == "In winter, drain the volute so that frost cannot crack the casing. [1]"
     assert attributor.attributions == []
+
+
+def test_a_sentence_cited_to_a_passage_stating_its_figure_otherwise_cites_the_one_stating_it(
+    embedder: Embedder,
+) -> None:
+    # On SciFact the model copied "... 7424 nucleotides ..." from the passage on one virus and cited the
+    # passage on another (7489 bp): close in words, it was kept, then the citation check found the figure
+    # stated otherwise and the whole reply fell back. It now cites the passage that states it.
+    commelina = make_hit(
+        1, "The complete genome of Commelina yellow mottle virus is 7489 bp, a badnavirus of three ORFs."
+    )
+    pagoda = make_hit(
+        2,
+        "The complete genome of pagoda yellow mosaic associated virus comprises 7424 nucleotides, a novel "
+        "badnavirus.",
+        start=100,
+    )
+    reply = "The complete genome of the virus comprises 7424 nucleotides. [1]"
+
+    async def collect() -> list[Event]:
+        return [
+            event
+            async for event in answer_stream(
+                "How long is the genome of the badnavirus?",
+                [commelina, pagoda],
+                llm=ScriptedLLM(reply),
+                embedder=embedder,
+                numbering=CitationNumbering(),
+                persona="general",
+                options=OPTIONS,
+            )
+        ]
+
+    done = asyncio.run(collect())[-1]
+
+    assert isinstance(done, Complete) and not done.fell_back, done
+    # Numbered as first cited: the number the model's [1] had is given back, and the passage that states
+    # the figure takes it.
+    assert done.answer == "The complete genome of the virus comprises 7424 nucleotides. [1]"
+    assert [(c.number, c.chunk_id) for c in done.citations] == [(1, 2)] and done.unsupported == ()
