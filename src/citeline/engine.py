@@ -1184,11 +1184,7 @@ class Citeline:
             raise NotFoundError(f"no document with id {document.id}")
         with self.engine.connect() as conn:
             rows = conn.execute(
-                sa.text(
-                    "SELECT id, chunk_index, page, start_offset, end_offset, section, section_type, "
-                    "model_numbers, context, text FROM chunks "
-                    "WHERE document_id = :id ORDER BY chunk_index"
-                ),
+                sa.text(f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE document_id = :id ORDER BY chunk_index"),
                 {"id": document.version_id},
             )
             return [dict(r._mapping) for r in rows]
@@ -1255,9 +1251,8 @@ class Citeline:
             ).scalar_one()
             rows = conn.execute(
                 sa.text(
-                    "SELECT id, chunk_index, page, start_offset, end_offset, section, section_type, "
-                    "model_numbers, context, text FROM chunks "
-                    "WHERE document_id = :id ORDER BY chunk_index LIMIT :limit OFFSET :offset"
+                    f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE document_id = :id ORDER BY chunk_index "
+                    "LIMIT :limit OFFSET :offset"
                 ),
                 {"id": document.version_id, "limit": limit, "offset": offset},
             )
@@ -1407,6 +1402,12 @@ class Readiness:
     @property
     def ready(self) -> bool:
         return all(self.checks.values())
+
+
+#: The fields of a chunk as listed (``docs show --chunks``, ``GET /documents/{id}/chunks``).
+_CHUNK_COLUMNS = (
+    "id, chunk_index, page, start_offset, end_offset, section, section_type, model_numbers, context, text"
+)
 
 
 def _require_admin(access: Access, action: str) -> None:

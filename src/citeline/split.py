@@ -337,25 +337,26 @@ def sentence_ends(text: str) -> Iterator[int]:
 def _sentence_cuts(text: str, start: int, end: int) -> Iterator[int]:
     for match in _SENTENCE.finditer(text, start, end):
         period = match.start()
-        if text[period] == "." and _is_abbreviation(text[max(start, period - _ABBREVIATION_WINDOW) : period]):
-            continue
-        if text[period] == "." and _NUMBERED.match(text, match.end()) and _numbers_next(text, start, period):
+        if text[period] == "." and _is_abbreviation(
+            text[max(start, period - _ABBREVIATION_WINDOW) : period],
+            numbered=_NUMBERED.match(text, match.end()) is not None,
+        ):
             continue
         yield match.end()
 
 
-def _numbers_next(text: str, start: int, period: int) -> bool:
-    """Whether the word before ``period`` is one that abbreviates before a number ("No. 6", "Art. 5")."""
-    words = text[max(start, period - _ABBREVIATION_WINDOW) : period].split()
-    return bool(words) and words[-1].lstrip(_OPENING_PUNCTUATION).lower() in _BEFORE_NUMBER
-
-
-def _is_abbreviation(before_period: str) -> bool:
-    """Whether the word ending ``before_period`` is one a period follows mid-sentence."""
+def _is_abbreviation(before_period: str, *, numbered: bool = False) -> bool:
+    """Whether the word ending ``before_period`` is one a period follows mid-sentence; ``numbered``: a
+    number follows the period, after which "No.", "Art." and the like abbreviate too ("No. 6")."""
     if not before_period or before_period[-1].isspace():
         return False
     word = before_period.split()[-1].lstrip(_OPENING_PUNCTUATION)
-    return word.lower() in _ABBREVIATIONS or _DOTTED_OR_INITIAL.fullmatch(word) is not None
+    lowered = word.lower()
+    return (
+        lowered in _ABBREVIATIONS
+        or (numbered and lowered in _BEFORE_NUMBER)
+        or _DOTTED_OR_INITIAL.fullmatch(word) is not None
+    )
 
 
 #: The depth of the line-break cut in :data:`_CUTTERS`: finer cuts start inside a line.

@@ -93,7 +93,7 @@ class Attributor:
         never: Collection[str] = (),
     ) -> None:
         self._passages = list(passages)
-        self._sentences = [PassageSentences.of(p.text, p.hit.context) for p in passages]
+        self._sentences = [PassageSentences.of_hit(p.hit) for p in passages]
         self.numbering = numbering
         self._cache = cache
         self._threshold = threshold

@@ -547,7 +547,7 @@ def verify(
         ]
     stand_ins = {i for i, c in enumerate(found) if read_as and c.sentence in read_as}
     cited = {n for claim in found for n in claim.numbers if n in passages}
-    prepared = {n: PassageSentences.of(passages[n].text, passages[n].hit.context) for n in cited}
+    prepared = {n: PassageSentences.of_hit(passages[n].hit) for n in cited}
     cache.warm([c.text for c in found if c.numbers] + [t for p in prepared.values() for t in p.sentences])
     best: dict[int, Support] = {}
     first_backed: dict[int, Support] = {}

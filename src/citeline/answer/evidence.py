@@ -112,7 +112,7 @@ def check_evidence_budget(max_tokens: int | None) -> None:
 
 def _candidates(question: str, passages: Sequence[Passage], cache: VectorCache) -> list[_Candidate]:
     """Every sentence worth showing, scored against the question in context."""
-    split = [PassageSentences.of(p.text, p.hit.context) for p in passages]
+    split = [PassageSentences.of_hit(p.hit) for p in passages]
     scores = question_scores(question, split, cache)
     out: list[_Candidate] = []
     seen: dict[str, list[str]] = {}  # per document: the sentences of the passages before, casefolded

@@ -176,7 +176,7 @@ def _scored(
     question: str, passages: Sequence[Passage], cache: VectorCache, own_words: str | None = None
 ) -> list[_Sentence]:
     """Every quotable sentence with its score, context included."""
-    split = [(p, PassageSentences.of(p.text, p.hit.context)) for p in passages]
+    split = [(p, PassageSentences.of_hit(p.hit)) for p in passages]
     scores = question_scores(question, [sentences for _, sentences in split], cache)
     if own_words is not None and own_words.strip() and own_words != question:
         own = question_scores(own_words, [sentences for _, sentences in split], cache)

@@ -71,7 +71,6 @@ from dataclasses import dataclass
 from citeline.answer.quantities import quantities
 from citeline.answer.support import PassageSentences, VectorCache, content_terms, sentence_spans
 from citeline.retrieve.search import Hit
-from citeline.types import embedding_text
 
 FILLER = frozenset(
     [
@@ -260,9 +259,9 @@ def answerable(
         return False
     if min_similarity <= 0:
         return True
-    if is_courtesy(own_words if own_words is not None else question):
-        return False
     said = own_words.strip() if own_words is not None else ""
+    if is_courtesy(said or question):
+        return False
     measures = _asked_measures(said or question)
     if measures and not any(_states(hit, measures) for hit in evidence):
         return False
@@ -276,7 +275,7 @@ def answerable(
         return True
     if cache is None or not relevant:
         return False
-    sentences = [t for hit in relevant for t in PassageSentences.of(hit.text, hit.context).sentences]
+    sentences = [t for hit in relevant for t in PassageSentences.of_hit(hit).sentences]
     vectors = cache.matrix([said, *sentences])
     return bool(sentences) and float((vectors[1:] @ vectors[0]).max()) >= MIN_OWN_SIMILARITY
 
@@ -297,7 +296,7 @@ def _asked_measures(question: str) -> set[str]:
 def _states(hit: Hit, dimensions: set[str]) -> bool:
     """Whether ``hit`` names one of the measures of ``dimensions`` or states a quantity of one (in its
     text, or in its context: the header row "Tightening torque (N·m)" over the rows it holds)."""
-    text = embedding_text(hit.text, hit.context)
+    text = hit.embedded
     named = {t for t in content_terms(text) if _MEASURE_TERMS.get(t) in dimensions}
     return bool(named) or any(q.dimension in dimensions for q in quantities(text))
 
@@ -314,9 +313,7 @@ def _relevant(asked: _Terms, hit: Hit, min_similarity: float) -> bool:
     # Near the floor, meaning alone is no evidence: a passage that names nothing the question asks
     # about must be clearly close to it.
     clear = hit.similarity >= CLEAR_SIMILARITY * min_similarity
-    return (
-        clear or not asked.topic or bool(asked.topic & content_terms(embedding_text(hit.text, hit.context)))
-    )
+    return clear or not asked.topic or bool(asked.topic & content_terms(hit.embedded))
 
 
 @dataclass(frozen=True)
@@ -346,5 +343,5 @@ class _Terms:
 
         # A table's later chunk holds rows whose column names are its context's.
         return any(holds(hit.text[s:e]) for s, e in sentence_spans(hit.text)) or bool(
-            hit.context and holds(embedding_text(hit.text, hit.context))
+            hit.context and holds(hit.embedded)
         )

@@ -306,7 +306,7 @@ def assess(
 
 def _about(claim: str, passage: Passage, cache: VectorCache) -> bool:
     """Whether ``passage`` is about ``claim``: its best sentence reaches the citation check's threshold."""
-    sentences = PassageSentences.of(passage.text, passage.hit.context)
+    sentences = PassageSentences.of_hit(passage.hit)
     return support(claim, sentences, cache).score >= SUPPORT_THRESHOLD
 
 

@@ -30,6 +30,7 @@ import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +38,9 @@ import numpy.typing as npt
 from citeline.embed.base import Embedder
 from citeline.split import sentence_ends
 from citeline.store.analyzer import Analyzer
+
+if TYPE_CHECKING:
+    from citeline.retrieve.search import Hit
 
 SEMANTIC_WEIGHT = 0.8
 """Share of the support score that comes from embedding similarity; the rest is content-term overlap."""
@@ -220,6 +224,11 @@ class PassageSentences:
             sentences=tuple(normalise(s) for s in sentences),
             terms=content_terms(text),
         )
+
+    @classmethod
+    def of_hit(cls, hit: Hit) -> PassageSentences:
+        """A retrieved chunk cut into sentences, its rows read under its context (:meth:`of`)."""
+        return cls.of(hit.text, hit.context)
 
 
 def shown_text(text: str, start: int, end: int, context: str | None = None) -> str:

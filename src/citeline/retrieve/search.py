@@ -37,6 +37,7 @@ from citeline.store.index import (
 )
 from citeline.store.keyword import DocumentMatch, KeywordIndex
 from citeline.store.vectors import to_pgvector
+from citeline.types import embedding_text
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,11 @@ class Hit:
     section_type: str | None = None
     #: Text the chunk is read with but does not hold: the header row of the table it continues.
     context: str | None = None
+
+    @property
+    def embedded(self) -> str:
+        """What the chunk was embedded and indexed from: its text under its context (embedding_text)."""
+        return embedding_text(self.text, self.context)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
