@@ -29,6 +29,7 @@ from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
 from citeline.store import catalog
+from citeline.store.catalog import DocumentInfo
 from citeline.store.models import Status
 from tests.conftest import PDFS
 from tests.jobs.conftest import wait_for_status
@@ -269,6 +270,15 @@ def test_a_running_job_can_be_cancelled_and_is_never_swapped_in(
             assert conn.execute(sa.text("SELECT count(*) FROM chunks")).scalar_one() == 0
 
 
+def being_built(cl: Citeline) -> DocumentInfo:
+    """The pump manual, submitted to the runner started here and waited for until its build runs (held
+    there by a gated embedder)."""
+    cl.start_jobs()
+    doc = cl.submit(upload("pump.md", PUMP)).document
+    wait_for_status(cl, doc, "processing", timeout=30)
+    return doc
+
+
 def test_a_document_deleted_while_it_is_built_stops_its_build_quietly(
     settings: Settings, gate: tuple[str, threading.Event], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -277,9 +287,7 @@ def test_a_document_deleted_while_it_is_built_stops_its_build_quietly(
     recording the failure raised NotFoundError), and the runner goes on with the next document."""
     name, opened = gate
     with configured(settings, embedding_model=f"gated:{name}") as cl:
-        cl.start_jobs()
-        doc = cl.submit(upload("pump.md", PUMP)).document
-        wait_for_status(cl, doc, "processing", timeout=30)
+        doc = being_built(cl)
         with caplog.at_level(logging.INFO, logger="citeline"):
             cl.delete(str(doc.id))
             opened.set()
@@ -304,9 +312,7 @@ def test_a_build_failing_after_its_document_was_deleted_stops_quietly(
     full tests/jobs run met now and then in the test above). It stops as deleted."""
     name, opened = gate
     with configured(settings, embedding_model=f"gatedfail:{name}", job_retries=retries) as cl:
-        cl.start_jobs()
-        doc = cl.submit(upload("pump.md", PUMP)).document
-        wait_for_status(cl, doc, "processing", timeout=30)
+        doc = being_built(cl)
         with caplog.at_level(logging.INFO, logger="citeline"):
             cl.delete(str(doc.id))
             opened.set()

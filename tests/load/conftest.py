@@ -31,6 +31,12 @@ def _pdf_bytes(content: bytes, size: tuple[int, int], title: str | None) -> byte
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
         info,
     ]
+    return pdf_file(objects, b" /Info 6 0 R")
+
+
+def pdf_file(objects: list[bytes], trailer: bytes = b"") -> bytes:
+    """A PDF of ``objects`` (numbered from 1, the catalog first), xref table and trailer (``trailer``:
+    more of its entries) and all."""
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
@@ -39,10 +45,8 @@ def _pdf_bytes(content: bytes, size: tuple[int, int], title: str | None) -> byte
     xref = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R /Info 6 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
+    size = len(objects) + 1
+    out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (size, trailer, xref)
     return bytes(out)
 
 

@@ -22,7 +22,7 @@ from citeline.load.pdf import (
     without_running_lines,
 )
 from citeline.store.analyzer import Analyzer
-from tests.load.conftest import _pdf_bytes
+from tests.load.conftest import _pdf_bytes, pdf_file
 
 
 def _squash(text: str) -> str:
@@ -283,8 +283,6 @@ def test_a_page_drawing_only_a_white_background_is_blank_not_a_scan(
 ) -> None:
     # Exporters write a blank page as one white rectangle. Any drawn object sent a page to OCR (a second
     # a page, "ocr_confidence 2=0"), and without Tesseract a PDF of such pages was said to need it.
-    from tests.load.conftest import _pdf_bytes
-
     path = tmp_path / "blank.pdf"
     path.write_bytes(_pdf_bytes(b"1 1 1 rg 0 0 300 200 re f", (300, 200), None))
     monkeypatch.setenv("PATH", "/nonexistent")
@@ -526,16 +524,7 @@ def _form_pdf(fields: list[tuple[str, str, int, bool]]) -> bytes:
             b"<< /Type /XObject /Subtype /Form /BBox [0 0 200 22] /Resources << /Font << /Helv 5 0 R >> >>"
             b" /Length %d >>\nstream\n%s\nendstream" % (len(shown), shown)
         )
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return pdf_file(objects)
 
 
 def test_the_values_filled_into_a_pdf_form_are_part_of_its_text(tmp_path: Path) -> None:
