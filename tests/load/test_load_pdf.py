@@ -560,3 +560,155 @@ def test_scanned_pages_left_unread_without_tesseract_are_named(
     source = load(path)
     assert [page.text for page in source.pages] == ["Prime the pump before the first start.", ""]
     assert source.metadata == {"pages": "2", "ocr_unread": "2"}
+
+
+# -- sections from the document outline ----------------------------------------------------------
+
+
+def _pages_pdf(pages: list[list[str]]) -> bytes:
+    """A PDF of ``pages``, each a list of lines set in Helvetica, top down; no outline."""
+    count = len(pages)
+    kids = b" ".join(b"%d 0 R" % (3 + 2 * i) for i in range(count))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, count),
+    ]
+    for i, lines in enumerate(pages):
+        content = b"BT /F1 11 Tf 50 750 Td 14 TL " + b"".join(
+            b"(%s) Tj T* " % line.encode() for line in lines
+        )
+        content += b"ET"
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+            b"/Resources << /Font << /F1 %d 0 R >> >> >>" % (4 + 2 * i, 3 + 2 * count)
+        )
+        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    return pdf_file(objects)
+
+
+def _with_outline(raw: bytes, entries: list[tuple[str, int, int]]) -> bytes:
+    """``raw`` with an outline of ``entries``: (title, 0-based page, level), as pypdf writes one."""
+    writer = pypdf.PdfWriter(clone_from=io.BytesIO(raw))
+    parents: list[pypdf.generic.IndirectObject] = []
+    for title, page, level in entries:
+        del parents[level:]
+        item = writer.add_outline_item(title=title, page_number=page, parent=parents[-1] if parents else None)
+        parents.append(item)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+_MANUAL = [
+    [
+        "PX-200 Pump Manual",
+        "1 Introduction",
+        "This manual covers the PX-200 pump.",
+        "2 Installation",
+        "Mount the pump on a level base.",
+    ],
+    ["Bolt the base down with M10 bolts.", "3 Maintenance", "Change the seal every 2000 hours."],
+    ["3.1 Torque values", "Tighten the M10 bolts to 49 N m."],
+]
+
+
+def _sections(path: Path) -> list[tuple[int, str, str]]:
+    """(page, heading, the line it starts at) for each section of the PDF at ``path``."""
+    return [
+        (page.number, section.heading, page.text[section.start :].split("\n", 1)[0])
+        for page in load(path).pages
+        for section in page.sections
+    ]
+
+
+def test_outline_bookmarks_become_sections_at_their_lines_on_the_pages_they_lead_to(tmp_path: Path) -> None:
+    path = tmp_path / "manual.pdf"
+    outline = [
+        ("1 Introduction", 0, 0),
+        ("2 Installation", 0, 0),
+        ("3 Maintenance", 1, 0),
+        ("3.1 Torque values", 2, 1),
+    ]
+    path.write_bytes(_with_outline(_pages_pdf(_MANUAL), outline))
+    assert _sections(path) == [
+        (1, "1 Introduction", "1 Introduction"),
+        (1, "2 Installation", "2 Installation"),
+        (2, "3 Maintenance", "3 Maintenance"),
+        (3, "3.1 Torque values", "3.1 Torque values"),
+    ]
+
+
+def test_a_pdf_without_an_outline_has_no_sections(tmp_path: Path, pdf_dir: Path) -> None:
+    path = tmp_path / "manual.pdf"
+    path.write_bytes(_pages_pdf(_MANUAL))
+    assert _sections(path) == []
+    assert _sections(pdf_dir / "multicol_federal_register_2020-17221.pdf") == []
+
+
+def test_a_bookmark_matches_its_heading_whatever_its_case_punctuation_and_numbering(tmp_path: Path) -> None:
+    pages = [["Contents", "Chapter 2. SAFETY - NOTICES", "Wear gloves when the pump is hot."]]
+    path = tmp_path / "safety.pdf"
+    path.write_bytes(_with_outline(_pages_pdf(pages), [("Safety notices", 0, 0)]))
+    # The words after "Chapter 2." are the heading; its line is where the section starts.
+    assert _sections(path) == [(1, "Safety notices", "Chapter 2. SAFETY - NOTICES")]
+
+
+def test_a_heading_is_found_at_a_line_start_rather_than_inside_an_earlier_sentence(tmp_path: Path) -> None:
+    pages = [["Read the maintenance schedule before use.", "Maintenance schedule", "Every 2000 hours."]]
+    path = tmp_path / "schedule.pdf"
+    path.write_bytes(_with_outline(_pages_pdf(pages), [("Maintenance schedule", 0, 0)]))
+    assert _sections(path) == [(1, "Maintenance schedule", "Maintenance schedule")]
+
+
+def test_a_bookmark_worded_otherwise_than_its_page_starts_at_the_top_of_that_page(tmp_path: Path) -> None:
+    path = tmp_path / "manual.pdf"
+    outline = [("1 Introduction", 0, 0), ("Appendix: figures", 1, 0)]
+    path.write_bytes(_with_outline(_pages_pdf(_MANUAL), outline))
+    assert _sections(path) == [
+        (1, "1 Introduction", "1 Introduction"),
+        (2, "Appendix: figures", "Bolt the base down with M10 bolts."),
+    ]
+
+
+def test_a_bookmark_that_leads_by_a_go_to_action_is_a_section_and_a_web_link_is_not(tmp_path: Path) -> None:
+    # Word's exports lead bookmarks to their pages by /A << /S /GoTo >> actions, not /Dest.
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R /Outlines 6 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"",  # the content stream, below
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /Outlines /First 7 0 R /Last 8 0 R /Count 2 >>",
+        b"<< /Title (Storage) /Parent 6 0 R /Next 8 0 R /A << /S /GoTo /D [3 0 R /Fit] >> >>",
+        b"<< /Title (Our website) /Parent 6 0 R /Prev 7 0 R /A << /S /URI /URI (https://example.com/) >> >>",
+    ]
+    content = b"BT /F1 11 Tf 50 750 Td 14 TL (Intro text.) Tj T* (Storage) Tj T* (Keep it dry.) Tj T* ET"
+    objects[3] = b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content)
+    path = tmp_path / "word.pdf"
+    path.write_bytes(pdf_file(objects))
+    assert _sections(path) == [(1, "Storage", "Storage")]
+
+
+def test_outline_sections_keep_each_chunk_within_one_section(tmp_path: Path) -> None:
+    from citeline.split import split
+
+    path = tmp_path / "manual.pdf"
+    outline = [
+        ("1 Introduction", 0, 0),
+        ("2 Installation", 0, 0),
+        ("3 Maintenance", 1, 0),
+        ("3.1 Torque values", 2, 1),
+    ]
+    path.write_bytes(_with_outline(_pages_pdf(_MANUAL), outline))
+    chunks = [(c.page, c.section, c.text) for c in split(load(path).pages, chunk_size=800, chunk_overlap=120)]
+    assert chunks == [
+        (1, None, "PX-200 Pump Manual"),
+        (1, "1 Introduction", "1 Introduction\nThis manual covers the PX-200 pump."),
+        (1, "2 Installation", "2 Installation\nMount the pump on a level base."),
+        # The section runs on over the page break; a chunk never does.
+        (2, "2 Installation", "Bolt the base down with M10 bolts."),
+        (2, "3 Maintenance", "3 Maintenance\nChange the seal every 2000 hours."),
+        (3, "3.1 Torque values", "3.1 Torque values\nTighten the M10 bolts to 49 N m."),
+    ]

@@ -31,7 +31,7 @@ import pypdfium2.raw as pdfium_c
 from citeline.errors import LoadError
 from citeline.load import ocr
 from citeline.load.clean import clean_inline, clean_text
-from citeline.types import LoadedSource, Page, SourceMetadata
+from citeline.types import LoadedSource, Page, Section, SourceMetadata
 
 if TYPE_CHECKING:
     import pypdf
@@ -267,6 +267,29 @@ class _PageReader:
         except LoadError:
             return set()  # reported when the page itself is read
         return {_line_key(line) for line in _edges(text)}
+
+    def outline(self) -> dict[int, list[str]]:
+        """The document outline (its bookmarks), as the titles that point into each page (0-based), in
+        outline order; empty for a PDF without one.
+
+        A bookmark leads to its page by a destination or by a go-to action (Word's exports use the
+        latter); one that leads nowhere in this document (a web link, another file) is left out, as is
+        one without a title.
+        """
+        by_page: dict[int, list[str]] = {}
+        with _PDFIUM_LOCK:
+            try:
+                for count, bookmark in enumerate(self._doc.get_toc(max_depth=_OUTLINE_DEPTH)):
+                    if count == _OUTLINE_MOST:
+                        break
+                    title = clean_inline(bookmark.get_title())
+                    page = _bookmark_page(self._doc, bookmark)
+                    if title and page is not None and 0 <= page < self.page_count:
+                        by_page.setdefault(page, []).append(title)
+            except pdfium.PdfiumError:
+                # A damaged outline costs the document its sections, never its text.
+                return {}
+        return by_page
 
     def close(self) -> None:
         """Release both readers."""
@@ -714,6 +737,7 @@ def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page
                 _unread(metadata, index + 1)
             return text
 
+        outline = reader.outline()
         texts = (read(index) for index in range(reader.page_count))
         # The first pages are read ahead to learn the running heads and feet, then given out with
         # the rest; only that window is held at once.
@@ -731,9 +755,75 @@ def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page
                 elif seen := without_running_lines(scans.read(reader, number - 1), running):
                     kept = seen
                     scans.describe(metadata)
-            yield Page(number=number, text=kept)
+            yield Page(number=number, text=kept, sections=placed_headings(kept, outline.get(number - 1, [])))
     finally:
         reader.close()
+
+
+#: Outline levels read: deeper bookmarks (a rare table of contents nests below a few levels) are left out.
+_OUTLINE_DEPTH = 6
+#: Bookmarks read at most: an outline of every paragraph says nothing more about sections.
+_OUTLINE_MOST = 5_000
+#: A word of a heading, as it is matched in the page's text: case, spacing and punctuation may differ.
+_WORD = re.compile(r"[^\W_]+")
+#: What may precede a heading on its line: a number or mark ("3.2", "IV.", "A)", "§").
+_HEADING_LEAD = re.compile(r"[\W\d_]*|[A-Za-z][.)]\s*|[IVXLCivxlc]+[.)]\s*")
+
+
+def _bookmark_page(doc: Any, bookmark: Any) -> int | None:
+    """The 0-based page ``bookmark`` leads to, by its destination or its go-to action; None if neither."""
+    dest = pdfium_c.FPDFBookmark_GetDest(doc.raw, bookmark.raw)
+    if not dest:
+        action = pdfium_c.FPDFBookmark_GetAction(bookmark.raw)
+        if not action or pdfium_c.FPDFAction_GetType(action) != pdfium_c.PDFACTION_GOTO:
+            return None
+        dest = pdfium_c.FPDFAction_GetDest(doc.raw, action)
+        if not dest:
+            return None
+    index = int(pdfium_c.FPDFDest_GetDestPageIndex(doc.raw, dest))
+    return index if index >= 0 else None
+
+
+def placed_headings(text: str, titles: list[str]) -> tuple[Section, ...]:
+    """``titles`` (the outline's headings of one page, in order) as sections of the page's ``text``.
+
+    Each starts at the line where its words appear, in order, after the previous heading's; case, spacing,
+    line breaks and punctuation may differ from the outline's. An appearance at the start of a line (after
+    a number such as "3.2" at most) is preferred to one within a sentence. A heading whose words are not
+    on the page (an outline entry worded otherwise than the text) starts where the previous one does, or
+    at the top of the page: its destination is this page, so no earlier text is put under it.
+    """
+    words = [(match.group().casefold(), match.start()) for match in _WORD.finditer(text)]
+    keys = [word for word, _ in words]
+    sections: list[Section] = []
+    after = 0  # the first word the next heading may start at
+    for title in titles:
+        wanted = [word.casefold() for word in _WORD.findall(title)]
+        start = sections[-1].start if sections else 0
+        found = _heading_at(text, words, keys, wanted, after) if wanted else None
+        if found is not None:
+            start, after = text.rfind("\n", 0, words[found][1]) + 1, found + len(wanted)
+        sections.append(Section(start, title))
+    return tuple(sections)
+
+
+def _heading_at(
+    text: str, words: list[tuple[str, int]], keys: list[str], wanted: list[str], after: int
+) -> int | None:
+    """The index in ``words`` where ``wanted`` first appears from ``after`` on, at a line's start if it
+    does there anywhere, else within a line; None if nowhere."""
+    within: int | None = None
+    first = wanted[0]
+    for index in range(after, len(keys) - len(wanted) + 1):
+        if keys[index] != first or keys[index : index + len(wanted)] != wanted:
+            continue
+        offset = words[index][1]
+        line_start = text.rfind("\n", 0, offset) + 1
+        if _HEADING_LEAD.fullmatch(text[line_start:offset]):
+            return index
+        if within is None:
+            within = index
+    return within
 
 
 #: A stamp on a scan is one short line.
