@@ -426,6 +426,10 @@ def _print_hits(hits: list[Hit]) -> None:
         console.print(
             "    " + (snippet[:300] + ("…" if len(snippet) > 300 else "")), highlight=False, markup=False
         )
+        if hit.also_in:
+            # The same passage, word for word, in other documents: one hit, not several.
+            copies = ", ".join(f"{copy.document_name} p.{copy.page}" for copy in hit.also_in)
+            console.print("    also in: " + escape(copies), style="dim", highlight=False)
 
 
 def _stream_answer(

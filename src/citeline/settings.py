@@ -191,6 +191,13 @@ class Settings(BaseSettings):
     candidates: Annotated[int, Field(ge=1, le=10_000)] = 100
     top_k: Annotated[int, Field(ge=1, le=10_000)] = 10
     distance_threshold: Annotated[float | None, Field(ge=0, le=2)] = None
+    collapse_duplicates: bool = Field(
+        default=True,
+        description=(
+            "A passage stored word for word in several documents (a file uploaded twice, a guideline filed "
+            "under several journeys) is one hit, naming the other copies (Hit.also_in), not several."
+        ),
+    )
     hnsw_ef_search: Annotated[int, Field(ge=1, le=1000)] = 100
     # Below this many in-filter chunks an exact scan beats walking HNSW (measured ~3.5 us a vector here).
     exact_search_below: Annotated[int, Field(ge=0)] = 2_000

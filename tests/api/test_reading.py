@@ -23,6 +23,7 @@ RESULT_FIELDS = {
     "keyword_score",
     "fused_score",
     "url",
+    "also_in",
 }
 
 
@@ -36,6 +37,7 @@ def test_a_search_result_carries_its_source_scores_and_a_link_to_the_page(server
     assert best["relevance"] == pytest.approx(1 / (1 + best["distance"]))
     assert best["similarity"] == pytest.approx(1 - best["distance"])
     assert best["url"] == f"/documents/{best['document_id']}/file#page={best['page']}"
+    assert best["also_in"] == []  # no other document holds this passage word for word
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -91,6 +91,17 @@ def resolve_fusion(fusion: Fusion | str | None, settings: Settings) -> Fusion:
 
 
 @dataclass(frozen=True)
+class Copy:
+    """Another stored copy of a hit's passage, word for word (same text, same context): a chunk of
+    another document, or of the same document elsewhere."""
+
+    chunk_id: int
+    document_id: uuid.UUID
+    document_name: str
+    page: int
+
+
+@dataclass(frozen=True)
 class Hit:
     """One retrieved chunk, where it comes from, and how each ranking scored it."""
 
@@ -118,6 +129,9 @@ class Hit:
     section_type: str | None = None
     #: Text the chunk is read with but does not hold: the header row of the table it continues.
     context: str | None = None
+    #: The other copies of this passage among the search's candidates, best ranked first; a copy is not
+    #: a hit of its own while the ``collapse_duplicates`` setting is on.
+    also_in: tuple[Copy, ...] = ()
 
     @property
     def embedded(self) -> str:
@@ -127,6 +141,8 @@ class Hit:
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["document_id"] = str(self.document_id)
+        for copy in out["also_in"]:
+            copy["document_id"] = str(copy["document_id"])
         return out
 
 
@@ -433,19 +449,10 @@ def hybrid_search(
             settings.document_chunks,
         )
         t5 = time.perf_counter()
-        ranked = _rank(candidates, fusion, settings, threshold, top_k, documents)
+        ranked = _rank(candidates, fusion, settings, threshold, documents)
         t6 = time.perf_counter()
-        # The stored fields and texts of the kept hits only: reading them for every candidate (about 160
-        # of them, to keep 10) cost more than this statement (texts are stored out of line: at 100k
-        # chunks on a loaded machine, 39 ms against 32 ms, medians of 30 searches).
-        stored = _fetch(conn, [int(candidates.ids[i]) for i, _ in ranked])
+        hits = _read_hits(conn, candidates, ranked, top_k, settings.collapse_duplicates)
         t7 = time.perf_counter()
-    # A chunk missing here was retired since the candidates were read.
-    hits = [
-        candidates.hit(i, fused, stored[cid])
-        for i, fused in ranked
-        if (cid := int(candidates.ids[i])) in stored
-    ]
     timings.catalog, timings.keyword = (t1 - t0) * 1e3, keyword_ms
     # Waiting for the query vector (t2 to t3) is the embedding's time, which the caller measures.
     timings.dense, timings.fuse = (t4 - t3) * 1e3, (t6 - t5) * 1e3
@@ -619,16 +626,49 @@ def _aligned(
     )
 
 
+def _read_hits(
+    conn: sa.Connection, candidates: _Candidates, ranked: list[tuple[int, float]], top_k: int, collapse: bool
+) -> list[Hit]:
+    """The first ``top_k`` of ``ranked`` as hits, from their stored fields; with ``collapse``, a passage
+    whose text and context a better-ranked hit already has is one of that hit's copies, not a hit.
+
+    The stored fields and texts of the kept hits only are read: reading them for every candidate (about
+    160 of them, to keep 10) cost more than this statement (texts are stored out of line: at 100k chunks
+    on a loaded machine, 39 ms against 32 ms, medians of 30 searches). Only when copies or retired
+    chunks leave fewer than ``top_k`` hits are the next candidates read, as many as are missing.
+    """
+    hits: list[Hit] = []
+    first_of: dict[tuple[str, str | None], int] = {}
+    copies: dict[int, list[Copy]] = {}
+    at = 0
+    while len(hits) < top_k and at < len(ranked):
+        batch = ranked[at : at + top_k - len(hits)]
+        at += len(batch)
+        stored = _fetch(conn, [int(candidates.ids[i]) for i, _ in batch])
+        for i, fused in batch:
+            row = stored.get(int(candidates.ids[i]))
+            if row is None:
+                continue  # retired since the candidates were read
+            key = (row["text"], row["context"])
+            if collapse and (first := first_of.get(key)) is not None:
+                copies.setdefault(first, []).append(
+                    Copy(row["chunk_id"], row["document_id"], row["document_name"], row["page"])
+                )
+                continue
+            first_of[key] = len(hits)
+            hits.append(candidates.hit(i, fused, row))
+    return [replace(hit, also_in=tuple(copies[n])) if n in copies else hit for n, hit in enumerate(hits)]
+
+
 def _rank(
     candidates: _Candidates,
     fusion: Fusion,
     settings: Settings,
     threshold: float | None,
-    top_k: int,
     documents: Sequence[DocumentMatch] = (),
 ) -> list[tuple[int, float]]:
-    """The top-k candidates within ``threshold`` as ``(index in candidates, fused score)``, best first
-    (ties by chunk id). ``documents`` (whole-document BM25) reach every candidate of theirs."""
+    """The candidates within ``threshold`` as ``(index in candidates, fused score)``, best first (ties by
+    chunk id). ``documents`` (whole-document BM25) reach every candidate of theirs."""
     c = candidates
     by_version = document_evidence(documents, dict(zip(c.ids.tolist(), c.versions, strict=True)))
     document = np.fromiter((by_version.get(int(i), 0.0) for i in c.ids), dtype=np.float64, count=c.ids.size)
@@ -652,7 +692,7 @@ def _rank(
     order = np.lexsort((c.ids, -fused))
     if threshold is not None:
         order = order[c.distance[order] <= threshold]
-    return [(int(i), float(fused[i])) for i in order[:top_k]]
+    return [(int(i), float(fused[i])) for i in order]
 
 
 #: The stored fields of a :class:`Hit`, over ``chunks c JOIN documents d``.
