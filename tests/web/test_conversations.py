@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import BrowserContext, Page, Route, expect
 
 from tests.api.conftest import Server, base_env, cli, create_key, ingest, start_server, stop_server
 from tests.conftest import write
@@ -28,6 +28,7 @@ NEW = (
     "years.\n\nThe drain cock sits under the tank.\n"
 )
 QUESTION = "At what pressure does the relief valve open?"
+FOLLOW_UP = "How often is it checked?"
 
 
 @dataclass
@@ -222,3 +223,62 @@ def test_a_follow_ups_search_is_said_with_the_answer_it_belongs_to_live_and_reop
     expect(again.locator(".message.assistant").last.locator(".rewrite")).to_have_text(said)
     expect(again.locator(".message.assistant").first.locator(".rewrite")).to_have_count(0)
     assert again.locator(".message.assistant").last.inner_text() == live
+
+
+def test_each_conversation_has_its_own_answer_on_its_way_and_stop_stops_only_the_one_on_screen(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.key)
+    ask(page, QUESTION)
+    first = page.evaluate("sessionStorage.getItem('citeline.conversation')")
+    question, ask_button, stop = (
+        page.get_by_label("Question"),
+        page.get_by_role("button", name="Ask"),
+        page.get_by_role("button", name="Stop"),
+    )
+    # A follow-up in the first conversation, its answer on its way (held) when a new one is begun.
+    held: list[Route] = []
+    page.route("**/chat/stream", lambda route: held.append(route))
+    question.fill(FOLLOW_UP)
+    ask_button.click()
+    while not held:
+        page.wait_for_timeout(50)
+    expect(stop).to_be_enabled()
+    page.get_by_role("button", name="New conversation").click()
+
+    # The new conversation is ready to ask: nothing of the first one's answer holds it, nor sits in its box.
+    expect(page.locator(".message")).to_have_count(0)
+    expect(ask_button).to_be_enabled()
+    expect(stop).to_be_disabled()
+    expect(question).to_have_value("")
+    question.fill("Where is the drain cock?")
+    ask_button.click()
+    while len(held) < 2:
+        page.wait_for_timeout(50)
+    # Stop stops this conversation's answer, and says so here.
+    stop.click()
+    expect(page.locator(".message.assistant .stopped")).to_have_text("Stopped.")
+    expect(ask_button).to_be_enabled()
+
+    # Back in the first conversation, its follow-up is still on its way, and Stop is its own again.
+    page.locator(f'#conversation-list li[data-id="{first}"] button.continue').click()
+    expect(page.locator(".message.user")).to_have_text([f"You{QUESTION}", f"You{FOLLOW_UP}"])
+    expect(page.locator(".message.assistant").last).to_have_attribute("aria-busy", "true")
+    expect(stop).to_be_enabled()
+    expect(ask_button).to_be_disabled()
+    # Its answer was never stopped: it comes, is written where it belongs, and is stored.
+    held[0].fulfill(response=held[0].fetch())
+    page.unroute("**/chat/stream")
+    answer = page.locator(".message.assistant").last
+    expect(answer).not_to_have_attribute("aria-busy", "true", timeout=60_000)
+    expect(answer.locator(".error, .stopped")).to_have_count(0)
+    expect(answer.locator(".message-text")).not_to_be_empty()
+    expect(ask_button).to_be_enabled()
+    expect(stop).to_be_disabled()
+    with httpx.Client(
+        base_url=site.server.url, headers={"Authorization": f"Bearer {site.key}"}, timeout=60
+    ) as api:
+        stored = api.get(f"/conversations/{first}").json()["messages"]
+    assert [m["content"] for m in stored if m["role"] == "user"] == [QUESTION, FOLLOW_UP], stored
+    assert answer.locator(".message-text").inner_text() == stored[-1]["content"]

@@ -43,7 +43,8 @@ const state = {
   citations: new Map(),
   documents: new Map(), // "id@version" -> promise of GET /documents/{id}?version=n (versions never change)
   currentDocuments: new Map(), // "id" -> {at, request}: the current version, asked again after a few seconds
-  controller: null,
+  asks: new Set(), // the answers on their way, each of the conversation it was asked in
+  screen: 0, // counts the conversations drawn on screen: an ask belongs to the one it was drawn in
   // The newest conversation asked for (opened, started anew): an older one answering later is not shown.
   opening: 0,
   listing: 0, // the newest conversation list asked for: an older one answering later is not drawn
@@ -301,31 +302,83 @@ function setBusy(busy) {
   $("question").readOnly = busy;
 }
 
+/**
+ * The answer being written in the conversation on screen, if any. Each ask belongs to the conversation
+ * it was asked in: one left for another goes on (the server stores it once complete) and is drawn again
+ * when its conversation is opened again before it ends; the Ask and Stop buttons are the screen's.
+ */
+function askOnScreen() {
+  for (const asking of state.asks) if (asking.screen === state.screen) return asking;
+  return null;
+}
+
+/** Draw `asking`'s question and its answer so far into the conversation on screen, and follow it. */
+function drawAsk(asking) {
+  asking.screen = state.screen;
+  for (const [number, citation] of asking.citations) {
+    if (!state.citations.has(number)) state.citations.set(number, citation);
+  }
+  addMessage("user", asking.question);
+  const { message, body } = addMessage("assistant", "");
+  message.setAttribute("aria-busy", "true");
+  if (asking.searched) showSearched(body, asking.searched);
+  renderAnswer(body, asking.text);
+  Object.assign(asking, { message, body, following: follower(message) });
+  setBusy(true);
+  say($("chat-status"), asking.status);
+  sessionStorage.setItem(ASKING_STORAGE, asking.question);
+}
+
 async function ask(question) {
   const status = $("chat-status");
   state.opening += 1; // asked in the conversation on screen: one still being opened is not shown over it
+  const asking = {
+    question,
+    asked: state.conversationId, // the conversation asked in; a new one's id comes with `start`
+    turn: undefined,
+    before: $("messages").querySelectorAll(".message.user").length,
+    controller: new AbortController(),
+    // What came so far, kept off screen too: the answer is drawn again if its conversation is reopened.
+    text: "",
+    searched: null,
+    status: "Searching the documents…",
+    citations: new Map(state.citations),
+    screen: 0,
+    message: null,
+    body: null,
+    following: null,
+  };
+  state.asks.add(asking);
+  drawAsk(asking);
   // Another conversation opened (or a new one begun) while this answer comes: the answer goes on, and is
   // stored, but writes nothing into the one on screen (its citation numbers, its id, its status).
-  const shown = state.opening;
-  const onScreen = () => state.opening === shown;
-  let asked = state.conversationId;
-  addMessage("user", question);
-  const { message, body } = addMessage("assistant", "");
-  const following = follower(message);
-  message.setAttribute("aria-busy", "true");
-  let text = "";
+  const onScreen = () => asking.screen === state.screen;
   let ended = false; // a complete or error event came: else the stream was cut off
-  state.controller = new AbortController();
-  setBusy(true);
-  say(status, "Searching the documents…");
-  sessionStorage.setItem(ASKING_STORAGE, question);
   const request = { question, persona: $("persona").value, scopes: selectedScopes() };
-  if (state.conversationId) request.conversation_id = state.conversationId;
+  if (asking.asked) request.conversation_id = asking.asked;
   try {
-    await streamAnswer(request, state.controller.signal, (name, data) => {
+    await streamAnswer(request, asking.controller.signal, (name, data) => {
       if (name === "complete" || name === "error") ended = true;
-      if (name === "start") asked = data.conversation_id;
+      if (name === "start") {
+        asking.asked = data.conversation_id;
+        asking.turn = data.turn;
+      } else if (name === "rewrite" && data.rewritten) {
+        asking.searched = data.query;
+      } else if (name === "evidence") {
+        asking.status = `Answering from ${data.passages.length} passages…`;
+      } else if (name === "token") {
+        asking.text += data.text;
+      } else if (name === "citation") {
+        // The passage comes the first time the conversation cites it; the checked citation (excerpt,
+        // support score) comes with `complete`.
+        const known = asking.citations.get(data.number);
+        if (data.passage || known) {
+          const citation = { ...known, ...data.passage, number: data.number, stance: data.stance };
+          asking.citations.set(data.number, citation);
+        }
+      }
       if (!onScreen()) return;
+      const { message, body, following } = asking;
       if (name === "start") {
         setConversation(data.conversation_id);
         // The question is kept in its box until the server has taken it: a refused or failed ask
@@ -334,21 +387,17 @@ async function ask(question) {
       } else if (name === "rewrite" && data.rewritten) {
         following(() => showSearched(body, data.query));
       } else if (name === "evidence") {
-        say(status, `Answering from ${data.passages.length} passages…`);
+        say(status, asking.status);
         for (const passage of data.passages) prefetchDocument(passage.document_id, passage.version);
       } else if (name === "token") {
-        text += data.text;
-        following(() => renderAnswer(body, text));
+        following(() => renderAnswer(body, asking.text));
       } else if (name === "citation") {
-        // The passage comes the first time the conversation cites it; the checked citation (excerpt,
-        // support score) comes with `complete`.
-        const known = state.citations.get(data.number);
-        if (data.passage || known) {
-          const citation = { ...known, ...data.passage, number: data.number, stance: data.stance };
+        const citation = asking.citations.get(data.number);
+        if (citation) {
           state.citations.set(data.number, citation);
           prefetchDocument(citation.document_id, citation.version);
         }
-        following(() => renderAnswer(body, text));
+        following(() => renderAnswer(body, asking.text));
       } else if (name === "complete") {
         following(() => showChecked(message, body, data));
         say(status, "");
@@ -363,6 +412,7 @@ async function ask(question) {
     if (!ended) throw new CutOff();
   } catch (error) {
     checkRefused(error); // the stream's own request: a revoked key signs the page out
+    const { message } = asking;
     if (!onScreen()) {
       // Said nowhere: the conversation it was asked in is no longer on screen.
     } else if (error?.name === "AbortError") {
@@ -380,13 +430,18 @@ async function ask(question) {
       say(status, "");
     }
   } finally {
-    sessionStorage.removeItem(ASKING_STORAGE);
-    message.removeAttribute("aria-busy");
-    state.controller = null;
-    setBusy(false);
+    state.asks.delete(asking);
+    asking.message.removeAttribute("aria-busy");
+    if (onScreen()) {
+      sessionStorage.removeItem(ASKING_STORAGE);
+      setBusy(false);
+    }
     refreshConversations();
-    // Its conversation opened again meanwhile, from the server, without this turn: read it again.
-    if (!onScreen() && asked && state.conversationId === asked) openConversation(asked, { quiet: true });
+    // Its conversation opened again meanwhile, from the server, with this turn stored before its
+    // answer had all come here: read it again.
+    if (!onScreen() && asking.asked && state.conversationId === asking.asked && !askOnScreen()) {
+      openConversation(asking.asked, { quiet: true });
+    }
   }
 }
 
@@ -561,11 +616,20 @@ async function openAtPage(current = false) {
 
 // -- conversations --------------------------------------------------------------------------------
 
-function newConversation() {
+/**
+ * An empty conversation on screen. `keepQuestion` on signing out (or a key refused): the question in
+ * its box is there to send again once signed in.
+ */
+function newConversation({ keepQuestion = false } = {}) {
   state.opening += 1;
+  state.screen += 1;
   // A question still being answered belongs to the conversation left: a reload must not give it
-  // back into this one, where it would be asked.
+  // back into this one, where it would be asked, nor may its box, where Ask would ask it here.
   sessionStorage.removeItem(ASKING_STORAGE);
+  for (const asking of state.asks) {
+    if (!keepQuestion && $("question").value.trim() === asking.question) $("question").value = "";
+  }
+  setBusy(false);
   setConversation(null);
   state.citations.clear();
   state.currentDocuments.clear(); // a document may have a newer version since it was fetched
@@ -643,6 +707,16 @@ async function openConversation(id, { quiet = false } = {}) {
       }
     }
     say($("chat-status"), "Ask a follow-up to continue the conversation (citation numbers continue).");
+    // Its answer still on its way (asked before another conversation was opened) and not stored yet:
+    // drawn as it stands, and written on as it comes.
+    const asked = conversation.messages.filter((stored) => stored.role === "user").length;
+    for (const asking of state.asks) {
+      if (asking.asked === conversation.id && asked < (asking.turn ?? asking.before + 1)) {
+        drawAsk(asking);
+        if (!asking.turn) giveBack(asking.question); // not taken by the server yet: kept in its box
+        break;
+      }
+    }
     // Each message was brought into view as it was added, before its answer was drawn.
     const last = $("messages").lastElementChild;
     if (last) bringIntoView(last);
@@ -737,7 +811,7 @@ function giveBackUnanswered(question, conversation) {
 $("ask-form").addEventListener("submit", (event) => {
   event.preventDefault();
   const question = $("question").value.trim();
-  if (!question || state.controller) return;
+  if (!question || askOnScreen()) return;
   ask(question);
 });
 $("question").addEventListener("keydown", (event) => {
@@ -751,8 +825,9 @@ $("scope").addEventListener("change", () => {
   if ($("scope").value) sessionStorage.setItem(SCOPE_STORAGE, $("scope").value);
   else sessionStorage.removeItem(SCOPE_STORAGE);
 });
-$("stop").addEventListener("click", () => state.controller?.abort());
-$("new-conversation").addEventListener("click", newConversation);
+// Stop stops the answer of the conversation on screen, never one left for another conversation.
+$("stop").addEventListener("click", () => askOnScreen()?.controller.abort());
+$("new-conversation").addEventListener("click", () => newConversation());
 $("open-page").addEventListener("click", () => openAtPage());
 $("open-current").addEventListener("click", () => openAtPage(true));
 $("close-panel").addEventListener("click", () => {
@@ -762,16 +837,20 @@ $("close-panel").addEventListener("click", () => {
 $("citation-panel").addEventListener("keydown", (event) => {
   if (event.key === "Escape") $("close-panel").click();
 });
+function stopAll() {
+  for (const asking of state.asks) asking.controller.abort();
+}
+
 $("sign-out").addEventListener("click", () => {
-  state.controller?.abort();
+  stopAll();
   forgetKey();
-  newConversation();
+  newConversation({ keepQuestion: true });
   showSignIn();
 });
 setUpSignIn($("sign-in-form"), $("sign-in-status"), start);
 onKeyRefused((error) => {
-  state.controller?.abort();
-  newConversation();
+  stopAll();
+  newConversation({ keepQuestion: true });
   showSignIn();
   say($("sign-in-status"), `Signed out: ${describeError(error)}. Sign in again with a valid key.`, "error");
 });
