@@ -134,7 +134,9 @@ class TestVectorIndex:
         [first] = store.ingest([write(tmp_path / "one.txt", TOPICS["bees.txt"])])
         [again] = store.ingest([write(tmp_path / "two.txt", TOPICS["bees.txt"])])
         assert (first.embedded, again.chunks, again.embedded) == (1, 1, 0)
-        assert sorted(_names(store, "bees")) == ["one.txt", "two.txt"]
+        # Both documents are found: the passage is one hit that names its other copy.
+        [hit] = store.search(SearchRequest("bees"))
+        assert sorted([hit.document_name, *(c.document_name for c in hit.also_in)]) == ["one.txt", "two.txt"]
 
     def test_a_tables_later_chunks_are_embedded_and_indexed_under_its_header_row(
         self, store: Citeline, tmp_path: Path
