@@ -95,7 +95,14 @@ def test_failures_exit_non_zero_and_name_the_file(settings: Settings, tmp_path: 
     assert json.loads(out)[0]["document_name"] == "good.txt"
 
 
+def _empty_namespace(settings: Settings) -> None:
+    """Make the namespace of ``settings``, empty: commands that read refuse one the database lacks."""
+    with Citeline(settings) as cl:
+        cl.engine  # noqa: B018
+
+
 def test_bad_requests_exit_with_the_error_code(settings: Settings) -> None:
+    _empty_namespace(settings)
     code, _, err = _run(settings, "search", "x", "--threshold", "5")
     assert code == 2 and "[0, 2]" in err
     code, _, err = _run(settings, "docs", "show", "00000000")
@@ -231,8 +238,8 @@ def test_a_blank_scope_is_refused_by_ingest_and_search_as_the_api_refuses_it(
     path = write(tmp_path / "a.txt", "The relief valve opens at 6 bar.")
     code, _, err = _run(settings, "ingest", str(path), "--scope", " ")
     assert code == 2 and "a scope must not be empty or blank" in err
-    code, out, _ = _run(settings, "docs", "list", "--json")
-    assert json.loads(out) == []  # nothing was stored
+    code, _, err = _run(settings, "docs", "list", "--json")
+    assert code == 4 and "no namespace" in err  # nothing was stored, not even an empty namespace
     code, _, err = _run(settings, "search", "relief valve", "--scope", "")
     assert code == 2 and "a scope must not be empty or blank" in err
 
@@ -485,6 +492,7 @@ def test_stats_names_the_broker_queue_of_the_deployment_with_celery_workers(
     # not be told from one whose workers are down.
     from citeline.jobs.celery import queue_of
 
+    _empty_namespace(settings)
     code, out, _ = _run(settings, "stats", "--json")
     assert code == 0 and "job_queue" not in json.loads(out)  # the thread runner: no broker
     monkeypatch.setenv("CITELINE_JOB_RUNNER", "celery")
@@ -521,3 +529,50 @@ def test_an_empty_backup_file_name_is_refused_as_empty(settings: Settings, comma
     code, out, err = _run(settings, command, "")
     assert (code, out) == (2, ""), err
     assert f"error: {command}: the backup file name is empty" in err
+
+
+def _namespaces(settings: Settings) -> set[str]:
+    with Citeline(settings) as cl, cl.engine.connect() as conn:
+        names = conn.execute(sa.text("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'citeline%'"))
+        return {name.removeprefix("citeline_") for name in names.scalars()}
+
+
+#: Commands that only read a namespace (or change what it already holds), with arguments.
+_READING = [
+    ("docs", "list"),
+    ("docs", "show", "00000000"),
+    ("search", "relief valve"),
+    ("ask", "When does the relief valve open?", "--llm", "extractive"),
+    ("chat", "--llm", "extractive"),
+    ("stats",),
+    ("builds",),
+    ("docs", "delete", "00000000"),
+    ("reingest", "--dry-run"),
+    ("refresh", "--dry-run"),
+    ("migrate",),
+    ("keys", "list"),
+]
+
+
+def test_a_command_that_reads_a_namespace_the_database_lacks_names_it_and_creates_nothing(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # A mistyped --namespace made an empty namespace and answered from it: no documents, no hits, exit
+    # status 0, and the database gained a stray schema.
+    valves = write(tmp_path / "valves.md", "The relief valve opens at 6 bar.")
+    assert _run(settings, "ingest", str(valves))[0] == 0
+    typo = settings.model_copy(update={"namespace": settings.namespace + "x"})
+    for command in _READING:
+        code, out, err = _run(typo, *command)
+        assert (code, out) == (4, ""), (command, err)
+        assert (
+            f"error: no namespace {typo.namespace!r} in the embedded database in {settings.data_dir}; " in err
+        )
+        listed = err.split("; namespaces: ", 1)[1].split(". ", 1)[0].split(", ")
+        assert settings.namespace in listed and typo.namespace not in listed, command
+        assert typo.namespace not in _namespaces(settings), command
+    # Writing into it makes it, as it always did; then the commands read it.
+    assert _run(typo, "ingest", str(valves))[0] == 0
+    assert typo.namespace in _namespaces(settings)
+    code, out, err = _run(typo, "docs", "list")
+    assert code == 0 and "valves.md" in out, err

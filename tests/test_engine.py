@@ -6,10 +6,12 @@ import threading
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
-from citeline.engine import Citeline
+from citeline.engine import Citeline, namespaces
 from citeline.errors import InvalidRequestError, NotFoundError
 from citeline.settings import Fusion, Settings
+from citeline.store.database import schema_name
 from citeline.store.keyword import MemoryKeywordIndex
 from tests.conftest import write
 
@@ -90,3 +92,28 @@ def test_stats_count_each_document_once_by_its_current_version(cl: Citeline, tmp
 
     assert (stats["documents"], stats["active_documents"], stats["versions"]) == (2, 2, 3)
     assert stats["by_status"] == {"completed": 2}
+
+
+def test_an_instance_that_may_not_create_its_namespace_refuses_one_the_database_lacks(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    # A reader opening a mistyped namespace made it, empty, and answered from it.
+    cl.ingest([write(tmp_path / "valves.md", "# Valves\n\nOpens at 6 bar.")])
+    typo = cl.settings.model_copy(update={"namespace": cl.settings.namespace + "x"})
+    for reader in (Citeline(typo, create=False), Citeline(cl.settings, create=False).derive(typo)):
+        with reader, pytest.raises(NotFoundError) as refused:
+            reader.documents()
+        message = str(refused.value)
+        assert message.startswith(f"no namespace {typo.namespace!r} in the embedded database in ")
+        assert f"namespaces: {', '.join(namespaces(cl.settings))}. " in message
+        assert cl.settings.namespace in namespaces(cl.settings)
+        assert typo.namespace not in namespaces(cl.settings)
+    with Citeline(cl.settings, create=False) as reader:
+        assert [d.name for d in reader.documents()] == ["valves.md"]
+    # By default opening makes the namespace: what ingesting into a new one needs.
+    with Citeline(typo) as writer:
+        try:
+            assert writer.documents() == [] and typo.namespace in namespaces(cl.settings)
+        finally:
+            with writer.engine.begin() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA "{schema_name(typo.namespace)}" CASCADE'))

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict
 from datetime import timedelta
 from functools import partial
@@ -113,11 +113,22 @@ def _settings(ctx: typer.Context, **more: Any) -> Settings:
         raise typer.Exit(exc.exit_code) from exc
 
 
+def _citeline(ctx: typer.Context, **more: Any) -> AbstractContextManager[Citeline]:
+    """Open the library on a namespace the database holds; turn its errors into a message and the
+    error's exit code. A mistyped ``--namespace`` is named, not answered from a new, empty namespace."""
+    return _open(ctx, more, create=False)
+
+
+def _creating(ctx: typer.Context, **more: Any) -> AbstractContextManager[Citeline]:
+    """As :func:`_citeline`, making the namespace if the database lacks it: for the commands that put
+    something in it (ingest, a first API key, eval's corpus)."""
+    return _open(ctx, more, create=True)
+
+
 @contextmanager
-def _citeline(ctx: typer.Context, **more: Any) -> Iterator[Citeline]:
-    """Open the library; turn its errors into a message and the error's exit code."""
+def _open(ctx: typer.Context, more: dict[str, Any], *, create: bool) -> Iterator[Citeline]:
     try:
-        with Citeline(_settings(ctx, **more)) as cl:
+        with Citeline(_settings(ctx, **more), create=create) as cl:
             yield cl
     except CitelineError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
@@ -236,7 +247,7 @@ def ingest(
     if not sources:
         err.print("[yellow]nothing to ingest:[/yellow] no supported files under " + escape(", ".join(paths)))
         raise typer.Exit(1)
-    with _citeline(ctx) as cl:
+    with _creating(ctx) as cl:
         results: list[IngestResult] = []
         progress = Progress(
             SpinnerColumn(),
@@ -1371,7 +1382,7 @@ def eval_command(
         queries = min(limit, len(data.queries)) if limit is not None else len(data.queries)
         _guard(partial(check_folds, folds, queries))
         _guard(partial(check_shuffles, shuffles))
-    with _citeline(ctx, **more) as cl:
+    with _creating(ctx, **more) as cl:
         evaluation = evaluate(cl, data, configs, limit=limit, folds=folds, shuffles=shuffles, console=err)
         if per_query is not None:
             write_per_query(evaluation, per_query)
@@ -1503,7 +1514,7 @@ def _eval_answers(
         raise typer.Exit(2)
     if llm is not None:
         more = {**more, "llm": llm}
-    with _citeline(ctx, **more) as cl:
+    with _creating(ctx, **more) as cl:
         evaluation = evaluate_answers(cl, data, sample=answers, skip=skip, console=err)
         if per_query is not None:
             write_per_claim(evaluation, per_query)
@@ -1601,7 +1612,7 @@ def keys_create(
     if scope and all_scopes:
         err.print("[red]error:[/red] give --scope or --all-scopes, not both")
         raise typer.Exit(2)
-    with _citeline(ctx) as cl:
+    with _creating(ctx) as cl:
         info, key = cl.create_key(role, scope or None, name=name)
     if as_json:
         _print_json({"key": key, **info.as_dict()})

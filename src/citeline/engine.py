@@ -36,6 +36,7 @@ from citeline.errors import (
     InvalidRequestError,
     ModelMismatchError,
     NotFoundError,
+    StoreError,
 )
 from citeline.eval.migration import CheckResult, Space, gold_check, load_gold, overlap_check
 from citeline.ingest import (
@@ -79,7 +80,7 @@ from citeline.store import catalog, keys, model_migration
 from citeline.store.analyzer import Analyzer
 from citeline.store.bulk import PreparedDocument, load_prepared
 from citeline.store.catalog import BuildPage, DocumentInfo, DocumentPage, DocumentQuery
-from citeline.store.database import connect
+from citeline.store.database import connect, schema_name, server_url
 from citeline.store.index import Repair, VectorIndex, open_index
 from citeline.store.keys import KeyInfo
 from citeline.store.keyword import KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
@@ -139,8 +140,12 @@ class Citeline:
     code that wants other settings builds another instance (:meth:`derive` shares what stays equal).
     """
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, *, create: bool = True) -> None:
+        """``create`` False: opening the store raises :class:`NotFoundError` (naming the namespaces the
+        database holds) rather than create the namespace when the database has none of that name, for
+        what only reads one: a mistyped namespace must not answer from a new, empty one."""
         self._settings = settings or load_settings()
+        self._create = create
         self.analyzer = Analyzer.from_settings(self._settings)
         self._lock = threading.RLock()
         self._engine: sa.Engine | None = None
@@ -185,7 +190,7 @@ class Citeline:
         store, embedder and keyword index where the settings they depend on are unchanged. Close it
         before this one."""
         settings = (settings or self._settings).model_copy(update=overrides)
-        other = Citeline(settings)
+        other = Citeline(settings, create=self._create)
 
         def same(names: tuple[str, ...]) -> bool:
             return all(getattr(settings, n) == getattr(self._settings, n) for n in names)
@@ -317,6 +322,8 @@ class Citeline:
         return self._engine
 
     def _open_store(self) -> sa.Engine:
+        if not self._create:
+            _require_namespace(self._settings)
         engine = connect(self._settings)
         try:
             with engine.begin() as conn:
@@ -1408,6 +1415,44 @@ class Readiness:
 _CHUNK_COLUMNS = (
     "id, chunk_index, page, start_offset, end_offset, section, section_type, model_numbers, context, text"
 )
+
+
+def namespaces(settings: Settings) -> list[str]:
+    """The namespaces the database of ``settings`` holds, sorted; creates none."""
+    url = server_url(settings)
+    # A connection of its own: the store's engine creates the namespace as it connects.
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            names = conn.execute(
+                sa.text("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, :prefix)"),
+                {"prefix": schema_name("")},
+            ).scalars()
+            return sorted(name.removeprefix(schema_name("")) for name in names)
+    except sa.exc.OperationalError as exc:
+        # psycopg's message spans lines (one per address tried); an error is one line.
+        reason = " ".join(str(exc.orig).split())
+        where = sa.make_url(url).render_as_string(hide_password=True)
+        raise StoreError(f"cannot reach PostgreSQL at {where}: {reason}") from exc
+    finally:
+        engine.dispose()
+
+
+def _require_namespace(settings: Settings) -> None:
+    """Raise :class:`NotFoundError` unless the database of ``settings`` holds its namespace."""
+    found = namespaces(settings)
+    if settings.namespace in found:
+        return
+    where = (
+        f"the embedded database in {settings.data_dir}"
+        if settings.database_url is None
+        else sa.make_url(settings.database_url).render_as_string(hide_password=True)
+    )
+    held = f"namespaces: {', '.join(found)}" if found else "it holds no namespace yet"
+    raise NotFoundError(
+        f"no namespace {settings.namespace!r} in {where}; {held}. Check the name given "
+        "(--namespace, CITELINE_NAMESPACE); ingesting documents into a namespace creates it"
+    )
 
 
 def _require_admin(access: Access, action: str) -> None:
