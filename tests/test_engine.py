@@ -94,6 +94,22 @@ def test_stats_count_each_document_once_by_its_current_version(cl: Citeline, tmp
     assert stats["by_status"] == {"completed": 2}
 
 
+def test_the_default_namespace_is_read_rather_than_refused_when_the_database_lacks_it(
+    settings: Settings,
+) -> None:
+    # Nobody types "default" by mistake: on a fresh install, listing documents finds none.
+    default = settings.model_copy(update={"namespace": "default"})
+    existed = "default" in namespaces(default)
+    with Citeline(default, create=False) as reader:
+        try:
+            documents = reader.documents()
+            assert existed or documents == []
+        finally:
+            if not existed:
+                with reader.engine.begin() as conn:
+                    conn.execute(sa.text(f'DROP SCHEMA "{schema_name("default")}" CASCADE'))
+
+
 def test_an_instance_that_may_not_create_its_namespace_refuses_one_the_database_lacks(
     cl: Citeline, tmp_path: Path
 ) -> None:

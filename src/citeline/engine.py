@@ -322,7 +322,8 @@ class Citeline:
         return self._engine
 
     def _open_store(self) -> sa.Engine:
-        if not self._create:
+        # The default namespace is nobody's typo: on a fresh install, reading it finds it empty.
+        if not self._create and self._settings.namespace != Settings.model_fields["namespace"].default:
             _require_namespace(self._settings)
         engine = connect(self._settings)
         try:
