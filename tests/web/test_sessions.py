@@ -507,3 +507,41 @@ def test_the_conversation_list_reaches_past_the_apis_first_fifty(site: Site, con
     expect(oldest).to_have_text("Where does the drain cock sit? (0)")
     oldest.click()
     expect(page.locator(".message.user")).to_have_text(["YouWhere does the drain cock sit? (0)"])
+
+
+def test_a_server_out_of_reach_is_said_so_and_a_fault_in_the_page_is_not(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    errors = console_errors(page)
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    asked = "At what pressure does the relief valve open?"
+    # Nothing listens where the question goes (a server stopped): fetch itself fails.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    page.route("**/chat/stream", lambda route: route.continue_(url=f"http://127.0.0.1:{port}/chat/stream"))
+    page.get_by_label("Question").fill(asked)
+    page.get_by_role("button", name="Ask").click()
+    error = page.locator(".message.assistant").last.locator(".error")
+    expect(error).to_have_text("The answer failed: the server could not be reached")
+    page.unroute("**/chat/stream")
+    assert not any("TypeError" in text for text in errors), errors  # the browser logs the refusal only
+
+    # The server answers, and the page's own code trips on what came (an evidence event without its
+    # passages: reading their length throws a TypeError in the page). That is no server out of reach.
+    tripping = (
+        'event: start\ndata: {"conversation_id": "0b0e5c1e-0000-4000-8000-000000000003", "turn": 1}\n\n'
+        "event: evidence\ndata: {}\n\n"
+    )
+    page.route(
+        "**/chat/stream",
+        lambda route: route.fulfill(status=200, content_type="text/event-stream", body=tripping),
+    )
+    page.get_by_role("button", name="Ask").click()
+    error = page.locator(".message.assistant").last.locator(".error")
+    expect(error).to_contain_text("The answer failed: an error in this page (TypeError: ")
+    expect(error).not_to_contain_text("could not be reached")
+    expect(page.get_by_label("Question")).to_have_value(asked)
+    assert any("TypeError" in text for text in errors), errors

@@ -14,6 +14,7 @@ import {
   onKeyRefused,
   responseError,
   say,
+  send,
   setUpSignIn,
   whoAmI,
 } from "./common.js";
@@ -66,7 +67,7 @@ class CutOff extends Error {
  * comment lines (the heartbeat) start with ":".
  */
 async function streamAnswer(body, signal, onEvent) {
-  const response = await fetch("/chat/stream", {
+  const response = await send("/chat/stream", {
     method: "POST",
     headers: { ...authHeaders(), "Content-Type": "application/json", Accept: "text/event-stream" },
     body: JSON.stringify(body),

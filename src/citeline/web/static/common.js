@@ -92,12 +92,33 @@ export function checkRefused(error) {
   }
 }
 
-/** Words for any error, for showing to the user. */
+/**
+ * Words for any error, for showing to the user. The network's failures reach here as {@link ApiError}s
+ * (see {@link send}); anything else is a fault in the page's own code (a TypeError is one too), said as
+ * such and logged to the console, not passed off as a server out of reach.
+ */
 export function describeError(error) {
   if (error instanceof ApiError) return error.message;
   if (error?.name === "AbortError") return "stopped";
-  if (error instanceof TypeError) return "the server could not be reached";
-  return error?.message || String(error);
+  console.error(error);
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return `an error in this page (${text}); reload the page, and if it happens again, tell whoever runs citeline`;
+}
+
+/**
+ * `fetch(path, init)`, whose own failure (no server there, no network) rejects with an
+ * {@link ApiError} of status 0: fetch says that with a TypeError, as a bug in the page's code would. The
+ * request is built first, so a request fetch would refuse (a header it cannot send) is not taken for
+ * the network. A Stop stays an abort.
+ */
+export async function send(path, init) {
+  const request = new Request(path, init);
+  try {
+    return await fetch(request);
+  } catch (error) {
+    if (error?.name === "AbortError") throw error;
+    throw new ApiError("the server could not be reached", 0);
+  }
 }
 
 /**
@@ -119,13 +140,7 @@ export async function api(path, { method = "GET", json, form, signal } = {}) {
   } else if (form !== undefined) {
     body = form;
   }
-  let response;
-  try {
-    response = await fetch(path, { method, headers, body, signal });
-  } catch (error) {
-    if (error?.name === "AbortError") throw error;
-    throw new ApiError("the server could not be reached", 0);
-  }
+  const response = await send(path, { method, headers, body, signal });
   if (!response.ok) {
     const error = await responseError(response);
     if (response.status === 429 && error.retryAfter) {
@@ -134,8 +149,19 @@ export async function api(path, { method = "GET", json, form, signal } = {}) {
     checkRefused(error);
     throw error;
   }
-  const text = await response.text();
-  return text ? JSON.parse(text) : null;
+  let text;
+  try {
+    text = await response.text();
+  } catch (error) {
+    if (error?.name === "AbortError") throw error;
+    throw new ApiError(`the connection broke before the answer was complete (HTTP ${response.status})`, response.status);
+  }
+  try {
+    return text ? JSON.parse(text) : null;
+  } catch {
+    // A proxy's or a login portal's page in the API's place: the server's, not the page's, fault.
+    throw new ApiError(`the server's answer was not JSON (HTTP ${response.status})`, response.status);
+  }
 }
 
 /**
