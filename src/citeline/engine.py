@@ -80,7 +80,7 @@ from citeline.store import catalog, keys, model_migration
 from citeline.store.analyzer import Analyzer
 from citeline.store.bulk import PreparedDocument, load_prepared
 from citeline.store.catalog import BuildPage, DocumentInfo, DocumentPage, DocumentQuery
-from citeline.store.database import connect, schema_name, server_url
+from citeline.store.database import connect, namespaces_in, server_url
 from citeline.store.index import Repair, VectorIndex, open_index
 from citeline.store.keys import KeyInfo
 from citeline.store.keyword import KeywordIndex, MemoryKeywordIndex, SqlKeywordIndex
@@ -1425,11 +1425,7 @@ def namespaces(settings: Settings) -> list[str]:
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
         with engine.connect() as conn:
-            names = conn.execute(
-                sa.text("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, :prefix)"),
-                {"prefix": schema_name("")},
-            ).scalars()
-            return sorted(name.removeprefix(schema_name("")) for name in names)
+            return namespaces_in(conn)
     except sa.exc.OperationalError as exc:
         # psycopg's message spans lines (one per address tried); an error is one line.
         reason = " ".join(str(exc.orig).split())

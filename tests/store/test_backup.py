@@ -8,6 +8,7 @@ import errno
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -148,8 +149,10 @@ def test_a_backup_never_replaces_a_file_and_names_what_is_wrong(
     assert taken.read_text() == "mine"
     with pytest.raises(NotFoundError, match=r"folder .*nowhere does not exist"):
         backup(settings, tmp_path / "nowhere" / "b.tar")
-    with pytest.raises(NotFoundError, match="namespace 'never_made' does not exist"):
+    with pytest.raises(NotFoundError, match="namespace 'never_made' does not exist") as missing:
         backup(settings.model_copy(update={"namespace": "never_made"}), tmp_path / "b.tar")
+    # It names the namespaces there are, as every command refusing a missing one does.
+    assert re.search(rf"\(namespaces: [a-z0-9_, ]*\b{settings.namespace}\b", str(missing.value))
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tar")) == ["taken.tar"]
 
 

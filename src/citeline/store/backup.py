@@ -51,7 +51,14 @@ from sqlalchemy.engine import Engine, make_url
 
 from citeline.errors import ConflictError, InvalidRequestError, NotFoundError, StoreError
 from citeline.settings import NAMESPACE_PATTERN, Settings
-from citeline.store.database import MIGRATIONS, ensure_pgvector, lock_migrations, schema_name, server_url
+from citeline.store.database import (
+    MIGRATIONS,
+    ensure_pgvector,
+    lock_migrations,
+    namespaces_in,
+    schema_name,
+    server_url,
+)
 
 #: The manifest's name in the tar file, and the format this code writes and reads.
 MANIFEST = "citeline-backup.json"
@@ -177,7 +184,10 @@ def backup(settings: Settings, target: Path) -> BackupResult:
             # One snapshot for the counts, the originals' list and the dump.
             conn = conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
             if not _schema_exists(conn, schema):
-                raise NotFoundError(f"namespace {settings.namespace!r} does not exist in this database")
+                held = ", ".join(namespaces_in(conn)) or "none"
+                raise NotFoundError(
+                    f"namespace {settings.namespace!r} does not exist in this database (namespaces: {held})"
+                )
             elsewhere = conn.execute(
                 sa.text(f"SELECT count(*) FROM \"{schema}\".documents WHERE vector_index <> 'pgvector'")
             ).scalar_one()

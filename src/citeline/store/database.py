@@ -30,6 +30,15 @@ def schema_name(namespace: str) -> str:
     return f"citeline_{namespace}"
 
 
+def namespaces_in(conn: sa.Connection) -> list[str]:
+    """The namespaces the database of ``conn`` holds, sorted."""
+    prefix = schema_name("")
+    names = conn.execute(
+        sa.text("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, :prefix)"), {"prefix": prefix}
+    ).scalars()
+    return sorted(name.removeprefix(prefix) for name in names)
+
+
 def server_url(settings: Settings) -> str:
     """SQLAlchemy URL of the configured server, starting the embedded one if that is the mode."""
     if settings.database_url is None:
