@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from citeline.engine import Citeline
 from citeline.errors import LoadError
+from citeline.ingest import IngestOptions
 from citeline.load import load
+from citeline.load.text import without_html
 
 DOC = """\
 ---
@@ -269,14 +272,15 @@ def test_html_in_markdown_is_read_as_a_reader_sees_it(tmp_path: Path) -> None:
     # A README opening with a centred logo, an HTML <h1> and badges: the tags, image addresses and
     # badge links were the text of its first chunk, quoted as evidence and indexed; the HTML <h1>
     # was no heading, so the title was the file name; table cells were glued into their markup.
-    # HTML inside a paragraph's text is left as written: only blocks of HTML are read as text.
+    # HTML inside a paragraph's text is left as written: only blocks of HTML are read as text. A table
+    # is read as a Markdown table.
     source = load(_write(tmp_path, README, name="README.md"))
     [page] = source.pages
     assert source.title == "pumpctl"
     assert [section.heading for section in page.sections] == ["pumpctl", "Torques", "Usage"]
     assert page.text == (
         "# pumpctl\n\npumpctl controls <b>centrifugal</b> pumps over Modbus.<br>It needs Python 3.11.\n\n"
-        "## Torques\n\nBolt Torque\nM8 25 Nm\n\n"
+        "## Torques\n\n| Bolt | Torque |\n| --- | --- |\n| M8 | 25 Nm |\n\n"
         "## Usage\n\nRun `pumpctl start <unit>` to start a unit. Notes go in `<!-- -->`, like this.\n\n"
         "```html\n<p>kept: an example of markup</p>\n```\n\n    <b>kept: indented code</b>"
     )
@@ -303,3 +307,132 @@ def test_toml_front_matter_is_metadata_not_text(tmp_path: Path) -> None:
     # TOML that cannot be read is skipped whole, as YAML is, and the body still loads.
     broken = load(_write(tmp_path, '+++\ntitle = "unclosed\n+++\n# Pumps\n\nPrime it.\n', name="b.md"))
     assert (broken.title, broken.metadata, next(broken.pages).text) == ("Pumps", {}, "# Pumps\n\nPrime it.")
+
+
+SPEC = """\
+# pumpctl
+
+pumpctl talks Modbus to centrifugal pumps.
+
+## Registers
+
+<table>
+  <caption>Holding registers</caption>
+  <thead>
+    <tr>
+      <th>Register</th>
+      <th>Name</th>
+      <th>Unit</th>
+      <th>Access</th>
+    </tr>
+  </thead>
+  <tbody>
+{rows}
+  </tbody>
+</table>
+
+## Wiring
+
+Use shielded twisted pair.
+"""
+REGISTER_NAMES = [
+    "Outlet pressure",
+    "Inlet pressure",
+    "Motor speed",
+    "Motor current",
+    "Bearing temperature",
+    "Flow rate",
+    "Run hours",
+    "Fault code",
+    "Setpoint pressure",
+    "Ramp time",
+    "Minimum speed",
+    "Maximum speed",
+]
+
+
+def _register_rows() -> str:
+    return "\n".join(
+        f"    <tr>\n      <td><code>{40001 + n}</code></td>\n      <td>{name}</td>\n"
+        f"      <td>0.01&nbsp;bar</td>\n      <td>{'read' if n % 2 else 'read &amp; write'}</td>\n    </tr>"
+        for n, name in enumerate(REGISTER_NAMES)
+    )
+
+
+def test_an_html_table_in_markdown_is_read_as_a_markdown_table(tmp_path: Path) -> None:
+    # Its cells were parted by spaces and its rows were lines ("40001 Outlet pressure 0.01 bar read"):
+    # the columns were lost, and the splitter, which reads a table's later rows under its header row,
+    # found no table.
+    source = load(_write(tmp_path, SPEC.replace("{rows}", _register_rows()), name="README.md"))
+    [page] = source.pages
+    lines = page.text.split("\n")
+    header = lines.index("| Register | Name | Unit | Access |")
+    assert lines[header - 2 : header + 4] == [
+        "Holding registers",
+        "",
+        "| Register | Name | Unit | Access |",
+        "| --- | --- | --- | --- |",
+        "| 40001 | Outlet pressure | 0.01 bar | read & write |",
+        "| 40002 | Inlet pressure | 0.01 bar | read |",
+    ]
+    assert lines[header + 2 + len(REGISTER_NAMES) :] == ["", "## Wiring", "", "Use shielded twisted pair."]
+    # Headings are found in the text as rendered: each section starts at its own heading line.
+    assert [s.heading for s in page.sections] == ["pumpctl", "Registers", "Wiring"]
+    for section in page.sections:
+        assert page.text[section.start :].startswith(f"{'#' * (1 + (section.start > 0))} {section.heading}")
+
+
+def test_the_cells_of_an_html_table_are_written_on_its_rows_lines() -> None:
+    # Names over two header rows are joined; a header spanning columns names each; a data cell spanning
+    # the row is written once; one spanning rows is written in each; a list, a <br> and a table in a
+    # cell are one line; a pipe in a cell is escaped, so it parts no columns.
+    table = """\
+<table>
+<tr><th rowspan="2">Bolt</th><th colspan="2">Torque</th></tr>
+<tr><th>Dry</th><th>Oiled</th></tr>
+<tr><td colspan="3"><b>Frame</b></td></tr>
+<tr><td rowspan="2">M8</td><td>25 Nm<br>(new bolt)</td>
+<td><ul><li>22 Nm</li><li>20 Nm reused</li></ul></td></tr>
+<tr><td>23 Nm</td><td>A | B</td></tr>
+<tr><td>M10</td><td><table><tr><td>49</td><td>Nm</td></tr><tr><td>52 max</td></tr></table></td></tr>
+</table>"""
+    assert without_html(table) == (
+        "\n| Bolt | Torque Dry | Torque Oiled |\n| --- | --- | --- |\n| Frame |  |  |\n"
+        "| M8 | 25 Nm (new bolt) | 22 Nm; 20 Nm reused |\n| M8 | 23 Nm | A \\| B |\n"
+        "| M10 | 49 Nm; 52 max |  |\n"
+    )
+
+
+def test_an_html_table_with_blank_lines_between_its_rows_is_one_table() -> None:
+    # Each of its lines opens an HTML block of its own, and a reader sees one table.
+    table = "<table>\n<tr><th>Bolt</th><th>Torque</th></tr>\n\n<tr><td>M8</td><td>25 Nm</td></tr>\n</table>"
+    assert (
+        without_html(f"{table}\n\nText.") == "\n| Bolt | Torque |\n| --- | --- |\n| M8 | 25 Nm |\n\n\nText."
+    )
+    # One never closed ends at the first blank line, as any block: it does not take the rest of the file.
+    assert without_html("<table>\n<tr><td>M8</td></tr>\n\nText <b>bold</b>.") == "\nM8\n\nText <b>bold</b>."
+
+
+def test_html_tables_without_rows_of_data_under_a_header_are_lines() -> None:
+    # A table of one row (logos side by side, a callout) is one line; a table naming each row in its
+    # first cell, with no header row, is a line per row under its name.
+    assert without_html('<table><tr><td><img src="a.png"> Acme</td><td>Globex</td></tr></table>') == (
+        "\nAcme Globex\n"
+    )
+    rows = "<table><tr><th>Version</th><td>2.1</td></tr><tr><th>License</th><td>MIT</td></tr></table>"
+    assert without_html(rows) == "\nVersion: 2.1\nLicense: MIT\n"
+
+
+def test_a_table_in_markdown_is_read_under_its_header_row_once_ingested(cl: Citeline, tmp_path: Path) -> None:
+    path = _write(tmp_path, SPEC.replace("{rows}", _register_rows()), name="README.md")
+    [result] = cl.ingest([path], IngestOptions(chunk_size=300, chunk_overlap=50))
+    assert result.error is None
+    document = next(d for d in cl.documents() if d.name == "README.md")
+    chunks = cl.chunks(document)
+    rows = [c for c in chunks if "| 400" in c["text"]]
+    assert len(rows) >= 2 and rows[0]["context"] is None
+    assert all(c["context"] == "| Register | Name | Unit | Access |" for c in rows[1:])
+    hits = cl.search("Which register holds the bearing temperature?")
+    hit = next(h for h in hits if "Bearing temperature" in h.text)
+    assert "| 40005 | Bearing temperature |" in hit.text
+    assert hit.context == "| Register | Name | Unit | Access |" and hit.section == "Registers"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import datetime
+import html
 import re
 import tomllib
 from collections.abc import Callable, Iterator
@@ -345,9 +346,9 @@ _BREAK, _SPACE, _NOTHING = "\x00\x01", "\x00\x02", "\x00\x03"
 
 def without_html(text: str) -> str:
     """Markdown ``text`` as a reader of it rendered sees it: HTML comments (``<!-- ... -->``) left out,
-    an HTML heading (``<h2>Usage</h2>``) written as a Markdown one, and the tags of other HTML elements
-    left out, their text kept. Code (fenced, indented, or a span in backticks) is the code's own and
-    stays as written.
+    an HTML heading (``<h2>Usage</h2>``) written as a Markdown one, an HTML table as a Markdown one (see
+    :func:`_markdown_table`), and the tags of other HTML elements left out, their text kept. Code
+    (fenced, indented, or a span in backticks) is the code's own and stays as written.
 
     A README opening with a centred logo, an HTML ``<h1>`` and badges otherwise gives a first chunk of
     image addresses and links, quoted as evidence, and no title.
@@ -397,17 +398,37 @@ def _outside_code(text: str, render: Callable[[str], str], *, indented: bool) ->
 
 def _rendered(prose: str) -> str:
     """Markdown ``prose`` (no code blocks) with its HTML blocks read as text; see :func:`without_html`."""
+    lines = prose.split("\n")
     out: list[str] = []
-    block: list[str] = []
-    for line in [*prose.split("\n"), ""]:
-        if block and not line.strip():
-            out.extend(_block_text("\n".join(block)).split("\n"))
-            block = []
-        if block or _starts_html_block(line):
-            block.append(line)
+    at = 0
+    while at < len(lines):
+        if _starts_html_block(lines[at]):
+            end = _html_block_end(lines, at)
+            out.extend(_block_text("\n".join(lines[at:end])).split("\n"))
+            at = end
         else:
-            out.append(line)
-    return "\n".join(out[:-1])
+            out.append(lines[at])
+            at += 1
+    return "\n".join(out)
+
+
+def _html_block_end(lines: list[str], start: int) -> int:
+    """Where the HTML block opening at ``lines[start]`` ends: at its first blank line, or, while a
+    ``<table>`` in it is open, at the first blank line after the table closes. A table written with blank
+    lines between its rows is one table to its reader (each of its lines opens an HTML block of its own,
+    and the browser reads them together); one never closed ends at the first blank line as any block."""
+    depth = 0
+    first_blank: int | None = None
+    for at in range(start, len(lines)):
+        if not lines[at].strip():
+            if depth <= 0:
+                return at
+            if first_blank is None:
+                first_blank = at
+        for tag in _TAG.finditer(lines[at]):
+            if not tag.group(1) and tag.group(3).lower() == "table":
+                depth += -1 if tag.group(2) else 1
+    return len(lines) if depth <= 0 or first_blank is None else first_blank
 
 
 def _starts_html_block(line: str) -> bool:
@@ -423,12 +444,203 @@ def _starts_html_block(line: str) -> bool:
 
 
 def _block_text(block: str) -> str:
-    """The text of an HTML block: its heading lines as Markdown headings, its tags left out."""
+    """The text of an HTML block: its tables as Markdown tables (see :func:`_markdown_table`), its
+    heading lines as Markdown headings, its tags left out."""
+    tables: list[str] = []
+    block = _tables_set_aside(block, tables)
     lines = []
     for line in _TAG.sub(_tag_text, _HTML_HEADING.sub(_heading_line, block)).split("\n"):
         # What tags left of a line: the text between them, spaced once; a line of tags alone is blank.
         lines.append(_text_left(line) if "\x00" in line else line)
+    text = "\n".join(lines)
+    # Blank lines around each table, so no line of text around it is read as one of its rows.
+    return _TABLE_MARK.sub(lambda mark: f"\n{tables[int(mark.group(1))]}\n", text) if tables else text
+
+
+# Where a table set aside stands in its block while the block's tags are left out (see _block_text).
+_TABLE_MARK = re.compile("\x00\x04([0-9]+)\x00\x04")
+
+
+def _tables_set_aside(block: str, tables: list[str]) -> str:
+    """``block`` with each outermost ``<table>`` ... ``</table>`` in it rendered into ``tables`` and
+    replaced by a mark on a line of its own; a table never closed is left in place."""
+    parts: list[str] = []
+    depth = start = done = 0
+    for tag in _TAG.finditer(block):
+        if tag.group(1) or tag.group(3).lower() != "table":
+            continue
+        if not tag.group(2):
+            start = tag.start() if depth == 0 else start
+            depth += 1
+        elif depth > 0:
+            depth -= 1
+            if depth == 0:
+                parts.append(f"{block[done:start]}{_BREAK}\x00\x04{len(tables)}\x00\x04{_BREAK}")
+                tables.append(_markdown_table(block[start : tag.end()]))
+                done = tag.end()
+    return "".join(parts) + block[done:]
+
+
+class _Cell(NamedTuple):
+    """A cell of an HTML table: its text, whether it is a ``<th>``, and the columns and rows it spans."""
+
+    text: str
+    header: bool
+    columns: int
+    rows: int
+
+
+class _Row(NamedTuple):
+    head: bool  # in the table's <thead>
+    cells: list[_Cell]
+
+
+# Past this a colspan is a mistake or a trick ("colspan=1000" to fill a row): it spans the columns
+# there are, not a thousand empty ones.
+_MAX_COLSPAN = 50
+_SPAN = re.compile(r"\b(colspan|rowspan)\s*=\s*[\"']?\s*([0-9]+)", re.IGNORECASE)
+# Items in a cell (list items, a nested table's rows) are parted by "; ", as HTML pages' cells are.
+_ITEM = "\x00\x05"
+
+
+def _markdown_table(table: str) -> str:
+    """An HTML ``<table>`` as a Markdown (GFM) table, so it is read as one: a header row, the
+    ``| --- |`` delimiter row, then one line per row, its cells' text on one line, pipes escaped.
+
+    The header row is the table's ``<thead>`` rows, else its leading rows of ``<th>`` cells alone (names
+    down two such rows joined: "Torque Dry"), else its first row. A cell spanning columns fills them: a
+    header cell with its name in each, a data cell with its text in the first (a row "Group A" across
+    the table names no column twice); a cell spanning rows is written in each row, which is read alone.
+    A table of one row (logos side by side, a callout) has no rows of data: its cells are one line. A
+    table whose rows each open with a ``<th>`` and have no header row names its rows: one line each,
+    "Version: 2.1".
+    """
+    caption, rows = _read_table(table)
+    grid: list[list[str]] = []
+    header_rows = 0
+    row_names = bool(rows)
+    spanned: dict[int, tuple[str, int]] = {}  # column -> text and the rows below it still spans
+    for row in rows:
+        line: list[str] = []
+        for cell in [*row.cells, None]:
+            while len(line) in spanned:
+                text, left = spanned.pop(len(line))
+                if left > 1:
+                    spanned[len(line)] = (text, left - 1)
+                line.append(text)
+            if cell is None:
+                break
+            for column in range(cell.columns):
+                text = cell.text if column == 0 or cell.header else ""
+                if cell.rows > 1:
+                    spanned[len(line)] = (text, cell.rows - 1)
+                line.append(text)
+        if not any(line):
+            continue  # a spacer row
+        if len(grid) == header_rows and (row.head or all(cell.header for cell in row.cells)):
+            header_rows += 1
+        row_names = row_names and bool(row.cells) and row.cells[0].header
+        grid.append(line)
+    lines = [caption] if caption else []
+    if len(grid) < 2:
+        lines.extend(" ".join(text for text in line if text) for line in grid)
+    elif header_rows == 0 and row_names:
+        lines.extend(
+            f"{line[0]}: {'; '.join(text for text in line[1:] if text)}".strip(": ") for line in grid
+        )
+    else:
+        header_rows = min(max(header_rows, 1), len(grid) - 1)
+        width = max(len(line) for line in grid)
+        grid = [line + [""] * (width - len(line)) for line in grid]
+        names = [
+            " ".join(dict.fromkeys(line[column] for line in grid[:header_rows] if line[column]))
+            for column in range(width)
+        ]
+        if caption:
+            lines.append("")
+        lines.append(_pipe_row(names))
+        lines.append(_pipe_row(["---"] * width))
+        lines.extend(_pipe_row(line) for line in grid[header_rows:])
     return "\n".join(lines)
+
+
+def _pipe_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def _read_table(table: str) -> tuple[str, list[_Row]]:
+    """The caption and rows of an HTML ``<table>``, read leniently as browsers do (a ``<td>`` or ``<tr>``
+    may go unclosed). A table inside a cell is that cell's text: its rows parted by "; "."""
+    caption: list[str] = []
+    rows: list[_Row] = []
+    text: list[str] | None = None  # where the text read goes: a cell's, the caption's, or nowhere
+    cell: tuple[list[str], str] | None = None  # the cell being read: its text and opening tag
+    depth = 0  # 1 in the table itself, more in a table inside one of its cells
+    head = False
+    at = 0
+
+    def end_cell() -> None:
+        nonlocal cell, text
+        if cell is not None:
+            spans = {name.lower(): int(value) for name, value in _SPAN.findall(cell[1])}
+            rows[-1].cells.append(
+                _Cell(
+                    _cell_text(cell[0]),
+                    cell[1][1:3].lower() == "th",
+                    min(max(spans.get("colspan", 1), 1), _MAX_COLSPAN),
+                    max(spans.get("rowspan", 1), 1),
+                )
+            )
+        cell, text = None, None
+
+    for tag in _TAG.finditer(table):
+        if text is not None:
+            text.append(table[at : tag.start()])
+        at = tag.end()
+        closing, name = bool(tag.group(2)), (tag.group(3) or "").lower()
+        if tag.group(1):  # a code span, kept as written
+            if text is not None:
+                text.append(tag.group(0))
+        elif name == "table":
+            depth += -1 if closing else 1
+            if depth >= 1 and text is not None:
+                text.append(_ITEM)
+        elif depth > 1:  # in a table inside a cell
+            if text is not None:
+                text.append(_ITEM if name == "tr" else " " if name in _CELL_TAGS else _tag_text(tag))
+        elif name in ("thead", "tbody", "tfoot"):
+            end_cell()
+            head = name == "thead" and not closing
+        elif name == "tr":
+            end_cell()
+            if not closing:
+                rows.append(_Row(head, []))
+        elif name in _CELL_TAGS:
+            end_cell()
+            if not closing:
+                if not rows:
+                    rows.append(_Row(head, []))
+                cell = ([], tag.group(0))
+                text = cell[0]
+        elif name == "caption":
+            end_cell()
+            text = None if closing else caption
+        elif text is not None:
+            text.append(_ITEM if name == "li" else _tag_text(tag))
+    end_cell()
+    return _cell_text(caption), rows
+
+
+def _cell_text(parts: list[str]) -> str:
+    """The text of a table cell read from ``parts``: entities decoded, its items parted by "; " (or a
+    space after a colon: "Dry: 49 Nm"), on one line."""
+    text = html.unescape("".join(parts)).replace(_BREAK, " ").replace(_SPACE, " ").replace(_NOTHING, "")
+    joined = ""
+    for item in text.split(_ITEM):
+        item = " ".join(item.split())
+        if item:
+            joined += ("" if not joined else " " if joined.endswith(":") else "; ") + item
+    return joined
 
 
 def _heading_line(heading: re.Match[str]) -> str:
