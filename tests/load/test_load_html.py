@@ -439,3 +439,56 @@ def test_a_nested_list_in_a_table_cell_is_written_once_after_its_item(tmp_path: 
     )
     [page] = load(path).pages
     assert "| M10 | Dry: 49 Nm, 52 Nm max; Oiled 44 Nm |" in page.text
+
+
+FRAMES = [
+    *('<div class="post">', '<section class="entry">', '<div itemprop="articleBody">'),
+    *('<div id="articleContent">', '<div id="entry-content">', '<div class="post-content x">'),
+    *('<div class="ArticleContent">', "<article>", '<div role="article">', '<div id="story">'),
+    *('<div class="postarea">', '<div class="text">', '<div class="cell">', '<div class="x FullText">'),
+    *('<div id="primary">', '<div class="article wide">', '<div class="single-post">', '<div id="content">'),
+    *('<div class="content">', '<section id="content-main">', '<div class="content__body">'),
+    *('<div id="Main-Content">', '<div class="page-content">', '<div class="main-wrap">'),
+    *('<section id="main">', '<div role="main">', "<main>"),
+]
+NOT_FRAMES = [
+    *('<div class="wrapper">', '<div id="bottom">', '<span class="content">', '<div class="contents">'),
+    *('<p class="post">', '<div class="sidebar-main">', '<div id="domain" role="note">'),
+]
+
+
+@pytest.mark.parametrize("opening", FRAMES + NOT_FRAMES)
+def test_the_frames_citeline_looks_for_are_those_trafilatura_reads_the_main_text_in(opening: str) -> None:
+    # citeline wraps a page's body in a <main> when trafilatura would find no frame for its main text;
+    # it keeps its own copy of the frames (trafilatura's BODY_XPATH is no public name), which must
+    # agree with trafilatura's while it has them.
+    import trafilatura
+    from trafilatura import xpaths
+
+    from citeline.load.html import _has_frame
+
+    if not hasattr(xpaths, "BODY_XPATH"):
+        pytest.skip("this trafilatura has no BODY_XPATH to compare with")
+    tag = opening[1:].split(">")[0].split()[0]
+    tree = trafilatura.load_html(f"<html><body>{opening}<p>Prime the pump.</p></{tag}></body></html>")
+    theirs = any(len(expression(tree)) > 0 for expression in xpaths.BODY_XPATH)
+    assert _has_frame(tree) == theirs == (opening in FRAMES)
+
+
+def test_web_pages_load_when_trafilatura_no_longer_has_its_internal_frame_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Loading imported trafilatura.xpaths.BODY_XPATH, which is no public name: a release without it
+    # failed every web page with an ImportError.
+    from trafilatura import xpaths
+
+    monkeypatch.delattr(xpaths, "BODY_XPATH")
+    path = tmp_path / "pump.html"
+    path.write_text(_plain_page("<tr><td>M8</td><td>25 Nm</td></tr>", _ITEMS), encoding="utf-8")
+    [page] = load(path).pages
+    assert [section.heading for section in page.sections] == [
+        "Pump maintenance",
+        "Checklist",
+        "Torque values",
+    ]
+    assert "| M8 | 25 Nm |" in page.text and "Privacy policy" not in page.text

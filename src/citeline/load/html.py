@@ -210,6 +210,52 @@ def _within_a_list(element: Any, cell: Any) -> bool:
     return False
 
 
+# The frames trafilatura's extractor reads a page's main text in: its BODY_XPATH (trafilatura 2.3),
+# as one expression. It is written out here rather than imported: BODY_XPATH is no public name of
+# trafilatura, whose releases have rewritten it, and were it renamed or moved, importing it would fail
+# the loading of every web page. Should trafilatura come to know a frame this does not, a page framed
+# only so gets a <main> around its body besides, which trafilatura tries among the last of its frames:
+# it still reads the one it knows.
+# tests/load/test_load_html.py checks the two agree while trafilatura still has BODY_XPATH.
+_CONTENT_TOKENS = (
+    *("(?:entry|article|art)-content", "article__content", "article(?:-|__)?body", "articleBody"),
+    "body-text",
+)
+_POST_CLASS_TOKENS = (
+    *("post[-_]text", "post-body", "post-?entry", "post[-_]?content", "postContent", "post_inner_wrapper"),
+    *("article-?text", "articleText", "(?:entry|page|text|article|art)-content", "ArticleContent"),
+    *(*_CONTENT_TOKENS, "article__container"),
+)
+_STORY_CLASS_TOKENS = (
+    *("^article ", "post-bodycopy", "story-?content", "(?:theme|blog|section|single)-content"),
+    *("single-post", "main-column", "wpb_text_column", "story-body", "field-body"),
+)
+_FRAME_XPATH = f"""
+    .//article | .//main |
+    .//*[self::div or self::section][
+        @class='post' or @class='entry' or @itemprop='articleBody' or @id='articleContent' or
+        re:test(@id, '{"|".join(_CONTENT_TOKENS)}') or re:test(@class, '{"|".join(_POST_CLASS_TOKENS)}') or
+        @role='article' or @id='article' or @id='story' or @class='postarea' or
+        @class='art-postcontent' or @class='text' or @class='cell' or @class='story' or
+        re:test(@id, '^primary|story-body') or re:test(@class, 'fulltext', 'i') or
+        re:test(@class, '{"|".join(_STORY_CLASS_TOKENS)}') or
+        @id='content' or @class='content' or
+        re:test(@id, 'content-main|content-body|contentBody') or
+        re:test(@class, 'content[-_]main|content(?:-|__)body') or
+        contains(translate(@id, 'CM', 'cm'), 'main-content') or
+        contains(translate(@class, 'CM', 'cm'), 'main-content') or
+        contains(translate(@class, 'CP', 'cp'), 'page-content') or
+        starts-with(@class, 'main') or starts-with(@id, 'main') or starts-with(@role, 'main')
+    ]
+"""
+_XPATH_NAMESPACES = {"re": "http://exslt.org/regular-expressions"}
+
+
+def _has_frame(tree: Any) -> bool:
+    """Whether ``tree`` holds a frame trafilatura reads the main text in (see :data:`_FRAME_XPATH`)."""
+    return bool(tree.xpath(_FRAME_XPATH, namespaces=_XPATH_NAMESPACES))
+
+
 def _frame_the_body(tree: Any) -> None:
     """Wrap the body of ``tree`` in a ``<main>``, in place, when it has no frame trafilatura looks for.
 
@@ -220,10 +266,8 @@ def _frame_the_body(tree: Any) -> None:
     its headings (so no sections), its lists or its tables, depending on the page. Framed, the body is
     read as any article is, its navigation, headers, footers and boilerplate classes still dropped.
     """
-    from trafilatura.xpaths import BODY_XPATH
-
     body = tree.find("body")
-    if body is None or any(next(iter(expression(tree)), None) is not None for expression in BODY_XPATH):
+    if body is None or _has_frame(tree):
         return
     frame = body.makeelement("main", {})
     frame.text, body.text = body.text, None
