@@ -252,6 +252,7 @@ def test_each_conversation_has_its_own_answer_on_its_way_and_stop_stops_only_the
     expect(ask_button).to_be_enabled()
     expect(stop).to_be_disabled()
     expect(question).to_have_value("")
+    expect(page.locator("#chat-status")).to_be_hidden()  # "Searching the documents…" is not this one's
     question.fill("Where is the drain cock?")
     ask_button.click()
     while len(held) < 2:
@@ -282,3 +283,37 @@ def test_each_conversation_has_its_own_answer_on_its_way_and_stop_stops_only_the
         stored = api.get(f"/conversations/{first}").json()["messages"]
     assert [m["content"] for m in stored if m["role"] == "user"] == [QUESTION, FOLLOW_UP], stored
     assert answer.locator(".message-text").inner_text() == stored[-1]["content"]
+
+
+def test_an_answer_failing_in_a_conversation_left_is_said_and_its_question_given_back_there(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.key)
+    ask(page, QUESTION)
+    first = page.evaluate("sessionStorage.getItem('citeline.conversation')")
+    question = page.get_by_label("Question")
+    held: list[Route] = []
+    page.route("**/chat/stream", lambda route: held.append(route))
+    question.fill(FOLLOW_UP)
+    page.get_by_role("button", name="Ask").click()
+    while not held:
+        page.wait_for_timeout(50)
+    page.get_by_role("button", name="New conversation").click()
+    # The follow-up fails while another conversation is on screen.
+    failure = {"error": {"code": "internal", "message": "internal error", "request_id": "5e1f0c"}}
+    held[0].fulfill(status=500, json=failure)
+    page.unroute("**/chat/stream")
+    why = "The answer failed: internal error (HTTP 500, request 5e1f0c)"
+    expect(page.locator("#chat-status")).to_have_text(
+        f'Not answered in a conversation you left: "{FOLLOW_UP}": {why}'
+    )
+    expect(page.locator(".message")).to_have_count(0)
+    expect(question).to_have_value("")
+
+    # Back in its conversation, the question is there with why it was not answered, and in its box.
+    page.locator(f'#conversation-list li[data-id="{first}"] button.continue').click()
+    expect(page.locator(".message.user")).to_have_text([f"You{QUESTION}", f"You{FOLLOW_UP}"])
+    expect(page.locator(".message.assistant").last.locator(".error")).to_have_text(why)
+    expect(question).to_have_value(FOLLOW_UP)
+    expect(page.get_by_role("button", name="Ask")).to_be_enabled()

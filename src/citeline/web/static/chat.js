@@ -45,6 +45,7 @@ const state = {
   documents: new Map(), // "id@version" -> promise of GET /documents/{id}?version=n (versions never change)
   currentDocuments: new Map(), // "id" -> {at, request}: the current version, asked again after a few seconds
   asks: new Set(), // the answers on their way, each of the conversation it was asked in
+  unanswered: new Map(), // conversation id -> its ask that failed while another conversation was shown
   screen: 0, // counts the conversations drawn on screen: an ask belongs to the one it was drawn in
   // The newest conversation asked for (opened, started anew): an older one answering later is not shown.
   opening: 0,
@@ -343,6 +344,7 @@ async function ask(question) {
     text: "",
     searched: null,
     status: "Searching the documents…",
+    failed: null, // how it ended without an answer, in words
     citations: new Map(state.citations),
     screen: 0,
     message: null,
@@ -369,6 +371,9 @@ async function ask(question) {
         asking.status = `Answering from ${data.passages.length} passages…`;
       } else if (name === "token") {
         asking.text += data.text;
+      } else if (name === "error") {
+        const note = requestNote(data.status ?? 500, data.request_id).replace(/^, /, "");
+        asking.failed = `The answer failed: ${data.message}${note ? ` (${note})` : ""}`;
       } else if (name === "citation") {
         // The passage comes the first time the conversation cites it; the checked citation (excerpt,
         // support score) comes with `complete`.
@@ -403,8 +408,7 @@ async function ask(question) {
         following(() => showChecked(message, body, data));
         say(status, "");
       } else if (name === "error") {
-        const note = requestNote(data.status ?? 500, data.request_id).replace(/^, /, "");
-        endNote(message, "error", `The answer failed: ${data.message}${note ? ` (${note})` : ""}`);
+        endNote(message, "error", asking.failed);
         giveBack(question);
         say(status, "");
       }
@@ -413,23 +417,22 @@ async function ask(question) {
     if (!ended) throw new CutOff();
   } catch (error) {
     checkRefused(error); // the stream's own request: a revoked key signs the page out
-    const { message } = asking;
-    if (!onScreen()) {
-      // Said nowhere: the conversation it was asked in is no longer on screen.
-    } else if (error?.name === "AbortError") {
-      endNote(message, "stopped", "Stopped.");
-      say(status, "");
-    } else if (error instanceof CutOff) {
-      if (!ended) { // after the complete or error event, what broke was only the connection's end
-        endNote(message, "error", error.message);
+    let failed = null;
+    if (error?.name === "AbortError") {
+      if (onScreen()) endNote(asking.message, "stopped", "Stopped.");
+    } else if (!(error instanceof CutOff)) {
+      failed = `The answer failed: ${describeError(error)}`;
+    } else if (!ended) { // after the complete or error event, what broke was only the connection's end
+      failed = error.message;
+    }
+    if (failed) {
+      asking.failed = failed;
+      if (onScreen()) {
+        endNote(asking.message, "error", failed);
         giveBack(question);
       }
-      say(status, "");
-    } else {
-      endNote(message, "error", `The answer failed: ${describeError(error)}`);
-      giveBack(question);
-      say(status, "");
     }
+    if (onScreen()) say(status, "");
   } finally {
     state.asks.delete(asking);
     asking.message.removeAttribute("aria-busy");
@@ -438,8 +441,15 @@ async function ask(question) {
       setBusy(false);
     }
     refreshConversations();
+    if (!onScreen() && asking.failed) {
+      // Failed in a conversation left: said now, and again with its question given back there.
+      if (asking.asked) state.unanswered.set(asking.asked, asking);
+      if (!askOnScreen()) {
+        say(status, `Not answered in a conversation you left: "${asking.question}": ${asking.failed}`, "error");
+      }
+    }
     // Its conversation opened again meanwhile, from the server, with this turn stored before its
-    // answer had all come here: read it again.
+    // answer had all come here (or failed): read it again.
     if (!onScreen() && asking.asked && state.conversationId === asking.asked && !askOnScreen()) {
       openConversation(asking.asked, { quiet: true });
     }
@@ -631,6 +641,7 @@ function newConversation({ keepQuestion = false } = {}) {
     if (!keepQuestion && $("question").value.trim() === asking.question) $("question").value = "";
   }
   setBusy(false);
+  say($("chat-status"), ""); // "Searching the documents…" was the conversation left's
   setConversation(null);
   state.citations.clear();
   state.currentDocuments.clear(); // a document may have a newer version since it was fetched
@@ -708,9 +719,19 @@ async function openConversation(id, { quiet = false } = {}) {
       }
     }
     say($("chat-status"), "Ask a follow-up to continue the conversation (citation numbers continue).");
+    const asked = conversation.messages.filter((stored) => stored.role === "user").length;
+    const failed = state.unanswered.get(conversation.id);
+    state.unanswered.delete(conversation.id);
+    if (failed && asked < (failed.turn ?? failed.before + 1)) {
+      // Its answer failed while another conversation was on screen: said here, as it would have been.
+      addMessage("user", failed.question);
+      const { message, body } = addMessage("assistant", "");
+      renderAnswer(body, failed.text);
+      endNote(message, "error", failed.failed);
+      giveBack(failed.question);
+    }
     // Its answer still on its way (asked before another conversation was opened) and not stored yet:
     // drawn as it stands, and written on as it comes.
-    const asked = conversation.messages.filter((stored) => stored.role === "user").length;
     for (const asking of state.asks) {
       if (asking.asked === conversation.id && asked < (asking.turn ?? asking.before + 1)) {
         drawAsk(asking);
@@ -763,6 +784,7 @@ function forgetShown() {
   $("viewer").replaceChildren();
   state.documents.clear();
   state.currentDocuments.clear();
+  state.unanswered.clear();
   say($("chat-status"), "");
 }
 
