@@ -65,6 +65,42 @@ def test_self_contained_questions_are_not_follow_ups(question: str) -> None:
     assert not is_follow_up(question)
 
 
+@pytest.mark.parametrize(
+    "question",
+    [
+        # "it" is the install: it borrowed the previous question's topic.
+        "List every step of the install and the variables it needs",
+        "What is an elastic stop nut and can it be reused?",
+        "How do I prime the pump before it runs?",
+        "Does the XR200 shut down when it overheats?",
+        # A possessive stands for a noun of its own clause.
+        "How does the pump protect its seal?",
+    ],
+)
+def test_a_pronoun_standing_for_a_noun_the_question_names_does_not_make_a_follow_up(question: str) -> None:
+    assert not is_follow_up(question)
+    assert rewrite(question, [turn(1, PUMP)], llm=None) == Rewrite(question, "unchanged")
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # The noun before the pronoun is what is asked about, or the documents, or an aspect: not what
+        # "it" stands for.
+        "What torque does it need?",
+        "What is the torque it needs?",
+        "Does the warranty cover it?",
+        "What does the manual say about it?",
+        "What is the dose and is it safe?",
+        "What happens when it runs dry?",
+        "Where is it stored and how big is it?",
+    ],
+)
+def test_a_pronoun_with_nothing_in_the_question_to_stand_for_still_makes_a_follow_up(question: str) -> None:
+    assert is_follow_up(question)
+    assert rewrite(question, [turn(1, PUMP)], llm=None).method == "heuristic"
+
+
 METFORMIN = "What is the recommended dose of metformin for adults with kidney disease?"
 # (previous question, next question, whether the next one leans on the previous): hand-written pairs
 # measuring both directions, generic questions that name no topic of their own and new questions that

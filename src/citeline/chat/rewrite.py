@@ -9,7 +9,11 @@ the conversation:
 
 1. it opens with a continuation: "and", "also", "but", "or", "so", "then", "what about", "how about",
    "what else", "what if", "same", "more", "tell me more";
-2. it holds a personal pronoun that points back: it, its, they, them, their, he, she, him, her, his...;
+2. it holds a personal pronoun that points back: it, its, they, them, their, he, she, him, her, his...
+   A pronoun whose referent the question names before it points back to nothing (:func:`_referred`):
+   "List every step of the install and the variables it needs" is about the install, and "What is an
+   elastic stop nut and can it be reused?" about the nut, while "What torque does it need?" and "What
+   is the torque it needs?" still lean on the conversation;
 3. it holds a demonstrative (this, that, these, those) that is not directly after a content word, so
    "is that safe?" and "what does this mean?" count, but "the pump that primes itself" does not;
 4. it is too short to stand alone: at most one content word (a word that is neither a stop word nor a
@@ -263,7 +267,7 @@ def is_follow_up(question: str) -> bool:
     opening = " ".join(lowered[:3])
     if any(opening == c or opening.startswith(c + " ") for c in CONTINUATIONS):
         return True
-    if any(w in ANAPHORS for w in lowered):
+    if any(w in ANAPHORS and not _referred(question, w, i) for i, w in enumerate(lowered)):
         return True
     for i, word in enumerate(lowered):
         if word in DEMONSTRATIVES and (i == 0 or not _is_content(lowered[i - 1])):
@@ -272,6 +276,101 @@ def is_follow_up(question: str) -> bool:
     if any(_is_specific(w, i) for i, w in content):
         return False
     return len(content) <= SHORT_CONTENT_WORDS or all(lowered[i] in ASPECTS for i, _ in content)
+
+
+# Words that open a noun phrase: what follows them names a thing a pronoun can stand for.
+_DETERMINERS = frozenset(
+    {"the", "a", "an", "every", "each", "my", "your", "our", "this", "that", "these", "those", "its", "their"}
+)
+# A pronoun in a later clause than its noun ("... the install and the variables it needs", "... the
+# pump before it runs"); within one clause, "What is the torque it needs?" or "Does the warranty cover
+# it?", the noun is not what it stands for.
+_CLAUSE_BREAKS = frozenset(
+    {
+        ",",
+        ";",
+        ":",
+        "and",
+        "or",
+        "but",
+        "before",
+        "after",
+        "when",
+        "while",
+        "if",
+        "until",
+        "once",
+        "because",
+        "so",
+    }
+)
+# A possessive or reflexive stands for a noun of its own clause: "How does the pump protect its seal?".
+_BOUND_IN_CLAUSE = frozenset(
+    {"its", "itself", "their", "theirs", "themselves", "his", "himself", "hers", "herself"}
+)
+# The documents themselves, which a follow-up asks about its topic: "What does the manual say about it?".
+_SOURCE_WORDS = frozenset(
+    {
+        "manual",
+        "manuals",
+        "guide",
+        "guides",
+        "documentation",
+        "docs",
+        "source",
+        "sources",
+        "passage",
+        "passages",
+        "answer",
+        "answers",
+    }
+)
+_TOKEN = re.compile(rf"{_WORD.pattern}|[,;:]", re.UNICODE)
+
+
+def _referred(question: str, pronoun: str, position: int) -> bool:
+    """Whether the pronoun ``pronoun``, the ``position``-th word of ``question``, stands for a noun the
+    question names before it: a word of a noun phrase that opens with a determiner (or a specific word:
+    an acronym, a code, a name), that names a topic (no aspect such as "dose", not the documents
+    themselves), in an earlier clause unless the pronoun is possessive or reflexive."""
+    tokens = [_CONTRACTION.sub("", t.lower()) for t in _TOKEN.findall(question)]
+    originals = _TOKEN.findall(question)
+    # The pronoun's place among the tokens (punctuation counted): the position-th word.
+    words_seen, at = -1, len(tokens)
+    for i, token in enumerate(tokens):
+        if token not in {",", ";", ":"}:
+            words_seen += 1
+            if words_seen == position:
+                at = i
+                break
+    bound = pronoun in _BOUND_IN_CLAUSE
+    broken = False
+    for i in range(at - 1, -1, -1):
+        token = tokens[i]
+        if token in _CLAUSE_BREAKS:
+            broken = True
+            continue
+        if not (bound or broken):
+            continue
+        # Walking back, a noun phrase is the run of content words its determiner opens.
+        opened = any(tokens[j] in _DETERMINERS for j in range(max(0, i - 3), i) if _phrase_run(tokens, j, i))
+        if (
+            (opened or _is_specific(originals[i], i))
+            and _is_content(token)
+            and token not in ASPECTS
+            and token not in _SOURCE_WORDS
+            and token not in ANAPHORS
+        ):
+            return True
+    return False
+
+
+def _phrase_run(tokens: Sequence[str], start: int, end: int) -> bool:
+    """Whether ``tokens[start + 1 : end + 1]`` are all words of one noun phrase (no break, no pronoun)."""
+    return all(
+        t not in _CLAUSE_BREAKS and t not in ANAPHORS and t not in _DETERMINERS
+        for t in tokens[start + 1 : end + 1]
+    )
 
 
 def heuristic_rewrite(question: str, previous_queries: Sequence[str]) -> str:
