@@ -94,6 +94,21 @@ def test_stats_count_each_document_once_by_its_current_version(cl: Citeline, tmp
     assert stats["by_status"] == {"completed": 2}
 
 
+def test_a_reader_given_a_folder_that_holds_no_store_refuses_it_and_makes_none(tmp_path: Path) -> None:
+    # A mistyped --data-dir started a new, empty database there and answered from it.
+    typo = tmp_path / "citline-data"
+    for namespace in ("default", "trials"):
+        with Citeline(
+            Settings(data_dir=typo, namespace=namespace, database_url=None), create=False
+        ) as reader:
+            with pytest.raises(NotFoundError) as refused:
+                reader.documents()
+        assert str(refused.value).startswith(
+            f"no namespace {namespace!r}: there is no citeline store in {typo} yet. Check the folder given"
+        )
+        assert not (typo / "pg").exists()
+
+
 def test_the_default_namespace_is_read_rather_than_refused_when_the_database_lacks_it(
     settings: Settings,
 ) -> None:

@@ -88,6 +88,7 @@ from citeline.store.keyword_files import snapshot_root
 from citeline.store.model_migration import MigrationInfo, MigrationStatus
 from citeline.store.models import Status
 from citeline.store.prewarm import prewarm, search_files
+from citeline.store.server import embedded_exists
 
 log = logging.getLogger(__name__)
 
@@ -322,9 +323,11 @@ class Citeline:
         return self._engine
 
     def _open_store(self) -> sa.Engine:
-        # The default namespace is nobody's typo: on a fresh install, reading it finds it empty.
-        if not self._create and self._settings.namespace != Settings.model_fields["namespace"].default:
-            _require_namespace(self._settings)
+        if not self._create:
+            _require_store(self._settings)
+            # The default namespace is nobody's typo: in a store made for another, reading it finds it empty.
+            if self._settings.namespace != Settings.model_fields["namespace"].default:
+                _require_namespace(self._settings)
         engine = connect(self._settings)
         try:
             with engine.begin() as conn:
@@ -1433,6 +1436,16 @@ def namespaces(settings: Settings) -> list[str]:
         raise StoreError(f"cannot reach PostgreSQL at {where}: {reason}") from exc
     finally:
         engine.dispose()
+
+
+def _require_store(settings: Settings) -> None:
+    """Raise :class:`NotFoundError` when ``settings`` name an embedded store that does not exist: a
+    mistyped ``--data-dir`` would otherwise start a new, empty database there and answer from it."""
+    if settings.database_url is None and not embedded_exists(settings.data_dir):
+        raise NotFoundError(
+            f"no namespace {settings.namespace!r}: there is no citeline store in {settings.data_dir} yet. "
+            "Check the folder given (--data-dir, CITELINE_DATA_DIR); ingesting documents creates the store"
+        )
 
 
 def _require_namespace(settings: Settings) -> None:

@@ -43,6 +43,11 @@ def embedded_bin_dir() -> Path:
     return path
 
 
+def embedded_exists(data_dir: Path) -> bool:
+    """Whether ``data_dir`` holds an embedded server's database (one :func:`embedded_url` has made)."""
+    return (data_dir.expanduser().resolve() / "pg" / "PG_VERSION").is_file()
+
+
 def embedded_url(data_dir: Path) -> str:
     """Start (or join) the private server in ``data_dir/pg`` and return its SQLAlchemy URL."""
     data_dir = data_dir.expanduser().resolve()
