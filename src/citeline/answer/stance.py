@@ -167,6 +167,76 @@ def claim_of(question: str) -> str | None:
     return _named(text)
 
 
+# A yes/no question put to the classifier as a statement (statement_of): "do" carries nothing the
+# statement needs; a pronoun subject ("Can I ...", "Is it safe to ...") or a participle ("Is a
+# superseded version searched?") shows where the subject ends, for the verb to go back in.
+_AUXILIARY = re.compile(r"^\s*(\w+)\s+(.+?)[\s?]*$", re.DOTALL)
+_DO = frozenset({"do", "does", "did"})
+_SUBJECT_PRONOUNS = frozenset({"i", "you", "we", "they", "he", "she", "it", "there", "one"})
+_DETERMINERS = frozenset(
+    {
+        "a",
+        "an",
+        "the",
+        "this",
+        "that",
+        "these",
+        "those",
+        "my",
+        "your",
+        "our",
+        "its",
+        "their",
+        "every",
+        "each",
+        "any",
+        "some",
+        "no",
+        "all",
+    }
+)
+_VERB_AFTER_SUBJECT = re.compile(
+    r"^(?:be|been|being|[a-z]{3,}ed|done|given|known|made|kept|sent|seen|taken)$"
+)
+
+
+def statement_of(claim: str) -> str:
+    """``claim`` as the classifier reads a claim: a statement. A yes/no question becomes the statement
+    it asks about ("Does citeline send anything over the network?": "Citeline send anything over the
+    network."; "Is a superseded version searched?": "A superseded version is searched."); a statement
+    comes back as it is.
+
+    The classifier was trained and calibrated on statements. Put a question, it cannot be contradicted
+    by what a passage says: its margin stays near :data:`CONTRADICTS_MARGIN` whatever the passage
+    says, so a passage answering no ("The packaged models ... never fetch anything") gave "Yes", and
+    one answering yes ("`chroma` keeps them in Chroma") gave "No".
+    """
+    text = _asked(claim)
+    found = _AUXILIARY.match(text) if _YES_NO.match(text) else None
+    if found is None:
+        return claim
+    auxiliary, words = found.group(1).lower(), found.group(2).split()
+    if auxiliary not in _DO:
+        if words[0].lower() in _SUBJECT_PRONOUNS:
+            words.insert(1, auxiliary)
+        else:
+            # Without a verb found, the auxiliary is left out: "The default chunk size 800 characters."
+            # still reads as the statement, where the question did not.
+            at = next(
+                (
+                    i
+                    for i in range(1, len(words))
+                    if _VERB_AFTER_SUBJECT.match(words[i].lower())
+                    and words[i - 1].lower() not in _DETERMINERS
+                ),
+                None,
+            )
+            if at is not None:
+                words.insert(at, auxiliary)
+    sentence = " ".join(words)
+    return f"{sentence[:1].upper()}{sentence[1:]}."
+
+
 def _named(claim: str) -> str | None:
     """``claim``, unless its subject is a pronoun pointing to an earlier turn."""
     pointing = _POINTING_STATEMENT.match(claim) and not _ANTICIPATORY_STATEMENT.match(claim)
@@ -267,12 +337,21 @@ def assess(
     # The judge tells contradiction from the rest, so a passage on another subject "supports" any claim:
     # a passage is judged only when it is about the claim, by the citation check's measure.
     about = [p for p in read[:limit] if _about(claim, p, cache)]
-    judged = {p.chunk_id: judge.judge(claim, p, cache) for p in about}
+    # The classifier reads statements: a yes/no question is judged as the statement it asks about.
+    hypothesis = statement_of(claim)
+    judged = {p.chunk_id: judge.judge(hypothesis, p, cache) for p in about}
 
     def differs(p: Passage, stance: Stance) -> Disagreement | None:
         # The classifier does not compare numbers: a "supports" stating the claim's quantity otherwise
         # does not count. A "contradicts" stands whatever the numbers say.
         return disagreement(claim, p.text) if compare_quantities and stance == "supports" else None
+
+    if _YES_NO.match(claim):
+        # Asked yes or no, a passage that answers with a condition answers neither; a verdict would
+        # misstate it either way ("Nothing, unless you configure it: ..." was judged a "Yes").
+        for p in about:
+            if _conditional(claim, p, cache):
+                judged[p.chunk_id] = Judgement("neutral", judged[p.chunk_id].margin)
 
     differ: dict[int, Disagreement] = {}
     for p in about:
@@ -293,7 +372,7 @@ def assess(
         for p in others:
             if not _about(claim, p, cache):
                 continue
-            judgement = judge.judge(claim, p, cache)
+            judgement = judge.judge(hypothesis, p, cache)
             if judgement.stance in wanted and differs(p, judgement.stance) is None:
                 judged[p.chunk_id] = judgement
     return Assessment(
@@ -302,6 +381,23 @@ def assess(
         margins={chunk_id: j.margin for chunk_id, j in judged.items()},
         disagreements=differ,
     )
+
+
+# A sentence that answers "it depends": the answer holds only under a condition it names.
+_CONDITION = re.compile(
+    r"\b(?:unless|except(?:\s+when|\s+if)?|only\s+(?:if|when|where|after|once|while|with)|provided\s+that|"
+    r"as\s+long\s+as)\b",
+    re.IGNORECASE,
+)
+
+
+def _conditional(claim: str, passage: Passage, cache: VectorCache) -> bool:
+    """Whether the sentence of ``passage`` that best matches ``claim`` answers it under a condition."""
+    sentences = PassageSentences.of_hit(passage.hit)
+    if not sentences.sentences:
+        return False
+    best = sentences.sentences[support(claim, sentences, cache).best_sentence]
+    return _CONDITION.search(best) is not None
 
 
 def _about(claim: str, passage: Passage, cache: VectorCache) -> bool:
