@@ -317,3 +317,35 @@ def test_an_answer_failing_in_a_conversation_left_is_said_and_its_question_given
     expect(page.locator(".message.assistant").last.locator(".error")).to_have_text(why)
     expect(question).to_have_value(FOLLOW_UP)
     expect(page.get_by_role("button", name="Ask")).to_be_enabled()
+
+
+def test_deleting_a_conversation_stops_its_answer_on_its_way(site: Site, context: BrowserContext) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.key)
+    ask(page, QUESTION)
+    first = page.evaluate("sessionStorage.getItem('citeline.conversation')")
+    failed: list[str] = []
+    page.on("requestfailed", lambda request: failed.append(request.url))
+    held: list[Route] = []
+    page.route("**/chat/stream", lambda route: held.append(route))
+    page.get_by_label("Question").fill(FOLLOW_UP)
+    page.get_by_role("button", name="Ask").click()
+    while not held:
+        page.wait_for_timeout(50)
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator(f'#conversation-list li[data-id="{first}"] button.delete').click()
+    expect(page.locator(f'#conversation-list li[data-id="{first}"]')).to_have_count(0)
+    expect(page.locator(".message")).to_have_count(0)
+    expect(page.get_by_role("button", name="Ask")).to_be_enabled()
+    # The follow-up's request is given up by the page; one left to go on reaches the server, which has
+    # no conversation to answer in.
+    for _ in range(50):
+        if failed:
+            break
+        page.wait_for_timeout(100)
+    else:
+        held[0].fulfill(response=held[0].fetch())
+    page.unroute("**/chat/stream")
+    page.wait_for_timeout(500)
+    expect(page.locator("#chat-status")).to_be_hidden()
+    assert [url for url in failed if url.endswith("/chat/stream")], failed

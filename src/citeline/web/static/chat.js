@@ -755,6 +755,9 @@ async function deleteConversation(conversation) {
   if (!confirm(`Delete the conversation "${conversation.title || "untitled"}"?`)) return;
   try {
     await api(`/conversations/${encodeURIComponent(conversation.id)}`, { method: "DELETE" });
+    // Its answer still on its way is for no one now: stopped, and not said as unanswered.
+    for (const asking of state.asks) if (asking.asked === conversation.id) asking.controller.abort();
+    state.unanswered.delete(conversation.id);
     if (state.conversationId === conversation.id) newConversation();
     refreshConversations();
   } catch (error) {
