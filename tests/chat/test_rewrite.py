@@ -12,6 +12,7 @@ from citeline.chat.rewrite import (
     MAX_KEY_TERMS,
     Rewrite,
     accept_rewrite,
+    asked_of_model,
     clean_reply,
     heuristic_rewrite,
     is_follow_up,
@@ -99,6 +100,35 @@ def test_a_pronoun_standing_for_a_noun_the_question_names_does_not_make_a_follow
 def test_a_pronoun_with_nothing_in_the_question_to_stand_for_still_makes_a_follow_up(question: str) -> None:
     assert is_follow_up(question)
     assert rewrite(question, [turn(1, PUMP)], llm=None).method == "heuristic"
+
+
+@pytest.mark.parametrize(
+    ("question", "rewritten", "asked"),
+    [
+        # The heuristic's parentheses hold search terms: the model is asked what the user asked.
+        (
+            "How often should it be serviced?",
+            Rewrite("How often should it be serviced? (prime centrifugal pump)", "heuristic"),
+            "How often should it be serviced?",
+        ),
+        # A model's rewrite is a question; parentheses it added are opened, the user's own kept.
+        (
+            "What size are they?",
+            Rewrite("What is the size (of the M10 bolts)?", "llm"),
+            "What is the size of the M10 bolts?",
+        ),
+        (
+            "Does it lower LDL (in mice)?",
+            Rewrite("Does aspirin lower LDL (in mice)?", "llm"),
+            "Does aspirin lower LDL (in mice)?",
+        ),
+        ("What is BM25?", Rewrite("What is BM25?", "unchanged"), "What is BM25?"),
+    ],
+)
+def test_the_answering_model_is_asked_a_question_without_the_rewrite_s_parentheses(
+    question: str, rewritten: Rewrite, asked: str
+) -> None:
+    assert asked_of_model(question, rewritten) == asked
 
 
 METFORMIN = "What is the recommended dose of metformin for adults with kidney disease?"

@@ -259,6 +259,21 @@ def test_the_setting_decides_whether_the_model_rewrites_follow_ups(manual: Citel
     assert session.last_rewrite == Rewrite(expected, "heuristic", fell_back=mode == "llm")
 
 
+def test_the_model_is_asked_the_follow_up_as_a_question_not_the_search_query(manual: Citeline) -> None:
+    model = ScriptedLLM("Service the centrifugal pump every 500 operating hours. [1]")
+    session = ChatSession.start(manual, llm=model, persona="repair")
+    complete(ask(session, "How do I prime the centrifugal pump?"))
+
+    complete(ask(session, "How often should it be serviced?"))
+
+    rewritten = session.last_rewrite
+    assert rewritten is not None and rewritten.method == "heuristic" and "(" in rewritten.query
+    # The search borrowed the first turn's terms; the model reads the question as it was asked.
+    prompt = model.calls[-1][-1].content
+    assert prompt.endswith("\n\nQuestion: How often should it be serviced?"), prompt
+    assert "every 500 operating hours" in prompt
+
+
 def test_a_follow_up_claim_is_judged_in_the_user_s_words_not_with_the_search_s_borrowed_terms(
     manual: Citeline,
 ) -> None:

@@ -115,6 +115,7 @@ async def answer_stream(
     min_similarity: float = 0.0,
     judge: StanceJudge | None = None,
     claim_text: str | None = None,
+    model_question: str | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Answer ``question`` from ``evidence`` (retrieved hits, best first), as a stream of events.
 
@@ -130,6 +131,9 @@ async def answer_stream(
     ``claim_text`` is what the user typed when it is not ``question`` itself: a conversation searches a
     follow-up with terms borrowed from earlier turns, but judges the claim the user made, and the
     extractive answer weighs the user's own words (see :func:`~citeline.answer.extractive.extractive_answer`).
+    ``model_question`` is the question the model reads, when it is not ``question``: a search query such as
+    "can they be reused? (elastic stop nut)" finds and focuses the evidence, and the model is asked a
+    question (:func:`~citeline.chat.rewrite.asked_of_model`).
     A question that puts a claim (:func:`~citeline.answer.stance.claim_of`) is assessed by ``judge``
     (default: the packaged NLI classifier, whichever ``llm`` writes): the answer opens with the verdict
     and every citation carries its passage's stance (see :mod:`citeline.answer.stance`); the model
@@ -161,6 +165,7 @@ async def answer_stream(
             cache=cache,
             persona=persona,
             max_evidence_tokens=max_evidence_tokens,
+            model_question=model_question,
         )
         assessment = await _assess(
             question if claim_text is None else claim_text, prepared.prompt, judge or default_judge(), cache
@@ -288,8 +293,10 @@ async def _prepare(
     cache: VectorCache,
     persona: str,
     max_evidence_tokens: int | None,
+    model_question: str | None = None,
 ) -> _Prepared:
-    """Stage 1: the passages the model reads (focused on the question when ``focus``) and all given."""
+    """Stage 1: the passages the model reads (focused on the question when ``focus``) and all given;
+    the prompt asks ``model_question``, or the question itself."""
     if focus:
         passages = await asyncio.to_thread(
             focus_passages, question, evidence, cache, max_tokens=max_evidence_tokens
@@ -297,7 +304,7 @@ async def _prepare(
     else:
         # The extractive answerer quotes whole chunks and reads no prompt: nothing to focus.
         passages = select_passages(evidence)
-    prompt = build_prompt(question, passages, persona=persona)
+    prompt = build_prompt(model_question or question, passages, persona=persona)
     return _Prepared(prompt=prompt, given=_given(prompt, evidence))
 
 

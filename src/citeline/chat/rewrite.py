@@ -258,6 +258,26 @@ def rewrite(
     return Rewrite(query, "unchanged" if query == question else "heuristic", fell_back=llm is not None)
 
 
+def asked_of_model(question: str, rewritten: Rewrite) -> str:
+    """What the answering model is asked for ``question``, searched as ``rewritten``: a question.
+
+    A heuristic rewrite is a search query, the question with the previous topic's key terms in
+    parentheses ("How often should it be serviced? (prime centrifugal pump)"); the model is asked the
+    question as the user put it, and reads the passages those terms found. A model's rewrite is asked
+    as it is, with any parentheses the user did not write opened ("What is the size (of the M10
+    bolts)?": "What is the size of the M10 bolts?").
+    """
+    if rewritten.method == "heuristic":
+        return question.strip()
+    if rewritten.method == "unchanged":
+        return rewritten.query
+
+    def opened(found: re.Match[str]) -> str:
+        return found.group(0) if found.group(0) in question else f" {found.group(1)}"
+
+    return " ".join(re.sub(r"\s*\(([^()]*)\)", opened, rewritten.query).split()).replace(" ?", "?")
+
+
 def is_follow_up(question: str) -> bool:
     """Whether ``question`` leans on earlier turns (the rules are in this module's docstring)."""
     words = _WORD.findall(question)

@@ -20,7 +20,7 @@ from citeline.answer.prompt import system_prompt
 from citeline.chat import store
 from citeline.chat.events import ChatEvent, TurnStart
 from citeline.chat.history import merge, remembered_hits
-from citeline.chat.rewrite import Rewrite, rewrite
+from citeline.chat.rewrite import Rewrite, asked_of_model, rewrite
 from citeline.chat.store import ConversationInfo, MessageInfo, Turn
 from citeline.checks import refuse_nul
 from citeline.errors import InvalidRequestError
@@ -170,6 +170,8 @@ class ChatSession:
             # query is no claim ("elastic stop nut risks" got "Yes: the sources support this claim"). So
             # the evidence must hold the user's own words, and the claim judged is what the user said.
             claim_text=question,
+            # The model is asked a question, not the search query: "... (prime centrifugal pump)".
+            model_question=asked_of_model(question, self.last_rewrite),
         ):
             if isinstance(event, Complete):
                 cited = _cited_in_number_order(event, numbering, numbered_before)
