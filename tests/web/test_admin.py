@@ -432,3 +432,34 @@ def test_a_file_uploaded_with_the_keyboard_leaves_the_focus_on_upload(
     finally:
         expect(row).to_have_count(1)
         site.api("DELETE", f"/documents/{row.get_attribute('data-id')}")
+
+
+def test_closing_the_page_while_files_are_being_uploaded_asks_first(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    page = admin_page(site, context)
+    held: list[Route] = []
+    page.route(
+        "**/documents",
+        # The first file's upload is held; the second goes on once it is let go.
+        lambda route: (
+            held.append(route) if route.request.method == "POST" and not held else route.continue_()
+        ),
+    )
+    files = [write(tmp_path / f"tank-{n}.md", f"# Tank {n}\n\nTank {n} holds {n} m3.\n") for n in (1, 2)]
+    page.get_by_label("Files to upload").set_input_files(files)
+    page.get_by_role("button", name="Upload", exact=True).click()
+    wait_until(page, lambda: len(held) >= 1)
+    # Closed (or reloaded) now, the second file would never be sent: the browser asks first.
+    with page.expect_event("dialog", timeout=10_000) as asked:
+        page.close(run_before_unload=True)
+    assert asked.value.type == "beforeunload"
+    asked.value.dismiss()  # stay on the page
+    held[0].continue_()
+    page.unroute("**/documents")
+    expect(page.locator("#add-status")).to_contain_text("Uploaded 2 of 2 files")
+    for row in page.locator("#documents tbody tr").filter(has_text="tank-").all():
+        site.api("DELETE", f"/documents/{row.get_attribute('data-id')}")
+    # Nothing being sent, the page closes without asking.
+    with page.expect_event("close", timeout=10_000):
+        page.close(run_before_unload=True)

@@ -395,6 +395,14 @@ async function watch() {
   if (run === state.watchRun && state.me && !document.hidden) state.watchTimer = setTimeout(watch, WATCH_MS);
 }
 
+// Files still being sent when the tab is closed or reloaded would stop there, the rest never sent: the
+// browser asks first.
+window.addEventListener("beforeunload", (event) => {
+  if (!state.adding) return;
+  event.preventDefault();
+  event.returnValue = ""; // what browsers before the standard preventDefault read
+});
+
 document.addEventListener("visibilitychange", () => {
   if (document.hidden) {
     state.watchRun += 1;
