@@ -492,3 +492,71 @@ def test_web_pages_load_when_trafilatura_no_longer_has_its_internal_frame_list(
         "Torque values",
     ]
     assert "| M8 | 25 Nm |" in page.text and "Privacy policy" not in page.text
+
+
+def _page_with(tmp_path: Path, table: str) -> str:
+    path = tmp_path / "specs.html"
+    path.write_text(
+        "<html><head><title>P100 specs</title></head><body><main><h1>P100 specs</h1>"
+        f"<p>Values for the housings of the P100 pumps.</p>{table}<p>Check them yearly.</p>"
+        "</main></body></html>",
+        encoding="utf-8",
+    )
+    [page] = load(path).pages
+    return page.text
+
+
+def test_a_tables_header_rows_name_its_columns_and_a_cell_spanning_rows_is_in_each_row(
+    tmp_path: Path,
+) -> None:
+    # The second header row ("Dry | Oiled" under "Torque") was a row of values, under "Torque" and a
+    # nameless column; the row under a cell spanning two rows slid one column left ("| oiled | 22 Nm |",
+    # "oiled" under "Bolt"); the caption was a header row of its own over the real one.
+    text = _page_with(
+        tmp_path,
+        "<table><caption>Housing bolts</caption>"
+        "<thead><tr><th rowspan=2>Bolt</th><th rowspan=2>Grade</th><th colspan=2>Torque</th></tr>"
+        "<tr><th>Dry</th><th>Oiled</th></tr></thead><tbody>"
+        "<tr><td rowspan=2>M8</td><td>8.8</td><td>25 Nm</td><td>22 Nm</td></tr>"
+        "<tr><td>10.9</td><td>36 Nm</td><td>32 Nm</td></tr>"
+        "<tr><td colspan=4>Frame bolts</td></tr>"
+        "<tr><td>M10</td><td>8.8</td><td>49 Nm</td><td>44 Nm</td></tr></tbody></table>",
+    )
+    assert (
+        "Housing bolts\n\n| Bolt | Grade | Torque Dry | Torque Oiled |\n|---|---|---|---|\n"
+        "| M8 | 8.8 | 25 Nm | 22 Nm |\n| M8 | 10.9 | 36 Nm | 32 Nm |\n| Frame bolts |  |  |  |\n"
+        "| M10 | 8.8 | 49 Nm | 44 Nm |\n"
+    ) in text
+
+
+def test_a_table_without_header_cells_is_read_under_its_first_row(tmp_path: Path) -> None:
+    # With no <th>, trafilatura wrote no "|---|" row: no Markdown table, so no chunk of its later rows
+    # was read under its column names.
+    text = _page_with(
+        tmp_path,
+        "<table><tr><td>Seal</td><td>Material</td></tr><tr><td>Shaft seal</td><td>Viton</td></tr>"
+        "<tr><td>Casing gasket</td><td>EPDM</td></tr></table>",
+    )
+    assert "| Seal | Material |\n|---|---|\n| Shaft seal | Viton |\n| Casing gasket | EPDM |" in text
+
+
+def test_a_table_inside_a_cell_is_that_cells_text(tmp_path: Path) -> None:
+    # It was lifted out after its table ("| M10 |  | 44 Nm |", then a table of its own).
+    text = _page_with(
+        tmp_path,
+        "<table><tr><th>Bolt</th><th>Dry</th><th>Oiled</th></tr><tr><td>M6</td><td>10 Nm</td>"
+        "<td>9 Nm</td></tr><tr><td>M8</td><td>25 Nm</td><td>22 Nm</td></tr><tr><td>M10</td><td><table>"
+        "<tr><td>49 Nm</td><td>new</td></tr><tr><td>46 Nm</td><td>reused</td></tr>"
+        "</table></td><td>44 Nm</td></tr></table>",
+    )
+    assert "| M10 | 49 Nm new; 46 Nm reused | 44 Nm |\n\nCheck them yearly." in text
+
+
+def test_a_table_naming_each_row_in_a_header_cell_is_a_line_per_row(tmp_path: Path) -> None:
+    # Its first row was taken for the header row: "Version" named the column of "License".
+    text = _page_with(
+        tmp_path,
+        "<table><tr><th>Version</th><td>2.1</td></tr><tr><th>License</th><td>MIT</td></tr>"
+        "<tr><th>Python</th><td>3.11, 3.12</td></tr></table>",
+    )
+    assert "Version: 2.1\n\nLicense: MIT\n\nPython: 3.11, 3.12\n\nCheck them yearly." in text

@@ -10,12 +10,13 @@ import contextlib
 import functools
 import logging
 from configparser import ConfigParser
+from copy import deepcopy
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from citeline.errors import LoadError
-from citeline.load.text import markdown_page
+from citeline.load.text import TableCell, TableRow, markdown_page, table_grid
 from citeline.load.url import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, fetch
 from citeline.types import LoadedSource, SourceMetadata
 
@@ -58,6 +59,7 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
     _join_broken_lines(tree)
     _unwrap_layout_tables(tree)
     _lists_in_cells_as_text(tree)
+    _tables_as_grids(tree)
     _frame_the_body(tree)
     title = " ".join((tree.findtext(".//title") or "").split())
     document = trafilatura.extract_metadata(tree)
@@ -208,6 +210,132 @@ def _within_a_list(element: Any, cell: Any) -> bool:
         if ancestor.tag in ("ul", "ol"):
             return True
     return False
+
+
+#: Elements whose text runs on with the text around them; any other element parts its text from it.
+_INLINE = frozenset(
+    (
+        *("a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "del", "dfn", "em", "font", "i", "ins"),
+        *("kbd", "mark", "q", "s", "samp", "small", "span", "strike", "strong", "sub", "sup", "time", "tt"),
+        *("u", "var", "wbr"),
+    )
+)
+
+
+def _tables_as_grids(tree: Any) -> None:
+    """Set each table of data in ``tree`` out as its reader sees it, in place, before trafilatura renders
+    it as a Markdown table (whose first row it takes for the header row).
+
+    trafilatura read a table's first row alone as its header (a second header row, "Dry | Oiled" under
+    "Torque", became a row of values), wrote a table without ``<th>`` cells with no header row at all
+    (so it was no Markdown table), did not fill a cell spanning rows into the rows below (their values
+    slid one column left, under the wrong names) and lifted a table inside a cell out after its table
+    (leaving the cell empty). Now the columns are named as :class:`~citeline.load.text.TableGrid` names
+    them, in one ``<th>`` row; a cell spanning rows is copied into each; a table inside a cell is that
+    cell's text (its rows parted by "; "); a table whose rows each open with a ``<th>`` and that has no
+    header row is a paragraph per row ("Version: 2.1"), as in Markdown files. A table of one row is
+    left as it is. A caption is a paragraph above its table.
+    """
+    for table in reversed(list(tree.iter("table"))):  # a table inside a cell first: the cell's text then
+        if _table_of(table) is not None:
+            rows = [[_text_of(cell) for cell in _cells(row)] for row in _rows(table)]
+            text = "; ".join(" ".join(filter(None, row)) for row in rows if any(row))
+            _replace(table, _element(table, "span", f" {text} "))
+    for table in list(tree.iter("table")):
+        _set_out(table)
+
+
+def _set_out(table: Any) -> None:
+    for caption in [child for child in table if child.tag == "caption"]:
+        # trafilatura wrote it as a header row of its own, over the real one and its own "|---|" row.
+        table.remove(caption)
+        table.addprevious(_element(table, "p", _text_of(caption)))
+    rows = _rows(table)
+    grid = table_grid(
+        [
+            TableRow(
+                row.getparent().tag == "thead",
+                [
+                    TableCell(
+                        _text_of(cell), cell.tag == "th", _span(cell, "colspan"), _span(cell, "rowspan")
+                    )
+                    for cell in _cells(row)
+                ],
+            )
+            for row in rows
+        ]
+    )
+    if len(grid.rows) < 2:
+        return
+    if grid.header_rows == 0 and grid.row_names:
+        block = _element(table, "div", "")
+        for line in grid.rows:
+            names = [grid.text(placed) for placed in line]
+            block.append(
+                _element(table, "p", f"{names[0]}: {'; '.join(filter(None, names[1:]))}".strip(": "))
+            )
+        _replace(table, block)
+        return
+    header = max(grid.header_rows, 1)
+    for number, line in zip(grid.sources[header:], grid.rows[header:], strict=True):
+        row, own = rows[number], _cells(rows[number])
+        cells = []
+        for placed in line:
+            if placed.row == number and not placed.beside:
+                cells.append(own[placed.cell])
+            elif placed.row != number and not placed.beside:
+                copy = deepcopy(_cells(rows[placed.row])[placed.cell])
+                copy.tail = None
+                cells.append(copy)
+        for cell in own:
+            row.remove(cell)
+        row.extend(cells)
+    names = _element(table, "tr", "")
+    for name in grid.names():
+        names.append(_element(table, "th", name))
+    first = rows[grid.sources[0]]
+    first.getparent().insert(first.getparent().index(first), names)
+    for number in grid.sources[:header]:
+        rows[number].getparent().remove(rows[number])
+    for cell in table.iter("td", "th"):
+        cell.attrib.pop("rowspan", None)
+
+
+def _rows(table: Any) -> list[Any]:
+    """The rows of ``table``, not those of a table inside it."""
+    return [row for row in table.iter("tr") if _table_of(row) is table]
+
+
+def _cells(row: Any) -> list[Any]:
+    return [cell for cell in row if cell.tag in ("td", "th")]
+
+
+def _span(cell: Any, name: str) -> int:
+    value = (cell.get(name) or "").strip()
+    return int(value) if value.isdigit() else 1
+
+
+def _text_of(element: Any) -> str:
+    """The text of ``element`` on one line: the text of elements of its own (paragraphs, lines broken
+    by ``<br>``, list items) parted by a space, not run together as ``text_content()`` does."""
+    parts = [element.text or ""]
+    for child in element:
+        if isinstance(child.tag, str):  # not a comment
+            gap = "" if child.tag in _INLINE else " "
+            parts.extend((gap, _text_of(child), gap))
+        parts.append(child.tail or "")
+    return " ".join("".join(parts).split())
+
+
+def _element(near: Any, tag: str, text: str) -> Any:
+    element = near.makeelement(tag, {})
+    element.text = text
+    return element
+
+
+def _replace(old: Any, new: Any) -> None:
+    new.tail = old.tail
+    old.getparent().replace(old, new)
 
 
 # The frames trafilatura's extractor reads a page's main text in: its BODY_XPATH (trafilatura 2.3),

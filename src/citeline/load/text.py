@@ -481,23 +481,105 @@ def _tables_set_aside(block: str, tables: list[str]) -> str:
     return "".join(parts) + block[done:]
 
 
-class _Cell(NamedTuple):
+class TableCell(NamedTuple):
     """A cell of an HTML table: its text, whether it is a ``<th>``, and the columns and rows it spans."""
 
     text: str
     header: bool
-    columns: int
-    rows: int
+    columns: int = 1
+    rows: int = 1
 
 
-class _Row(NamedTuple):
-    head: bool  # in the table's <thead>
-    cells: list[_Cell]
+class TableRow(NamedTuple):
+    """A row of an HTML table: whether it is in the table's ``<thead>``, and its cells."""
+
+    head: bool
+    cells: list[TableCell]
+
+
+class Placed(NamedTuple):
+    """The cell filling one column of a row of a :class:`TableGrid`: ``cells[row].cells[cell]``;
+    ``beside`` when it is there as the second or a later column of a cell spanning columns."""
+
+    row: int
+    cell: int
+    beside: bool
+
+
+class TableGrid(NamedTuple):
+    """Where each cell of an HTML table stands: ``rows`` by column, cells spanning rows and columns
+    placed in each they span, rows with no text (spacers) left out."""
+
+    cells: list[TableRow]
+    rows: list[list[Placed]]
+    #: The row of ``cells`` each of ``rows`` is.
+    sources: list[int]
+    #: How many leading rows name the columns: the ``<thead>`` rows, else the leading rows of ``<th>``
+    #: cells alone; 0 when none does.
+    header_rows: int
+    #: Whether each row opens with a ``<th>`` naming the row (with no header row: "Version | 2.1").
+    row_names: bool
+
+    def text(self, placed: Placed) -> str:
+        """The text ``placed`` stands for: a header cell's in each column it spans, a data cell's in its
+        first (a row "Group A" across the table names no column twice); a cell spanning rows is
+        written in each row, which is read alone."""
+        cell = self.cells[placed.row].cells[placed.cell]
+        return cell.text if cell.header or not placed.beside else ""
+
+    def names(self) -> list[str]:
+        """The column names: the header rows' texts down each column (two rows' joined: "Torque Dry"),
+        else the first row's."""
+        header = self.rows[: max(self.header_rows, 1)]
+        width = max(len(row) for row in self.rows)
+        return [
+            " ".join(
+                dict.fromkeys(t for row in header if column < len(row) and (t := self.text(row[column])))
+            )
+            for column in range(width)
+        ]
 
 
 # Past this a colspan is a mistake or a trick ("colspan=1000" to fill a row): it spans the columns
 # there are, not a thousand empty ones.
-_MAX_COLSPAN = 50
+MAX_COLSPAN = 50
+
+
+def table_grid(rows: list[TableRow]) -> TableGrid:
+    """Lay the cells of ``rows`` out in a grid, as a browser does (see :class:`TableGrid`)."""
+    grid: list[list[Placed]] = []
+    sources: list[int] = []
+    header_rows = 0
+    row_names = bool(rows)
+    spanned: dict[int, tuple[Placed, int]] = {}  # column -> the cell above spanning it, rows left
+    for number, row in enumerate(rows):
+        line: list[Placed] = []
+        for index in [*range(len(row.cells)), None]:
+            while len(line) in spanned:
+                placed, left = spanned.pop(len(line))
+                if left > 1:
+                    spanned[len(line)] = (placed, left - 1)
+                line.append(placed)
+            if index is None:
+                break
+            cell = row.cells[index]
+            for column in range(min(max(cell.columns, 1), MAX_COLSPAN)):
+                placed = Placed(number, index, column > 0)
+                if cell.rows > 1:
+                    spanned[len(line)] = (placed, cell.rows - 1)
+                line.append(placed)
+        if not any(rows[p.row].cells[p.cell].text for p in line):
+            continue  # a spacer row
+        if len(grid) == header_rows and (row.head or all(cell.header for cell in row.cells)):
+            header_rows += 1
+        row_names = row_names and bool(row.cells) and row.cells[0].header
+        grid.append(line)
+        sources.append(number)
+    if header_rows == len(grid) > 1:
+        header_rows -= 1  # a table of <th> alone: its last row holds values
+    return TableGrid(rows, grid, sources, header_rows, row_names)
+
+
 _SPAN = re.compile(r"\b(colspan|rowspan)\s*=\s*[\"']?\s*([0-9]+)", re.IGNORECASE)
 # Items in a cell (list items, a nested table's rows) are parted by "; ", as HTML pages' cells are.
 _ITEM = "\x00\x05"
@@ -507,60 +589,26 @@ def _markdown_table(table: str) -> str:
     """An HTML ``<table>`` as a Markdown (GFM) table, so it is read as one: a header row, the
     ``| --- |`` delimiter row, then one line per row, its cells' text on one line, pipes escaped.
 
-    The header row is the table's ``<thead>`` rows, else its leading rows of ``<th>`` cells alone (names
-    down two such rows joined: "Torque Dry"), else its first row. A cell spanning columns fills them: a
-    header cell with its name in each, a data cell with its text in the first (a row "Group A" across
-    the table names no column twice); a cell spanning rows is written in each row, which is read alone.
-    A table of one row (logos side by side, a callout) has no rows of data: its cells are one line. A
-    table whose rows each open with a ``<th>`` and have no header row names its rows: one line each,
-    "Version: 2.1".
+    The header row is as :class:`TableGrid` names the columns, and its cells as it places them. A table
+    of one row (logos side by side, a callout) has no rows of data: its cells are one line. A table whose
+    rows each open with a ``<th>`` and have no header row names its rows: one line each, "Version: 2.1".
     """
     caption, rows = _read_table(table)
-    grid: list[list[str]] = []
-    header_rows = 0
-    row_names = bool(rows)
-    spanned: dict[int, tuple[str, int]] = {}  # column -> text and the rows below it still spans
-    for row in rows:
-        line: list[str] = []
-        for cell in [*row.cells, None]:
-            while len(line) in spanned:
-                text, left = spanned.pop(len(line))
-                if left > 1:
-                    spanned[len(line)] = (text, left - 1)
-                line.append(text)
-            if cell is None:
-                break
-            for column in range(cell.columns):
-                text = cell.text if column == 0 or cell.header else ""
-                if cell.rows > 1:
-                    spanned[len(line)] = (text, cell.rows - 1)
-                line.append(text)
-        if not any(line):
-            continue  # a spacer row
-        if len(grid) == header_rows and (row.head or all(cell.header for cell in row.cells)):
-            header_rows += 1
-        row_names = row_names and bool(row.cells) and row.cells[0].header
-        grid.append(line)
+    grid = table_grid(rows)
+    texts = [[grid.text(placed) for placed in row] for row in grid.rows]
     lines = [caption] if caption else []
-    if len(grid) < 2:
-        lines.extend(" ".join(text for text in line if text) for line in grid)
-    elif header_rows == 0 and row_names:
-        lines.extend(
-            f"{line[0]}: {'; '.join(text for text in line[1:] if text)}".strip(": ") for line in grid
-        )
+    if len(texts) < 2:
+        lines.extend(" ".join(text for text in row if text) for row in texts)
+    elif grid.header_rows == 0 and grid.row_names:
+        lines.extend(f"{row[0]}: {'; '.join(text for text in row[1:] if text)}".strip(": ") for row in texts)
     else:
-        header_rows = min(max(header_rows, 1), len(grid) - 1)
-        width = max(len(line) for line in grid)
-        grid = [line + [""] * (width - len(line)) for line in grid]
-        names = [
-            " ".join(dict.fromkeys(line[column] for line in grid[:header_rows] if line[column]))
-            for column in range(width)
-        ]
+        names = grid.names()
+        body = [row + [""] * (len(names) - len(row)) for row in texts[max(grid.header_rows, 1) :]]
         if caption:
             lines.append("")
         lines.append(_pipe_row(names))
-        lines.append(_pipe_row(["---"] * width))
-        lines.extend(_pipe_row(line) for line in grid[header_rows:])
+        lines.append(_pipe_row(["---"] * len(names)))
+        lines.extend(_pipe_row(row) for row in body)
     return "\n".join(lines)
 
 
@@ -568,11 +616,11 @@ def _pipe_row(cells: list[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
-def _read_table(table: str) -> tuple[str, list[_Row]]:
+def _read_table(table: str) -> tuple[str, list[TableRow]]:
     """The caption and rows of an HTML ``<table>``, read leniently as browsers do (a ``<td>`` or ``<tr>``
     may go unclosed). A table inside a cell is that cell's text: its rows parted by "; "."""
     caption: list[str] = []
-    rows: list[_Row] = []
+    rows: list[TableRow] = []
     text: list[str] | None = None  # where the text read goes: a cell's, the caption's, or nowhere
     cell: tuple[list[str], str] | None = None  # the cell being read: its text and opening tag
     depth = 0  # 1 in the table itself, more in a table inside one of its cells
@@ -584,11 +632,11 @@ def _read_table(table: str) -> tuple[str, list[_Row]]:
         if cell is not None:
             spans = {name.lower(): int(value) for name, value in _SPAN.findall(cell[1])}
             rows[-1].cells.append(
-                _Cell(
+                TableCell(
                     _cell_text(cell[0]),
                     cell[1][1:3].lower() == "th",
-                    min(max(spans.get("colspan", 1), 1), _MAX_COLSPAN),
-                    max(spans.get("rowspan", 1), 1),
+                    spans.get("colspan", 1),
+                    spans.get("rowspan", 1),
                 )
             )
         cell, text = None, None
@@ -614,12 +662,12 @@ def _read_table(table: str) -> tuple[str, list[_Row]]:
         elif name == "tr":
             end_cell()
             if not closing:
-                rows.append(_Row(head, []))
+                rows.append(TableRow(head, []))
         elif name in _CELL_TAGS:
             end_cell()
             if not closing:
                 if not rows:
-                    rows.append(_Row(head, []))
+                    rows.append(TableRow(head, []))
                 cell = ([], tag.group(0))
                 text = cell[0]
         elif name == "caption":
