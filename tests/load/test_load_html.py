@@ -560,3 +560,23 @@ def test_a_table_naming_each_row_in_a_header_cell_is_a_line_per_row(tmp_path: Pa
         "<tr><th>Python</th><td>3.11, 3.12</td></tr></table>",
     )
     assert "Version: 2.1\n\nLicense: MIT\n\nPython: 3.11, 3.12\n\nCheck them yearly." in text
+
+
+def test_a_data_sheet_of_small_tables_keeps_every_table(tmp_path: Path) -> None:
+    # A page holding more tables than paragraphs was handed to readability whenever that found any text
+    # (trafilatura's threshold is twice the minimum size citeline sets to 1), and readability dropped the
+    # first of two small tables.
+    path = tmp_path / "p100.html"
+    path.write_text(
+        "<html><head><title>P100 data sheet</title></head><body><nav><a href=/>Home</a> <a href=/pumps>"
+        "Pumps</a></nav><main><h1>P100 data sheet</h1><p>Values for the P100 centrifugal pumps.</p>"
+        "<h2>Torques</h2><table><tr><th>Bolt</th><th>Torque</th></tr><tr><td>M8</td><td>25 Nm</td></tr>"
+        "</table><h2>Seals</h2><table><tr><th>Seal</th><th>Material</th></tr><tr><td>Shaft seal</td>"
+        "<td>Viton</td></tr></table></main><footer>Copyright 2024 Acme Pumps</footer></body></html>",
+        encoding="utf-8",
+    )
+    [page] = load(path).pages
+    assert page.text == (
+        "# P100 data sheet\n\nValues for the P100 centrifugal pumps.\n\n## Torques\n\n| Bolt | Torque |\n"
+        "|---|---|\n| M8 | 25 Nm |\n\n## Seals\n\n| Seal | Material |\n|---|---|\n| Shaft seal | Viton |"
+    )

@@ -33,6 +33,25 @@ _MAIN_TEXT = "//text()[normalize-space() and not({})]".format(
 )
 
 
+#: The page's tables and paragraphs outside its boilerplate elements (XPath over the parsed tree).
+_MAIN_TABLES, _MAIN_PARAGRAPHS = (
+    "count(//{}[not({})])".format(tag, " or ".join(f"ancestor::{b}" for b in _BOILERPLATE))
+    for tag in ("table", "p")
+)
+
+
+def _mostly_tables(tree: Any) -> bool:
+    """Whether the page's main text holds more tables than paragraphs, as a data sheet does.
+
+    trafilatura compares its own extraction of such a page with readability's, and prefers
+    readability's once that is longer than twice MIN_EXTRACTED_SIZE: 500 characters by default, but
+    any text at all with the 1 of :func:`_config`. Readability drops small tables: a data sheet of a
+    heading, a paragraph and two tables under headings lost its first table. Such a page keeps
+    trafilatura's own extraction (``fast``: no comparison with other extractors).
+    """
+    return bool(tree.xpath(_MAIN_TABLES) > tree.xpath(_MAIN_PARAGRAPHS))
+
+
 @functools.cache
 def _config() -> ConfigParser:
     """trafilatura's settings, except that its own extraction is kept however short the page.
@@ -80,6 +99,7 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
         include_comments=False,
         include_tables=True,
         include_images=False,
+        fast=_mostly_tables(tree),
         config=_config(),
     )
     # Given a page with nothing but navigation, trafilatura's fallback extractors return the menu
