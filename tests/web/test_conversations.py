@@ -349,3 +349,36 @@ def test_deleting_a_conversation_stops_its_answer_on_its_way(site: Site, context
     page.wait_for_timeout(500)
     expect(page.locator("#chat-status")).to_be_hidden()
     assert [url for url in failed if url.endswith("/chat/stream")], failed
+
+
+def test_a_reload_gives_back_a_question_left_on_its_way_in_another_conversation_when_it_is_opened(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.key)
+    ask(page, QUESTION)
+    first = page.evaluate("sessionStorage.getItem('citeline.conversation')")
+    question = page.get_by_label("Question")
+    held: list[Route] = []
+    page.route("**/chat/stream", lambda route: held.append(route))
+    question.fill(FOLLOW_UP)
+    page.get_by_role("button", name="Ask").click()
+    while not held:
+        page.wait_for_timeout(50)
+    page.get_by_role("button", name="New conversation").click()
+    # The reload stops the follow-up's answer (the server stores no turn it did not finish).
+    page.reload()
+    page.unroute("**/chat/stream")
+    expect(page.locator(f'#conversation-list li[data-id="{first}"]')).to_have_count(1)
+    expect(question).to_have_value("")  # not given back here, where Ask would ask it
+    page.locator(f'#conversation-list li[data-id="{first}"] button.continue').click()
+    expect(page.locator(".message.user")).to_have_text([f"You{QUESTION}", f"You{FOLLOW_UP}"])
+    expect(page.locator(".message.assistant").last.locator(".error")).to_have_text(
+        "Not answered: the page was reloaded before its answer was complete. Ask it again."
+    )
+    expect(question).to_have_value(FOLLOW_UP)
+    # Asked again, it is answered in its own conversation.
+    with page.expect_request("**/chat/stream") as asked:
+        page.get_by_role("button", name="Ask").click()
+    assert json.loads(asked.value.post_data or "{}")["conversation_id"] == first
+    expect(page.locator(".message.assistant").last).not_to_have_attribute("aria-busy", "true", timeout=60_000)

@@ -28,6 +28,9 @@ const CONVERSATION_STORAGE = "citeline.conversation";
 const SCOPE_STORAGE = "citeline.scope";
 // The question on its way, until its answer ends on this page: a reload mid-answer gives it back.
 const ASKING_STORAGE = "citeline.asking";
+// The questions on their way in conversations left for another ({id: {question, turn, before}}): a
+// reload stops their answers, and the question is given back when its conversation is opened again.
+const LEFT_STORAGE = "citeline.asking.left";
 // How many conversations the list shows, most recent first. The API's default (50) left a key's
 // older conversations out of reach without a word.
 const CONVERSATIONS_LISTED = 200;
@@ -314,9 +317,20 @@ function askOnScreen() {
   return null;
 }
 
+/** Keep the questions on their way in conversations other than the one on screen, for a reload. */
+function keepLeft() {
+  const left = {};
+  for (const { asked, screen, question, turn, before } of state.asks) {
+    if (asked && screen !== state.screen) left[asked] = { question, turn, before };
+  }
+  if (Object.keys(left).length) sessionStorage.setItem(LEFT_STORAGE, JSON.stringify(left));
+  else sessionStorage.removeItem(LEFT_STORAGE);
+}
+
 /** Draw `asking`'s question and its answer so far into the conversation on screen, and follow it. */
 function drawAsk(asking) {
   asking.screen = state.screen;
+  keepLeft();
   for (const [number, citation] of asking.citations) {
     if (!state.citations.has(number)) state.citations.set(number, citation);
   }
@@ -365,6 +379,7 @@ async function ask(question) {
       if (name === "start") {
         asking.asked = data.conversation_id;
         asking.turn = data.turn;
+        keepLeft();
       } else if (name === "rewrite" && data.rewritten) {
         asking.searched = data.query;
       } else if (name === "evidence") {
@@ -435,6 +450,7 @@ async function ask(question) {
     if (onScreen()) say(status, "");
   } finally {
     state.asks.delete(asking);
+    keepLeft();
     asking.message.removeAttribute("aria-busy");
     if (onScreen()) {
       sessionStorage.removeItem(ASKING_STORAGE);
@@ -640,6 +656,7 @@ function newConversation({ keepQuestion = false } = {}) {
   for (const asking of state.asks) {
     if (!keepQuestion && $("question").value.trim() === asking.question) $("question").value = "";
   }
+  keepLeft();
   setBusy(false);
   say($("chat-status"), ""); // "Searching the documents…" was the conversation left's
   setConversation(null);
@@ -788,6 +805,7 @@ function forgetShown() {
   state.documents.clear();
   state.currentDocuments.clear();
   state.unanswered.clear();
+  sessionStorage.removeItem(LEFT_STORAGE);
   say($("chat-status"), "");
 }
 
@@ -818,6 +836,17 @@ function start(me) {
   // A reload mid-conversation reopens it, and gives back a question whose answer it cut short.
   const asking = sessionStorage.getItem(ASKING_STORAGE);
   sessionStorage.removeItem(ASKING_STORAGE);
+  let left = {};
+  try {
+    left = JSON.parse(sessionStorage.getItem(LEFT_STORAGE) ?? "{}") ?? {};
+  } catch {
+    // Not this page's writing: nothing to give back.
+  }
+  sessionStorage.removeItem(LEFT_STORAGE);
+  for (const [id, { question, turn, before }] of Object.entries(left)) {
+    const failed = "Not answered: the page was reloaded before its answer was complete. Ask it again.";
+    state.unanswered.set(id, { question, turn, before, text: "", failed });
+  }
   const open = sessionStorage.getItem(CONVERSATION_STORAGE);
   const opened = open ? openConversation(open, { quiet: true }) : Promise.resolve(undefined);
   if (asking) opened.then((conversation) => giveBackUnanswered(asking, conversation));
