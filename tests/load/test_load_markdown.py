@@ -436,3 +436,21 @@ def test_a_table_in_markdown_is_read_under_its_header_row_once_ingested(cl: Cite
     hit = next(h for h in hits if "Bearing temperature" in h.text)
     assert "| 40005 | Bearing temperature |" in hit.text
     assert hit.context == "| Register | Name | Unit | Access |" and hit.section == "Registers"
+
+
+def test_entity_references_are_the_characters_a_reader_sees_outside_code(tmp_path: Path) -> None:
+    # "&amp;" was indexed and quoted as written, and titled the document: "Pumps &amp; valves".
+    text = (
+        "# Pumps &amp; valves\n\n"
+        '<p align="center">Fast&nbsp;&amp;&nbsp;quiet &#8211; <b>P100</b></p>\n\n'
+        "Rated &lt; 6 bar &copy; Acme, see `a &amp; b` and https://x.test/?a=1&copy=2.\n\n"
+        "| Part | Note |\n| --- | --- |\n| M8 | &gt; 25 Nm &#124; dry |\n\n"
+        "```\nx = 1 &amp; 2\n```\n"
+    )
+    source = load(_write(tmp_path, text))
+    assert source.title == "Pumps & valves"
+    assert next(source.pages).text == (
+        "# Pumps & valves\n\nFast\u00a0&\u00a0quiet \u2013 P100\n\n"
+        "Rated < 6 bar \u00a9 Acme, see `a &amp; b` and https://x.test/?a=1&copy=2.\n\n"
+        "| Part | Note |\n| --- | --- |\n| M8 | > 25 Nm \\| dry |\n\n```\nx = 1 &amp; 2\n```"
+    )

@@ -347,13 +347,14 @@ _BREAK, _SPACE, _NOTHING = "\x00\x01", "\x00\x02", "\x00\x03"
 def without_html(text: str) -> str:
     """Markdown ``text`` as a reader of it rendered sees it: HTML comments (``<!-- ... -->``) left out,
     an HTML heading (``<h2>Usage</h2>``) written as a Markdown one, an HTML table as a Markdown one (see
-    :func:`_markdown_table`), and the tags of other HTML elements left out, their text kept. Code
-    (fenced, indented, or a span in backticks) is the code's own and stays as written.
+    :func:`_markdown_table`), the tags of other HTML elements left out, their text kept, and entity
+    references (``&amp;``) decoded. Code (fenced, indented, or a span in backticks) is the code's own and
+    stays as written.
 
     A README opening with a centred logo, an HTML ``<h1>`` and badges otherwise gives a first chunk of
     image addresses and links, quoted as evidence, and no title.
     """
-    if "<" not in text:
+    if "<" not in text and "&" not in text:
         return text
     if "<!--" in text:
         # Comments first, over all but fenced code: one may hold blank and indented lines.
@@ -397,19 +398,47 @@ def _outside_code(text: str, render: Callable[[str], str], *, indented: bool) ->
 
 
 def _rendered(prose: str) -> str:
-    """Markdown ``prose`` (no code blocks) with its HTML blocks read as text; see :func:`without_html`."""
+    """Markdown ``prose`` (no code blocks) with its HTML blocks read as text and its entity references
+    decoded; see :func:`without_html`."""
     lines = prose.split("\n")
     out: list[str] = []
+    plain: list[str] = []  # the lines since the last HTML block, decoded together: a code span may span them
     at = 0
     while at < len(lines):
         if _starts_html_block(lines[at]):
+            out.extend(_entities_decoded("\n".join(plain)).split("\n") if plain else [])
+            plain = []
             end = _html_block_end(lines, at)
             out.extend(_block_text("\n".join(lines[at:end])).split("\n"))
             at = end
         else:
-            out.append(lines[at])
+            plain.append(lines[at])
             at += 1
+    out.extend(_entities_decoded("\n".join(plain)).split("\n") if plain else [])
     return "\n".join(out)
+
+
+# An entity or character reference as CommonMark reads one, its semicolon required ("?a=1&copy=2" in a
+# link is no "©"), or a code span, matched first to be kept as written.
+_REFERENCE = re.compile(
+    r"(`+)(?:(?!\n[ \t]*\n).)+?\1|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});",
+    re.DOTALL,
+)
+
+
+def _entities_decoded(text: str) -> str:
+    """``text`` with its entity and character references (``&amp;``, ``&nbsp;``, ``&#169;``) written as
+    the characters a reader sees, outside code spans."""
+    return _REFERENCE.sub(_reference_text, text) if "&" in text else text
+
+
+def _reference_text(reference: re.Match[str]) -> str:
+    if reference.group(1):  # a code span
+        return reference.group(0)
+    character = html.unescape(reference.group(0))
+    # A line break so written is no line break of the Markdown (it would end a row or a paragraph), and a
+    # pipe no cell's end.
+    return " " if character in ("\n", "\r") else "\\|" if character == "|" else character
 
 
 def _html_block_end(lines: list[str], start: int) -> int:
@@ -452,7 +481,7 @@ def _block_text(block: str) -> str:
     for line in _TAG.sub(_tag_text, _HTML_HEADING.sub(_heading_line, block)).split("\n"):
         # What tags left of a line: the text between them, spaced once; a line of tags alone is blank.
         lines.append(_text_left(line) if "\x00" in line else line)
-    text = "\n".join(lines)
+    text = _entities_decoded("\n".join(lines))
     # Blank lines around each table, so no line of text around it is read as one of its rows.
     return _TABLE_MARK.sub(lambda mark: f"\n{tables[int(mark.group(1))]}\n", text) if tables else text
 
