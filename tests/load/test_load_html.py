@@ -580,3 +580,26 @@ def test_a_data_sheet_of_small_tables_keeps_every_table(tmp_path: Path) -> None:
         "# P100 data sheet\n\nValues for the P100 centrifugal pumps.\n\n## Torques\n\n| Bolt | Torque |\n"
         "|---|---|\n| M8 | 25 Nm |\n\n## Seals\n\n| Seal | Material |\n|---|---|\n| Shaft seal | Viton |"
     )
+
+
+def test_a_glossary_keeps_each_term_with_its_definition(tmp_path: Path) -> None:
+    # Terms and definitions were items of one list ("- NPSH", "- Net positive suction head ..."): a
+    # chunk could end between a term and its definition, and nothing said which defined what.
+    path = tmp_path / "glossary.html"
+    path.write_text(
+        "<html><head><title>Glossary</title></head><body><main><h1>Glossary</h1><p>Terms of this manual.</p>"
+        "<dl><dt>NPSH</dt><dd><p>Net positive suction head.</p><p>Measured at the inlet flange.</p></dd>"
+        "<dt>BEP</dt><dt>Best point</dt><dd>Best efficiency point.</dd><dd>The <i>peak</i> of the curve</dd>"
+        "<dt>Head</dt><dd>Lift in metres</dd><dd>pressure over density</dd></dl>"
+        # An API reference's definitions hold lists of their own: left as it was.
+        "<h2>API</h2><dl><dt><code>prime(pump)</code></dt><dd><p>Prime the pump.</p><dl><dt>Parameters</dt>"
+        "<dd><ul><li>pump - the pump</li></ul></dd></dl></dd></dl></main></body></html>",
+        encoding="utf-8",
+    )
+    [page] = load(path).pages
+    assert page.text.startswith(
+        "# Glossary\n\nTerms of this manual.\n\n"
+        "- NPSH: Net positive suction head. Measured at the inlet flange.\n"
+        "- BEP, Best point: Best efficiency point. The peak of the curve\n"
+        "- Head: Lift in metres; pressure over density\n\n## API\n\n- `prime(pump)`\n- Prime the pump.\n"
+    )

@@ -78,6 +78,7 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
     _join_broken_lines(tree)
     _unwrap_layout_tables(tree)
     _lists_in_cells_as_text(tree)
+    _definitions_as_items(tree)
     _tables_as_grids(tree)
     _frame_the_body(tree)
     title = " ".join((tree.findtext(".//title") or "").split())
@@ -230,6 +231,37 @@ def _within_a_list(element: Any, cell: Any) -> bool:
         if ancestor.tag in ("ul", "ol"):
             return True
     return False
+
+
+def _definitions_as_items(tree: Any) -> None:
+    """Write each definition list of ``tree`` whose definitions are text (a glossary) as a list of
+    "term: definition" items, in place.
+
+    trafilatura wrote its terms and definitions as items of one list ("- NPSH", "- Net positive suction
+    head ..."): a chunk could end between a term and its definition, and nothing said which defined
+    what. Terms given together ("<dt>BEP</dt><dt>Best point</dt>") are parted by commas, definitions of
+    one term by "; " (by a space after a full stop). A list whose definitions hold lists, tables, code
+    or lists of their own (API references) is left as it is.
+    """
+    for found in list(tree.iter("dl")):
+        parts = [part for part in found.iter("dt", "dd") if next(part.iterancestors("dl"), None) is found]
+        if not parts or any(part.xpath(".//ul|.//ol|.//dl|.//table|.//pre") for part in parts):
+            continue
+        groups: list[tuple[list[str], list[str]]] = []
+        for part in parts:
+            text = _text_of(part)
+            if not text:
+                continue
+            if not groups or (part.tag == "dt" and groups[-1][1]):
+                groups.append(([], []))
+            groups[-1][0 if part.tag == "dt" else 1].append(text)
+        items = _element(found, "ul", "")
+        for terms, definitions in groups:
+            said = definitions[0] if definitions else ""
+            for definition in definitions[1:]:
+                said += (" " if said[-1] in ".!?" else "; ") + definition
+            items.append(_element(found, "li", ": ".join(filter(None, (", ".join(terms), said)))))
+        _replace(found, items)
 
 
 #: Elements whose text runs on with the text around them; any other element parts its text from it.
