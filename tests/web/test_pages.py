@@ -700,3 +700,58 @@ def test_the_citations_heading_and_close_stay_in_view_with_the_page_open(
     # the way to close it stay on screen with it.
     expect(page.locator("#citation-title")).to_be_in_viewport(ratio=1)
     expect(page.get_by_role("button", name="Close the citation")).to_be_in_viewport(ratio=1)
+
+
+def test_an_answer_cut_off_keeps_opening_its_own_passages_after_the_next_answer_reuses_its_numbers(
+    site: Site, context: BrowserContext
+) -> None:
+    # A passage as the server sends it the first time a conversation cites it (asked over the API).
+    with (
+        site.server.client(site.admin) as api,
+        api.stream(
+            "POST", "/chat/stream", json={"question": "When is the Globex boiler serviced?"}
+        ) as response,
+    ):
+        events = [
+            json.loads(block.split("data:", 1)[1])
+            for block in response.read().decode().replace("\r\n", "\n").split("\n\n")
+            if block.startswith("event: citation")
+        ]
+    boiler = next(e["passage"] for e in events if e["passage"]["document_name"] == "globex-boiler.md")
+
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.admin)
+    with page.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
+        ask(page, "At what water level does the sump pump alarm sound?")
+    first = completed_answer(streamed.value.text())
+    free = max(c["number"] for c in first["citations"]) + 1
+    # The next answer cites the boiler's passage as [free], and its connection is cut before it ends:
+    # the server stores no such turn.
+    cut = "".join(
+        f"event: {name}\ndata: {json.dumps(data)}\n\n"
+        for name, data in (
+            ("start", {"conversation_id": first["conversation_id"], "turn": 2}),
+            ("token", {"text": f"The Globex boiler is serviced in spring [{free}]."}),
+            ("citation", {"number": free, "stance": "supports", "passage": boiler}),
+        )
+    )
+    page.route(
+        "**/chat/stream",
+        lambda route: route.fulfill(status=200, content_type="text/event-stream", body=cut),
+    )
+    page.get_by_label("Question").fill("When is the Globex boiler serviced?")
+    page.get_by_role("button", name="Ask").click()
+    cut_off = page.locator(".message.assistant").nth(1)
+    expect(cut_off.locator(".error")).to_contain_text("The answer was cut off")
+    page.unroute("**/chat/stream")
+
+    # The next answer in the conversation gives [free] to a passage of another document.
+    with page.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
+        ask(page, QUESTION)
+    reused = [c for c in completed_answer(streamed.value.text())["citations"] if c["number"] == free]
+    assert reused and reused[0]["document_name"] != "globex-boiler.md", reused
+    panel = page.get_by_role("complementary", name="Citation")
+    cut_off.locator(f'.cite[data-number="{free}"]').click()
+    expect(panel.locator("dd").filter(has_text="globex-boiler.md")).to_have_count(1)
+    page.locator(".message.assistant").last.locator(f'.cite[data-number="{free}"]').first.click()
+    expect(panel.locator("dd").filter(has_text=reused[0]["document_name"])).to_have_count(1)

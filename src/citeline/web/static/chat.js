@@ -121,6 +121,10 @@ function unsupportedRanges(text, unsupported) {
   return ranges.sort((a, b) => a[0] - b[0]);
 }
 
+/**
+ * Citation `number` as a button opening the passage it stands for now. The button keeps that passage:
+ * an answer stopped or cut off was not stored, so the next answer may give its number to another one.
+ */
 function citationLink(number) {
   const citation = state.citations.get(number);
   const label = `[${number}]`;
@@ -134,7 +138,7 @@ function citationLink(number) {
         title: "No longer available",
         "aria-label": `Citation ${number}: no longer available`,
         dataset: { number: String(number) },
-        onclick: () => showCitation(number),
+        onclick: () => showCitation(citation),
       },
       label,
     );
@@ -150,7 +154,7 @@ function citationLink(number) {
         unsupported ? ", not supported by the passage" : ""
       }`,
       dataset: { number: String(number) },
-      onclick: () => showCitation(number),
+      onclick: () => showCitation(citation),
     },
     label,
   );
@@ -197,7 +201,8 @@ function renderAnswer(node, text, unsupported = []) {
  */
 function showChecked(message, body, answer) {
   for (const citation of answer.citations) {
-    state.citations.set(citation.number, { ...state.citations.get(citation.number), ...citation });
+    const known = state.citations.get(citation.number);
+    state.citations.set(citation.number, known?.chunk_id === citation.chunk_id ? { ...known, ...citation } : citation);
   }
   const unsupported = answer.unsupported ?? [];
   renderAnswer(body, answer.answer, unsupported);
@@ -392,11 +397,10 @@ async function ask(question) {
       } else if (name === "citation") {
         // The passage comes the first time the conversation cites it; the checked citation (excerpt,
         // support score) comes with `complete`.
-        const known = asking.citations.get(data.number);
-        if (data.passage || known) {
-          const citation = { ...known, ...data.passage, number: data.number, stance: data.stance };
-          asking.citations.set(data.number, citation);
-        }
+        // A passage sent is new to the conversation as stored: a number the page knew from an answer
+        // not stored (stopped, cut off) is another passage's now, and nothing of that one is kept.
+        const passage = data.passage ?? asking.citations.get(data.number);
+        if (passage) asking.citations.set(data.number, { ...passage, number: data.number, stance: data.stance });
       }
       if (!onScreen()) return;
       const { message, body, following } = asking;
@@ -513,9 +517,8 @@ function fact(term, value) {
   return [el("dt", {}, term), el("dd", {}, value)];
 }
 
-async function showCitation(number) {
-  const citation = state.citations.get(number);
-  if (!citation) return;
+async function showCitation(citation) {
+  const { number } = citation;
   state.current = citation;
   const panel = $("citation-panel");
   panel.hidden = false;
