@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from citeline.answer import CitationNumbering, Complete, Event, Token, answer_stream
 from citeline.answer.attribution import Attributor
 from citeline.answer.citations import CitationRewriter
@@ -122,13 +124,39 @@ def test_the_refusal_is_never_shown_nor_attributed_and_the_passages_answer_inste
     assert done.citations
 
 
-def test_a_refusal_in_other_words_falls_back_like_the_refusal(embedder: Embedder) -> None:
-    # What the packaged 0.5B model wrote, asked how to answer without a language model: the refusal
-    # bent around the subject, citing a passage that shares its words.
-    _, done = ask("The pump does not answer the question. [2]", embedder)
+@pytest.mark.parametrize(
+    "reply",
+    [
+        # What the packaged 0.5B model wrote, asked how to answer without a language model: the refusal
+        # bent around the subject, citing a passage that shares its words.
+        "The pump does not answer the question. [2]",
+        # The refusal in other words.
+        "The passages do not say how long priming takes. [1]",
+        "The sources provided do not mention the priming time. [1]",
+        "Priming time is not mentioned in the passages. [1]",
+        "There is no information on how long priming takes. [1]",
+    ],
+)
+def test_a_refusal_in_other_words_falls_back_like_the_refusal_and_is_never_shown(
+    embedder: Embedder, reply: str
+) -> None:
+    shown, done = ask(reply, embedder)
 
     assert done.fell_back and done.fallback_reason == "the model found no answer in the passages"
-    assert "does not answer" not in done.answer and done.citations
+    # Held back while it could still be a refusal: the stream shows only the answer that stands.
+    assert not done.stream_replaced and shown == done.answer
+    assert reply.split(" [")[0] not in shown and done.citations
+
+
+def test_an_answer_opening_with_a_negation_is_shown_once_its_sentence_is_not_a_refusal(
+    embedder: Embedder,
+) -> None:
+    shown, done = ask(
+        "Never run the pump dry. Fill the casing with clean water until it overflows.", embedder
+    )
+
+    assert not done.fell_back and shown == done.answer
+    assert done.answer.startswith("Never run the pump dry [")
 
 
 def test_an_answer_with_one_sentence_on_what_the_sources_leave_open_stands(embedder: Embedder) -> None:

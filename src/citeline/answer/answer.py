@@ -68,6 +68,7 @@ from citeline.answer.prompt import (
     build_prompt,
     check_request,
     declines,
+    may_decline,
     select_passages,
 )
 from citeline.answer.relevance import answerable
@@ -199,7 +200,13 @@ async def answer_stream(
         draft: _Draft | None = None
         if llm is not None:
             # Asked for findings, the model may restate the claim the verdict judged: not checked then.
-            draft = _Draft(prepared.prompt, working, cache, question=question if assessment is None else None)
+            draft = _Draft(
+                prepared.prompt,
+                working,
+                cache,
+                question=question if assessment is None else None,
+                asked=model_question or question,
+            )
             async for text in draft.generate(llm, options):
                 first_token = first_token if first_token is not None else clock.ms()
                 yield Token(text)
@@ -405,10 +412,17 @@ class _Draft:
     """
 
     def __init__(
-        self, prompt: Prompt, working: CitationNumbering, cache: VectorCache, *, question: str | None = None
+        self,
+        prompt: Prompt,
+        working: CitationNumbering,
+        cache: VectorCache,
+        *,
+        question: str | None = None,
+        asked: str = "",
     ) -> None:
         self.prompt = prompt
         self.question = question
+        self.asked = asked
         self.numbering = working
         self.rewriter = CitationRewriter(prompt.passages, self.numbering)
         self.attributor = Attributor(
@@ -422,8 +436,8 @@ class _Draft:
     async def generate(self, llm: LLM, options: GenerationOptions) -> AsyncGenerator[str, None]:
         """The text to show, piece by piece; a failed generation is recorded in ``error``, not raised.
 
-        A reply that may still turn out to be the refusal is held back: it is replaced by the
-        extractive answer, so it is never shown.
+        A reply that may still turn out to be the refusal, in its words or in others, is held back: it
+        is replaced by the extractive answer, so it is never shown (:meth:`_held`).
         """
         began = time.perf_counter()
         refusal = self.prompt.refusal
@@ -442,7 +456,7 @@ class _Draft:
                     if shown:
                         # Scoring an uncited sentence embeds it: off the event loop.
                         self.reply += await asyncio.to_thread(self.attributor.feed, shown)
-                    if len(self.reply) > self.sent and not _may_be(refusal, self.reply):
+                    if len(self.reply) > self.sent and not self._held():
                         yield self._unsent()
             rest = self.rewriter.finish()
             attributor = self.attributor
@@ -453,6 +467,14 @@ class _Draft:
             self.error = f"generation failed: {exc}"
         finally:
             self.generation_ms = (time.perf_counter() - began) * 1e3
+
+    def _held(self) -> bool:
+        """Whether the reply so far is held back: it may still be the refusal, word for word or in
+        other words ("The passages do not say ..."), and what is shown is never taken back for it."""
+        if _may_be(self.prompt.refusal, self.reply):
+            return True
+        # Once part of the reply is shown, it is no refusal: the rest streams.
+        return self.sent == 0 and may_decline(self.reply, self.prompt.refusal, self.asked)
 
     def _unsent(self) -> str:
         text, self.sent = self.reply[self.sent :], len(self.reply)

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from citeline.answer.llm import Message
-from citeline.answer.support import Span, normalise, sentence_spans, without_markers
+from citeline.answer.support import Span, content_terms, normalise, sentence_spans, without_markers
 from citeline.errors import InvalidRequestError
 from citeline.retrieve.search import Hit
 
@@ -38,10 +38,33 @@ every passage's header counts against the evidence budget."""
 REFUSAL = "The sources do not answer the question."
 """What the model is told to reply, exactly, when the evidence does not answer the question."""
 
+_SOURCES = r"(?:sources?|passages?|documents?|documentation|texts?|context|evidence|excerpts?)"
 _DECLINING = re.compile(
-    r"\b(?:(?:do|does|did|can|could)\s*(?:not|n't)|cannot)\s+answer\b|\bno answer\b", re.IGNORECASE
+    r"\b(?:(?:do|does|did|can|could)\s*(?:not|n't)|cannot)\s+answer\b|\bno answer\b"
+    # The refusal in other words: "The passages do not say ...", "... is not mentioned in the sources".
+    rf"|\b{_SOURCES}\s+(?:(?:provided|given|above|shown)\s+)?(?:do|does|did)\s*(?:not|n't)\s+"
+    r"(?:say|mention|state|specify|contain|include|provide|describe|give|cover|address|discuss|explain|tell)\b"
+    r"|\b(?:is|are|was|were)\s+not\s+(?:mentioned|stated|specified|given|described|discussed|covered|"
+    rf"explained)\s+in\s+(?:the\s+|any\s+(?:of\s+the\s+)?)?(?:(?:provided|given)\s+)?{_SOURCES}\b"
+    r"|\bthere\s+is\s+no\s+(?:information|mention)\b",
+    re.IGNORECASE,
 )
-"""A sentence saying that something does not answer (the question)."""
+"""A sentence saying that something does not answer (the question), or that the sources do not say."""
+
+# How a refusal in other words opens, before it says what it declines: the sources as its subject,
+# "There is no ...", "I cannot ...", or a word of negation.
+_DECLINING_OPENING = re.compile(
+    r"^\W*(?:(?:the|these|those|this|our)\s+)?(?:(?:given|provided|above|available|retrieved)\s+)?"
+    rf"(?:{_SOURCES}|information|manual|guide)\b|^\W*(?:there|no|none|nothing|neither|i|unfortunately|sorry)\b",
+    re.IGNORECASE,
+)
+_NEGATION = re.compile(
+    r"\b(?:not|no|cannot|never|nothing|none|neither|nor|unable)\b|n['\u2019]t\b", re.IGNORECASE
+)
+OPENING_WORDS = 4
+"""Words of a reply held back before its opening can be told from a refusal's: a subject of up to three
+words, then its verb ("Priming time is not mentioned ..."). Five or six tokens: at the default model's
+15 to 20 tokens/s, some 0.3 s more before the first word of an answer."""
 
 EVIDENCE_HEADING = "Source"
 """The word the evidence opens with ("Sources:"); small models echo it, then list the sources back."""
@@ -216,6 +239,33 @@ def declines(reply: str, refusal: str) -> bool:
         return True
     sentences = [text[start:end] for start, end in sentence_spans(text)] or [text]
     return all(_DECLINING.search(sentence) for sentence in sentences)
+
+
+def may_decline(reply: str, refusal: str, question: str) -> bool:
+    """Whether ``reply``, still being written, may yet turn out to be ``refusal`` in other words
+    (:func:`declines`), so that showing it could mean taking it back: every sentence finished so far
+    declines, and the unfinished one has fewer than :data:`OPENING_WORDS` words, opens as a refusal
+    does ("The passages ...", "There is no ..."), holds a negation, or is made of ``question``'s words
+    alone (a refusal bent around the question's subject: "The pump does not answer the question.").
+    Never, for a prompt that offers no refusal (``refusal`` empty).
+    """
+    text = without_markers(reply).strip()
+    if not refusal:
+        return False
+    spans = sentence_spans(text) or [(0, len(text))]
+    finished = text.endswith((".", "!", "?"))
+    if not all(_DECLINING.search(text[start:end]) for start, end in (spans if finished else spans[:-1])):
+        return False
+    if finished:
+        return True
+    # The last word may be cut short ("Priming is n"): judged once it is whole.
+    unfinished = text[spans[-1][0] :] if reply[-1:].isspace() else text[spans[-1][0] :].rpartition(" ")[0]
+    return (
+        len(unfinished.split()) < OPENING_WORDS
+        or _DECLINING_OPENING.search(unfinished) is not None
+        or _NEGATION.search(unfinished) is not None
+        or content_terms(unfinished) <= content_terms(question)
+    )
 
 
 def approx_tokens(text: str) -> int:
