@@ -463,3 +463,25 @@ def test_closing_the_page_while_files_are_being_uploaded_asks_first(
     # Nothing being sent, the page closes without asking.
     with page.expect_event("close", timeout=10_000):
         page.close(run_before_unload=True)
+
+
+def test_a_key_pasted_with_a_character_no_key_has_is_said_so(site: Site, context: BrowserContext) -> None:
+    page = context.new_page()
+    page.goto(site.server.url + "/admin")
+    checked = sent(page, "GET", "/keys/me")
+    key = page.get_by_label("API key", exact=True)
+    status = page.locator("#sign-in-status")
+    for pasted, named in (
+        (site.admin + "…", '"…"'),
+        (site.admin[:10] + "\u00a0" + site.admin[10:], "a space"),
+    ):
+        key.fill(pasted)
+        page.get_by_role("button", name="Sign in").click()
+        expect(status).to_have_text(
+            f"This key holds {named}, which no API key has: "
+            "paste the key as `citeline keys create` printed it."
+        )
+    assert not checked  # nothing was sent
+    key.fill(site.admin)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#documents tbody tr").filter(has_text="gauge.md")).to_have_count(1)

@@ -203,6 +203,13 @@ export function setUpSignIn(form, status, onSignedIn) {
     const button = form.querySelector('button[type="submit"]');
     if (button.disabled) return; // a key being checked: Enter pressed again sends nothing more
     if (!key) return say(status, "enter an API key", "error");
+    // A key goes in a header, which takes no other characters; pasted from a document, a key can carry
+    // a typographic one ("…", a non-breaking space) that no key has, and fetch would refuse the request.
+    const odd = key.match(/[^\x21-\x7e]/u);
+    if (odd) {
+      const shown = /\s/u.test(odd[0]) ? "a space" : `"${odd[0]}"`;
+      return say(status, `This key holds ${shown}, which no API key has: paste the key as \`citeline keys create\` printed it.`, "error");
+    }
     // Said at once: on a slow network the page would otherwise look as if the click did nothing.
     button.disabled = true;
     say(status, "Checking the key…");
