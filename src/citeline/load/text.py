@@ -401,6 +401,7 @@ def _rendered(prose: str) -> str:
     """Markdown ``prose`` (no code blocks) with its HTML blocks read as text and its entity references
     decoded; see :func:`without_html`."""
     lines = prose.split("\n")
+    table_ends = _table_ends(lines) if "<" in prose else {}
     out: list[str] = []
     plain: list[str] = []  # the lines since the last HTML block, decoded together: a code span may span them
     at = 0
@@ -408,7 +409,7 @@ def _rendered(prose: str) -> str:
         if _starts_html_block(lines[at]):
             out.extend(_entities_decoded("\n".join(plain)).split("\n") if plain else [])
             plain = []
-            end = _html_block_end(lines, at)
+            end = _html_block_end(lines, at, table_ends)
             out.extend(_block_text("\n".join(lines[at:end])).split("\n"))
             at = end
         else:
@@ -441,23 +442,46 @@ def _reference_text(reference: re.Match[str]) -> str:
     return " " if character in ("\n", "\r") else "\\|" if character == "|" else character
 
 
-def _html_block_end(lines: list[str], start: int) -> int:
+def _html_block_end(lines: list[str], start: int, table_ends: dict[int, int | None]) -> int:
     """Where the HTML block opening at ``lines[start]`` ends: at its first blank line, or, while a
-    ``<table>`` in it is open, at the first blank line after the table closes. A table written with blank
-    lines between its rows is one table to its reader (each of its lines opens an HTML block of its own,
-    and the browser reads them together); one never closed ends at the first blank line as any block."""
-    depth = 0
-    first_blank: int | None = None
+    ``<table>`` in it is open, at the first blank line after the table closes (``table_ends``: see
+    :func:`_table_ends`). A table written with blank lines between its rows is one table to its reader
+    (each of its lines opens an HTML block of its own, and the browser reads them together); one never
+    closed ends at the first blank line as any block."""
+    reach = start  # the last line a table opened in the block runs to
     for at in range(start, len(lines)):
-        if not lines[at].strip():
-            if depth <= 0:
-                return at
-            if first_blank is None:
-                first_blank = at
-        for tag in _TAG.finditer(lines[at]):
-            if not tag.group(1) and tag.group(3).lower() == "table":
-                depth += -1 if tag.group(2) else 1
-    return len(lines) if depth <= 0 or first_blank is None else first_blank
+        if at in table_ends:
+            end = table_ends[at]
+            if end is None:
+                return next((b for b in range(start, len(lines)) if not lines[b].strip()), len(lines))
+            reach = max(reach, end)
+        if at > reach and not lines[at].strip():
+            return at
+    return len(lines)
+
+
+def _table_ends(lines: list[str]) -> dict[int, int | None]:
+    """For each line of ``lines`` opening a ``<table>``, the last line closing a table it opens, or
+    ``None`` when one it opens is never closed. Found once for all the blocks of a text: looked for from
+    each block, a file of many tables never closed took minutes."""
+    ends: dict[int, int | None] = {}
+    opened: list[int] = []
+    for number, line in enumerate(lines):
+        if "table" not in line.lower():
+            continue
+        for tag in _TAG.finditer(line):
+            if tag.group(1) or tag.group(3).lower() != "table":
+                continue
+            if not tag.group(2):
+                opened.append(number)
+                ends.setdefault(number, number)
+            elif opened:
+                first = opened.pop()
+                end = ends[first]
+                ends[first] = None if end is None else max(end, number)
+    for number in opened:
+        ends[number] = None
+    return ends
 
 
 def _starts_html_block(line: str) -> bool:
