@@ -110,6 +110,7 @@ def test_a_passage_answering_under_a_condition_gets_neither_yes_nor_no(guide: Ci
         ("Is a superseded version searched?", "A superseded version is searched."),
         ("Can I use Chroma instead of pgvector?", "I can use Chroma instead of pgvector."),
         ("Is it safe to run the pump dry?", "It is safe to run the pump dry."),
+        ("Is it safe to run the pump dry or not?", "It is safe to run the pump dry."),
         ("Can elastic stop nuts be reused?", "Elastic stop nuts can be reused."),
         ("Has the version been superseded?", "The version has been superseded."),
         # No verb found after the subject: the auxiliary is left out, the rest read as a statement.

@@ -170,7 +170,8 @@ def claim_of(question: str) -> str | None:
 # A yes/no question put to the classifier as a statement (statement_of): "do" carries nothing the
 # statement needs; a pronoun subject ("Can I ...", "Is it safe to ...") or a participle ("Is a
 # superseded version searched?") shows where the subject ends, for the verb to go back in.
-_AUXILIARY = re.compile(r"^\s*(\w+)\s+(.+?)[\s?]*$", re.DOTALL)
+# "... or not?" asks the same: the statement leaves it out.
+_AUXILIARY = re.compile(r"^\s*(\w+)\s+(.+?)(?:,?\s+or\s+not)?[\s?]*$", re.DOTALL | re.IGNORECASE)
 _DO = frozenset({"do", "does", "did"})
 _SUBJECT_PRONOUNS = frozenset({"i", "you", "we", "they", "he", "she", "it", "there", "one"})
 _DETERMINERS = frozenset(
