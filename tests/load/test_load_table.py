@@ -92,3 +92,23 @@ def test_a_quote_doubled_inside_a_quoted_cell_is_one_quote(tmp_path: Path) -> No
         page.text
         == 'part: A1; description: Pipe, 3/4" steel; qty: 4\npart: A2; description: Hose, 1/2" rubber; qty: 2'
     )
+
+
+def test_a_quote_that_opens_no_quoted_cell_does_not_swallow_the_rows_after_it(tmp_path: Path) -> None:
+    # A TSV written without quoting ('"Unbalanced title', '5" pipe'): the first quote ran on to the end of
+    # the file, and rows 4 and 5 became part of row 3's title.
+    text = (
+        'id\ttitle\tyear\n1\t5" pipe fitting\t2001\n3\t"Unbalanced title\t2003\n'
+        "4\tNext title\t2004\n5\tLast\t2005\n"
+    )
+    source = load(_write(tmp_path, text, "titles.tsv"))
+    assert next(source.pages).text == (
+        'id: 1; title: 5" pipe fitting; year: 2001\nid: 3; title: "Unbalanced title; year: 2003\n'
+        "id: 4; title: Next title; year: 2004\nid: 5; title: Last; year: 2005"
+    )
+    assert source.metadata == {"rows": "4", "columns": "3"}
+    # A quoted cell over two lines is still one cell.
+    quoted = 'id\ttitle\tyear\n1\t"Two\nlines"\t2001\n2\tOne line\t2002\n'
+    assert next(load(_write(tmp_path, quoted, "quoted.tsv")).pages).text == (
+        "id: 1; title: Two lines; year: 2001\nid: 2; title: One line; year: 2002"
+    )

@@ -42,6 +42,21 @@ def _dialect(text: str, suffix: str) -> type[csv.Dialect]:
     return dialect
 
 
+def _rows(text: str, dialect: type[csv.Dialect], delimiter: str, *, quotes: bool) -> list[list[str]]:
+    """The rows of ``text`` that hold any text; with ``quotes`` false, a quote is a character as any."""
+    stream = io.StringIO(text, newline="")
+    if quotes:
+        reader = csv.reader(stream, dialect, delimiter=delimiter)
+    else:
+        reader = csv.reader(stream, dialect, delimiter=delimiter, quoting=csv.QUOTE_NONE)
+    return [row for row in reader if any(cell.strip() for cell in row)]
+
+
+def _fitting(rows: list[list[str]]) -> int:
+    """How many of ``rows`` have as many cells as the first (the header)."""
+    return sum(len(row) == len(rows[0]) for row in rows) if rows else 0
+
+
 def render_rows(header: list[str], rows: list[list[str]]) -> tuple[str, tuple[tuple[int, int], ...]]:
     """Render each row as ``name: value; other: value2`` on its own line.
 
@@ -82,15 +97,24 @@ def load_csv(path: Path) -> LoadedSource:
     source = str(path)
     text = read_text_file(path)
     separator = _SEPARATOR_LINE.match(text)
+    dialect: type[csv.Dialect]
+    if separator:
+        text, dialect, delimiter = text[separator.end() :], csv.excel, separator.group(2)
+    else:
+        dialect = _dialect(text, path.suffix.lower())
+        delimiter = dialect.delimiter
     try:
-        if separator:
-            stream = io.StringIO(text[separator.end() :], newline="")
-            rows = list(csv.reader(stream, csv.excel, delimiter=separator.group(2)))
-        else:
-            rows = list(csv.reader(io.StringIO(text, newline=""), _dialect(text, path.suffix.lower())))
+        rows = _rows(text, dialect, delimiter, quotes=True)
+        if any("\n" in cell or "\r" in cell for row in rows for cell in row):
+            # A cell over several lines is a quoted one, or a quote that opens no quoted cell (a TSV's
+            # '"unbalanced title', 5" pipe) and runs on to the next quote or the end of the file,
+            # taking the rows on its way into one cell. Then the rows read with quotes as plain
+            # characters fit the header better, and are those.
+            plain = _rows(text, dialect, delimiter, quotes=False)
+            if _fitting(plain) > _fitting(rows):
+                rows = plain
     except csv.Error as exc:
         raise LoadError(source, f"malformed CSV ({exc})") from exc
-    rows = [row for row in rows if any(cell.strip() for cell in row)]
     if not rows:
         raise LoadError(source, "empty file")
     body, records = render_rows(rows[0], rows[1:])
