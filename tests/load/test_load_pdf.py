@@ -639,11 +639,10 @@ def test_outline_bookmarks_become_sections_at_their_lines_on_the_pages_they_lead
     ]
 
 
-def test_a_pdf_without_an_outline_has_no_sections(tmp_path: Path, pdf_dir: Path) -> None:
+def test_a_pdf_without_an_outline_set_in_one_type_has_no_sections(tmp_path: Path) -> None:
     path = tmp_path / "manual.pdf"
     path.write_bytes(_pages_pdf(_MANUAL))
     assert _sections(path) == []
-    assert _sections(pdf_dir / "multicol_federal_register_2020-17221.pdf") == []
 
 
 def test_a_bookmark_matches_its_heading_whatever_its_case_punctuation_and_numbering(tmp_path: Path) -> None:
@@ -712,3 +711,112 @@ def test_outline_sections_keep_each_chunk_within_one_section(tmp_path: Path) -> 
         (2, "3 Maintenance", "3 Maintenance\nChange the seal every 2000 hours."),
         (3, "3.1 Torque values", "3.1 Torque values\nTighten the M10 bolts to 49 N m."),
     ]
+
+
+# -- sections from the type, in a PDF without an outline --------------------------------------------
+
+
+def _typeset_pdf(lines: list[str]) -> bytes:
+    """A one-page PDF of ``lines`` in 11-point Helvetica; a line written ``**so**`` is set in
+    Helvetica-Bold, ``//so//`` in Helvetica-Oblique, ``##so##`` in 16-point Helvetica-Bold."""
+    fonts = {"**": b"/F2 11", "//": b"/F3 11", "##": b"/F2 16"}
+    content = b"BT 50 750 Td 16 TL "
+    for line in lines:
+        font = fonts.get(line[:2], b"/F1 11")
+        text = line[2:-2] if line[:2] in fonts else line
+        content += b"%s Tf (%s) Tj T* " % (font, text.encode("latin-1"))
+    content += b"ET"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R /F2 6 0 R /F3 7 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica-Bold >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica-Oblique >>",
+    ]
+    return pdf_file(objects)
+
+
+_BODY = [
+    "The PX-200 pump moves up to 40 litres a minute against a head of 30 metres.",
+    "Its casing is cast iron and its impeller bronze; the seal is a carbon face seal.",
+    "Read every step of this manual before the pump is first started.",
+]
+
+
+def test_without_an_outline_headings_are_lines_set_in_bold_italics_or_larger_type(tmp_path: Path) -> None:
+    lines = [
+        "##PX-200 Pump Manual##",
+        *_BODY,
+        "**Installation**",
+        *_BODY,
+        "//Wiring the motor//",
+        *_BODY,
+        "**Torque values for the base bolts**",
+        "**and the flange bolts**",
+        *_BODY,
+    ]
+    path = tmp_path / "manual.pdf"
+    path.write_bytes(_typeset_pdf(lines))
+    assert _sections(path) == [
+        (1, "PX-200 Pump Manual", "PX-200 Pump Manual"),
+        (1, "Installation", "Installation"),
+        (1, "Wiring the motor", "Wiring the motor"),
+        # A heading wrapped onto two lines in one type is one heading.
+        (1, "Torque values for the base bolts and the flange bolts", "Torque values for the base bolts"),
+    ]
+
+
+def test_bold_sentences_captions_and_lines_mixing_types_are_not_headings(tmp_path: Path) -> None:
+    lines = [
+        *_BODY,
+        "**Never run the pump dry.**",
+        *_BODY,
+        "**Figure 3 The pump on its base**",
+        *_BODY,
+        "**12**",
+        *_BODY,
+    ]
+    path = tmp_path / "manual.pdf"
+    path.write_bytes(_typeset_pdf(lines))
+    assert _sections(path) == []
+
+
+def test_a_page_setting_apart_more_lines_than_headings_would_gets_none(tmp_path: Path) -> None:
+    # A table's bold cells, a list set in bold: sixteen lines set apart on one page are not sixteen sections.
+    lines = [line for n in range(16) for line in (f"**Step {n + 1} of the start-up**", _BODY[n % 3])]
+    path = tmp_path / "steps.pdf"
+    path.write_bytes(_typeset_pdf(lines))
+    assert _sections(path) == []
+
+
+def test_an_outline_when_there_is_one_decides_the_sections_not_the_type(tmp_path: Path) -> None:
+    lines = ["**Installation**", *_BODY, "**Wiring**", *_BODY]
+    path = tmp_path / "manual.pdf"
+    path.write_bytes(_with_outline(_typeset_pdf(lines), [("Wiring", 0, 0)]))
+    assert _sections(path) == [(1, "Wiring", "Wiring")]
+
+
+def test_real_documents_headings_are_read_from_their_type(pdf_dir: Path) -> None:
+    handbook = _sections(pdf_dir / "manual_faa_amt_handbook_sample.pdf")
+    # Set in italics at the body's size; the figure's bold labels, set smaller, are not headings.
+    assert [heading for _, heading, _ in handbook] == [
+        "Boots Self-Locking Nut",
+        "Stainless Steel Self-Locking Nut",
+        "Elastic Stop Nut",
+    ]
+    register = {
+        (page, heading)
+        for page, heading, _ in _sections(pdf_dir / "multicol_federal_register_2020-17221.pdf")
+    }
+    assert {
+        (1, "Background"),
+        (3, "Proposed Design Changes"),
+        (5, "Explanation of Change to the Applicability"),  # wrapped onto two lines of its column
+        (14, "(k) Horizontal Stabilizer Trim Wire Bundle Routing Change"),
+    } <= register
+    # Run-in headings, bold words opening a paragraph, are not sections of their own.
+    assert not any("FOR FURTHER INFORMATION" in heading for _, heading in register)
+    assert len(register) < 40
