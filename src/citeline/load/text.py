@@ -595,7 +595,7 @@ class TableGrid(NamedTuple):
 
 # Past this a colspan is a mistake or a trick ("colspan=1000" to fill a row): it spans the columns
 # there are, not a thousand empty ones.
-MAX_COLSPAN = 50
+_MAX_COLSPAN = 50
 
 
 def table_grid(rows: list[TableRow]) -> TableGrid:
@@ -616,7 +616,7 @@ def table_grid(rows: list[TableRow]) -> TableGrid:
             if index is None:
                 break
             cell = row.cells[index]
-            for column in range(min(max(cell.columns, 1), MAX_COLSPAN)):
+            for column in range(min(max(cell.columns, 1), _MAX_COLSPAN)):
                 placed = Placed(number, index, column > 0)
                 if cell.rows > 1:
                     spanned[len(line)] = (placed, cell.rows - 1)
