@@ -36,6 +36,10 @@ def test_a_streamed_answer_arrives_in_order_and_its_citations_resolve(server: Se
         "fell_back": False,
     }
     given = {p["chunk_id"]: p for p in evidence.data["passages"]}
+    for copy in (c for p in given.values() for c in p["also_in"]):  # other documents holding a passage
+        assert copy["download_url"] == (
+            f"/documents/{copy['document_id']}/file?version={copy['version']}#page={copy['page']}"
+        )
     streamed = ""
     for event in events:
         if event.name == "token":

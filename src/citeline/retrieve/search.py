@@ -98,6 +98,7 @@ class Copy:
     chunk_id: int
     document_id: uuid.UUID
     document_name: str
+    version: int
     page: int
 
 
@@ -652,7 +653,13 @@ def _read_hits(
             key = (row["text"], row["context"])
             if collapse and (first := first_of.get(key)) is not None:
                 copies.setdefault(first, []).append(
-                    Copy(row["chunk_id"], row["document_id"], row["document_name"], row["page"])
+                    Copy(
+                        chunk_id=row["chunk_id"],
+                        document_id=row["document_id"],
+                        document_name=row["document_name"],
+                        version=row["version"],
+                        page=row["page"],
+                    )
                 )
                 continue
             first_of[key] = len(hits)

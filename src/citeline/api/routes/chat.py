@@ -76,6 +76,8 @@ async def _begin(cl: Citeline, access: Access, slots: GenerationSlots, body: Cha
 def _with_link(data: dict[str, Any]) -> dict[str, Any]:
     # Pinned to the cited version: the link keeps opening what was cited after a re-ingest.
     data["download_url"] = file_url(data["document_id"], data.get("page"), data.get("version"))
+    for copy in data.get("also_in", ()):
+        copy["download_url"] = file_url(copy["document_id"], copy["page"], copy["version"])
     return data
 
 

@@ -106,6 +106,7 @@ def result(hit: Hit) -> dict[str, Any]:
                 "document_id": str(copy.document_id),
                 "document_name": copy.document_name,
                 "chunk_id": copy.chunk_id,
+                "version": copy.version,
                 "page": copy.page,
                 "url": file_url(copy.document_id, copy.page),
             }
