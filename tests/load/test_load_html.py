@@ -603,3 +603,21 @@ def test_a_glossary_keeps_each_term_with_its_definition(tmp_path: Path) -> None:
         "- BEP, Best point: Best efficiency point. The peak of the curve\n"
         "- Head: Lift in metres; pressure over density\n\n## API\n\n- `prime(pump)`\n- Prime the pump.\n"
     )
+
+
+INFOBOX = (
+    '<table class="infobox"><tr><th colspan="2">Albert Einstein</th></tr><tr><td colspan="2">'
+    '<img src="einstein.jpg" alt="">Einstein in 1921</td></tr><tr><th>Born</th><td>14 March 1879<br>Ulm</td>'
+    '</tr><tr><th>Died</th><td>18 April 1955</td></tr><tr><th colspan="2">Scientific career</th></tr>'
+    "<tr><th>Fields</th><td>Physics</td></tr></table>"
+)
+
+
+def test_an_infobox_is_its_title_and_a_line_per_row(tmp_path: Path) -> None:
+    # Its name across the table was taken for the column names ("| Albert Einstein | Albert Einstein |"),
+    # and its picture's caption for a row of values under them.
+    text = _page_with(tmp_path, INFOBOX)
+    assert (
+        "Albert Einstein\n\nEinstein in 1921\n\nBorn: 14 March 1879 Ulm\n\nDied: 18 April 1955\n\n"
+        "Scientific career\n\nFields: Physics\n\nCheck them yearly."
+    ) in text

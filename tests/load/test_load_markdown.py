@@ -12,6 +12,7 @@ from citeline.errors import LoadError
 from citeline.ingest import IngestOptions
 from citeline.load import load
 from citeline.load.text import without_html
+from tests.load.test_load_html import INFOBOX
 
 DOC = """\
 ---
@@ -464,3 +465,12 @@ def test_a_file_of_many_tables_never_closed_loads_at_once(tmp_path: Path) -> Non
     page = next(load(_write(tmp_path, text)).pages)
     assert time.perf_counter() - started < 5
     assert page.text.split("\n\n")[:2] == ["Row 0", "Row 1"]
+
+
+def test_an_html_infobox_in_markdown_is_its_title_and_a_line_per_row() -> None:
+    # As on a web page (tests/load/test_load_html.py): its name across the table is its title, not the
+    # column names, and each row is named by its <th>.
+    assert without_html(INFOBOX) == (
+        "\nAlbert Einstein\nEinstein in 1921\nBorn: 14 March 1879 Ulm\nDied: 18 April 1955\n"
+        "Scientific career\nFields: Physics\n"
+    )

@@ -286,7 +286,8 @@ def _tables_as_grids(tree: Any) -> None:
     them, in one ``<th>`` row; a cell spanning rows is copied into each; a table inside a cell is that
     cell's text (its rows parted by "; "); a table whose rows each open with a ``<th>`` and that has no
     header row is a paragraph per row ("Version: 2.1"), as in Markdown files. A table of one row is
-    left as it is. A caption is a paragraph above its table.
+    left as it is. A caption, and a header row of one cell across the table (an infobox's name), is a
+    paragraph above its table.
     """
     for table in reversed(list(tree.iter("table"))):  # a table inside a cell first: the cell's text then
         if _table_of(table) is not None:
@@ -319,6 +320,10 @@ def _set_out(table: Any) -> None:
     )
     if len(grid.rows) < 2:
         return
+    for title in grid.titles:
+        table.addprevious(_element(table, "p", title))
+    for number in range(grid.sources[0]):  # the title rows, and spacers among them
+        rows[number].getparent().remove(rows[number])
     if grid.header_rows == 0 and grid.row_names:
         block = _element(table, "div", "")
         for line in grid.rows:

@@ -570,24 +570,31 @@ class TableGrid(NamedTuple):
     #: How many leading rows name the columns: the ``<thead>`` rows, else the leading rows of ``<th>``
     #: cells alone; 0 when none does.
     header_rows: int
-    #: Whether each row opens with a ``<th>`` naming the row (with no header row: "Version | 2.1").
+    #: Whether each row opens with a ``<th>`` naming the row (with no header row: "Version | 2.1"), rows
+    #: of one cell across the table aside.
     row_names: bool
+    #: The texts of leading header rows of one cell across the table, which title it (not in ``rows``).
+    titles: list[str]
 
     def text(self, placed: Placed) -> str:
-        """The text ``placed`` stands for: a header cell's in each column it spans, a data cell's in its
-        first (a row "Group A" across the table names no column twice); a cell spanning rows is
-        written in each row, which is read alone."""
-        cell = self.cells[placed.row].cells[placed.cell]
-        return cell.text if cell.header or not placed.beside else ""
+        """The text ``placed`` stands for in a row: a cell's in the first column it spans (a row "Group
+        A" across the table says it once); a cell spanning rows is written in each row, which is read
+        alone."""
+        return "" if placed.beside else self.cells[placed.row].cells[placed.cell].text
 
     def names(self) -> list[str]:
-        """The column names: the header rows' texts down each column (two rows' joined: "Torque Dry"),
-        else the first row's."""
+        """The column names: the header rows' texts down each column, a header cell's in each column it
+        spans (two rows' joined: "Torque Dry"), else the first row's."""
         header = self.rows[: max(self.header_rows, 1)]
         width = max(len(row) for row in self.rows)
         return [
             " ".join(
-                dict.fromkeys(t for row in header if column < len(row) and (t := self.text(row[column])))
+                dict.fromkeys(
+                    text
+                    for row in header
+                    if column < len(row)
+                    and (text := self.cells[row[column].row].cells[row[column].cell].text)
+                )
             )
             for column in range(width)
         ]
@@ -603,7 +610,6 @@ def table_grid(rows: list[TableRow]) -> TableGrid:
     grid: list[list[Placed]] = []
     sources: list[int] = []
     header_rows = 0
-    row_names = bool(rows)
     spanned: dict[int, tuple[Placed, int]] = {}  # column -> the cell above spanning it, rows left
     for number, row in enumerate(rows):
         line: list[Placed] = []
@@ -625,12 +631,20 @@ def table_grid(rows: list[TableRow]) -> TableGrid:
             continue  # a spacer row
         if len(grid) == header_rows and (row.head or all(cell.header for cell in row.cells)):
             header_rows += 1
-        row_names = row_names and bool(row.cells) and row.cells[0].header
         grid.append(line)
         sources.append(number)
+    titles: list[str] = []
+    while header_rows and len(grid) > 1 and max(map(len, grid)) > 1 and len({p[:2] for p in grid[0]}) == 1:
+        # A header cell across the whole table (an infobox's "Albert Einstein") titles it: it names
+        # no column.
+        titles.append(rows[sources[0]].cells[0].text)
+        header_rows, grid, sources = header_rows - 1, grid[1:], sources[1:]
     if header_rows == len(grid) > 1:
         header_rows -= 1  # a table of <th> alone: its last row holds values
-    return TableGrid(rows, grid, sources, header_rows, row_names)
+    # A row of one cell across the table (an infobox's picture, or "Personal details") names nothing.
+    named = [number for number, line in zip(sources, grid, strict=True) if len({p[:2] for p in line}) > 1]
+    row_names = bool(named) and all(rows[number].cells[0].header for number in named)
+    return TableGrid(rows, grid, sources, header_rows, row_names, titles)
 
 
 _SPAN = re.compile(r"\b(colspan|rowspan)\s*=\s*[\"']?\s*([0-9]+)", re.IGNORECASE)
@@ -649,7 +663,8 @@ def _markdown_table(table: str) -> str:
     caption, rows = _read_table(table)
     grid = table_grid(rows)
     texts = [[grid.text(placed) for placed in row] for row in grid.rows]
-    lines = [caption] if caption else []
+    lines = [title for title in (caption, *grid.titles) if title]
+    caption = "\n".join(lines)
     if len(texts) < 2:
         lines.extend(" ".join(text for text in row if text) for row in texts)
     elif grid.header_rows == 0 and grid.row_names:
