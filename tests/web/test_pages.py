@@ -755,3 +755,17 @@ def test_an_answer_cut_off_keeps_opening_its_own_passages_after_the_next_answer_
     expect(panel.locator("dd").filter(has_text="globex-boiler.md")).to_have_count(1)
     page.locator(".message.assistant").last.locator(f'.cite[data-number="{free}"]').first.click()
     expect(panel.locator("dd").filter(has_text=reused[0]["document_name"])).to_have_count(1)
+
+
+def test_a_cited_pdf_out_of_reach_says_the_server_could_not_be_reached(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.admin)
+    ask(page, QUESTION)
+    page.locator(".message.assistant button.cite").first.click()
+    page.route("**/file*", lambda route: route.abort("internetdisconnected"))
+    page.get_by_role("button", name="Open at the page").click()
+    expect(page.locator("#viewer")).to_have_text(
+        "Could not open the cited page: the server could not be reached.", timeout=30_000
+    )

@@ -545,3 +545,19 @@ def test_a_server_out_of_reach_is_said_so_and_a_fault_in_the_page_is_not(
     expect(error).not_to_contain_text("could not be reached")
     expect(page.get_by_label("Question")).to_have_value(asked)
     assert any("TypeError" in text for text in errors), errors
+
+
+def test_a_cited_page_out_of_reach_says_the_server_could_not_be_reached(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    ask(page, "At what pressure does the relief valve open?")
+    page.locator(".message.assistant button.cite").first.click()
+    # The network goes as the page is opened: its text cannot be read.
+    page.route("**/pages/*", lambda route: route.abort("internetdisconnected"))
+    page.get_by_role("button", name="Open at the page").click()
+    expect(page.locator("#viewer")).to_have_text(
+        "Could not open the cited page: the server could not be reached."
+    )

@@ -179,7 +179,27 @@ export class CitationViewer {
       this.documents.set(fileUrl, task);
       task.promise.catch(() => this.documents.delete(fileUrl));
     }
-    return task.promise;
+    try {
+      return await task.promise;
+    } catch (error) {
+      // PDF.js passes on fetch's own failure as an unknown error ("Failed to fetch"): asked once more
+      // without it, a server out of reach is said as such.
+      if (error?.name === "UnknownErrorException" && !(await this.#reachable(fileUrl))) {
+        throw new ViewerError("the server could not be reached");
+      }
+      throw error;
+    }
+  }
+
+  /** Whether `url` answers at all (any status): its first byte asked for. */
+  async #reachable(url) {
+    const request = new Request(url, { headers: { ...this.headers, Range: "bytes=0-0" } });
+    try {
+      (await fetch(request)).body?.cancel();
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   async #showPdfPage(pageNumber, generation) {
@@ -251,7 +271,14 @@ export class CitationViewer {
   }
 
   async #pageText(pageUrl) {
-    const response = await fetch(pageUrl, { headers: this.headers });
+    const request = new Request(pageUrl, { headers: this.headers });
+    let response;
+    try {
+      response = await fetch(request);
+    } catch {
+      // fetch's own failure (no server there, no network), in words rather than "Failed to fetch".
+      throw new ViewerError("the server could not be reached");
+    }
     if (!response.ok) throw new ViewerError(`the server answered HTTP ${response.status}`);
     const { text } = await response.json();
     if (typeof text !== "string") throw new ViewerError("the page has no text");
