@@ -21,6 +21,7 @@ from citeline.load.pdf import (
     without_line_numbers,
     without_running_lines,
 )
+from citeline.split import split
 from citeline.store.analyzer import Analyzer
 from tests.load.conftest import _pdf_bytes, pdf_file
 
@@ -613,6 +614,15 @@ _MANUAL = [
 ]
 
 
+#: The manual's outline: (title, 0-based page, level).
+_MANUAL_OUTLINE = [
+    ("1 Introduction", 0, 0),
+    ("2 Installation", 0, 0),
+    ("3 Maintenance", 1, 0),
+    ("3.1 Torque values", 2, 1),
+]
+
+
 def _sections(path: Path) -> list[tuple[int, str, str]]:
     """(page, heading, the line it starts at) for each section of the PDF at ``path``."""
     return [
@@ -624,13 +634,7 @@ def _sections(path: Path) -> list[tuple[int, str, str]]:
 
 def test_outline_bookmarks_become_sections_at_their_lines_on_the_pages_they_lead_to(tmp_path: Path) -> None:
     path = tmp_path / "manual.pdf"
-    outline = [
-        ("1 Introduction", 0, 0),
-        ("2 Installation", 0, 0),
-        ("3 Maintenance", 1, 0),
-        ("3.1 Torque values", 2, 1),
-    ]
-    path.write_bytes(_with_outline(_pages_pdf(_MANUAL), outline))
+    path.write_bytes(_with_outline(_pages_pdf(_MANUAL), _MANUAL_OUTLINE))
     assert _sections(path) == [
         (1, "1 Introduction", "1 Introduction"),
         (1, "2 Installation", "2 Installation"),
@@ -691,16 +695,8 @@ def test_a_bookmark_that_leads_by_a_go_to_action_is_a_section_and_a_web_link_is_
 
 
 def test_outline_sections_keep_each_chunk_within_one_section(tmp_path: Path) -> None:
-    from citeline.split import split
-
     path = tmp_path / "manual.pdf"
-    outline = [
-        ("1 Introduction", 0, 0),
-        ("2 Installation", 0, 0),
-        ("3 Maintenance", 1, 0),
-        ("3.1 Torque values", 2, 1),
-    ]
-    path.write_bytes(_with_outline(_pages_pdf(_MANUAL), outline))
+    path.write_bytes(_with_outline(_pages_pdf(_MANUAL), _MANUAL_OUTLINE))
     chunks = [(c.page, c.section, c.text) for c in split(load(path).pages, chunk_size=800, chunk_overlap=120)]
     assert chunks == [
         (1, None, "PX-200 Pump Manual"),
