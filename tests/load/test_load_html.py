@@ -621,3 +621,10 @@ def test_an_infobox_is_its_title_and_a_line_per_row(tmp_path: Path) -> None:
         "Albert Einstein\n\nEinstein in 1921\n\nBorn: 14 March 1879 Ulm\n\nDied: 18 April 1955\n\n"
         "Scientific career\n\nFields: Physics\n\nCheck them yearly."
     ) in text
+
+
+def test_a_grid_of_pictures_is_not_read_under_its_first_row(tmp_path: Path) -> None:
+    # A grid of people (a picture and a name a cell, no <th>): its first row was made the column names.
+    cells = [f'<td><img src="{name}.png" alt=""><br>{name}</td>' for name in ("Ada", "Bo", "Cy", "Di")]
+    text = _page_with(tmp_path, f"<table><tr>{cells[0]}{cells[1]}</tr><tr>{cells[2]}{cells[3]}</tr></table>")
+    assert "|---|" not in text and "Ada" in text and "Di" in text

@@ -474,3 +474,16 @@ def test_an_html_infobox_in_markdown_is_its_title_and_a_line_per_row() -> None:
         "\nAlbert Einstein\nEinstein in 1921\nBorn: 14 March 1879 Ulm\nDied: 18 April 1955\n"
         "Scientific career\nFields: Physics\n"
     )
+
+
+def test_a_grid_of_pictures_is_not_read_under_its_first_row() -> None:
+    # A README's grid of contributors (a picture and a name a cell, no <th>): its first row was taken
+    # for column names, and the next contributors read under them.
+    def cell(name: str) -> str:
+        return (
+            f'<td align="center"><a href="https://x.test/{name}"><img src="https://x.test/{name}.png" '
+            f'alt=""/><br /><sub><b>{name}</b></sub></a></td>'
+        )
+
+    grid = f"<table>\n<tr>{cell('Ada')}{cell('Bo')}</tr>\n<tr>{cell('Cy')}{cell('Di')}</tr>\n</table>"
+    assert without_html(grid) == "\nAda Bo\nCy Di\n"

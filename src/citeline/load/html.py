@@ -310,7 +310,11 @@ def _set_out(table: Any) -> None:
                 row.getparent().tag == "thead",
                 [
                     TableCell(
-                        _text_of(cell), cell.tag == "th", _span(cell, "colspan"), _span(cell, "rowspan")
+                        _text_of(cell),
+                        cell.tag == "th",
+                        _span(cell, "colspan"),
+                        _span(cell, "rowspan"),
+                        cell.find(".//img") is not None,
                     )
                     for cell in _cells(row)
                 ],
@@ -318,7 +322,7 @@ def _set_out(table: Any) -> None:
             for row in rows
         ]
     )
-    if len(grid.rows) < 2:
+    if len(grid.rows) < 2 or grid.pictures:
         return
     for title in grid.titles:
         table.addprevious(_element(table, "p", title))

@@ -541,6 +541,8 @@ class TableCell(NamedTuple):
     header: bool
     columns: int = 1
     rows: int = 1
+    #: Whether it shows a picture (``<img>``).
+    picture: bool = False
 
 
 class TableRow(NamedTuple):
@@ -575,6 +577,15 @@ class TableGrid(NamedTuple):
     row_names: bool
     #: The texts of leading header rows of one cell across the table, which title it (not in ``rows``).
     titles: list[str]
+
+    @property
+    def pictures(self) -> bool:
+        """Whether the table is a grid of pictures, not of data: no header rows, no row named by a
+        ``<th>``, and a first row showing pictures (a README's grid of contributors' or sponsors' pictures
+        and names), which names no columns."""
+        if self.header_rows or self.row_names or not self.rows:
+            return False
+        return any(self.cells[placed.row].cells[placed.cell].picture for placed in self.rows[0])
 
     def text(self, placed: Placed) -> str:
         """The text ``placed`` stands for in a row: a cell's in the first column it spans (a row "Group
@@ -665,7 +676,7 @@ def _markdown_table(table: str) -> str:
     texts = [[grid.text(placed) for placed in row] for row in grid.rows]
     lines = [title for title in (caption, *grid.titles) if title]
     caption = "\n".join(lines)
-    if len(texts) < 2:
+    if len(texts) < 2 or grid.pictures:
         lines.extend(" ".join(text for text in row if text) for row in texts)
     elif grid.header_rows == 0 and grid.row_names:
         lines.extend(f"{row[0]}: {'; '.join(text for text in row[1:] if text)}".strip(": ") for row in texts)
@@ -691,12 +702,13 @@ def _read_table(table: str) -> tuple[str, list[TableRow]]:
     rows: list[TableRow] = []
     text: list[str] | None = None  # where the text read goes: a cell's, the caption's, or nowhere
     cell: tuple[list[str], str] | None = None  # the cell being read: its text and opening tag
+    picture = False  # whether the cell being read shows one
     depth = 0  # 1 in the table itself, more in a table inside one of its cells
     head = False
     at = 0
 
     def end_cell() -> None:
-        nonlocal cell, text
+        nonlocal cell, text, picture
         if cell is not None:
             spans = {name.lower(): int(value) for name, value in _SPAN.findall(cell[1])}
             rows[-1].cells.append(
@@ -705,9 +717,10 @@ def _read_table(table: str) -> tuple[str, list[TableRow]]:
                     cell[1][1:3].lower() == "th",
                     spans.get("colspan", 1),
                     spans.get("rowspan", 1),
+                    picture,
                 )
             )
-        cell, text = None, None
+        cell, text, picture = None, None, False
 
     for tag in _TAG.finditer(table):
         if text is not None:
@@ -742,6 +755,7 @@ def _read_table(table: str) -> tuple[str, list[TableRow]]:
             end_cell()
             text = None if closing else caption
         elif text is not None:
+            picture = picture or (cell is not None and name == "img")
             text.append(_ITEM if name == "li" else _tag_text(tag))
     end_cell()
     return _cell_text(caption), rows
