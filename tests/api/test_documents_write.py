@@ -192,6 +192,23 @@ def test_an_uploaded_file_name_with_a_double_quote_keeps_it(server: Server) -> N
         assert admin.delete(f"/documents/{made.json()['id']}").status_code == 200
 
 
+def test_an_upload_of_bytes_already_stored_names_the_documents_holding_them(server: Server) -> None:
+    note = b"# Boiler B-7\n\nThe B-7 relief valve opens at 9.5 bar and is tested every spring."
+    with server.as_("admin") as admin:
+        first = upload(admin, "boiler-b7.md", note, scopes="acme")
+        assert first.status_code == 202, first.text
+        assert first.json()["same_content_as"] == []
+        poll(admin, first.json()["id"])
+        # The same file for another journey: stored, and told where the same bytes already are.
+        again = upload(admin, "boiler-b7 (globex).md", note, scopes="globex")
+        assert again.status_code == 202, again.text
+        assert again.json()["same_content_as"] == [
+            {"document_id": first.json()["id"], "name": "boiler-b7.md"}
+        ]
+        for made in (first, again):
+            assert admin.delete(f"/documents/{made.json()['id']}").status_code == 200
+
+
 def test_metadata_is_relabelled_as_strings_and_matched_by_a_filter(server: Server) -> None:
     doc = server.documents["acme_note"]
     with server.as_("admin") as admin:

@@ -63,7 +63,13 @@ def _submitted(submission: Submission, response: Response) -> dict[str, Any]:
     doc = submission.document
     response.headers["Location"] = f"/documents/{doc.id}"
     response.status_code = 202 if submission.created else 200
-    return {**document_json(doc), "outcome": str(submission.outcome)}
+    return {
+        **document_json(doc),
+        "outcome": str(submission.outcome),
+        "same_content_as": [
+            {"document_id": str(same.document_id), "name": same.name} for same in submission.same_content
+        ],
+    }
 
 
 #: An upload's form fields besides ``file``: those of a web page's JSON body but its ``url``.
