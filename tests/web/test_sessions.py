@@ -561,3 +561,25 @@ def test_a_cited_page_out_of_reach_says_the_server_could_not_be_reached(
     expect(page.locator("#viewer")).to_have_text(
         "Could not open the cited page: the server could not be reached."
     )
+
+
+def test_asking_and_stopping_with_the_keyboard_keeps_the_focus_on_the_form(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    held: list[Route] = []
+    page.route("**/chat/stream", lambda route: held.append(route))
+    page.get_by_label("Question").fill("At what pressure does the relief valve open?")
+    page.keyboard.press("Tab")  # to Ask
+    expect(page.get_by_role("button", name="Ask")).to_be_focused()
+    page.keyboard.press("Enter")
+    while not held:
+        page.wait_for_timeout(50)
+    # Ask is disabled while the answer comes: the focus is on Stop, where Enter stops it.
+    expect(page.get_by_role("button", name="Stop")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator(".message.assistant .stopped")).to_have_text("Stopped.")
+    # Stop is disabled once stopped: the focus is back in the question box, not lost to the page.
+    expect(page.get_by_label("Question")).to_be_focused()

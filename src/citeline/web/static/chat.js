@@ -307,9 +307,14 @@ function giveBack(question) {
 }
 
 function setBusy(busy) {
+  // A button disabled while it has the focus drops it to the top of the page: a keyboard user who
+  // pressed Ask is on Stop, and after Stop (or the answer's end) on the question box.
+  const from = document.activeElement;
   $("ask").disabled = busy;
   $("stop").disabled = !busy;
   $("question").readOnly = busy;
+  if (busy && from === $("ask")) $("stop").focus();
+  else if (!busy && from === $("stop")) $("question").focus();
 }
 
 /**
