@@ -13,7 +13,7 @@ from citeline.answer.citations import MARKER, CitationNumbering, claims
 from citeline.answer.extractive import extractive_answer
 from citeline.answer.llm import GenerationOptions
 from citeline.answer.prompt import select_passages
-from citeline.answer.support import PassageSentences, VectorCache, normalise, without_markers
+from citeline.answer.support import PassageSentences, VectorCache, normalise, readable_rows, without_markers
 from citeline.embed import Embedder
 from citeline.engine import Citeline
 from citeline.eval.answers import check_citations
@@ -753,3 +753,10 @@ def test_a_pdf_line_starting_in_small_letters_is_no_heading_and_its_sentence_goe
         "Boots Self-Locking Nut",
         "The Boots self-locking nut is of one piece.",
     )
+
+
+def test_a_pipe_escaped_in_a_cell_is_the_cells_own_when_a_row_is_read_under_its_headers() -> None:
+    # The loaders write a pipe inside a cell as "\|"; split on it, the row had a cell too many and was
+    # left unread, so it could not be quoted or cited under its headers.
+    rows = ["| Setting | Values |", "| --- | --- |", "| CITELINE_FUSION | rrf \\| weighted \\| dbsf |"]
+    assert readable_rows(rows)[2] == "Setting: CITELINE_FUSION; Values: rrf | weighted | dbsf."

@@ -243,8 +243,17 @@ def shown_text(text: str, start: int, end: int, context: str | None = None) -> s
 
 
 def table_cells(row: str) -> list[str]:
-    """The cells of a Markdown table's row, stripped: ``| a | b |`` gives ``["a", "b"]``."""
-    return [cell.strip() for cell in row.strip().strip("|").split("|")]
+    """The cells of a Markdown table's row, stripped: ``| a | b |`` gives ``["a", "b"]``; a pipe escaped
+    in a cell (``\\|``, as the loaders write one) is the cell's own: ``| a \\| b | c |`` gives
+    ``["a | b", "c"]``."""
+    inner = row.strip().removeprefix("|")
+    if inner.endswith("|") and not inner.endswith("\\|"):
+        inner = inner[:-1]
+    return [cell.strip().replace("\\|", "|") for cell in _CELL_BORDER.split(inner)]
+
+
+#: A pipe that parts two cells: one no backslash escapes.
+_CELL_BORDER = re.compile(r"(?<!\\)\|")
 
 
 def table_rule(row: str) -> bool:
