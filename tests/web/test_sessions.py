@@ -583,3 +583,26 @@ def test_asking_and_stopping_with_the_keyboard_keeps_the_focus_on_the_form(
     expect(page.locator(".message.assistant .stopped")).to_have_text("Stopped.")
     # Stop is disabled once stopped: the focus is back in the question box, not lost to the page.
     expect(page.get_by_label("Question")).to_be_focused()
+
+
+def test_an_event_that_is_not_json_is_said_as_the_servers_fault(site: Site, context: BrowserContext) -> None:
+    page = context.new_page()
+    errors = console_errors(page)
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    garbled = (
+        'event: start\ndata: {"conversation_id": "0b0e5c1e-0000-4000-8000-000000000004", "turn": 1}\n\n'
+        "event: token\ndata: {The relief valve\n\n"
+    )
+    page.route(
+        "**/chat/stream",
+        lambda route: route.fulfill(status=200, content_type="text/event-stream", body=garbled),
+    )
+    asked = "At what pressure does the relief valve open?"
+    page.get_by_label("Question").fill(asked)
+    page.get_by_role("button", name="Ask").click()
+    expect(page.locator(".message.assistant").last.locator(".error")).to_have_text(
+        "The answer failed: the server sent a token event that is not JSON"
+    )
+    expect(page.get_by_label("Question")).to_have_value(asked)
+    assert not errors, errors

@@ -4,6 +4,7 @@
 
 import {
   api,
+  ApiError,
   authHeaders,
   checkRefused,
   describeError,
@@ -104,7 +105,15 @@ async function streamAnswer(body, signal, onEvent) {
         if (line.startsWith("event:")) name = line.slice(6).trim();
         else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
       }
-      if (data.length) onEvent(name, JSON.parse(data.join("\n")));
+      if (!data.length) continue;
+      let payload;
+      try {
+        payload = JSON.parse(data.join("\n"));
+      } catch {
+        // The server's (or a proxy's) fault, not the page's: said as what came.
+        throw new ApiError(`the server sent a ${name} event that is not JSON`, response.status);
+      }
+      onEvent(name, payload);
     }
   }
 }
