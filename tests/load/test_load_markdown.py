@@ -487,3 +487,31 @@ def test_a_grid_of_pictures_is_not_read_under_its_first_row() -> None:
 
     grid = f"<table>\n<tr>{cell('Ada')}{cell('Bo')}</tr>\n<tr>{cell('Cy')}{cell('Di')}</tr>\n</table>"
     assert without_html(grid) == "\nAda Bo\nCy Di\n"
+
+
+def test_a_table_without_outer_pipes_is_read_as_one_with_them(tmp_path: Path) -> None:
+    # GitHub's tables may leave out the outer pipes; the splitter and the answer know rows by their
+    # leading pipe, so such a table's later chunks were read under no header.
+    text = (
+        "# Torques\n\nBolt | Torque (Nm)\n:--- | ---:\nM8 | 25\nM10 | 49 \\| dry\n\n"
+        "Not a table | though it holds a pipe.\n\n```\nx | y\n--- | ---\n```\n"
+    )
+    assert next(load(_write(tmp_path, text)).pages).text == (
+        "# Torques\n\n| Bolt | Torque (Nm) |\n| :--- | ---: |\n| M8 | 25 |\n| M10 | 49 \\| dry |\n\n"
+        "Not a table | though it holds a pipe.\n\n```\nx | y\n--- | ---\n```"
+    )
+
+
+def test_a_long_table_without_outer_pipes_is_read_under_its_header_row_once_ingested(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    rows = "\n".join(f"M{n} | {n * 5} | {n * 4}" for n in range(6, 90))
+    path = _write(
+        tmp_path, f"# Torques\n\nBolt | Torque dry (Nm) | Torque oiled (Nm)\n--- | --- | ---\n{rows}\n"
+    )
+    cl.ingest([path], IngestOptions(chunk_size=300, chunk_overlap=50))
+    chunks = cl.chunks(next(d for d in cl.documents() if d.name == path.name))
+    later = [c for c in chunks if c["text"].startswith("| M") and c["chunk_index"] > 0]
+    assert later and all(
+        c["context"].startswith("| Bolt | Torque dry (Nm) | Torque oiled (Nm) |") for c in later
+    )

@@ -798,6 +798,68 @@ def _tag_text(match: re.Match[str]) -> str:
     return _NOTHING if name in _INLINE_TAGS else match.group(0)
 
 
+#: A table's delimiter row: cells of dashes (colons at their ends say the alignment) parted by pipes.
+_DELIMITER_CELL = re.compile(r"[ \t]*:?-+:?[ \t]*")
+#: A pipe that parts two cells: one no backslash escapes.
+_CELL_BORDER = re.compile(r"(?<!\\)\|")
+
+
+def _bordered_row(line: str) -> str:
+    """``line``, a table's row, with a pipe at each end: ``a | b`` is ``| a | b |``."""
+    row = line.strip()
+    if not row.startswith("|"):
+        row = "| " + row
+    if not row.endswith("|") or row.endswith("\\|") or row == "|":
+        row += " |"
+    return row
+
+
+def _cells(line: str) -> list[str]:
+    row = line.strip().removeprefix("|")
+    if row.endswith("|") and not row.endswith("\\|"):
+        row = row[:-1]
+    return _CELL_BORDER.split(row)
+
+
+def bordered_tables(text: str) -> str:
+    """``text`` with each Markdown table written with a pipe at both ends of its rows.
+
+    GitHub's tables may leave out the outer pipes (``Bolt | Torque`` over ``--- | ---``); the splitter
+    knows a table's rows (to give its later chunks the header row) and the answer reads them under their
+    headers only by their leading pipe. A table is a row of cells over a delimiter row of as many
+    (``:---``, ``---:``), then every following line holding a pipe, up to a blank line; in fenced or
+    indented code nothing is changed.
+    """
+    lines = text.split("\n")
+    fence: str | None = None
+    in_table = False
+    for i, line in enumerate(lines):
+        if fence is not None:
+            closing = _FENCE_CLOSE.fullmatch(line)
+            if closing and closing.group(1)[0] == fence[0] and len(closing.group(1)) >= len(fence):
+                fence = None
+            continue
+        if opening := _FENCE.match(line):
+            fence, in_table = opening.group(1), False
+            continue
+        if in_table and line.strip() and _CELL_BORDER.search(line) and not _INDENTED_CODE.match(line):
+            lines[i] = _bordered_row(line)
+            continue
+        in_table = False
+        following = lines[i + 1] if i + 1 < len(lines) else ""
+        if (
+            _CELL_BORDER.search(following)
+            and not _INDENTED_CODE.match(line)
+            and not _INDENTED_CODE.match(following)
+            and all(_DELIMITER_CELL.fullmatch(cell) for cell in _cells(following))
+            and len(_cells(following)) == len(_cells(line))
+            and line.strip()
+        ):
+            lines[i], lines[i + 1] = _bordered_row(line), _bordered_row(following)
+            in_table = True
+    return "\n".join(lines)
+
+
 def markdown_page(text: str) -> tuple[Page, str | None]:
     """Clean Markdown ``text`` into page 1 with its headings as sections.
 
@@ -818,7 +880,7 @@ def load_markdown(path: Path) -> LoadedSource:
     else the first level-1 heading, else the file stem.
     """
     metadata, body = split_front_matter(read_text_file(path).replace("\r\n", "\n"))
-    body = without_html(body)
+    body = bordered_tables(without_html(body))
     if not body.strip():
         raise LoadError(str(path), "empty file (front matter only)" if metadata else "empty file")
     page, heading = markdown_page(body)
