@@ -7,6 +7,7 @@ pages out, saying why; a failed upload is said once, in words; the pages log no 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -606,3 +607,67 @@ def test_an_event_that_is_not_json_is_said_as_the_servers_fault(site: Site, cont
     )
     expect(page.get_by_label("Question")).to_have_value(asked)
     assert not errors, errors
+
+
+def test_an_answer_stopped_after_the_server_stored_it_is_shown_whole(
+    site: Site, context: BrowserContext
+) -> None:
+    # A slow network between the page and the server, as a proxy: it takes the server's whole answer
+    # (the server has finished and stored it) and passes the page all of it but its last event.
+    listener = socket.create_server(("127.0.0.1", 0))
+    stopped = threading.Event()
+
+    def pass_all_but_the_end() -> None:
+        client, _ = listener.accept()
+        with client:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += client.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            fields = dict(line.split(": ", 1) for line in head.decode().split("\r\n")[1:])
+            named = {name.lower(): value for name, value in fields.items()}
+            while len(body) < int(named["content-length"]):
+                body += client.recv(65536)
+            answer = httpx.post(
+                site.server.url + "/chat/stream",
+                content=body,
+                headers={"Authorization": named["authorization"], "Content-Type": "application/json"},
+                timeout=120,
+            ).content
+            kept = answer[: answer.rindex(b"event: complete")]
+            client.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + f"{len(kept):x}\r\n".encode()
+                + kept
+                + b"\r\n"
+            )
+            stopped.wait(30)
+
+    proxy = threading.Thread(target=pass_all_but_the_end, daemon=True)
+    proxy.start()
+    try:
+        page = context.new_page()
+        key, _ = site.new_key()
+        sign_in(page, site.server.url + "/", key)
+        port = listener.getsockname()[1]
+        page.route(
+            "**/chat/stream", lambda route: route.continue_(url=f"http://127.0.0.1:{port}/chat/stream")
+        )
+        page.get_by_label("Question").fill("At what pressure does the relief valve open?")
+        page.get_by_role("button", name="Ask").click()
+        expect(page.locator(".message.assistant .message-text")).to_contain_text("12 bar")
+        page.get_by_role("button", name="Stop").click()
+        stopped.set()
+        # Stopped too late: the answer the conversation holds is shown, not "Stopped." over part of it.
+        expect(page.locator("#chat-status")).to_have_text(
+            "Stopped too late: the server had finished and stored the answer, shown here whole."
+        )
+        answer = page.locator(".message.assistant")
+        expect(answer).to_have_count(1)
+        expect(answer).to_contain_text("12 bar")
+        expect(answer.locator(".stopped")).to_have_count(0)
+        expect(answer.locator(".cite").first).to_have_attribute("title", re.compile("valve.md"))
+    finally:
+        stopped.set()
+        proxy.join(timeout=10)
+        listener.close()

@@ -364,6 +364,23 @@ function drawAsk(asking) {
   sessionStorage.setItem(ASKING_STORAGE, asking.question);
 }
 
+/**
+ * After a Stop: on a slow network the server may have finished and stored the answer before the page
+ * had read it all. Then the conversation is shown as stored, and said so, rather than "Stopped." over
+ * an answer the conversation holds (and the next follow-up builds on).
+ */
+async function shownIfStored(asking) {
+  try {
+    const conversation = await api(`/conversations/${encodeURIComponent(asking.asked)}`);
+    const stored = conversation.messages.filter((message) => message.role === "user").length;
+    if (stored < asking.turn || asking.screen !== state.screen || askOnScreen()) return;
+    if (!(await openConversation(asking.asked, { quiet: true }))) return;
+    say($("chat-status"), "Stopped too late: the server had finished and stored the answer, shown here whole.");
+  } catch {
+    // The stopped answer stays as it is.
+  }
+}
+
 async function ask(question) {
   const status = $("chat-status");
   state.opening += 1; // asked in the conversation on screen: one still being opened is not shown over it
@@ -453,6 +470,7 @@ async function ask(question) {
     let failed = null;
     if (error?.name === "AbortError") {
       if (onScreen()) endNote(asking.message, "stopped", "Stopped.");
+      if (onScreen() && asking.turn) shownIfStored(asking);
     } else if (!(error instanceof CutOff)) {
       failed = `The answer failed: ${describeError(error)}`;
     } else if (!ended) { // after the complete or error event, what broke was only the connection's end
