@@ -426,10 +426,9 @@ async function ask(question) {
         const note = requestNote(data.status ?? 500, data.request_id).replace(/^, /, "");
         asking.failed = `The answer failed: ${data.message}${note ? ` (${note})` : ""}`;
       } else if (name === "citation") {
-        // The passage comes the first time the conversation cites it; the checked citation (excerpt,
-        // support score) comes with `complete`.
-        // A passage sent is new to the conversation as stored: a number the page knew from an answer
-        // not stored (stopped, cut off) is another passage's now, and nothing of that one is kept.
+        // The passage comes the first time the conversation (as stored) cites it, and the checked
+        // citation (excerpt, support score) with `complete`. A passage sent replaces what the page
+        // knew under its number: that was an answer's not stored (stopped, cut off), not this one's.
         const passage = data.passage ?? asking.citations.get(data.number);
         if (passage) asking.citations.set(data.number, { ...passage, number: data.number, stance: data.stance });
       }
