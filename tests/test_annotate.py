@@ -188,7 +188,7 @@ def test_headings_of_the_federal_register_directive_and_plain_prose() -> None:
         for d in split(pages, chunk_size=800, chunk_overlap=120)
         if (match := classify_section(d.section, d.text)) is not None
     }
-    # The PDF's bold heading is the chunks' section now (1fae79a), no longer a heading-like line of their text.
+    # The PDF's bold heading is the chunks' section now (1fae79a), not a heading-like line of their text.
     heading = "(j) Installation/Verification of MAX Display System (MDS) Software, Removal of INOP Markers"
     assert f"heading '{heading}' says 'Installation'" in typed
     handbook = list(load(PDFS / "manual_faa_amt_handbook_sample.pdf").pages)
