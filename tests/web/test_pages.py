@@ -769,3 +769,34 @@ def test_a_cited_pdf_out_of_reach_says_the_server_could_not_be_reached(
     expect(page.locator("#viewer")).to_have_text(
         "Could not open the cited page: the server could not be reached.", timeout=30_000
     )
+
+
+def test_a_citation_of_a_passage_filed_twice_names_the_other_document(
+    site: Site, context: BrowserContext
+) -> None:
+    # The same note filed again under another name: search shows its passage once, naming the copy.
+    note = b"# Globex boiler\n\nThe Globex boiler is serviced in spring."
+    with site.server.client(site.admin) as api:
+        made = api.post(
+            "/documents", files={"file": ("globex-boiler-copy.md", note)}, data={"scopes": "globex"}
+        )
+        assert made.status_code == 202, made.text
+        copy = made.json()
+        assert [d["name"] for d in copy["same_content_as"]] == ["globex-boiler.md"]
+        deadline = time.monotonic() + 120
+        while api.get(f"/documents/{copy['id']}").json()["status"] != "completed":
+            assert time.monotonic() < deadline, "the copy was not built"
+            time.sleep(0.5)
+        try:
+            page = context.new_page()
+            sign_in(page, site.server.url + "/", site.admin)
+            with page.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
+                ask(page, "When is the Globex boiler serviced?")
+            cited = completed_answer(streamed.value.text())["citations"]
+            number = next(c["number"] for c in cited if c["document_name"].startswith("globex-boiler"))
+            page.locator(".message.assistant").last.locator(f'.cite[data-number="{number}"]').first.click()
+            facts = page.get_by_role("complementary", name="Citation").locator("dd")
+            expect(facts.filter(has_text="page 1")).to_contain_text("globex-boiler")
+            expect(page.get_by_role("complementary", name="Citation")).to_contain_text("Also in")
+        finally:
+            assert api.delete(f"/documents/{copy['id']}").status_code == 200

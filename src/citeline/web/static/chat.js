@@ -573,6 +573,10 @@ async function showCitation(citation) {
     ...fact("Version", String(citation.version)),
     ...fact("Page", String(citation.page)),
     ...(citation.section ? fact("Section", citation.section) : []),
+    // The same passage, word for word, in other documents: search shows it once (also_in).
+    ...(citation.also_in?.length
+      ? fact("Also in", citation.also_in.map((copy) => `${copy.document_name}, page ${copy.page}`).join("; "))
+      : []),
     ...fact(
       "Support score",
       citation.score === undefined ? (citation.stored ? "not recorded" : "being checked") : citation.score.toFixed(2),
