@@ -135,6 +135,8 @@ async (number) => {
   document.querySelector(`.cite[data-number="${number}"]`).click();
   document.getElementById("open-page").click();
   for (;;) {
+    // A viewer that never draws (PDF.js not served) fails the test rather than hang the suite.
+    if (performance.now() - started > 120000) throw new Error("the cited span was not shown within 120 s");
     const mark = [...box.querySelectorAll("mark.citeline-mark")].find((m) => !before.has(m));
     const drawn = !box.querySelector("canvas") || box.querySelector(".textLayer mark");
     if (mark && drawn) {
