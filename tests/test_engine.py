@@ -98,11 +98,11 @@ def test_a_reader_given_a_folder_that_holds_no_store_refuses_it_and_makes_none(t
     # A mistyped --data-dir started a new, empty database there and answered from it.
     typo = tmp_path / "citline-data"
     for namespace in ("default", "trials"):
-        with Citeline(
-            Settings(data_dir=typo, namespace=namespace, database_url=None), create=False
-        ) as reader:
-            with pytest.raises(NotFoundError) as refused:
-                reader.documents()
+        with (
+            Citeline(Settings(data_dir=typo, namespace=namespace, database_url=None), create=False) as reader,
+            pytest.raises(NotFoundError) as refused,
+        ):
+            reader.documents()
         assert str(refused.value).startswith(
             f"no namespace {namespace!r}: there is no citeline store in {typo} yet. Check the folder given"
         )
