@@ -285,20 +285,27 @@ def test_each_conversation_has_its_own_answer_on_its_way_and_stop_stops_only_the
     assert answer.locator(".message-text").inner_text() == stored[-1]["content"]
 
 
+def _asked_then_follow_up_held(page: Page, site: Site) -> tuple[str, list[Route]]:
+    """Sign in, ask QUESTION and wait for its answer, then ask FOLLOW_UP with its answer held on its way
+    (the request kept, never answered): the conversation's id and the held request."""
+    sign_in(page, site.server.url + "/", site.key)
+    ask(page, QUESTION)
+    first: str = page.evaluate("sessionStorage.getItem('citeline.conversation')")
+    held: list[Route] = []
+    page.route("**/chat/stream", lambda route: held.append(route))
+    page.get_by_label("Question").fill(FOLLOW_UP)
+    page.get_by_role("button", name="Ask").click()
+    while not held:
+        page.wait_for_timeout(50)
+    return first, held
+
+
 def test_an_answer_failing_in_a_conversation_left_is_said_and_its_question_given_back_there(
     site: Site, context: BrowserContext
 ) -> None:
     page = context.new_page()
-    sign_in(page, site.server.url + "/", site.key)
-    ask(page, QUESTION)
-    first = page.evaluate("sessionStorage.getItem('citeline.conversation')")
+    first, held = _asked_then_follow_up_held(page, site)
     question = page.get_by_label("Question")
-    held: list[Route] = []
-    page.route("**/chat/stream", lambda route: held.append(route))
-    question.fill(FOLLOW_UP)
-    page.get_by_role("button", name="Ask").click()
-    while not held:
-        page.wait_for_timeout(50)
     page.get_by_role("button", name="New conversation").click()
     # The follow-up fails while another conversation is on screen.
     failure = {"error": {"code": "internal", "message": "internal error", "request_id": "5e1f0c"}}
@@ -321,17 +328,9 @@ def test_an_answer_failing_in_a_conversation_left_is_said_and_its_question_given
 
 def test_deleting_a_conversation_stops_its_answer_on_its_way(site: Site, context: BrowserContext) -> None:
     page = context.new_page()
-    sign_in(page, site.server.url + "/", site.key)
-    ask(page, QUESTION)
-    first = page.evaluate("sessionStorage.getItem('citeline.conversation')")
     failed: list[str] = []
     page.on("requestfailed", lambda request: failed.append(request.url))
-    held: list[Route] = []
-    page.route("**/chat/stream", lambda route: held.append(route))
-    page.get_by_label("Question").fill(FOLLOW_UP)
-    page.get_by_role("button", name="Ask").click()
-    while not held:
-        page.wait_for_timeout(50)
+    first, held = _asked_then_follow_up_held(page, site)
     page.once("dialog", lambda dialog: dialog.accept())
     page.locator(f'#conversation-list li[data-id="{first}"] button.delete').click()
     expect(page.locator(f'#conversation-list li[data-id="{first}"]')).to_have_count(0)
@@ -355,16 +354,8 @@ def test_a_reload_gives_back_a_question_left_on_its_way_in_another_conversation_
     site: Site, context: BrowserContext
 ) -> None:
     page = context.new_page()
-    sign_in(page, site.server.url + "/", site.key)
-    ask(page, QUESTION)
-    first = page.evaluate("sessionStorage.getItem('citeline.conversation')")
+    first, _ = _asked_then_follow_up_held(page, site)
     question = page.get_by_label("Question")
-    held: list[Route] = []
-    page.route("**/chat/stream", lambda route: held.append(route))
-    question.fill(FOLLOW_UP)
-    page.get_by_role("button", name="Ask").click()
-    while not held:
-        page.wait_for_timeout(50)
     page.get_by_role("button", name="New conversation").click()
     # The reload stops the follow-up's answer (the server stores no turn it did not finish).
     page.reload()
