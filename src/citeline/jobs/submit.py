@@ -48,14 +48,6 @@ class Upload:
 
 
 @dataclass(frozen=True)
-class SameContent:
-    """An active document of the namespace holding the same bytes as a submitted file, under another name."""
-
-    document_id: uuid.UUID
-    name: str
-
-
-@dataclass(frozen=True)
 class Submission:
     """What submitting did: a new version ``queued`` or ``pending``, or an unchanged/relabelled one.
 
@@ -66,7 +58,7 @@ class Submission:
 
     document: DocumentInfo
     outcome: Outcome | Status
-    same_content: tuple[SameContent, ...] = ()
+    same_content: tuple[catalog.SameContent, ...] = ()
 
     @property
     def created(self) -> bool:
@@ -175,28 +167,12 @@ def submit(
         if moved_to is not None and start is VersionStart.CREATED:
             catalog.move_document(conn, doc.id, moved_to)
             doc = catalog.get_version(conn, doc.version_id)
-        same = _same_content(conn, content_hash, doc.id)
+        same = catalog.same_content(conn, content_hash, doc.id)
     if start is VersionStart.CREATED:
         return Submission(doc, status, same)
     return Submission(
         doc, Outcome.RELABELLED if start is VersionStart.RELABELLED else Outcome.UNCHANGED, same
     )
-
-
-def _same_content(
-    conn: sa.Connection, content_hash: str | None, document_id: uuid.UUID
-) -> tuple[SameContent, ...]:
-    """The active documents other than ``document_id`` whose content hashes to ``content_hash``, by name."""
-    if content_hash is None:
-        return ()
-    rows = conn.execute(
-        sa.text(
-            "SELECT document_id, name FROM documents WHERE content_hash = :h AND is_active "
-            "AND document_id <> :d ORDER BY name, document_id"
-        ),
-        {"h": content_hash, "d": document_id},
-    ).all()
-    return tuple(SameContent(row.document_id, row.name) for row in rows)
 
 
 def submit_url(url: str) -> str:

@@ -41,6 +41,31 @@ _DOC_COLUMNS = (
 
 
 @dataclass(frozen=True)
+class SameContent:
+    """An active document holding the same bytes as another one, under another name."""
+
+    document_id: uuid.UUID
+    name: str
+
+
+def same_content(
+    conn: sa.Connection, content_hash: str | None, document_id: uuid.UUID
+) -> tuple[SameContent, ...]:
+    """The active documents other than ``document_id`` whose content hashes to ``content_hash``, by name
+    (none for a source without a hash: a web page not yet fetched)."""
+    if content_hash is None:
+        return ()
+    rows = conn.execute(
+        sa.text(
+            "SELECT document_id, name FROM documents WHERE content_hash = :h AND is_active "
+            "AND document_id <> :d ORDER BY name, document_id"
+        ),
+        {"h": content_hash, "d": document_id},
+    ).all()
+    return tuple(SameContent(row.document_id, row.name) for row in rows)
+
+
+@dataclass(frozen=True)
 class DocumentInfo:
     """One document version as the catalog holds it.
 
