@@ -576,3 +576,21 @@ def test_a_command_that_reads_a_namespace_the_database_lacks_names_it_and_create
     assert typo.namespace in _namespaces(settings)
     code, out, err = _run(typo, "docs", "list")
     assert code == 0 and "valves.md" in out, err
+
+
+def test_ingesting_a_file_already_stored_under_another_name_says_so(
+    settings: Settings, tmp_path: Path
+) -> None:
+    note = "# Boiler B-7\n\nThe B-7 relief valve opens at 9.5 bar and is tested every spring."
+    code, _, _ = _run(settings, "ingest", str(write(tmp_path / "boiler-b7.md", note)))
+    assert code == 0
+    # The same bytes again, under another name: stored, and said to be the same as the first.
+    code, _, err = _run(settings, "ingest", str(write(tmp_path / "boiler-b7-copy.md", note)))
+    assert code == 0 and "boiler-b7-copy.md: v1" in err and "same bytes as boiler-b7.md" in err
+    code, out, _ = _run(settings, "ingest", str(write(tmp_path / "boiler-b7-third.md", note)), "--json")
+    [result] = [json.loads(line) for line in out.splitlines()]
+    assert sorted(same["name"] for same in result["same_content_as"]) == ["boiler-b7-copy.md", "boiler-b7.md"]
+    code, out, _ = _run(
+        settings, "ingest", str(write(tmp_path / "other.md", "# Other\n\nSomething else.")), "--json"
+    )
+    assert [json.loads(line)["same_content_as"] for line in out.splitlines()] == [[]]

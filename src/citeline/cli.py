@@ -314,7 +314,10 @@ def _describe(result: IngestResult) -> str:
         f"v{doc.version}, {_count(doc.page_count or 0, 'page')}, {_count(result.chunks, 'chunk')} "
         f"({result.embedded} embedded) in {result.seconds:.1f}s",
     )
-    return f"[{colour}]{result.outcome.value:<10}[/{colour}] {escape(str(result.source))}: {detail}"
+    if result.same_content:
+        # The same file under another name: stored all the same; relabelling the one there may be meant.
+        detail += f"; same bytes as {', '.join(same.name for same in result.same_content)}"
+    return f"[{colour}]{result.outcome.value:<10}[/{colour}] {escape(str(result.source))}: {escape(detail)}"
 
 
 @app.command()

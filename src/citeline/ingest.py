@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -120,6 +120,10 @@ class IngestOptions:
         )
 
 
+#: Outcomes after which the document holds the source's bytes.
+_STORED = frozenset({Outcome.ADDED, Outcome.UPDATED, Outcome.UNCHANGED, Outcome.RELABELLED})
+
+
 @dataclass(frozen=True)
 class IngestResult:
     """What happened to one source."""
@@ -131,6 +135,8 @@ class IngestResult:
     embedded: int = 0
     seconds: float = 0.0
     error: str | None = None
+    #: The other active documents holding the same bytes (the same file under another name).
+    same_content: tuple[catalog.SameContent, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -142,6 +148,9 @@ class IngestResult:
             "embedded": self.embedded,
             "seconds": round(self.seconds, 3),
             "error": self.error,
+            "same_content_as": [
+                {"document_id": str(same.document_id), "name": same.name} for same in self.same_content
+            ],
         }
 
 
@@ -475,6 +484,13 @@ class Ingestor:
         results: list[IngestResult] = []
 
         def report(result: IngestResult) -> None:
+            doc = result.document
+            if doc is not None and doc.content_hash and result.outcome in _STORED:
+                # Said as each result comes, in a statement of its own beside the run's transaction (an
+                # index makes it a lookup: migration 0020).
+                with self.engine.connect() as other:
+                    same = catalog.same_content(other, doc.content_hash, doc.id)
+                result = replace(result, same_content=same)
             results.append(result)
             if progress:
                 progress(result)
