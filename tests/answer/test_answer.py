@@ -474,3 +474,31 @@ def test_a_reply_picking_one_of_the_alternatives_a_question_offers_is_no_echo(em
     done = completed(run(ScriptedLLM(reply), embedder, evidence=[bolts], question=question))
 
     assert not done.fell_back and done.answer == reply
+
+
+def test_a_reply_quoting_the_whole_question_from_a_command_is_replaced_and_the_command_never_quoted(
+    embedder: Embedder,
+) -> None:
+    # make demo's answer: the guide shows the command that asks the demo's question, the packaged model
+    # quoted it ('... ask "how do I keep ...?" is a command-line tool ...'), and its citation scored 0.83;
+    # the extractive answer quoted the command line too, as a sentence of the passage.
+    question = "how do I keep documents of one care journey apart from another?"
+    guide = make_hit(
+        7,
+        "### Run the demo\n\n```sh\nmake demo\n```\n\nThis ingests the guide and asks one question:"
+        "\n\n```sh\n"
+        f'.venv/bin/citeline search "{question}" --top-k 3\n.venv/bin/citeline ask "{question}"\n```\n',
+    )
+    scopes = make_hit(
+        8,
+        "To keep the documents of one care journey apart from another, give each care journey its own scope "
+        "when you ingest its documents, and name that scope when you search.",
+        page=2,
+    )
+    reply = f'.venv/bin/citeline ask "{question}" is a command-line tool used to ask questions [1].'
+
+    done = completed(run(ScriptedLLM(reply), embedder, evidence=[guide, scopes], question=question))
+
+    assert done.fell_back and done.fallback_reason == "the model's reply only repeats the question's words"
+    assert "give each care journey its own scope" in done.answer
+    assert "citeline ask" not in done.answer

@@ -701,8 +701,22 @@ def _restates(reply: str, question: str) -> bool:
         # larger [1]." picks one of what it offered.
         return False
     asked = content_terms(question)
-    said = [content_terms(c.text) for c in claims(reply)]
-    return bool(said) and all(terms <= asked for terms in said)
+    sentences = claims(reply)
+    said = [content_terms(c.text) for c in sentences]
+    if bool(said) and all(terms <= asked for terms in said):
+        return True
+    # The question quoted whole inside a sentence ('... ask "how do I keep documents of one journey
+    # apart?" is a command-line tool ...', from a passage showing the command that asks it) answers it
+    # no more than the echo does.
+    whole = " ".join(_WORD.findall(question.casefold()))
+    return len(whole.split()) >= _QUOTED_QUESTION_WORDS and any(
+        whole in " ".join(_WORD.findall(c.text.casefold())) for c in sentences
+    )
+
+
+#: A question this long, quoted whole in a reply's sentence, is the reply's echo of it.
+_QUOTED_QUESTION_WORDS = 5
+_WORD = re.compile(r"[^\W_]+")
 
 
 _OFFERS_CHOICE = re.compile(r"\bor\b", re.IGNORECASE)

@@ -183,7 +183,7 @@ def _scored(
         scores = [[(a + b) / 2 for a, b in zip(s, o, strict=True)] for s, o in zip(scores, own, strict=True)]
     out: list[_Sentence] = []
     for i, ((passage, sentences), passage_scores) in enumerate(zip(split, scores, strict=True)):
-        cut = _cut(passage, sentences.sentences)
+        cut = _cut(passage, sentences.sentences) | _in_code(sentences)
         others = [t for j, (_, other) in enumerate(split) if j != i for t in other.sentences]
         if sentences.sentences and _goes_on_from(sentences.sentences[0], others):
             cut.add(0)
@@ -200,6 +200,21 @@ def _scored(
             for i, t in enumerate(sentences.sentences)
         ]
     return out
+
+
+def _in_code(sentences: PassageSentences) -> set[int]:
+    """The positions of the sentences that start inside a fenced code block of the passage: a command
+    line (``citeline ask "how do I ..."``) is no claim, and one quoting the question was quoted as its
+    answer."""
+    fences = [m.start() for m in _FENCE_LINE.finditer(sentences.text)]
+    inside = list(zip(fences[::2], fences[1::2], strict=False))  # the passage taken to start outside code
+    if len(fences) % 2:
+        inside.append((fences[-1], len(sentences.text)))  # a block the passage's edge cuts
+    return {i for i, (start, _) in enumerate(sentences.spans) if any(a <= start <= b for a, b in inside)}
+
+
+#: A line that opens or closes a fenced code block.
+_FENCE_LINE = re.compile(r"^[ \t]{0,3}(?:```|~~~)", re.MULTILINE)
 
 
 def _plain(sentence: str) -> str:
