@@ -502,3 +502,16 @@ def test_a_reply_quoting_the_whole_question_from_a_command_is_replaced_and_the_c
     assert done.fell_back and done.fallback_reason == "the model's reply only repeats the question's words"
     assert "give each care journey its own scope" in done.answer
     assert "citeline ask" not in done.answer
+
+
+def test_a_reply_restating_a_claim_whole_and_judging_it_stands(embedder: Embedder) -> None:
+    # A claim is no question: a reply may restate it whole before saying what the passage found.
+    claim = "Running the pump dry destroys the mechanical seal within seconds"
+    seal = make_hit(
+        9, "Never run the pump dry. Running without water destroys the mechanical seal within seconds."
+    )
+    reply = f"{claim}: the manual says running without water destroys the seal within seconds [1]."
+
+    done = completed(run(ScriptedLLM(reply), embedder, evidence=[seal], question=claim))
+
+    assert not done.fell_back, done.fallback_reason

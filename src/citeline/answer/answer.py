@@ -705,9 +705,11 @@ def _restates(reply: str, question: str) -> bool:
     said = [content_terms(c.text) for c in sentences]
     if bool(said) and all(terms <= asked for terms in said):
         return True
-    # The question quoted whole inside a sentence ('... ask "how do I keep documents of one journey
+    # A question quoted whole inside a sentence ('... ask "how do I keep documents of one journey
     # apart?" is a command-line tool ...', from a passage showing the command that asks it) answers it
-    # no more than the echo does.
+    # no more than the echo does. (A claim restated whole may open a reply that then judges it.)
+    if not question.rstrip().endswith("?"):
+        return False
     whole = " ".join(_WORD.findall(question.casefold()))
     return len(whole.split()) >= _QUOTED_QUESTION_WORDS and any(
         whole in " ".join(_WORD.findall(c.text.casefold())) for c in sentences
