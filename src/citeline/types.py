@@ -5,6 +5,7 @@ Plain frozen dataclasses so every stage can be used and tested on its own.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -76,3 +77,17 @@ def embedding_text(text: str, context: str | None) -> str:
     its text. Every path that embeds a stored chunk (ingest, vector repair) goes through this, so a
     chunk's vector is the same whichever made it."""
     return f"{context}\n{text}" if context else text
+
+
+#: A pipe that parts two cells of a Markdown table's row: one no backslash escapes.
+CELL_BORDER = re.compile(r"(?<!\\)\|")
+
+
+def table_cells(row: str) -> list[str]:
+    """The cells of a Markdown table's row, stripped: ``| a | b |`` gives ``["a", "b"]``, and so does
+    ``a | b`` (outer pipes left out); a pipe escaped in a cell (``\\|``, as the loaders write one) is the
+    cell's own: ``| a \\| b | c |`` gives ``["a | b", "c"]``. The loaders and the answer read rows alike."""
+    inner = row.strip().removeprefix("|")
+    if inner.endswith("|") and not inner.endswith("\\|"):
+        inner = inner[:-1]
+    return [cell.strip().replace("\\|", "|") for cell in CELL_BORDER.split(inner)]

@@ -46,7 +46,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from citeline.answer.support import sentence_spans, table_cells, table_rule
+from citeline.answer.support import sentence_spans, table_rule
+from citeline.types import table_cells
 
 Bound = Literal["value", "upper", "lower"]
 """What a quantity states: a value (or a range), the most it can be, or the least."""

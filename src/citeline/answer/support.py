@@ -38,6 +38,7 @@ import numpy.typing as npt
 from citeline.embed.base import Embedder
 from citeline.split import sentence_ends
 from citeline.store.analyzer import Analyzer
+from citeline.types import table_cells
 
 if TYPE_CHECKING:
     from citeline.retrieve.search import Hit
@@ -240,20 +241,6 @@ def shown_text(text: str, start: int, end: int, context: str | None = None) -> s
         if span == (start, end):
             return sentence
     return normalise(text[start:end])
-
-
-def table_cells(row: str) -> list[str]:
-    """The cells of a Markdown table's row, stripped: ``| a | b |`` gives ``["a", "b"]``; a pipe escaped
-    in a cell (``\\|``, as the loaders write one) is the cell's own: ``| a \\| b | c |`` gives
-    ``["a | b", "c"]``."""
-    inner = row.strip().removeprefix("|")
-    if inner.endswith("|") and not inner.endswith("\\|"):
-        inner = inner[:-1]
-    return [cell.strip().replace("\\|", "|") for cell in _CELL_BORDER.split(inner)]
-
-
-#: A pipe that parts two cells: one no backslash escapes.
-_CELL_BORDER = re.compile(r"(?<!\\)\|")
 
 
 def table_rule(row: str) -> bool:

@@ -16,7 +16,7 @@ import yaml
 
 from citeline.errors import LoadError
 from citeline.load.clean import clean_inline, clean_text
-from citeline.types import LoadedSource, Page, Section, SourceMetadata
+from citeline.types import CELL_BORDER, LoadedSource, Page, Section, SourceMetadata, table_cells
 
 _BOMS = (
     # UTF-32 first: its little-endian mark begins with UTF-16's.
@@ -800,8 +800,6 @@ def _tag_text(match: re.Match[str]) -> str:
 
 #: A table's delimiter row: cells of dashes (colons at their ends say the alignment) parted by pipes.
 _DELIMITER_CELL = re.compile(r"[ \t]*:?-+:?[ \t]*")
-#: A pipe that parts two cells: one no backslash escapes.
-_CELL_BORDER = re.compile(r"(?<!\\)\|")
 
 
 def _bordered_row(line: str) -> str:
@@ -814,13 +812,6 @@ def _bordered_row(line: str) -> str:
     return row
 
 
-def _cells(line: str) -> list[str]:
-    row = line.strip().removeprefix("|")
-    if row.endswith("|") and not row.endswith("\\|"):
-        row = row[:-1]
-    return _CELL_BORDER.split(row)
-
-
 def bordered_tables(text: str) -> str:
     """``text`` with each Markdown table written with a pipe at both ends of its rows.
 
@@ -830,29 +821,25 @@ def bordered_tables(text: str) -> str:
     (``:---``, ``---:``), then every following line holding a pipe, up to a blank line; in fenced or
     indented code nothing is changed.
     """
-    lines = text.split("\n")
-    fence: str | None = None
+    return _outside_code(text, _bordered_prose, indented=True)
+
+
+def _bordered_prose(prose: str) -> str:
+    """:func:`bordered_tables` for Markdown without code blocks."""
+    lines = prose.split("\n")
     in_table = False
     for i, line in enumerate(lines):
-        if fence is not None:
-            closing = _FENCE_CLOSE.fullmatch(line)
-            if closing and closing.group(1)[0] == fence[0] and len(closing.group(1)) >= len(fence):
-                fence = None
-            continue
-        if opening := _FENCE.match(line):
-            fence, in_table = opening.group(1), False
-            continue
-        if in_table and line.strip() and _CELL_BORDER.search(line) and not _INDENTED_CODE.match(line):
+        if in_table and line.strip() and CELL_BORDER.search(line) and not _INDENTED_CODE.match(line):
             lines[i] = _bordered_row(line)
             continue
         in_table = False
         following = lines[i + 1] if i + 1 < len(lines) else ""
         if (
-            _CELL_BORDER.search(following)
+            CELL_BORDER.search(following)
             and not _INDENTED_CODE.match(line)
             and not _INDENTED_CODE.match(following)
-            and all(_DELIMITER_CELL.fullmatch(cell) for cell in _cells(following))
-            and len(_cells(following)) == len(_cells(line))
+            and all(_DELIMITER_CELL.fullmatch(cell) for cell in table_cells(following))
+            and len(table_cells(following)) == len(table_cells(line))
             and line.strip()
         ):
             lines[i], lines[i + 1] = _bordered_row(line), _bordered_row(following)
