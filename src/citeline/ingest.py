@@ -148,9 +148,7 @@ class IngestResult:
             "embedded": self.embedded,
             "seconds": round(self.seconds, 3),
             "error": self.error,
-            "same_content_as": [
-                {"document_id": str(same.document_id), "name": same.name} for same in self.same_content
-            ],
+            "same_content_as": [same.as_dict() for same in self.same_content],
         }
 
 

@@ -14,7 +14,6 @@ from citeline.answer.citations import Citation, RemovedCitation, UnsupportedSent
 from citeline.answer.prompt import Passage
 from citeline.answer.stance import Stance, Verdict, verdict_of
 from citeline.errors import CitelineError
-from citeline.retrieve.search import Hit
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class Start:
                     "shown": None
                     if p.shown is None
                     else [[p.start + start, p.start + end] for start, end in p.shown],
-                    "also_in": copies_dicts(p.hit),
+                    "also_in": [copy.as_dict() for copy in p.hit.also_in],
                 }
                 for p in self.passages
             ],
@@ -99,22 +98,8 @@ def passage_dict(passage: Passage) -> dict[str, Any]:
         "start": passage.start,
         "end": passage.end,
         "text": passage.text,
-        "also_in": copies_dicts(hit),
+        "also_in": [copy.as_dict() for copy in hit.also_in],
     }
-
-
-def copies_dicts(hit: Hit) -> list[dict[str, Any]]:
-    """The other documents holding a passage word for word (``Hit.also_in``), as events send them."""
-    return [
-        {
-            "chunk_id": copy.chunk_id,
-            "document_id": str(copy.document_id),
-            "document_name": copy.document_name,
-            "version": copy.version,
-            "page": copy.page,
-        }
-        for copy in hit.also_in
-    ]
 
 
 @dataclass(frozen=True)

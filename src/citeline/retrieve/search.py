@@ -101,6 +101,12 @@ class Copy:
     version: int
     page: int
 
+    def as_dict(self) -> dict[str, Any]:
+        """As JSON carries it (the document id as text): in search results and answer events alike."""
+        out = asdict(self)
+        out["document_id"] = str(self.document_id)
+        return out
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -142,8 +148,7 @@ class Hit:
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["document_id"] = str(self.document_id)
-        for copy in out["also_in"]:
-            copy["document_id"] = str(copy["document_id"])
+        out["also_in"] = [copy.as_dict() for copy in self.also_in]
         return out
 
 

@@ -47,6 +47,10 @@ class SameContent:
     document_id: uuid.UUID
     name: str
 
+    def as_dict(self) -> dict[str, str]:
+        """As an upload's answer and ``citeline ingest --json`` give it."""
+        return {"document_id": str(self.document_id), "name": self.name}
+
 
 def same_content(
     conn: sa.Connection, content_hash: str | None, document_id: uuid.UUID

@@ -66,9 +66,7 @@ def _submitted(submission: Submission, response: Response) -> dict[str, Any]:
     return {
         **document_json(doc),
         "outcome": str(submission.outcome),
-        "same_content_as": [
-            {"document_id": str(same.document_id), "name": same.name} for same in submission.same_content
-        ],
+        "same_content_as": [same.as_dict() for same in submission.same_content],
     }
 
 

@@ -101,17 +101,7 @@ def result(hit: Hit) -> dict[str, Any]:
         "rerank_score": hit.rerank_score,
         "url": file_url(hit.document_id, hit.page),
         # The same passage, word for word, in other documents (the collapse_duplicates setting).
-        "also_in": [
-            {
-                "document_id": str(copy.document_id),
-                "document_name": copy.document_name,
-                "chunk_id": copy.chunk_id,
-                "version": copy.version,
-                "page": copy.page,
-                "url": file_url(copy.document_id, copy.page),
-            }
-            for copy in hit.also_in
-        ],
+        "also_in": [{**copy.as_dict(), "url": file_url(copy.document_id, copy.page)} for copy in hit.also_in],
     }
 
 
