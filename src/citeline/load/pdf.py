@@ -441,10 +441,7 @@ def _raised_and_smaller(textpage: Any, index: int, letter: int) -> bool:
     sizes: list[float] = []
     baselines: list[float] = []
     for i in (index, letter):
-        matrix = pdfium_c.FS_MATRIX()
-        pdfium_c.FPDFText_GetMatrix(raw, i, ctypes.byref(matrix))
-        scale = abs(matrix.a * matrix.d - matrix.b * matrix.c) ** 0.5 or 1.0
-        sizes.append(float(pdfium_c.FPDFText_GetFontSize(raw, i)) * scale)
+        sizes.append(_rendered_size(raw, i, pdfium_c.FS_MATRIX()))
         x, y = ctypes.c_double(), ctypes.c_double()
         pdfium_c.FPDFText_GetCharOrigin(raw, i, ctypes.byref(x), ctypes.byref(y))
         baselines.append(float(y.value))
@@ -537,7 +534,6 @@ def _heading_blocks(textpage: Any) -> list[str]:
     raw = textpage.raw
     text_object = _text_object_function()
     matrix = pdfium_c.FS_MATRIX()
-    at = ctypes.byref(matrix)
     runs: list[list[Any]] = []  # [size, start, end] in the page's text
     weights: dict[float, int] = {}
     last_object, size = None, 0.0
@@ -549,9 +545,7 @@ def _heading_blocks(textpage: Any) -> list[str]:
         current = text_object(raw, index)
         if current is None or current != last_object:
             last_object = current
-            pdfium_c.FPDFText_GetMatrix(raw, index, at)
-            scale = abs(matrix.a * matrix.d - matrix.b * matrix.c) ** 0.5 or 1.0
-            size = round(float(pdfium_c.FPDFText_GetFontSize(raw, index)) * scale, 1)
+            size = round(_rendered_size(raw, index, matrix), 1)
         weights[size] = weights.get(size, 0) + 1
         if runs and abs(runs[-1][0] - size) <= _SAME_SIZE * runs[-1][0]:
             runs[-1][2] = index + 1
@@ -628,9 +622,7 @@ def styled_headings(textpage: Any) -> list[str]:
         known = by_object.get(current) if current is not None else None
         if known is not None:
             return known
-        pdfium_c.FPDFText_GetMatrix(raw, index, ctypes.byref(matrix))
-        scale = abs(matrix.a * matrix.d - matrix.b * matrix.c) ** 0.5 or 1.0
-        size = round(float(pdfium_c.FPDFText_GetFontSize(raw, index)) * scale, 1)
+        size = round(_rendered_size(raw, index, matrix), 1)
         pdfium_c.FPDFText_GetFontInfo(raw, index, name, len(name), ctypes.byref(flags))
         weight = int(pdfium_c.FPDFText_GetFontWeight(raw, index))
         styled = (
@@ -695,6 +687,14 @@ def styled_headings(textpage: Any) -> list[str]:
         ):
             headings.append(heading)
     return headings if len(headings) <= _HEADINGS_PER_PAGE else []
+
+
+def _rendered_size(raw: Any, index: int, matrix: Any) -> float:
+    """Character ``index``'s size as rendered: its font size times the scale of its matrix (a PDF may
+    set every font at 1 point and scale it); ``matrix`` is a ``FS_MATRIX`` to fill."""
+    pdfium_c.FPDFText_GetMatrix(raw, index, ctypes.byref(matrix))
+    scale = abs(matrix.a * matrix.d - matrix.b * matrix.c) ** 0.5 or 1.0
+    return float(pdfium_c.FPDFText_GetFontSize(raw, index)) * scale
 
 
 def _one_line(text: str) -> str:
