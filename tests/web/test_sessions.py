@@ -311,6 +311,26 @@ def test_an_answer_cut_off_says_so_and_gives_the_question_back(site: Site, conte
     expect(page.get_by_label("Question")).to_have_value(asked)
 
 
+def _send_events(client: socket.socket, body: bytes) -> None:
+    """Answer the request on ``client`` with an event stream of ``body`` as one chunk, left open."""
+    client.sendall(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + f"{len(body):x}\r\n".encode()
+        + body
+        + b"\r\n"
+    )
+
+
+def _streaming_from(listener: socket.socket, context: BrowserContext, site: Site) -> Page:
+    """A page signed in with a key of its own, whose answers stream from ``listener`` instead."""
+    page = context.new_page()
+    key, _ = site.new_key()
+    sign_in(page, site.server.url + "/", key)
+    port = listener.getsockname()[1]
+    page.route("**/chat/stream", lambda route: route.continue_(url=f"http://127.0.0.1:{port}/chat/stream"))
+    return page
+
+
 def test_an_answer_whose_connection_breaks_says_it_was_cut_off(site: Site, context: BrowserContext) -> None:
     # A server that answers, sends a few words and dies (as citeline serve killed mid-answer does): the
     # response's chunked body ends without its last chunk, and reading it fails in the browser.
@@ -324,24 +344,13 @@ def test_an_answer_whose_connection_breaks_says_it_was_cut_off(site: Site, conte
         client, _ = listener.accept()
         with client:
             client.recv(65536)
-            client.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                + f"{len(words):x}\r\n".encode()
-                + words
-                + b"\r\n"
-            )
+            _send_events(client, words)
             time.sleep(0.5)
 
     dying = threading.Thread(target=answer_and_die, daemon=True)
     dying.start()
     try:
-        page = context.new_page()
-        key, _ = site.new_key()
-        sign_in(page, site.server.url + "/", key)
-        port = listener.getsockname()[1]
-        page.route(
-            "**/chat/stream", lambda route: route.continue_(url=f"http://127.0.0.1:{port}/chat/stream")
-        )
+        page = _streaming_from(listener, context, site)
         asked = "At what pressure does the relief valve open?"
         page.get_by_label("Question").fill(asked)
         page.get_by_role("button", name="Ask").click()
@@ -637,24 +646,13 @@ def test_an_answer_stopped_after_the_server_stored_it_is_shown_whole(
                 timeout=120,
             ).content
             kept = answer[: answer.rindex(b"event: complete")]
-            client.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                + f"{len(kept):x}\r\n".encode()
-                + kept
-                + b"\r\n"
-            )
+            _send_events(client, kept)
             stopped.wait(30)
 
     proxy = threading.Thread(target=pass_all_but_the_end, daemon=True)
     proxy.start()
     try:
-        page = context.new_page()
-        key, _ = site.new_key()
-        sign_in(page, site.server.url + "/", key)
-        port = listener.getsockname()[1]
-        page.route(
-            "**/chat/stream", lambda route: route.continue_(url=f"http://127.0.0.1:{port}/chat/stream")
-        )
+        page = _streaming_from(listener, context, site)
         page.get_by_label("Question").fill("At what pressure does the relief valve open?")
         page.get_by_role("button", name="Ask").click()
         expect(page.locator(".message.assistant .message-text")).to_contain_text("12 bar")
