@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -439,6 +440,80 @@ def test_a_nested_list_in_a_table_cell_is_written_once_after_its_item(tmp_path: 
     )
     [page] = load(path).pages
     assert "| M10 | Dry: 49 Nm, 52 Nm max; Oiled 44 Nm |" in page.text
+
+
+MENU_CELL = (
+    '<td width="20%"><a href="/">Home</a><br><a href="/pumps">Pumps</a><br><a href="/valves">Valves</a></td>'
+)
+SEAL_ROWS = [
+    ("Seal", "Material", "Limit"),
+    ("Shaft seal", "Viton", "200 C"),
+    ("Casing gasket", "EPDM", "150 C"),
+]
+SEAL_ROWS += [("Cover O-ring", "NBR", "100 C"), ("Drain plug washer", "Copper", "400 C")]
+
+
+def _seals(rows: int) -> tuple[str, str]:
+    """A table of data of ``rows`` rows, all ``<td>`` (its first row names the columns), and the
+    Markdown table it is read as."""
+    html = "".join(
+        "<tr>" + "".join(f"<td>{value}</td>" for value in row) + "</tr>" for row in SEAL_ROWS[:rows]
+    )
+    lines = ["| " + " | ".join(row) + " |" for row in SEAL_ROWS[:rows]]
+    return f"<table>{html}</table>", "\n".join([lines[0], "|---|---|---|", *lines[1:]])
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", re.sub(r"<[^>]*>", " ", text)))
+
+
+SEALS_5, SEALS_5_READ = _seals(5)
+SEALS_2, SEALS_2_READ = _seals(2)
+BEFORE = "<p>Seals are replaced at every overhaul of the pump.</p>"
+AFTER = "<p>Keep spare seals dry and out of the light.</p>"
+FOOTER = "<td>Questions? Call the service desk on 0113 496 0000.</td>"
+
+
+@pytest.mark.parametrize(
+    ("main", "table"),
+    [
+        # The data table in the cell beside the menu, with a heading over it and without one.
+        (
+            f"<table width=100%><tr>{MENU_CELL}<td><h1>Seal guide</h1>{BEFORE}{SEALS_5}{AFTER}</td></tr>"
+            "</table>",
+            SEALS_5_READ,
+        ),
+        (f"<table width=100%><tr>{MENU_CELL}<td>{BEFORE}{SEALS_2}{AFTER}</td></tr></table>", SEALS_2_READ),
+        # The cell's text and table each in a block of its own.
+        (
+            f"<table><tr>{MENU_CELL}<td><div>{BEFORE}</div><div>{SEALS_5}{AFTER}</div></td></tr></table>",
+            SEALS_5_READ,
+        ),
+        # A layout table in a layout table: a logo row, the menu beside the page, a footer row.
+        (
+            f"<table width=100%><tr><td><img src=logo.png alt=Logo></td></tr><tr>{MENU_CELL}<td><table>"
+            f"<tr><td><h1>Seal guide</h1>{BEFORE}</td></tr><tr><td>{SEALS_5}{AFTER}</td></tr></table>"
+            f"</td></tr><tr>{FOOTER}</tr></table>",
+            SEALS_5_READ,
+        ),
+    ],
+    ids=["heading-5-rows", "2-rows", "blocks", "layout-in-layout"],
+)
+def test_a_layout_table_keeps_every_word_of_the_page_and_its_table_of_data(
+    tmp_path: Path, main: str, table: str
+) -> None:
+    # A table inside a layout table was itself unwrapped into a <div> of loose rows, which trafilatura
+    # wrote without a "|---|" row (no Markdown table) or read as one table with the page's text; and a
+    # row holding the menu cell and the page's cell, a short block full of links for trafilatura, was
+    # dropped with all it held: the text beside the table, or the footer, was lost.
+    path = tmp_path / "seals.html"
+    path.write_text(
+        f"<html><head><title>Seal guide</title></head><body>{main}</body></html>", encoding="utf-8"
+    )
+    [page] = load(path).pages
+    # Every word the page shows reaches the loaded page, but the menu's, which trafilatura may drop.
+    assert _words(main) - {"Home", "Pumps", "Valves"} <= _words(page.text)
+    assert f"{table}\n\nKeep spare seals dry and out of the light." in page.text
 
 
 FRAMES = [

@@ -128,7 +128,8 @@ _SUBTITLE_SEPARATORS = ("-", "\u2013", "\u2014", ":")
 _TITLE_SEPARATORS = " " + "".join(_SITE_SEPARATORS + _SUBTITLE_SEPARATORS)
 
 
-_TABLE_PARTS = ("table", "thead", "tbody", "tfoot", "tr", "td", "th")
+#: What groups a table's cells: its row groups and rows.
+_ROW_PARTS = ("thead", "tbody", "tfoot", "tr")
 #: What a cell of a table of data does not hold, and one of a table laying out the page does: a heading or
 #: a table; in a table of one row (columns side by side), also several paragraphs, lists or blocks.
 _HEADINGS_AND_TABLES = ("h1", "h2", "h3", "h4", "h5", "h6", "table")
@@ -145,9 +146,14 @@ def _unwrap_layout_tables(tree: Any) -> None:
     Pumps | Pump manual The pump is ... |"), with no headings and no paragraphs. A table of at most
     :data:`_LAYOUT_ROWS` rows with a cell holding a heading or a table, or of one row with a cell holding
     two or more paragraphs, lists or blocks, is taken for layout (a table of data, as a wiki writes one,
-    has more rows, or cells that hold neither): its table and rows become ``<div>``s, and its cells
-    ``<div>``s too, or ``<p>``s where they hold text alone, so what they hold is read as any page's text
-    is. A table of data inside it stays a table.
+    has more rows, or cells that hold neither): its cells become ``<div>``s, or ``<p>``s where they
+    hold text alone, and its table and rows are taken away, so what the cells hold is read as any page's
+    text is. A table inside it is a table of its own: one of data stays a table, one of layout is
+    unwrapped in turn.
+
+    The rows go, not just their tags: trafilatura deletes a short block holding several short links
+    (taken for a menu) with everything in it, and a row holding the menu's cell beside the page's cell
+    was such a block, the page's text lost with the menu. Now each cell is a block of its own.
     """
     for table in list(tree.iter("table")):
         rows = [row for row in table.iter("tr") if _table_of(row) is table]
@@ -156,9 +162,15 @@ def _unwrap_layout_tables(tree: Any) -> None:
         rows = [row for row in rows if row.text_content().strip() or row.find(".//img") is not None]
         if len(rows) > _LAYOUT_ROWS or not any(_is_layout_cell(c, one_row=len(rows) == 1) for c in cells):
             continue
-        for part in [table, *(part for part in table.iter(*_TABLE_PARTS) if _table_of(part) is table)]:
-            part.tag = "p" if part in cells and not _own_blocks(part) else "div"
-            part.attrib.clear()
+        # This table's own rows, found before any is dropped. A table inside a cell has this one for its
+        # nearest table too, but is no part of it: made a <div>, its rows were left loose, and were
+        # written as no Markdown table or as one with the text around it.
+        parts = [part for part in table.iter(*_ROW_PARTS) if _table_of(part) is table]
+        for cell in cells:
+            cell.tag = "div" if _own_blocks(cell) else "p"
+            cell.attrib.clear()
+        for part in [*parts, table]:
+            part.drop_tag()
 
 
 def _table_of(part: Any) -> Any:
