@@ -102,6 +102,72 @@ def test_a_pronoun_with_nothing_in_the_question_to_stand_for_still_makes_a_follo
     assert rewrite(question, [turn(1, PUMP)], llm=None).method == "heuristic"
 
 
+SCOPING = "How are documents scoped to a care journey?"
+SEARCH = "How does hybrid search rank the passages?"
+
+
+@pytest.mark.parametrize("previous", [SCOPING, SEARCH])
+@pytest.mark.parametrize(
+    "question",
+    [
+        # The subject is named without an article (a product, a mass noun, a plural) and a possessive
+        # of the same clause stands for it: "citeline" was taken for a verb's object, and "its" for the
+        # conversation's topic ("How does citeline store its data? (documents scoped care journey)").
+        "How does citeline store its data?",
+        "Where does citeline keep its files?",
+        "Can citeline version its documents?",
+        "How does hybrid search combine its scores?",
+        "Does reranking change its order?",
+        "How do scopes restrict their documents?",
+        # "it" in a later clause stands for what the first clause names.
+        "What is pgvector and how does it work?",
+        "Does pgvector slow down when it builds an index?",
+        "How is data stored and who can read it?",
+        "What is known about caching and when does it expire?",
+        # An imperative names its subject as an object, or in the clause it asks about.
+        "Explain how citeline stores its data",
+        "Tell me how scopes restrict their documents",
+        "Explain pgvector and how it ranks results",
+    ],
+)
+def test_a_question_naming_its_own_subject_is_searched_as_asked(question: str, previous: str) -> None:
+    assert not is_follow_up(question)
+    assert rewrite(question, [turn(1, previous)], llm=None) == Rewrite(question, "unchanged")
+
+
+@pytest.mark.parametrize("previous", [SCOPING, SEARCH])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "And how is it stored?",
+        "What about its versions?",
+        "Does that apply to PDFs too?",
+        "Why?",
+        "How is its data stored?",
+        "What are its limits?",
+        "How does it store its data?",
+        "How does citeline store it?",
+        "How do I configure its timeout?",
+        "Explain how it stores its data",
+        "Where are they kept?",
+        # The noun before the pronoun cannot be what it stands for: a plural ("do users") for "its",
+        # a participle ("is needed") or a state ("has changed") for anything.
+        "What do users see on its page?",
+        "What is needed and where is it kept?",
+        "What is wrong and how do I fix it?",
+        "What has changed in its schema?",
+    ],
+)
+def test_a_question_leaning_on_the_conversation_is_searched_with_its_topic(
+    question: str, previous: str
+) -> None:
+    assert is_follow_up(question)
+    result = rewrite(question, [turn(1, previous)], llm=None)
+    assert result.method == "heuristic"
+    assert result.query.startswith(question + " (")
+    assert ("care journey" if previous == SCOPING else "hybrid search") in result.query
+
+
 @pytest.mark.parametrize(
     ("question", "rewritten", "asked"),
     [

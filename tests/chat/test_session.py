@@ -104,6 +104,36 @@ def test_a_follow_up_is_searched_with_the_previous_topic_and_stored(manual: Cite
     assert [c.id for c in conversations(manual)] == [session.id]
 
 
+def test_a_second_question_naming_its_own_subject_is_searched_as_asked(cl: Citeline, tmp_path: Path) -> None:
+    write(
+        tmp_path / "scopes.md",
+        "# Scopes\n\nEvery document carries the scopes of the care journey it belongs to, and a search "
+        "only returns documents whose scopes the caller may read.\n",
+    )
+    write(
+        tmp_path / "storage.md",
+        "# Storage\n\nciteline stores its data in PostgreSQL: documents, chunks and their embeddings "
+        "live in tables, and the original files in the data directory.\n",
+    )
+    cl.ingest([tmp_path])
+    session = ChatSession.start(cl, llm=None)
+    complete(ask(session, "How are documents scoped to a care journey?"))
+
+    # It was searched as "How does citeline store its data? (documents scoped care journey)".
+    events = ask(session, "How does citeline store its data?")
+    assert session.last_rewrite == Rewrite("How does citeline store its data?", "unchanged")
+    start = events[0]
+    assert isinstance(start, Start) and start.question == "How does citeline store its data?"
+    assert start.passages[0].hit.document_name == "storage.md"
+
+    # A question that names nothing of its own still borrows the conversation's topic.
+    complete(events)
+    ask(session, "And how is it stored?")
+    rewritten = session.last_rewrite
+    assert rewritten is not None and rewritten.method == "heuristic"
+    assert "citeline" in rewritten.query
+
+
 def test_a_follow_ups_cited_chunks_are_scored_against_the_vector_its_search_embedded(
     manual: Citeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,7 +13,11 @@ the conversation:
    A pronoun whose referent the question names before it points back to nothing (:func:`_referred`):
    "List every step of the install and the variables it needs" is about the install, and "What is an
    elastic stop nut and can it be reused?" about the nut, while "What torque does it need?" and "What
-   is the torque it needs?" still lean on the conversation;
+   is the torque it needs?" still lean on the conversation. A noun without an article (a name such as
+   "citeline", a mass noun, a plural) counts where its place shows it is a noun phrase
+   (:func:`_bare_noun`): "How does citeline store its data?", "What is pgvector and how does it
+   work?" and "Explain how citeline stores its data" name their own subject, while "How do I
+   configure its timeout?" and "What do users see on its page?" do not;
 3. it holds a demonstrative (this, that, these, those) that is not directly after a content word, so
    "is that safe?" and "what does this mean?" count, but "the pump that primes itself" does not;
 4. it is too short to stand alone: at most one content word (a word that is neither a stop word nor a
@@ -21,7 +25,8 @@ the conversation:
    or a capitalised word that does not open the question): "what is the cost?" is a follow-up,
    "what is BM25?" is not;
 5. it names no topic of its own: every content word is an aspect that any topic has (:data:`ASPECTS`:
-   dose, use, side effects, safety, cost, duration, who it is for...) and none is specific, so "what
+   dose, use, side effects, safety, cost, duration, who it is for, a state such as wrong or
+   missing...) and none is specific, so "what
    dose should be used?" and "is the usual dose safe for adults?" are follow-ups, while "what dose of
    metformin should be used?" is not.
 
@@ -188,6 +193,13 @@ ASPECTS = frozenset(
         "lasts",
         "frequency",
         "frequently",
+        # state: "What is wrong and how do I fix it?" names nothing "it" could stand for
+        "wrong",
+        "broken",
+        "missing",
+        "new",
+        "different",
+        "available",
         # cost
         "cost",
         "costs",
@@ -375,13 +387,59 @@ def _referred(question: str, pronoun: str, position: int) -> bool:
         # Walking back, a noun phrase is the run of content words its determiner opens.
         opened = any(tokens[j] in _DETERMINERS for j in range(max(0, i - 3), i) if _phrase_run(tokens, j, i))
         if (
-            (opened or _is_specific(originals[i], i))
+            (opened or _is_specific(originals[i], i) or _bare_noun(tokens, i, pronoun))
             and _is_content(token)
             and token not in ASPECTS
             and token not in _SOURCE_WORDS
             and token not in ANAPHORS
         ):
             return True
+    return False
+
+
+# Words after which a noun phrase stands even without an article: the subject of a question ("does
+# citeline", "is pgvector"), a preposition's object ("about caching").
+_AUXILIARIES = frozenset(
+    {"is", "are", "was", "were", "does", "do", "did", "has", "have", "had"}
+    | {"can", "could", "will", "would", "should", "shall", "may", "might", "must"}
+)
+_PLURAL_AUXILIARIES = frozenset({"are", "were", "do", "have"})
+_PREPOSITIONS = frozenset(
+    {"about", "across", "between", "by", "for", "from", "in", "into", "of", "on", "over", "under", "with"}
+)
+# An embedded question's subject follows these: "Explain how citeline stores its data".
+_EMBEDDING = frozenset({"how", "why", "where", "when", "whether", "what", "which"})
+# An imperative that opens the question takes the noun phrase after it: "Explain pgvector and ...".
+_IMPERATIVES = frozenset({"explain", "describe", "define", "compare", "summarise", "summarize"})
+_SINGULAR = frozenset({"it", "its", "itself", "he", "him", "his", "himself", "she", "her", "hers", "herself"})
+
+
+def _bare_noun(tokens: Sequence[str], i: int, pronoun: str) -> bool:
+    """Whether ``tokens[i]`` stands where a noun phrase without an article stands: a name ("citeline"),
+    a mass noun ("data") or a plural ("scopes"), which the determiner test cannot see.
+
+    Without a tagger, the place tells: directly after an auxiliary ("How does citeline store its
+    data?"), a preposition ("What is known about caching and ...") or an opening imperative ("Explain
+    pgvector and ..."), or as the subject of an embedded question, with its verb after it ("Explain how
+    citeline stores its data"). A participle ("What is needed and where is it kept?") is no noun, and a
+    subject the auxiliary makes plural ("What do users see on its page?") is no referent of "its".
+    """
+    if i == 0:
+        return False
+    word, before = tokens[i], tokens[i - 1]
+    if len(word) > 4 and word.endswith("ed") and not word.endswith("eed"):
+        return False
+    if before in _AUXILIARIES:
+        return not (before in _PLURAL_AUXILIARIES and pronoun in _SINGULAR)
+    if before in _PREPOSITIONS:
+        return True
+    if before in _IMPERATIVES:
+        return i == 1
+    # "how big is it" is no embedded question: the word after "how" must be followed by its verb. A
+    # singular pronoun needs a verb that agrees ("citeline stores") or says nothing of number ("stored").
+    if before in _EMBEDDING and i >= 2 and i + 1 < len(tokens) and _is_content(tokens[i + 1]):
+        verb = tokens[i + 1]
+        return pronoun not in _SINGULAR or verb.endswith(("s", "ed"))
     return False
 
 
