@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -594,3 +595,13 @@ def test_ingesting_a_file_already_stored_under_another_name_says_so(
         settings, "ingest", str(write(tmp_path / "other.md", "# Other\n\nSomething else.")), "--json"
     )
     assert [json.loads(line)["same_content_as"] for line in out.splitlines()] == [[]]
+    # Search and answers show the passage once, naming the documents that hold it too.
+    code, out, err = _run(settings, "search", "When does the B-7 relief valve open?")
+    assert code == 0, err
+    assert re.search(r"also in: .*boiler-b7.*\.md p\.1, .*boiler-b7.*\.md p\.1", out), out
+    code, out, err = _run(settings, "ask", "When does the B-7 relief valve open?", "--llm", "extractive")
+    assert code == 0, err
+    sources = out[out.index("Sources") :]
+    assert re.search(r"\[1\] .*boiler-b7.*\.md p\.1.*\n.*9\.5 bar.*\n    also in: .*boiler-b7", sources), (
+        sources
+    )

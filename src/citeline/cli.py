@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict
 from datetime import timedelta
@@ -45,7 +45,7 @@ from citeline.eval.stats import SHUFFLES
 from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
 from citeline.jobs.submit import Refreshed, parse_age
 from citeline.retrieve.filters import Filters
-from citeline.retrieve.search import Explain, Hit, SearchRequest, Timings
+from citeline.retrieve.search import Copy, Explain, Hit, SearchRequest, Timings
 from citeline.settings import Fusion, Settings, load_settings
 from citeline.store.model_migration import MigrationStatus
 from citeline.store.models import Status
@@ -440,10 +440,14 @@ def _print_hits(hits: list[Hit]) -> None:
         console.print(
             "    " + (snippet[:300] + ("…" if len(snippet) > 300 else "")), highlight=False, markup=False
         )
-        if hit.also_in:
-            # The same passage, word for word, in other documents: one hit, not several.
-            copies = ", ".join(f"{copy.document_name} p.{copy.page}" for copy in hit.also_in)
-            console.print("    also in: " + escape(copies), style="dim", highlight=False)
+        _print_copies(hit.also_in)
+
+
+def _print_copies(copies: Sequence[Copy]) -> None:
+    """The same passage, word for word, in other documents: one hit or source, not several."""
+    if copies:
+        named = ", ".join(f"{copy.document_name} p.{copy.page}" for copy in copies)
+        console.print("    also in: " + escape(named), style="dim", highlight=False)
 
 
 def _stream_answer(
@@ -505,6 +509,7 @@ def _print_sources(complete: Complete) -> None:
             highlight=False,
         )
         console.print("    " + " ".join(c.excerpt.split()), highlight=False, markup=False)
+        _print_copies(c.also_in)
     # A removed citation is a note, like the provider's line: the answer as shown stands without it.
     for r in complete.removed:
         reason = escape(r.reason)

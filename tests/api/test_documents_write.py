@@ -23,6 +23,7 @@ from tests.api.conftest import (
     cli,
     create_key,
     launch_server,
+    read_events,
     start_server,
     stop_server,
     wait_ready,
@@ -205,6 +206,25 @@ def test_an_upload_of_bytes_already_stored_names_the_documents_holding_them(serv
         assert again.json()["same_content_as"] == [
             {"document_id": first.json()["id"], "name": "boiler-b7.md"}
         ]
+        poll(admin, again.json()["id"])
+        # An answer citing the passage names its other copy, openable, and so does the stored conversation.
+        with admin.stream(
+            "POST", "/chat/stream", json={"question": "When does the B-7 relief valve open?"}
+        ) as r:
+            events = list(read_events(r.iter_lines()))
+        complete = events[-1].data
+        shown = [c for c in complete["citations"] if "9.5 bar" in c["excerpt"]]
+        conversation = admin.get(f"/conversations/{complete['conversation_id']}").json()
+        stored = [c for m in conversation["messages"] for c in m["citations"] if "9.5 bar" in c["excerpt"]]
+        for citation in (*shown, *stored):
+            (copy,) = citation["also_in"]
+            assert {citation["document_id"], copy["document_id"]} == {
+                made.json()["id"] for made in (first, again)
+            }
+            assert copy["download_url"] == (
+                f"/documents/{copy['document_id']}/file?version={copy['version']}#page={copy['page']}"
+            )
+        assert len(shown) == len(stored) == 1
         for made in (first, again):
             assert admin.delete(f"/documents/{made.json()['id']}").status_code == 200
 

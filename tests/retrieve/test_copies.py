@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+from citeline.answer import Complete
 from citeline.engine import Citeline
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
@@ -86,3 +88,36 @@ def test_the_same_rows_under_another_header_are_not_copies(cl: Citeline, tmp_pat
         "| Bolt | Length mm |",
     }
     assert all(h.also_in == () for h in later)
+
+
+def test_an_answer_names_the_copies_of_what_it_cites_and_its_stored_conversation_keeps_them(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    _ingest(cl, tmp_path)
+    session = cl.chat()
+
+    async def answer() -> Complete:
+        events = [event async for event in session.ask("When does relief valve RV-2 open?")]
+        complete = events[-1]
+        assert isinstance(complete, Complete), events
+        return complete
+
+    complete = asyncio.run(answer())
+
+    cited = next(c for c in complete.citations if c.excerpt.startswith("Relief valve RV-2"))
+    copies = {Path(c.document_name).name for c in cited.also_in}
+    assert copies | {Path(cited.document_name).name} == {"pump-a.txt", "pump-a-copy.txt", "pump-b.txt"}
+    assert cited.as_dict()["also_in"] == [c.as_dict() for c in cited.also_in]
+
+    # Read back as a reader reopens the conversation later: the citation still names its copies.
+    def copies_on_reopening() -> list[dict[str, object]]:
+        _, messages = cl.conversation(session.id)
+        (stored,) = [m for m in messages if m.role == "assistant"]
+        (again,) = [c for c in stored.citations if c["chunk_id"] == cited.chunk_id]
+        return list(again["also_in"])
+
+    assert copies_on_reopening() == [c.as_dict() for c in cited.also_in]
+    # A copy deleted since is no longer named: it could not be opened.
+    gone = cited.also_in[0]
+    cl.delete(str(gone.document_id))
+    assert copies_on_reopening() == [c.as_dict() for c in cited.also_in[1:]]

@@ -43,6 +43,7 @@ from citeline.answer.support import (
     support,
 )
 from citeline.errors import NotFoundError
+from citeline.retrieve.search import Copy
 
 EXCERPT_CHARS = 300
 """The longest excerpt a citation carries; a longer best sentence is cut at a word boundary."""
@@ -199,6 +200,8 @@ class Citation:
     supported: bool
     attributed: bool = False
     stance: Stance = "neutral"
+    #: The passage's other stored copies, word for word (``Hit.also_in``): a reader may know it by one.
+    also_in: tuple[Copy, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -219,6 +222,7 @@ class Citation:
             "supported": self.supported,
             "attributed": self.attributed,
             "stance": self.stance,
+            "also_in": [copy.as_dict() for copy in self.also_in],
         }
 
 
@@ -638,4 +642,5 @@ def _citation(
         score=result.score,
         supported=result.score >= SUPPORT_THRESHOLD,
         attributed=attributed,
+        also_in=hit.also_in,
     )

@@ -340,10 +340,17 @@ def with_citations(
     newer version than the one cited, ``superseded`` and ``current_version``. A citation keeps
     opening the version it cited (kept while the conversation lives, see ``catalog.activate``). One
     whose document was deleted, or is outside ``access``, shows only its number, ``chunk_id`` and
-    ``available: false``.
+    ``available: false``. ``also_in`` keeps the passage's copies named with the answer that are
+    still there and within ``access``.
     """
     numbers = {cid: n for n, cid in enumerate(citation_order(turns(stored)), start=1)}
-    passages = catalog.cited_passages(conn, list(numbers), access=access)
+    shown_copies = [
+        int(copy["chunk_id"])
+        for message in stored
+        for citation in (message.checks or {}).get("citations", ())
+        for copy in citation.get("also_in", ())
+    ]
+    passages = catalog.cited_passages(conn, [*numbers, *shown_copies], access=access)
     out = []
     for message in stored:
         if message.role != "assistant":
@@ -373,6 +380,9 @@ def with_citations(
                     "end": passage.end,
                     "section": passage.section,
                     **citation,
+                    # The copies named with the answer that the reader can still open: a copy's document
+                    # may have been deleted or replaced since.
+                    "also_in": [c for c in citation.get("also_in", ()) if int(c["chunk_id"]) in passages],
                     "text": passage.text,
                     "content_type": passage.content_type,
                     "available": True,

@@ -29,7 +29,7 @@ from citeline.api.deps import AccessDep, CitelineDep, SlotsDep
 from citeline.api.errors import error_code
 from citeline.api.limits import GenerationSlot, GenerationSlots, check_text_length
 from citeline.api.request_id import current_request_id
-from citeline.api.routes.links import file_url
+from citeline.api.routes.links import with_download_links
 from citeline.api.routes.search import FilterFields
 from citeline.chat.events import ChatEvent, TurnStart
 from citeline.chat.session import ChatSession
@@ -73,14 +73,6 @@ async def _begin(cl: Citeline, access: Access, slots: GenerationSlots, body: Cha
     return _Answer(session, body.question, events, slot)
 
 
-def _with_link(data: dict[str, Any]) -> dict[str, Any]:
-    # Pinned to the cited version: the link keeps opening what was cited after a re-ingest.
-    data["download_url"] = file_url(data["document_id"], data.get("page"), data.get("version"))
-    for copy in data.get("also_in", ()):
-        copy["download_url"] = file_url(copy["document_id"], copy["page"], copy["version"])
-    return data
-
-
 def sse_events(event: ChatEvent, answer: _Answer) -> Iterator[tuple[str, dict[str, Any]]]:
     """The server-sent events (name, payload) one library event becomes."""
     data = event.as_dict()
@@ -103,22 +95,22 @@ def sse_events(event: ChatEvent, answer: _Answer) -> Iterator[tuple[str, dict[st
     elif isinstance(event, Start):
         yield (
             "evidence",
-            {"provider": event.provider, "passages": [_with_link(p) for p in data["passages"]]},
+            {"provider": event.provider, "passages": [with_download_links(p) for p in data["passages"]]},
         )
     elif isinstance(event, Token):
         yield ("token", data)
     elif isinstance(event, CitationEvent):
         if data["passage"] is not None:
-            _with_link(data["passage"])
+            with_download_links(data["passage"])
         yield ("citation", data)
     elif isinstance(event, Complete):
         data["conversation_id"] = str(answer.session.id)
-        data["citations"] = [_with_link(c) for c in data["citations"]]
+        data["citations"] = [with_download_links(c) for c in data["citations"]]
         yield ("complete", data)
     elif isinstance(event, Error):
         yield ("error", _error_payload(event))
     elif "document_id" in data:
-        yield (name, _with_link(data))
+        yield (name, with_download_links(data))
     else:
         yield (name, data)
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 
 from citeline.api.deps import AccessDep, CitelineDep
-from citeline.api.routes.links import file_url
+from citeline.api.routes.links import with_download_links
 from citeline.chat.session import conversations, delete_conversation
 
 router = APIRouter(prefix="/conversations", tags=["conversations"])
@@ -28,9 +28,7 @@ def get_conversation(conversation_id: str, cl: CitelineDep, access: AccessDep) -
     for message in shown:
         for citation in message["citations"]:
             if citation["available"]:
-                citation["download_url"] = file_url(
-                    citation["document_id"], citation["page"], citation["version"]
-                )
+                with_download_links(citation)
     return {**info.as_dict(), "messages": shown}
 
 
