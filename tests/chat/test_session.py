@@ -50,6 +50,16 @@ def manual(cl: Citeline, tmp_path: Path) -> Citeline:
     return cl
 
 
+def conversation_over(
+    cl: Citeline, tmp_path: Path, pages: dict[str, str], persona: str = "general"
+) -> ChatSession:
+    """A new conversation (extractive answers) over ``pages`` (file name -> text), ingested into ``cl``."""
+    for name, text in pages.items():
+        write(tmp_path / name, text)
+    cl.ingest([tmp_path])
+    return ChatSession.start(cl, llm=None, persona=persona)
+
+
 def ask(session: ChatSession, question: str, filters: Filters | None = None) -> list[Event]:
     """The answer's events of one turn, after checking the turn's own first event."""
 
@@ -105,18 +115,13 @@ def test_a_follow_up_is_searched_with_the_previous_topic_and_stored(manual: Cite
 
 
 def test_a_second_question_naming_its_own_subject_is_searched_as_asked(cl: Citeline, tmp_path: Path) -> None:
-    write(
-        tmp_path / "scopes.md",
-        "# Scopes\n\nEvery document carries the scopes of the care journey it belongs to, and a search "
-        "only returns documents whose scopes the caller may read.\n",
-    )
-    write(
-        tmp_path / "storage.md",
-        "# Storage\n\nciteline stores its data in PostgreSQL: documents, chunks and their embeddings "
-        "live in tables, and the original files in the data directory.\n",
-    )
-    cl.ingest([tmp_path])
-    session = ChatSession.start(cl, llm=None)
+    pages = {
+        "scopes.md": "# Scopes\n\nEvery document carries the scopes of the care journey it belongs to, and a "
+        "search only returns documents whose scopes the caller may read.\n",
+        "storage.md": "# Storage\n\nciteline stores its data in PostgreSQL: documents, chunks and their "
+        "embeddings live in tables, and the original files in the data directory.\n",
+    }
+    session = conversation_over(cl, tmp_path, pages)
     complete(ask(session, "How are documents scoped to a care journey?"))
 
     # It was searched as "How does citeline store its data? (documents scoped care journey)".
@@ -342,18 +347,13 @@ def test_a_question_the_documents_do_not_touch_is_not_answered_and_reaches_no_mo
 def test_a_follow_ups_extractive_answer_quotes_what_its_own_words_ask_about(
     cl: Citeline, tmp_path: Path
 ) -> None:
-    write(
-        tmp_path / "preflight.txt",
-        "Torque the wheel nut to 12 Nm before flight. The relief valve opens at 3 bar.",
-    )
-    write(
-        tmp_path / "wheels.md",
-        "# Wheel nuts\n\nA wheel nut torqued past 12 Nm cracks the hub. Replace a wheel nut whose thread "
-        "is damaged. Tighten the wheel nuts in a star pattern. Check the torque of each wheel nut after "
-        "the first flight.",
-    )
-    cl.ingest([tmp_path])
-    session = ChatSession.start(cl, llm=None, persona="repair")
+    pages = {
+        "preflight.txt": "Torque the wheel nut to 12 Nm before flight. The relief valve opens at 3 bar.",
+        "wheels.md": "# Wheel nuts\n\nA wheel nut torqued past 12 Nm cracks the hub. Replace a wheel nut "
+        "whose thread is damaged. Tighten the wheel nuts in a star pattern. Check the torque of each wheel "
+        "nut after the first flight.",
+    }
+    session = conversation_over(cl, tmp_path, pages, persona="repair")
     complete(ask(session, "What torque for the wheel nut?"))
 
     done = complete(ask(session, "And the relief valve?"))
@@ -369,18 +369,14 @@ def test_a_follow_ups_extractive_answer_quotes_what_its_own_words_ask_about(
 def test_a_generic_follow_up_is_answered_from_the_drug_the_conversation_is_about(
     cl: Citeline, tmp_path: Path
 ) -> None:
-    write(
-        tmp_path / "metformin.md",
-        "# Metformin\n\nMetformin lowers blood glucose in type 2 diabetes. The usual starting dose of "
-        "metformin is 500 mg twice daily with meals, raised by 500 mg each week to at most 2000 mg.\n",
-    )
-    write(
-        tmp_path / "warfarin.md",
-        "# Warfarin\n\nWarfarin prevents blood clots. The dose of warfarin should be used as the INR "
-        "test dictates: most adults need 2 to 10 mg a day.\n",
-    )
-    cl.ingest([tmp_path])
-    session = ChatSession.start(cl, llm=None)
+    pages = {
+        "metformin.md": "# Metformin\n\nMetformin lowers blood glucose in type 2 diabetes. The usual "
+        "starting dose of metformin is 500 mg twice daily with meals, raised by 500 mg each week to at "
+        "most 2000 mg.\n",
+        "warfarin.md": "# Warfarin\n\nWarfarin prevents blood clots. The dose of warfarin should be used as "
+        "the INR test dictates: most adults need 2 to 10 mg a day.\n",
+    }
+    session = conversation_over(cl, tmp_path, pages)
     complete(ask(session, "What does metformin treat?"))
 
     done = complete(ask(session, "What dose should be used?"))
