@@ -434,6 +434,39 @@ def test_a_file_uploaded_with_the_keyboard_leaves_the_focus_on_upload(
         site.api("DELETE", f"/documents/{row.get_attribute('data-id')}")
 
 
+def test_a_file_uploaded_with_the_bytes_of_a_stored_document_names_it_and_opens_it(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    page = admin_page(site, context)
+    files = [
+        write(tmp_path / "gauge (copy).md", GAUGE),  # the bytes gauge.md holds, under another name
+        write(tmp_path / "filter.md", "# Filter\n\nThe filter is changed monthly.\n"),
+    ]
+    page.get_by_label("Files to upload").set_input_files(files)
+    page.get_by_role("button", name="Upload", exact=True).click()
+    try:
+        expect(page.locator("#add-status")).to_contain_text("Uploaded 2 of 2 files")
+        # Stored all the same, as the API and `citeline ingest` say; the page says which document
+        # already held the bytes, next to that file only.
+        same = page.locator("#add-same li")
+        expect(same).to_have_text(["gauge (copy).md: same content as gauge.md (version 1)"])
+        same.get_by_role("button", name="Open gauge.md").click()
+        expect(page.locator("#detail-title")).to_have_text("Pressure gauge")
+        expect(page.locator("#detail-facts")).to_contain_text(site.ids["gauge.md"])
+
+        # The next upload says only its own files.
+        page.get_by_label("Files to upload").set_input_files(
+            write(tmp_path / "valve.md", "# Valve\n\nThe valve is shut at night.\n")
+        )
+        page.get_by_role("button", name="Upload", exact=True).click()
+        expect(page.locator("#add-status")).to_contain_text("Uploaded 1 of 1 file")
+        expect(page.locator("#add-same")).to_be_hidden()
+    finally:
+        for doc in site.api("GET", "/documents")["documents"]:
+            if doc["name"] in ("gauge (copy).md", "filter.md", "valve.md"):
+                site.api("DELETE", f"/documents/{doc['id']}")
+
+
 def test_closing_the_page_while_files_are_being_uploaded_asks_first(
     site: Site, context: BrowserContext, tmp_path: Path
 ) -> None:

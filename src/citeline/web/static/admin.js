@@ -57,6 +57,9 @@ const state = {
   late: new Map(), // id -> times a followed build was seen ended before the list showed its version
   // The last files or web page added here, followed until each is ingested or failed (see followAdded).
   added: null,
+  // Versions of the documents said to hold an uploaded file's bytes that the list did not show:
+  // document id -> promise of its version (null when it could not be read), read once an upload.
+  sameVersions: new Map(),
 };
 
 const isAdmin = () => state.me?.role === "admin";
@@ -502,7 +505,56 @@ const named = (name, words) => (words.startsWith(`${name}:`) ? words : `${name}:
 /** A document just added, to follow until its build ends: `outcome` is then ingested, failed or deleted. */
 function followed(doc) {
   const settled = { completed: "ingested", failed: "failed" }[doc.status];
-  return { id: doc.id, name: doc.name, version: doc.version, outcome: settled, error: doc.error, checking: false };
+  return {
+    id: doc.id,
+    name: doc.name,
+    version: doc.version,
+    outcome: settled,
+    error: doc.error,
+    checking: false,
+    same: doc.same_content_as ?? [], // the stored documents holding the same bytes, by name
+  };
+}
+
+/**
+ * The current version of the stored document `id`: the list's, else read once (null if it cannot be,
+ * deleted meanwhile, say: the name is said without it).
+ */
+function currentVersion(id) {
+  const listed = state.listed.find((doc) => doc.id === id);
+  if (listed) return Promise.resolve(listed.version);
+  if (!state.sameVersions.has(id)) {
+    state.sameVersions.set(id, api(`/documents/${encodeURIComponent(id)}`).then((doc) => doc.version, () => null));
+  }
+  return state.sameVersions.get(id);
+}
+
+/**
+ * Say which uploaded files hold the same bytes as documents already stored under another name (the
+ * upload's `same_content_as`), each next to its file with a button opening that document: the file is
+ * stored all the same, and the administrator may rather relabel the one already there.
+ */
+function showSameContent(uploaded) {
+  const list = $("add-same");
+  const items = uploaded.filter((doc) => doc.same.length).map((doc) =>
+    el("li", {}, `${doc.name}: same content as `, ...doc.same.flatMap((other, n) => {
+      const version = el("span", { className: "version" });
+      currentVersion(other.document_id).then((found) => {
+        if (found !== null && found !== undefined) version.textContent = ` (version ${found})`;
+      });
+      return [
+        n ? ", " : null,
+        el("button", {
+          type: "button",
+          className: "link",
+          "aria-label": `Open ${other.name}`,
+          onclick: () => showDetail(other.document_id),
+        }, other.name),
+        version,
+      ];
+    })));
+  list.replaceChildren(...items);
+  list.hidden = !items.length;
 }
 
 /** Whether something added here is still being ingested (the list then refreshes every second). */
@@ -594,6 +646,8 @@ async function upload(files) {
   const status = $("add-status");
   if (state.adding) return say(status, "Files are being added: drop these again once they are.", "error");
   state.added = null; // what was added before is no longer said over what this add says
+  state.sameVersions.clear();
+  showSameContent([]);
   const given = labelsOrRefuse(status);
   if (!given) return;
   say(status, `Uploading ${files.length} file${files.length === 1 ? "" : "s"}…`);
@@ -619,6 +673,7 @@ async function upload(files) {
         const doc = await api("/documents", { method: "POST", form });
         labelled.add(labelWords(doc));
         uploaded.push(followed(doc));
+        showSameContent(uploaded);
       } catch (error) {
         // Over the key's requests a minute: nothing is wrong with the file, so it waits as asked and
         // goes again, rather than being said not uploaded.
@@ -652,6 +707,7 @@ async function addUrl(url) {
   const status = $("add-status");
   if (state.adding) return;
   state.added = null;
+  showSameContent([]);
   const given = labelsOrRefuse(status);
   if (!given) return;
   say(status, `Adding ${url}…`);
@@ -937,6 +993,8 @@ function forgetShown() {
   state.late.clear();
   state.acting.clear();
   state.added = null;
+  state.sameVersions.clear();
+  showSameContent([]);
   $("detail").hidden = true;
   $("detail-title").textContent = "Document";
   const emptied = ["stats", "detail-facts", "detail-versions", "detail-source", "chunks-range", "documents-count"];
