@@ -321,6 +321,25 @@ def _send_events(client: socket.socket, body: bytes) -> None:
     )
 
 
+def _forwarded(client: socket.socket, site: Site) -> bytes:
+    """Read the page's ask on ``client`` and send it on to the site's server: its whole answer (which the
+    server has stored by then)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += client.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    fields = dict(line.split(": ", 1) for line in head.decode().split("\r\n")[1:])
+    named = {name.lower(): value for name, value in fields.items()}
+    while len(body) < int(named["content-length"]):
+        body += client.recv(65536)
+    return httpx.post(
+        site.server.url + "/chat/stream",
+        content=body,
+        headers={"Authorization": named["authorization"], "Content-Type": "application/json"},
+        timeout=120,
+    ).content
+
+
 def _streaming_from(listener: socket.socket, context: BrowserContext, site: Site) -> Page:
     """A page signed in with a key of its own, whose answers stream from ``listener`` instead."""
     page = context.new_page()
@@ -631,20 +650,7 @@ def test_an_answer_stopped_after_the_server_stored_it_is_shown_whole(
     def pass_all_but_the_end() -> None:
         client, _ = listener.accept()
         with client:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += client.recv(65536)
-            head, _, body = data.partition(b"\r\n\r\n")
-            fields = dict(line.split(": ", 1) for line in head.decode().split("\r\n")[1:])
-            named = {name.lower(): value for name, value in fields.items()}
-            while len(body) < int(named["content-length"]):
-                body += client.recv(65536)
-            answer = httpx.post(
-                site.server.url + "/chat/stream",
-                content=body,
-                headers={"Authorization": named["authorization"], "Content-Type": "application/json"},
-                timeout=120,
-            ).content
+            answer = _forwarded(client, site)
             kept = answer[: answer.rindex(b"event: complete")]
             _send_events(client, kept)
             stopped.wait(30)
@@ -669,5 +675,78 @@ def test_an_answer_stopped_after_the_server_stored_it_is_shown_whole(
         expect(answer.locator(".cite").first).to_have_attribute("title", re.compile("valve.md"))
     finally:
         stopped.set()
+        proxy.join(timeout=10)
+        listener.close()
+
+
+def test_a_new_conversation_is_listed_as_soon_as_the_server_has_started_it(
+    site: Site, context: BrowserContext
+) -> None:
+    key, _ = site.new_key()
+    first = "Where does the drain cock sit?"
+    with site.server.client(key) as api, api.stream("POST", "/chat/stream", json={"question": first}) as done:
+        done.read()
+    # A slow network between the page and the server: the page is passed the answer's start event (its
+    # conversation id), and the rest only once the test lets it go.
+    listener = socket.create_server(("127.0.0.1", 0))
+    started: dict[str, str] = {}
+    go = threading.Event()
+
+    def pass_the_start_then_hold() -> None:
+        client, _ = listener.accept()
+        with client:
+            answer = _forwarded(client, site).replace(b"\r\n", b"\n")
+            start_end = answer.index(b"\n\n", answer.index(b"event: start")) + 2
+            started.update(json.loads(answer[:start_end].split(b"data:", 1)[1]))
+            _send_events(client, answer[:start_end])
+            go.wait(60)
+            rest = answer[start_end:]
+            client.sendall(f"{len(rest):x}\r\n".encode() + rest + b"\r\n0\r\n\r\n")
+
+    proxy = threading.Thread(target=pass_the_start_then_hold, daemon=True)
+    proxy.start()
+    try:
+        page = context.new_page()
+        sign_in(page, site.server.url + "/", key)
+        items = page.locator("#conversation-list li")
+        expect(items.locator("button.continue")).to_have_text([first])
+        port = listener.getsockname()[1]
+        page.route(
+            "**/chat/stream", lambda route: route.continue_(url=f"http://127.0.0.1:{port}/chat/stream")
+        )
+        # Longer than a title: the server lists it cut (at a word, with "…"), the page whole meanwhile.
+        asked = (
+            "At what pressure does the relief valve open, and how often is it tested by lifting its lever?"
+        )
+        page.get_by_label("Question").fill(asked)
+        page.get_by_role("button", name="Ask").click()
+        wait_for = time.monotonic() + 60
+        while not started and time.monotonic() < wait_for:
+            page.wait_for_timeout(50)
+        assert started, "the server never started the answer"
+
+        # Listed while its answer is on its way, first, titled by its question, as the one on screen.
+        expect(items.locator("button.continue")).to_have_text([asked, first])
+        expect(items.first).to_have_attribute("data-id", started["conversation_id"])
+        expect(items.first).to_have_class("current")
+        expect(page.locator(".message.assistant")).to_have_attribute("aria-busy", "true")
+        # The list read again meanwhile (another conversation deleted) keeps it, once: as the server
+        # lists it if the server has stored its turn by then (this proxy waits for the whole answer).
+        page.once("dialog", lambda dialog: dialog.accept())
+        items.nth(1).get_by_role("button", name=f"Delete the conversation {first}").click()
+        expect(items).to_have_count(1)
+        expect(items.first).to_have_attribute("data-id", started["conversation_id"])
+
+        go.set()
+        expect(page.locator(".message.assistant")).not_to_have_attribute("aria-busy", "true", timeout=60_000)
+        # Its answer complete, the list is the server's: one entry, with the server's title.
+        with site.server.client(key) as api:
+            listed = api.get("/conversations").json()["conversations"]
+        assert [c["id"] for c in listed] == [started["conversation_id"]], listed
+        assert listed[0]["title"] != asked, listed
+        expect(items.locator("button.continue")).to_have_text([c["title"] for c in listed])
+        assert items.evaluate_all("nodes => nodes.map(n => n.dataset.id)") == [c["id"] for c in listed]
+    finally:
+        go.set()
         proxy.join(timeout=10)
         listener.close()

@@ -54,6 +54,7 @@ const state = {
   // The newest conversation asked for (opened, started anew): an older one answering later is not shown.
   opening: 0,
   listing: 0, // the newest conversation list asked for: an older one answering later is not drawn
+  conversations: null, // the list as the server gave it last (null: not read, or it could not be)
   current: null, // the citation shown in the panel
   viewer: null,
 };
@@ -397,6 +398,7 @@ async function ask(question) {
     failed: null, // how it ended without an answer, in words
     citations: new Map(state.citations),
     screen: 0,
+    startedAt: null, // when the server started its turn (the `start` event)
     message: null,
     body: null,
     following: null,
@@ -415,7 +417,10 @@ async function ask(question) {
       if (name === "start") {
         asking.asked = data.conversation_id;
         asking.turn = data.turn;
+        asking.startedAt = new Date().toISOString();
         keepLeft();
+        if (onScreen()) setConversation(data.conversation_id);
+        drawConversations(); // a new conversation is listed now, not once its answer has come
       } else if (name === "rewrite" && data.rewritten) {
         asking.searched = data.query;
       } else if (name === "evidence") {
@@ -435,7 +440,6 @@ async function ask(question) {
       if (!onScreen()) return;
       const { message, body, following } = asking;
       if (name === "start") {
-        setConversation(data.conversation_id);
         // The question is kept in its box until the server has taken it: a refused or failed ask
         // (an error status, a key refused, no network) leaves it there to send again.
         if ($("question").value.trim() === question) $("question").value = "";
@@ -712,43 +716,67 @@ function markCurrentConversation() {
   }
 }
 
-async function refreshConversations() {
+function conversationItem(conversation) {
+  return el(
+    "li",
+    { dataset: { id: conversation.id } },
+    // The narrow column cuts a long title: its tooltip shows it whole.
+    el("button", {
+      type: "button",
+      className: "continue",
+      title: conversation.title || "(untitled)",
+      onclick: () => openConversation(conversation.id),
+    }, conversation.title || "(untitled)"),
+    el("span", { className: "when" }, formatDate(conversation.updated_at)),
+    el("button", {
+      type: "button",
+      className: "delete",
+      "aria-label": `Delete the conversation ${conversation.title || ""}`,
+      onclick: () => deleteConversation(conversation),
+    }, "Delete"),
+  );
+}
+
+/**
+ * The conversations begun here whose first answer is still on its way, newest first: the server lists
+ * a conversation once it holds a turn, which is when that answer ends. Titled by their question, as
+ * the server will title them.
+ */
+function conversationsStarted(listed) {
+  const ids = new Set(listed.map((conversation) => conversation.id));
+  return [...state.asks]
+    .filter((asking) => asking.turn === 1 && !ids.has(asking.asked))
+    .sort((a, b) => b.startedAt.localeCompare(a.startedAt))
+    .map((asking) => ({ id: asking.asked, title: asking.question.split(/\s+/).join(" "), updated_at: asking.startedAt }));
+}
+
+/** Draw the list the server gave last, under the conversations started here that it does not list yet. */
+function drawConversations() {
+  const listed = state.conversations;
+  if (listed === null) return; // not read (or its failure is said): the next reading draws them all
+  const shown = [...conversationsStarted(listed), ...listed];
   const list = $("conversation-list");
+  list.replaceChildren(...shown.map(conversationItem));
+  if (!shown.length) list.replaceChildren(el("li", { className: "empty" }, "None yet."));
+  if (listed.length >= CONVERSATIONS_LISTED) {
+    list.append(el("li", { className: "empty" }, `The ${CONVERSATIONS_LISTED} most recent are listed; delete older ones to see the rest.`));
+  }
+  markCurrentConversation();
+}
+
+async function refreshConversations() {
   const listing = ++state.listing;
   try {
     const { conversations } = await api(`/conversations?limit=${CONVERSATIONS_LISTED}`);
     // A list asked for before a sign-out (another key's) or before a newer one is not drawn.
     if (listing !== state.listing) return;
-    list.replaceChildren(
-      ...conversations.map((conversation) =>
-        el(
-          "li",
-          { dataset: { id: conversation.id } },
-          // The narrow column cuts a long title: its tooltip shows it whole.
-          el("button", {
-            type: "button",
-            className: "continue",
-            title: conversation.title || "(untitled)",
-            onclick: () => openConversation(conversation.id),
-          }, conversation.title || "(untitled)"),
-          el("span", { className: "when" }, formatDate(conversation.updated_at)),
-          el("button", {
-            type: "button",
-            className: "delete",
-            "aria-label": `Delete the conversation ${conversation.title || ""}`,
-            onclick: () => deleteConversation(conversation),
-          }, "Delete"),
-        ),
-      ),
-    );
-    if (!conversations.length) list.replaceChildren(el("li", { className: "empty" }, "None yet."));
-    if (conversations.length >= CONVERSATIONS_LISTED) {
-      list.append(el("li", { className: "empty" }, `The ${CONVERSATIONS_LISTED} most recent are listed; delete older ones to see the rest.`));
-    }
-    markCurrentConversation();
+    state.conversations = conversations;
+    drawConversations();
   } catch (error) {
     if (listing !== state.listing) return;
-    list.replaceChildren(el("li", { className: "error" }, `Could not list conversations: ${describeError(error)}`));
+    state.conversations = null;
+    $("conversation-list").replaceChildren(
+      el("li", { className: "error" }, `Could not list conversations: ${describeError(error)}`));
   }
 }
 
@@ -828,6 +856,7 @@ async function deleteConversation(conversation) {
  */
 function forgetShown() {
   state.listing += 1;
+  state.conversations = null;
   $("conversation-list").replaceChildren();
   $("scope").replaceChildren();
   sessionStorage.removeItem(SCOPE_STORAGE);
