@@ -55,7 +55,7 @@ demo: install
 
 ## test: lint, type-check and run the whole suite against real PostgreSQL and the real model.
 test: install browser lint typecheck
-	$(BIN)/pytest -q
+	CITELINE_REQUIRE_BROWSER=1 $(BIN)/pytest -q
 
 ## test-sentence-transformers: the sentence-transformers: embedder's test, which `make test` skips unless
 ## torch is installed. Installs the extra (torch, about 1 GB, several on machines where pip picks a CUDA

@@ -308,14 +308,7 @@ def test_a_hostile_document_renders_literally(site: Site, context: BrowserContex
         assert shown.locator("main img, aside img, #messages img").count() == 0
 
 
-def _has_upload_route(server: Server) -> bool:
-    paths = httpx.get(f"{server.url}/openapi.json", timeout=30).json()["paths"]
-    return "post" in paths.get("/documents", {})
-
-
 def test_an_uploaded_pdf_goes_from_queued_to_completed(site: Site, context: BrowserContext) -> None:
-    if not _has_upload_route(site.server):
-        pytest.skip("POST /documents (upload) is not on this branch yet")
     page = context.new_page()
     sign_in(page, site.server.url + "/admin", site.admin)
     # Every status the row shows, as it changes.
@@ -491,8 +484,6 @@ def test_a_reload_keeps_the_scope_chosen(site: Site, context: BrowserContext) ->
 
 
 def test_the_statistics_count_every_document_the_list_shows(site: Site, context: BrowserContext) -> None:
-    if not _has_upload_route(site.server):
-        pytest.skip("POST /documents (upload) is not on this branch yet")
     with site.server.client(site.admin) as api:
         made = api.post("/documents", files={"file": ("empty.txt", b"")}, data={"scopes": "globex"})
         assert made.status_code in (201, 202), made.text
@@ -513,8 +504,6 @@ def test_the_statistics_count_every_document_the_list_shows(site: Site, context:
 def test_an_upload_says_which_files_were_ingested_and_why_the_others_failed(
     site: Site, context: BrowserContext, tmp_path: Path
 ) -> None:
-    if not _has_upload_route(site.server):
-        pytest.skip("POST /documents (upload) is not on this branch yet")
     files = [
         write(tmp_path / "boiler-log.md", "# Boiler log\n\nThe boiler was flushed on Monday."),
         tmp_path / UPLOADED_PDF.name,
@@ -592,8 +581,6 @@ def test_an_answer_still_coming_for_a_conversation_left_does_not_write_into_the_
 def test_many_files_uploaded_at_once_wait_out_the_keys_rate_limit_rather_than_fail(
     site: Site, context: BrowserContext, tmp_path: Path
 ) -> None:
-    if not _has_upload_route(site.server):
-        pytest.skip("POST /documents (upload) is not on this branch yet")
     # A server of the same store allowing 30 requests a minute per key, as 600 a minute does for an
     # admin uploading a few hundred files at once.
     limited = start_server({**site.server.env, "CITELINE_API_RATE_LIMIT": "30"}, tmp_path / "serve.log")
@@ -665,8 +652,6 @@ def test_a_reingest_started_on_the_page_says_when_its_new_version_serves(
 def test_at_phone_width_the_admin_page_reads_why_a_document_failed_in_lines(
     site: Site, browser: Browser
 ) -> None:
-    if not _has_upload_route(site.server):
-        pytest.skip("POST /documents (upload) is not on this branch yet")
     with site.server.client(site.admin) as api:
         made = api.post("/documents", files={"file": ("blank-phone.txt", b"")}, data={"scopes": "phone"})
         assert made.status_code in (201, 202), made.text
