@@ -516,6 +516,182 @@ def test_a_layout_table_keeps_every_word_of_the_page_and_its_table_of_data(
     assert f"{table}\n\nKeep spare seals dry and out of the light." in page.text
 
 
+MENU_WORDS = {"Home", "Pumps", "Valves"}
+PART_LINKS = "".join(
+    f"<tr><td><a href=/parts/an{n}>AN{n}</a></td><td><a href=/drawings/an{n}>Drawing</a> | "
+    f"<a href=/sheets/an{n}>Data sheet</a></td></tr>"
+    for n in range(960, 966)
+)
+PART_LINKS_READ = "| AN960 | Drawing \\| Data sheet |\n|---|---|\n| AN961 | Drawing \\| Data sheet |"
+SEE_ALSO = 'See also: <a href="/valve-manual">Valve manual</a>, <a href="/pump-manual">Pump manual</a>'
+
+
+@pytest.mark.parametrize(
+    ("main", "table"),
+    [
+        # The cell beside the menu holds a table of data and nothing else, or a heading over it.
+        (f"<table width=100%><tr>{MENU_CELL}<td>{SEALS_5}</td></tr></table>", SEALS_5_READ),
+        (
+            f"<table width=100%><tr>{MENU_CELL}<td><h1>Seal guide</h1>{SEALS_5}</td></tr></table>",
+            SEALS_5_READ,
+        ),
+        # A table of data whose cells are links to the parts' pages is the page's content.
+        (
+            f"<table width=100%><tr>{MENU_CELL}<td><table>{PART_LINKS}</table></td></tr></table>",
+            PART_LINKS_READ,
+        ),
+        # Links under the page's text, in a cell of their own ("See also"), are its content too.
+        (
+            f"<table width=100%><tr>{MENU_CELL}<td><h1>Seal guide</h1>{SEALS_5}</td></tr>"
+            f"<tr><td></td><td>{SEE_ALSO}</td></tr></table>",
+            SEALS_5_READ,
+        ),
+    ],
+    ids=["table-alone", "heading-and-table", "table-of-links", "see-also"],
+)
+def test_the_menu_of_a_layout_table_is_not_indexed_and_its_content_is(
+    tmp_path: Path, main: str, table: str
+) -> None:
+    # With no paragraph beside the table of data, trafilatura's own extraction was the table alone, and
+    # it preferred readability's, which kept the menu's cell: "Home Pumps Valves" was indexed with the
+    # page. A cell of a layout table holding short links and nothing else is the site's navigation.
+    path = tmp_path / "seals.html"
+    path.write_text(
+        f"<html><head><title>Seal guide</title></head><body>{main}</body></html>", encoding="utf-8"
+    )
+    [page] = load(path).pages
+    assert not MENU_WORDS & _words(page.text)
+    assert _words(main) - MENU_WORDS <= _words(page.text)
+    assert table in page.text
+
+
+SEALS_TH = (
+    "<table><tr><th>Kit</th><th>Price</th></tr><tr><td>XR-200 seal kit</td><td>45 EUR</td></tr>"
+    "<tr><td>XR-300 seal kit</td><td>60 EUR</td></tr></table>"
+)
+SEALS_TH_READ = "| Kit | Price |\n|---|---|\n| XR-200 seal kit | 45 EUR |\n| XR-300 seal kit | 60 EUR |"
+#: An HTML e-mail as its templates lay it out: a table across the window holding one 600 pixels wide, of
+#: a row per part (banner, greeting, sections, footer), without role attributes (older templates).
+NEWSLETTER = (
+    '<table width="100%" cellpadding="0" cellspacing="0" border="0"><tr><td align="center">'
+    '<table width="600" cellpadding="0" cellspacing="0" border="0">'
+    '<tr><td><img src="banner.png" alt="Acme Pumps" width="600"></td></tr>'
+    '<tr><td style="padding:20px"><p>Dear customer,</p><p>Here is what changed at Acme this spring.</p>'
+    "</td></tr>"
+    "<tr><td><h2>New seal kits</h2><p>The XR-200 seal kit now ships with Viton seals.</p></td></tr>"
+    '<tr><td height="20"></td></tr>'
+    "<tr><td><h2>Service hours</h2><p>The service desk answers calls from 7 am to 7 pm.</p></td></tr>"
+    f"<tr><td><h2>Prices</h2><p>New prices apply from 1 May.</p>{SEALS_TH}</td></tr>"
+    "<tr><td><p>Thank you for choosing Acme.</p></td></tr>"
+    '<tr><td style="font-size:11px"><a href="/unsubscribe">Unsubscribe</a> | '
+    '<a href="/privacy">Privacy</a></td></tr>'
+    "</table></td></tr></table>"
+)
+NEWSLETTER_READ = (
+    "Dear customer,\n\nHere is what changed at Acme this spring.\n\n## New seal kits\n\n"
+    "The XR-200 seal kit now ships with Viton seals.\n\n## Service hours\n\n"
+    "The service desk answers calls from 7 am to 7 pm.\n\n## Prices\n\nNew prices apply from 1 May.\n\n"
+    f"{SEALS_TH_READ}\n\nThank you for choosing Acme."
+)
+#: A site's page: the logo, the menu beside the page's text, a table of data across the page, a footer.
+SITE_PAGE = (
+    f"<table width=100%><tr><td colspan=2><img src=logo.png alt=Logo></td></tr>"
+    f"<tr>{MENU_CELL}<td><h1>Seal guide</h1>{BEFORE}</td></tr><tr><td colspan=2>{SEALS_5}</td></tr>"
+    f"<tr><td colspan=2>{AFTER}</td></tr><tr><td colspan=2><h2>Ordering</h2><p>Seals are ordered by "
+    "part number.</p></td></tr></table>"
+)
+SITE_PAGE_READ = (
+    f"# Seal guide\n\nSeals are replaced at every overhaul of the pump.\n\n{SEALS_5_READ}\n\n"
+    "Keep spare seals dry and out of the light.\n\n## Ordering\n\nSeals are ordered by part number."
+)
+
+
+@pytest.mark.parametrize(
+    ("main", "read", "headings"),
+    [
+        (NEWSLETTER, NEWSLETTER_READ, ["New seal kits", "Service hours", "Prices"]),
+        (SITE_PAGE, SITE_PAGE_READ, ["Seal guide", "Ordering"]),
+    ],
+    ids=["e-mail", "site-page"],
+)
+def test_a_layout_table_of_many_rows_is_read_as_text(
+    tmp_path: Path, main: str, read: str, headings: list[str]
+) -> None:
+    # A layout table of more than three rows was taken for a table of data: the page came out as a
+    # Markdown table of one column with a section a cell, no headings, and its table of data as a cell's
+    # text ("Kit Price; XR-200 seal kit 45 EUR; ..."). Its rows hold headings with text under them,
+    # several paragraphs, a table: the page's parts, not rows of data.
+    path = tmp_path / "news.html"
+    path.write_text(
+        f"<html><head><title>Acme news</title></head><body>{main}</body></html>", encoding="utf-8"
+    )
+    [page] = load(path).pages
+    assert page.text == read
+    assert [section.heading for section in page.sections] == headings
+
+
+@pytest.mark.parametrize("role", ["presentation", "none"])
+def test_a_table_marked_as_presentation_is_read_as_text(tmp_path: Path, role: str) -> None:
+    # role="presentation" (or "none") says the table lays the page out, as e-mail templates mark every
+    # table they nest: rows of a picture beside a line of text were read as a table of data.
+    lines = [
+        "The XR-200 seal kit now ships with Viton seals.",
+        "The service desk answers calls from 7 am to 7 pm.",
+        "New prices apply from 1 May.",
+        "Our Leeds depot moves to Mill Road in June.",
+    ]
+    rows = "".join(
+        f'<tr><td><img src="{n}.png" alt=""></td><td>{line}</td></tr>' for n, line in enumerate(lines)
+    )
+    text = _page_with(tmp_path, f'<table role="{role}" width="100%">{rows}</table>')
+    assert "\n\n".join(lines) in text and "|" not in text
+
+
+def test_a_box_of_one_cell_and_a_column_of_blocks_are_read_as_text(tmp_path: Path) -> None:
+    # A table of one cell (an address box) holds no value beside a name, and a column of a picture over
+    # its paragraph is two parts of a page: each was a Markdown row of its own, "| ... |".
+    text = _page_with(
+        tmp_path,
+        "<table><tr><td>Acme Pumps Ltd, 1 Mill Road, Leeds</td></tr></table><table><tr><td><img src=desk.png>"
+        "</td></tr><tr><td><p>The service desk answers calls from 7 am to 7 pm.</p></td></tr></table>",
+    )
+    assert (
+        "Acme Pumps Ltd, 1 Mill Road, Leeds\n\nThe service desk answers calls from 7 am to 7 pm.\n\n"
+        "Check them yearly."
+    ) in text
+
+
+@pytest.mark.parametrize(
+    ("table", "read"),
+    [
+        # Cells of links to the parts' pages, no header row.
+        (f"<table>{PART_LINKS}</table>", PART_LINKS_READ),
+        # A header row over cells holding a heading alone and several paragraphs, as a wiki writes them.
+        (
+            "<table><tr><th>Part</th><th>Notes</th></tr>"
+            + "".join(
+                f"<tr><td><h4>AN{n}</h4></td><td><p>Washer size {n}.</p><p>Steel.</p></td></tr>"
+                for n in range(960, 965)
+            )
+            + "</table>",
+            "| Part | Notes |\n|---|---|\n| AN960 | Washer size 960. Steel. |",
+        ),
+        # A row across the table naming the rows under it.
+        (
+            "<table><tr><td colspan=2>Flange bolts</td></tr>"
+            + "".join(f"<tr><td>M{n}</td><td><p>{n * 3} Nm</p></td></tr>" for n in (6, 8, 10, 12))
+            + "</table>",
+            "| M6 | 18 Nm |\n| M8 | 24 Nm |",
+        ),
+    ],
+    ids=["links", "wiki", "row-across"],
+)
+def test_a_table_of_data_of_many_rows_stays_a_table(tmp_path: Path, table: str, read: str) -> None:
+    # What makes a table of many rows one of layout (headings with text under them, tables in cells,
+    # rows of one cell holding blocks) is not what a table of data's cells hold.
+    assert read in _page_with(tmp_path, table)
+
+
 FRAMES = [
     *('<div class="post">', '<section class="entry">', '<div itemprop="articleBody">'),
     *('<div id="articleContent">', '<div id="entry-content">', '<div class="post-content x">'),

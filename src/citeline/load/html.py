@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import re
 from configparser import ConfigParser
 from copy import deepcopy
 from pathlib import Path
@@ -126,51 +127,103 @@ def _extract(source: str, html: str | bytes, fallback_title: str) -> LoadedSourc
 _SITE_SEPARATORS = ("|", "\u00b7", "\u00bb")
 _SUBTITLE_SEPARATORS = ("-", "\u2013", "\u2014", ":")
 _TITLE_SEPARATORS = " " + "".join(_SITE_SEPARATORS + _SUBTITLE_SEPARATORS)
+_WORD = re.compile(r"\w+")
 
 
 #: What groups a table's cells: its row groups and rows.
 _ROW_PARTS = ("thead", "tbody", "tfoot", "tr")
 #: What a cell of a table of data does not hold, and one of a table laying out the page does: a heading or
-#: a table; in a table of one row (columns side by side), also several paragraphs, lists or blocks.
+#: a table; in a table of one column (parts one under another), also a paragraph, list or block; in one of
+#: one row (columns side by side), several.
 _HEADINGS_AND_TABLES = ("h1", "h2", "h3", "h4", "h5", "h6", "table")
 _BLOCKS = ("p", "ul", "ol", "div", "blockquote", "pre")
-#: A table laying out a page has a row or a few (a head, the columns, a foot); one of more rows holds data.
+#: A table laying out a page has a row or a few (a head, the columns, a foot); one of more rows is taken for
+#: layout only when each of its rows is a part of a page (see :func:`_is_layout_table`).
 _LAYOUT_ROWS = 3
+#: The roles that say a table lays the page out (WAI-ARIA), as e-mail templates mark every table they nest.
+_LAYOUT_ROLES = ("presentation", "none")
+#: The most words a link of a menu has ("Home", "Pumps and valves", "Contact the service desk").
+_MENU_LINK_WORDS = 5
 
 
 def _unwrap_layout_tables(tree: Any) -> None:
-    """Turn each table that lays out the page into plain blocks, in place.
+    """Turn each table that lays out the page into plain blocks, in place, its menus into ``<nav>``s.
 
     Older sites, HTML exports and e-mails put a page's menu and text in the cells of a table, which
     trafilatura renders as a table like any other: the whole page came out as one Markdown row ("| Home
-    Pumps | Pump manual The pump is ... |"), with no headings and no paragraphs. A table of at most
-    :data:`_LAYOUT_ROWS` rows with a cell holding a heading or a table, or of one row with a cell holding
-    two or more paragraphs, lists or blocks, is taken for layout (a table of data, as a wiki writes one,
-    has more rows, or cells that hold neither): its cells become ``<div>``s, or ``<p>``s where they
-    hold text alone, and its table and rows are taken away, so what the cells hold is read as any page's
-    text is. A table inside it is a table of its own: one of data stays a table, one of layout is
-    unwrapped in turn.
+    Pumps | Pump manual The pump is ... |"), with no headings and no paragraphs. Which tables are layout
+    is told by :func:`_is_layout_table`. Their cells become ``<div>``s, or ``<p>``s where they hold text
+    alone, and their table and rows are taken away, so what the cells hold is read as any page's text
+    is. A table inside one is a table of its own: one of data stays a table, one of layout is unwrapped
+    in turn.
 
     The rows go, not just their tags: trafilatura deletes a short block holding several short links
     (taken for a menu) with everything in it, and a row holding the menu's cell beside the page's cell
     was such a block, the page's text lost with the menu. Now each cell is a block of its own.
+
+    A cell that is the site's menu (see :func:`_is_menu`) becomes a ``<nav>``, which trafilatura drops
+    and :data:`_MAIN_TEXT` does not count, when another cell of its table holds the page's content. Left
+    a block, it was indexed with the page whenever trafilatura preferred readability's extraction, as it
+    does when its own is a table of data alone. Cells of links with no content beside them (two columns
+    of links in a page's text) are left to trafilatura.
     """
     for table in list(tree.iter("table")):
         rows = [row for row in table.iter("tr") if _table_of(row) is table]
         cells = [cell for row in rows for cell in row if cell.tag in ("td", "th")]
         # A spacer row (an empty cell of a set height) lays out nothing and counts for no row.
-        rows = [row for row in rows if row.text_content().strip() or row.find(".//img") is not None]
-        if len(rows) > _LAYOUT_ROWS or not any(_is_layout_cell(c, one_row=len(rows) == 1) for c in cells):
+        rows = [row for row in rows if _filled(row)]
+        if not _is_layout_table(table, rows):
             continue
         # This table's own rows, found before any is dropped. A table inside a cell has this one for its
         # nearest table too, but is no part of it: made a <div>, its rows were left loose, and were
         # written as no Markdown table or as one with the text around it.
         parts = [part for part in table.iter(*_ROW_PARTS) if _table_of(part) is table]
+        menus = [cell for cell in cells if _is_menu(cell)]
+        content = any(cell not in menus and cell.text_content().strip() for cell in cells)
         for cell in cells:
-            cell.tag = "div" if _own_blocks(cell) else "p"
+            cell.tag = "nav" if content and cell in menus else "div" if _own_blocks(cell) else "p"
             cell.attrib.clear()
         for part in [*parts, table]:
             part.drop_tag()
+
+
+def _is_layout_table(table: Any, rows: list[Any]) -> bool:
+    """Whether ``table``, of the non-blank ``rows``, lays out a page rather than holding data.
+
+    A table marked ``role="presentation"`` or ``role="none"`` is layout by definition, and so is a
+    table of one cell (a box: no value beside a name). Otherwise a table is layout when a cell holds a
+    table, or a heading with text under it; or, in a table of one column (parts one under another), a
+    paragraph, list or block; or, in a table of one row (columns side by side), several
+    (:func:`_is_layout_cell`). A table of data has cells that hold neither, or many rows: one of more
+    than :data:`_LAYOUT_ROWS` rows is layout only when it has no header row and each of its rows is a
+    part of a page (a band across it: a banner, a greeting, a footer; or a row holding a layout cell or
+    blocks), none a row of short values.
+    """
+    if (table.get("role") or "").strip().lower() in _LAYOUT_ROLES:
+        return True
+    filled = [_filled(row) for row in rows]
+    if not filled or (len(filled) == 1 and len(filled[0]) == 1):
+        return bool(filled)
+    one_column = all(len(cells) == 1 for cells in filled)
+    blocks = 1 if one_column else 2 if len(rows) == 1 else None
+    layout = [cell for cells in filled for cell in cells if _is_layout_cell(cell, blocks=blocks)]
+    if not layout:
+        return False
+    if len(rows) <= _LAYOUT_ROWS:
+        return True
+    header = rows[0].getparent().tag == "thead" or all(cell.tag == "th" for cell in filled[0])
+    return not header and all(
+        len(cells) == 1 or any(cell in layout or _own_blocks(cell) for cell in cells) for cells in filled
+    )
+
+
+def _filled(row: Any) -> list[Any]:
+    """The cells of ``row`` that show something: text or a picture."""
+    return [
+        cell
+        for cell in row
+        if cell.tag in ("td", "th") and (cell.text_content().strip() or cell.find(".//img") is not None)
+    ]
 
 
 def _table_of(part: Any) -> Any:
@@ -186,10 +239,10 @@ def _own_blocks(cell: Any) -> list[Any]:
     ]
 
 
-def _is_layout_cell(cell: Any, *, one_row: bool) -> bool:
+def _is_layout_cell(cell: Any, *, blocks: int | None) -> bool:
     """Whether ``cell`` lays out part of a page: it holds a table, or a heading with text under it (a
-    cell of data may hold a heading alone, "<th><h4>Bolt</h4></th>"), or, in a table of one row,
-    several blocks."""
+    cell of data may hold a heading alone, "<th><h4>Bolt</h4></th>"), or, where ``blocks`` is given,
+    that many paragraphs, lists or blocks or more."""
     own = _own_blocks(cell)
     if any(child.tag == "table" for child in own):
         return True
@@ -197,7 +250,23 @@ def _is_layout_cell(cell: Any, *, one_row: bool) -> bool:
     under = " ".join(cell.text_content().split()) != " ".join(
         " ".join(h.text_content().split()) for h in headings
     )
-    return (bool(headings) and under) or (one_row and len(own) >= 2)
+    return (bool(headings) and under) or (blocks is not None and len(own) >= blocks)
+
+
+def _is_menu(cell: Any) -> bool:
+    """Whether ``cell`` of a layout table is a menu: several short links and no word besides theirs (a
+    separator, a bar or a middle dot, is no word), no heading and no table. A "See also" list under a
+    paragraph shares its cell with the paragraph, or has words of its own ("See also:"), and a table of
+    data whose cells are links is no layout table: none is a menu."""
+    if any(child.tag in _HEADINGS_AND_TABLES for child in _own_blocks(cell)):
+        return False
+    links = [_WORD.findall(link.text_content()) for link in cell.iter("a")]
+    links = [words for words in links if words]
+    return (
+        len(links) >= 2
+        and all(len(words) <= _MENU_LINK_WORDS for words in links)
+        and sum(map(len, links)) == len(_WORD.findall(cell.text_content()))
+    )
 
 
 def _lists_in_cells_as_text(tree: Any) -> None:
