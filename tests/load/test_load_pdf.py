@@ -713,25 +713,41 @@ def test_outline_sections_keep_each_chunk_within_one_section(tmp_path: Path) -> 
 
 
 def _typeset_pdf(lines: list[str]) -> bytes:
-    """A one-page PDF of ``lines`` in 11-point Helvetica; a line written ``**so**`` is set in
-    Helvetica-Bold, ``//so//`` in Helvetica-Oblique, ``##so##`` in 16-point Helvetica-Bold."""
-    fonts = {"**": b"/F2 11", "//": b"/F3 11", "##": b"/F2 16"}
-    content = b"BT 50 750 Td 16 TL "
-    for line in lines:
-        font = fonts.get(line[:2], b"/F1 11")
-        text = line[2:-2] if line[:2] in fonts else line
-        content += b"%s Tf (%s) Tj T* " % (font, text.encode("latin-1"))
-    content += b"ET"
+    """A one-page PDF of ``lines``, set as :func:`_typeset_pages` sets them."""
+    return _typeset_pages([lines])
+
+
+#: The marks around a line that set it in a type other than 11-point Helvetica: its font and size.
+_TYPES = {"**": b"/F2 11", "//": b"/F3 11", "##": b"/F2 16", "~~": b"/F4 14", "++": b"/F1 13", "__": b"/F4 9"}
+
+
+def _typeset_pages(pages: list[list[str]]) -> bytes:
+    """A PDF of ``pages``, each a list of lines from the top down in 11-point Helvetica; a line written
+    ``**so**`` is set in Helvetica-Bold, ``//so//`` in Helvetica-Oblique, ``##so##`` in 16-point
+    Helvetica-Bold, ``~~so~~`` in 14-point Times-Roman, ``++so++`` in 13-point Helvetica and ``__so__`` in
+    9-point Times-Roman."""
+    count = len(pages)
+    kids = b" ".join(b"%d 0 R" % (3 + 2 * i) for i in range(count))
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R /F2 6 0 R /F3 7 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica-Bold >>",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica-Oblique >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, count),
     ]
+    fonts = 3 + 2 * count
+    for i, lines in enumerate(pages):
+        content = b"BT 50 750 Td 16 TL "
+        for line in lines:
+            font = _TYPES.get(line[:2], b"/F1 11")
+            text = line[2:-2] if line[:2] in _TYPES else line
+            content += b"%s Tf (%s) Tj T* " % (font, text.encode("latin-1"))
+        content += b"ET"
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R /Resources << /Font "
+            b"<< /F1 %d 0 R /F2 %d 0 R /F3 %d 0 R /F4 %d 0 R >> >> >>"
+            % (4 + 2 * i, fonts, fonts + 1, fonts + 2, fonts + 3)
+        )
+        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
+    for name in (b"Helvetica", b"Helvetica-Bold", b"Helvetica-Oblique", b"Times-Roman"):
+        objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /%s >>" % name)
     return pdf_file(objects)
 
 
@@ -816,3 +832,139 @@ def test_real_documents_headings_are_read_from_their_type(pdf_dir: Path) -> None
     # Run-in headings, bold words opening a paragraph, are not sections of their own.
     assert not any("FOR FURTHER INFORMATION" in heading for _, heading in register)
     assert len(register) < 40
+    # An agency's name heads each document of the Register: a heading, though it names a Department.
+    assert (1, "DEPARTMENT OF TRANSPORTATION Federal Aviation Administration 14 CFR Part 39") in register
+    # The running head, set apart from the text on a page of figures (page 8), is no section.
+    assert not any("Federal Register" in heading for _, heading in register)
+
+
+def test_the_author_and_date_under_a_title_are_no_section(pdf_dir: Path) -> None:
+    # LaTeX's \maketitle sets the author ("Your Name") and the date in larger type straight under the title.
+    path = pdf_dir / "multicol_latex_pypdf_sample.pdf"
+    assert _sections(path) == [
+        (1, "Two-Column Document with Lorem Ipsum", "Two-Column Document with Lorem Ipsum"),
+        (1, "Abstract", "Abstract"),
+    ]
+    chunks = [(c.section, c.text) for c in split(load(path).pages, chunk_size=800, chunk_overlap=120)]
+    title = "Two-Column Document with Lorem Ipsum"
+    assert chunks[0] == (title, f"{title}\nYour Name\nJanuary 3, 2024")
+    assert chunks[1][0] == "Abstract"
+
+
+_RUNNING_HEAD = "**Journal of Pump Engineering 3 (2020)**"
+#: Lines of text for the pages of one paper, each page's its own: a line at the top or foot of most pages
+#: would be a running line.
+_SEAL = [
+    "Carbon face seals wear fastest in the first hours of running.",
+    "A seal run dry for a minute loses more than a week of wet running.",
+    "The wear was measured on twelve pumps of three makers.",
+    "Each pump ran for two thousand hours at its rated head.",
+    "Wear rates were lower on the pumps with a flushed seal chamber.",
+    "The faces were lapped flat before each test and weighed after it.",
+]
+
+
+@pytest.mark.parametrize(
+    ("pages", "headings"),
+    [
+        pytest.param(
+            [
+                [
+                    _RUNNING_HEAD,
+                    "##Wear of Carbon Face Seals##",
+                    *_SEAL[:2],
+                    "**1 Introduction**",
+                    *_SEAL[2:4],
+                ],
+                [_RUNNING_HEAD, *_SEAL[4:], "**2 Methods**", *_BODY, "**2.1 Data**", *_SEAL[:2]],
+            ],
+            ["Wear of Carbon Face Seals", "1 Introduction", "2 Methods", "2.1 Data"],
+            # Too few pages to learn running lines from the text: the head stays in it, atop each page.
+            id="two pages",
+        ),
+        pytest.param(
+            [
+                [
+                    _RUNNING_HEAD,
+                    "##Wear of Carbon Face Seals##",
+                    *_SEAL[:2],
+                    "**1 Introduction**",
+                    *_SEAL[2:4],
+                ],
+                [_RUNNING_HEAD, *_SEAL[4:], "**2 Methods**", *_BODY],
+                [
+                    _RUNNING_HEAD,
+                    _SEAL[0],
+                    "**3 Results**",
+                    "The wear rates agree with those reported in",
+                    "Journal of Pump Engineering 3 (2020) 12 for larger seals",
+                    *_SEAL[1:3],
+                ],
+            ],
+            ["Wear of Carbon Face Seals", "1 Introduction", "2 Methods", "3 Results"],
+            # The head leaves the text as a running line, but the paper cites its own journal.
+            id="citing its journal",
+        ),
+        pytest.param(
+            [
+                *[["++Journal of Pump Engineering 3 (2020)++", *_SEAL[i : i + 3]] for i in range(3)],
+                [
+                    "++Journal of Pump Engineering 3 (2020)++",
+                    "__Figure 4 Seal wear against hours run, as printed in__",
+                    "__Journal of Pump Engineering 3 (2020) and reprinted__",
+                    "__by permission of its publisher.__",
+                ],
+            ],
+            # Set in the body's font but larger, the head stands out only on the page of a figure, whose
+            # caption is in small type (as the Federal Register's does on its page 8).
+            [],
+            id="set apart on one page",
+        ),
+    ],
+)
+def test_a_running_head_is_no_section(tmp_path: Path, pages: list[list[str]], headings: list[str]) -> None:
+    path = tmp_path / "paper.pdf"
+    path.write_bytes(_typeset_pages(pages))
+    assert [heading for _, heading, _ in _sections(path)] == headings
+    # What follows a page's head is in the section the page before ended in.
+    chunks = [(c.page, c.section) for c in split(load(path).pages, chunk_size=800, chunk_overlap=120)]
+    assert (2, headings[1] if headings else None) in chunks
+
+
+def test_author_affiliation_and_e_mail_lines_are_no_headings(tmp_path: Path) -> None:
+    pages = [
+        [
+            "##Seal Wear in Small Pumps##",
+            # Names without initials or markers: only their place, straight under the title, tells.
+            "~~Anne Jones and Brian Lee~~",
+            "**1 Introduction**",
+            *_BODY,
+            "**2 Materials and Methods**",
+            *_BODY,
+            "**Study Design and Data Sources**",
+            *_BODY,
+        ],
+        # A second paper of the volume starts on page 2.
+        [
+            "##Noise of Small Centrifugal Pumps##",
+            *_BODY,
+            "**J. Smith1, A. Jones2 and B. Lee1**",
+            "//1Department of Mechanical Engineering, University of Leeds//",
+            "//2Pump Research Institute, Sheffield//",
+            *_BODY,
+            "~~j.smith@leeds.example.ac.uk~~",
+            *_BODY,
+            "**Results and Discussion**",
+            *_BODY,
+        ],
+    ]
+    path = tmp_path / "volume.pdf"
+    path.write_bytes(_typeset_pages(pages))
+    assert [(page, heading) for page, heading, _ in _sections(path)] == [
+        (1, "Seal Wear in Small Pumps"),
+        (1, "1 Introduction"),
+        (1, "2 Materials and Methods"),
+        (1, "Study Design and Data Sources"),
+        (2, "Noise of Small Centrifugal Pumps"),
+        (2, "Results and Discussion"),
+    ]

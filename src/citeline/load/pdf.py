@@ -23,7 +23,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
@@ -134,7 +134,7 @@ class _PageReader:
         #: Whether to note each page's headings as set in type (:func:`styled_headings`) while reading it:
         #: for a document without an outline. They are kept by page index, until :meth:`headings` is asked.
         self.wants_headings = False
-        self._styled: dict[int, list[str]] = {}
+        self._styled: dict[int, list[StyledHeading]] = {}
 
     def text(self, index: int) -> str:
         """The raw text of page ``index`` (0-based); raises :class:`LoadError` if neither reader can."""
@@ -219,7 +219,7 @@ class _PageReader:
                         # Here rather than in first_page_title: parsing the page again cost more.
                         self._headings = _heading_blocks(textpage)
                     if self.wants_headings:
-                        self._styled[index] = styled_headings(textpage)
+                        self._styled[index] = styled_headings(textpage, title_page=index == 0)
                 finally:
                     textpage.close()
             finally:
@@ -274,7 +274,7 @@ class _PageReader:
             return set()  # reported when the page itself is read
         return {_line_key(line) for line in _edges(text)}
 
-    def headings(self, index: int) -> list[str]:
+    def headings(self, index: int) -> list[StyledHeading]:
         """The headings set in type on page ``index`` (0-based), once it has been read with
         :attr:`wants_headings` set (none for a page read by pypdf or OCR)."""
         return self._styled.pop(index, [])
@@ -593,16 +593,34 @@ _NOT_A_HEADING = re.compile(
 )
 
 
-def styled_headings(textpage: Any) -> list[str]:
-    """The page's headings as its type sets them apart, in page order, each as one line.
+class StyledHeading(NamedTuple):
+    """A heading found in a page's type (:func:`styled_headings`)."""
+
+    text: str
+    #: The lines it is set on, as the page's text has them.
+    lines: tuple[str, ...]
+    #: The height of its first line's top above the foot of the page, in points: where on the page it is.
+    top: float
+
+
+def styled_headings(textpage: Any, *, title_page: bool = False) -> list[StyledHeading]:
+    """The page's headings as its type sets them apart, in page order.
 
     A heading is a line (or up to :data:`_HEADING_MAX_LINES` lines in a row, a wrapped heading) whose
     characters are all in a font other than the body text's (the font most of the page's characters are
     in) and bold or italic, at the body text's size or larger; or all distinctly larger than the body
     text (:data:`TITLE_MIN_SCALE`) in another font. Left out: lines ending like sentences, captions
     ("Figure 3"), links, dates and page numbers alone; lines in a font alike to the body's but larger (on
-    a page of footnotes, the body text itself); smaller type (figure labels). A page with more than
-    :data:`_HEADINGS_PER_PAGE` gets none: what it sets apart is not headings.
+    a page of footnotes, the body text itself); smaller type (figure labels); a byline: authors (names
+    with initials or footnote marks), affiliations and e-mail addresses (:func:`_a_byline`). A page with
+    more than :data:`_HEADINGS_PER_PAGE` gets none: what it sets apart is not headings.
+
+    On the ``title_page`` (a document's first), what is set apart straight under the title (the first
+    heading set distinctly larger), with no text between, is its byline too, up to a heading that reads
+    as a section's (:data:`_SECTION_START`): LaTeX's title sets the author's name and the date larger than
+    the text, and only their place tells a name from a heading.
+
+    Running heads are left to the caller, which sees more than one page (:func:`running_headings`).
     """
     count = textpage.count_chars()
     text = _indexed_text(textpage, count)
@@ -634,20 +652,21 @@ def styled_headings(textpage: Any) -> list[str]:
         by_object[current] = found
         return found
 
-    # Each line with text, and the type of a few of its characters: asking every character cost 6.5 ms a
-    # page of the Federal Register (against 0.1 ms for its text), five a line 0.5 ms; a line set in one
-    # type is seen as such either way, and one mixing types (a run-in heading) is seen mixed at its ends.
-    lines: list[tuple[str, list[tuple[bytes, float, bool]], int]] = []
+    # Each line with text, the type of a few of its characters and its first character: asking every
+    # character cost 6.5 ms a page of the Federal Register (against 0.1 ms for its text), five a line
+    # 0.5 ms; a line set in one type is seen as such either way, and one mixing types (a run-in heading)
+    # is seen mixed at its ends.
+    lines: list[tuple[str, list[tuple[bytes, float, bool]], int, int]] = []
     start = 0
     for end in [*(i for i, char in enumerate(text) if char in "\r\n"), len(text)]:
         letters = [i for i in range(start, end) if not text[i].isspace() and text[i] != "\ufffe"]
         if letters:
             picks = sorted({letters[round(k * (len(letters) - 1) / (_SAMPLES - 1))] for k in range(_SAMPLES)})
             line = " ".join(text[start:end].replace("\ufffe", "").split())
-            lines.append((line, [style(i) for i in picks], len(letters)))
+            lines.append((line, [style(i) for i in picks], len(letters), letters[0]))
         start = end + 1
     fonts: dict[tuple[bytes, float], float] = {}
-    for _, styles, chars in lines:
+    for _, styles, chars, _ in lines:
         for font, size, _ in styles:
             fonts[(font, size)] = fonts.get((font, size), 0.0) + chars / len(styles)
     if not fonts:
@@ -661,32 +680,144 @@ def styled_headings(textpage: Any) -> list[str]:
             return True
         return all(styled and size >= (1 - _SAME_SIZE) * body_size for _, size, styled in line)
 
-    blocks: list[list[str]] = []
+    blocks: list[_Block] = []
     # The type of the line before when it was set apart: a line set alike continues its heading (wrapped);
     # one set otherwise starts another (a title, then its author's name).
     joins: tuple[bytes, float] | None = None
-    for line, styles, _ in lines:
+    text_between = True  # whether a line of text (not set apart) came since the last block
+    for line, styles, _, first in lines:
         if sets_apart(styles):
             kind = Counter((font, size) for font, size, _ in styles).most_common(1)[0][0]
             if kind == joins:
-                blocks[-1].append(line)
+                blocks[-1].lines.append(line)
             else:
-                blocks.append([line])
+                blocks.append(_Block([line], kind[1], first, text_between))
+                text_between = False
             joins = kind
         else:
             joins = None
+            text_between = True
+    byline = set(_under_the_title(blocks, TITLE_MIN_SCALE * body_size)) if title_page else set()
     headings = []
-    for block in blocks:
-        heading = clean_inline(" ".join(block))
+    for number, block in enumerate(blocks):
+        heading = clean_inline(" ".join(block.lines))
         if (
-            len(block) <= _HEADING_MAX_LINES
+            number not in byline
+            and len(block.lines) <= _HEADING_MAX_LINES
             and len(heading) <= _HEADING_MAX_CHARS
             and len(heading.split()) <= _HEADING_MAX_WORDS
             and re.search(r"[^\W\d_]{2}", heading) is not None
             and not _NOT_A_HEADING.fullmatch(heading)
+            and not _a_byline(heading)
         ):
-            headings.append(heading)
+            headings.append(StyledHeading(heading, tuple(block.lines), _top(raw, block.first)))
     return headings if len(headings) <= _HEADINGS_PER_PAGE else []
+
+
+class _Block(NamedTuple):
+    """Lines in a row set apart in one type: a heading, if it reads as one."""
+
+    lines: list[str]
+    size: float
+    #: The index of its first character in the page's text.
+    first: int
+    #: Whether a line of the page's text (not set apart) comes between it and the block before.
+    after_text: bool
+
+
+def _under_the_title(blocks: list[_Block], large: float) -> Iterator[int]:
+    """The indices of the blocks straight under the title (the first block of size ``large`` or more),
+    with no text between them, up to one that reads as a section's heading."""
+    title = next((number for number, block in enumerate(blocks) if block.size >= large), None)
+    if title is None:
+        return
+    for number in range(title + 1, len(blocks)):
+        block = blocks[number]
+        if block.after_text or _SECTION_START.fullmatch(clean_inline(" ".join(block.lines))):
+            return
+        yield number
+
+
+def _top(raw: Any, index: int) -> float:
+    """The top of character ``index``'s box, in points above the foot of the page."""
+    left, right, bottom, top = (ctypes.c_double() for _ in range(4))
+    pdfium_c.FPDFText_GetCharBox(
+        raw, index, ctypes.byref(left), ctypes.byref(right), ctypes.byref(bottom), ctypes.byref(top)
+    )
+    return float(top.value)
+
+
+#: What reads as a section's heading where a byline could stand: a numbered heading ("1 Introduction",
+#: "2.1 Data", "IV. RESULTS") or a part of a paper's front matter.
+_SECTION_START = re.compile(
+    r"(?:\d+(?:\.\d+)*\.?|[IVX]+\.)\s+\S.*"
+    r"|(?:abstract|summary|executive summary|introduction|(?:table of )?contents|preface|foreword|overview"
+    r"|background|key ?words|highlights)\b.*",
+    re.IGNORECASE,
+)
+#: An e-mail address.
+_E_MAIL = re.compile(r"[\w.+-]@[\w-]+(?:\.[\w-]+)+")
+#: A word naming where an author works.
+_INSTITUTION = re.compile(
+    r"\b(?:universit|department|dept\b|institut|laborator|college|faculty|school of|hospital"
+    r"|cent(?:er|re) for|academy)",
+    re.IGNORECASE,
+)
+#: A footnote mark set on an author's name or an affiliation (superscript is not told apart here: the
+#: heading's text is the page's own): digits after a name ("Smith1", "Lee1,2"), before an affiliation's
+#: first word ("1Department"), or a symbol.
+_AUTHOR_MARK = re.compile(
+    r"(?<=[^\W\d_])\d{1,2}(?:,\d{1,2})*\b|(?:^|(?<=\s))\d{1,2}(?=[^\W\d_])|[*\u2020\u2021]"
+)
+#: What separates authors: a comma, a semicolon, an ampersand or "and".
+_AUTHORS_SEPARATOR = re.compile(r"\s*(?:[,;&]|\band\b)\s*", re.IGNORECASE)
+#: An initial ("J.", "J.-P."), and the particles of a family name ("van", "de").
+_INITIAL = re.compile(r"(?:[^\W\d_]\.-?)+")
+_PARTICLES = frozenset(
+    {"van", "von", "de", "der", "den", "da", "di", "du", "la", "le", "del", "della", "dos", "ter"}
+)
+
+
+def _a_byline(heading: str) -> bool:
+    """Whether ``heading`` is an author line, an affiliation or an e-mail address rather than a heading.
+
+    An affiliation names an institution (a university, department, institute, ...) and has a comma or a
+    footnote mark. An author line is names alone, separated by commas or "and", with a footnote mark after
+    a name or an initial in each: "J. Smith, A. Jones and B. Lee", "Anne Jones1,2*". Names alone, without
+    either, are set like a heading ("Study Design and Data Sources"): they are not told apart here.
+    """
+    if _E_MAIL.search(heading):
+        return True
+    marked = _AUTHOR_MARK.sub("^", heading)
+    if _INSTITUTION.search(heading) and ("^" in marked or "," in heading):
+        return True
+    names = [
+        words for part in _AUTHORS_SEPARATOR.split(marked) if (words := part.replace("^", " ^ ").split())
+    ]
+    if not names:
+        return False
+    initials = all(any(_INITIAL.fullmatch(word) for word in words) for words in names)
+    if "^" not in marked and not (len(names) > 1 and initials):
+        return False
+    return all(_a_name(words) for words in names)
+
+
+def _a_name(words: list[str]) -> bool:
+    """Whether ``words`` read as a person's name, footnote marks (``^``) after it: two to five
+    capitalised words (not in capitals: "CO2"), initials or particles, a capitalised word among them."""
+    while words and words[-1] == "^":
+        words = words[:-1]
+    if not 2 <= len(words) <= 5:
+        return False
+    named = False
+    for word in words:
+        if word in _PARTICLES or (_INITIAL.fullmatch(word) and word[0].isupper()):
+            continue
+        letters = word.replace("-", "").replace("'", "").replace("\u2019", "")
+        if not (letters.isalpha() and word[0].isupper() and not letters.isupper()):
+            return False
+        named = True
+    return named
 
 
 def _rendered_size(raw: Any, index: int, matrix: Any) -> float:
@@ -878,8 +1009,11 @@ def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page
         # the rest; only that window is held at once.
         window = list(itertools.islice(texts, RUNNING_WINDOW))
         running = running_lines(window)
+        # And the window's headings, to learn the running heads set apart in type.
+        styled = [reader.headings(index) for index in range(len(window))]
+        repeated = running_headings(styled, sum(1 for text in window if text.strip()))
         for number, text in enumerate(itertools.chain(window, texts), start=1):
-            kept = without_running_lines(text, running)
+            kept, cut = _cut_running_lines(text, running)
             # A scan stamped in a text layer (a Bates number, "Page 2 of 9") has text, so it was not read
             # by OCR above; once the stamp goes as a running line, nothing of the scan is left. In a PDF
             # too short to learn running lines, the stamp is all its text layer holds.
@@ -893,7 +1027,12 @@ def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page
             if outline:
                 sections = placed_headings(kept, outline.get(number - 1, []))
             else:
-                sections = placed_headings(kept, reader.headings(number - 1), unfound_at_top=False)
+                found = styled[number - 1] if number <= len(styled) else reader.headings(number - 1)
+                cut_keys = {_line_key(line) for line in cut}
+                titles = [
+                    heading.text for heading in found if not _a_running_heading(heading, cut_keys, repeated)
+                ]
+                sections = placed_headings(kept, titles, unfound_at_top=False)
             yield Page(number=number, text=kept, sections=sections)
     finally:
         reader.close()
@@ -1077,8 +1216,13 @@ def running_lines(pages: list[str]) -> frozenset[str]:
 def without_running_lines(text: str, running: frozenset[str]) -> str:
     """``text`` without the running lines among its first and last :data:`_EDGE_LINES` lines with
     text; a line is dropped only while every line before it (from that edge) was."""
+    return _cut_running_lines(text, running)[0]
+
+
+def _cut_running_lines(text: str, running: frozenset[str]) -> tuple[str, list[str]]:
+    """``text`` as :func:`without_running_lines` leaves it, and the running lines it cut."""
     if not running:
-        return text
+        return text, []
     lines = text.split("\n")
     start, end = 0, len(lines)
     for _ in range(_EDGE_LINES):
@@ -1095,4 +1239,41 @@ def without_running_lines(text: str, running: frozenset[str]) -> str:
             end -= 1
         else:
             break
-    return "\n".join(lines[start:end]).strip("\n")
+    cut = [line for line in lines[:start] + lines[end:] if line.strip()]
+    return "\n".join(lines[start:end]).strip("\n"), cut
+
+
+#: Headings this close in height (points) on two pages are at the same place.
+_SAME_PLACE = 2.0
+
+
+def running_headings(pages: list[list[StyledHeading]], with_text: int) -> list[StyledHeading]:
+    """The headings of ``pages`` (the headings of the first pages of a document, of which ``with_text``
+    hold text) repeated at the same place on half of those pages, and two at least: running heads set
+    apart in type, as a journal's name and volume atop each page.
+
+    Half, not most: a journal's name and its authors' often run on alternate pages. A page number in the
+    head, or any number, may differ (see :func:`_line_key`).
+    """
+    need = max(2, with_text // 2)
+    by_key: dict[str, list[tuple[int, StyledHeading]]] = {}
+    for number, page in enumerate(pages):
+        for heading in page:
+            by_key.setdefault(_line_key(heading.text), []).append((number, heading))
+    return [
+        heading
+        for alike in by_key.values()
+        for _, heading in alike
+        if len({number for number, other in alike if abs(other.top - heading.top) <= _SAME_PLACE}) >= need
+    ]
+
+
+def _a_running_heading(heading: StyledHeading, cut: set[str], repeated: list[StyledHeading]) -> bool:
+    """Whether ``heading`` is a running head: a line of it was cut from its page's text as a running line
+    (the keys of those lines are ``cut``), or it is one of the ``repeated`` headings, at the same place."""
+    if any(_line_key(clean_inline(line)) in cut for line in heading.lines):
+        return True
+    key = _line_key(heading.text)
+    return any(
+        _line_key(other.text) == key and abs(other.top - heading.top) <= _SAME_PLACE for other in repeated
+    )
