@@ -118,9 +118,10 @@ def test_two_column_latex_reads_down_each_column(pdf_dir: Path) -> None:
 
 
 def test_rotated_table_rows_come_out_whole(pdf_dir: Path) -> None:
+    # Its rows are Markdown rows (see tests/load/test_pdf_tables.py), each whole in the page's order.
     text = next(load(pdf_dir / "odd_nics_rotated_table.pdf").pages).text
-    assert "State / Territory Permit Handgun Long Gun *Other **Multiple Admin" in text
-    assert "Florida 15,907 50,796 28,981 2,268 1,957 121 8 9 0 2,248 1,135" in text
+    assert "| State / Territory | Permit | Handgun | Long Gun | *Other | **Multiple | Admin |" in text
+    assert "| Florida | 15,907 | 50,796 | 28,981 | 2,268 | 1,957 | 121 | 8 | 9 | 0 | 2,248 | 1,135 |" in text
 
 
 def test_line_numbers_do_not_split_transcript_sentences(pdf_dir: Path) -> None:

@@ -36,7 +36,14 @@ PDF_FIXTURES = [
     "multicol_federal_register_2020-17221.pdf",  # 15 pages, three columns, running heads, footnotes
     "manual_faa_amt_handbook_sample.pdf",  # a manual page with figures
     "odd_scotus_transcript_p1.pdf",  # a line-numbered transcript
-    "odd_nics_rotated_table.pdf",  # a table set sideways: cells come in another order
+    # A table set sideways: cells come in another order. Its header row, read as a Markdown table's, names
+    # each column with the group over it ("Long Gun Pre-Pawn"): words the page draws on two lines,
+    # interleaved, which the viewer finds in pieces and, of the repeated short names, not all
+    # (citeline.load.pdf_tables).
+    pytest.param(
+        "odd_nics_rotated_table.pdf",
+        marks=pytest.mark.xfail(strict=True, reason="its header row interleaves two lines"),
+    ),
 ]
 
 

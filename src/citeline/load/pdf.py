@@ -7,6 +7,8 @@ every checked sentence in reading order (10/10; pypdf 7/10, pdfplumber 3/10 as i
 columns) and ran no words together (pypdf 2, pdfplumber 31). pypdf is the second opinion: an
 independent parser that also reads columns in order.
 
+A ruled table is written into its page's text as a Markdown table (:mod:`citeline.load.pdf_tables`).
+
 A page with no text layer at all (a scan) is read by OCR (:mod:`citeline.load.ocr`) when Tesseract
 is installed; the source's metadata then says which pages were, with what confidence.
 """
@@ -31,6 +33,7 @@ import pypdfium2.raw as pdfium_c
 from citeline.errors import LoadError
 from citeline.load import ocr
 from citeline.load.clean import clean_inline, clean_text
+from citeline.load.pdf_tables import with_tables
 from citeline.types import LoadedSource, Page, Section, SourceMetadata
 
 if TYPE_CHECKING:
@@ -215,6 +218,8 @@ class _PageReader:
                 textpage = page.get_textpage()
                 try:
                     text = _mark_superscripts(textpage, _page_text(textpage))
+                    # A ruled table as a Markdown table, so that each chunk of it is read under its header.
+                    text = with_tables(page, textpage, text)
                     if index == 0 and self.wants_title and self._headings is None:
                         # Here rather than in first_page_title: parsing the page again cost more.
                         self._headings = _heading_blocks(textpage)
