@@ -1,5 +1,6 @@
 # The citeline image of compose.yaml: the API (`citeline serve`) and the workers (`citeline worker`)
-# run from it. PDF.js comes from npm in a build stage, as `make web` does on a development machine.
+# run from it. PDF.js and Swagger UI come from npm in a build stage, as `make web` does on a development
+# machine.
 FROM node:20-bookworm-slim AS web
 WORKDIR /build/web
 COPY web/package.json web/package-lock.json ./
@@ -17,6 +18,10 @@ COPY --from=web /build/web/node_modules/pdfjs-dist/build/pdf.min.mjs \
     /build/web/node_modules/pdfjs-dist/build/pdf.worker.min.mjs \
     /build/web/node_modules/pdfjs-dist/LICENSE \
     ./src/citeline/web/static/vendor/pdfjs/
+COPY --from=web /build/web/node_modules/swagger-ui-dist/swagger-ui-bundle.js \
+    /build/web/node_modules/swagger-ui-dist/swagger-ui.css \
+    /build/web/node_modules/swagger-ui-dist/LICENSE \
+    ./src/citeline/web/static/vendor/swagger-ui/
 # EXTRAS=[chroma] adds the Chroma client (compose.yaml's chroma profile sets it).
 ARG EXTRAS=""
 RUN pip install --no-cache-dir ".${EXTRAS}" && useradd --create-home citeline && mkdir /data && chown citeline /data

@@ -7,6 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 export CITELINE_DATA_DIR ?= $(CURDIR)/citeline-data
 
 PDFJS  := src/citeline/web/static/vendor/pdfjs
+SWAGGER_UI := src/citeline/web/static/vendor/swagger-ui
 CHROMIUM := /usr/bin/chromium
 
 .PHONY: install services web browser demo test test-sentence-transformers screenshots lint typecheck bench bench-chroma bench-scale bench-peers soak eval eval-chroma clean
@@ -28,7 +29,8 @@ services:
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
 		-o DPkg::Lock::Timeout=600 tesseract-ocr tesseract-ocr-eng tesseract-ocr-osd; }
 
-## web: PDF.js (npm pdfjs-dist, pinned by web/package-lock.json) copied into the package's static folder.
+## web: PDF.js (npm pdfjs-dist) and Swagger UI (swagger-ui-dist, for /docs), pinned by web/package-lock.json,
+## copied into the package's static folder.
 ## The @napi-rs/canvas override in web/package.json pins an optional Node-only dependency to a version
 ## whose platform builds all exist on the registry, so `npm ci` accepts the lock file; the browser never
 ## loads it and --omit=optional skips installing it.
@@ -41,6 +43,9 @@ $(PDFJS)/pdf.min.mjs: web/package.json web/package-lock.json
 	rm -rf $(PDFJS) && mkdir -p $(PDFJS)
 	cp web/node_modules/pdfjs-dist/build/pdf.min.mjs web/node_modules/pdfjs-dist/build/pdf.worker.min.mjs \
 		web/node_modules/pdfjs-dist/LICENSE $(PDFJS)/
+	rm -rf $(SWAGGER_UI) && mkdir -p $(SWAGGER_UI)
+	cp web/node_modules/swagger-ui-dist/swagger-ui-bundle.js web/node_modules/swagger-ui-dist/swagger-ui.css \
+		web/node_modules/swagger-ui-dist/LICENSE $(SWAGGER_UI)/
 
 ## browser: Debian's chromium for the browser tests (tests/web), when it is missing. Needs root.
 browser:

@@ -1568,7 +1568,8 @@ def serve(
         ),
     ] = False,
 ) -> None:
-    """Run the REST API (OpenAPI at /docs). Every route but /health needs an API key."""
+    """Run the REST API (OpenAPI at /docs) and the web pages. Every API route but /health needs an API key;
+    the pages, /docs and /openapi.json load without one."""
     import uvicorn
 
     settings = _settings(ctx, **({"api_open": True} if open_mode else {}))

@@ -3,6 +3,7 @@ admin key: who gets what, always in the one error shape."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -127,7 +128,17 @@ def test_unknown_routes_and_bad_bodies_answer_in_the_error_shape(server: Server)
 
 
 def test_the_openapi_description_lists_every_route(server: Server) -> None:
-    assert httpx.get(f"{server.url}/docs").status_code == 200
+    docs = httpx.get(f"{server.url}/docs")
+    assert docs.status_code == 200
+    # Served whole from this server, as the pages are: it works with no internet.
+    loaded = re.findall(r"""(?:src|href)=["']([^"']+)["']""", docs.text) + re.findall(
+        r"url: '([^']+)'", docs.text
+    )
+    assert {"/static/vendor/swagger-ui/swagger-ui-bundle.js", "/openapi.json"} <= set(loaded), loaded
+    assert {url for url in loaded if not url.startswith(("data:", "/"))} == set(), loaded
+    for url in (u for u in loaded if u.startswith("/")):
+        assert httpx.get(f"{server.url}{url}").status_code == 200, url
+    assert httpx.get(f"{server.url}/redoc").status_code in (401, 404)
     paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
     for route in ROUTES:
         path = route.path.split("?")[0]
@@ -140,3 +151,26 @@ def _matches(path: str, template: str) -> bool:
     return len(parts) == len(slots) and all(
         slot.startswith("{") or part == slot for part, slot in zip(parts, slots, strict=True)
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "caller"),
+    [
+        ("/", "none"),
+        ("/admin", "none"),
+        ("/static/chat.js", "none"),
+        ("/health/live", "none"),
+        ("/health/ready", "none"),
+        ("/search?q=relief+valve", "reader"),
+        ("/search?q=relief+valve", "none"),
+        ("/no/such/route", "admin"),
+    ],
+)
+def test_head_answers_as_get_does_without_the_body(server: Server, path: str, caller: str) -> None:
+    # Load balancers and `curl -I` probe with HEAD: the status and headers a GET gets, no body.
+    with server.as_(caller) as client:
+        got, head = client.get(path), client.head(path)
+    assert head.status_code == got.status_code, (path, head.status_code, got.status_code)
+    assert head.content == b""
+    assert head.headers["content-type"] == got.headers["content-type"]
+    assert head.headers.get("content-security-policy") == got.headers.get("content-security-policy")

@@ -12,6 +12,7 @@ from fastapi import Depends, FastAPI
 
 from citeline.api import errors
 from citeline.api.deps import refuse_nul, refuse_unknown_query
+from citeline.api.head import HeadAsGet
 from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter
 from citeline.api.request_id import RequestIdLogFilter, RequestIdMiddleware
 from citeline.api.routes import chat, conversations, documents, health, ingest, keys, search, stats
@@ -59,9 +60,14 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
         summary="Search documents and answer questions with verified citations.",
         version="0.1.0",
         lifespan=lifespan,
+        # FastAPI's own /docs and /redoc load their scripts from a CDN: the pages serve /docs from this
+        # server instead (citeline.web.pages), and ReDoc is not offered.
+        docs_url=None,
+        redoc_url=None,
     )
     errors.install(app)
     app.add_middleware(BodySizeLimit, settings=settings)
+    app.add_middleware(HeadAsGet)
     app.add_middleware(RequestIdMiddleware)  # added last: outermost, so every response gets the id
     for module in (search, chat, conversations, documents, ingest, stats, keys, health):
         app.include_router(module.router, dependencies=[Depends(refuse_unknown_query), Depends(refuse_nul)])

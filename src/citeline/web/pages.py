@@ -1,5 +1,5 @@
-"""The web pages on the API app: the chat page at ``/``, the admin page at ``/admin`` and the static
-folder (pages, viewer, PDF.js) at ``/static``.
+"""The web pages on the API app: the chat page at ``/``, the admin page at ``/admin``, the API's
+description at ``/docs`` and the static folder (pages, viewer, PDF.js, Swagger UI) at ``/static``.
 
 The pages are static files and load without a key; every API call they make sends the key the user
 signed in with. They are served with a Content-Security-Policy that allows scripts from this server
@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 from starlette.types import Scope
@@ -66,7 +67,8 @@ def _page(name: str) -> FileResponse:
 
 
 def mount_pages(app: FastAPI) -> None:
-    """Serve the chat page at ``/``, the admin page at ``/admin`` and ``static/`` at ``/static``."""
+    """Serve the chat page at ``/``, the admin page at ``/admin``, Swagger UI at ``/docs`` and ``static/``
+    at ``/static``."""
 
     @app.get("/", include_in_schema=False)
     async def chat_page() -> FileResponse:
@@ -75,5 +77,17 @@ def mount_pages(app: FastAPI) -> None:
     @app.get("/admin", include_in_schema=False)
     async def admin_page() -> FileResponse:
         return _page("admin.html")
+
+    @app.get("/docs", include_in_schema=False)
+    async def api_description() -> HTMLResponse:
+        # FastAPI's Swagger UI page, its script and style served from here (make web copies them from
+        # npm's swagger-ui-dist), as every page's are: nothing is loaded from a CDN.
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} API",
+            swagger_js_url="/static/vendor/swagger-ui/swagger-ui-bundle.js",
+            swagger_css_url="/static/vendor/swagger-ui/swagger-ui.css",
+            swagger_favicon_url="data:,",
+        )
 
     app.mount("/static", _StaticFiles(directory=static_dir()), name="static")
