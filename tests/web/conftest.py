@@ -235,8 +235,11 @@ async ({citation, fresh, key}) => {
     ms,
     onLayer: marks.every((mark) => !layer || layer.contains(mark)),
     at: marks.length ? (({left, top}) => [left, top])(marks[0].getBoundingClientRect()) : null,
+    // The span's start (its first piece's first mark), which the viewer scrolls to: on a page set
+    // sideways, the first mark in the document may be another piece's, far from it.
     inView: marks.length > 0 && (() => {
-      const box = marks[0].getBoundingClientRect(), view = container.getBoundingClientRect();
+      const first = marks[ordered[0][1]];
+      const box = first.getBoundingClientRect(), view = container.getBoundingClientRect();
       return box.bottom > view.top && box.top < view.bottom;
     })(),
   };

@@ -138,6 +138,9 @@ class _PageReader:
         #: for a document without an outline. They are kept by page index, until :meth:`headings` is asked.
         self.wants_headings = False
         self._styled: dict[int, list[StyledHeading]] = {}
+        #: Whether to write each page's ruled tables as Markdown tables (:func:`with_tables`): not for a
+        #: read that only asks whether a page has text, or its title.
+        self.wants_tables = True
 
     def text(self, index: int) -> str:
         """The raw text of page ``index`` (0-based); raises :class:`LoadError` if neither reader can."""
@@ -219,7 +222,8 @@ class _PageReader:
                 try:
                     text = _mark_superscripts(textpage, _page_text(textpage))
                     # A ruled table as a Markdown table, so that each chunk of it is read under its header.
-                    text = with_tables(page, textpage, text)
+                    if self.wants_tables:
+                        text = with_tables(page, textpage, text)
                     if index == 0 and self.wants_title and self._headings is None:
                         # Here rather than in first_page_title: parsing the page again cost more.
                         self._headings = _heading_blocks(textpage)
@@ -942,6 +946,8 @@ def load_pdf(path: Path) -> LoadedSource:
     _check_header(path)
     reader = _PageReader(path)
     reader.wants_title = _placeholder_title(reader.metadata.get("Title", ""), path)
+    # This reader only finds the first page with text and the title: _pages reads the tables.
+    reader.wants_tables = False
     scans = _Scans()
     try:
         if reader.page_count == 0:
