@@ -234,3 +234,19 @@ def test_a_chunk_of_a_pdf_table_s_later_rows_is_read_with_its_header_row() -> No
     florida = next(chunk for chunk in chunks if "| Florida | 15,907 |" in chunk.text)
     assert _HEADER not in florida.text
     assert florida.context == _HEADER
+
+
+def test_a_fault_of_the_table_finder_costs_the_page_its_tables_not_its_text(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Table finding reads odd drawings; whatever it trips on, the document loads as it did without it.
+    def trips(*_: object) -> list[Any]:
+        raise ZeroDivisionError("a degenerate rule")
+
+    monkeypatch.setattr("citeline.load.pdf_tables.find_tables", trips)
+
+    (page,) = load(_NICS).pages
+
+    assert "Florida 15,907 50,796 28,981 2,268 1,957 121 8 9 0 2,248 1,135" in page.text
+    assert "| Florida |" not in page.text
+    assert f"{_NICS} page 1: ruled tables not read" in caplog.text

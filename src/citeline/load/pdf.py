@@ -51,6 +51,7 @@ NO_OCR = (
 # while citeline's own pypdf calls run is pypdf's logger raised to errors: its level is otherwise the
 # application's, which may read PDFs with pypdf itself. (Its module loggers are made at their first
 # warning, so a filter on them cannot be set beforehand; they take their level from "pypdf".)
+log = logging.getLogger(__name__)
 _PYPDF_LOGGER = logging.getLogger("pypdf")
 _QUIET_LOCK = threading.Lock()
 _quiet_calls = 0
@@ -223,7 +224,7 @@ class _PageReader:
                     text = _mark_superscripts(textpage, _page_text(textpage))
                     # A ruled table as a Markdown table, so that each chunk of it is read under its header.
                     if self.wants_tables:
-                        text = with_tables(page, textpage, text)
+                        text = self._with_tables(index, page, textpage, text)
                     if index == 0 and self.wants_title and self._headings is None:
                         # Here rather than in first_page_title: parsing the page again cost more.
                         self._headings = _heading_blocks(textpage)
@@ -236,6 +237,21 @@ class _PageReader:
         # PDFium drops a hyphen that ends a line and joins the lines, leaving \x02 where it was; putting
         # the break back lets clean_text decide, as for every other source, whether the word rejoins.
         return text.replace("\x02", "-\n")
+
+    def _with_tables(self, index: int, page: Any, textpage: Any, text: str) -> str:
+        """``text`` with page ``index``'s ruled tables as Markdown tables (:func:`with_tables`), or as it
+        is if finding them fails: the tables are a better reading of text the page already has, and an
+        odd drawing must not cost a document that reads well without them."""
+        try:
+            return with_tables(page, textpage, text)
+        except Exception:  # any fault of the table finder; the page's text stands
+            log.warning(
+                "%s page %d: ruled tables not read, text kept as extracted",
+                self.source,
+                index + 1,
+                exc_info=True,
+            )
+            return text
 
     def _pypdf_text(self, index: int) -> str:
         if self._fallback is None:
