@@ -506,17 +506,24 @@ def test_a_layout_table_keeps_every_word_of_the_page_and_its_table_of_data(
     # wrote without a "|---|" row (no Markdown table) or read as one table with the page's text; and a
     # row holding the menu cell and the page's cell, a short block full of links for trafilatura, was
     # dropped with all it held: the text beside the table, or the footer, was lost.
+    text = _seal_guide(tmp_path, main)
+    # Every word the page shows reaches the loaded page, but the menu's, which trafilatura may drop.
+    assert _words(main) - MENU_WORDS <= _words(text)
+    assert f"{table}\n\nKeep spare seals dry and out of the light." in text
+
+
+def _seal_guide(tmp_path: Path, body: str) -> str:
+    """The text citeline loads from a page titled "Seal guide" whose body is ``body``."""
     path = tmp_path / "seals.html"
     path.write_text(
-        f"<html><head><title>Seal guide</title></head><body>{main}</body></html>", encoding="utf-8"
+        f"<html><head><title>Seal guide</title></head><body>{body}</body></html>", encoding="utf-8"
     )
     [page] = load(path).pages
-    # Every word the page shows reaches the loaded page, but the menu's, which trafilatura may drop.
-    assert _words(main) - {"Home", "Pumps", "Valves"} <= _words(page.text)
-    assert f"{table}\n\nKeep spare seals dry and out of the light." in page.text
+    return page.text
 
 
 MENU_WORDS = {"Home", "Pumps", "Valves"}
+
 PART_LINKS = "".join(
     f"<tr><td><a href=/parts/an{n}>AN{n}</a></td><td><a href=/drawings/an{n}>Drawing</a> | "
     f"<a href=/sheets/an{n}>Data sheet</a></td></tr>"
@@ -555,14 +562,10 @@ def test_the_menu_of_a_layout_table_is_not_indexed_and_its_content_is(
     # With no paragraph beside the table of data, trafilatura's own extraction was the table alone, and
     # it preferred readability's, which kept the menu's cell: "Home Pumps Valves" was indexed with the
     # page. A cell of a layout table holding short links and nothing else is the site's navigation.
-    path = tmp_path / "seals.html"
-    path.write_text(
-        f"<html><head><title>Seal guide</title></head><body>{main}</body></html>", encoding="utf-8"
-    )
-    [page] = load(path).pages
-    assert not MENU_WORDS & _words(page.text)
-    assert _words(main) - MENU_WORDS <= _words(page.text)
-    assert table in page.text
+    text = _seal_guide(tmp_path, main)
+    assert not MENU_WORDS & _words(text)
+    assert _words(main) - MENU_WORDS <= _words(text)
+    assert table in text
 
 
 SEALS_TH = (
