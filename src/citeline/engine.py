@@ -556,7 +556,7 @@ class Citeline:
                 source_uri=None,
                 content_hash=content,
                 file_path=path,
-                options=options or IngestOptions(),
+                options=_uploaded_by(options, access),
                 document_id=target,
                 index=index,
             )
@@ -581,7 +581,7 @@ class Citeline:
             source_uri=url,
             content_hash=None,
             file_path=None,
-            options=options or IngestOptions(),
+            options=_uploaded_by(options, access),
             document_id=target,
             index=index,
         )
@@ -1463,6 +1463,13 @@ def _require_namespace(settings: Settings) -> None:
         f"no namespace {settings.namespace!r} in {where}; {held}. Check the name given "
         "(--namespace, CITELINE_NAMESPACE); ingesting documents into a namespace creates it"
     )
+
+
+def _uploaded_by(options: IngestOptions | None, access: Access) -> IngestOptions:
+    """``options`` recording who sent the document (``uploaded_by``): the caller's user id (an API key's
+    ``key:<id>``) unless the options name someone."""
+    options = options or IngestOptions()
+    return options if options.uploaded_by is not None else replace(options, uploaded_by=access.user_id)
 
 
 def _require_admin(access: Access, action: str) -> None:

@@ -394,3 +394,16 @@ def test_refresh_reads_a_changed_file_again_and_reports_each_document(server: Se
         dry = admin.post("/refresh", json={"dry_run": True, "document_ids": [mine["id"]]})
         [gone] = dry.json()["documents"]
         assert gone["refresh_problem"] == f"its original {path} is no longer there"
+
+
+def test_an_upload_records_the_key_that_made_it(server: Server) -> None:
+    with server.as_("admin") as admin:
+        made = admin.post("/keys", json={"role": "admin", "name": "ward-7 uploads"}).json()
+    with server.client(made["key"]) as uploader:
+        sent = upload(uploader, "ward-7.md", b"# Ward 7\n\nVisiting hours are 14:00 to 18:00.", scopes="acme")
+        page = uploader.post("/documents", json={"url": "http://127.0.0.1:9/ward-7.html", "index": False})
+        for response in (sent, page):
+            assert response.status_code == 202, response.text
+            # Keys are named freely and renamed; the key's id says which key it was.
+            assert response.json()["uploaded_by"] == f"key:{made['id']}"
+            assert uploader.delete(f"/documents/{response.json()['id']}").status_code == 200
