@@ -472,6 +472,7 @@ SEALS_2, SEALS_2_READ = _seals(2)
 BEFORE = "<p>Seals are replaced at every overhaul of the pump.</p>"
 AFTER = "<p>Keep spare seals dry and out of the light.</p>"
 FOOTER = "<td>Questions? Call the service desk on 0113 496 0000.</td>"
+PRIMING = "The pump is primed with clean water before it is started. Open the vent until water runs out."
 
 
 @pytest.mark.parametrize(
@@ -882,3 +883,20 @@ def test_a_grid_of_pictures_is_not_read_under_its_first_row(tmp_path: Path) -> N
     cells = [f'<td><img src="{name}.png" alt=""><br>{name}</td>' for name in ("Ada", "Bo", "Cy", "Di")]
     text = _page_with(tmp_path, f"<table><tr>{cells[0]}{cells[1]}</tr><tr>{cells[2]}{cells[3]}</tr></table>")
     assert "|---|" not in text and "Ada" in text and "Di" in text
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        f"<tr>{MENU_CELL}<td>{PRIMING}</td></tr>",
+        f"<tr><td><img src=logo.png alt=Logo></td><td></td></tr><tr>{MENU_CELL}<td>{PRIMING}</td></tr>"
+        f"<tr>{FOOTER}</tr>",
+    ],
+    ids=["menu-and-text", "logo-menu-and-text-footer"],
+)
+def test_a_menu_beside_plain_text_is_no_table_row(tmp_path: Path, rows: str) -> None:
+    # A menu's cell beside a cell of text with no paragraph tags: nothing in the text's cell said layout,
+    # and the page was one Markdown row, "| Home Pumps Valves | The pump is primed ... |".
+    text = _seal_guide(tmp_path, f"<table width=100%>{rows}</table>")
+    assert "|" not in text and not MENU_WORDS & _words(text)
+    assert PRIMING in text

@@ -204,6 +204,10 @@ def _is_layout_table(table: Any, rows: list[Any]) -> bool:
     filled = [_filled(row) for row in rows]
     if not filled or (len(filled) == 1 and len(filled[0]) == 1):
         return bool(filled)
+    # The site's menu in a cell beside the page's text, set as plain text ("| Home Pumps Valves | The
+    # pump is primed ... |"): nothing in the text's cell says layout, the menu beside it does.
+    if len(rows) <= _LAYOUT_ROWS and any(_menu_beside_text(cells) for cells in filled):
+        return True
     one_column = all(len(cells) == 1 for cells in filled)
     blocks = 1 if one_column else 2 if len(rows) == 1 else None
     layout = [cell for cells in filled for cell in cells if _is_layout_cell(cell, blocks=blocks)]
@@ -215,6 +219,12 @@ def _is_layout_table(table: Any, rows: list[Any]) -> bool:
     return not header and all(
         len(cells) == 1 or any(cell in layout or _own_blocks(cell) for cell in cells) for cells in filled
     )
+
+
+def _menu_beside_text(cells: list[Any]) -> bool:
+    """Whether a row's ``cells`` hold a menu (:func:`_is_menu`) and, in another cell, text."""
+    menus = [cell for cell in cells if _is_menu(cell)]
+    return bool(menus) and any(cell not in menus and cell.text_content().strip() for cell in cells)
 
 
 def _filled(row: Any) -> list[Any]:
