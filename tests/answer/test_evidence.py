@@ -15,7 +15,7 @@ from citeline.answer.prompt import (
     evidence_text,
     select_passages,
 )
-from citeline.answer.support import VectorCache, normalise
+from citeline.answer.support import VectorCache, normalise, sentence_spans
 from citeline.embed import Embedder
 from citeline.errors import InvalidRequestError
 from citeline.retrieve.search import Hit
@@ -33,13 +33,24 @@ PRIMING = (
 )
 
 
+#: The longest sentence of a chunk user_guide_hits takes: the guide changes with every release, and a chunk
+#: with one long sentence (or a diagram read as one) is a budget's outlier, not its rule.
+GUIDE_SENTENCE_CHARS = 160
+
+
 def user_guide_hits(question_words: tuple[str, ...], count: int = 5) -> list[Hit]:
-    """Whole 1,000-character chunks of the user guide (docs/), as a search would return them."""
+    """Whole 1,000-character chunks of the user guide (docs/), as a search would return them: the first
+    of each page that names one of ``question_words`` and whose sentences are of everyday length."""
     hits: list[Hit] = []
     for path in sorted((REPO / "docs").glob("*.md")):
         text = path.read_text(encoding="utf-8")
         for draft in split([Page(1, text)], chunk_size=1000, chunk_overlap=150):
-            if len(draft.text) > 800 and any(w in draft.text.lower() for w in question_words):
+            longest = max(end - start for start, end in sentence_spans(draft.text))
+            if (
+                len(draft.text) > 800
+                and longest <= GUIDE_SENTENCE_CHARS
+                and any(w in draft.text.lower() for w in question_words)
+            ):
                 hit = make_hit(len(hits) + 1, draft.text, start=draft.start, title=path.stem)
                 hits.append(replace(hit, document_name=path.name))
                 break
