@@ -880,7 +880,7 @@ _SEAL = [
                 [_RUNNING_HEAD, *_SEAL[4:], "**2 Methods**", *_BODY, "**2.1 Data**", *_SEAL[:2]],
             ],
             ["Wear of Carbon Face Seals", "1 Introduction", "2 Methods", "2.1 Data"],
-            # Too few pages to learn running lines from the text: the head stays in it, atop each page.
+            # Too few pages to learn running lines from the text: the head's type and place tell.
             id="two pages",
         ),
         pytest.param(
@@ -930,6 +930,31 @@ def test_a_running_head_is_no_section(tmp_path: Path, pages: list[list[str]], he
     # What follows a page's head is in the section the page before ended in.
     chunks = [(c.page, c.section) for c in split(load(path).pages, chunk_size=800, chunk_overlap=120)]
     assert (2, headings[1] if headings else None) in chunks
+
+
+def test_a_running_head_set_apart_in_type_leaves_the_text_of_a_two_page_paper(tmp_path: Path) -> None:
+    # Two pages are too few to learn running lines from the text alone; the head's type and place tell.
+    path = tmp_path / "paper.pdf"
+    path.write_bytes(
+        _typeset_pages(
+            [
+                [
+                    _RUNNING_HEAD,
+                    "##Wear of Carbon Face Seals##",
+                    *_SEAL[:2],
+                    "**1 Introduction**",
+                    *_SEAL[2:4],
+                ],
+                [_RUNNING_HEAD, *_SEAL[4:], "**2 Methods**", *_BODY],
+            ]
+        )
+    )
+
+    pages = list(load(path).pages)
+
+    assert len(pages) == 2
+    assert all("Journal of Pump Engineering" not in page.text for page in pages)
+    assert pages[0].text.startswith("Wear of Carbon Face Seals") and _SEAL[4] in pages[1].text
 
 
 def test_author_affiliation_and_e_mail_lines_are_no_headings(tmp_path: Path) -> None:

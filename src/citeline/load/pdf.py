@@ -1039,6 +1039,9 @@ def _pages(path: Path, scans: _Scans, metadata: SourceMetadata) -> Iterator[Page
         # And the window's headings, to learn the running heads set apart in type.
         styled = [reader.headings(index) for index in range(len(window))]
         repeated = running_headings(styled, sum(1 for text in window if text.strip()))
+        # A head set apart in type at the same place on every other page is a running line too, where
+        # the text alone cannot tell: a document of 2 pages is too short to learn running lines from.
+        running |= {_line_key(clean_inline(line)) for heading in repeated for line in heading.lines}
         for number, text in enumerate(itertools.chain(window, texts), start=1):
             kept, cut = _cut_running_lines(text, running)
             # A scan stamped in a text layer (a Bates number, "Page 2 of 9") has text, so it was not read
