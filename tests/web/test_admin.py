@@ -518,3 +518,28 @@ def test_a_key_pasted_with_a_character_no_key_has_is_said_so(site: Site, context
     key.fill(site.admin)
     page.get_by_role("button", name="Sign in").click()
     expect(page.locator("#documents tbody tr").filter(has_text="gauge.md")).to_have_count(1)
+
+
+def test_a_document_s_detail_says_which_key_uploaded_it(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    page = admin_page(site, context)
+    page.get_by_label("Files to upload").set_input_files(
+        write(tmp_path / "hose.md", "# Hose\n\nThe hose is 8 m.\n")
+    )
+    page.get_by_role("button", name="Upload", exact=True).click()
+    try:
+        expect(page.locator("#add-status")).to_contain_text("Uploaded 1 of 1 file")
+        (hose,) = [doc for doc in site.api("GET", "/documents")["documents"] if doc["name"] == "hose.md"]
+        page.locator(f'#documents tr[data-id="{hose["id"]}"] button.link').click()
+        uploaded_by = page.locator("#detail-facts dt:text-is('Uploaded by') + dd")
+        # Named as the keys list names the key the page signed in with.
+        expect(uploaded_by).to_have_text("admin page (key)")
+        # A document ingested from the command line was sent by no key.
+        page.locator(f'#documents tr[data-id="{site.ids["gauge.md"]}"] button.link').click()
+        expect(page.locator("#detail-title")).to_have_text("Pressure gauge")
+        expect(uploaded_by).to_have_text("\u2013")
+    finally:
+        for doc in site.api("GET", "/documents")["documents"]:
+            if doc["name"] == "hose.md":
+                site.api("DELETE", f"/documents/{doc['id']}")

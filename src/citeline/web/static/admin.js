@@ -46,6 +46,7 @@ const state = {
   adding: false, // an upload or a web page on its way: a second click would add the files again
   addFocus: null, // the add button that had the focus when it was disabled, to give it back
   detailId: null,
+  keyNames: new Map(), // key id -> its name (or prefix), from the last list of keys: who uploaded what
   labelled: null, // the document whose labels the relabel form was filled from
   chunkOffset: 0,
   chunkTotal: 0,
@@ -767,6 +768,17 @@ function fact(term, value) {
   return [el("dt", {}, term), el("dd", {}, value === null || value === undefined || value === "" ? "–" : String(value))];
 }
 
+/**
+ * Who sent a version (`uploaded_by`): an API key's "key:<id>", named as the keys list names it where the
+ * page has read that list; none for a document ingested from the command line.
+ */
+function uploader(by) {
+  if (!by) return "";
+  const id = by.startsWith("key:") ? by.slice(4) : null;
+  const name = id && state.keyNames.get(id);
+  return name ? `${name} (key)` : by;
+}
+
 async function showDetail(id, { keepChunks = false } = {}) {
   const section = $("detail");
   if (state.detailId !== id) state.chunkOffset = 0;
@@ -794,6 +806,7 @@ async function showDetail(id, { keepChunks = false } = {}) {
       ...fact("Tags", (doc.tags ?? []).join(", ")),
       ...fact("Metadata", Object.keys(doc.metadata ?? {}).length ? JSON.stringify(doc.metadata) : ""),
       ...fact("Uploaded", formatDate(doc.created_at)),
+      ...fact("Uploaded by", uploader(doc.uploaded_by)),
       ...fact("Duration", duration(doc.duration_ms)),
       ...fact("Embedding model", doc.embedding_model),
     );
@@ -916,6 +929,7 @@ async function loadKeys() {
   try {
     const { keys } = await api("/keys");
     if (state.me !== me) return; // signed out (or in with another key) meanwhile
+    state.keyNames = new Map(keys.map((key) => [key.id, key.name || key.prefix]));
     $("key-table").querySelector("tbody").replaceChildren(
       ...keys.map((key) =>
         el("tr", { dataset: { id: key.id } },
@@ -1062,6 +1076,7 @@ $("chunks-next").addEventListener("click", () => {
 $("sign-out").addEventListener("click", () => {
   forgetKey();
   state.me = null;
+  state.keyNames = new Map(); // another key's names are not for the next one signed in
   showSignIn();
 });
 setUpAdding();
