@@ -598,15 +598,112 @@ def test_many_files_uploaded_at_once_wait_out_the_keys_rate_limit_rather_than_fa
         status = page.locator("#add-status")
         # Over the limit the page waits as the server asks (Retry-After), and every file goes in.
         expect(status).to_contain_text("waiting", timeout=60_000)
-        # The page follows each added file with a request of its own, and at 30 a minute a round of 24
-        # may wait out the limit again: on a slow machine the builds' end is seen minutes later.
+        # Following the builds (the list, the builds and the statistics each second) is refused over the
+        # limit too, and goes on after the wait: a refused read once ended it, the builds never seen end.
         expect(status).to_have_text(
-            "Uploaded 24 of 24 files (scopes tanks; no tags): 24 ingested.", timeout=480_000
+            "Uploaded 24 of 24 files (scopes tanks; no tags): 24 ingested.", timeout=240_000
         )
     finally:
         stop_server(limited)
         with site.server.client(site.admin) as api:
             for doc in api.get("/documents", params={"scope": "tanks", "limit": 100}).json()["documents"]:
+                api.delete(f"/documents/{doc['id']}").raise_for_status()
+
+
+def test_an_upload_held_back_by_another_request_s_refusal_says_it_is_waiting(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    files = [
+        write(tmp_path / f"held-{n}.md", f"# Held {n}\n\nValve {n} is checked weekly.") for n in range(3)
+    ]
+    page = context.new_page()
+    sign_in(page, site.server.url + "/admin", site.admin)
+    expect(page.locator("#documents tbody tr").first).to_be_visible()
+    held: list[Route] = []
+    refused: list[str] = []
+
+    def hold_two_uploads(route: Route) -> None:
+        if route.request.method == "POST" and len(held) < 2:
+            held.append(route)
+        else:
+            route.continue_()
+
+    def over_the_limit(route: Route) -> None:
+        refused.append(route.request.url)
+        route.fulfill(
+            status=429,
+            headers={"Retry-After": "4"},
+            json={"error": {"code": "rate_limited", "message": "too many requests: 30 a minute"}},
+        )
+
+    page.route("**/documents", hold_two_uploads)
+    try:
+        page.get_by_label("Files to upload").set_input_files(files)
+        page.get_by_label("Scopes").first.fill("held")
+        page.get_by_role("button", name="Upload", exact=True).click()
+        while not held:
+            page.wait_for_timeout(50)
+        # The list read after the first file is refused over the key's limit, as the page's other
+        # requests may be while an administrator uploads: the next upload must wait 4 s first.
+        page.route("**/documents?*", over_the_limit, times=1)
+        held[0].continue_()
+        while not (refused and len(held) == 2):
+            page.wait_for_timeout(50)
+        held[1].continue_()
+        # Before, the third file waited those seconds under "Uploading held-2.md (3 of 3)…".
+        expect(page.locator("#add-status")).to_contain_text(
+            "Uploading held-2.md (3 of 3): waiting 4 s, as the server asks: too many requests: 30 a minute"
+        )
+        expect(page.locator("#add-status")).to_have_text(
+            "Uploaded 3 of 3 files (scopes held; no tags): 3 ingested.", timeout=60_000
+        )
+    finally:
+        page.unroute_all()
+        with site.server.client(site.admin) as api:
+            for doc in api.get("/documents", params={"scope": "held", "limit": 100}).json()["documents"]:
+                api.delete(f"/documents/{doc['id']}").raise_for_status()
+
+
+def test_a_refused_list_read_does_not_end_following_an_upload(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/admin", site.admin)
+    expect(page.locator("#documents tbody tr").first).to_be_visible()
+    refused: list[str] = []
+
+    def over_the_limit(route: Route) -> None:
+        refused.append(route.request.url)
+        route.fulfill(
+            status=429, headers={"Retry-After": "1"}, json={"error": {"message": "too many requests"}}
+        )
+
+    # Every list read is refused until the upload's build has ended, as over a key's requests a minute.
+    page.route("**/documents?*", over_the_limit)
+    try:
+        page.get_by_label("Files to upload").set_input_files(
+            [write(tmp_path / "refused.md", "# Refused\n\nIt ends.")]
+        )
+        page.get_by_label("Scopes").first.fill("refused")
+        page.get_by_role("button", name="Upload", exact=True).click()
+        with site.server.client(site.admin) as api:
+            deadline = time.monotonic() + 60
+            while (
+                not refused
+                or api.get("/documents", params={"scope": "refused"}).json()["documents"][0]["status"]
+                != "completed"
+            ):
+                assert time.monotonic() < deadline, "the upload was not built within a minute"
+                page.wait_for_timeout(200)
+        page.unroute("**/documents?*", over_the_limit)
+        # Before, the first refusal stopped the polling, and the page said "being ingested" for good.
+        expect(page.locator("#add-status")).to_have_text(
+            "Uploaded 1 of 1 file (scopes refused; no tags): 1 ingested.", timeout=15_000
+        )
+    finally:
+        page.unroute_all()
+        with site.server.client(site.admin) as api:
+            for doc in api.get("/documents", params={"scope": "refused", "limit": 100}).json()["documents"]:
                 api.delete(f"/documents/{doc['id']}").raise_for_status()
 
 

@@ -10,6 +10,7 @@ import {
   forgetKey,
   formatDate,
   onKeyRefused,
+  quietWait,
   say,
   setUpSignIn,
   whoAmI,
@@ -363,14 +364,21 @@ async function loadDocuments() {
       `${page.total} document${page.total === 1 ? "" : "s"}${page.total > page.documents.length ? `, the first ${page.documents.length} shown` : ""}`;
     // Live while anything is being ingested and the page is seen: poll until every document has
     // finished (a page shown again looks afresh, see watch).
-    const busy = state.building.size || following() || page.documents.some((doc) => BUILDING.has(doc.status));
-    if (busy && !document.hidden) {
+    if (busy(page.documents) && !document.hidden) {
       state.pollTimer = setTimeout(refresh, POLL_MS);
     }
   } catch (error) {
+    if (listing !== state.listing) return;
     fail("Could not list the documents", error);
+    // A read refused (over the key's requests a minute: api waits as the server asks before the next)
+    // or failed does not end following what is being ingested: polling stopped there, and once the
+    // builds ended the page said "being ingested" for good, nothing left to tell it otherwise.
+    if (busy(state.listed) && !document.hidden) state.pollTimer = setTimeout(refresh, POLL_MS);
   }
 }
+
+/** Whether the page follows something being ingested, with `listed` the documents last listed. */
+const busy = (listed) => Boolean(state.building.size || following() || listed.some((doc) => BUILDING.has(doc.status)));
 
 function refresh() {
   loadDocuments();
@@ -670,6 +678,10 @@ async function upload(files) {
     if (given.chunk_size) form.append("chunk_size", String(given.chunk_size));
     if (given.chunk_overlap !== undefined) form.append("chunk_overlap", String(given.chunk_overlap));
     for (let waits = 0; ; waits += 1) {
+      // Another of the page's requests (the list, a build followed) was refused over the limit: this
+      // one waits as asked before it is sent, and the page says so rather than "Uploading…" all along.
+      const quiet = quietWait();
+      if (quiet) say(status, `Uploading ${file.name} (${position}): waiting ${quiet.seconds} s, as the server asks: ${describeError(quiet.error)}`);
       try {
         const doc = await api("/documents", { method: "POST", form });
         labelled.add(labelWords(doc));

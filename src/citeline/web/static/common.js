@@ -126,8 +126,20 @@ export async function send(path, init) {
  * the parsed JSON body (null for an empty one), rejects with an {@link ApiError}.
  */
 // Until when the server asked this page to wait (a 429's Retry-After: the key is over its requests a
-// minute). The page's requests meanwhile wait too: sent, each would only be refused again.
+// minute), and the refusal that asked. The page's requests meanwhile wait too: sent, each would only be
+// refused again.
 let quietUntil = 0;
+let quietBecause = null;
+
+/**
+ * The wait the server asked for that is not over yet: its whole seconds left and the refusal that
+ * asked it (an {@link ApiError}), or null. A request sent now by {@link api} waits that long first, so a
+ * page saying what it is doing says it is waiting rather than leaving "Uploading…" for a minute.
+ */
+export function quietWait() {
+  const left = quietUntil - Date.now();
+  return left > 0 ? { seconds: Math.ceil(left / 1000), error: quietBecause } : null;
+}
 
 export async function api(path, { method = "GET", json, form, signal } = {}) {
   const quiet = quietUntil - Date.now();
@@ -144,7 +156,8 @@ export async function api(path, { method = "GET", json, form, signal } = {}) {
   if (!response.ok) {
     const error = await responseError(response);
     if (response.status === 429 && error.retryAfter) {
-      quietUntil = Math.max(quietUntil, Date.now() + error.retryAfter * 1000);
+      const until = Date.now() + error.retryAfter * 1000;
+      if (until > quietUntil) [quietUntil, quietBecause] = [until, error];
     }
     checkRefused(error);
     throw error;
