@@ -34,6 +34,7 @@ from citeline.errors import LoadError
 from citeline.load import ocr
 from citeline.load.clean import clean_inline, clean_text
 from citeline.load.pdf_tables import with_tables
+from citeline.load.pdfium_text import IndexedText, aligned_positions, page_text
 from citeline.types import LoadedSource, Page, Section, SourceMetadata
 
 if TYPE_CHECKING:
@@ -221,15 +222,19 @@ class _PageReader:
             try:
                 textpage = page.get_textpage()
                 try:
-                    text = _mark_superscripts(textpage, _page_text(textpage))
+                    # Read from PDFium once for the page, by whichever of these first wants it.
+                    indexed = IndexedText(textpage)
+                    text = _mark_superscripts(indexed, page_text(textpage))
                     # A ruled table as a Markdown table, so that each chunk of it is read under its header.
                     if self.wants_tables:
-                        text = self._with_tables(index, page, textpage, text)
+                        text = self._with_tables(index, page, indexed, text)
                     if index == 0 and self.wants_title and self._headings is None:
                         # Here rather than in first_page_title: parsing the page again cost more.
-                        self._headings = _heading_blocks(textpage)
+                        self._headings = _heading_blocks(indexed)
                     if self.wants_headings:
-                        self._styled[index] = styled_headings(textpage, title_page=index == 0)
+                        self._styled[index] = styled_headings(
+                            textpage, title_page=index == 0, indexed=indexed
+                        )
                 finally:
                     textpage.close()
             finally:
@@ -238,12 +243,12 @@ class _PageReader:
         # the break back lets clean_text decide, as for every other source, whether the word rejoins.
         return text.replace("\x02", "-\n")
 
-    def _with_tables(self, index: int, page: Any, textpage: Any, text: str) -> str:
+    def _with_tables(self, index: int, page: Any, indexed: IndexedText, text: str) -> str:
         """``text`` with page ``index``'s ruled tables as Markdown tables (:func:`with_tables`), or as it
         is if finding them fails: the tables are a better reading of text the page already has, and an
         odd drawing must not cost a document that reads well without them."""
         try:
-            return with_tables(page, textpage, text)
+            return with_tables(page, indexed.textpage, text, indexed)
         except Exception:  # any fault of the table finder; the page's text stands
             log.warning(
                 "%s page %d: ruled tables not read, text kept as extracted",
@@ -351,9 +356,9 @@ _SUPERSCRIPT_SIZE = 0.85
 _SUPERSCRIPT_RISE = 0.15
 
 
-def _mark_superscripts(textpage: Any, text: str) -> str:
-    """``text`` (the page's text) with ``^`` before each run of superscript digits that follows a word
-    or a number.
+def _mark_superscripts(page_chars: IndexedText, text: str) -> str:
+    """``text`` (the text of the page ``page_chars`` indexes) with ``^`` before each run of superscript
+    digits that follows a word or a number.
 
     PDF text carries no superscript: a footnote marker set small and raised after "alert," comes out as
     "alert,5", and one after a word ("pathway12", "cells3") as part of that word, which the keyword
@@ -370,11 +375,11 @@ def _mark_superscripts(textpage: Any, text: str) -> str:
         _SUPERSCRIPT_CANDIDATE.search(text) or _AFTER_DIGIT.search(text) or _FOOTNOTE_NUMBER.search(text)
     ):
         return text
-    count = textpage.count_chars()
+    textpage = page_chars.textpage
     # The character-indexed text: the same characters as the page's text, with PDFium's soft-hyphen mark
     # spelt otherwise and a line break more here and there; they are aligned below.
-    indexed = _indexed_text(textpage, count).replace("\ufffe", "\x02")
-    if len(indexed) != count:
+    indexed = page_chars.text.replace("\ufffe", "\x02")
+    if len(indexed) != page_chars.count:
         return text  # characters PDFium inserts or leaves out, or outside the Basic Multilingual Plane
     marks: list[int] = []
     for match in _SUPERSCRIPT_CANDIDATE.finditer(indexed):
@@ -402,56 +407,12 @@ def _mark_superscripts(textpage: Any, text: str) -> str:
     if not marks:
         return text
     inserts = sorted([(position, "^") for position in marks] + [(position, " ") for position in spaces])
-    at = _aligned_positions(indexed, text, [position for position, _ in inserts])
+    at = aligned_positions(indexed, text, [position for position, _ in inserts])
     if at is None:
         return text
     for position, (_, insert) in reversed(list(zip(at, inserts, strict=True))):
         text = text[:position] + insert + text[position:]
     return text
-
-
-#: The buffer pages' text is read into (:func:`_page_text`, :func:`_indexed_text`; under _PDFIUM_LOCK, as
-#: every PDFium call here), grown to the longest page read. pypdfium2's helpers make a ctypes array of
-#: each page's length, a new ctypes type each time, which only the cyclic garbage collector frees, and a
-#: process with many long-lived objects runs it seldom.
-_TEXT_BUFFER: list[Any] = []
-#: Pages longer than this (in UTF-16 units) get a buffer of their own rather than growing the kept one.
-_TEXT_BUFFER_MAX = 1 << 18
-
-
-def _text_buffer(units: int) -> Any:
-    """A ctypes buffer of at least ``units`` UTF-16 units: the kept one, grown if need be."""
-    if _TEXT_BUFFER and len(_TEXT_BUFFER[0]) >= units:
-        return _TEXT_BUFFER[0]
-    buffer = (ctypes.c_ushort * max(units, 4096))()
-    if units <= _TEXT_BUFFER_MAX:
-        _TEXT_BUFFER[:] = [buffer]
-    return buffer
-
-
-def _page_text(textpage: Any) -> str:
-    """The text inside the page's box, as pypdfium2's ``get_text_bounded()`` reads it, into the kept
-    buffer (see :data:`_TEXT_BUFFER`)."""
-    left, bottom, right, top = textpage.page.get_bbox()
-    args = (textpage.raw, left, top, right, bottom)
-    units = int(pdfium_c.FPDFText_GetBoundedText(*args, None, 0))
-    if units <= 0:
-        return ""
-    buffer = _text_buffer(units)
-    pdfium_c.FPDFText_GetBoundedText(*args, buffer, units)
-    return ctypes.string_at(buffer, 2 * units).decode("utf-16-le", errors="ignore")
-
-
-def _indexed_text(textpage: Any, count: int) -> str:
-    """The text of the page's ``count`` characters in character order, one UTF-16 unit each (``""``
-    when PDFium's text differs in length from its character list)."""
-    if not count:
-        return ""
-    units = count + 1  # and the NUL
-    buffer = _text_buffer(units)
-    if int(pdfium_c.FPDFText_GetText(textpage.raw, 0, count, buffer)) != units:
-        return ""
-    return ctypes.string_at(buffer, 2 * count).decode("utf-16-le", errors="replace")
 
 
 def _raised_and_smaller(textpage: Any, index: int, letter: int) -> bool:
@@ -497,29 +458,6 @@ class _Baselines:
         return known
 
 
-def _aligned_positions(indexed: str, text: str, positions: list[int]) -> list[int] | None:
-    """Where ``positions`` of ``indexed`` fall in ``text``, which holds the same characters but for line
-    breaks ``indexed`` has more of; None if the two differ otherwise."""
-    out: list[int] = []
-    wanted = iter(positions)
-    target = next(wanted, None)
-    j = 0
-    for i, ch in enumerate(indexed):
-        if target is None:
-            break
-        if j < len(text) and text[j] == ch:
-            if i == target:
-                out.append(j)
-                target = next(wanted, None)
-            j += 1
-        elif ch in "\r\n":
-            if i == target:
-                return None
-        else:
-            return None
-    return out if target is None else None
-
-
 #: Text is a title candidate only when set at least this many times the size of most of page 1's text.
 TITLE_MIN_SCALE = 1.15
 #: A longer "title" is a paragraph set large (a cover's blurb), not a title.
@@ -547,16 +485,15 @@ _NOT_A_TITLE = re.compile(
 )
 
 
-def _heading_blocks(textpage: Any) -> list[str]:
+def _heading_blocks(indexed: IndexedText) -> list[str]:
     """The page's runs of text set distinctly larger than its body text, largest first, each as one line.
 
     A run is the characters of one size that follow each other in the page's text, whatever lines they
     are on: a title wrapped onto two lines is one run. Sizes are the sizes rendered (font size times the
     scale of the character's matrix), as a PDF may set every font at 1 point and scale it.
     """
-    count = textpage.count_chars()
-    text = _indexed_text(textpage, count)
-    raw = textpage.raw
+    text = indexed.text
+    raw = indexed.textpage.raw
     text_object = _text_object_function()
     matrix = pdfium_c.FS_MATRIX()
     runs: list[list[Any]] = []  # [size, start, end] in the page's text
@@ -628,7 +565,9 @@ class StyledHeading(NamedTuple):
     top: float
 
 
-def styled_headings(textpage: Any, *, title_page: bool = False) -> list[StyledHeading]:
+def styled_headings(
+    textpage: Any, *, title_page: bool = False, indexed: IndexedText | None = None
+) -> list[StyledHeading]:
     """The page's headings as its type sets them apart, in page order.
 
     A heading is a line (or up to :data:`_HEADING_MAX_LINES` lines in a row, a wrapped heading) whose
@@ -646,9 +585,9 @@ def styled_headings(textpage: Any, *, title_page: bool = False) -> list[StyledHe
     the text, and only their place tells a name from a heading.
 
     Running heads are left to the caller, which sees more than one page (:func:`running_headings`).
+    ``indexed`` is the page's character-indexed text if it is already at hand.
     """
-    count = textpage.count_chars()
-    text = _indexed_text(textpage, count)
+    text = (indexed if indexed is not None else IndexedText(textpage)).text
     if not text:
         return []
     raw = textpage.raw

@@ -26,6 +26,8 @@ from typing import Any
 
 import pypdfium2.raw as pdfium_c
 
+from citeline.load.pdfium_text import IndexedText, aligned
+
 #: Segments this close to level or plumb (points, over their length) are rules.
 _SLOPE = 0.5
 #: Rules shorter than this (points) are not a table's: the short sides of a thin filled rectangle drawn
@@ -162,7 +164,7 @@ def _pipe_row(cells: list[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
-def with_tables(page: Any, textpage: Any, text: str) -> str:
+def with_tables(page: Any, textpage: Any, text: str, indexed: IndexedText | None = None) -> str:
     """``text`` (the page's text as PDFium reads it) with each ruled table on ``page`` written as a
     Markdown table, on lines of its own between blank lines.
 
@@ -170,20 +172,27 @@ def with_tables(page: Any, textpage: Any, text: str) -> str:
     follow one another in the page's text, nothing else between them) and holds the same words as the
     Markdown table's cells, each as often (a word PDFium ran across a rule, "00" for two cells "0" and
     "0", counts as the two); otherwise the page keeps its text as it was. A page that is not
-    :func:`ruled` is returned at once.
+    :func:`ruled` is returned at once. ``indexed`` is the page's character-indexed text if it is already
+    at hand.
     """
     if not ruled(page):
         return text
-    for table in sorted(find_tables(page, textpage, text), key=lambda found: -found.start):
+    for table in sorted(find_tables(page, textpage, text, indexed), key=lambda found: -found.start):
         before, after = text[: table.start].rstrip(), text[table.end :].lstrip()
         text = "\n\n".join(part for part in (before, table.text(), after) if part)
     return text
 
 
-def find_tables(page: Any, textpage: Any, text: str) -> list[RuledTable]:
+def find_tables(page: Any, textpage: Any, text: str, indexed: IndexedText | None = None) -> list[RuledTable]:
     """The ruled tables of ``page`` whose text is safely one run of ``text`` (see :func:`with_tables`),
     of two rows and two columns at least and mostly filled, in the order of ``text``."""
-    chars = _Chars(textpage, text)
+    if indexed is None:
+        indexed = IndexedText(textpage)
+    if len(indexed.text) != indexed.count:
+        # Not one character an index (see indexed_text): a box looked up by a character's index would be
+        # another character's, so no table is read rather than its cells misread.
+        return []
+    chars = _Chars(indexed, text)
     if chars.places is None:
         return []
     turn = chars.turn()
@@ -259,11 +268,11 @@ class _Chars:
     """The characters of a PDFium text page: their boxes' centres and heights, and where each falls in
     the page's text (``places``, None when PDFium's character list and the text cannot be aligned)."""
 
-    def __init__(self, textpage: Any, text: str) -> None:
-        raw = textpage.raw
+    def __init__(self, indexed: IndexedText, text: str) -> None:
+        raw = indexed.textpage.raw
         self.text = text
-        count = pdfium_c.FPDFText_CountChars(raw)
-        self.chars = _char_list(raw, count)
+        count = indexed.count
+        self.chars = indexed.text
         self.centres: list[tuple[float, float]] = []
         self.heights: list[float] = []
         # The loose box spans the font's ascent and descent: the characters of one line share its middle,
@@ -281,7 +290,7 @@ class _Chars:
                 angle = float(pdfium_c.FPDFText_GetCharAngle(raw, i))
                 # PDFium measures the angle clockwise; -1 when it has none.
                 self.angles[-round(angle / (math.pi / 2)) % 4 if angle >= 0 else 0] += 1
-        self.places = _aligned(self.chars, text)
+        self.places = aligned(self.chars, text)
 
     def turn(self) -> int:
         """The quarter turns most of the page's text is set at (0: level, read left to right)."""
@@ -429,15 +438,6 @@ class _Chars:
         return self.places[index - 1] + 1 if index else 0
 
 
-def _char_list(raw: Any, count: int) -> str:
-    """The text of a PDFium text page's ``count`` characters, one UTF-16 unit each, in their order."""
-    if not count:
-        return ""
-    buffer = (ctypes.c_ushort * (count + 1))()
-    written = int(pdfium_c.FPDFText_GetText(raw, 0, count, buffer))
-    return ctypes.string_at(buffer, 2 * max(written - 1, 0)).decode("utf-16-le", errors="replace")
-
-
 def _same_words(table: RuledTable, run: str) -> bool:
     """Whether ``table``, read back as citeline reads a Markdown table's cells, holds the words of
     ``run`` (its text on the page), each as often, and PDFium marked no hyphen it dropped at a line's
@@ -448,23 +448,3 @@ def _same_words(table: RuledTable, run: str) -> bool:
     words = [word for row in rows[:1] + rows[2:] for cell in table_cells(row) for word in cell.split()]
     words.extend(word for line in table.above + table.below for word in line.split())
     return "\x02" not in run and Counter(words) == Counter(run.split())
-
-
-def _aligned(chars: str, text: str) -> list[int] | None:
-    """Where each of PDFium's characters ``chars`` falls in ``text`` (the page's text, which lacks
-    some of the line breaks the list has, and may hold marks put in since, as ``^`` before a
-    superscript), a line break missing from the text at the place of the character before; None if the
-    two differ otherwise."""
-    places: list[int] = []
-    j = 0
-    for ch in chars.replace("\ufffe", "\x02"):
-        while j < len(text) and text[j] != ch and text[j] in "^ " and ch not in "\r\n":
-            j += 1
-        if j < len(text) and text[j] == ch:
-            places.append(j)
-            j += 1
-        elif ch in "\r\n":
-            places.append(j - 1)
-        else:
-            return None
-    return places
