@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+#: The scope key saying the request the GET route serves was a HEAD: a response that can answer one
+#: without making its body (a stored file's, which would otherwise be read through) looks for it.
+HEAD_ASKED = "citeline.head"
+
 
 class HeadAsGet:
     """ASGI middleware: a HEAD request is served by the GET route, and the body it answers is dropped.
 
     The response's headers (``content-length`` included) are the GET's, as a HEAD's must be. The
-    body is produced and thrown away: cheap for every route but a file's download, which reads the
-    file through to answer a HEAD (rare: a browser or viewer fetches the file with GET).
+    body is produced and thrown away, cheap for every route but a file's download: that one sees
+    :data:`HEAD_ASKED` and sends its headers only.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -33,4 +37,4 @@ class HeadAsGet:
                 message = {"type": "http.response.body", "body": b"", "more_body": False}
             await send(message)
 
-        await self.app({**scope, "method": "GET"}, receive, without_body)
+        await self.app({**scope, "method": "GET", HEAD_ASKED: True}, receive, without_body)

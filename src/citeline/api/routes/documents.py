@@ -16,6 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from citeline.api.deps import AccessDep, AdminDep, CitelineDep
 from citeline.api.errors import error_body
+from citeline.api.head import HEAD_ASKED
 from citeline.api.routes.links import file_url
 from citeline.errors import InvalidRequestError
 from citeline.jobs.submit import parse_age
@@ -118,6 +119,9 @@ class StoredFile(FileResponse):
     there) have the API's error shape: a malformed one is a 422, one past the end a 416."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get(HEAD_ASKED):
+            # A HEAD served by this GET route: Starlette sends the headers only, the file left unread.
+            scope = {**scope, "method": "HEAD"}
         headers = Headers(scope=scope)
         asked = headers.get("range")
         if asked is not None and self.status_code == 200 and scope["method"].upper() in ("GET", "HEAD"):
