@@ -19,8 +19,21 @@ def pdf_dir() -> Path:
     return directory
 
 
-def _pdf_bytes(content: bytes, size: tuple[int, int], title: str | None) -> bytes:
-    """A one-page PDF in Helvetica whose page content stream is ``content``, xref table and all."""
+#: A ToUnicode map reading Helvetica's "Z" as U+1D465 (mathematical italic small x, a letter outside the
+#: Basic Multilingual Plane, which PDFium lists as its two UTF-16 halves) and every other character as
+#: itself.
+Z_AS_MATH_X = (
+    b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /Z def /CMapType 2 def\n"
+    b"1 begincodespacerange <00> <FF> endcodespacerange\n1 beginbfrange <20> <7E> <0020> endbfrange\n"
+    b"1 beginbfchar <5A> <D835DC65> endbfchar\nendcmap CMapName currentdict /CMap defineresource pop end end"
+)
+
+
+def _pdf_bytes(
+    content: bytes, size: tuple[int, int], title: str | None, *, to_unicode: bytes | None = None
+) -> bytes:
+    """A one-page PDF in Helvetica whose page content stream is ``content``, xref table and all; its
+    characters read by the ToUnicode map ``to_unicode`` if given (as :data:`Z_AS_MATH_X`)."""
     info = f"<< /Title ({title}) >>".encode() if title else b"<< >>"
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
@@ -28,9 +41,12 @@ def _pdf_bytes(content: bytes, size: tuple[int, int], title: str | None) -> byte
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %d %d] /Contents 4 0 R "
         b"/Resources << /Font << /F1 5 0 R >> >> >>" % size,
         b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica%s >>"
+        % (b" /ToUnicode 7 0 R" if to_unicode else b""),
         info,
     ]
+    if to_unicode:
+        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(to_unicode), to_unicode))
     return pdf_file(objects, b" /Info 6 0 R")
 
 

@@ -23,7 +23,7 @@ from citeline.load.pdf import (
 )
 from citeline.split import split
 from citeline.store.analyzer import Analyzer
-from tests.load.conftest import _pdf_bytes, pdf_file
+from tests.load.conftest import Z_AS_MATH_X, _pdf_bytes, pdf_file
 
 
 def _squash(text: str) -> str:
@@ -360,6 +360,24 @@ def test_a_footnotes_own_raised_number_is_marked_and_kept_apart_from_its_first_w
     text = next(load(path).pages).text
     assert text == "^1 Preliminary report, dated 2018.\n3M tape holds the wire."
     assert "preliminari" in Analyzer().term_counts(text)
+
+
+def test_superscripts_are_marked_on_a_page_holding_a_character_outside_the_bmp(tmp_path: Path) -> None:
+    """PDFium lists a character outside the Basic Multilingual Plane (a mathematical italic "x" here) as
+    its two UTF-16 halves, the page's text as one character: the marks after it are put in all the same,
+    and the page's text holds it whole."""
+    content = (
+        b"BT /F1 12 Tf 20 150 Td (Let Z be the flow in the pathway) Tj /F1 7 Tf 5 Ts (12) Tj "
+        b"/F1 12 Tf 0 Ts (, in litres.) Tj ET BT /F1 12 Tf 20 120 Td (The area is Z) Tj /F1 7 Tf 5 Ts (2) Tj "
+        b"/F1 12 Tf 0 Ts (, in square metres.) Tj ET"
+    )
+    path = tmp_path / "marks.pdf"
+    path.write_bytes(_pdf_bytes(content, (600, 200), None, to_unicode=Z_AS_MATH_X))
+    text = next(load(path).pages).text
+    assert text == (
+        "Let \U0001d465 be the flow in the pathway^12, in litres.\n"
+        "The area is \U0001d465^2, in square metres."
+    )
 
 
 def test_footnote_markers_in_real_pdfs_are_marked_and_nothing_else_is(pdf_dir: Path) -> None:
@@ -713,20 +731,20 @@ def test_outline_sections_keep_each_chunk_within_one_section(tmp_path: Path) -> 
 # -- sections from the type, in a PDF without an outline --------------------------------------------
 
 
-def _typeset_pdf(lines: list[str]) -> bytes:
+def _typeset_pdf(lines: list[str], *, to_unicode: bytes | None = None) -> bytes:
     """A one-page PDF of ``lines``, set as :func:`_typeset_pages` sets them."""
-    return _typeset_pages([lines])
+    return _typeset_pages([lines], to_unicode=to_unicode)
 
 
 #: The marks around a line that set it in a type other than 11-point Helvetica: its font and size.
 _TYPES = {"**": b"/F2 11", "//": b"/F3 11", "##": b"/F2 16", "~~": b"/F4 14", "++": b"/F1 13", "__": b"/F4 9"}
 
 
-def _typeset_pages(pages: list[list[str]]) -> bytes:
+def _typeset_pages(pages: list[list[str]], *, to_unicode: bytes | None = None) -> bytes:
     """A PDF of ``pages``, each a list of lines from the top down in 11-point Helvetica; a line written
     ``**so**`` is set in Helvetica-Bold, ``//so//`` in Helvetica-Oblique, ``##so##`` in 16-point
     Helvetica-Bold, ``~~so~~`` in 14-point Times-Roman, ``++so++`` in 13-point Helvetica and ``__so__`` in
-    9-point Times-Roman."""
+    9-point Times-Roman; every font's characters read by the ToUnicode map ``to_unicode`` if given."""
     count = len(pages)
     kids = b" ".join(b"%d 0 R" % (3 + 2 * i) for i in range(count))
     objects = [
@@ -747,8 +765,11 @@ def _typeset_pages(pages: list[list[str]]) -> bytes:
             % (4 + 2 * i, fonts, fonts + 1, fonts + 2, fonts + 3)
         )
         objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
+    cmap = b" /ToUnicode %d 0 R" % (fonts + 4) if to_unicode else b""
     for name in (b"Helvetica", b"Helvetica-Bold", b"Helvetica-Oblique", b"Times-Roman"):
-        objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /%s >>" % name)
+        objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /%s%s >>" % (name, cmap))
+    if to_unicode:
+        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(to_unicode), to_unicode))
     return pdf_file(objects)
 
 
@@ -780,6 +801,29 @@ def test_without_an_outline_headings_are_lines_set_in_bold_italics_or_larger_typ
         # A heading wrapped onto two lines in one type is one heading.
         (1, "Torque values for the base bolts and the flange bolts", "Torque values for the base bolts"),
     ]
+
+
+def test_headings_after_a_character_outside_the_bmp_are_read_whole(tmp_path: Path) -> None:
+    # PDFium lists such a character ("Z", read as a mathematical italic "x") as its two UTF-16 halves:
+    # the type of each character after it is still asked by its own index, and a heading holding one
+    # keeps it whole.
+    lines = [
+        "##Sizing the Z pump##",
+        "The flow Z is read off the dial in litres a minute.",
+        *_BODY,
+        "**Installation**",
+        *_BODY,
+        "//Choosing Z for the base//",
+        *_BODY,
+    ]
+    path = tmp_path / "manual.pdf"
+    path.write_bytes(_typeset_pdf(lines, to_unicode=Z_AS_MATH_X))
+    assert _sections(path) == [
+        (1, "Sizing the \U0001d465 pump", "Sizing the \U0001d465 pump"),
+        (1, "Installation", "Installation"),
+        (1, "Choosing \U0001d465 for the base", "Choosing \U0001d465 for the base"),
+    ]
+    assert load(path).title == "Sizing the \U0001d465 pump"
 
 
 def test_bold_sentences_captions_and_lines_mixing_types_are_not_headings(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from citeline.load.pdf_tables import ruled, with_tables
 from citeline.split import split
 from citeline.types import table_cells
 from tests.conftest import PDFS
-from tests.load.conftest import _pdf_bytes, pdf_file
+from tests.load.conftest import Z_AS_MATH_X, _pdf_bytes
 
 _COLUMNS = (50, 150, 250, 350)
 _ROWS = (250, 230, 210, 190)
@@ -104,40 +104,24 @@ def test_a_mark_put_in_the_page_s_text_before_stays_with_its_cell() -> None:
     assert after == _TORQUES.replace("M10", "M^10")
 
 
-#: Helvetica's "Z" read as U+1D400 (a letter outside the Basic Multilingual Plane), by its ToUnicode map.
-_ASTRAL_Z = (
-    b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /Z def /CMapType 2 def\n"
-    b"1 begincodespacerange <00> <FF> endcodespacerange\n1 beginbfrange <20> <7E> <0020> endbfrange\n"
-    b"1 beginbfchar <5A> <D835DC00> endbfchar\nendcmap CMapName currentdict /CMap defineresource pop end end"
-)
-
-
-def test_a_table_after_a_character_outside_the_bmp_keeps_its_text() -> None:
-    # PDFium lists such a character as its two UTF-16 halves, which the page's text holds as one: every
-    # character after it would be looked up by the index of the one before, so the table is left as
-    # text rather than its cells misread (or the table finder tripping on the shorter text).
+def test_a_table_after_a_character_outside_the_bmp_is_written_as_a_markdown_table() -> None:
+    # PDFium lists such a character (here "Z", read as U+1D465) as its two UTF-16 halves, which the page's
+    # text holds as one: the boxes of the characters after it are still looked up by their own index, so
+    # the table, one of whose cells holds such a character too, is read whole.
     lines = [b"BT /F1 10 Tf 50 270 Td (Tighten the Z bolts as listed below.) Tj ET"]
-    for r, row in enumerate(_CELLS):
+    cells = [[cell.replace("Flange", "Flange Z") for cell in row] for row in _CELLS]
+    for r, row in enumerate(cells):
         for c, cell in enumerate(row):
             lines.append(
                 b"BT /F1 10 Tf %d %d Td (%s) Tj ET" % (_COLUMNS[c] + 4, _ROWS[r] - 14, cell.encode())
             )
-    content = b"\n".join(lines + _RULINGS["lines"])
-    pdf = pdf_file(
-        [
-            b"<< /Type /Catalog /Pages 2 0 R >>",
-            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 400 300] /Contents 4 0 R "
-            b"/Resources << /Font << /F1 5 0 R >> >> >>",
-            b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
-            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 6 0 R >>",
-            b"<< /Length %d >>\nstream\n%s\nendstream" % (len(_ASTRAL_Z), _ASTRAL_Z),
-        ]
+    lines.append(b"BT /F1 10 Tf 50 170 Td (Check again after 50 hours.) Tj ET")
+    pdf = _pdf_bytes(b"\n".join(lines + _RULINGS["lines"]), (400, 300), None, to_unicode=Z_AS_MATH_X)
+    before, after = _read(pdf)
+    assert "Tighten the \U0001d465 bolts" in before
+    assert after == _TORQUES.replace("the bolts", "the \U0001d465 bolts").replace(
+        "| Flange |", "| Flange \U0001d465 |"
     )
-    with _page(pdf) as (page, textpage, text):
-        assert "Tighten the \U0001d400 bolts" in text
-        assert "Bolt Torque Where" in text
-        assert with_tables(page, textpage, text) == text
 
 
 def test_a_page_without_rules_is_not_looked_at_and_keeps_its_text() -> None:

@@ -34,7 +34,7 @@ from citeline.errors import LoadError
 from citeline.load import ocr
 from citeline.load.clean import clean_inline, clean_text
 from citeline.load.pdf_tables import with_tables
-from citeline.load.pdfium_text import IndexedText, aligned_positions, page_text
+from citeline.load.pdfium_text import IndexedText, aligned_positions, joined, page_text
 from citeline.types import LoadedSource, Page, Section, SourceMetadata
 
 if TYPE_CHECKING:
@@ -343,7 +343,12 @@ class _PageReader:
 
 #: A run of digits (with commas or dashes between them: "3,4", "5-7") written straight after a letter or a
 #: closing mark: where a footnote or reference marker, or an exponent, sits when it is set superscript.
-_SUPERSCRIPT_CANDIDATE = re.compile(r"(?<=[^\W\d_]|[,.;:)\]\u201d\u2019\"'])\d+(?:[,\u2013-]\d+)*")
+#: In the character-indexed text a character outside the Basic Multilingual Plane ends in its low half
+#: (:data:`_LOW_HALF`), counted a letter: most often a mathematical one, an italic x squared.
+_SUPERSCRIPT_CANDIDATE = re.compile(
+    r"(?<=[^\W\d_]|[,.;:)\]\u201d\u2019\"'\udc00-\udfff])\d+(?:[,\u2013-]\d+)*"
+)
+_LOW_HALF = re.compile("[\udc00-\udfff]")
 #: A digit, or a minus sign and a digit, straight after a digit: where an exponent sits ("10^5", "10^-3"),
 #: or a footnote marker after a number ("in 2019^4"), when it is set superscript.
 _AFTER_DIGIT = re.compile(r"(?<=\d)(?:\d|[-\u2212]\d)")
@@ -380,12 +385,12 @@ def _mark_superscripts(page_chars: IndexedText, text: str) -> str:
     # spelt otherwise and a line break more here and there; they are aligned below.
     indexed = page_chars.text.replace("\ufffe", "\x02")
     if len(indexed) != page_chars.count:
-        return text  # characters PDFium inserts or leaves out, or outside the Basic Multilingual Plane
+        return text  # PDFium's text did not come whole
     marks: list[int] = []
     for match in _SUPERSCRIPT_CANDIDATE.finditer(indexed):
         start = match.start()
         letter = start - 1
-        while letter >= 0 and not indexed[letter].isalpha():
+        while letter >= 0 and not (indexed[letter].isalpha() or _LOW_HALF.match(indexed[letter])):
             letter -= 1
         if letter >= 0 and start - letter <= 3 and _raised_and_smaller(textpage, start, letter):
             marks.append(start)
@@ -530,7 +535,7 @@ def _heading_blocks(indexed: IndexedText) -> list[str]:
             large.append([size, start, end])
         joins_last = True
     large.sort(key=lambda run: -run[0])  # stable: runs of one size stay in page order
-    return [_one_line(text[start:end].replace("\ufffe", "")) for _, start, end in large]
+    return [_one_line(joined(text[start:end]).replace("\ufffe", "")) for _, start, end in large]
 
 
 #: A heading set in type is at most this long, in characters and in words, and wraps onto at most this
@@ -626,7 +631,7 @@ def styled_headings(
         letters = [i for i in range(start, end) if not text[i].isspace() and text[i] != "\ufffe"]
         if letters:
             picks = sorted({letters[round(k * (len(letters) - 1) / (_SAMPLES - 1))] for k in range(_SAMPLES)})
-            line = " ".join(text[start:end].replace("\ufffe", "").split())
+            line = " ".join(joined(text[start:end]).replace("\ufffe", "").split())
             lines.append((line, [style(i) for i in picks], len(letters), letters[0]))
         start = end + 1
     fonts: dict[tuple[bytes, float], float] = {}

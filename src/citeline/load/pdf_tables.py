@@ -189,8 +189,7 @@ def find_tables(page: Any, textpage: Any, text: str, indexed: IndexedText | None
     if indexed is None:
         indexed = IndexedText(textpage)
     if len(indexed.text) != indexed.count:
-        # Not one character an index (see indexed_text): a box looked up by a character's index would be
-        # another character's, so no table is read rather than its cells misread.
+        # PDFium's text did not come whole (see indexed_text): no character's box can be looked up.
         return []
     chars = _Chars(indexed, text)
     if chars.places is None:
