@@ -605,3 +605,16 @@ def test_ingesting_a_file_already_stored_under_another_name_says_so(
     assert re.search(r"\[1\] .*boiler-b7.*\.md p\.1.*\n.*9\.5 bar.*\n    also in: .*boiler-b7", sources), (
         sources
     )
+
+
+def test_ingest_records_the_user_of_the_command_line_as_uploader(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # getpass reads the login name from LOGNAME first, as it does on a shell of the server.
+    monkeypatch.setenv("LOGNAME", "ana")
+    code, _, err = _run(settings, "ingest", str(write(tmp_path / "hose.md", "# Hose\n\nThe hose is 8 m.")))
+    assert code == 0, err
+    with Citeline(settings) as cl:
+        [hose] = cl.documents()
+    # As an API key's upload records key:<id>, so that an administrator knows who sent each version.
+    assert hose.uploaded_by == "cli:ana"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 import ipaddress
 import json
 import logging
@@ -241,6 +242,7 @@ def ingest(
             metadata=_parse_metadata(meta) or None,
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
+            uploaded_by=_cli_user(),
         )
     )
     sources = discover(paths)
@@ -701,6 +703,15 @@ def builds(
         )
     console.print(table)
     err.print(_count(len(found), "build"))
+
+
+def _cli_user() -> str:
+    """Who ingests from this command line, as a version's ``uploaded_by`` records it (an API key's is
+    ``key:<id>``): ``cli:<login name>``, or ``cli`` where the system knows no name for the user."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (OSError, KeyError):  # no name in the environment (LOGNAME, USER...) nor the password database
+        return "cli"
 
 
 def _short_type(content_type: str | None) -> str:

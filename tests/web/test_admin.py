@@ -7,6 +7,7 @@ seen, and a hidden page stops asking."""
 
 from __future__ import annotations
 
+import getpass
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -520,7 +521,7 @@ def test_a_key_pasted_with_a_character_no_key_has_is_said_so(site: Site, context
     expect(page.locator("#documents tbody tr").filter(has_text="gauge.md")).to_have_count(1)
 
 
-def test_a_document_s_detail_says_which_key_uploaded_it(
+def test_a_document_s_detail_says_which_key_or_command_line_user_uploaded_it(
     site: Site, context: BrowserContext, tmp_path: Path
 ) -> None:
     page = admin_page(site, context)
@@ -535,10 +536,10 @@ def test_a_document_s_detail_says_which_key_uploaded_it(
         uploaded_by = page.locator("#detail-facts dt:text-is('Uploaded by') + dd")
         # Named as the keys list names the key the page signed in with.
         expect(uploaded_by).to_have_text("admin page (key)")
-        # A document ingested from the command line was sent by no key.
+        # One ingested with `citeline ingest` was sent by no key: by the user on the command line.
         page.locator(f'#documents tr[data-id="{site.ids["gauge.md"]}"] button.link').click()
         expect(page.locator("#detail-title")).to_have_text("Pressure gauge")
-        expect(uploaded_by).to_have_text("\u2013")
+        expect(uploaded_by).to_have_text(f"{getpass.getuser()} (command line)")
     finally:
         for doc in site.api("GET", "/documents")["documents"]:
             if doc["name"] == "hose.md":

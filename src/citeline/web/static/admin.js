@@ -782,10 +782,13 @@ function fact(term, value) {
 
 /**
  * Who sent a version (`uploaded_by`): an API key's "key:<id>", named as the keys list names it where the
- * page has read that list; none for a document ingested from the command line.
+ * page has read that list; `citeline ingest`'s "cli:<login name>" as that user on the command line; none
+ * for a document ingested through the library.
  */
 function uploader(by) {
   if (!by) return "";
+  if (by === "cli") return "command line";
+  if (by.startsWith("cli:")) return `${by.slice(4)} (command line)`;
   const id = by.startsWith("key:") ? by.slice(4) : null;
   const name = id && state.keyNames.get(id);
   return name ? `${name} (key)` : by;
