@@ -119,6 +119,8 @@ SEARCH = "How does hybrid search rank the passages?"
         "How does hybrid search combine its scores?",
         "Does reranking change its order?",
         "How do scopes restrict their documents?",
+        "Can scopes restrict their documents?",
+        "Will the status change its colour?",
         # "it" in a later clause stands for what the first clause names.
         "What is pgvector and how does it work?",
         "Does pgvector slow down when it builds an index?",
@@ -153,6 +155,9 @@ def test_a_question_naming_its_own_subject_is_searched_as_asked(question: str, p
         # The noun before the pronoun cannot be what it stands for: a plural ("do users") for "its",
         # a participle ("is needed") or a state ("has changed") for anything.
         "What do users see on its page?",
+        # After a modal, which says nothing of number, the plural's own ending does.
+        "Can users change its settings?",
+        "Should operators log its readings?",
         "What is needed and where is it kept?",
         "What is wrong and how do I fix it?",
         "What has changed in its schema?",

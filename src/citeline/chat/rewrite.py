@@ -404,6 +404,9 @@ _AUXILIARIES = frozenset(
     | {"can", "could", "will", "would", "should", "shall", "may", "might", "must"}
 )
 _PLURAL_AUXILIARIES = frozenset({"are", "were", "do", "have"})
+# Auxiliaries that say nothing of their subject's number (a modal, "did", "had"): the noun's own ending
+# tells, a regular plural ("Can users change its settings?") being no referent of "its".
+_NUMBERLESS_AUXILIARIES = _AUXILIARIES - _PLURAL_AUXILIARIES - {"is", "was", "does", "has"}
 _PREPOSITIONS = frozenset(
     {"about", "across", "between", "by", "for", "from", "in", "into", "of", "on", "over", "under", "with"}
 )
@@ -430,7 +433,8 @@ def _bare_noun(tokens: Sequence[str], i: int, pronoun: str) -> bool:
     if len(word) > 4 and word.endswith("ed") and not word.endswith("eed"):
         return False
     if before in _AUXILIARIES:
-        return not (before in _PLURAL_AUXILIARIES and pronoun in _SINGULAR)
+        plural = before in _PLURAL_AUXILIARIES or (before in _NUMBERLESS_AUXILIARIES and _looks_plural(word))
+        return not (plural and pronoun in _SINGULAR)
     if before in _PREPOSITIONS:
         return True
     if before in _IMPERATIVES:
@@ -441,6 +445,13 @@ def _bare_noun(tokens: Sequence[str], i: int, pronoun: str) -> bool:
         verb = tokens[i + 1]
         return pronoun not in _SINGULAR or verb.endswith(("s", "ed"))
     return False
+
+
+def _looks_plural(word: str) -> bool:
+    """Whether ``word`` has a regular plural's ending ("users", "scopes"; not "class", "status",
+    "analysis"). A name ending so ("kubernetes") reads as a plural too: the question then borrows the
+    conversation's topic, which costs less than losing it from a question that needed it."""
+    return len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is"))
 
 
 def _phrase_run(tokens: Sequence[str], start: int, end: int) -> bool:
