@@ -77,6 +77,15 @@ def test_an_upload_is_queued_at_once_and_built_by_the_runner(jobs: Citeline) -> 
     assert hit.document_id == done.id and "Prime the centrifugal pump" in hit.text
 
 
+def test_an_upload_says_what_it_holds_before_it_is_built(jobs: Citeline) -> None:
+    # The answer to the upload and the list name its type at once (it was null until the build): the
+    # type the loader of its extension gives, which the build then confirms.
+    submitted = jobs.submit(upload("pump.md", PUMP))
+    assert submitted.document.status == "queued" and submitted.document.content_type == "text/markdown"
+    jobs.start_jobs()
+    assert jobs.wait(submitted.document.id, timeout=WAIT).content_type == "text/markdown"
+
+
 def test_replacing_a_document_keeps_its_id_and_swaps_the_new_version_in(jobs: Citeline) -> None:
     jobs.start_jobs()
     first = jobs.wait(jobs.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)

@@ -7,11 +7,38 @@ from pathlib import Path
 import pytest
 
 from citeline.errors import LoadError, UnsupportedTypeError
-from citeline.load import SUPPORTED_SUFFIXES, load
+from citeline.load import SUPPORTED_SUFFIXES, content_type_of, load
+from tests.conftest import PDFS
 
 
 def test_supported_suffixes_cover_every_kind() -> None:
     assert set(SUPPORTED_SUFFIXES) == {".pdf", ".txt", ".md", ".markdown", ".html", ".htm", ".csv", ".tsv"}
+
+
+# A small file of each kind the loaders read, by extension.
+SAMPLES = {
+    ".txt": "The relief valve opens at 6 bar.",
+    ".md": "# Valves\n\nThe relief valve opens at 6 bar.",
+    ".markdown": "# Valves\n\nThe relief valve opens at 6 bar.",
+    ".html": "<html><body><h1>Valves</h1><p>The relief valve opens at 6 bar.</p></body></html>",
+    ".htm": "<html><body><h1>Valves</h1><p>The relief valve opens at 6 bar.</p></body></html>",
+    ".csv": "valve,bar\nrelief,6\n",
+    ".tsv": "valve\tbar\nrelief\t6\n",
+}
+
+
+@pytest.mark.parametrize("suffix", SUPPORTED_SUFFIXES)
+def test_the_content_type_said_by_a_file_s_name_is_the_one_its_loader_gives(
+    tmp_path: Path, suffix: str
+) -> None:
+    # What a queued upload says it holds before it is built must not change when the build reads it.
+    if suffix == ".pdf":
+        path = PDFS / "multicol_federal_register_2020-17221.pdf"
+    else:
+        path = tmp_path / f"valves{suffix}"
+        path.write_text(SAMPLES[suffix], encoding="utf-8")
+    assert content_type_of(f"Valves{suffix.upper()}") == load(path).content_type
+    assert content_type_of("slides.pptx") is None and content_type_of("noext") is None
 
 
 def test_missing_file_is_named_with_the_reason(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from citeline.checks import refuse_nul
 from citeline.errors import InvalidRequestError, LimitExceededError, NotFoundError, UnsupportedTypeError
 from citeline.ingest import IngestOptions, Outcome, check_chunking
-from citeline.load import SUPPORTED_SUFFIXES
+from citeline.load import SUPPORTED_SUFFIXES, content_type_of
 from citeline.load.url import check_url
 from citeline.settings import Settings
 from citeline.store import catalog
@@ -162,6 +162,8 @@ def submit(
             document_id=new_id,
             force=force,
             fetched_at=fetched_at,
+            # Said at once (the answer to an upload, the list), not only once the build has read it.
+            content_type=content_type_of(name) if file_path is not None else None,
         )
         [(doc, start)] = catalog.begin_versions(conn, [request])
         if moved_to is not None and start is VersionStart.CREATED:

@@ -21,7 +21,7 @@ from citeline.load.table import load_csv
 from citeline.load.text import load_markdown, load_text
 from citeline.types import LoadedSource
 
-__all__ = ["SUPPORTED_SUFFIXES", "load", "load_url"]
+__all__ = ["SUPPORTED_SUFFIXES", "content_type_of", "load", "load_url"]
 
 _LOADERS: dict[str, Callable[[Path], LoadedSource]] = {
     ".pdf": load_pdf,
@@ -35,6 +35,25 @@ _LOADERS: dict[str, Callable[[Path], LoadedSource]] = {
 }
 SUPPORTED_SUFFIXES: tuple[str, ...] = tuple(sorted(_LOADERS))
 """File extensions :func:`load` accepts (lower case, with the dot)."""
+
+# The content type each loader gives the sources it reads, by extension (a TSV is read as CSV).
+_CONTENT_TYPES = {
+    ".pdf": "application/pdf",
+    ".txt": "text/plain",
+    ".md": "text/markdown",
+    ".markdown": "text/markdown",
+    ".html": "text/html",
+    ".htm": "text/html",
+    ".csv": "text/csv",
+    ".tsv": "text/csv",
+}
+
+
+def content_type_of(name: str) -> str | None:
+    """The content type :func:`load` will give the file ``name`` by its extension (None without a
+    supported one): what a version queued for building says it holds before it is read."""
+    return _CONTENT_TYPES.get(Path(name).suffix.lower())
+
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _SNIFF_BYTES = 1024

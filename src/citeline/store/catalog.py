@@ -313,6 +313,8 @@ class VersionRequest:
     #: When the source was read at its origin for this request (None: not read, e.g. a re-ingest
     #: from the stored original, which keeps the active version's time).
     fetched_at: datetime | None = None
+    #: What the source holds as far as its name tells (an upload's extension), until its build reads it.
+    content_type: str | None = None
 
 
 def begin_version(
@@ -481,6 +483,7 @@ def _insert_versions(
             "cs": req.spec.chunk_size,
             "co": req.spec.chunk_overlap,
             "fetched": req.fetched_at.isoformat() if req.fetched_at else None,
+            "ct": req.content_type,
             **_label_params(labels, as_json=True),
         }
         for req, labels in create
@@ -489,7 +492,7 @@ def _insert_versions(
         sa.text(
             "INSERT INTO documents (id, document_id, name, source_uri, file_path, content_hash, version, "
             "status, embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, "
-            "uploaded_by, ingest_run, queued_at, last_fetched_at) "
+            "uploaded_by, ingest_run, queued_at, last_fetched_at, content_type) "
             "SELECT v.id, coalesce(v.doc, "
             "(SELECT document_id FROM documents WHERE source_uri = v.s LIMIT 1), gen_random_uuid()), "
             "v.name, v.s, v.fp, v.h, "
@@ -498,9 +501,9 @@ def _insert_versions(
             "CASE WHEN v.st = 'processing' THEN CAST(:run AS bigint) END, "
             "CASE WHEN v.st = 'queued' THEN now() END, "
             "coalesce(v.fetched, "
-            "(SELECT last_fetched_at FROM documents WHERE source_uri = v.s AND is_active)) "
+            "(SELECT last_fetched_at FROM documents WHERE source_uri = v.s AND is_active)), v.ct "
             "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, doc uuid, st text, name text, "
-            "s text, fp text, h text, m text, cs int, co int, fetched timestamptz, cat text, "
+            "s text, fp text, h text, m text, cs int, co int, fetched timestamptz, ct text, cat text, "
             "tags text[], scopes text[], meta jsonb, by text) "
             f"RETURNING {_DOC_COLUMNS}"
         ),
