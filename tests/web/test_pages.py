@@ -94,6 +94,27 @@ def sign_in(page: Page, url: str, key: str) -> None:
     page.get_by_role("button", name="Sign in").click()
 
 
+def upload_files(page: Page, files: Path | list[Path], scope: str) -> None:
+    """Upload ``files`` on the admin page under ``scope``, as an administrator does."""
+    page.get_by_label("Files to upload").set_input_files(files)
+    page.get_by_label("Scopes").first.fill(scope)
+    page.get_by_role("button", name="Upload", exact=True).click()
+
+
+def refusing(refused: list[str], retry_after: int, message: str) -> Callable[[Route], None]:
+    """A route handler answering as a server over the key's requests a minute, noting each URL refused."""
+
+    def over_the_limit(route: Route) -> None:
+        refused.append(route.request.url)
+        route.fulfill(
+            status=429,
+            headers={"Retry-After": str(retry_after)},
+            json={"error": {"code": "rate_limited", "message": message}},
+        )
+
+    return over_the_limit
+
+
 def delete_scope(site: Site, scope: str) -> None:
     """Delete the documents a test uploaded under ``scope``, leaving the shared site as it was."""
     with site.server.client(site.admin) as api:
@@ -331,9 +352,7 @@ def test_an_uploaded_pdf_goes_from_queued_to_completed(site: Site, context: Brow
         }""",
         UPLOADED_PDF.stem,
     )
-    page.get_by_label("Files to upload").set_input_files(UPLOADED_PDF)
-    page.get_by_label("Scopes").first.fill("acme")
-    page.get_by_role("button", name="Upload", exact=True).click()
+    upload_files(page, UPLOADED_PDF, "acme")
     expect(page.locator("#add-status")).to_contain_text("Uploaded 1 of 1 file")
     row = page.locator("#documents tbody tr").filter(has_text=UPLOADED_PDF.stem)
     expect(row).to_have_attribute("data-status", "completed", timeout=180_000)
@@ -525,9 +544,7 @@ def test_an_upload_says_which_files_were_ingested_and_why_the_others_failed(
     sign_in(page, site.server.url + "/admin", site.admin)
     expect(page.locator("#documents tbody tr").first).to_be_visible()
     try:
-        page.get_by_label("Files to upload").set_input_files(files)
-        page.get_by_label("Scopes").first.fill("uploads")
-        page.get_by_role("button", name="Upload", exact=True).click()
+        upload_files(page, files, "uploads")
         status = page.locator("#add-status")
         # Four were taken and one refused; of the four, two were ingested and two failed, each with why.
         expect(status).to_contain_text("2 failed to ingest", timeout=180_000)
@@ -606,9 +623,7 @@ def test_many_files_uploaded_at_once_wait_out_the_keys_rate_limit_rather_than_fa
                 .observe(status, {childList: true, characterData: true, subtree: true});
             }"""
         )
-        page.get_by_label("Files to upload").set_input_files(files)
-        page.get_by_label("Scopes").first.fill("tanks")
-        page.get_by_role("button", name="Upload", exact=True).click()
+        upload_files(page, files, "tanks")
         status = page.locator("#add-status")
         # Following the builds (the list, the builds and the statistics each second) is refused over the
         # limit too, and goes on after the wait: a refused read once ended it, the builds never seen end.
@@ -641,19 +656,11 @@ def test_an_upload_held_back_by_another_request_s_refusal_says_it_is_waiting(
         else:
             route.continue_()
 
-    def over_the_limit(route: Route) -> None:
-        refused.append(route.request.url)
-        route.fulfill(
-            status=429,
-            headers={"Retry-After": "4"},
-            json={"error": {"code": "rate_limited", "message": "too many requests: 30 a minute"}},
-        )
+    over_the_limit = refusing(refused, 4, "too many requests: 30 a minute")
 
     page.route("**/documents", hold_two_uploads)
     try:
-        page.get_by_label("Files to upload").set_input_files(files)
-        page.get_by_label("Scopes").first.fill("held")
-        page.get_by_role("button", name="Upload", exact=True).click()
+        upload_files(page, files, "held")
         while not held:
             page.wait_for_timeout(50)
         # The list read after the first file is refused over the key's limit, as the page's other
@@ -682,21 +689,11 @@ def test_a_refused_list_read_does_not_end_following_an_upload(
     sign_in(page, site.server.url + "/admin", site.admin)
     expect(page.locator("#documents tbody tr").first).to_be_visible()
     refused: list[str] = []
-
-    def over_the_limit(route: Route) -> None:
-        refused.append(route.request.url)
-        route.fulfill(
-            status=429, headers={"Retry-After": "1"}, json={"error": {"message": "too many requests"}}
-        )
-
+    over_the_limit = refusing(refused, 1, "too many requests")
     # Every list read is refused until the upload's build has ended, as over a key's requests a minute.
     page.route("**/documents?*", over_the_limit)
     try:
-        page.get_by_label("Files to upload").set_input_files(
-            [write(tmp_path / "refused.md", "# Refused\n\nIt ends.")]
-        )
-        page.get_by_label("Scopes").first.fill("refused")
-        page.get_by_role("button", name="Upload", exact=True).click()
+        upload_files(page, write(tmp_path / "refused.md", "# Refused\n\nIt ends."), "refused")
         with site.server.client(site.admin) as api:
             deadline = time.monotonic() + 60
             while not refused or [
