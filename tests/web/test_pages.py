@@ -702,11 +702,16 @@ def test_a_refused_list_read_does_not_end_following_an_upload(
             ] != ["completed"]:
                 assert time.monotonic() < deadline, "the upload was not built within a minute"
                 page.wait_for_timeout(200)
+        # Said as the wait it is, not as a failure: nothing is wrong with the server or the documents.
+        admin_status = page.locator("#admin-status")
+        expect(admin_status).to_contain_text("Could not list the documents: waiting 1 s, as the server asks")
+        expect(admin_status).to_have_attribute("data-kind", "info")
         page.unroute("**/documents?*", over_the_limit)
         # Before, the first refusal stopped the polling, and the page said "being ingested" for good.
         expect(page.locator("#add-status")).to_have_text(
             "Uploaded 1 of 1 file (scopes refused; no tags): 1 ingested.", timeout=15_000
         )
+        expect(admin_status).to_have_text("")
     finally:
         page.unroute_all()
         delete_scope(site, "refused")

@@ -70,11 +70,12 @@ function fail(prefix, error) {
   say($("admin-status"), `${prefix}: ${describeError(error)}`, "error");
 }
 
-/** What `prefix` failed at works again: its failure, if still shown, is no longer true. The page asks
- * every few seconds, so a moment without the server would otherwise be reported for good. */
+/** What `prefix` failed at works again: its failure (or the wait the server asked for it), if still
+ * shown, is no longer true. The page asks every few seconds, so a moment without the server would
+ * otherwise be reported for good. */
 function recovered(prefix) {
   const status = $("admin-status");
-  if (status.dataset.kind === "error" && status.textContent.startsWith(`${prefix}: `)) say(status, "");
+  if (status.textContent.startsWith(`${prefix}: `)) say(status, "");
 }
 
 // -- labels ---------------------------------------------------------------------------------------
@@ -369,7 +370,14 @@ async function loadDocuments() {
     }
   } catch (error) {
     if (listing !== state.listing) return;
-    fail("Could not list the documents", error);
+    if (error?.status === 429 && busy(state.listed)) {
+      // Over the key's requests a minute while builds are followed (a large upload): nothing is wrong,
+      // and the list is read again once the server's wait is over; said, not called a failure.
+      const wait = `waiting ${error.retryAfter ?? 1} s, as the server asks: ${describeError(error)}`;
+      say($("admin-status"), `Could not list the documents: ${wait}`, "info");
+    } else {
+      fail("Could not list the documents", error);
+    }
     // A read refused (over the key's requests a minute: api waits as the server asks before the next)
     // or failed does not end following what is being ingested: polling stopped there, and once the
     // builds ended the page said "being ingested" for good, nothing left to tell it otherwise.
