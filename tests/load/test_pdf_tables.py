@@ -14,6 +14,7 @@ import pytest
 
 from citeline.load import load
 from citeline.load.pdf_tables import ruled, with_tables
+from citeline.load.pdfium_text import IndexedText
 from citeline.split import split
 from citeline.types import table_cells
 from tests.conftest import PDFS
@@ -68,7 +69,7 @@ def _page(pdf: bytes | Path, index: int = 0) -> Iterator[tuple[Any, Any, str]]:
 def _read(pdf: bytes | Path, index: int = 0) -> tuple[str, str]:
     """The text of page ``index`` of ``pdf`` as PDFium reads it, and with its ruled tables written in."""
     with _page(pdf, index) as (page, textpage, text):
-        return text, with_tables(page, textpage, text)
+        return text, with_tables(page, IndexedText(textpage), text)
 
 
 _TORQUES = (
@@ -100,7 +101,7 @@ def test_a_ruled_table_is_written_as_a_markdown_table_between_its_page_s_text(
 def test_a_mark_put_in_the_page_s_text_before_stays_with_its_cell() -> None:
     # The loader marks a superscript with ^ ("M^10") before the tables are read.
     with _page(_torque_pdf("lines")) as (page, textpage, text):
-        after = with_tables(page, textpage, text.replace("M10", "M^10"))
+        after = with_tables(page, IndexedText(textpage), text.replace("M10", "M^10"))
     assert after == _TORQUES.replace("M10", "M^10")
 
 

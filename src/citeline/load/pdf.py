@@ -232,9 +232,7 @@ class _PageReader:
                         # Here rather than in first_page_title: parsing the page again cost more.
                         self._headings = _heading_blocks(indexed)
                     if self.wants_headings:
-                        self._styled[index] = styled_headings(
-                            textpage, title_page=index == 0, indexed=indexed
-                        )
+                        self._styled[index] = styled_headings(indexed, title_page=index == 0)
                 finally:
                     textpage.close()
             finally:
@@ -248,7 +246,7 @@ class _PageReader:
         is if finding them fails: the tables are a better reading of text the page already has, and an
         odd drawing must not cost a document that reads well without them."""
         try:
-            return with_tables(page, indexed.textpage, text, indexed)
+            return with_tables(page, indexed, text)
         except Exception:  # any fault of the table finder; the page's text stands
             log.warning(
                 "%s page %d: ruled tables not read, text kept as extracted",
@@ -570,9 +568,7 @@ class StyledHeading(NamedTuple):
     top: float
 
 
-def styled_headings(
-    textpage: Any, *, title_page: bool = False, indexed: IndexedText | None = None
-) -> list[StyledHeading]:
+def styled_headings(indexed: IndexedText, *, title_page: bool = False) -> list[StyledHeading]:
     """The page's headings as its type sets them apart, in page order.
 
     A heading is a line (or up to :data:`_HEADING_MAX_LINES` lines in a row, a wrapped heading) whose
@@ -590,12 +586,12 @@ def styled_headings(
     the text, and only their place tells a name from a heading.
 
     Running heads are left to the caller, which sees more than one page (:func:`running_headings`).
-    ``indexed`` is the page's character-indexed text if it is already at hand.
+    ``indexed`` is the page's character-indexed text, its text page with it.
     """
-    text = (indexed if indexed is not None else IndexedText(textpage)).text
+    text = indexed.text
     if not text:
         return []
-    raw = textpage.raw
+    raw = indexed.textpage.raw
     text_object = _text_object_function()
     matrix = pdfium_c.FS_MATRIX()
     flags = ctypes.c_int()

@@ -164,7 +164,7 @@ def _pipe_row(cells: list[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
-def with_tables(page: Any, textpage: Any, text: str, indexed: IndexedText | None = None) -> str:
+def with_tables(page: Any, indexed: IndexedText, text: str) -> str:
     """``text`` (the page's text as PDFium reads it) with each ruled table on ``page`` written as a
     Markdown table, on lines of its own between blank lines.
 
@@ -172,22 +172,20 @@ def with_tables(page: Any, textpage: Any, text: str, indexed: IndexedText | None
     follow one another in the page's text, nothing else between them) and holds the same words as the
     Markdown table's cells, each as often (a word PDFium ran across a rule, "00" for two cells "0" and
     "0", counts as the two); otherwise the page keeps its text as it was. A page that is not
-    :func:`ruled` is returned at once. ``indexed`` is the page's character-indexed text if it is already
-    at hand.
+    :func:`ruled` is returned at once. ``indexed`` is the page's character-indexed text (its text page
+    with it), read from PDFium only if the page is ruled.
     """
     if not ruled(page):
         return text
-    for table in sorted(find_tables(page, textpage, text, indexed), key=lambda found: -found.start):
+    for table in sorted(find_tables(page, indexed, text), key=lambda found: -found.start):
         before, after = text[: table.start].rstrip(), text[table.end :].lstrip()
         text = "\n\n".join(part for part in (before, table.text(), after) if part)
     return text
 
 
-def find_tables(page: Any, textpage: Any, text: str, indexed: IndexedText | None = None) -> list[RuledTable]:
+def find_tables(page: Any, indexed: IndexedText, text: str) -> list[RuledTable]:
     """The ruled tables of ``page`` whose text is safely one run of ``text`` (see :func:`with_tables`),
     of two rows and two columns at least and mostly filled, in the order of ``text``."""
-    if indexed is None:
-        indexed = IndexedText(textpage)
     if len(indexed.text) != indexed.count:
         # PDFium's text did not come whole (see indexed_text): no character's box can be looked up.
         return []
