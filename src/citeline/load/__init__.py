@@ -23,36 +23,26 @@ from citeline.types import LoadedSource
 
 __all__ = ["SUPPORTED_SUFFIXES", "content_type_of", "load", "load_url"]
 
-_LOADERS: dict[str, Callable[[Path], LoadedSource]] = {
-    ".pdf": load_pdf,
-    ".txt": load_text,
-    ".md": load_markdown,
-    ".markdown": load_markdown,
-    ".html": load_html_file,
-    ".htm": load_html_file,
-    ".csv": load_csv,
-    ".tsv": load_csv,
+# Each extension's loader, and the content type it gives the sources it reads (a TSV is read as CSV).
+_KINDS: dict[str, tuple[Callable[[Path], LoadedSource], str]] = {
+    ".pdf": (load_pdf, "application/pdf"),
+    ".txt": (load_text, "text/plain"),
+    ".md": (load_markdown, "text/markdown"),
+    ".markdown": (load_markdown, "text/markdown"),
+    ".html": (load_html_file, "text/html"),
+    ".htm": (load_html_file, "text/html"),
+    ".csv": (load_csv, "text/csv"),
+    ".tsv": (load_csv, "text/csv"),
 }
-SUPPORTED_SUFFIXES: tuple[str, ...] = tuple(sorted(_LOADERS))
+SUPPORTED_SUFFIXES: tuple[str, ...] = tuple(sorted(_KINDS))
 """File extensions :func:`load` accepts (lower case, with the dot)."""
-
-# The content type each loader gives the sources it reads, by extension (a TSV is read as CSV).
-_CONTENT_TYPES = {
-    ".pdf": "application/pdf",
-    ".txt": "text/plain",
-    ".md": "text/markdown",
-    ".markdown": "text/markdown",
-    ".html": "text/html",
-    ".htm": "text/html",
-    ".csv": "text/csv",
-    ".tsv": "text/csv",
-}
 
 
 def content_type_of(name: str) -> str | None:
     """The content type :func:`load` will give the file ``name`` by its extension (None without a
     supported one): what a version queued for building says it holds before it is read."""
-    return _CONTENT_TYPES.get(Path(name).suffix.lower())
+    kind = _KINDS.get(Path(name).suffix.lower())
+    return kind[1] if kind else None
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -113,11 +103,11 @@ def load(source: str | Path, *, allow_private: bool = False) -> LoadedSource:
     if not stat.S_ISREG(info.st_mode):
         raise LoadError(name, "not a regular file")
     suffix = path.suffix.lower()
-    loader = _LOADERS.get(suffix)
-    if loader is None and suffix:
+    kind = _KINDS.get(suffix)
+    if kind is None and suffix:
         raise UnsupportedTypeError(
             name, f"unsupported file type {suffix!r}; supported: {', '.join(SUPPORTED_SUFFIXES)}"
         )
     if info.st_size == 0:
         raise LoadError(name, "empty file")
-    return (loader or _sniff(path))(path)
+    return (kind[0] if kind else _sniff(path))(path)
