@@ -66,6 +66,9 @@ const state = {
 
 const isAdmin = () => state.me?.role === "admin";
 
+/** A wait the server asked for (a 429's Retry-After), in words: "waiting 4 s, as the server asks: why". */
+const waitWords = (seconds, error) => `waiting ${seconds} s, as the server asks: ${describeError(error)}`;
+
 function fail(prefix, error) {
   say($("admin-status"), `${prefix}: ${describeError(error)}`, "error");
 }
@@ -373,8 +376,7 @@ async function loadDocuments() {
     if (error?.status === 429 && busy(state.listed)) {
       // Over the key's requests a minute while builds are followed (a large upload): nothing is wrong,
       // and the list is read again once the server's wait is over; said, not called a failure.
-      const wait = `waiting ${error.retryAfter ?? 1} s, as the server asks: ${describeError(error)}`;
-      say($("admin-status"), `Could not list the documents: ${wait}`, "info");
+      say($("admin-status"), `Could not list the documents: ${waitWords(error.retryAfter ?? 1, error)}`, "info");
     } else {
       fail("Could not list the documents", error);
     }
@@ -689,7 +691,7 @@ async function upload(files) {
       // Another of the page's requests (the list, a build followed) was refused over the limit: this
       // one waits as asked before it is sent, and the page says so rather than "Uploading…" all along.
       const quiet = quietWait();
-      if (quiet) say(status, `Uploading ${file.name} (${position}): waiting ${quiet.seconds} s, as the server asks: ${describeError(quiet.error)}`);
+      if (quiet) say(status, `Uploading ${file.name} (${position}): ${waitWords(quiet.seconds, quiet.error)}`);
       try {
         const doc = await api("/documents", { method: "POST", form });
         labelled.add(labelWords(doc));
@@ -700,7 +702,7 @@ async function upload(files) {
         // goes again, rather than being said not uploaded.
         if (error?.status === 429 && waits < RATE_LIMIT_WAITS && state.me === me) {
           const seconds = error.retryAfter ?? 10;
-          say(status, `Uploading ${file.name} (${position}): waiting ${seconds} s, as the server asks: ${describeError(error)}`);
+          say(status, `Uploading ${file.name} (${position}): ${waitWords(seconds, error)}`);
           await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
           continue;
         }
