@@ -102,6 +102,61 @@ def test_a_pronoun_with_nothing_in_the_question_to_stand_for_still_makes_a_follo
     assert rewrite(question, [turn(1, PUMP)], llm=None).method == "heuristic"
 
 
+@pytest.mark.parametrize(
+    "question",
+    [
+        # Typed without the apostrophe: "whats" is no topic word.
+        "whats the dose?",
+        "whats the max dose",
+        # A pronoun of two words: "one" after "which", "the latter".
+        "which one has the shorter half-life",
+        "Is the latter cheaper?",
+        # A comparison whose other term the conversation holds.
+        "do the same rules apply to SGLT2 inhibitors",
+        "can I use synthetic instead",
+        "is the Chinchilla paper's conclusion different?",
+        "What else should I check?",
+        # The conversation's document, named by its kind alone.
+        "what does the manual say about leak test limits",
+        "what does the guideline say about reassessing after each bolus",
+        # A fragment that asks nothing itself.
+        "for a 15 kg child?",
+        "any in marine species?",
+        # Quoted words are what is quoted, not what "it" stands for.
+        "getting 'port 8080 already in use' when running it",
+    ],
+)
+def test_chat_shorthand_that_leans_on_the_conversation_is_a_follow_up(question: str) -> None:
+    assert is_follow_up(question)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # The demonstrative introduces what follows it.
+        "what does this error mean: connection pool exhausted",
+        "what does this error mean: 'Fuser unit error 50.2'",
+        # The comparison names both terms; the document is named by its topic or a product.
+        "Is paracetamol the same as acetaminophen?",
+        "Can ibuprofen be taken instead of aspirin?",
+        "How is the sepsis bundle different from the old one in adults",
+        "What does the guideline on sepsis say about lactate?",
+        "what does the manual say about the water filter for the Lavazza BLUE LB 1100?",
+        # A preposition that opens a question which asks for itself.
+        "In sepsis, when should antibiotics start?",
+        "whats the recommended dose of metformin for adults",
+    ],
+)
+def test_chat_shorthand_naming_its_own_topic_is_searched_as_asked(question: str) -> None:
+    assert not is_follow_up(question)
+
+
+def test_a_contraction_typed_without_its_apostrophe_is_not_borrowed_as_a_topic() -> None:
+    assert heuristic_rewrite("and the side effects?", ["whats the dose of metformin"]) == (
+        "and the side effects? (dose metformin)"
+    )
+
+
 SCOPING = "How are documents scoped to a care journey?"
 SEARCH = "How does hybrid search rank the passages?"
 
