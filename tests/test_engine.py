@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from citeline.access import Access
 from citeline.engine import Citeline, namespaces
-from citeline.errors import InvalidRequestError, NotFoundError
+from citeline.errors import AccessDeniedError, InvalidRequestError, NotFoundError
+from citeline.ingest import IngestOptions
 from citeline.settings import Fusion, Settings
 from citeline.store.database import schema_name
 from citeline.store.keyword import MemoryKeywordIndex
@@ -148,3 +150,23 @@ def test_an_instance_that_may_not_create_its_namespace_refuses_one_the_database_
         finally:
             with writer.engine.begin() as conn:
                 conn.execute(sa.text(f'DROP SCHEMA "{schema_name(typo.namespace)}" CASCADE'))
+
+
+def test_ingest_records_who_sent_each_version_as_an_upload_does(cl: Citeline, tmp_path: Path) -> None:
+    # A library script owns its store: its versions are the local user's, unless it names an uploader.
+    cl.ingest([write(tmp_path / "a.md", "# Pump\n\nPrime the pump before first use.")])
+    cl.ingest([write(tmp_path / "b.md", "# Hose\n\nThe hose is 8 m.")], IngestOptions(uploaded_by="ana"))
+    cl.ingest(
+        [write(tmp_path / "c.md", "# Valve\n\nThe valve opens at 9.5 bar.")], access=Access.admin("ops")
+    )
+    assert {doc.name: doc.uploaded_by for doc in cl.documents()} == {
+        "a.md": "local",
+        "b.md": "ana",
+        "c.md": "ops",
+    }
+
+
+def test_a_reader_cannot_ingest(cl: Citeline, tmp_path: Path) -> None:
+    with pytest.raises(AccessDeniedError, match="ingest documents: needs an admin key"):
+        cl.ingest([write(tmp_path / "a.md", "# Pump\n\nPrime it.")], access=Access.reader(None))
+    assert cl.documents() == []

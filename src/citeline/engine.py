@@ -453,17 +453,20 @@ class Citeline:
         *,
         progress: ProgressCallback | None = None,
         allow_private_urls: bool = False,
+        access: Access = FULL_ACCESS,
     ) -> list[IngestResult]:
         """Ingest files, folders (recursively) and URLs; one result per source, failures included.
 
-        While a model migration runs, each new version's twin (embedded by the target model) is built
-        here too, and reported as ``staged``.
+        Each version records who sent it (``uploaded_by``): the options' uploader, else the caller's
+        user id, as :meth:`submit` records it. While a model migration runs, each new version's twin
+        (embedded by the target model) is built here too, and reported as ``staged``.
         """
         paths = list(paths)
         # A path the operating system cannot even name is the caller's mistake, not a source that failed.
         refuse_nul([str(path) for path in paths], "paths", surrogates=False)
+        _require_admin(access, "ingest documents")
         ingestor = self.ingestor(allow_private_urls=allow_private_urls)
-        results = ingestor.ingest_paths(discover(paths), options or IngestOptions(), progress)
+        results = ingestor.ingest_paths(discover(paths), _uploaded_by(options, access), progress)
         documents = [r.document.id for r in results if r.document is not None and r.chunks]
         if documents and self.migration(max_age=0.0) is not None:
             with self.engine.connect() as conn:
