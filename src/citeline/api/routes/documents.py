@@ -154,7 +154,9 @@ class StoredFile(FileResponse):
     response_class=FileResponse,
 )
 # What a browser or a download tool asks before fetching (size, type, name, whether ranges work):
-# the same headers as GET, no body.
+# the same headers as GET, no body. HeadAsGet (api/head.py) serves every HEAD through the GET route
+# before routing, so this declaration is never matched: it lists the HEAD in the OpenAPI schema, the
+# one route where a client is expected to ask it.
 @router.head(
     "/documents/{document_id}/file",
     summary="The stored original's headers (size, type, name, ranges), without its body",
