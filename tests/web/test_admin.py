@@ -1,13 +1,18 @@
 """The admin page's labels and its live table, in Debian's chromium, against a real ``citeline serve``
 (its own embedded database, real embedder) whose jobs go to a real Redis with no worker reading it, so
-a build started anywhere stays ``queued`` until it is cancelled: labels the API would refuse or read
-as something else are refused before anything is sent, and what the server stored is said; a
-document's labels change from its detail; a re-ingest started elsewhere shows live while the page is
-seen, and a hidden page stops asking."""
+a build started anywhere stays ``queued`` until it is cancelled (or a test starts a worker): labels
+the API would refuse or read as something else are refused before anything is sent, and what the
+server stored is said; a document's labels change from its detail; a re-ingest started elsewhere
+shows live while the page is seen, and a hidden page stops asking; an upload followed reads the
+statistics when the list changed, not at every poll."""
 
 from __future__ import annotations
 
 import getpass
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -15,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Request, Route, expect
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, Request, Route, expect
 
 from tests.api.conftest import Server, base_env, create_key, ingest, start_server, stop_server
 from tests.conftest import write
@@ -24,6 +29,7 @@ from tests.web.test_pages import sign_in
 PUMP = "# Feed pump\n\nThe feed pump runs at 1450 rpm. Its bearings are greased every 2000 hours.\n"
 GAUGE = "# Pressure gauge\n\nThe pressure gauge is calibrated every year against the master gauge.\n"
 WATCH_S = 5  # admin.js WATCH_MS
+FOLLOWED_S = 8  # how long a queued upload is followed while its requests are counted
 
 
 @dataclass
@@ -543,4 +549,60 @@ def test_a_document_s_detail_says_which_key_or_command_line_user_uploaded_it(
     finally:
         for doc in site.api("GET", "/documents")["documents"]:
             if doc["name"] == "hose.md":
+                site.api("DELETE", f"/documents/{doc['id']}")
+
+
+def shown_stat(page: Page, term: str) -> Locator:
+    """The value the statistics show for ``term`` ("Documents", "Searchable", a status)."""
+    return page.locator(f"#stats dt:text-is('{term}') + dd")
+
+
+def test_following_an_upload_reads_the_statistics_when_the_list_changed_not_at_every_poll(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    page = admin_page(site, context)
+    before = site.api("GET", "/stats")
+    page.get_by_label("Files to upload").set_input_files(
+        write(tmp_path / "sump.md", "# Sump\n\nThe sump is pumped dry every Friday.\n")
+    )
+    page.get_by_role("button", name="Upload", exact=True).click()
+    status = page.locator("#add-status")
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        expect(status).to_contain_text("Uploaded 1 of 1 file")
+        # No worker reads the queue yet: the build stays queued while the page follows it, the list
+        # read every second and nothing in it changing.
+        stats, lists = sent(page, "GET", "/stats"), sent(page, "GET", "/documents")
+        page.wait_for_timeout(FOLLOWED_S * 1000)
+        # Before, each poll read the statistics too (one a second, besides the watch's every 5 s):
+        # over a tight per-key rate limit that made a followed upload end later than it had to.
+        assert len(lists) >= FOLLOWED_S - 2, [r.url for r in lists]
+        assert len(stats) <= FOLLOWED_S // WATCH_S + 1, [r.url for r in stats]
+        print(f"\nfollowed {FOLLOWED_S} s: {len(lists)} list reads, {len(stats)} statistics reads")
+
+        # A worker builds it: once the list shows it completed, the statistics count it at once, not
+        # at the watch's next look.
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "citeline.cli", "worker"],
+            env=site.server.env,
+            stdout=(tmp_path / "worker.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        expect(status).to_have_text("Uploaded 1 of 1 file (universal; no tags): 1 ingested.", timeout=120_000)
+        after = site.api("GET", "/stats")
+        assert after["documents"] == before["documents"] + 1, after
+        assert after["by_status"]["completed"] == before["by_status"]["completed"] + 1, after
+        for term, value in (
+            ("Documents", after["documents"]),
+            ("Searchable", after["active_documents"]),
+            ("completed", after["by_status"]["completed"]),
+        ):
+            expect(shown_stat(page, term)).to_have_text(str(value), timeout=2_000)
+    finally:
+        if worker is not None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(30)
+        for doc in site.api("GET", "/documents")["documents"]:
+            if doc["name"] == "sump.md":
                 site.api("DELETE", f"/documents/{doc['id']}")

@@ -42,6 +42,10 @@ const state = {
   // The builds in progress as last read (their versions and statuses; null: not read yet).
   seenBuilds: null,
   listed: [], // the documents the table shows
+  // What the list showed (see listedAs) when it was last read, and when the statistics were last
+  // asked for: the statistics are read again when the two differ (see loadDocuments).
+  listedAs: null,
+  statsFor: null,
   listing: 0, // the newest listing asked for: an older one answering later is not shown over it
   acting: new Set(), // ids of documents with an action on its way: their buttons wait for its answer
   adding: false, // an upload or a web page on its way: a second click would add the files again
@@ -143,6 +147,8 @@ function refuseLabel(status, error) {
 /** The statistics, shown; resolves to them (null when they could not be read). */
 async function loadStats() {
   const me = state.me;
+  // As new as the list shown now, at least: a list read later that shows the same asks nothing.
+  state.statsFor = state.listedAs;
   try {
     const stats = await api("/stats");
     if (state.me !== me) return null; // signed out (or in with another key) meanwhile
@@ -344,6 +350,13 @@ function nextVersions(builds, listed) {
   return found;
 }
 
+/**
+ * What of a listed page the statistics count: the total, and each document's status and version (a
+ * build that ends changes one; the chunks and "Searchable" change with it). Labels change nothing
+ * there.
+ */
+const listedAs = (page) => JSON.stringify([page.total, page.documents.map((doc) => [doc.id, doc.status, doc.version])]);
+
 async function loadDocuments() {
   clearTimeout(state.pollTimer);
   const listing = ++state.listing;
@@ -358,6 +371,14 @@ async function loadDocuments() {
       return version && version.version > doc.version ? version : undefined;
     };
     state.listed = page.documents;
+    state.listedAs = listedAs(page);
+    // The statistics only when what they count changed since they were asked for: read at every poll
+    // too, a followed upload cost three requests a second where two do, and under a tight per-key
+    // rate limit (CITELINE_API_RATE_LIMIT) reached its end later. A build that ends shows here first,
+    // so the statistics count it right after; watch reads them every few seconds whatever the list
+    // says (a migration's progress, which the list does not show, or a read that failed). Other
+    // filters read them once more.
+    if (state.listedAs !== state.statsFor) loadStats();
     const body = $("documents").querySelector("tbody");
     drawRows(body, page.documents.map((doc) => documentRow(doc, next(doc))));
     if (!page.documents.length) {
@@ -390,9 +411,9 @@ async function loadDocuments() {
 /** Whether the page follows something being ingested, with `listed` the documents last listed. */
 const busy = (listed) => Boolean(state.building.size || following() || listed.some((doc) => BUILDING.has(doc.status)));
 
+/** The list (and the statistics, if what they count changed) and the open detail, read again. */
 function refresh() {
   loadDocuments();
-  loadStats();
   if (state.detailId) showDetail(state.detailId, { keepChunks: true });
 }
 
