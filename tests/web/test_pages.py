@@ -625,8 +625,8 @@ def test_many_files_uploaded_at_once_wait_out_the_keys_rate_limit_rather_than_fa
         )
         upload_files(page, files, "tanks")
         status = page.locator("#add-status")
-        # Following the builds (the list, the builds and the statistics each second) is refused over the
-        # limit too, and goes on after the wait: a refused read once ended it, the builds never seen end.
+        # Following the builds (the list and the builds each second, the statistics when the list changed)
+        # is refused over the limit too, and goes on after the wait: a refused read once ended it.
         expect(status).to_have_text(
             "Uploaded 24 of 24 files (scopes tanks; no tags): 24 ingested.", timeout=240_000
         )
