@@ -116,6 +116,7 @@ def test_a_pronoun_with_nothing_in_the_question_to_stand_for_still_makes_a_follo
         "can I use synthetic instead",
         "is the Chinchilla paper's conclusion different?",
         "What else should I check?",
+        "Is there a step I missed, or anything else",
         # The conversation's document, named by its kind alone.
         "what does the manual say about leak test limits",
         "what does the guideline say about reassessing after each bolus",

@@ -417,7 +417,8 @@ def _referred(question: str, pronoun: str, position: int) -> bool:
     originals = [match.group(0) for match in found]
     # Words quoted (an error message, a title) are what the question quotes, not what "it" stands for:
     # "getting 'port 8080 already in use' when running it" runs something the conversation named.
-    quoted = [any(a <= m.start() < b for a, b in _quoted_spans(question)) for m in found]
+    spans = _quoted_spans(question)
+    quoted = [any(a <= m.start() < b for a, b in spans) for m in found]
     # The pronoun's place among the tokens (punctuation counted): the position-th word.
     words_seen, at = -1, len(tokens)
     for i, token in enumerate(tokens):
@@ -651,7 +652,7 @@ _ANAPHORIC_PAIRS = frozenset(
 # A comparison that leaves its other term to the conversation, unless the word after names it ("the
 # same as X", "instead of X"); "different" and "compare" leave it open where they end the question ("is
 # the newer one different?"), not before their object ("different from X", "compare X and Y").
-_OPEN_COMPARISONS = {"same": "as", "instead": "of", "else": None}
+_OPEN_COMPARISONS = {"same": "as", "instead": "of", "else": ""}  # "": no word closes it
 _ENDING_COMPARISONS = frozenset({"different", "compare", "compares", "differ"})
 # The conversation's document, named by its kind alone: "what does the manual say about leak test
 # limits", "is the paper's sample size reported". A name or a topic after the kind makes it the
