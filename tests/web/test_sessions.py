@@ -454,8 +454,16 @@ def test_a_conversations_title_cut_in_the_list_can_be_read_whole(site: Site, con
     ask(page, asked)
     item = page.locator("#conversation-list li button.continue").first
     expect(item).to_have_text(asked)
-    # The column cuts the title ("At what pre…"); hovering it shows it whole.
-    assert item.evaluate("button => button.scrollWidth > button.clientWidth")
+    # The column cuts the title ("At what pre…"); hovering it shows it whole. Asked until true: the
+    # list is drawn again when the server lists the new conversation, and a button measured as it is
+    # replaced (detached) measures 0 by 0, which failed a fresh-clone run.
+    page.wait_for_function(
+        """() => {
+          const button = document.querySelector("#conversation-list li button.continue");
+          return button !== null && button.isConnected && button.scrollWidth > button.clientWidth;
+        }""",
+        timeout=10_000,
+    )
     expect(item).to_have_attribute("title", asked)
 
 
