@@ -677,7 +677,8 @@ _DOCUMENT_KINDS = frozenset(
     }
 )
 _NAMING_AFTER_KIND = frozenset({"on", "of", "for", "about", "from", "by", "in", "called", "named", "titled"})
-_WH = frozenset({"what", "which", "who", "whom", "whose", "how", "why", "where", "when", "whether"})
+# The question words: those that open an embedded question, and the ones that ask for a person.
+_WH = _EMBEDDING | {"who", "whom", "whose"}
 
 
 def _leans_by_phrase(lowered: Sequence[str], *, named: bool) -> bool:
