@@ -813,8 +813,8 @@ function fact(term, value) {
 
 /**
  * Who sent a version (`uploaded_by`): an API key's "key:<id>", named as the keys list names it where the
- * page has read that list; `citeline ingest`'s "cli:<login name>" as that user on the command line; none
- * for a document ingested through the library.
+ * page has read that list; `citeline ingest`'s "cli:<login name>" as that user on the command line; any
+ * other (a library script's user id, "local" unless it names one) as it is.
  */
 function uploader(by) {
   if (!by) return "";
