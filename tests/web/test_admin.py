@@ -4,7 +4,8 @@ a build started anywhere stays ``queued`` until it is cancelled (or a test start
 the API would refuse or read as something else are refused before anything is sent, and what the
 server stored is said; a document's labels change from its detail; a re-ingest started elsewhere
 shows live while the page is seen, and a hidden page stops asking; an upload followed reads the
-statistics when the list changed, not at every poll."""
+statistics when the list changed, not at every poll; signing in reads them once, and a failed read
+is asked again at the next poll."""
 
 from __future__ import annotations
 
@@ -384,6 +385,46 @@ def test_a_moment_without_the_server_is_said_and_then_unsaid(site: Site, context
     )
     page.unroute("**/stats")
     expect(status).to_be_hidden(timeout=(WATCH_S + 5) * 1000)
+
+
+def test_signing_in_reads_the_statistics_once(site: Site, context: BrowserContext) -> None:
+    page = context.new_page()
+    stats = sent(page, "GET", "/stats")
+    sign_in(page, site.server.url + "/admin", site.admin)
+    expect(shown_stat(page, "Documents")).to_have_text(str(site.api("GET", "/stats")["documents"]))
+    expect(page.locator("#documents tbody tr").filter(has_text="gauge.md")).to_have_count(1)
+    page.wait_for_timeout(1_500)  # the list's own read of them, had it asked, well sent by now
+    # Before, the watch read them with the builds and the list read them again: two at once.
+    assert len(stats) == 1, [r.url for r in stats]
+
+
+def test_a_failed_statistics_read_is_asked_again_at_the_next_poll_while_an_upload_is_followed(
+    site: Site, context: BrowserContext, tmp_path: Path
+) -> None:
+    page = admin_page(site, context)
+    page.get_by_label("Files to upload").set_input_files(
+        write(tmp_path / "drain.md", "# Drain\n\nThe drain valve is opened weekly.\n")
+    )
+    page.get_by_role("button", name="Upload", exact=True).click()
+    try:
+        expect(page.locator("#add-status")).to_contain_text("Uploaded 1 of 1 file")
+        # Queued, no worker: the list is read every second while it is followed.
+        stats = sent(page, "GET", "/stats")
+        page.route("**/stats", lambda route: route.abort("internetdisconnected"))
+        status = page.locator("#admin-status")
+        expect(status).to_have_text(
+            "Could not read the statistics: the server could not be reached", timeout=(WATCH_S + 5) * 1000
+        )
+        stats.clear()
+        page.wait_for_timeout(3_000)
+        # Each poll asks again; before, only the watch did, every WATCH_S: none or one in 3 s.
+        assert len(stats) >= 2, [r.url for r in stats]
+        page.unroute("**/stats")
+        expect(status).to_be_hidden(timeout=2_500)
+    finally:
+        for doc in site.api("GET", "/documents")["documents"]:
+            if doc["name"] == "drain.md":
+                site.api("DELETE", f"/documents/{doc['id']}")
 
 
 def test_on_a_slow_network_the_detail_shows_the_chunks_of_the_document_opened_last(

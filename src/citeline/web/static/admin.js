@@ -176,6 +176,9 @@ async function loadStats() {
     return stats;
   } catch (error) {
     if (state.me !== me) return null;
+    // Not read: the next list read asks again (each second while a build is followed), rather than
+    // leaving the failure said until the watch's next look.
+    state.statsFor = null;
     fail("Could not read the statistics", error);
     return null;
   }
@@ -357,7 +360,12 @@ function nextVersions(builds, listed) {
  */
 const listedAs = (page) => JSON.stringify([page.total, page.documents.map((doc) => [doc.id, doc.status, doc.version])]);
 
-async function loadDocuments() {
+/**
+ * The list, and the statistics when what they count changed since they were read. `statsRead`: the
+ * caller has just read them (the watch, with the builds this list follows), so this list does not ask
+ * again; a build ending in the moment between is counted at the watch's next look.
+ */
+async function loadDocuments({ statsRead = false } = {}) {
   clearTimeout(state.pollTimer);
   const listing = ++state.listing;
   try {
@@ -378,6 +386,7 @@ async function loadDocuments() {
     // so the statistics count it right after; watch reads them every few seconds whatever the list
     // says (a migration's progress, which the list does not show, or a read that failed). Other
     // filters read them once more.
+    if (statsRead) state.statsFor = state.listedAs;
     if (state.listedAs !== state.statsFor) loadStats();
     const body = $("documents").querySelector("tbody");
     drawRows(body, page.documents.map((doc) => documentRow(doc, next(doc))));
@@ -429,11 +438,13 @@ async function watch() {
   clearTimeout(state.watchTimer);
   const run = ++state.watchRun;
   if (!state.me || document.hidden) return;
-  const [, builds] = await Promise.all([loadStats(), readBuilds().catch(() => null)]);
+  const [stats, builds] = await Promise.all([loadStats(), readBuilds().catch(() => null)]);
   if (run !== state.watchRun) return;
   // Unread builds (a moment without the server) change nothing: the list says its own failure.
   if (builds === null ? state.seenBuilds === null : buildsSeen(builds) !== state.seenBuilds) {
-    await loadDocuments();
+    // At sign-in, and on a page shown again, the statistics just read are the list's: read twice
+    // before, once by each.
+    await loadDocuments({ statsRead: stats !== null });
   }
   if (run === state.watchRun && state.me && !document.hidden) state.watchTimer = setTimeout(watch, WATCH_MS);
 }
