@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 import string
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -111,3 +114,20 @@ def test_stats_count_postings_exactly_and_estimate_them_past_a_large_number(
     write(tmp_path / "b.md", "Drain the boiler before winter so that frost cannot crack the casing.")
     cl.ingest([tmp_path])
     assert cl.stats()["keyword_postings"] == exact
+
+
+def test_letting_go_of_the_server_warns_of_nothing_where_xdg_runtime_dir_is_unset(tmp_path: Path) -> None:
+    # The first thing a test run (and a `citeline serve` stopping) may do with the wheel is let go of a
+    # server; its import warned "XDG_RUNTIME_DIR is not set" under root, where that variable is unset.
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    (tmp_path / "pg").mkdir()  # a data folder whose server is not running: nothing to let go of
+    code = (
+        "from pathlib import Path; from citeline.store.server import release_embedded; "
+        f"release_embedded(Path({str(tmp_path)!r}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr

