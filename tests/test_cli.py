@@ -618,3 +618,28 @@ def test_ingest_records_the_user_of_the_command_line_as_uploader(
         [hose] = cl.documents()
     # As an API key's upload records key:<id>, so that an administrator knows who sent each version.
     assert hose.uploaded_by == "cli:ana"
+
+
+def test_tables_piped_to_another_program_keep_each_row_on_one_line(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Folded into 80 columns, as Rich does when its output is not a terminal, `docs list | grep pump`
+    # found pieces of names: "centrifugal_feed_pump_" on one line, "maintenance_schedule" on the next.
+    name = "centrifugal_feed_pump_maintenance_schedule_for_the_north_plant_2026.md"
+    write(tmp_path / name, "# Feed pump\n\nThe feed pump is greased every 2000 hours.\n")
+    scope = "north-plant-mechanical-maintenance"
+    code, _, err = _run(settings, "ingest", str(tmp_path / name), "--scope", scope, "--tag", "lubrication")
+    assert code == 0, err
+
+    code, out, err = _run(settings, "docs", "list")
+    assert code == 0, err
+    (row,) = [line for line in out.splitlines() if "centrifugal" in line]
+    assert name in row and scope in row and "lubrication" in row and "completed" in row
+    assert len(row.split()[0]) == 8  # the id other commands take, first
+
+    code, out, err = _run(settings, "keys", "create", "--role", "reader", "--scope", scope, "--name", name)
+    assert code == 0, err
+    code, out, err = _run(settings, "keys", "list")
+    assert code == 0, err
+    (row,) = [line for line in out.splitlines() if "centrifugal" in line]
+    assert name in row and scope in row and "reader" in row

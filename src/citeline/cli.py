@@ -67,6 +67,9 @@ app.add_typer(docs_app, name="docs")
 # soft_wrap: long paths and messages stay on one line, so they can be grepped and copied.
 console = Console(soft_wrap=True, emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
+# The width a table is given when its output is not a terminal: more than any row needs, so each row
+# is laid out at its natural width, on one line.
+_UNFOLDED_WIDTH = 100_000
 
 
 def _print_json(data: Any) -> None:
@@ -608,6 +611,16 @@ def chat(
                 err.print(f"[dim]searched for: {escape(session.last_rewrite.query)}[/dim]", highlight=False)
 
 
+def _print_table(table: Table) -> None:
+    """``table`` on standard output: fitted to a terminal's width, its long cells folded; piped or
+    redirected, each row on one line (Rich would fold it into 80 columns, and `docs list | grep` would
+    find pieces of names). A width set in COLUMNS is kept."""
+    if console.is_terminal or "COLUMNS" in os.environ:
+        console.print(table)
+    else:  # a console of its own: print(width=...) can only narrow the console's
+        Console(soft_wrap=True, emoji=False, width=_UNFOLDED_WIDTH).print(table)
+
+
 @docs_app.command("list")
 def docs_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="As JSON.")] = False
@@ -647,7 +660,7 @@ def docs_list(
             Text(d.category or ""),
             Text(",".join(d.tags)),
         )
-    console.print(table)
+    _print_table(table)
 
 
 @app.command()
@@ -701,7 +714,7 @@ def builds(
             since.astimezone().strftime("%Y-%m-%d %H:%M:%S") if since else "",
             Text(b.error or ""),
         )
-    console.print(table)
+    _print_table(table)
     err.print(_count(len(found), "build"))
 
 
@@ -1678,7 +1691,7 @@ def keys_list(
             k.last_used_at.strftime("%Y-%m-%d %H:%M") if k.last_used_at else "",
             k.revoked_at.strftime("%Y-%m-%d %H:%M") if k.revoked_at else "",
         )
-    console.print(table)
+    _print_table(table)
 
 
 @keys_app.command("revoke")
