@@ -325,11 +325,11 @@ class _Chars:
         first, last = inside[0], inside[-1]
         if any(not self.chars[i].isspace() and i not in where for i in range(first, last + 1)):
             return None  # other text runs between the table's: it is not one run of the page's text
-        column = self._columns(where, lefts)
-        slots = self._rows(where, column, tops)
+        column, groups = self._columns(where, lefts)
+        slots = self._rows(where, column, groups, tops)
         if slots is None:
             return None
-        above, rows, below = slots
+        above, rows, below, spread = slots
         start, end = self._lead(first), self.places[last] + 1
         table = RuledTable(rows, start, end, above, below)
         # A word PDFium ran across a rule ("0 00 0" for the cells "0", "0", "0", "0"; the last word of a row
@@ -340,20 +340,33 @@ class _Chars:
             if where[h][0] != where[i][0] and self.places[i] == self.places[h] + 1
         }
         run = "".join(f" {ch}" if at in cuts else ch for at, ch in enumerate(self.text[start:end], start))
-        return table if _same_words(table, run) else None
+        return table if _same_words(table, run, spread) else None
 
-    def _columns(self, where: dict[int, tuple[_Box, float, float]], lefts: list[float]) -> dict[int, int]:
+    def _columns(
+        self, where: dict[int, tuple[_Box, float, float]], lefts: list[float]
+    ) -> tuple[dict[int, int], dict[int, range]]:
         """The column of each character: its cell's, or, in a cell spanning columns whose vertical rules
         stop short of it (a header over columns ruled below it), the column it stands over, when no word
-        of the cell crosses from one column to the next."""
+        of the cell crosses from one column to the next.
+
+        And the group names: in such a cell, a line above the names of its columns (a line of the cell
+        spread over two columns at least) that stands in one column only and is centred over the cell's
+        columns or crosses from one to the next ("Pre-Pawn" over "Handgun", "Long Gun" and "*Other")
+        names all of them; its characters map to the columns of the cell (a name left in one column,
+        in line with that column's, stays that column's alone)."""
         by_cell: dict[_Box, list[int]] = {}
         for i, (cell, _, _) in where.items():
             by_cell.setdefault(cell, []).append(i)
         column: dict[int, int] = {}
+        groups: dict[int, range] = {}
         for cell, in_cell in by_cell.items():
             home = lefts.index(cell[0])
+            span = range(home, max(home + 1, bisect.bisect_left(lefts, cell[2])))
             # Line by line: a group's name too wide for one column stays in the first, the names of the
             # columns under it are spread.
+            # The lines standing in one column above the first spread over several (None past it), and
+            # whether each crosses from one column to the next.
+            single: list[tuple[list[int], bool]] | None = []
             for indices in self._lines(in_cell, where):
                 over = [max(bisect.bisect_right(lefts, where[i][1]) - 1, home) for i in indices]
                 pairs = zip(indices, indices[1:], over, over[1:], strict=False)
@@ -361,19 +374,52 @@ class _Chars:
                 if crossing or any(lefts[c] >= cell[2] for c in over):
                     over = [home] * len(indices)
                 column.update(zip(indices, over, strict=True))
-        return column
+                if single is None:
+                    continue
+                if len(set(over)) > 1:
+                    # The names of the columns: the lines above them in one column may be groups' names.
+                    for line, wide in single:
+                        if wide or self._centred(line, where, cell, lefts, span):
+                            groups.update(dict.fromkeys(line, span))
+                    single = None
+                else:
+                    single.append((indices, crossing))
+        return column, groups
+
+    @staticmethod
+    def _centred(
+        line: list[int],
+        where: dict[int, tuple[_Box, float, float]],
+        cell: _Box,
+        lefts: list[float],
+        span: range,
+    ) -> bool:
+        """Whether the characters ``line`` stand centred over the columns ``span`` of ``cell``: the middle
+        of their run within a quarter of the narrowest of those columns of the cell's middle."""
+        if len(span) < 2:
+            return False
+        edges = [*lefts[span.start + 1 : span.stop], cell[2]]
+        narrowest = min(right - left for left, right in zip([cell[0], *edges], edges, strict=False))
+        xs = [where[i][1] for i in line]
+        return abs((min(xs) + max(xs)) / 2 - (cell[0] + cell[2]) / 2) <= narrowest / 4
 
     def _rows(
-        self, where: dict[int, tuple[_Box, float, float]], column: dict[int, int], tops: list[float]
-    ) -> tuple[list[str], list[list[str]], list[str]] | None:
-        """The lines above the table, its rows of cell texts and the lines below, from each character's
-        ``column`` and the row (between two level rules) it stands in; None if fewer than two rows
-        are left or they are mostly empty.
+        self,
+        where: dict[int, tuple[_Box, float, float]],
+        column: dict[int, int],
+        groups: dict[int, range],
+        tops: list[float],
+    ) -> tuple[list[str], list[list[str]], list[str], Counter[str]] | None:
+        """The lines above the table, its rows of cell texts, the lines below and the words the header
+        repeats (a group's name spread over its columns, each copy after the first), from each
+        character's ``column`` and the row (between two level rules) it stands in; None if fewer than two
+        rows are left or they are mostly empty.
 
         A row holding several lines of text across its cells is a band of rows with no rules between
         them (ruled every fifth row, say): each line is a row. The first row under the title is the header
         and, when rows follow it, kept whole, its lines read as one header. A row whose text stands in
-        one column at the top or foot of the frame is a title or a note: a line of text.
+        one column at the top or foot of the frame is a title or a note: a line of text. In the header,
+        a group's name (``groups``) follows the name of each column it spans ("Handgun Pre-Pawn").
         """
         bands: dict[int, list[int]] = {}
         for i, (cell, _, _) in where.items():
@@ -397,12 +443,30 @@ class _Chars:
         rows = [
             [self._cell_text([i for i in line if column[i] == c]) for c in range(width)] for line in lines
         ]
+        spread: Counter[str] = Counter()
+        header = [i for i in lines[0] if i in groups] if len(order) > 1 else []
+        if header:
+            own = [i for i in lines[0] if i not in groups]
+            for c in range(width):
+                named = [i for i in header if c in groups[i]]
+                rows[0][c] = " ".join(
+                    text
+                    for text in (self._cell_text([i for i in own if column[i] == c]), self._cell_text(named))
+                    if text
+                )
+            for span in set(groups[i] for i in header):
+                copies = self._cell_text([i for i in header if groups[i] == span]).split()
+                spread.update({word: n * (len(span) - 1) for word, n in Counter(copies).items()})
         used = [c for c in range(width) if any(row[c] for row in rows)]
         rows = [[row[c] for c in used] for row in rows]
         filled = sum(1 for row in rows for text in row if text)
         if len(rows) < 2 or len(used) < 2 or filled < _FILLED_SHARE * len(rows) * len(used):
             return None
-        return [self._cell_text(line) for line in above], rows, [self._cell_text(line) for line in below]
+        above_text, below_text = (
+            [self._cell_text(line) for line in above],
+            [self._cell_text(line) for line in below],
+        )
+        return above_text, rows, below_text, spread
 
     def _lines(self, band: list[int], where: dict[int, tuple[_Box, float, float]]) -> list[list[int]]:
         """The characters of ``band`` by the line of text they stand on, top down, each in text order."""
@@ -435,13 +499,14 @@ class _Chars:
         return self.places[index - 1] + 1 if index else 0
 
 
-def _same_words(table: RuledTable, run: str) -> bool:
+def _same_words(table: RuledTable, run: str, spread: Counter[str]) -> bool:
     """Whether ``table``, read back as citeline reads a Markdown table's cells, holds the words of
-    ``run`` (its text on the page), each as often, and PDFium marked no hyphen it dropped at a line's
-    end in ``run`` (which the loader turns back into a line break)."""
+    ``run`` (its text on the page), each as often (but for the copies ``spread`` of a group's name over
+    its columns), and PDFium marked no hyphen it dropped at a line's end in ``run`` (which the loader
+    turns back into a line break)."""
     from citeline.types import table_cells
 
     rows = table.markdown().split("\n")
     words = [word for row in rows[:1] + rows[2:] for cell in table_cells(row) for word in cell.split()]
     words.extend(word for line in table.above + table.below for word in line.split())
-    return "\x02" not in run and Counter(words) == Counter(run.split())
+    return "\x02" not in run and Counter(words) == Counter(run.split()) + spread
