@@ -18,6 +18,7 @@ COPY --from=web /build/web/node_modules/pdfjs-dist/build/pdf.min.mjs \
     /build/web/node_modules/pdfjs-dist/build/pdf.worker.min.mjs \
     /build/web/node_modules/pdfjs-dist/LICENSE \
     ./src/citeline/web/static/vendor/pdfjs/
+COPY --from=web /build/web/node_modules/pdfjs-dist/wasm ./src/citeline/web/static/vendor/pdfjs/wasm/
 COPY --from=web /build/web/node_modules/swagger-ui-dist/swagger-ui-bundle.js \
     /build/web/node_modules/swagger-ui-dist/swagger-ui.css \
     /build/web/node_modules/swagger-ui-dist/LICENSE \

@@ -30,19 +30,22 @@ services:
 		-o DPkg::Lock::Timeout=600 tesseract-ocr tesseract-ocr-eng tesseract-ocr-osd; }
 
 ## web: PDF.js (npm pdfjs-dist) and Swagger UI (swagger-ui-dist, for /docs), pinned by web/package-lock.json,
-## copied into the package's static folder.
+## copied into the package's static folder. PDF.js's wasm/ folder holds its image decoders (JBIG2 and CCITT fax,
+## JPEG 2000): without it, figures stored in those encodings are drawn blank.
 ## The @napi-rs/canvas override in web/package.json pins an optional Node-only dependency to a version
 ## whose platform builds all exist on the registry, so `npm ci` accepts the lock file; the browser never
 ## loads it and --omit=optional skips installing it.
-web: $(PDFJS)/pdf.min.mjs
+web: $(PDFJS)/wasm/jbig2.wasm
 
-$(PDFJS)/pdf.min.mjs: web/package.json web/package-lock.json
+# The last file copied stands for them all: a folder vendored before the wasm/ folder was is copied again.
+$(PDFJS)/wasm/jbig2.wasm: web/package.json web/package-lock.json
 	command -v npm >/dev/null || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
 		--no-install-recommends -o DPkg::Lock::Timeout=600 nodejs npm; }
 	cd web && npm ci --omit=optional --ignore-scripts --no-audit --no-fund
 	rm -rf $(PDFJS) && mkdir -p $(PDFJS)
 	cp web/node_modules/pdfjs-dist/build/pdf.min.mjs web/node_modules/pdfjs-dist/build/pdf.worker.min.mjs \
 		web/node_modules/pdfjs-dist/LICENSE $(PDFJS)/
+	cp -r web/node_modules/pdfjs-dist/wasm $(PDFJS)/wasm
 	rm -rf $(SWAGGER_UI) && mkdir -p $(SWAGGER_UI)
 	cp web/node_modules/swagger-ui-dist/swagger-ui-bundle.js web/node_modules/swagger-ui-dist/swagger-ui.css \
 		web/node_modules/swagger-ui-dist/LICENSE $(SWAGGER_UI)/

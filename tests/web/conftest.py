@@ -161,7 +161,7 @@ class TestServer(ThreadingHTTPServer):
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[TestServer]:
-    if not (static_dir() / "vendor/pdfjs/pdf.min.mjs").is_file():
+    if not (static_dir() / "vendor/pdfjs/wasm/jbig2.wasm").is_file():
         pytest.fail("PDF.js is missing from the static folder: run `make web`")
     instance = TestServer()
     thread = threading.Thread(target=instance.serve_forever, daemon=True)

@@ -896,3 +896,59 @@ def test_a_citation_of_a_passage_filed_twice_names_the_other_document(
             expect(page.get_by_role("complementary", name="Citation")).to_contain_text("Also in")
         finally:
             assert api.delete(f"/documents/{copy['id']}").status_code == 200
+
+
+# Page 10 of the Federal Register PDF is one scanned figure ("Runaway Stabilizer", a CCITT-fax image that
+# PDF.js decodes with its JBIG2 wasm module) over (108, 315)-(504, 733) of the 612 x 792 pt page.
+FIGURE_PAGE = 10
+FIGURE_SHARE = (108 / 612, (792 - 733) / 792, 504 / 612, (792 - 315) / 792)  # left, top, right, bottom
+# Open page 10 in a viewer of its own on the chat page (its Content-Security-Policy, its PDF.js) and
+# return the share of the figure's area the canvas draws dark.
+DRAW_FIGURE = """
+async ({fileUrl, key, page, box}) => {
+  const { CitationViewer } = await import("/static/viewer.js");
+  const container = document.createElement("div");
+  container.style.cssText = "width: 900px; height: 1200px; overflow: auto";
+  document.body.append(container);
+  const viewer = new CitationViewer(container, {headers: {Authorization: `Bearer ${key}`}});
+  await viewer.open({fileUrl, contentType: "application/pdf", page, start: 0, end: 18,
+                     text: "Runaway Stabilizer"});
+  const canvas = container.querySelector("canvas");
+  const [left, top, right, bottom] = box;
+  const x = Math.floor(left * canvas.width), y = Math.floor(top * canvas.height);
+  const w = Math.floor((right - left) * canvas.width), h = Math.floor((bottom - top) * canvas.height);
+  const { data } = canvas.getContext("2d").getImageData(x, y, w, h);
+  let dark = 0;
+  for (let i = 0; i < data.length; i += 4) if (data[i] + data[i + 1] + data[i + 2] < 384) dark++;
+  viewer.close();
+  container.remove();
+  return dark / (w * h);
+}
+"""
+
+
+def test_a_pdf_figure_decoded_by_pdfjs_wasm_is_drawn_in_the_viewer(
+    site: Site, context: BrowserContext
+) -> None:
+    with site.server.client(site.reader) as api:
+        docs = api.get("/documents", params={"scope": "acme", "limit": 100}).json()["documents"]
+    doc_id = next(d["id"] for d in docs if d["name"] == FEDERAL_REGISTER.name)
+    page = context.new_page()
+    said: list[str] = []
+    page.on("console", lambda message: said.append(message.text))
+    page.on("worker", lambda worker: worker.on("console", lambda message: said.append(message.text)))
+    sign_in(page, site.server.url + "/", site.reader)
+    expect(page.get_by_label("Question")).to_be_visible()
+
+    dark = page.evaluate(
+        DRAW_FIGURE,
+        {
+            "fileUrl": f"/documents/{doc_id}/file",
+            "key": site.reader,
+            "page": FIGURE_PAGE,
+            "box": FIGURE_SHARE,
+        },
+    )
+    # The figure's text and frame are drawn (about 5% of its area is ink); blank, it is white throughout.
+    assert dark > 0.01, (dark, said)
+    assert not [text for text in said if "wasm" in text.lower() or "jbig2" in text.lower()], said

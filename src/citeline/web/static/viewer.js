@@ -10,6 +10,9 @@ export { foldText, locateSpan, occurrenceBefore };
 
 const PDFJS = new URL("./vendor/pdfjs/pdf.min.mjs", import.meta.url).href;
 const PDFJS_WORKER = new URL("./vendor/pdfjs/pdf.worker.min.mjs", import.meta.url).href;
+// PDF.js's image decoders (JBIG2 and CCITT fax, JPEG 2000) are wasm modules it loads from this folder
+// (with a trailing slash, as getDocument requires); without it such figures are drawn blank.
+const PDFJS_WASM = new URL("./vendor/pdfjs/wasm/", import.meta.url).href;
 // PDF.js is 1.8 MB with its worker: loaded on the first PDF, never for a reader of text documents.
 // One worker serves every document and viewer: starting a worker costs a cold open a good part of its
 // time, and PDF.js starts one per document unless it is given one.
@@ -175,7 +178,13 @@ export class CitationViewer {
       const { pdfjs, worker } = await loadPdfjs();
       // By URL rather than fetched bytes: PDF.js then asks for byte ranges where the server allows
       // them, and draws the cited page before the whole file has arrived.
-      task = pdfjs.getDocument({ url: fileUrl, httpHeaders: this.headers, isEvalSupported: false, worker });
+      task = pdfjs.getDocument({
+        url: fileUrl,
+        httpHeaders: this.headers,
+        isEvalSupported: false,
+        wasmUrl: PDFJS_WASM,
+        worker,
+      });
       this.documents.set(fileUrl, task);
       task.promise.catch(() => this.documents.delete(fileUrl));
     }
