@@ -952,3 +952,38 @@ def test_a_pdf_figure_decoded_by_pdfjs_wasm_is_drawn_in_the_viewer(
     # The figure's text and frame are drawn (about 5% of its area is ink); blank, it is white throughout.
     assert dark > 0.01, (dark, said)
     assert not [text for text in said if "wasm" in text.lower() or "jbig2" in text.lower()], said
+
+
+def test_a_key_the_server_refuses_is_said_by_its_form_and_the_last_new_key_is_no_longer_shown(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/admin", site.admin)
+    form = page.locator("#key-form")
+    new_key = page.locator("#new-key")
+    form.get_by_label("Scopes").fill("acme")
+    form.get_by_label("Name").fill("made by the key form")
+    form.get_by_role("button", name="Create key").click()
+    expect(new_key).to_be_visible()
+    made = page.locator("#new-key-value").text_content()
+    assert made and made.startswith("cl_")
+    try:
+        # A reader key with no scopes: the server refuses it (HTTP 422).
+        form.get_by_label("Name").fill("reader of nothing")
+        with page.expect_response(
+            lambda r: r.url.endswith("/keys") and r.request.method == "POST"
+        ) as refused:
+            form.get_by_role("button", name="Create key").click()
+        assert refused.value.status == 422
+        said = page.locator("#keys").get_by_text("Could not create the key: ")
+        expect(said).to_contain_text("a reader key needs scopes")
+        expect(said).to_be_in_viewport()
+        expect(page.locator("#admin-status")).to_be_hidden()
+        # The key made before is not shown as if it were the one just asked for.
+        expect(new_key).to_be_hidden()
+        expect(page.locator("#keys")).not_to_contain_text(made)
+    finally:
+        with site.server.client(site.admin) as api:
+            for key in api.get("/keys").json()["keys"]:
+                if key["name"] == "made by the key form":
+                    api.delete(f"/keys/{key['id']}").raise_for_status()

@@ -1024,6 +1024,12 @@ function setUpKeys() {
   $("key-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     const form = event.target.elements;
+    const status = $("key-status");
+    // The key made before is not the one asked for now: whatever this create comes to, it is not shown
+    // as if it were.
+    $("new-key").hidden = true;
+    $("new-key-value").replaceChildren();
+    say(status, "");
     const body = { role: form.role.value, name: form.name.value.trim() };
     try {
       if (form.all_scopes.checked) body.all_scopes = true;
@@ -1031,7 +1037,7 @@ function setUpKeys() {
         body.scopes = names(form.scopes, "scope", "leave it empty for a key that sees universal documents only");
       }
     } catch (error) {
-      return refuseLabel($("admin-status"), error);
+      return refuseLabel(status, error);
     }
     try {
       const created = await api("/keys", { method: "POST", json: body });
@@ -1039,7 +1045,9 @@ function setUpKeys() {
       $("new-key").hidden = false;
       event.target.reset();
     } catch (error) {
-      fail("Could not create the key", error);
+      // Said by the form, as the upload and relabel forms say theirs, not at the top of the page.
+      say(status, `Could not create the key: ${describeError(error)}`, "error");
+      status.scrollIntoView({ block: "nearest" });
     }
     loadKeys();
   });
@@ -1075,7 +1083,7 @@ function forgetShown() {
   for (const form of ["upload-form", "url-form", "filters", "relabel-form", "key-form"]) $(form).reset();
   $("filters").elements.scope.replaceChildren(el("option", { value: "" }, "any"));
   showChosen();
-  for (const status of ["admin-status", "add-status", "relabel-status"]) say($(status), "");
+  for (const status of ["admin-status", "add-status", "relabel-status", "key-status"]) say($(status), "");
 }
 
 function showSignIn() {
