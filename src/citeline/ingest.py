@@ -485,7 +485,7 @@ class Ingestor:
             doc = result.document
             if doc is not None and doc.content_hash and result.outcome in _STORED:
                 # Said as each result comes, in a statement of its own beside the run's transaction (an
-                # index makes it a lookup: migration 0020).
+                # index makes it a lookup: migration 0021).
                 with self.engine.connect() as other:
                     same = catalog.same_content(other, doc.content_hash, doc.id)
                 result = replace(result, same_content=same)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +83,26 @@ def test_a_bad_age_or_page_is_a_422_naming_the_parameter(server: Server) -> None
         zero = admin.get("/builds", params={"limit": 0})
     assert soon.status_code == 422 and "query.failed_within" in soon.json()["error"]["message"]
     assert zero.status_code == 422 and "limit" in zero.json()["error"]["message"]
+
+
+def test_an_upload_of_bytes_still_queued_under_another_name_names_that_document(server: Server) -> None:
+    # Two copies sent one right after the other: the first is still queued (no worker reads the queue)
+    # when the second comes, and the second is told all the same; a cancelled copy no longer counts.
+    note = b"# Paper A\n\nThe trial enrolled 412 patients across nine sites."
+
+    def sent(name: str) -> dict[str, Any]:
+        response = admin.post("/documents", files={"file": (name, note)}, data={"scopes": "acme"})
+        assert response.status_code == 202, response.text
+        return dict(response.json())
+
+    with server.as_("admin") as admin:
+        first = sent("paperA.md")
+        assert first["status"] == "queued" and first["same_content_as"] == []
+        copy = sent("paperA (copy).md")
+        assert copy["status"] == "queued"
+        assert copy["same_content_as"] == [{"document_id": first["id"], "name": "paperA.md"}]
+        assert admin.post(f"/documents/{first['id']}/cancel").status_code == 200
+        third = sent("paperA (third).md")
+        assert third["same_content_as"] == [{"document_id": copy["id"], "name": "paperA (copy).md"}]
+        for made in (first, copy, third):
+            assert admin.delete(f"/documents/{made['id']}").status_code == 200

@@ -24,7 +24,7 @@ from citeline.errors import (
     UnsupportedTypeError,
 )
 from citeline.ingest import IngestOptions, Outcome
-from citeline.jobs.submit import Upload
+from citeline.jobs.submit import Submission, Upload
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
@@ -174,6 +174,26 @@ def test_the_same_content_again_is_no_new_version_and_new_labels_are_applied(job
     again = jobs.submit(upload("pump.md", PUMP), IngestOptions(category="Plant"), document_id=first.id)
     assert again.outcome is Outcome.RELABELLED and again.document.version == 1
     assert again.document.category == "Plant"
+
+
+def test_an_upload_names_the_documents_holding_its_bytes_before_they_are_built(jobs: Citeline) -> None:
+    # No runner: every version stays queued (or pending). Their bytes are known from the upload, so a
+    # copy sent right after the first is told, as it is once the first is built; a cancelled one is not.
+    def names(submission: Submission) -> list[str]:
+        return [same.name for same in submission.same_content]
+
+    first = jobs.submit(upload("pump.md", PUMP))
+    assert first.document.status == "queued" and first.same_content == ()
+    copy = jobs.submit(upload("pump (copy).md", PUMP))
+    assert copy.same_content == (catalog.SameContent(first.document.id, "pump.md"),)
+    held = jobs.submit(upload("pump (held).md", PUMP), index=False)
+    assert held.document.status == "pending" and names(held) == ["pump (copy).md", "pump.md"]
+    # The upload's own document is never named, though its other version holds the bytes.
+    again = jobs.submit(upload("pump (copy).md", PUMP), document_id=copy.document.id)
+    assert names(again) == ["pump (held).md", "pump.md"]
+    assert jobs.cancel(first.document.id).error == "cancelled"
+    assert names(jobs.submit(upload("pump (third).md", PUMP))) == ["pump (copy).md", "pump (held).md"]
+    assert jobs.submit(upload("other.md", PUMP + "\n\nUnit 2.")).same_content == ()
 
 
 def test_a_pending_document_waits_until_asked_to_index(jobs: Citeline) -> None:

@@ -52,17 +52,32 @@ class SameContent:
         return {"document_id": str(self.document_id), "name": self.name}
 
 
+#: The versions whose bytes a document holds or will hold: its active one, and those registered and not
+#: yet built (a file's hash is known at upload). Not failed ones, nor those asked to stop (cancelled).
+#: Written as the partial index ``documents_held_content`` is (migration 0021), so that it serves the
+#: question.
+_HOLDING = "(is_active OR status IN ('pending', 'queued', 'processing')) AND NOT cancel_requested"
+
+
 def same_content(
     conn: sa.Connection, content_hash: str | None, document_id: uuid.UUID
 ) -> tuple[SameContent, ...]:
-    """The active documents other than ``document_id`` whose content hashes to ``content_hash``, by name
-    (none for a source without a hash: a web page not yet fetched)."""
+    """The documents other than ``document_id`` whose content hashes to ``content_hash``, by name (none
+    for a source without a hash: a web page not yet fetched).
+
+    A document counts by its active version or by one still pending, queued or being built: two copies
+    uploaded one right after the other are named to each other before the first is built. Each is
+    named as its active version is, else as its newest version holding the bytes.
+    """
     if content_hash is None:
         return ()
     rows = conn.execute(
         sa.text(
-            "SELECT document_id, name FROM documents WHERE content_hash = :h AND is_active "
-            "AND document_id <> :d ORDER BY name, document_id"
+            "SELECT document_id, name FROM ("
+            "SELECT DISTINCT ON (document_id) document_id, name FROM documents "
+            f"WHERE content_hash = :h AND {_HOLDING} AND document_id <> :d "
+            "ORDER BY document_id, is_active DESC, version DESC"
+            ") same ORDER BY name, document_id"
         ),
         {"h": content_hash, "d": document_id},
     ).all()

@@ -115,8 +115,12 @@ class Document(Base):
             "documents_one_active_document", "document_id", unique=True, postgresql_where=text("is_active")
         ),
         Index("documents_document", "document_id", "version"),
-        # Which active documents hold a file's bytes already (catalog.same_content).
-        Index("documents_active_content", "content_hash", postgresql_where=text("is_active")),
+        # Which documents hold a file's bytes, built or not yet (catalog.same_content).
+        Index(
+            "documents_held_content",
+            "content_hash",
+            postgresql_where=text("is_active OR status IN ('pending', 'queued', 'processing')"),
+        ),
         Index("documents_queue", "queued_at", postgresql_where=text("status = 'queued'")),
         Index("documents_source_version", "source_uri", "version", unique=True),
         Index("documents_scopes", "scopes", postgresql_using="gin"),
