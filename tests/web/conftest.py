@@ -227,7 +227,25 @@ async ({citation, fresh, key}) => {
   const ordered = marks.map((mark, i) => [Number(mark.dataset.piece), i, mark.textContent])
     .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
   const layer = container.querySelector(".textLayer");
+  // The text layer's own pieces of text (PDF.js's items, not the spans grouping them), and of each
+  // word of theirs that a mark touches, the word and whether it is marked whole.
+  const spans = layer ? [...layer.querySelectorAll("span")] : [];
+  const leaves = spans.filter((span) => !span.querySelector("span"));
+  const markedWords = [];
+  for (const leaf of leaves.filter((span) => span.querySelector("mark.citeline-mark"))) {
+    const marked = [];
+    for (const node of leaf.childNodes) {
+      const on = node.nodeType === Node.ELEMENT_NODE && node.matches("mark.citeline-mark");
+      for (let k = 0; k < node.textContent.length; k++) marked.push(on);
+    }
+    for (const word of leaf.textContent.matchAll(/[\\p{L}\\p{N}]+/gu)) {
+      const inside = marked.slice(word.index, word.index + word[0].length);
+      if (inside.some(Boolean)) markedWords.push([word[0], inside.every(Boolean)]);
+    }
+  }
   return {
+    layerText: leaves.map((span) => span.textContent).join("\\n"),
+    markedWords,
     text: ordered.map((m) => m[2]).join(" "),
     pieces: new Set(marks.map((m) => m.dataset.piece)).size,
     matched: result.matched,

@@ -88,3 +88,39 @@ def test_which_occurrence_of_a_repeated_passage_is_chosen_by_its_place_in_the_pa
     assert occurrence == 1
     assert result["repeats"] == 2
     assert result["ranges"] == [{"item": 1, "start": 7, "end": 23, "piece": 0}]
+
+
+def test_a_table_header_that_names_each_column_with_its_group_is_found_word_by_word(
+    viewer_page: Page,
+) -> None:
+    # citeline's Markdown header names each column with the group drawn once over it ("Handgun
+    # Pre-Pawn"); PDF.js has the column names in a row and the group names after them. Each column name
+    # is where the previous one ended; the short repeated ones must not be lost, and "handgun" must not
+    # be taken from "handgun permits" below the table.
+    items = ["State", "Handgun", "Long Gun", "Handgun", "Long Gun", "Totals", "Pre-Pawn", "Private Sale"]
+    items.append("checks for handgun permits")
+    span = "| State | Handgun Pre-Pawn | Long Gun Pre-Pawn | Handgun Private Sale | Long Gun Private Sale "
+    span += "| Totals |"
+    result = _locate(viewer_page, items, span)
+
+    assert _texts(items, result) == [
+        "State",
+        "Handgun",
+        "Pre-Pawn",
+        "Long Gun",
+        "Pre-Pawn",
+        "Handgun",
+        "Private Sale",
+        "Long Gun",
+        "Private Sale",
+        "Totals",
+    ]
+    assert result["matched"] == result["total"]
+
+
+def test_a_piece_is_not_begun_inside_a_word_on_both_sides(viewer_page: Page) -> None:
+    # "mother preface" is not on the page; "Seller - Private" holds its letters "er pr" inside two words.
+    items = ["Return to Seller - Private Sale", "Notes"]
+    result = _locate(viewer_page, items, "Notes: mother preface")
+
+    assert _texts(items, result) == ["Notes"]

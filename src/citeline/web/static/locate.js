@@ -91,26 +91,73 @@ function longestMatch(page, span, i, near) {
   return { at: best, length: lo, unique: count === 1 };
 }
 
-// Cover span with runs of page: continue where the last run ended while the two agree, otherwise jump
-// to the longest run found anywhere; a character found in no run long enough is left unmatched.
-function pieces(page, span) {
+// Whether a word may begin or end at folded position `p` of `folded` (from {@link fold}): at either
+// end, between two items, or where something that folds to nothing (a space, a hyphen) lies between.
+function wordEdge(folded, p) {
+  if (p <= 0 || p >= folded.text.length) return true;
+  return folded.item[p - 1] !== folded.item[p] || folded.to[p - 1] < folded.from[p];
+}
+
+// How much of a run of `length` at page[at:] and span[i:] to keep: all of it, or back to where a word
+// of the page or of the span ends. A run that stops inside a word on both sides stops where the two
+// read different words ("handgun p|ermits" for "handgun p|rivate"), and that word is not the span's.
+function cutBack(page, at, span, i, length) {
+  let n = length;
+  while (n > 0 && !wordEdge(page, at + n) && !wordEdge(span, i + n)) n--;
+  return n;
+}
+
+// Cover span with runs of page: continue where the last run ended while the two agree; else go on
+// where an earlier run ended, with whole words (a table's header row, where citeline names each column
+// with the group drawn once over all of them: "Handgun Pre-Pawn | Long Gun Pre-Pawn"); else jump to
+// the longest run found anywhere, if it is long enough and not begun inside a word on both sides
+// (unless a shorter one can go on after an earlier run). A character found in no run is left unmatched.
+function pieces(pageFolded, spanFolded) {
+  const page = pageFolded.text;
+  const span = spanFolded.text;
   const found = [];
+  const ends = []; // where each run ended in page, the last run's last
   let i = 0;
-  let end = -1;
   while (i < span.length) {
     const left = span.length - i;
-    const run = end >= 0 ? commonPrefix(page, end, span, i) : 0;
-    if (run >= Math.min(CONTINUE_MIN, left)) {
-      found[found.length - 1].end += run;
-      i += run;
-      end += run;
-      continue;
+    const last = found.length ? found[found.length - 1] : null;
+    if (last) {
+      const run = cutBack(pageFolded, last.end, spanFolded, i, commonPrefix(page, last.end, span, i));
+      if (run >= Math.min(CONTINUE_MIN, left)) {
+        last.end += run;
+        ends[ends.length - 1] = last.end;
+        i += run;
+        continue;
+      }
     }
-    const { at, length, unique } = longestMatch(page, span, i, end);
-    if (length >= Math.min(unique ? UNIQUE_MIN : PIECE_MIN, span.length)) {
-      found.push({ start: at, end: at + length });
+    let resume = null;
+    for (let k = ends.length - 2; k >= 0 && !resume; k--) {
+      const at = ends[k];
+      if (!wordEdge(pageFolded, at) || !wordEdge(spanFolded, i)) continue;
+      let run = commonPrefix(page, at, span, i);
+      while (run > 0 && !(wordEdge(pageFolded, at + run) && wordEdge(spanFolded, i + run))) run--;
+      if (run >= Math.min(CONTINUE_MIN, left)) resume = { k, at, length: run };
+    }
+    const jump = longestMatch(page, span, i, last ? last.end : -1);
+    let length = 0;
+    if (jump.length && (wordEdge(pageFolded, jump.at) || wordEdge(spanFolded, i))) {
+      length = cutBack(pageFolded, jump.at, spanFolded, i, jump.length);
+      // Cut back, it may be found more often than the whole run was.
+      const unique =
+        length === jump.length
+          ? jump.unique
+          : length > 0 && occurrences(page, span.slice(i, i + length)).length === 1;
+      if (length < Math.min(unique ? UNIQUE_MIN : PIECE_MIN, span.length)) length = 0;
+    }
+    if (resume && resume.length >= length) {
+      ends.splice(resume.k, 1);
+      found.push({ start: resume.at, end: resume.at + resume.length });
+      ends.push(resume.at + resume.length);
+      i += resume.length;
+    } else if (length) {
+      found.push({ start: jump.at, end: jump.at + length });
+      ends.push(jump.at + length);
       i += length;
-      end = at + length;
     } else {
       i += 1;
     }
@@ -151,7 +198,7 @@ export function locateSpan(items, spanText, { occurrence = 0 } = {}) {
   if (!span) return { ranges: [], matched: 0, total: 0, repeats: 0 };
   const wholes = occurrences(page.text, span);
   const whole = wholes[Math.min(occurrence, wholes.length - 1)];
-  const runs = wholes.length ? [{ start: whole, end: whole + span.length }] : pieces(page.text, span);
+  const runs = wholes.length ? [{ start: whole, end: whole + span.length }] : pieces(page, fold([spanText]));
   const ranges = [];
   let matched = 0;
   runs.forEach((run, piece) => {
