@@ -987,3 +987,60 @@ def test_a_key_the_server_refuses_is_said_by_its_form_and_the_last_new_key_is_no
             for key in api.get("/keys").json()["keys"]:
                 if key["name"] == "made by the key form":
                     api.delete(f"/keys/{key['id']}").raise_for_status()
+
+
+def test_escape_closes_a_documents_detail_after_its_chunks_are_paged_to_the_last(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/admin", site.admin)
+    page.locator("#documents tbody tr").filter(has_text=FEDERAL_REGISTER.name).locator("button.link").click()
+    detail = page.locator("#detail")
+    expect(page.locator("#chunks-range")).to_contain_text("chunks 1\u201350 of ")
+    following = page.locator("#chunks-next")
+    following.focus()
+    while following.is_enabled():
+        shown = page.locator("#chunks-range").text_content()
+        page.keyboard.press("Enter")
+        expect(page.locator("#chunks-range")).not_to_have_text(shown or "")
+    # Next is disabled under the focus: the focus stays in the detail, and Escape still closes it.
+    assert page.evaluate("document.getElementById('detail').contains(document.activeElement)")
+    page.keyboard.press("Escape")
+    expect(detail).to_be_hidden()
+    # And with the focus lost to the body all the same.
+    page.locator("#documents tbody tr").filter(has_text=FEDERAL_REGISTER.name).locator("button.link").click()
+    expect(detail).to_be_visible()
+    page.evaluate("document.activeElement.blur()")
+    page.keyboard.press("Escape")
+    expect(detail).to_be_hidden()
+
+
+def test_escape_closes_the_citation_after_the_viewer_is_paged_to_the_last_page(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    sign_in(page, site.server.url + "/", site.reader)
+    with page.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
+        ask(page, QUESTION)
+    cited = completed_answer(streamed.value.text())["citations"]
+    number = next(c["number"] for c in cited if c["document_name"] == FEDERAL_REGISTER.name)
+    page.locator(f'.message.assistant .cite[data-number="{number}"]').first.click()
+    page.get_by_role("button", name="Open at the page").click()
+    pager = page.locator("#viewer nav.citeline-pager")
+    expect(pager).to_be_visible(timeout=30_000)
+    pager.get_by_role("button", name="Next page").focus()
+    while pager.get_by_role("button", name="Next page").is_enabled():
+        shown = pager.locator("span").text_content()
+        page.keyboard.press("Enter")
+        expect(pager.locator("span")).not_to_have_text(shown or "", timeout=30_000)
+    expect(pager.locator("span")).to_have_text("Page 15 of 15")
+    panel = page.get_by_role("complementary", name="Citation")
+    assert page.evaluate("document.getElementById('citation-panel').contains(document.activeElement)")
+    page.keyboard.press("Escape")
+    expect(panel).to_be_hidden()
+    # And with the focus lost to the body all the same.
+    page.locator(f'.message.assistant .cite[data-number="{number}"]').first.click()
+    expect(panel).to_be_visible()
+    page.evaluate("document.activeElement.blur()")
+    page.keyboard.press("Escape")
+    expect(panel).to_be_hidden()

@@ -964,8 +964,13 @@ async function loadChunks() {
   );
   const last = Math.min(offset + page.chunks.length, page.total);
   $("chunks-range").textContent = page.total ? `chunks ${offset + 1}–${last} of ${page.total}` : "no chunks";
-  $("chunks-prev").disabled = offset === 0;
-  $("chunks-next").disabled = last >= page.total;
+  // A button disabled under the focus (Next on the last page) drops it to the body, out of the detail
+  // (whose Escape then no longer closes it): it goes to the other button, or to Close.
+  const pagers = [$("chunks-prev"), $("chunks-next")];
+  const focused = pagers.find((button) => button === document.activeElement);
+  pagers[0].disabled = offset === 0;
+  pagers[1].disabled = last >= page.total;
+  if (focused?.disabled) (pagers.find((button) => !button.disabled) ?? $("close-detail")).focus();
   return true;
 }
 
@@ -973,7 +978,8 @@ function closeDetail() {
   const id = state.detailId;
   state.detailId = null;
   const section = $("detail");
-  const hadFocus = section.contains(document.activeElement);
+  // A focus lost to the body is taken back too: Escape pressed there closed the detail.
+  const hadFocus = section.contains(document.activeElement) || document.activeElement === document.body;
   section.hidden = true;
   // Back to the document's name in the table, as the chat page goes back to its [n].
   if (hadFocus && id) document.querySelector(`#documents tr[data-id="${CSS.escape(id)}"] button.link`)?.focus();
@@ -1129,6 +1135,12 @@ $("relabel-form").addEventListener("submit", (event) => {
 document.addEventListener("input", (event) => event.target.removeAttribute?.("aria-invalid"));
 $("detail").addEventListener("keydown", (event) => {
   if (event.key === "Escape") closeDetail();
+});
+// A focus lost from the detail (its element disabled or removed under it) falls to the body: Escape
+// there still closes the detail open.
+document.addEventListener("keydown", (event) => {
+  const lost = !document.activeElement || document.activeElement === document.body;
+  if (event.key === "Escape" && lost && !$("detail").hidden) closeDetail();
 });
 $("chunks-prev").addEventListener("click", () => {
   state.chunkOffset = Math.max(0, state.chunkOffset - CHUNKS_PER_PAGE);

@@ -351,8 +351,17 @@ export class CitationViewer {
   }
 
   #show(body, caption, marks) {
+    // A page turned from the keyboard: the focus is on a pager button replaced here, and would fall to
+    // the body, out of the page's panel (whose Escape then no longer closes it) and its Tab order. It
+    // goes to the same button of the new pager, or to the other one on the first or last page.
+    const focused = this.container.contains(document.activeElement) ? document.activeElement : null;
+    const label = focused?.matches(".citeline-pager button") ? focused.textContent : null;
     this.container.replaceChildren(caption, body);
     this.container.setAttribute("aria-busy", "false");
+    if (label !== null) {
+      const buttons = [...caption.querySelectorAll("button")].filter((button) => !button.disabled);
+      (buttons.find((button) => button.textContent === label) ?? buttons[0])?.focus({ preventScroll: true });
+    }
     marks.sort((a, b) => Number(a.dataset.piece) - Number(b.dataset.piece));
     marks[0]?.scrollIntoView({ block: "center", inline: "nearest" });
   }
