@@ -724,16 +724,21 @@ class Citeline:
         """Queue a ``pending`` document (registered without being asked to index). One already queued or
         building is left as it is; :class:`ConflictError` for one with nothing to build (to build a
         completed or failed document again, :meth:`reingest` it), as :meth:`cancel` refuses one with
-        nothing to cancel: it did nothing and answered as if it had."""
+        nothing to cancel: it did nothing and answered as if it had. Its message says what would
+        build it: a re-ingest, or for one that keeps nothing to build from, another upload."""
         _require_admin(access, f"index document {ref}")
         doc = self.document(str(ref), access=access)
         with self.engine.begin() as conn:
             versions = catalog.versions(conn, doc.id)
             pending = [v.version_id for v in versions if v.status == "pending"]
             if not pending and not any(v.status in _UNFINISHED for v in versions):
-                raise ConflictError(
-                    f"document {doc.id} has no pending version to queue ({doc.status}); "
+                advice = (
                     "re-ingest it to build it again"
+                    if doc.reingestable
+                    else "it keeps no stored original to build it again from; upload it again"
+                )
+                raise ConflictError(
+                    f"document {doc.id} has no pending version to queue ({doc.status}); {advice}"
                 )
             queued = catalog.enqueue(conn, pending)
             current = catalog.get_document(conn, doc.id)
@@ -756,12 +761,16 @@ class Citeline:
                 continue
             try:
                 out.append(self.reingest(doc.id, access=access).document)
-            except NotFoundError:
+            except ConflictError:  # nothing to build it from
                 out.append(doc)
         return out
 
     def cancel(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> DocumentInfo:
-        """Cancel a document's pending, queued or running job (:class:`ConflictError` if it has none)."""
+        """Cancel a document's pending, queued or running job (:class:`ConflictError` if it has none).
+
+        A job not yet started fails at once and, as any failed version, keeps no original: its stored
+        file goes unless another version (of any document: originals are stored by their hash) holds
+        the same bytes. A running job's run removes it when it stops."""
         _require_admin(access, f"cancel document {ref}")
         doc = self.document(str(ref), access=access)
         with self.engine.begin() as conn:
@@ -770,7 +779,10 @@ class Citeline:
                 raise ConflictError(
                     f"document {doc.id} has no pending, queued or processing job to cancel ({doc.status})"
                 )
-            return catalog.cancel(conn, building[-1])
+            cancelled = catalog.cancel(conn, building[-1])
+        if building[-1].file_path and cancelled.file_path is None:
+            remove_unused_files(self.engine, [Path(building[-1].file_path)])
+        return cancelled
 
     def relabel(
         self, ref: str | uuid.UUID, labels: IngestOptions, *, access: Access = FULL_ACCESS

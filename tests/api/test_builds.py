@@ -4,13 +4,23 @@ against a real ``citeline serve`` whose jobs go to a real Redis with no worker r
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.api.conftest import Server, base_env, cli, create_key, ingest, start_server, stop_server
+from tests.api.conftest import (
+    NAMESPACE,
+    Server,
+    base_env,
+    cli,
+    create_key,
+    ingest,
+    start_server,
+    stop_server,
+)
 from tests.conftest import write
 
 
@@ -106,3 +116,31 @@ def test_an_upload_of_bytes_still_queued_under_another_name_names_that_document(
         assert third["same_content_as"] == [{"document_id": copy["id"], "name": "paperA (copy).md"}]
         for made in (first, copy, third):
             assert admin.delete(f"/documents/{made['id']}").status_code == 200
+
+
+def test_a_cancelled_upload_leaves_no_file_and_every_answer_says_to_upload_it_again(server: Server) -> None:
+    # An upload not asked to index, cancelled: it keeps no original (as a failed build keeps none), so
+    # its bytes leave the disk at once, and neither a re-ingest nor an index offers what it cannot do.
+    note = b"# Cancelled note\n\nValve 88 of the cancelled-upload test is checked weekly."
+    stored = Path(server.env["CITELINE_DATA_DIR"]) / "files" / NAMESPACE
+    digest = hashlib.sha256(note).hexdigest()
+    with server.as_("admin") as admin:
+        made = admin.post("/documents", files={"file": ("cancelled.md", note)}, data={"index": "false"})
+        assert made.status_code == 202, made.text
+        doc = made.json()["id"]
+        assert (stored / digest[:2] / f"{digest}.md").is_file()
+        cancelled = admin.post(f"/documents/{doc}/cancel").json()
+        assert (cancelled["status"], cancelled["error"], cancelled["reingestable"]) == (
+            "failed",
+            "cancelled",
+            False,
+        )
+        assert not (stored / digest[:2] / f"{digest}.md").exists()
+        reingest = admin.post(f"/documents/{doc}/reingest")
+        assert reingest.status_code == 409 and reingest.json()["error"]["code"] == "conflict"
+        assert "upload it again" in reingest.json()["error"]["message"]
+        index = admin.post(f"/documents/{doc}/index")
+        assert index.status_code == 409 and "upload it again" in index.json()["error"]["message"]
+        assert "re-ingest" not in index.json()["error"]["message"]
+        assert admin.delete(f"/documents/{doc}").status_code == 200
+

@@ -233,8 +233,12 @@ def test_bad_input_fails_once_with_its_reason_and_is_never_retried(jobs: Citelin
     # It keeps no original, so it says it cannot be re-ingested (the admin page offers no button) and
     # a re-ingest asks for the file again.
     assert done.as_dict()["reingestable"] is False
-    with pytest.raises(NotFoundError, match="has no stored original to re-ingest; upload it again"):
+    with pytest.raises(ConflictError, match="has no stored original to re-ingest; upload it again"):
         jobs.reingest(done.id)
+    # Nor does queueing it again advise a re-ingest that would be refused.
+    with pytest.raises(ConflictError, match="upload it again") as refused:
+        jobs.index(done.id)
+    assert "re-ingest" not in str(refused.value)
 
 
 def test_uploads_over_the_size_limit_or_of_unknown_types_are_refused_before_anything_is_stored(
@@ -280,6 +284,27 @@ def test_a_queued_job_can_be_cancelled(jobs: Citeline) -> None:
     assert cancelled.status == "failed" and cancelled.error == "cancelled"
     with pytest.raises(ConflictError):
         jobs.cancel(queued.id)
+
+
+def test_cancelling_a_build_not_started_removes_the_original_no_other_version_holds(jobs: Citeline) -> None:
+    # No runner: every version stays pending or queued. A cancelled version keeps no original (as a
+    # failed build keeps none), so its bytes go at once, unless another version holds the same ones.
+    held = jobs.submit(upload("held.md", PUMP), index=False).document
+    copy = jobs.submit(upload("copy.md", PUMP)).document
+    lone = jobs.submit(upload("lone.md", PUMP + "\n\nUnit 7."), index=False).document
+    assert held.file_path and held.file_path == copy.file_path and lone.file_path
+    cancelled = jobs.cancel(lone.id)
+    assert cancelled.file_path is None and not Path(lone.file_path).exists()
+    assert cancelled.as_dict()["reingestable"] is False
+    with pytest.raises(ConflictError, match="upload it again"):
+        jobs.reingest(lone.id)
+    jobs.cancel(held.id)
+    assert Path(held.file_path).exists()  # the copy still needs it
+    jobs.cancel(copy.id)
+    assert not Path(copy.file_path).exists()
+    for doc in (held, copy, lone):
+        jobs.delete(str(doc.id))
+    assert jobs.unused_files(older_than=0) == []
 
 
 def test_a_running_job_can_be_cancelled_and_is_never_swapped_in(
@@ -375,6 +400,7 @@ def test_a_job_over_its_hard_time_limit_is_failed_and_its_work_discarded(
             time.sleep(0.05)
         failed = cl.document(str(doc.id))
         assert failed.status == "failed" and failed.error and "CITELINE_JOB_HARD_TIME_LIMIT" in failed.error
+        assert doc.file_path and not Path(doc.file_path).exists()  # a failed version keeps no original
         opened.set()  # the stuck build ends now; what it made must not be swapped in
         time.sleep(1.0)
         assert cl.wait(doc.id, timeout=WAIT).status == "failed" and cl.search("prime the pump") == []

@@ -14,11 +14,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 import sqlalchemy as sa
 
-from citeline.ingest import Ingestor, IngestResult, RetryPolicy, settle_abandoned
+from citeline.ingest import Ingestor, IngestResult, RetryPolicy, remove_unused_files, settle_abandoned
 from citeline.settings import Settings
 from citeline.store import catalog
 from citeline.store.catalog import DocumentInfo
@@ -145,8 +146,10 @@ def sweep(engine: sa.Engine, settings: Settings) -> None:
             conn, retries=settings.job_retries, retry_delay=settings.job_retry_delay
         )
     settle_abandoned(engine, abandoned)
-    for doc in overdue:
+    for doc, _ in overdue:
         log.warning("%s (version %d): %s", doc.name, doc.version, doc.error)
+    # A failed version keeps no original: those only they held go (a run still at work has read it).
+    remove_unused_files(engine, {Path(f) for _, f in overdue if f})
 
 
 class JobLimits:

@@ -24,7 +24,7 @@ from urllib.request import url2pathname
 import sqlalchemy as sa
 
 from citeline.checks import refuse_nul
-from citeline.errors import InvalidRequestError, LimitExceededError, NotFoundError, UnsupportedTypeError
+from citeline.errors import ConflictError, InvalidRequestError, LimitExceededError, UnsupportedTypeError
 from citeline.ingest import IngestOptions, Outcome, check_chunking
 from citeline.load import SUPPORTED_SUFFIXES, content_type_of
 from citeline.load.url import check_url
@@ -237,8 +237,10 @@ def reingest_request(doc: DocumentInfo) -> tuple[Path | None, str]:
     if doc.file_path:
         path = Path(doc.file_path)
         if not path.exists():
-            raise NotFoundError(f"document {doc.id}: its stored original {path} is missing; upload it again")
+            raise ConflictError(f"document {doc.id}: its stored original {path} is missing; upload it again")
         return path, doc.content_hash or ""
     if doc.reingestable:  # a web page, fetched again
         return None, doc.content_hash or ""
-    raise NotFoundError(f"document {doc.id} has no stored original to re-ingest; upload it again")
+    # The document exists: what it lacks is something to build from (a failed or cancelled upload
+    # keeps no original), a conflict with its state, not a missing resource.
+    raise ConflictError(f"document {doc.id} has no stored original to re-ingest; upload it again")

@@ -824,6 +824,9 @@ def enqueue(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> list[Docum
 def cancel(conn: sa.Connection, version: DocumentInfo) -> DocumentInfo:
     """Cancel a version's job: one not yet started fails at once; a running one is asked to stop.
 
+    A version failed here keeps no original (as any failed version): the caller removes the file it
+    had recorded after the commit, if nothing else uses it.
+
     Raises :class:`ConflictError` for a version that is not pending, queued or processing.
     """
     _lock_source(conn, version.source_uri)
@@ -849,22 +852,29 @@ def cancel(conn: sa.Connection, version: DocumentInfo) -> DocumentInfo:
     )
 
 
-def fail_overdue(conn: sa.Connection, hard_limit: float) -> list[DocumentInfo]:
+def fail_overdue(conn: sa.Connection, hard_limit: float) -> list[tuple[DocumentInfo, str | None]]:
     """Fail every version processing for longer than ``hard_limit`` seconds, whatever its run does.
 
-    Its run may still be working; :func:`activate` will not swap a failed version in.
+    Its run may still be working; :func:`activate` will not swap a failed version in. Returns each
+    failed version with the original file it had recorded, as :func:`fail_abandoned` does (a failed
+    version keeps none: for the caller to remove if nothing else uses it).
     """
     found = conn.execute(
         sa.text(
-            "SELECT id, source_uri, name FROM documents WHERE status = 'processing' "
+            "SELECT id, source_uri, name, file_path FROM documents WHERE status = 'processing' "
             "AND started_at < now() - make_interval(secs => :limit)"
         ),
         {"limit": hard_limit},
     ).all()
     reason = f"took longer than the hard time limit of {hard_limit:g} s (CITELINE_JOB_HARD_TIME_LIMIT)"
     return [
-        record_failure(conn, source_uri=uri, name=name, reason=reason, labels=Labels(), doc_id=version_id)
-        for version_id, uri, name in found
+        (
+            record_failure(
+                conn, source_uri=uri, name=name, reason=reason, labels=Labels(), doc_id=version_id
+            ),
+            file_path,
+        )
+        for version_id, uri, name, file_path in found
     ]
 
 
