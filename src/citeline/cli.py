@@ -45,6 +45,7 @@ from citeline.errors import CitelineError, ConfigError, InvalidRequestError
 from citeline.eval.stats import SHUFFLES
 from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
 from citeline.jobs.submit import Refreshed, parse_age
+from citeline.load import short_type
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Copy, Explain, Hit, SearchRequest, Timings
 from citeline.settings import Fusion, Settings, load_settings
@@ -168,7 +169,10 @@ CategoryOption = Annotated[str | None, typer.Option(help="Only this category or 
 TagOption = Annotated[list[str], typer.Option("--tag", "-t", help="Documents with any of these tags.")]
 AllTagsOption = Annotated[list[str], typer.Option("--all-tags", help="Documents with all of these tags.")]
 TypeOption = Annotated[
-    list[str], typer.Option("--type", help="Only these content types, e.g. application/pdf.")
+    list[str],
+    typer.Option(
+        "--type", help="Only these content types: pdf, text, markdown, html, csv (or application/pdf, ...)."
+    ),
 ]
 MetaOption = Annotated[list[str], typer.Option("--meta", help="Metadata KEY=VALUE that must match.")]
 ModelOption = Annotated[
@@ -655,7 +659,7 @@ def docs_list(
             str(d.version),
             status if d.status != "failed" else f"[red]failed[/red]: {escape(d.error or '')}",
             str(d.vector_count),
-            _short_type(d.content_type),
+            short_type(d.content_type),
             Text(",".join(d.scopes) or "(universal)"),
             Text(d.category or ""),
             Text(",".join(d.tags)),
@@ -725,12 +729,6 @@ def _cli_user() -> str:
         return f"cli:{getpass.getuser()}"
     except (OSError, KeyError):  # no name in the environment (LOGNAME, USER...) nor the password database
         return "cli"
-
-
-def _short_type(content_type: str | None) -> str:
-    """``pdf``, ``markdown``, ``html``, ``csv``, ``text``: the MIME type's subtype, for a narrow column."""
-    subtype = (content_type or "").partition("/")[2].partition(";")[0]
-    return "text" if subtype == "plain" else subtype
 
 
 @docs_app.command("show")

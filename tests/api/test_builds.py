@@ -144,3 +144,15 @@ def test_a_cancelled_upload_leaves_no_file_and_every_answer_says_to_upload_it_ag
         assert "re-ingest" not in index.json()["error"]["message"]
         assert admin.delete(f"/documents/{doc}").status_code == 200
 
+
+def test_search_takes_content_types_as_docs_list_shows_them_and_refuses_unknown_ones(server: Server) -> None:
+    query = {"query": "relief valve opens", "top_k": 5}
+    with server.as_("admin") as admin:
+        stored = admin.post("/search", json={**query, "content_types": ["text/markdown"]}).json()["results"]
+        short = admin.post("/search", json={**query, "content_types": ["markdown"]}).json()["results"]
+        assert stored and [h["chunk_id"] for h in short] == [h["chunk_id"] for h in stored]
+        assert admin.post("/search", json={**query, "content_types": ["csv"]}).json()["results"] == []
+        unknown = admin.post("/search", json={**query, "content_types": ["docx"]})
+    assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "invalid_request"
+    message = unknown.json()["error"]["message"]
+    assert "'docx'" in message and "markdown" in message and "application/pdf" in message

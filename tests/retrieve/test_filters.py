@@ -85,6 +85,7 @@ def test_tags_any_all_metadata_type_and_ids(corpus: Citeline) -> None:
     assert _names(corpus, filters=Filters(tags_all=("insulin", "protocol"))) == ["diabetes.txt"]
     assert _names(corpus, filters=Filters(metadata={"lang": "fr"})) == ["universal.md"]
     assert _names(corpus, filters=Filters(content_types=("text/markdown",))) == ["universal.md"]
+    assert _names(corpus, filters=Filters(content_types=("markdown",))) == ["universal.md"]
     doc = next(d for d in corpus.documents() if d.name == "diabetes.txt")
     assert _names(corpus, filters=Filters(document_ids=(doc.id,))) == ["diabetes.txt"]
 
@@ -126,3 +127,15 @@ def test_search_refuses_to_mix_embedding_models(corpus: Citeline) -> None:
 def test_settings_reject_bad_namespaces(data_dir: Path) -> None:
     with pytest.raises(ValueError, match="namespace"):
         Settings(data_dir=data_dir, namespace="Robert'); DROP TABLE")
+
+
+def test_content_types_take_the_short_names_docs_list_shows_and_refuse_unknown_ones() -> None:
+    # Stored content types are MIME types; `docs list` shows them short (pdf, csv, text). Either finds
+    # the same documents, and a type no document can have is refused, not an empty result.
+    short = Filters(content_types=("csv", "pdf", "text", "markdown", "html", "Text/CSV"))
+    assert short.content_types == ("text/csv", "application/pdf", "text/plain", "text/markdown", "text/html")
+    assert Filters(content_types=("application/pdf",)).content_types == ("application/pdf",)
+    with pytest.raises(InvalidRequestError, match="unknown content type 'docx'") as refused:
+        Filters(content_types=("docx",))
+    for known in ("pdf", "text/csv", "application/pdf"):
+        assert known in str(refused.value)

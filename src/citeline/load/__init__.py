@@ -21,7 +21,7 @@ from citeline.load.table import load_csv
 from citeline.load.text import load_markdown, load_text
 from citeline.types import LoadedSource
 
-__all__ = ["SUPPORTED_SUFFIXES", "content_type_of", "load", "load_url"]
+__all__ = ["CONTENT_TYPES", "SUPPORTED_SUFFIXES", "content_type_of", "load", "load_url", "short_type"]
 
 # Each extension's loader, and the content type it gives the sources it reads (a TSV is read as CSV).
 _KINDS: dict[str, tuple[Callable[[Path], LoadedSource], str]] = {
@@ -36,6 +36,15 @@ _KINDS: dict[str, tuple[Callable[[Path], LoadedSource], str]] = {
 }
 SUPPORTED_SUFFIXES: tuple[str, ...] = tuple(sorted(_KINDS))
 """File extensions :func:`load` accepts (lower case, with the dot)."""
+CONTENT_TYPES: tuple[str, ...] = tuple(sorted({kind for _, kind in _KINDS.values()}))
+"""Every content type a loaded source can have (a web page is ``text/html``)."""
+
+
+def short_type(content_type: str | None) -> str:
+    """``pdf``, ``markdown``, ``html``, ``csv``, ``text``: the MIME type's subtype, for a narrow column
+    (``docs list``) and as a search filter's shorthand."""
+    subtype = (content_type or "").partition("/")[2].partition(";")[0]
+    return "text" if subtype == "plain" else subtype
 
 
 def content_type_of(name: str) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 from citeline.annotate import SectionType, model_key
 from citeline.checks import refuse_nul
 from citeline.errors import InvalidRequestError
+from citeline.load import CONTENT_TYPES, short_type
 
 
 def normalise_category(category: str) -> str:
@@ -86,6 +87,8 @@ class Filters:
     ``category``: the category itself or any below it (``Engineering`` matches ``Engineering/Security``).
     ``tags_any`` / ``tags_all``: the document carries at least one / all of these tags.
     ``metadata``: every key equals the given value in the document's metadata.
+    ``content_types``: the document's content type is one of these, given as stored (``text/csv``) or
+    by the short name ``docs list`` shows (``csv``); kept as stored, and an unknown one is refused.
     ``model_numbers`` / ``section_types``: chunk-level auto-metadata (:mod:`citeline.annotate`): the
     chunk names any of these model numbers (matched by canonical key: ``xr200`` finds ``XR-200``) /
     has any of these section types.
@@ -113,6 +116,7 @@ class Filters:
         blank = [m for m in self.model_numbers if not model_key(m)]
         if blank:
             raise InvalidRequestError(f"model number {blank[0]!r} has no letters or digits")
+        object.__setattr__(self, "content_types", content_types(self.content_types))
 
     @property
     def on_chunks(self) -> bool:
@@ -174,6 +178,24 @@ class Filters:
             conds.append(f"{alias}.section_type = ANY(CAST(:f_sections AS text[]))")
             params["f_sections"] = sorted(set(self.section_types))
         return " AND ".join(conds), params
+
+
+def content_types(given: Iterable[str]) -> tuple[str, ...]:
+    """The MIME types a content-type filter names, each once: a stored type (``application/pdf``, any
+    case) or its short name as ``docs list`` shows it (``pdf``, ``text``, ``csv``). A name no document
+    can have is refused with the known ones, where it would have matched nothing."""
+    by_name = {**{short_type(t): t for t in CONTENT_TYPES}, **{t: t for t in CONTENT_TYPES}}
+    out: dict[str, None] = {}
+    for name in given:
+        known = by_name.get(name.strip().lower())
+        if known is None:
+            shorts = ", ".join(sorted(short_type(t) for t in CONTENT_TYPES))
+            raise InvalidRequestError(
+                f"content_types: unknown content type {name!r}; known: {shorts} "
+                f"(or as stored: {', '.join(CONTENT_TYPES)})"
+            )
+        out[known] = None
+    return tuple(out)
 
 
 def like_escape(value: str) -> str:

@@ -33,7 +33,9 @@ class FilterFields(RequestBody):
     category: str | None = Field(default=None, description="This category or any below it.")
     tags: list[str] = Field(default_factory=list, description="Documents with any of these tags.")
     tags_all: list[str] = Field(default_factory=list, description="Documents with all of these tags.")
-    content_types: list[str] = Field(default_factory=list, description="E.g. application/pdf.")
+    content_types: list[str] = Field(
+        default_factory=list, description="pdf, text, markdown, html, csv, or as stored (application/pdf)."
+    )
     document_ids: list[uuid.UUID] = Field(default_factory=list, description="Only these documents.")
     metadata: Metadata = Field(default_factory=dict, description="Metadata values that must match (strings).")
     model_numbers: list[str] = Field(
