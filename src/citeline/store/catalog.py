@@ -42,7 +42,7 @@ _DOC_COLUMNS = (
 
 @dataclass(frozen=True)
 class SameContent:
-    """An active document holding the same bytes as another one, under another name."""
+    """A document holding the same bytes as another one, under another name."""
 
     document_id: uuid.UUID
     name: str
