@@ -356,3 +356,14 @@ def test_a_sentence_cited_to_a_passage_stating_its_figure_otherwise_cites_the_on
     # the figure takes it.
     assert done.answer == "The complete genome of the virus comprises 7424 nucleotides. [1]"
     assert [(c.number, c.chunk_id) for c in done.citations] == [(1, 2)] and done.unsupported == ()
+
+
+def test_a_sentence_giving_a_name_no_passage_gives_gets_no_citation(embedder: Embedder) -> None:
+    # As the citation check judges (citations.verify): a passage that does not give the name the
+    # sentence gives does not back it, however close in words.
+    text, attributor = attribute(
+        "Never run the Grundfos pump dry. Never run the pump dry, it destroys the seal.", embedder
+    )
+
+    assert text == "Never run the Grundfos pump dry. Never run the pump dry, it destroys the seal [1]."
+    assert [a.sentence for a in attributor.attributions] == ["Never run the pump dry, it destroys the seal."]

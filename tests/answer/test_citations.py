@@ -396,3 +396,53 @@ def test_a_sentence_taking_one_quantity_from_each_passage_it_cites_is_backed(emb
 
     assert both.unsupported == () and all(c.supported for c in both.citations)
     assert [u.numbers for u in wrong.unsupported] == [(1, 2)]
+
+
+def test_a_sentence_giving_a_name_its_passage_does_not_is_not_backed_by_it(embedder: Embedder) -> None:
+    # Asked which airplanes a proposed directive applies to, the packaged model answered with the maker
+    # another passage named: support 0.57 against the directive for Boeing, counted as backed.
+    directive = make_hit(
+        11,
+        "The FAA proposes to adopt a new airworthiness directive (AD) for certain The Boeing Company "
+        "Model 737-8 and 737-9 airplanes. This AD applies to The Boeing Company Model 737-8 airplanes.",
+        title="Federal Register 2020-17221",
+    )
+    given = {1: select_passages([directive])[0]}
+    asked = "Which airplanes does the proposed airworthiness directive apply to?"
+
+    wrong = verify(
+        "The proposed airworthiness directive applies to Pilatus Aircraft Ltd. [1]",
+        given,
+        VectorCache(embedder),
+        question=asked,
+    )
+    right = verify(
+        "The proposed airworthiness directive applies to Boeing Model 737-8 airplanes [1].",
+        given,
+        VectorCache(embedder),
+        question=asked,
+    )
+
+    assert [u.numbers for u in wrong.unsupported] == [(1,)] and not wrong.citations[0].supported
+    assert right.unsupported == () and right.citations[0].supported
+
+
+def test_a_name_the_question_or_the_passages_title_gives_need_not_be_in_the_passage(
+    embedder: Embedder,
+) -> None:
+    filter_page = make_hit(
+        12, "Change the water filter every two months, or after 50 litres.", title="Lavazza BLUE LB 1100"
+    )
+    given = {1: select_passages([filter_page])[0]}
+    sentence = "Change the water filter of the Lavazza Blue every two months [1]."
+
+    assert verify(sentence, given, VectorCache(embedder)).citations[0].supported
+    other = {1: select_passages([make_hit(12, filter_page.text, title="Espresso machine manual")])[0]}
+    assert not verify(sentence, other, VectorCache(embedder)).citations[0].supported
+    assert (
+        verify(
+            sentence, other, VectorCache(embedder), question="How often is the Lavazza Blue's filter changed?"
+        )
+        .citations[0]
+        .supported
+    )

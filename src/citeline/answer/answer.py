@@ -426,7 +426,11 @@ class _Draft:
         self.numbering = working
         self.rewriter = CitationRewriter(prompt.passages, self.numbering)
         self.attributor = Attributor(
-            prompt.passages, self.numbering, cache, never=(prompt.refusal,) if prompt.refusal else ()
+            prompt.passages,
+            self.numbering,
+            cache,
+            never=(prompt.refusal,) if prompt.refusal else (),
+            question=asked,
         )
         self.reply = ""
         self.sent = 0
@@ -533,7 +537,12 @@ async def _ground(
     began = clock.ms()
     numbered = _numbered(draft.prompt.passages, draft.numbering)
     checked = await asyncio.to_thread(
-        verify, draft.reply, numbered, cache, attributed=draft.attributor.attributed_numbers
+        verify,
+        draft.reply,
+        numbered,
+        cache,
+        attributed=draft.attributor.attributed_numbers,
+        question=draft.asked,
     )
     verify_ms = clock.ms() - began
     # A reply whose every citation is flagged says things its passages do not (a 0.5B model copies its

@@ -37,6 +37,7 @@ from citeline.answer.citations import (
     cited_numbers,
     claims,
 )
+from citeline.answer.names import read_under, unnamed
 from citeline.answer.prompt import Passage
 from citeline.answer.quantities import disagreement
 from citeline.answer.support import (
@@ -91,8 +92,10 @@ class Attributor:
         *,
         threshold: float = SUPPORT_THRESHOLD,
         never: Collection[str] = (),
+        question: str = "",
     ) -> None:
         self._passages = list(passages)
+        self._question = question
         self._sentences = [PassageSentences.of_hit(p.hit) for p in passages]
         self.numbering = numbering
         self._cache = cache
@@ -213,8 +216,15 @@ class Attributor:
         # As the citation check judges (citations.verify): a passage stating the sentence's quantity
         # otherwise does not back it, however close in words ("7424 nucleotides" cited to the passage on
         # another virus of 7489 bp, while the next passage states 7424).
+        # Nor one that does not give a name the sentence gives (citations.verify, names.unnamed).
         scores = [
-            0.0 if score and disagreement(sentence.text, passage.text) else score
+            0.0
+            if score
+            and (
+                disagreement(sentence.text, passage.text)
+                or unnamed(sentence.text, passage.text, context=(self._question, *read_under(passage.hit)))
+            )
+            else score
             for score, passage in zip(scores, self._passages, strict=True)
         ]
         index_of = {self.numbering.get(p.chunk_id): i for i, p in enumerate(self._passages)}

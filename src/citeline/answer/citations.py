@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from citeline.answer.names import read_under, unnamed
 from citeline.answer.prompt import Passage
 from citeline.answer.quantities import disagreement
 from citeline.answer.stance import Stance
@@ -526,13 +527,16 @@ def verify(
     *,
     attributed: Collection[int] = frozenset(),
     read_as: Mapping[str, str] | None = None,
+    question: str = "",
 ) -> Verification:
     """Score each cited sentence of ``answer`` against the passages it cites and build the citations.
 
     ``passages`` maps conversation numbers to the passages given this turn; ``attributed`` holds the
     numbers that citeline cited and the model did not. A sentence is unsupported when no passage it
     cites scores :data:`SUPPORT_THRESHOLD` or more; a passage that states one of the sentence's
-    quantities otherwise (:func:`~citeline.answer.quantities.disagreement`) scores 0 for it. A
+    quantities otherwise (:func:`~citeline.answer.quantities.disagreement`), or that does not give a
+    name the sentence gives (:func:`~citeline.answer.names.unnamed`; ``question``, what was asked,
+    may give it instead), scores 0 for it. A
     sentence with no citation and a few content terms is reported as uncited. ``read_as`` maps a
     sentence of ``answer`` (as :func:`claims` gives it) to the text its citations are scored for: a
     verdict ("Yes: the sources support this claim [1].") cites its passages for the claim it judges,
@@ -579,6 +583,17 @@ def verify(
             if len(numbers) == 1 or disagreement(claim.text, joined):
                 scores = [
                     replace(s, score=0.0) if s.score and disagreement(claim.text, passages[n].text) else s
+                    for n, s in zip(numbers, scores, strict=True)
+                ]
+            # Nor do they tell one name from another: "The directive applies to Pilatus Aircraft Ltd. [1]"
+            # scored 0.57 against the directive for The Boeing Company (Pilatus was in another passage).
+            # As with quantities, a name any of the cited passages gives is borne out.
+            under = {n: (question, *read_under(passages[n].hit)) for n in numbers}
+            if unnamed(claim.text, joined, context=[t for n in numbers for t in under[n]]):
+                scores = [
+                    replace(s, score=0.0)
+                    if s.score and unnamed(claim.text, passages[n].text, context=under[n])
+                    else s
                     for n, s in zip(numbers, scores, strict=True)
                 ]
         for n, result in zip(numbers, scores, strict=True):
