@@ -21,6 +21,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Route, expect
 
+from citeline.retrieve.filters import MAX_LABEL_CHARS
 from tests.api.conftest import (
     Server,
     base_env,
@@ -968,20 +969,39 @@ def test_a_key_the_server_refuses_is_said_by_its_form_and_the_last_new_key_is_no
     made = page.locator("#new-key-value").text_content()
     assert made and made.startswith("cl_")
     try:
-        # A reader key with no scopes: the server refuses it (HTTP 422).
-        form.get_by_label("Name").fill("reader of nothing")
+        # A scope longer than any label may be: the server refuses it (HTTP 422).
+        form.get_by_label("Scopes").fill("x" * (MAX_LABEL_CHARS + 1))
+        form.get_by_label("Name").fill("reader of too long a scope")
         with page.expect_response(
             lambda r: r.url.endswith("/keys") and r.request.method == "POST"
         ) as refused:
             form.get_by_role("button", name="Create key").click()
         assert refused.value.status == 422
         said = page.locator("#keys").get_by_text("Could not create the key: ")
-        expect(said).to_contain_text("a reader key needs scopes")
+        expect(said).to_contain_text(f"must be at most {MAX_LABEL_CHARS} characters")
         expect(said).to_be_in_viewport()
         expect(page.locator("#admin-status")).to_be_hidden()
         # The key made before is not shown as if it were the one just asked for.
         expect(new_key).to_be_hidden()
         expect(page.locator("#keys")).not_to_contain_text(made)
+
+        # A reader key with no scope, which the server makes for no one: said before anything is sent,
+        # rather than advising the empty field ("leave it empty for ... universal documents only").
+        posted = []
+        page.on(
+            "request", lambda r: posted.append(r) if r.method == "POST" and r.url.endswith("/keys") else None
+        )
+        form.get_by_label("Scopes").fill(" , ")
+        form.get_by_role("button", name="Create key").click()
+        expect(page.locator("#key-status")).to_have_text(
+            'Scopes: "," names no scope; give at least one scope, or tick every scope.'
+        )
+        form.get_by_label("Scopes").fill("")
+        form.get_by_role("button", name="Create key").click()
+        expect(page.locator("#key-status")).to_have_text(
+            "Scopes: a reader key needs at least one; give at least one scope, or tick every scope."
+        )
+        assert posted == []
     finally:
         with site.server.client(site.admin) as api:
             for key in api.get("/keys").json()["keys"]:

@@ -1040,7 +1040,11 @@ function setUpKeys() {
     try {
       if (form.all_scopes.checked) body.all_scopes = true;
       else if (body.role === "reader") {
-        body.scopes = names(form.scopes, "scope", "leave it empty for a key that sees universal documents only");
+        // The server makes no reader key without a scope (nor does `citeline keys create`): said here,
+        // before anything is sent, rather than advising an empty field it then refuses.
+        const advice = "give at least one scope, or tick every scope";
+        body.scopes = names(form.scopes, "scope", advice);
+        if (!body.scopes.length) throw new LabelError(`Scopes: a reader key needs at least one; ${advice}.`, form.scopes);
       }
     } catch (error) {
       return refuseLabel(status, error);
