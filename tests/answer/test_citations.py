@@ -14,7 +14,7 @@ from citeline.answer.citations import (
     rewrite_citations,
     verify,
 )
-from citeline.answer.prompt import Passage, select_passages
+from citeline.answer.prompt import PERSONAS, Passage, select_passages
 from citeline.answer.support import SUPPORT_THRESHOLD, VectorCache, normalise
 from citeline.embed import Embedder
 
@@ -446,3 +446,34 @@ def test_a_name_the_question_or_the_passages_title_gives_need_not_be_in_the_pass
         .citations[0]
         .supported
     )
+
+
+def test_a_sentence_repeating_the_models_instructions_is_not_backed_by_a_passage(embedder: Embedder) -> None:
+    # Asked "How do I inspect the stabilizer trim?" with the repair persona, the packaged model opened
+    # with its own guidance, cited: backed at 0.56 by a passage of the manual.
+    trim = make_hit(
+        13,
+        "Inspect the horizontal stabilizer trim in order: check the trim jackscrew, then the trim motor. "
+        "Disconnect power before any inspection.",
+    )
+    given = {1: select_passages([trim])[0]}
+    persona = PERSONAS["repair"]
+
+    echo = verify(
+        "To inspect the stabilizer trim, follow these steps in order, and put any safety warning from the "
+        "sources first [1].",
+        given,
+        VectorCache(embedder),
+        instructions=persona,
+    )
+    answer = verify(
+        "Inspect the horizontal stabilizer trim in order: the jackscrew, then the trim motor [1].",
+        given,
+        VectorCache(embedder),
+        instructions=persona,
+    )
+
+    assert [u.numbers for u in echo.unsupported] == [(1,)] and not echo.citations[0].supported
+    assert answer.unsupported == () and answer.citations[0].supported
+    # Without the instructions to compare, the echo scores as close in words as it is.
+    assert verify(echo.unsupported[0].text, given, VectorCache(embedder)).citations[0].supported

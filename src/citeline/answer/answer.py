@@ -543,6 +543,7 @@ async def _ground(
         cache,
         attributed=draft.attributor.attributed_numbers,
         question=draft.asked,
+        instructions="\n".join(m.content for m in draft.prompt.messages if m.role == "system"),
     )
     verify_ms = clock.ms() - began
     # A reply whose every citation is flagged says things its passages do not (a 0.5B model copies its

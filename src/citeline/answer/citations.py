@@ -528,6 +528,7 @@ def verify(
     attributed: Collection[int] = frozenset(),
     read_as: Mapping[str, str] | None = None,
     question: str = "",
+    instructions: str = "",
 ) -> Verification:
     """Score each cited sentence of ``answer`` against the passages it cites and build the citations.
 
@@ -536,7 +537,8 @@ def verify(
     cites scores :data:`SUPPORT_THRESHOLD` or more; a passage that states one of the sentence's
     quantities otherwise (:func:`~citeline.answer.quantities.disagreement`), or that does not give a
     name the sentence gives (:func:`~citeline.answer.names.unnamed`; ``question``, what was asked,
-    may give it instead), scores 0 for it. A
+    may give it instead), scores 0 for it, as does one for a sentence repeating ``instructions`` (the
+    model's system prompt) where the passage does not say the same. A
     sentence with no citation and a few content terms is reported as uncited. ``read_as`` maps a
     sentence of ``answer`` (as :func:`claims` gives it) to the text its citations are scored for: a
     verdict ("Yes: the sources support this claim [1].") cites its passages for the claim it judges,
@@ -596,6 +598,16 @@ def verify(
                     else s
                     for n, s in zip(numbers, scores, strict=True)
                 ]
+        # A small model may repeat its instructions as an answer ("follow these steps in order, and put
+        # any safety warning from the sources first. [1]", from the repair persona's guidance): close
+        # in words to a manual's passage, backed at 0.56. What the instructions say is no passage's.
+        if instructions:
+            scores = [
+                replace(s, score=0.0)
+                if s.score and _echoes(claim.text, instructions, passages[n].text)
+                else s
+                for n, s in zip(numbers, scores, strict=True)
+            ]
         for n, result in zip(numbers, scores, strict=True):
             if n not in best or result.score > best[n].score:
                 best[n] = result
@@ -621,6 +633,22 @@ def verify(
         unsupported=tuple(unsupported),
         uncited=tuple(uncited),
     )
+
+
+#: Words in a row that a sentence must share with the instructions, and its passage not, to repeat them.
+_ECHO_WORDS = 5
+_ECHO_WORD = re.compile(r"\w+")
+
+
+def _echoes(sentence: str, instructions: str, passage: str) -> bool:
+    """Whether ``sentence`` repeats :data:`_ECHO_WORDS` words in a row of ``instructions`` that ``passage``
+    does not hold."""
+
+    def runs(text: str) -> set[tuple[str, ...]]:
+        words = _ECHO_WORD.findall(text.casefold())
+        return {tuple(words[i : i + _ECHO_WORDS]) for i in range(len(words) - _ECHO_WORDS + 1)}
+
+    return bool((runs(sentence) & runs(instructions)) - runs(passage))
 
 
 def _citation(
