@@ -136,12 +136,13 @@ def test_labels_naming_nothing_are_refused_before_anything_is_sent(
     expect(row).to_contain_text("plant-a, plant-b")
     site.api("DELETE", f"/documents/{row.get_attribute('data-id')}")
 
-    # A reader key's scopes alike: only commas would make a key that sees universal documents only.
+    # A reader key's scopes alike (said by the key form): only commas name no scope, and a reader key
+    # needs one.
     keys = page.locator("#key-form")
     keys.get_by_label("Scopes").fill(",,")
     keys.get_by_role("button", name="Create key").click()
-    expect(page.locator("#admin-status")).to_have_text(
-        'Scopes: ",," names no scope; leave it empty for a key that sees universal documents only.'
+    expect(page.locator("#key-status")).to_have_text(
+        'Scopes: ",," names no scope; give at least one scope, or tick every scope.'
     )
     expect(page.locator("#new-key")).to_be_hidden()
 
