@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Dialog, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Dialog, Page, expect
 from playwright.sync_api import Error as PlaywrightError
 
 from citeline.load import load
@@ -329,3 +329,117 @@ def test_time_to_highlighted_page_on_the_15_page_fixture(
             f"p50 {statistics.median(warm):.0f} ms with the document already open; "
             f"load average {os.getloadavg()[0]:.2f} at {time.strftime('%H:%M:%S')}"
         )
+
+
+# The marks' widths on screen, the first mark's box and whether it lies inside the viewer's box, the
+# page's drawn width and whether the viewer scrolls sideways.
+MEASURE_ZOOM = """() => {
+  const container = document.getElementById("viewer");
+  const marks = [...container.querySelectorAll("mark.citeline-mark")]
+    .sort((a, b) => Number(a.dataset.piece) - Number(b.dataset.piece));
+  const view = container.getBoundingClientRect();
+  const first = marks[0]?.getBoundingClientRect();
+  const canvas = container.querySelector(".citeline-pdf-page canvas");
+  return {
+    marksWidth: marks.reduce((sum, mark) => sum + mark.getBoundingClientRect().width, 0),
+    inView: !!first && first.top >= view.top && first.bottom <= view.bottom
+      && first.left >= view.left && first.left < view.right,
+    sheetWidth: container.querySelector(".citeline-pdf-page").getBoundingClientRect().width,
+    scrollsSideways: container.scrollWidth > container.clientWidth,
+    pageScrollWidth: document.documentElement.scrollWidth,
+    canvasPixels: canvas.width * canvas.height,
+    canvasCssWidth: canvas.getBoundingClientRect().width,
+  };
+}"""
+
+
+def _phone_viewer(browser: Browser, server: TestServer, scale: float = 1) -> BrowserContext:
+    """A 390 px wide page whose viewer is as wide as the chat page's citation panel gives it there."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=scale)
+    page = context.new_page()
+    page.goto(f"{server.url}/harness.html")
+    page.wait_for_function("window.harnessReady === true")
+    page.locator("#viewer").evaluate("box => { box.style.width = '350px'; box.style.height = '500px'; }")
+    return context
+
+
+def test_zoom_draws_the_cited_page_larger_and_keeps_the_highlight_in_view(
+    browser: Browser, server: TestServer
+) -> None:
+    name = "multicol_latex_pypdf_sample.pdf"
+    path = _serve_pdf(server, name)
+    span = next(s for s in _spans(path, per_page=1) if s.page == 2 and s.label.startswith("sentence"))
+    context = _phone_viewer(browser, server)
+    try:
+        page = context.pages[0]
+        open_citation(page, pdf_citation(server.url, name, span))
+        pager = page.locator("#viewer nav.citeline-pager")
+        fit = page.evaluate(MEASURE_ZOOM)
+        assert fit["marksWidth"] > 0 and fit["inView"] and not fit["scrollsSideways"]
+        expect(pager.get_by_role("button", name="Zoom out")).to_be_disabled()
+
+        # From the pager's last page button, by keyboard only: Tab to "Zoom in", Enter twice (2x).
+        pager.get_by_role("button", name="Next page").focus()
+        page.keyboard.press("Tab")
+        expect(pager.get_by_role("button", name="Zoom in")).to_be_focused()
+        page.keyboard.press("Enter")
+        expect(pager.locator("output")).to_have_text("150%")
+        expect(pager.get_by_role("button", name="Zoom in")).to_be_focused()
+        page.keyboard.press("Enter")
+        expect(pager.locator("output")).to_have_text("200%")
+        zoomed = page.evaluate(MEASURE_ZOOM)
+        assert zoomed["marksWidth"] >= 1.9 * fit["marksWidth"]
+        assert zoomed["sheetWidth"] >= 1.9 * fit["sheetWidth"]
+        assert zoomed["inView"], "the highlight is not scrolled into view after zooming"
+        assert zoomed["scrollsSideways"], "the wider page must scroll inside the viewer"
+        assert zoomed["pageScrollWidth"] <= 390, "the wider page must not widen the page around it"
+
+        # The zoom stays while paging, and the cited page is marked again at it.
+        pager.get_by_role("button", name="Next page").click()
+        expect(pager.locator("span")).to_have_text("Page 3 of 3")
+        expect(pager.locator("output")).to_have_text("200%")
+        pager.get_by_role("button", name="Previous page").click()
+        expect(pager.locator("span")).to_have_text("Page 2 of 3 (cited page)")
+        back = page.evaluate(MEASURE_ZOOM)
+        assert back["marksWidth"] >= 1.9 * fit["marksWidth"] and back["inView"]
+
+        # "Fit width", by keyboard, returns to the page as first drawn.
+        pager.get_by_role("button", name="Fit width").focus()
+        page.keyboard.press("Enter")
+        expect(pager.locator("output")).to_have_text("100%")
+        again = page.evaluate(MEASURE_ZOOM)
+        assert again["sheetWidth"] == fit["sheetWidth"] and again["inView"]
+        assert abs(again["marksWidth"] - fit["marksWidth"]) < 1
+
+        # A new citation opens at fit width, whatever the zoom was.
+        pager.get_by_role("button", name="Zoom in").click()
+        expect(pager.locator("output")).to_have_text("150%")
+        open_citation(page, pdf_citation(server.url, name, span))
+        expect(pager.locator("output")).to_have_text("100%")
+        assert page.evaluate(MEASURE_ZOOM)["sheetWidth"] == fit["sheetWidth"]
+    finally:
+        context.close()
+
+
+def test_a_zoomed_page_on_a_dense_screen_is_drawn_on_a_bounded_canvas(
+    browser: Browser, server: TestServer
+) -> None:
+    name = "multicol_latex_pypdf_sample.pdf"
+    path = _serve_pdf(server, name)
+    span = next(s for s in _spans(path, per_page=1) if s.page == 1)
+    # 3x of a 348 px page at a device pixel ratio of 4: 4176 x 5404 pixels, 22.6 million, unbounded.
+    context = _phone_viewer(browser, server, scale=4)
+    try:
+        page = context.pages[0]
+        open_citation(page, pdf_citation(server.url, name, span))
+        pager = page.locator("#viewer nav.citeline-pager")
+        for shown in ("150%", "200%", "300%"):
+            pager.get_by_role("button", name="Zoom in").click()
+            expect(pager.locator("output")).to_have_text(shown)
+        expect(pager.get_by_role("button", name="Zoom in")).to_be_disabled()
+        zoomed = page.evaluate(MEASURE_ZOOM)
+        assert zoomed["canvasPixels"] <= 16_000_000
+        assert zoomed["canvasPixels"] >= 12_000_000, "the canvas is bounded, not drawn at low resolution"
+        assert zoomed["canvasCssWidth"] == zoomed["sheetWidth"] and zoomed["inView"]
+    finally:
+        context.close()

@@ -18,6 +18,13 @@ const PDFJS_WASM = new URL("./vendor/pdfjs/wasm/", import.meta.url).href;
 // time, and PDF.js starts one per document unless it is given one.
 let pdfjsPromise = null;
 
+/** The zoom steps, as multiples of the page fitted to the viewer's width. */
+export const ZOOMS = [1, 1.5, 2, 3];
+// A canvas of more pixels is drawn at a lower resolution instead: at a device pixel ratio of 3, a page
+// at 3x its phone width would take 16 million, and a larger canvas fails outright on some browsers
+// (iOS Safari's limit is 4096 x 4096) or holds hundreds of megabytes.
+const MAX_CANVAS_PIXELS = 16_000_000;
+
 function loadPdfjs() {
   pdfjsPromise ??= import(PDFJS).then((pdfjs) => {
     pdfjs.GlobalWorkerOptions.workerSrc = PDFJS_WORKER;
@@ -101,6 +108,7 @@ export class CitationViewer {
     this.current = null;
     this.renderTask = null;
     this.textLayer = null;
+    this.zoom = 1;
   }
 
   /**
@@ -116,6 +124,7 @@ export class CitationViewer {
   async open(citation) {
     return this.#run(async (generation) => {
       this.current = null;
+      this.zoom = 1;
       if (!citation.contentType?.startsWith("application/pdf")) {
         return this.#openText(citation, generation);
       }
@@ -133,6 +142,24 @@ export class CitationViewer {
   async showPage(number) {
     if (!this.current) throw new ViewerError("no PDF is open");
     return this.#run((generation) => this.#showPdfPage(number, generation));
+  }
+
+  /**
+   * Redraw the page shown at `zoom` times the viewer's width (one of {@link ZOOMS}), the highlight
+   * scrolled into view again; the zoom stays while paging, and a new citation opens at 1 (fit width).
+   * The pager's zoom buttons call this. Resolves like {@link CitationViewer#open}.
+   */
+  async setZoom(zoom) {
+    if (!this.current?.page) throw new ViewerError("no PDF page is shown");
+    if (!ZOOMS.includes(zoom)) throw new ViewerError(`no zoom ${zoom}; the steps are ${ZOOMS.join(", ")}`);
+    const box = this.container;
+    // An unmarked page keeps the point at the middle of the view there.
+    const centre = {
+      x: (box.scrollLeft + box.clientWidth / 2) / box.scrollWidth,
+      y: (box.scrollTop + box.clientHeight / 2) / box.scrollHeight,
+    };
+    this.zoom = zoom;
+    return this.#run((generation) => this.#showPdfPage(this.current.page, generation, centre));
   }
 
   async #run(show) {
@@ -211,7 +238,7 @@ export class CitationViewer {
     }
   }
 
-  async #showPdfPage(pageNumber, generation) {
+  async #showPdfPage(pageNumber, generation, centre = null) {
     const { pdf, citation } = this.current;
     if (!Number.isInteger(pageNumber) || pageNumber < 1 || pageNumber > pdf.numPages) {
       throw new ViewerError(`the document has ${pdf.numPages} pages and no page ${pageNumber}`);
@@ -220,9 +247,10 @@ export class CitationViewer {
     this.#stale(generation);
     const { pdfjs } = await loadPdfjs();
 
-    const width = Math.max(this.container.clientWidth - 2, 320);
+    const width = Math.max(this.container.clientWidth - 2, 320) * this.zoom;
     const viewport = page.getViewport({ scale: width / page.getViewport({ scale: 1 }).width });
-    const ratio = window.devicePixelRatio || 1;
+    const pixels = viewport.width * viewport.height;
+    const ratio = Math.min(window.devicePixelRatio || 1, Math.sqrt(MAX_CANVAS_PIXELS / pixels));
     const sheet = element("div", "citeline-pdf-page");
     sheet.style.setProperty("--scale-factor", String(viewport.scale));
     sheet.style.setProperty("--user-unit", String(viewport.userUnit ?? 1));
@@ -253,9 +281,10 @@ export class CitationViewer {
     await Promise.all([this.renderTask.promise, textLayer.render()]);
     this.#stale(generation);
     this.renderTask = this.textLayer = null;
+    this.current.page = pageNumber;
 
     if (pageNumber !== citation.page) {
-      this.#show(sheet, this.#pager(pageNumber, pdf.numPages, ""), []);
+      this.#show(sheet, this.#pager(pageNumber, pdf.numPages, ""), [], centre);
       return { matched: 0, total: 0, marks: [] };
     }
     const items = textLayer.textContentItemsStr;
@@ -275,7 +304,7 @@ export class CitationViewer {
       : scanned
         ? " (a scanned page with no text layer: the passage, read from it by OCR, cannot be marked on it)"
         : " (the cited passage could not be located on this page)";
-    this.#show(sheet, this.#pager(pageNumber, pdf.numPages, note), marks);
+    this.#show(sheet, this.#pager(pageNumber, pdf.numPages, note), marks, centre);
     return { matched, total, marks };
   }
 
@@ -330,7 +359,7 @@ export class CitationViewer {
     return { matched: marks.length ? total : 0, total, marks };
   }
 
-  // "Page n of N" between buttons to the previous and next pages.
+  // "Page n of N" between buttons to the previous and next pages, then the zoom's buttons.
   #pager(number, count, note) {
     const bar = element("nav", "citeline-caption citeline-pager");
     bar.setAttribute("aria-label", "Pages");
@@ -346,23 +375,61 @@ export class CitationViewer {
       button("\u2039 Previous page", number - 1),
       element("span", "", `Page ${number} of ${count}${note}`),
       button("Next page \u203a", number + 1),
+      this.#zoomButtons(),
     );
     return bar;
   }
 
-  #show(body, caption, marks) {
-    // A page turned from the keyboard: the focus is on a pager button replaced here, and would fall to
-    // the body, out of the page's panel (whose Escape then no longer closes it) and its Tab order. It
-    // goes to the same button of the new pager, or to the other one on the first or last page.
+  // "−", "Fit width", "+" and the zoom in per cent; "−" and "+" are named "Zoom out" and "Zoom in".
+  #zoomButtons() {
+    const group = element("div", "citeline-zoom");
+    group.setAttribute("role", "group");
+    group.setAttribute("aria-label", "Zoom");
+    const step = ZOOMS.indexOf(this.zoom);
+    const button = (text, name, zoom) => {
+      const node = element("button", "", text);
+      node.type = "button";
+      if (name) node.setAttribute("aria-label", name);
+      if (name) node.title = name;
+      node.disabled = zoom === undefined || zoom === this.zoom;
+      node.addEventListener("click", () => this.setZoom(zoom).catch(() => {}));
+      return node;
+    };
+    group.append(
+      button("\u2212", "Zoom out", ZOOMS[step - 1]),
+      button("Fit width", null, ZOOMS[0]),
+      button("+", "Zoom in", ZOOMS[step + 1]),
+      element("output", "", `${Math.round(this.zoom * 100)}%`),
+    );
+    return group;
+  }
+
+  #show(body, caption, marks, centre = null) {
+    // A page turned or zoomed from the keyboard: the focus is on a pager button replaced here, and
+    // would fall to the body, out of the page's panel (whose Escape then no longer closes it) and its
+    // Tab order. It goes to the same button of the new pager, or to another of its group (the page
+    // buttons, the zoom's) where that one is now disabled (first or last page, zoom at an end).
     const focused = this.container.contains(document.activeElement) ? document.activeElement : null;
-    const label = focused?.matches(".citeline-pager button") ? focused.textContent : null;
+    const name = (button) => button.getAttribute("aria-label") ?? button.textContent;
+    const label = focused?.matches(".citeline-pager button") ? name(focused) : null;
+    const zooming = Boolean(focused?.closest(".citeline-zoom"));
     this.container.replaceChildren(caption, body);
     this.container.setAttribute("aria-busy", "false");
     if (label !== null) {
       const buttons = [...caption.querySelectorAll("button")].filter((button) => !button.disabled);
-      (buttons.find((button) => button.textContent === label) ?? buttons[0])?.focus({ preventScroll: true });
+      const group = buttons.filter((button) => Boolean(button.closest(".citeline-zoom")) === zooming);
+      (buttons.find((button) => name(button) === label) ?? group[0] ?? buttons[0])?.focus({
+        preventScroll: true,
+      });
     }
     marks.sort((a, b) => Number(a.dataset.piece) - Number(b.dataset.piece));
-    marks[0]?.scrollIntoView({ block: "center", inline: "nearest" });
+    if (marks.length) {
+      // Zoomed, the page is wider than the viewer: the passage is read from its start.
+      marks[0].scrollIntoView({ block: "center", inline: this.zoom > 1 ? "start" : "nearest" });
+    } else if (centre) {
+      const box = this.container;
+      box.scrollLeft = centre.x * box.scrollWidth - box.clientWidth / 2;
+      box.scrollTop = centre.y * box.scrollHeight - box.clientHeight / 2;
+    }
   }
 }
