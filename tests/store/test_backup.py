@@ -129,6 +129,21 @@ def test_a_restore_never_overwrites_a_namespace_that_holds_anything(
     assert _view(stocked) == before
 
 
+def test_a_refused_restore_counts_documents_as_stats_does_not_their_versions(
+    stocked: Citeline, settings: Settings, tmp_path: Path
+) -> None:
+    made = backup(stocked.settings, tmp_path / "plant.tar")
+    stocked.start_jobs()
+    # The cited Markdown file re-ingested: its first version stays, kept for the conversation's citation.
+    doc = next(d for d in stocked.documents() if d.name == "valves.md")
+    stocked.reingest(doc.id)
+    assert stocked.wait(doc.id).version == 2
+    counted = stocked.stats()
+    assert (counted["documents"], counted["versions"]) == (2, 3)
+    with pytest.raises(ConflictError, match=r"not empty \(2 documents, 1 API key, 1 conversation\)"):
+        restore(settings, made.path)
+
+
 def test_an_empty_namespace_is_replaced_by_the_restore(
     stocked: Citeline, elsewhere: Settings, tmp_path: Path
 ) -> None:

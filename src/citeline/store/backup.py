@@ -342,9 +342,15 @@ def _make_room(conn: sa.Connection, schema: str, namespace: str) -> None:
             sa.text("SELECT tablename FROM pg_tables WHERE schemaname = :s"), {"s": schema}
         ).scalars()
     )
+    # A document once, not once a version (the documents table has a row per version), as stats counts.
+    counted = {
+        "documents": "count(DISTINCT document_id)",
+        "api_keys": "count(*)",
+        "conversations": "count(*)",
+    }
     held = {
-        name: int(conn.execute(sa.text(f'SELECT count(*) FROM "{schema}"."{name}"')).scalar_one())
-        for name in ("documents", "api_keys", "conversations")
+        name: int(conn.execute(sa.text(f'SELECT {how} FROM "{schema}"."{name}"')).scalar_one())
+        for name, how in counted.items()
         if name in tables
     }
     if any(held.values()):
