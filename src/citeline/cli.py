@@ -233,7 +233,10 @@ def ingest(
         int | None, typer.Option(help="Characters shared by neighbouring chunks.")
     ] = None,
     allow_private_urls: Annotated[
-        bool, typer.Option(help="Allow URLs on loopback/private networks.")
+        bool,
+        typer.Option(
+            help="Allow URLs on loopback/private networks (also allowed by CITELINE_URL_ALLOW_PRIVATE=true)."
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per source.")] = False,
 ) -> None:
@@ -279,7 +282,10 @@ def ingest(
                     progress.console.print(_describe(result), highlight=False)
 
             cl.prepare_ingest()  # load the model before the clock of the first file starts
-            results = cl.ingest(sources, options, progress=on_result, allow_private_urls=allow_private_urls)
+            # The flag forces it on; without it the setting decides, as for the server's jobs.
+            results = cl.ingest(
+                sources, options, progress=on_result, allow_private_urls=allow_private_urls or None
+            )
     failed = sum(r.outcome is Outcome.FAILED for r in results)
     stored = sum(r.chunks for r in results if r.outcome in (Outcome.ADDED, Outcome.UPDATED))
     if not as_json:

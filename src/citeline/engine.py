@@ -452,10 +452,13 @@ class Citeline:
         options: IngestOptions | None = None,
         *,
         progress: ProgressCallback | None = None,
-        allow_private_urls: bool = False,
+        allow_private_urls: bool | None = None,
         access: Access = FULL_ACCESS,
     ) -> list[IngestResult]:
         """Ingest files, folders (recursively) and URLs; one result per source, failures included.
+
+        URLs on loopback, private and link-local addresses are fetched if ``allow_private_urls`` is
+        true, refused if false, and unset as the ``url_allow_private`` setting says (as for jobs).
 
         Each version records who sent it (``uploaded_by``): the options' uploader, else the caller's
         user id, as :meth:`submit` records it. While a model migration runs, each new version's twin
@@ -465,6 +468,8 @@ class Citeline:
         # A path the operating system cannot even name is the caller's mistake, not a source that failed.
         refuse_nul([str(path) for path in paths], "paths", surrogates=False)
         _require_admin(access, "ingest documents")
+        if allow_private_urls is None:
+            allow_private_urls = self.settings.url_allow_private
         ingestor = self.ingestor(allow_private_urls=allow_private_urls)
         results = ingestor.ingest_paths(discover(paths), _uploaded_by(options, access), progress)
         documents = [r.document.id for r in results if r.document is not None and r.chunks]

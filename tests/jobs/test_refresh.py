@@ -140,6 +140,31 @@ def test_a_changed_page_becomes_a_new_version_and_an_unchanged_one_is_a_no_op(
         assert [v.version for v in cl.versions(first.id)] == [2]
 
 
+def test_citeline_ingest_honours_the_allow_private_setting_and_its_flag_forces_it_on(
+    namespace: Settings, site: Site
+) -> None:
+    """The refusal says to set CITELINE_URL_ALLOW_PRIVATE=true: set, it lets ``citeline ingest`` fetch."""
+    site.pages["/pumps"] = (200, ORIGINAL)
+    refused = {"CITELINE_URL_ALLOW_PRIVATE": "false"}
+    code, _, err = run(namespace, "ingest", site.url("/pumps"), env=refused)
+    assert code == 65 and "CITELINE_URL_ALLOW_PRIVATE=true" in err
+    code, _, err = run(namespace, "ingest", site.url("/pumps"))  # the setting alone
+    assert code == 0 and "1 added" in err, err
+    code, _, err = run(namespace, "ingest", site.url("/pumps"), "--allow-private-urls", env=refused)
+    assert code == 0 and "1 unchanged" in err, err
+
+
+def test_the_library_s_ingest_takes_the_allow_private_setting_unless_told(cl: Citeline, site: Site) -> None:
+    site.pages["/pumps"] = (200, ORIGINAL)
+    [refused] = cl.ingest([site.url("/pumps")])
+    assert refused.outcome is Outcome.FAILED and "CITELINE_URL_ALLOW_PRIVATE" in str(refused.error)
+    with cl.derive(url_allow_private=True) as allowed:
+        [result] = allowed.ingest([site.url("/pumps")])
+        assert result.outcome is Outcome.ADDED, result.error
+        [told] = allowed.ingest([site.url("/pumps")], allow_private_urls=False)
+        assert told.outcome is Outcome.FAILED
+
+
 def test_a_page_whose_markup_changes_but_not_its_text_is_unchanged(namespace: Settings, site: Site) -> None:
     site.pages["/pumps"] = (200, ORIGINAL)
     assert run(namespace, "ingest", site.url("/pumps"), "--allow-private-urls")[0] == 0
