@@ -358,12 +358,17 @@ def test_a_sentence_cited_to_a_passage_stating_its_figure_otherwise_cites_the_on
     assert [(c.number, c.chunk_id) for c in done.citations] == [(1, 2)] and done.unsupported == ()
 
 
-def test_a_sentence_giving_a_name_no_passage_gives_gets_no_citation(embedder: Embedder) -> None:
-    # As the citation check judges (citations.verify): a passage that does not give the name the
-    # sentence gives does not back it, however close in words.
-    text, attributor = attribute(
-        "Never run the Grundfos pump dry. Never run the pump dry, it destroys the seal.", embedder
+def test_a_sentence_giving_a_name_another_passage_gives_is_not_cited_to_one_without_it(
+    embedder: Embedder,
+) -> None:
+    # As the citation check judges (citations.verify): the name came from the other passage, so the
+    # passage on running dry does not back it, however close in words.
+    grundfos = make_hit(120, "The Grundfos CR 5 booster is rated 16 bar at 50 Hz.", page=5)
+    attributor = Attributor(
+        select_passages([*pump_hits(), grundfos]), CitationNumbering(), VectorCache(embedder)
     )
+    text = attributor.feed("Never run the Grundfos pump dry. Never run the pump dry, it destroys the seal.")
+    text += attributor.finish()
 
     assert text == "Never run the Grundfos pump dry. Never run the pump dry, it destroys the seal [1]."
     assert [a.sentence for a in attributor.attributions] == ["Never run the pump dry, it destroys the seal."]

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from citeline.answer.citations import (
     CitationNumbering,
     CitationRewriter,
+    Verification,
     claims,
     rewrite_citations,
     verify,
@@ -398,7 +399,9 @@ def test_a_sentence_taking_one_quantity_from_each_passage_it_cites_is_backed(emb
     assert [u.numbers for u in wrong.unsupported] == [(1, 2)]
 
 
-def test_a_sentence_giving_a_name_its_passage_does_not_is_not_backed_by_it(embedder: Embedder) -> None:
+def test_a_sentence_giving_a_name_from_another_passage_is_not_backed_by_the_one_it_cites(
+    embedder: Embedder,
+) -> None:
     # Asked which airplanes a proposed directive applies to, the packaged model answered with the maker
     # another passage named: support 0.57 against the directive for Boeing, counted as backed.
     directive = make_hit(
@@ -407,45 +410,44 @@ def test_a_sentence_giving_a_name_its_passage_does_not_is_not_backed_by_it(embed
         "Model 737-8 and 737-9 airplanes. This AD applies to The Boeing Company Model 737-8 airplanes.",
         title="Federal Register 2020-17221",
     )
-    given = {1: select_passages([directive])[0]}
+    pilatus = make_hit(
+        14,
+        "The FAA proposes to adopt a new airworthiness directive (AD) for all Pilatus Aircraft Ltd. "
+        "Model PC-12 airplanes.",
+        title="Federal Register 2020-17304",
+    )
+    given = dict(enumerate(select_passages([directive, pilatus]), start=1))
     asked = "Which airplanes does the proposed airworthiness directive apply to?"
 
-    wrong = verify(
-        "The proposed airworthiness directive applies to Pilatus Aircraft Ltd. [1]",
-        given,
-        VectorCache(embedder),
-        question=asked,
-    )
-    right = verify(
-        "The proposed airworthiness directive applies to Boeing Model 737-8 airplanes [1].",
-        given,
-        VectorCache(embedder),
-        question=asked,
-    )
+    def check(answer: str) -> Verification:
+        return verify(answer, given, VectorCache(embedder), question=asked)
+
+    wrong = check("The proposed airworthiness directive applies to Pilatus Aircraft Ltd. [1]")
+    right = check("The proposed airworthiness directive applies to Boeing Model 737-8 airplanes [1].")
+    other = check("The proposed airworthiness directive applies to Pilatus Aircraft Ltd. airplanes [2].")
 
     assert [u.numbers for u in wrong.unsupported] == [(1,)] and not wrong.citations[0].supported
     assert right.unsupported == () and right.citations[0].supported
+    assert other.unsupported == () and other.citations[0].supported  # cited where it is named
 
 
-def test_a_name_the_question_or_the_passages_title_gives_need_not_be_in_the_passage(
+def test_a_name_is_not_taken_from_another_passage_when_the_cited_ones_title_or_the_question_gives_it(
     embedder: Embedder,
 ) -> None:
-    filter_page = make_hit(
-        12, "Change the water filter every two months, or after 50 litres.", title="Lavazza BLUE LB 1100"
-    )
-    given = {1: select_passages([filter_page])[0]}
+    text = "Change the water filter every two months, or after 50 litres."
+    lavazza = make_hit(15, "Descale the Lavazza Blue every three months.", title="Lavazza BLUE LB 1100")
     sentence = "Change the water filter of the Lavazza Blue every two months [1]."
 
-    assert verify(sentence, given, VectorCache(embedder)).citations[0].supported
-    other = {1: select_passages([make_hit(12, filter_page.text, title="Espresso machine manual")])[0]}
-    assert not verify(sentence, other, VectorCache(embedder)).citations[0].supported
-    assert (
-        verify(
-            sentence, other, VectorCache(embedder), question="How often is the Lavazza Blue's filter changed?"
-        )
-        .citations[0]
-        .supported
-    )
+    def supported(title: str, question: str = "", *, alone: bool = False) -> bool:
+        hits = [make_hit(12, text, title=title)] + ([] if alone else [lavazza])
+        given = dict(enumerate(select_passages(hits), start=1))
+        return verify(sentence, given, VectorCache(embedder), question=question).citations[0].supported
+
+    assert not supported("Espresso machine manual")  # the name came from passage [2]
+    assert supported("Lavazza BLUE LB 1100")
+    assert supported("Espresso machine manual", "How often is the Lavazza Blue's filter changed?")
+    # A name no passage gives may be the writer's own words for what the passage says: not judged.
+    assert supported("Espresso machine manual", alone=True)
 
 
 def test_a_sentence_repeating_the_models_instructions_is_not_backed_by_a_passage(embedder: Embedder) -> None:

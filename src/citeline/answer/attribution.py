@@ -216,16 +216,23 @@ class Attributor:
         # As the citation check judges (citations.verify): a passage stating the sentence's quantity
         # otherwise does not back it, however close in words ("7424 nucleotides" cited to the passage on
         # another virus of 7489 bp, while the next passage states 7424).
-        # Nor one that does not give a name the sentence gives (citations.verify, names.unnamed).
+        # Nor one lacking a name (code, quantity) of the sentence that another passage gives: it was
+        # taken from that one (citations.verify, names.unnamed).
+        read = [(p.text, *read_under(p.hit)) for p in self._passages]
         scores = [
             0.0
             if score
             and (
                 disagreement(sentence.text, passage.text)
-                or unnamed(sentence.text, passage.text, context=(self._question, *read_under(passage.hit)))
+                or unnamed(
+                    sentence.text,
+                    passage.text,
+                    context=(self._question, *read[i][1:]),
+                    elsewhere=read[:i] + read[i + 1 :],
+                )
             )
             else score
-            for score, passage in zip(scores, self._passages, strict=True)
+            for i, (score, passage) in enumerate(zip(scores, self._passages, strict=True))
         ]
         index_of = {self.numbering.get(p.chunk_id): i for i, p in enumerate(self._passages)}
         cited = [index_of[n] for n in sentence.numbers if n in index_of]

@@ -588,13 +588,16 @@ def verify(
                     for n, s in zip(numbers, scores, strict=True)
                 ]
             # Nor do they tell one name from another: "The directive applies to Pilatus Aircraft Ltd. [1]"
-            # scored 0.57 against the directive for The Boeing Company (Pilatus was in another passage).
-            # As with quantities, a name any of the cited passages gives is borne out.
+            # scored 0.57 against the directive for The Boeing Company; Pilatus was in another passage
+            # given. A name (code, quantity) the cited passages do not give and another passage does was
+            # taken from that one. As with quantities, one any of the cited passages gives is borne out.
             under = {n: (question, *read_under(passages[n].hit)) for n in numbers}
-            if unnamed(claim.text, joined, context=[t for n in numbers for t in under[n]]):
+            others = [(p.text, *read_under(p.hit)) for m, p in passages.items() if m not in numbers]
+            context = [t for n in numbers for t in under[n]]
+            if others and unnamed(claim.text, joined, context=context, elsewhere=others):
                 scores = [
                     replace(s, score=0.0)
-                    if s.score and unnamed(claim.text, passages[n].text, context=under[n])
+                    if s.score and unnamed(claim.text, passages[n].text, context=under[n], elsewhere=others)
                     else s
                     for n, s in zip(numbers, scores, strict=True)
                 ]

@@ -1,4 +1,4 @@
-"""Names a cited sentence gives that its passage does not.
+"""Names, codes and quantities a cited sentence gives that its passage does not.
 
 Meaning and shared words do not tell one name from another. Asked which airplanes a proposed
 airworthiness directive applies to, the local model answered "The proposed airworthiness directive
@@ -13,15 +13,23 @@ terms (as the keyword index stems them) are in the passage, or in what the passa
 (its document's title and name, its section heading) or what was asked: a manual's passage need not
 name the device its title names, nor repeat the name the question gave. An acronym is also borne out
 by the words it abbreviates ("AOA": "angle of attack").
+
+A code (a part or document number: letters and digits, or three or more groups of digits joined by
+dashes: "HX-4000", "737-31-1860") is borne out when a text writes it, whatever its dashes; the model
+cited "Service Bulletin 737-31-1860, dated 2007" to a passage giving 737-27-1318. A quantity with a
+unit is borne out when a text states one of its kind or writes its number
+(:func:`citeline.answer.quantities.unstated`); one of its kind stated otherwise is
+:func:`~citeline.answer.quantities.disagreement`'s.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+import unicodedata
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from citeline.answer.quantities import UNITS
+from citeline.answer.quantities import UNITS, unstated
 from citeline.answer.support import content_terms
 
 if TYPE_CHECKING:
@@ -29,7 +37,48 @@ if TYPE_CHECKING:
 
 # A word: letters and digits, joined by apostrophes and hyphens ("O'Brien", "Stop-Nut", "Boeing's").
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['\u2019\u2010\u2011-][A-Za-z0-9]+)*")
-_PARTS = re.compile(r"['\u2019\u2010\u2011-]")
+_DASHES = "\u2010\u2011\u2012\u2013\u2212-"  # the hyphen last: no range in a class
+# A code: letters and digits run together or joined by dashes, with a digit and a letter ("HX-4000",
+# "XR200", "M10"), or three or more groups of digits joined by dashes ("737-31-1860", "2018-23-51"; two
+# are a range).
+_CODE = re.compile(
+    rf"(?<![\w{_DASHES}])(?:(?=[\w{_DASHES}]*\d)(?=[\w{_DASHES}]*[A-Za-z])[A-Za-z0-9]+(?:[{_DASHES}][A-Za-z0-9]+)*"
+    rf"|\d+(?:[{_DASHES}]\d+){{2,}})(?![\w{_DASHES}])"
+)
+_NOT_LETTER_OR_DIGIT = re.compile(r"[\W_]+")
+# Greek letters as a sentence may spell them ("AlphaBeta" for "A\u03b2", "TNF-alpha" for "TNF-\u03b1"):
+# the small letters from U+03B1 (with the final sigma, U+03C2) and the capitals from U+0391.
+_GREEK_NAMES = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "omicron",
+    "pi",
+    "rho",
+    "sigma",
+    "sigma",
+    "tau",
+    "upsilon",
+    "phi",
+    "chi",
+    "psi",
+    "omega",
+]
+_GREEK = str.maketrans(
+    {chr(0x3B1 + i): name for i, name in enumerate(_GREEK_NAMES)}
+    | {chr(0x391 + i): name for i, name in enumerate(_GREEK_NAMES) if i != 17}
+)
 _LETTERS = re.compile(r"[A-Za-z]+")
 # The longest acronym read as initials.
 _MAX_INITIALS = 6
@@ -52,21 +101,73 @@ def names(sentence: str) -> list[str]:
     return found
 
 
-def unnamed(sentence: str, passage: str, *, context: Iterable[str] = ()) -> list[str]:
-    """The names of ``sentence`` that neither ``passage`` nor ``context`` (the title, document name and
-    section it is read under, the question) bears out, in order."""
-    texts = [passage, *context]
+def unnamed(
+    sentence: str,
+    passage: str,
+    *,
+    context: Iterable[str] = (),
+    elsewhere: Iterable[Sequence[str]] | None = None,
+) -> list[str]:
+    """The names, codes and quantities of ``sentence`` that neither ``passage`` nor ``context`` (the
+    title, document name and section it is read under, the question) bears out, in that order.
+
+    With ``elsewhere`` (the other passages given, each with what it is read under), only those that one
+    of them bears out: what the sentence took from another passage than the one it cites. A name no
+    passage gives may be the writer's own words for what the passage says ("AMP-activated protein
+    kinase" for its "AMPK"): on SciFact's claims against their own abstracts, written apart from them,
+    names missing from the abstract were as common (22%) as against another abstract on the subject
+    (25%), so a name missing alone tells nothing.
+    """
+    missing = _missing(sentence, [passage, *context])
+    if elsewhere is None or not missing:
+        return missing
+    taken: set[str] = set()
+    for texts in elsewhere:
+        taken.update(set(missing) - set(_missing(sentence, list(texts))))
+    return [item for item in missing if item in taken]
+
+
+def _missing(sentence: str, texts: Sequence[str]) -> list[str]:
+    """The names, codes and quantities of ``sentence`` that none of ``texts`` bears out."""
     have = frozenset().union(*(content_terms(text) for text in texts))
+    # Every text with only its letters and digits, Greek letters spelled out: a name or code is also
+    # borne out written with other punctuation ("PGE2" for "PGE(2)", "B12" for "B(12)", "XR-200" for
+    # "XR200", "AlphaBeta" for "A\u03b2"), or joined otherwise ("9-FAA-SACO-AD-Inquiry@faa.gov").
+    squashed = [_squashed(text) for text in texts]
     missing = []
     for name in names(sentence):
-        # Each part of a joined name on its own too: the passage may join it otherwise
-        # ("9-FAA-SACO-AD-Inquiry@faa.gov" for "FAA-SACO-AD-Inquiry").
-        if content_terms(name) <= have or all(content_terms(p) <= have for p in _PARTS.split(name)):
+        if _CODE.fullmatch(name):
+            continue  # "XR-200": a code (below)
+        if content_terms(name) <= have or any(_squashed(name) in text for text in squashed):
             continue
         if name.isupper() and len(name) <= _MAX_INITIALS and any(_abbreviates(name, t) for t in texts):
             continue
         missing.append(name)
+    for code in codes(sentence):
+        if not any(_squashed(code) in text for text in squashed):
+            missing.append(code)
+    missing.extend(q.text for q in unstated(sentence, texts))
     return missing
+
+
+def codes(sentence: str) -> list[str]:
+    """The codes of ``sentence`` (see the module docstring), in order, once each; not a quantity's
+    number with its unit run on ("10mg", "5kW")."""
+    found: list[str] = []
+    for match in _CODE.finditer(sentence):
+        code = match.group(0)
+        letters = _LETTERS.findall(code)
+        if len(letters) == 1 and code.endswith(letters[0]) and letters[0] in UNITS:
+            continue
+        if code not in found:
+            found.append(code)
+    return found
+
+
+def _squashed(text: str) -> str:
+    """``text`` casefolded, Greek letters spelled out, with only its letters and digits (compatibility
+    forms read as what they stand for: "B\u2081\u2082" as "b12")."""
+    return _NOT_LETTER_OR_DIGIT.sub("", unicodedata.normalize("NFKC", text).casefold().translate(_GREEK))
 
 
 def read_under(hit: Hit) -> tuple[str, ...]:

@@ -705,6 +705,19 @@ def _mentions(text: str, figure: Quantity) -> bool:
     return False
 
 
+def unstated(claim: str, texts: Sequence[str]) -> list[Quantity]:
+    """The quantities with a unit that ``claim`` states and none of ``texts`` speaks of: no quantity of
+    their kind, and their number written nowhere. (A text stating one of their kind otherwise is
+    :func:`disagreement`'s to judge.) "The temperature can take up to 230 V" against a passage on a
+    nut that "exceeds 250 degrees F" states 230 V, which the passage does not."""
+    stated = {q.dimension for text in texts for q in quantities(text)}
+    return [
+        q
+        for q in quantities(claim)
+        if q.dimension not in stated and not any(_mentions(text, q) for text in texts)
+    ]
+
+
 def identifiers(text: str) -> frozenset[str]:
     """The codes ``text`` names (``HX-4000``, ``XR200``), as upper-case letters and digits."""
     return frozenset(re.sub(r"[^A-Z0-9]", "", m.group(0).upper()) for m in _IDENTIFIER.finditer(text))
