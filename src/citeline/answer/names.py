@@ -4,8 +4,10 @@ Meaning and shared words do not tell one name from another. Asked which airplane
 airworthiness directive applies to, the local model answered "The proposed airworthiness directive
 applies to Pilatus Aircraft Ltd. [1]", and passage [1] (whose directive applies to "The Boeing
 Company"; Pilatus was in another passage it was given) scored 0.57 for it: supported. A sentence
-that names someone or something its passage never names says what the passage does not, as a
-sentence stating another quantity does (:func:`citeline.answer.quantities.disagreement`).
+naming someone or something that another passage given names and its own passage does not took it
+from that passage: it says what its passage does not, as a sentence stating another quantity does
+(:func:`citeline.answer.quantities.disagreement`). A name no passage gives is not judged
+(:func:`unnamed` says why).
 
 A name is a word written as one: capitalised after the sentence's first word ("Pilatus", "Boeing"),
 or with a capital after its first letter anywhere ("HNSW", "McDonald"). It is borne out when its
