@@ -37,7 +37,7 @@ from citeline.answer.citations import (
     cited_numbers,
     claims,
 )
-from citeline.answer.names import read_under, unnamed
+from citeline.answer.names import Reading, Said, read_under, taken_elsewhere
 from citeline.answer.prompt import Passage
 from citeline.answer.quantities import disagreement
 from citeline.answer.support import (
@@ -95,7 +95,9 @@ class Attributor:
         question: str = "",
     ) -> None:
         self._passages = list(passages)
-        self._question = question
+        # What each passage gives to bear out a sentence's names, read once (names.taken_elsewhere).
+        asked = Reading.of((question,))
+        self._readings = [asked | Reading.of((p.text, *read_under(p.hit))) for p in self._passages]
         self._sentences = [PassageSentences.of_hit(p.hit) for p in passages]
         self.numbering = numbering
         self._cache = cache
@@ -218,18 +220,14 @@ class Attributor:
         # another virus of 7489 bp, while the next passage states 7424).
         # Nor one lacking a name (code, quantity) of the sentence that another passage gives: it was
         # taken from that one (citations.verify, names.unnamed).
-        read = [(p.text, *read_under(p.hit)) for p in self._passages]
+        said = Said.of(sentence.text)
+        readings = self._readings
         scores = [
             0.0
             if score
             and (
                 disagreement(sentence.text, passage.text)
-                or unnamed(
-                    sentence.text,
-                    passage.text,
-                    context=(self._question, *read[i][1:]),
-                    elsewhere=read[:i] + read[i + 1 :],
-                )
+                or taken_elsewhere(said, readings[i], readings[:i] + readings[i + 1 :])
             )
             else score
             for i, (score, passage) in enumerate(zip(scores, self._passages, strict=True))

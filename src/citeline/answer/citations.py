@@ -21,6 +21,7 @@ conversation cites it and keeps it for later turns (:class:`CitationNumbering`).
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from collections import Counter
@@ -29,7 +30,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from citeline.answer.names import read_under, unnamed
+from citeline.answer.names import Reading, Said, read_under, taken_elsewhere
 from citeline.answer.prompt import Passage
 from citeline.answer.quantities import disagreement
 from citeline.answer.stance import Stance
@@ -559,6 +560,11 @@ def verify(
     cited = {n for claim in found for n in claim.numbers if n in passages}
     prepared = {n: PassageSentences.of_hit(passages[n].hit) for n in cited}
     cache.warm([c.text for c in found if c.numbers] + [t for p in prepared.values() for t in p.sentences])
+    # What each passage given gives to bear out a sentence's names (names.taken_elsewhere), and the
+    # runs of words of the instructions, read once for every sentence.
+    readings = {n: Reading.of((p.text, *read_under(p.hit))) for n, p in passages.items()}
+    asked = Reading.of((question,))
+    echoable = _runs(instructions)
     best: dict[int, Support] = {}
     first_backed: dict[int, Support] = {}
     stand_in_backed: dict[int, Support] = {}
@@ -591,24 +597,20 @@ def verify(
             # scored 0.57 against the directive for The Boeing Company; Pilatus was in another passage
             # given. A name (code, quantity) the cited passages do not give and another passage does was
             # taken from that one. As with quantities, one any of the cited passages gives is borne out.
-            under = {n: (question, *read_under(passages[n].hit)) for n in numbers}
-            others = [(p.text, *read_under(p.hit)) for m, p in passages.items() if m not in numbers]
-            context = [t for n in numbers for t in under[n]]
-            if others and unnamed(claim.text, joined, context=context, elsewhere=others):
+            others = [reading for m, reading in readings.items() if m not in numbers]
+            said = Said.of(claim.text) if others else None
+            under = [asked | readings[n] for n in numbers]
+            if said and taken_elsewhere(said, functools.reduce(Reading.__or__, under), others):
                 scores = [
-                    replace(s, score=0.0)
-                    if s.score and unnamed(claim.text, passages[n].text, context=under[n], elsewhere=others)
-                    else s
-                    for n, s in zip(numbers, scores, strict=True)
+                    replace(s, score=0.0) if s.score and taken_elsewhere(said, reading, others) else s
+                    for reading, s in zip(under, scores, strict=True)
                 ]
         # A small model may repeat its instructions as an answer ("follow these steps in order, and put
         # any safety warning from the sources first. [1]", from the repair persona's guidance): close
         # in words to a manual's passage, backed at 0.56. What the instructions say is no passage's.
-        if instructions:
+        if echoable:
             scores = [
-                replace(s, score=0.0)
-                if s.score and _echoes(claim.text, instructions, passages[n].text)
-                else s
+                replace(s, score=0.0) if s.score and _echoes(claim.text, echoable, passages[n].text) else s
                 for n, s in zip(numbers, scores, strict=True)
             ]
         for n, result in zip(numbers, scores, strict=True):
@@ -643,15 +645,16 @@ _ECHO_WORDS = 5
 _ECHO_WORD = re.compile(r"\w+")
 
 
-def _echoes(sentence: str, instructions: str, passage: str) -> bool:
-    """Whether ``sentence`` repeats :data:`_ECHO_WORDS` words in a row of ``instructions`` that ``passage``
-    does not hold."""
+def _runs(text: str) -> set[tuple[str, ...]]:
+    """The runs of :data:`_ECHO_WORDS` words in a row of ``text``, casefolded."""
+    words = _ECHO_WORD.findall(text.casefold())
+    return {tuple(words[i : i + _ECHO_WORDS]) for i in range(len(words) - _ECHO_WORDS + 1)}
 
-    def runs(text: str) -> set[tuple[str, ...]]:
-        words = _ECHO_WORD.findall(text.casefold())
-        return {tuple(words[i : i + _ECHO_WORDS]) for i in range(len(words) - _ECHO_WORDS + 1)}
 
-    return bool((runs(sentence) & runs(instructions)) - runs(passage))
+def _echoes(sentence: str, instructions: set[tuple[str, ...]], passage: str) -> bool:
+    """Whether ``sentence`` repeats a run of words of the instructions (:func:`_runs` of them) that
+    ``passage`` does not hold."""
+    return bool((_runs(sentence) & instructions) - _runs(passage))
 
 
 def _citation(

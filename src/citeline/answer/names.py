@@ -26,12 +26,14 @@ unit is borne out when a text states one of its kind or writes its number
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from citeline.answer.quantities import UNITS, unstated
+from citeline.answer.quantities import UNITS, Quantity, quantities, unstated
 from citeline.answer.support import content_terms
 
 if TYPE_CHECKING:
@@ -103,6 +105,62 @@ def names(sentence: str) -> list[str]:
     return found
 
 
+@dataclass(frozen=True)
+class Said:
+    """The names, codes and quantities (with a unit) of a sentence, read once however many passages it
+    is checked against."""
+
+    names: tuple[str, ...]
+    codes: tuple[str, ...]
+    quantities: tuple[Quantity, ...]
+
+    @classmethod
+    def of(cls, sentence: str) -> Said:
+        return cls(tuple(names(sentence)), tuple(codes(sentence)), tuple(quantities(sentence)))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What texts give to bear a sentence out: a passage with what it is read under, or a question. The
+    texts, their terms, their squashed forms (:func:`_squashed`) and the kinds of quantity they state,
+    read once however many sentences are checked against them; ``|`` joins two."""
+
+    texts: tuple[str, ...]
+    terms: frozenset[str]
+    squashed: tuple[str, ...]
+    kinds: frozenset[str]
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> Reading:
+        kept = tuple(text for text in texts if text)
+        return cls(
+            kept,
+            frozenset().union(*(content_terms(text) for text in kept)),
+            tuple(_squashed(text) for text in kept),
+            frozenset(q.dimension for text in kept for q in quantities(text)),
+        )
+
+    @functools.cached_property
+    def initials(self) -> tuple[str, ...]:
+        """The initials of the texts' words, every word's and the content words' (small words such as
+        "of" counted or skipped: "AOA" for "angle of attack", "FAA" for "Federal Aviation
+        Administration"), read at the first acronym nothing else bears out."""
+        out = []
+        for text in self.texts:
+            words = [w.lower() for w in _LETTERS.findall(text)]
+            out.append("".join(w[0] for w in words))
+            out.append("".join(w[0] for w in words if content_terms(w)))
+        return tuple(out)
+
+    def __or__(self, other: Reading) -> Reading:
+        return Reading(
+            self.texts + other.texts,
+            self.terms | other.terms,
+            self.squashed + other.squashed,
+            self.kinds | other.kinds,
+        )
+
+
 def unnamed(
     sentence: str,
     passage: str,
@@ -111,44 +169,50 @@ def unnamed(
     elsewhere: Iterable[Sequence[str]] | None = None,
 ) -> list[str]:
     """The names, codes and quantities of ``sentence`` that neither ``passage`` nor ``context`` (the
-    title, document name and section it is read under, the question) bears out, in that order.
+    title, document name and section it is read under, the question) bears out, in that order; with
+    ``elsewhere`` (the other passages given, each with what it is read under), only those one of them
+    bears out (:func:`taken_elsewhere`, which checks many sentences against the same passages)."""
+    others = None if elsewhere is None else [Reading.of(texts) for texts in elsewhere]
+    return taken_elsewhere(Said.of(sentence), Reading.of((passage, *context)), others)
 
-    With ``elsewhere`` (the other passages given, each with what it is read under), only those that one
-    of them bears out: what the sentence took from another passage than the one it cites. A name no
-    passage gives may be the writer's own words for what the passage says ("AMP-activated protein
-    kinase" for its "AMPK"): on SciFact's claims against their own abstracts, written apart from them,
-    names missing from the abstract were as common (22%) as against another abstract on the subject
-    (25%), so a name missing alone tells nothing.
+
+def taken_elsewhere(said: Said, reading: Reading, elsewhere: Sequence[Reading] | None) -> list[str]:
+    """What ``said`` names that ``reading`` does not bear out; with ``elsewhere``, only what one of those
+    readings does: what the sentence took from another passage than the one it cites.
+
+    A name no passage gives may be the writer's own words for what the passage says ("AMP-activated
+    protein kinase" for its "AMPK"): on SciFact's claims against their own abstracts, written apart
+    from them, names missing from the abstract were as common (22%) as against another abstract on the
+    subject (25%), so a name missing alone tells nothing.
     """
-    missing = _missing(sentence, [passage, *context])
+    missing = _missing(said, reading)
     if elsewhere is None or not missing:
         return missing
     taken: set[str] = set()
-    for texts in elsewhere:
-        taken.update(set(missing) - set(_missing(sentence, list(texts))))
+    for other in elsewhere:
+        taken.update(set(missing) - set(_missing(said, other)))
     return [item for item in missing if item in taken]
 
 
-def _missing(sentence: str, texts: Sequence[str]) -> list[str]:
-    """The names, codes and quantities of ``sentence`` that none of ``texts`` bears out."""
-    have = frozenset().union(*(content_terms(text) for text in texts))
-    # Every text with only its letters and digits, Greek letters spelled out: a name or code is also
-    # borne out written with other punctuation ("PGE2" for "PGE(2)", "B12" for "B(12)", "XR-200" for
-    # "XR200", "AlphaBeta" for "A\u03b2"), or joined otherwise ("9-FAA-SACO-AD-Inquiry@faa.gov").
-    squashed = [_squashed(text) for text in texts]
+def _missing(said: Said, reading: Reading) -> list[str]:
+    """The names, codes and quantities of ``said`` that ``reading`` does not bear out."""
+    # A name or code is also borne out written with other punctuation ("PGE2" for "PGE(2)", "B12" for
+    # "B(12)", "XR-200" for "XR200", "AlphaBeta" for "A\u03b2"), or joined otherwise
+    # ("9-FAA-SACO-AD-Inquiry@faa.gov").
     missing = []
-    for name in names(sentence):
+    for name in said.names:
         if _CODE.fullmatch(name):
             continue  # "XR-200": a code (below)
-        if content_terms(name) <= have or any(_squashed(name) in text for text in squashed):
+        terms, squashed = _read(name)
+        if terms <= reading.terms or any(squashed in text for text in reading.squashed):
             continue
-        if name.isupper() and len(name) <= _MAX_INITIALS and any(_abbreviates(name, t) for t in texts):
+        if name.isupper() and len(name) <= _MAX_INITIALS and any(squashed in i for i in reading.initials):
             continue
         missing.append(name)
-    for code in codes(sentence):
-        if not any(_squashed(code) in text for text in squashed):
+    for code in said.codes:
+        if not any(_read(code)[1] in text for text in reading.squashed):
             missing.append(code)
-    missing.extend(q.text for q in unstated(sentence, texts))
+    missing.extend(q.text for q in unstated(said.quantities, reading.kinds, reading.texts))
     return missing
 
 
@@ -178,13 +242,7 @@ def read_under(hit: Hit) -> tuple[str, ...]:
     return tuple(t for t in (hit.title, hit.document_name, hit.section, hit.context) if t)
 
 
-def _abbreviates(acronym: str, text: str) -> bool:
-    """Whether ``text`` holds words whose initials spell ``acronym`` (small words such as "of" counted
-    or skipped: "AOA" for "angle of attack", "FAA" for "Federal Aviation Administration")."""
-    words = [w.lower() for w in _LETTERS.findall(text)]
-    wanted = acronym.lower()
-    every = "".join(w[0] for w in words)
-    if wanted in every:
-        return True
-    content = "".join(w[0] for w in words if content_terms(w))
-    return wanted in content
+@functools.lru_cache(maxsize=4096)
+def _read(word: str) -> tuple[frozenset[str], str]:
+    """A name's or code's terms and squashed form, read once for every passage it is checked against."""
+    return content_terms(word), _squashed(word)

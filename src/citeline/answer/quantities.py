@@ -40,9 +40,10 @@ unit and bound (an operating pressure and a test pressure, both in bar, are one 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -690,32 +691,35 @@ def _mentions(text: str, figure: Quantity) -> bool:
     """Whether ``text`` writes the number of ``figure`` anywhere, whatever it makes of it (in a
     quantity, a code, a label or a list)."""
     slack = figure.precision * (1 + 1e-6)
-    # With its sign, where one is written ("CI -0.013" holds -0.013, "a change of 0.5" not -0.5): a
-    # minus after a space, a bracket or a separator is a sign, one between two numbers a range
-    # ("10-20" holds 20).
-    # A hyphen the claim read as a minus ("interleukin (IL)-23") is written the same way in the text.
-    written = _numerals(text).replace(",", "")
-    for match in _SIGNED_NUMBER.finditer(written):
-        value = _value(match.group(0))
+    for value, hyphen in _written_numbers(text):
         if abs(value - figure.high) <= slack:
             return True
-        hyphen = match.start() > 0 and written[match.start() - 1] in "-\u2212"
         if figure.high < 0 and hyphen and abs(value + figure.high) <= slack:
             return True
     return False
 
 
-def unstated(claim: str, texts: Sequence[str]) -> list[Quantity]:
-    """The quantities with a unit that ``claim`` states and none of ``texts`` speaks of: no quantity of
-    their kind, and their number written nowhere. (A text stating one of their kind otherwise is
-    :func:`disagreement`'s to judge.) "The temperature can take up to 230 V" against a passage on a
-    nut that "exceeds 250 degrees F" states 230 V, which the passage does not."""
-    stated = {q.dimension for text in texts for q in quantities(text)}
-    return [
-        q
-        for q in quantities(claim)
-        if q.dimension not in stated and not any(_mentions(text, q) for text in texts)
-    ]
+@functools.lru_cache(maxsize=256)
+def _written_numbers(text: str) -> tuple[tuple[float, bool], ...]:
+    """Every number ``text`` writes, with whether a hyphen comes right before it; read once for a text
+    that many claims (and the sentences of an answer) are checked against."""
+    # With its sign, where one is written ("CI -0.013" holds -0.013, "a change of 0.5" not -0.5): a
+    # minus after a space, a bracket or a separator is a sign, one between two numbers a range
+    # ("10-20" holds 20).
+    # A hyphen the claim read as a minus ("interleukin (IL)-23") is written the same way in the text.
+    written = _numerals(text).replace(",", "")
+    return tuple(
+        (_value(match.group(0)), match.start() > 0 and written[match.start() - 1] in "-\u2212")
+        for match in _SIGNED_NUMBER.finditer(written)
+    )
+
+
+def unstated(claimed: Iterable[Quantity], kinds: Collection[str], texts: Sequence[str]) -> list[Quantity]:
+    """Of the quantities ``claimed`` (:func:`quantities` of a claim), those none of ``texts`` speaks of:
+    of no kind in ``kinds`` (the kinds the texts state), their number written nowhere. (A text stating
+    one of their kind otherwise is :func:`disagreement`'s to judge.) "The temperature can take up to
+    230 V" against a passage on a nut that "exceeds 250 degrees F" states 230 V, which it does not."""
+    return [q for q in claimed if q.dimension not in kinds and not any(_mentions(text, q) for text in texts)]
 
 
 def identifiers(text: str) -> frozenset[str]:
