@@ -468,8 +468,6 @@ class Citeline:
         # A path the operating system cannot even name is the caller's mistake, not a source that failed.
         refuse_nul([str(path) for path in paths], "paths", surrogates=False)
         _require_admin(access, "ingest documents")
-        if allow_private_urls is None:
-            allow_private_urls = self.settings.url_allow_private
         ingestor = self.ingestor(allow_private_urls=allow_private_urls)
         results = ingestor.ingest_paths(discover(paths), _uploaded_by(options, access), progress)
         documents = [r.document.id for r in results if r.document is not None and r.chunks]
@@ -531,7 +529,7 @@ class Citeline:
             return CeleryRunner(self.settings)
         return ThreadRunner(
             self.engine,
-            lambda: self.ingestor(allow_private_urls=self.settings.url_allow_private),
+            self.ingestor,
             self.settings,
         )
 
@@ -847,8 +845,14 @@ class Citeline:
             self.jobs.notify(queued)
         return submission
 
-    def ingestor(self, *, allow_private_urls: bool = False, embedder: Embedder | None = None) -> Ingestor:
+    def ingestor(
+        self, *, allow_private_urls: bool | None = None, embedder: Embedder | None = None
+    ) -> Ingestor:
         """An :class:`Ingestor` bound to this store and embedder, for sources built in memory.
+
+        It fetches URLs on loopback, private and link-local addresses if ``allow_private_urls`` is true,
+        refuses them if false, and unset as the ``url_allow_private`` setting says (a job's build, an
+        ingest, a refresh alike).
 
         ``embedder`` embeds in place of the configured model's own (it must be that model: ``citeline
         eval`` passes one that takes the vectors another store already computed)."""
@@ -868,7 +872,9 @@ class Citeline:
             files_dir=self.files_dir,
             chunk_size=self.settings.chunk_size,
             chunk_overlap=self.settings.chunk_overlap,
-            allow_private_urls=allow_private_urls,
+            allow_private_urls=(
+                self.settings.url_allow_private if allow_private_urls is None else allow_private_urls
+            ),
             retry=RetryPolicy(self.settings.job_retries, self.settings.job_retry_delay),
             embedders=embedders,
         )

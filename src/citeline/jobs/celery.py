@@ -270,7 +270,7 @@ class WorkerProcess:
             )
             return
         log.info("building version %s of %s", version_id, namespace)
-        ingestor = cl.ingestor(allow_private_urls=cl.settings.url_allow_private)
+        ingestor = cl.ingestor()
         results = ingestor.run_jobs(limit=1, version_ids=[version_id], retry=self._retry, should_stop=limits)
         for result in results:
             if result.outcome is Outcome.RETRYING and result.document is not None:
