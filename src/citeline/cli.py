@@ -407,7 +407,8 @@ def _print_explain(timings: Timings, plan: Explain, total_ms: float) -> None:
         f"{plan.keyword_candidates} keyword"
         + (f" + {plan.document_candidates} whole documents" if plan.document_candidates else "")
         + f", {plan.fused_candidates} chunks fused; {plan.round_trips} round trips to PostgreSQL; "
-        f"query vector {vector}",
+        f"query vector {vector}"
+        + ("; a query of codes: its keyword list weighed as a dense one" if plan.codes_only else ""),
         highlight=False,
     )
     stages = {

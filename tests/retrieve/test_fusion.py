@@ -90,3 +90,49 @@ def test_array_fusion_gives_the_scores_of_the_mapping_forms() -> None:
             semantic, bm25, source, w_semantic=0.6, w_keyword=0.2, w_source=0.2, normalise=normalise
         )
         assert arrays.tolist() == pytest.approx([mapping[i] for i in ids])
+
+
+def _flat_dense_and_one_code(keyword_complete: bool) -> list[tuple[int, float]]:
+    """100 dense candidates of near-equal similarity and one keyword-only candidate (id 100), the only
+    chunk holding the query's one term, ranked by ``search._rank`` under dbsf."""
+    import uuid
+
+    from citeline.retrieve.search import _Candidates, _rank
+    from citeline.settings import Fusion, Settings
+
+    n = 101
+    similarity = np.append(np.linspace(0.31, 0.21, 100), 0.2)
+    candidates = _Candidates(
+        ids=np.arange(n, dtype=np.int64),
+        versions=[uuid.UUID(int=i) for i in range(n)],
+        distance=1.0 - similarity,
+        dense_rank=np.append(np.arange(1, 101), 0).astype(np.int64),
+        keyword=np.append(np.zeros(100), 8.0),
+        keyword_rank=np.append(np.zeros(100), 1).astype(np.int64),
+        content_types=["text/markdown"] * n,
+    )
+    return _rank(candidates, Fusion.DISTRIBUTION, Settings(), None, (), keyword_complete=keyword_complete)
+
+
+def test_a_keyword_list_holding_every_match_is_scaled_against_the_other_candidates_zeros() -> None:
+    # The keyword list is shorter than the search's depth: every other candidate holds no query term
+    # and its BM25 is 0. The lone match stands as far out of those zeros as it is (z = 10 among 101).
+    ranked = dict(_flat_dense_and_one_code(keyword_complete=True))
+    keyword_part = scaled_three_sigma(np.append(np.zeros(100), 8.0))
+    similarity = np.append(np.linspace(0.31, 0.21, 100), 0.2)
+    dense_part = scaled_three_sigma(similarity)
+
+    assert ranked[100] == pytest.approx(0.6 * dense_part[100] + 0.2 * keyword_part[100] + 0.2)
+    assert ranked[0] == pytest.approx(0.6 * dense_part[0] + 0.2 * keyword_part[0] + 0.2)
+    assert keyword_part[100] > 2
+
+
+def test_a_keyword_list_cut_at_the_depth_is_scaled_over_its_members_alone() -> None:
+    # Cut at the depth, a candidate missing from the list may still hold a query term: its BM25 is not
+    # known to be 0, so the list is scaled over its members (a lone member is 1, the others 0).
+    complete = [i for i, _ in _flat_dense_and_one_code(keyword_complete=True)]
+    cut = dict(_flat_dense_and_one_code(keyword_complete=False))
+    dense_part = scaled_three_sigma(np.append(np.linspace(0.31, 0.21, 100), 0.2))
+
+    assert cut[100] == pytest.approx(0.6 * dense_part[100] + 0.2 * 1.0 + 0.2)
+    assert sorted(cut, key=lambda i: -cut[i]).index(100) > complete.index(100)

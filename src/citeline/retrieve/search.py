@@ -192,6 +192,9 @@ class Explain:
     fused_candidates: int = 0
     #: Statements sent to PostgreSQL by the search stages (the transaction's end not counted).
     round_trips: int = 0
+    #: The query is nothing but codes (:meth:`Analyzer.only_codes`): its keyword list weighed as the
+    #: dense list of a query in words, and the dense list as its keyword list.
+    codes_only: bool = False
     #: The query vector came from the cache of recent queries.
     cache_hit: bool = False
     #: Milliseconds the search waited for the query vector after the stages that need none (the keyword
@@ -455,7 +458,16 @@ def hybrid_search(
             settings.document_chunks,
         )
         t5 = time.perf_counter()
-        ranked = _rank(candidates, fusion, settings, threshold, documents)
+        codes_only = analyzer.only_codes(request.query)
+        ranked = _rank(
+            candidates,
+            fusion,
+            settings,
+            threshold,
+            documents,
+            keyword_complete=len(keyword) < depth,
+            codes=codes_only,
+        )
         t6 = time.perf_counter()
         hits = _read_hits(conn, candidates, ranked, top_k, settings.collapse_duplicates)
         t7 = time.perf_counter()
@@ -471,6 +483,7 @@ def hybrid_search(
         explain.dense_candidates, explain.keyword_candidates = len(dense), len(keyword)
         explain.document_candidates, explain.fused_candidates = len(documents), int(candidates.ids.size)
         explain.round_trips = statements[0]
+        explain.codes_only = codes_only and fusion is not Fusion.RECIPROCAL_RANK
         explain.vector_wait = (t3 - t2) * 1e3
     return hits
 
@@ -678,9 +691,24 @@ def _rank(
     settings: Settings,
     threshold: float | None,
     documents: Sequence[DocumentMatch] = (),
+    *,
+    keyword_complete: bool = False,
+    codes: bool = False,
 ) -> list[tuple[int, float]]:
     """The candidates within ``threshold`` as ``(index in candidates, fused score)``, best first (ties by
-    chunk id). ``documents`` (whole-document BM25) reach every candidate of theirs."""
+    chunk id). ``documents`` (whole-document BM25) reach every candidate of theirs.
+
+    Each list is scaled over the candidates whose score in it is known. The dense list knows them all
+    (a keyword-only candidate's distance is read). A keyword list cut at the search's depth does not
+    (a candidate missing from it scores somewhere between 0 and its last member), so it is scaled over
+    its members; but a ``keyword_complete`` list, shorter than the depth, holds every chunk with a query
+    term, and every other candidate's BM25 is exactly 0. Scaled over its members alone, a list of one
+    (a query that is one code, found once) scaled to 1 like any lone value, and at weight 0.2 the code's
+    one passage ranked 57th of 5,445 chunks under a flat dense list that dbsf stretches over the whole
+    scale; beside the zeros it stands as far out as it is (bench/code_lookup.py, docs/search.md).
+
+    A query of ``codes`` only (:meth:`Analyzer.only_codes`) swaps the two lists' weights: the keyword
+    list finds the passages that write the code, the dense list only passages that look alike."""
     c = candidates
     by_version = document_evidence(documents, dict(zip(c.ids.tolist(), c.versions, strict=True)))
     document = np.fromiter((by_version.get(int(i), 0.0) for i in c.ids), dtype=np.float64, count=c.ids.size)
@@ -691,10 +719,10 @@ def _rank(
             1.0 - c.distance,
             np.ones(c.ids.size, dtype=bool),
             c.keyword,
-            c.keyword_rank > 0,
+            np.ones(c.ids.size, dtype=bool) if keyword_complete else c.keyword_rank > 0,
             np.array([settings.source_boost.get(t or "", 0.5) for t in c.content_types], dtype=np.float64),
-            w_semantic=settings.weight_semantic,
-            w_keyword=settings.weight_keyword,
+            w_semantic=settings.weight_keyword if codes else settings.weight_semantic,
+            w_keyword=settings.weight_semantic if codes else settings.weight_keyword,
             w_source=settings.weight_source,
             scale=scaled_three_sigma if fusion is Fusion.DISTRIBUTION else scaled_min_max,
             document=document,

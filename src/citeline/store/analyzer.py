@@ -283,6 +283,17 @@ class Analyzer:
                     counts[term] = 1
         return counts
 
+    def only_codes(self, query: str) -> bool:
+        """Whether ``query``, stop words aside, is nothing but codes: words with a digit that are kept
+        whole ("737-31-1860", "E4021", "rs11614913", "What is TRAF6?").
+
+        Such a query asks for the passages that write the code. Its vector means little (the dense list
+        of "rs11614913" is a flat list of passages about other variants), so the search weighs its
+        keyword list as it weighs the dense list of a query in words.
+        """
+        words = [w for w in (m.group() for m in _TOKEN.finditer(query)) if w.lower() not in self._stops]
+        return bool(words) and all(any(c.isdigit() for c in w) and _is_technical(w) for w in words)
+
     def _stem(self, word: str) -> str:
         return str(self._stemmer.stemWord(word)) if self.stem else word
 

@@ -1,0 +1,45 @@
+"""A query that is a code finds the passage that writes it, ahead of passages that only look alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from citeline.engine import Citeline
+from citeline.store.analyzer import Analyzer
+from tests.conftest import write
+
+#: Parts lists of a repair manual: to the vector of a code, they look more like it than prose that
+#: writes it does (similarity 0.40 to 0.46 against 0.22).
+_PARTS = [
+    f"Parts list {n}: "
+    + ", ".join(f"{5000 + 37 * n + k}-{1000 + 53 * k + n}-{(n * k) % 90 + 10}" for k in range(8))
+    for n in range(1, 40)
+]
+_BULLETIN = (
+    "Service bulletin. Units shipped in the spring carry a revised seal; owners of earlier units need not "
+    "act before their next scheduled service, when the technician will fit kit 4471-0932-11 and check "
+    "the pump for leaks, noise and vibration. Keep this bulletin with the owner's manual."
+)
+
+
+def test_only_codes_reads_a_query_of_codes_with_or_without_stop_words() -> None:
+    analyzer = Analyzer()
+
+    assert analyzer.only_codes("737-31-1860")
+    assert analyzer.only_codes("What is rs11614913?")
+    assert analyzer.only_codes("E4021 P446L")
+    # Words beside the code, an acronym without a digit, plain words: a query in words.
+    assert not analyzer.only_codes("What does E4021 mean?")
+    assert not analyzer.only_codes("AMPK")
+    assert not analyzer.only_codes("pump seal")
+    assert not analyzer.only_codes("What is it?")
+
+
+def test_a_code_asked_alone_ranks_the_one_passage_that_writes_it_first(cl: Citeline, tmp_path: Path) -> None:
+    # Ranked last of 40 when the lone keyword match weighed a third of the dense list's flat ranking.
+    parts = [write(tmp_path / f"parts-{n}.txt", text) for n, text in enumerate(_PARTS)]
+    cl.ingest([*parts, write(tmp_path / "bulletin.txt", _BULLETIN)])
+
+    for query in ("4471-0932-11", "What is 4471-0932-11?"):
+        hits = cl.search(query)
+        assert "4471-0932-11" in hits[0].text, query
