@@ -49,6 +49,7 @@ from citeline.load import short_type
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Copy, Explain, Hit, SearchRequest, Timings
 from citeline.settings import Fusion, Settings, load_settings
+from citeline.store import keys
 from citeline.store.model_migration import MigrationStatus
 from citeline.store.models import Status
 
@@ -1614,10 +1615,13 @@ def serve(
     if open_mode:
         os.environ["CITELINE_API_OPEN"] = "true"
     from citeline.api.app import log_config
+    from citeline.api.protocol import HttpProtocol
 
     uvicorn.run(
         "citeline.api.app:app_from_env",
         factory=True,
+        # uvicorn's own, but a URL too long to parse gets the API's 414, not a plain-text 400.
+        http=HttpProtocol,
         host=host,
         port=port,
         workers=workers,
@@ -1641,17 +1645,14 @@ def keys_create(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line, with the key.")] = False,
 ) -> None:
     """Create an API key. The key is printed once: it is stored hashed and cannot be shown again."""
-    if role is Role.ADMIN and (scope or all_scopes):
-        err.print("[red]error:[/red] an admin key covers every scope: drop --scope / --all-scopes")
-        raise typer.Exit(2)
-    if role is Role.READER and not scope and not all_scopes:
-        err.print("[red]error:[/red] a reader key needs --scope S (repeatable) or --all-scopes")
-        raise typer.Exit(2)
-    if scope and all_scopes:
-        err.print("[red]error:[/red] give --scope or --all-scopes, not both")
-        raise typer.Exit(2)
+    try:
+        # Refused before the store is opened (which may start a database).
+        keys.reach(role, scope or None, all_scopes)
+    except InvalidRequestError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
     with _creating(ctx) as cl:
-        info, key = cl.create_key(role, scope or None, name=name)
+        info, key = cl.create_key(role, scope or None, all_scopes=all_scopes, name=name)
     if as_json:
         _print_json({"key": key, **info.as_dict()})
         return

@@ -1383,13 +1383,17 @@ class Citeline:
         role: Role,
         scopes: Iterable[str] | None = None,
         *,
+        all_scopes: bool = False,
         name: str = "",
         access: Access = FULL_ACCESS,
     ) -> tuple[KeyInfo, str]:
-        """A new API key (admins only): its record, and the key itself, shown this once."""
+        """A new API key (admins only): its record, and the key itself, shown this once. A reader key is
+        bound to ``scopes`` (at least one) or, with ``all_scopes``, to every scope; an admin key takes
+        neither (:func:`keys.reach`)."""
         _require_admin(access, "create an API key")
+        bound = keys.reach(role, scopes, all_scopes)
         with self.engine.begin() as conn:
-            return keys.create_key(conn, role=role, scopes=scopes, name=name)
+            return keys.create_key(conn, role=role, scopes=bound, name=name)
 
     def api_keys(self, *, include_revoked: bool = False, access: Access = FULL_ACCESS) -> list[KeyInfo]:
         """The API keys (admins only), oldest first."""

@@ -113,3 +113,29 @@ def test_a_zero_cache_time_reads_the_key_on_every_request(cl: Citeline) -> None:
 def cached(cl: Citeline, key: str) -> object:
     info = cl.cached_key(key)
     return None if info is None else info.id
+
+
+@pytest.mark.parametrize(
+    ("role", "scopes", "all_scopes", "message"),
+    [
+        (Role.READER, None, False, "at least one"),
+        (Role.READER, [], False, "at least one"),
+        (Role.READER, ["ward-a"], True, "not both"),
+        (Role.READER, [], True, "not both"),
+        (Role.ADMIN, ["ward-a"], False, "covers every scope"),
+        (Role.ADMIN, None, True, "covers every scope"),
+    ],
+)
+def test_every_shell_is_refused_a_key_whose_reach_is_unclear(
+    cl: Citeline, role: Role, scopes: list[str] | None, all_scopes: bool, message: str
+) -> None:
+    # The library decides, so the API, the CLI and a Python caller refuse the same keys alike.
+    with pytest.raises(InvalidRequestError, match=message):
+        cl.create_key(role, scopes, all_scopes=all_scopes)
+    assert cl.api_keys() == []
+
+
+def test_a_reader_of_every_scope_is_asked_for_by_name() -> None:
+    assert keys.reach(Role.READER, None, all_scopes=True) is None
+    assert keys.reach(Role.READER, ["ward-b", "ward-a"]) == ["ward-b", "ward-a"]
+    assert keys.reach(Role.ADMIN, None) is None

@@ -69,6 +69,31 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+def reach(role: Role, scopes: Iterable[str] | None, all_scopes: bool = False) -> list[str] | None:
+    """The scopes a key asked for with ``scopes`` and ``all_scopes`` is bound to (None: every scope),
+    or :class:`InvalidRequestError` when its reach is unclear. Every shell asks this before making a key
+    (``citeline keys create`` before it opens the store).
+
+    An admin key covers every scope and takes neither. A reader key needs at least one scope, or all of
+    them: one with none would see universal documents only, far more likely a caller's mistake (a
+    forgotten option, an empty list) than its intent. :func:`create_key` itself can still make such a
+    key, for callers that mean it.
+    """
+    given = None if scopes is None else list(scopes)
+    if role is Role.ADMIN and (given is not None or all_scopes):
+        raise InvalidRequestError(
+            "an admin key covers every scope: give it no scopes and no all_scopes (--scope, --all-scopes)"
+        )
+    if given is not None and all_scopes:
+        raise InvalidRequestError("give scopes or all_scopes (--scope or --all-scopes), not both")
+    if role is Role.READER and not given and not all_scopes:
+        raise InvalidRequestError(
+            "a reader key needs scopes (at least one), or all_scopes: true "
+            "(in the CLI, --scope S, repeatable, or --all-scopes)"
+        )
+    return None if role is Role.ADMIN or all_scopes else given
+
+
 def create_key(
     conn: sa.Connection, *, role: Role, scopes: Iterable[str] | None = None, name: str = ""
 ) -> tuple[KeyInfo, str]:

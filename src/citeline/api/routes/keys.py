@@ -10,7 +10,6 @@ from pydantic import Field
 from citeline.access import Role
 from citeline.api.bodies import RequestBody, Scope
 from citeline.api.deps import AccessDep, AdminDep, CitelineDep
-from citeline.errors import InvalidRequestError
 
 router = APIRouter(prefix="/keys", tags=["keys"])
 
@@ -24,13 +23,9 @@ class KeyBody(RequestBody):
 
 @router.post("", status_code=201, summary="Create a key; the key itself is in this answer only")
 def create_key(body: KeyBody, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
-    # An empty list is refused like a missing one, as by `citeline keys create`: a reader key that
-    # sees only universal documents is far more likely a client's mistake than its intent.
-    if body.role is Role.READER and not body.scopes and not body.all_scopes:
-        raise InvalidRequestError("a reader key needs scopes (at least one), or all_scopes: true")
-    if body.all_scopes and body.scopes is not None:
-        raise InvalidRequestError("give scopes or all_scopes, not both")
-    info, key = cl.create_key(body.role, body.scopes, name=body.name, access=access)
+    info, key = cl.create_key(
+        body.role, body.scopes, all_scopes=body.all_scopes, name=body.name, access=access
+    )
     return {"key": key, **info.as_dict()}
 
 
