@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import logging
 import socket
 from collections.abc import Iterator
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from citeline.api.limits import RateLimiter
+from citeline.api.limits import MAX_URL_BYTES, RateLimiter
 from citeline.errors import LimitExceededError
 from citeline.settings import Settings
 from tests.api.conftest import LIMITS, Server, start_server, stop_server
@@ -50,6 +52,32 @@ def test_a_question_or_query_over_the_limit_is_refused(server: Server) -> None:
     for response in (chat, stream, search):
         assert response.status_code == 413, response.text
         assert_limit(response.json(), "CITELINE_API_MAX_QUESTION_CHARS")
+
+
+@pytest.mark.parametrize("size", [MAX_URL_BYTES + 1, 1_000_000, 10_000_000])
+def test_a_url_over_the_limit_is_refused_in_the_error_shape_however_long(server: Server, size: int) -> None:
+    # httpx refuses to send a URL over 64 KiB; http.client sends what it is given.
+    connection = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=120)
+    try:
+        query = "/search?q="
+        connection.request("GET", query + "a" * (size - len(query)), headers={"X-Request-ID": "long-url"})
+        response = connection.getresponse()
+        raw = response.read()
+    finally:
+        connection.close()
+    assert response.status == 414, raw
+    body = json.loads(raw)
+    assert response.getheader("X-Request-ID") == "long-url" == body["error"]["request_id"]
+    assert body["error"]["code"] == "limit_exceeded"
+    assert f"the URL is {size} bytes long, over the limit of {MAX_URL_BYTES}" in body["error"]["message"]
+
+
+def test_a_url_at_the_limit_is_served(server: Server) -> None:
+    query = "/search?q=valve&pad="
+    with server.as_("reader") as client:
+        response = client.get(query + "a" * (MAX_URL_BYTES - len(query)))
+    # Served: refused by the route for its unknown parameter, not by the URL's length.
+    assert response.status_code == 422 and "query.pad" in response.json()["error"]["message"]
 
 
 def test_requests_over_the_per_key_rate_are_told_when_to_come_back(server: Server) -> None:

@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI
 from citeline.api import errors
 from citeline.api.deps import refuse_nul, refuse_unknown_query
 from citeline.api.head import HeadAsGet
-from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter
+from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter, UrlLengthLimit
 from citeline.api.request_id import RequestIdLogFilter, RequestIdMiddleware
 from citeline.api.routes import chat, conversations, documents, health, ingest, keys, search, stats
 from citeline.engine import Citeline
@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     )
     errors.install(app)
     app.add_middleware(BodySizeLimit, settings=settings)
+    app.add_middleware(UrlLengthLimit)
     app.add_middleware(HeadAsGet)
     app.add_middleware(RequestIdMiddleware)  # added last: outermost, so every response gets the id
     for module in (search, chat, conversations, documents, ingest, stats, keys, health):

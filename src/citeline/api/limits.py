@@ -1,5 +1,6 @@
 """The server's limits, each named by a setting: request body size, question length, requests per key
-per minute, and answers generated at once (with a bounded queue).
+per minute, and answers generated at once (with a bounded queue); and the URL's length, which the HTTP
+parser fixes.
 
 Every refusal is a :class:`LimitExceededError` whose message names the limit and its setting. The
 generation slots belong to the server process (they guard its own cores): with ``--workers N`` each
@@ -32,6 +33,12 @@ log = logging.getLogger("citeline.api")
 GENERATION_RETRY_AFTER = 10.0
 #: Room for a multipart upload's form fields on top of the file itself.
 _FORM_FIELDS_BYTES = 1_048_576
+#: The longest URL (path and query string) served: the most httptools, uvicorn's HTTP parser, can split
+#: into path and query (it keeps their offsets in 16 bits). Not a setting, since it cannot be raised.
+MAX_URL_BYTES = 65_535
+#: Where :class:`citeline.api.protocol.HttpProtocol` puts the length of a URL it cut to
+#: ``MAX_URL_BYTES`` (an ASGI scope extension), so :class:`UrlLengthLimit` refuses the request.
+URL_BYTES_EXTENSION = "citeline.url_bytes"
 
 
 def check_text_length(text: str, what: str, settings: Settings) -> None:
@@ -94,6 +101,37 @@ class BodySizeLimit:
 def _message(size: int, limit: int, setting: str, *, at_least: bool = False) -> str:
     amount = f"over {size}" if at_least else str(size)
     return f"the request body is {amount} bytes, over the limit of {limit} (setting {setting})"
+
+
+class UrlLengthLimit:
+    """ASGI middleware refusing a URL over :data:`MAX_URL_BYTES` with a 414 in the API's error shape.
+
+    Under ``citeline serve`` such a URL reaches the app cut short, its full length in the scope (see
+    :mod:`citeline.api.protocol`); under another server it is measured here.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            cut = (scope.get("extensions") or {}).get(URL_BYTES_EXTENSION)
+            size = cut["length"] if cut else _url_bytes(scope)
+            if size > MAX_URL_BYTES:
+                error = LimitExceededError(
+                    f"the URL is {size} bytes long, over the limit of {MAX_URL_BYTES}; send long values in "
+                    "a request body instead (POST /search takes every filter and knob GET /search does)",
+                    http_status=414,
+                )
+                await error_response(error)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _url_bytes(scope: Scope) -> int:
+    path: bytes = scope.get("raw_path") or scope["path"].encode()
+    query: bytes = scope["query_string"]
+    return len(path) + (len(query) + 1 if query else 0)
 
 
 class RateLimiter:
