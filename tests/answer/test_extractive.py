@@ -760,3 +760,34 @@ def test_a_pipe_escaped_in_a_cell_is_the_cells_own_when_a_row_is_read_under_its_
     # left unread, so it could not be quoted or cited under its headers.
     rows = ["| Setting | Values |", "| --- | --- |", "| CITELINE_FUSION | rrf \\| weighted \\| dbsf |"]
     assert readable_rows(rows)[2] == "Setting: CITELINE_FUSION; Values: rrf | weighted | dbsf."
+
+
+def test_a_citation_follows_the_quotation_or_bracket_that_closes_its_sentence(embedder: Embedder) -> None:
+    # Put before the sentence's last full stop or question mark, the marker fell inside the quotation
+    # the sentence ends with: '("Is it safe to run the pump dry [1]?")' misquotes the source.
+    cases = {
+        'Most support calls about the CP-40 pump ask one thing ("Is it safe to run the pump dry?")': (
+            'Most support calls about the CP-40 pump ask one thing ("Is it safe to run the pump dry?") [1]'
+        ),
+        'The first rule of the CP-40 pump manual reads "Never run the pump dry."': (
+            'The first rule of the CP-40 pump manual reads "Never run the pump dry." [1]'
+        ),
+        "(Never run the CP-40 pump dry, not even for a few seconds.)": (
+            "(Never run the CP-40 pump dry, not even for a few seconds.) [1]"
+        ),
+        # A bracket the sentence closes before its own full stop keeps the marker before the stop.
+        "Never run the CP-40 pump dry (not even for a few seconds).": (
+            "Never run the CP-40 pump dry (not even for a few seconds) [1]."
+        ),
+    }
+    for text, expected in cases.items():
+        extract = extractive_answer(
+            "Is it safe to run the CP-40 pump dry?",
+            select_passages([make_hit(1, text)]),
+            CitationNumbering(),
+            VectorCache(embedder),
+        )
+
+        assert extract.text == expected
+        [claim] = claims(extract.text)
+        assert claim.numbers == (1,) and claim.text in normalise(text)

@@ -350,9 +350,16 @@ def _same(a: str, b: str, cache: VectorCache) -> bool:
 
 
 def _with_citation(sentence: str, number: int) -> str:
-    """``sentence`` with ``[number]`` before its closing punctuation: ``Prime the pump [1].``"""
+    """``sentence`` with ``[number]`` before its closing punctuation: ``Prime the pump [1].``; after the
+    quotation or bracket that closes it: ``... ask ("Is it safe to run the pump dry?") [1]``.
+
+    A quotation or bracket keeps its own full stop or question mark: the marker before it fell inside
+    ('("Is it safe to run the pump dry [1]?")') and misquoted the source.
+    """
     body = sentence.rstrip()
     end = _CLOSING.search(body)
     if end is None:
         return f"{body} [{number}]."
+    if len(end.group()) > 1:
+        return f"{body} [{number}]"
     return f"{body[: end.start()]} [{number}]{end.group()}"
