@@ -1205,6 +1205,23 @@ class Citeline:
             # grant that sees the document sees its versions.
             return catalog.get_document_version(conn, matches[0].id, version)
 
+    def document_ids(self, refs: Iterable[str], *, access: Access = FULL_ACCESS) -> tuple[uuid.UUID, ...]:
+        """The documents a search filter names (``Filters.document_ids``), by id or unambiguous id prefix.
+
+        A prefix is resolved as :meth:`document` resolves one (to one document ``access`` sees, else
+        :class:`NotFoundError` or :class:`InvalidRequestError`), as the paths and commands that take a
+        document do. A whole id is taken as given, without a read of the catalog, so a search naming
+        whole ids costs no round trip: one that names nothing ``access`` sees finds nothing, as any
+        filter would.
+        """
+        ids: dict[uuid.UUID, None] = {}
+        for ref in refs:
+            try:
+                ids[uuid.UUID(ref)] = None
+            except ValueError:
+                ids[self.document(ref, access=access).id] = None
+        return tuple(ids)
+
     def delete(self, ref: str, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
         """Delete a document (every version of its source) with its chunks, vectors, postings and files."""
         doc = self.document(ref, access=access)

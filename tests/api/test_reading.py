@@ -61,6 +61,23 @@ def test_search_stays_within_the_keys_scopes(
     assert not {server.documents[d] for d in never} & found
 
 
+def test_search_and_chat_filter_by_a_whole_document_id_or_a_unique_prefix(server: Server) -> None:
+    mine, hidden = server.documents["acme_note"], server.documents["globex"][:8]
+    with server.as_("reader") as client:
+        whole = client.post("/search", json={"query": "relief valve", "document_ids": [mine]})
+        short = client.post("/search", json={"query": "relief valve", "document_ids": [mine[:8]]})
+        # A prefix of a document outside the key's scopes is refused as GET /documents/{prefix} is.
+        path = client.get(f"/documents/{hidden}")
+        search = client.post("/search", json={"query": "relief valve", "document_ids": [hidden]})
+        chat = client.post("/chat", json={"question": "When does the valve open?", "document_ids": [hidden]})
+    assert short.status_code == 200, short.text
+    assert short.json()["results"] == whole.json()["results"] != []
+    assert {r["document_id"] for r in short.json()["results"]} == {mine}
+    assert path.status_code == search.status_code == chat.status_code == 404
+    refused = {r.json()["error"]["message"] for r in (path, search, chat)}
+    assert refused == {f"no document with id '{hidden}'"}
+
+
 def test_get_search_filters_by_category_and_tag(server: Server) -> None:
     with server.as_("admin") as client:
         boilers = client.get("/search?q=relief valve&category=plant/boilers").json()["results"]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from citeline.access import Access
 from citeline.engine import Citeline
-from citeline.errors import InvalidRequestError, ModelMismatchError
+from citeline.errors import InvalidRequestError, ModelMismatchError, NotFoundError
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
@@ -88,6 +91,25 @@ def test_tags_any_all_metadata_type_and_ids(corpus: Citeline) -> None:
     assert _names(corpus, filters=Filters(content_types=("markdown",))) == ["universal.md"]
     doc = next(d for d in corpus.documents() if d.name == "diabetes.txt")
     assert _names(corpus, filters=Filters(document_ids=(doc.id,))) == ["diabetes.txt"]
+
+
+def test_a_document_filter_takes_whole_ids_and_the_unique_prefixes_paths_take(corpus: Citeline) -> None:
+    docs = corpus.documents()
+    doc = next(d for d in docs if d.name == "diabetes.txt")
+    prefix = str(doc.id)[:8]
+    assert corpus.document_ids([prefix, str(doc.id)]) == (doc.id,)
+    assert _names(corpus, filters=Filters(document_ids=corpus.document_ids([prefix]))) == ["diabetes.txt"]
+    # A whole id is taken as given, without reading the catalog: one that names nothing finds nothing.
+    nothing = uuid.UUID(int=0)
+    assert corpus.document_ids([str(nothing)]) == (nothing,)
+    # A prefix is resolved as Citeline.document resolves one: to one document the grant sees.
+    with pytest.raises(NotFoundError, match=f"no document with id '{prefix}'"):
+        corpus.document_ids([prefix], access=Access.reader(["cardiology"]))
+    shared = Counter(str(d.id)[0] for d in docs).most_common(1)[0][0]  # 32 documents, 16 first digits
+    with pytest.raises(InvalidRequestError, match=f"id prefix '{shared}' matches [0-9]+ documents"):
+        corpus.document_ids([shared])
+    with pytest.raises(InvalidRequestError, match=r"a document id \(or the start of one\) is needed"):
+        corpus.document_ids([""])
 
 
 def test_distance_threshold_drops_far_hits(corpus: Citeline) -> None:

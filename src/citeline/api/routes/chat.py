@@ -66,7 +66,8 @@ async def _begin(cl: Citeline, access: Access, slots: GenerationSlots, body: Cha
     slot = await slots.acquire()
     try:
         session = await asyncio.to_thread(cl.chat, body.conversation_id, access=access, persona=body.persona)
-        events = session.ask(body.question, filters=body.filters(), top_k=body.top_k)
+        filters = await asyncio.to_thread(body.filters, cl, access)
+        events = session.ask(body.question, filters=filters, top_k=body.top_k)
     except BaseException:
         slot.release()
         raise

@@ -3,7 +3,6 @@ caller's grant."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -36,7 +35,10 @@ class FilterFields(RequestBody):
     content_types: list[str] = Field(
         default_factory=list, description="pdf, text, markdown, html, csv, or as stored (application/pdf)."
     )
-    document_ids: list[uuid.UUID] = Field(default_factory=list, description="Only these documents.")
+    document_ids: list[str] = Field(
+        default_factory=list,
+        description="Only these documents: whole ids, or unambiguous prefixes as GET /documents/{id} takes.",
+    )
     metadata: Metadata = Field(default_factory=dict, description="Metadata values that must match (strings).")
     model_numbers: list[str] = Field(
         default_factory=list, description="Chunks naming any of these model numbers (XR-200 = xr200)."
@@ -45,13 +47,14 @@ class FilterFields(RequestBody):
         default_factory=list, description="Chunks of any of these section types."
     )
 
-    def filters(self) -> Filters:
+    def filters(self, cl: Citeline, access: Access) -> Filters:
+        """The filters, with document id prefixes resolved within ``access`` (a read of the catalog)."""
         return Filters(
             scopes=None if self.scopes is None else tuple(self.scopes),
             category=self.category,
             tags_any=tuple(self.tags),
             tags_all=tuple(self.tags_all),
-            document_ids=tuple(self.document_ids),
+            document_ids=cl.document_ids(self.document_ids, access=access),
             content_types=tuple(self.content_types),
             metadata=self.metadata,
             model_numbers=tuple(self.model_numbers),
@@ -130,7 +133,7 @@ def _run(cl: Citeline, access: Access, request: SearchRequest) -> FastJSONRespon
 def search_post(body: SearchBody, cl: CitelineDep, access: AccessDep) -> FastJSONResponse:
     request = SearchRequest(
         query=body.query,
-        filters=body.filters(),
+        filters=body.filters(cl, access),
         top_k=body.top_k,
         distance_threshold=body.distance_threshold,
         fusion=body.fusion,
