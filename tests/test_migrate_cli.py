@@ -86,6 +86,11 @@ def test_reingest_with_a_new_model_migrates_checks_and_switches_only_when_told(k
     code, out, _ = run(kb, "stats", "--json", CITELINE_EMBEDDING_MODEL=L3)
     stats = json.loads(out)
     assert stats["embedding_model"] == L6 and stats["migration"]["done"] == 12
+    # For a person, the line `citeline search` prints, not the JSON's fields as a dict.
+    code, out, _ = run(kb, "stats", CITELINE_EMBEDDING_MODEL=L3)
+    assert code == 0
+    assert f"migration  {L6} -> {L3}, 12/12 documents built; searches use {L6}\n" in out
+    assert "source_model" not in out and "check_result" not in out
 
     code, out, err = run(kb, "migrate", "--switch", "--force", **strict)
     assert code == 0, err

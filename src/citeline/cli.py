@@ -884,11 +884,14 @@ ForceOption = Annotated[
 
 
 def _migration_line(status: MigrationStatus) -> str:
+    return "embedding-model migration under way: " + _migration_progress(status)
+
+
+def _migration_progress(status: MigrationStatus) -> str:
+    """The models and how far the migration is, as ``search`` and ``migrate`` say it and ``stats``
+    shows it: ``onnx:a -> onnx:b, 12/22 documents built (2 building); searches use onnx:a``."""
     m, p = status.migration, status.progress
-    line = (
-        f"embedding-model migration under way: {m.source_model} -> {m.target_model}, "
-        f"{p.done}/{p.total} documents built"
-    )
+    line = f"{m.source_model} -> {m.target_model}, {p.done}/{p.total} documents built"
     extra = [f"{p.building} building"] if p.building else []
     extra += [f"{p.failed} failed"] if p.failed else []
     return line + (f" ({', '.join(extra)})" if extra else "") + "; searches use " + m.source_model
@@ -1170,11 +1173,15 @@ def stats(
     workers, the broker queue this deployment's documents are sent to."""
     with _citeline(ctx) as cl:
         data = cl.stats()
+        # The status stats() has just read (kept a moment), as a MigrationStatus for the line
+        # `citeline search` prints rather than its JSON form's fields.
+        migration = cl.migration() if "migration" in data else None
     if as_json:
         _print_json(data)
         return
     for key, value in data.items():
-        console.print(f"[bold]{key:>20}[/bold]  {escape(_plain(value))}", highlight=False)
+        text = _migration_progress(migration) if key == "migration" and migration else _plain(value)
+        console.print(f"[bold]{key:>20}[/bold]  {escape(text)}", highlight=False)
 
 
 def _plain(value: object) -> str:
