@@ -1064,3 +1064,65 @@ def test_escape_closes_the_citation_after_the_viewer_is_paged_to_the_last_page(
     page.evaluate("document.activeElement.blur()")
     page.keyboard.press("Escape")
     expect(panel).to_be_hidden()
+
+
+# The pager's controls (page buttons, counter, zoom buttons, zoom) as boxes: where each sits and
+# whether it lies inside the pager, the pager's own height and whether it scrolls sideways.
+PAGER_BOXES = """() => {
+  const pager = document.querySelector("#viewer nav.citeline-pager");
+  const bar = pager.getBoundingClientRect();
+  const controls = [...pager.querySelectorAll("button, span, output")].map((node) => {
+    const box = node.getBoundingClientRect();
+    return {
+      name: node.getAttribute("aria-label") ?? node.textContent,
+      top: box.top,
+      bottom: box.bottom,
+      height: box.height,
+      inside: box.left >= bar.left - 0.5 && box.right <= bar.right + 0.5,
+    };
+  });
+  return {controls, height: bar.height, overflows: pager.scrollWidth > pager.clientWidth};
+}"""
+
+
+def test_the_viewer_s_pager_keeps_its_controls_on_one_line_at_phone_width(
+    site: Site, browser: Browser
+) -> None:
+    context = browser.new_context(viewport={"width": 360, "height": 780}, is_mobile=True)
+    try:
+        page = context.new_page()
+        sign_in(page, site.server.url + "/", site.reader)
+        with page.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
+            ask(page, QUESTION)
+        cited = completed_answer(streamed.value.text())["citations"]
+        number = next(c["number"] for c in cited if c["document_name"] == FEDERAL_REGISTER.name)
+        page.locator(f'.message.assistant .cite[data-number="{number}"]').first.click()
+        page.get_by_role("button", name="Open at the page").click()
+        pager = page.locator("#viewer nav.citeline-pager")
+        expect(pager).to_be_visible(timeout=30_000)
+        # The widest the pager gets on this document: "Page 15 of 15" at 300%.
+        following = pager.get_by_role("button", name="Next page")
+        following.focus()
+        while following.is_enabled():
+            shown = pager.locator("span").text_content()
+            page.keyboard.press("Enter")
+            expect(pager.locator("span")).not_to_have_text(shown or "", timeout=30_000)
+        expect(pager.locator("span")).to_have_text("Page 15 of 15")
+        for zoom in ("150%", "200%", "300%"):
+            pager.get_by_role("button", name="Zoom in").click()
+            expect(pager.locator("output")).to_have_text(zoom)
+
+        for width in (360, 375, 390):
+            page.set_viewport_size({"width": width, "height": 780})
+            boxes = page.evaluate(PAGER_BOXES)
+            # Nothing hidden: both page buttons, the counter, the zoom's three buttons and its figure.
+            assert len(boxes["controls"]) == 7, boxes
+            tallest = max(control["height"] for control in boxes["controls"])
+            # One row: every control centred on the same line, the pager no taller than its tallest.
+            middles = [(control["top"] + control["bottom"]) / 2 for control in boxes["controls"]]
+            assert max(middles) - min(middles) <= 2, (width, boxes)
+            assert boxes["height"] < 1.5 * tallest, (width, boxes)
+            assert all(control["inside"] for control in boxes["controls"]), (width, boxes)
+            assert not boxes["overflows"], (width, boxes)
+    finally:
+        context.close()

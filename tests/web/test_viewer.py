@@ -256,18 +256,22 @@ def test_the_buttons_turn_pages_and_the_cited_page_is_marked_again(
     open_citation(viewer_page, pdf_citation(server.url, name, span))
     pager = viewer_page.locator("#viewer nav.citeline-pager")
     marks = viewer_page.locator("#viewer mark.citeline-mark")
-    assert pager.locator("span").text_content() == "Page 2 of 3 (cited page)"
+    note = viewer_page.locator("#viewer .citeline-note")
+    assert pager.locator("span").text_content() == "Page 2 of 3"
+    assert note.text_content() == "Cited page."
     cited_marks = marks.count()
     assert cited_marks > 0
 
     pager.get_by_role("button", name="Next page").click()
     expect(pager.locator("span")).to_have_text("Page 3 of 3")
     expect(marks).to_have_count(0)
+    expect(note).to_have_count(0)
     expect(pager.get_by_role("button", name="Next page")).to_be_disabled()
 
     pager.get_by_role("button", name="Previous page").focus()
     viewer_page.keyboard.press("Enter")
-    expect(pager.locator("span")).to_have_text("Page 2 of 3 (cited page)")
+    expect(pager.locator("span")).to_have_text("Page 2 of 3")
+    expect(note).to_have_text("Cited page.")
     expect(marks).to_have_count(cited_marks)
     assert fold(" ".join(marks.all_text_contents())) == fold(span.page_text[span.start : span.end])
 
@@ -294,13 +298,11 @@ def test_a_scanned_page_says_it_has_no_text_to_mark(viewer_page: Page, server: T
     result = open_citation(viewer_page, pdf_citation(server.url, name, span))
     assert result["matched"] == 0
     # Not "could not be located", which reads as a wrong citation: the page is an image.
+    assert viewer_page.locator("#viewer nav.citeline-pager span").text_content() == "Page 1 of 1"
     assert (
         viewer_page.locator("#viewer")
         .inner_text()
-        .count(
-            "Page 1 of 1 (a scanned page with no text layer: the passage, read from it by OCR, cannot be "
-            "marked on it)"
-        )
+        .count("A scanned page with no text layer: the passage, read from it by OCR, cannot be marked on it.")
         == 1
     )
 
@@ -399,7 +401,7 @@ def test_zoom_draws_the_cited_page_larger_and_keeps_the_highlight_in_view(
         expect(pager.locator("span")).to_have_text("Page 3 of 3")
         expect(pager.locator("output")).to_have_text("200%")
         pager.get_by_role("button", name="Previous page").click()
-        expect(pager.locator("span")).to_have_text("Page 2 of 3 (cited page)")
+        expect(pager.locator("span")).to_have_text("Page 2 of 3")
         back = page.evaluate(MEASURE_ZOOM)
         assert back["marksWidth"] >= 1.9 * fit["marksWidth"] and back["inView"]
 

@@ -284,7 +284,7 @@ export class CitationViewer {
     this.current.page = pageNumber;
 
     if (pageNumber !== citation.page) {
-      this.#show(sheet, this.#pager(pageNumber, pdf.numPages, ""), [], centre);
+      this.#show(sheet, this.#pager(pageNumber, pdf.numPages), [], centre);
       return { matched: 0, total: 0, marks: [] };
     }
     const items = textLayer.textContentItemsStr;
@@ -300,11 +300,12 @@ export class CitationViewer {
     // A scan has no text layer: citeline read its text by OCR, and there is nothing here to mark.
     const scanned = !items.some((item) => item.trim());
     const note = marks.length
-      ? " (cited page)"
+      ? "Cited page."
       : scanned
-        ? " (a scanned page with no text layer: the passage, read from it by OCR, cannot be marked on it)"
-        : " (the cited passage could not be located on this page)";
-    this.#show(sheet, this.#pager(pageNumber, pdf.numPages, note), marks, centre);
+        ? "A scanned page with no text layer: the passage, read from it by OCR, cannot be marked on it."
+        : "The cited passage could not be located on this page.";
+    const pager = this.#pager(pageNumber, pdf.numPages);
+    this.#show(sheet, pager, marks, centre, element("p", "citeline-caption citeline-note", note));
     return { matched, total, marks };
   }
 
@@ -359,28 +360,32 @@ export class CitationViewer {
     return { matched: marks.length ? total : 0, total, marks };
   }
 
-  // "Page n of N" between buttons to the previous and next pages, then the zoom's buttons.
-  #pager(number, count, note) {
+  // "Page n of N" between "‹" and "›" (named "Previous page" and "Next page"), then the zoom's
+  // buttons: one line at phone width (320 px of viewer at 360 px), so the labels are short and what
+  // the page is (cited, scanned) is said on a line of its own under it (`note`).
+  #pager(number, count) {
     const bar = element("nav", "citeline-caption citeline-pager");
     bar.setAttribute("aria-label", "Pages");
-    const button = (label, target) => {
-      const node = element("button", "", label);
+    const button = (text, name, target) => {
+      const node = element("button", "", text);
       node.type = "button";
+      node.setAttribute("aria-label", name);
+      node.title = name;
       node.disabled = target < 1 || target > count;
       // A failure is already written in the viewer by #run; nothing waits on the promise here.
       node.addEventListener("click", () => this.showPage(target).catch(() => {}));
       return node;
     };
     bar.append(
-      button("\u2039 Previous page", number - 1),
-      element("span", "", `Page ${number} of ${count}${note}`),
-      button("Next page \u203a", number + 1),
+      button("\u2039", "Previous page", number - 1),
+      element("span", "", `Page ${number} of ${count}`),
+      button("\u203a", "Next page", number + 1),
       this.#zoomButtons(),
     );
     return bar;
   }
 
-  // "−", "Fit width", "+" and the zoom in per cent; "−" and "+" are named "Zoom out" and "Zoom in".
+  // "−", "Fit", "+" and the zoom in per cent, named "Zoom out", "Fit width" and "Zoom in".
   #zoomButtons() {
     const group = element("div", "citeline-zoom");
     group.setAttribute("role", "group");
@@ -389,31 +394,31 @@ export class CitationViewer {
     const button = (text, name, zoom) => {
       const node = element("button", "", text);
       node.type = "button";
-      if (name) node.setAttribute("aria-label", name);
-      if (name) node.title = name;
+      node.setAttribute("aria-label", name);
+      node.title = name;
       node.disabled = zoom === undefined || zoom === this.zoom;
       node.addEventListener("click", () => this.setZoom(zoom).catch(() => {}));
       return node;
     };
     group.append(
       button("\u2212", "Zoom out", ZOOMS[step - 1]),
-      button("Fit width", null, ZOOMS[0]),
+      button("Fit", "Fit width", ZOOMS[0]),
       button("+", "Zoom in", ZOOMS[step + 1]),
       element("output", "", `${Math.round(this.zoom * 100)}%`),
     );
     return group;
   }
 
-  #show(body, caption, marks, centre = null) {
+  #show(body, caption, marks, centre = null, note = null) {
     // A page turned or zoomed from the keyboard: the focus is on a pager button replaced here, and
     // would fall to the body, out of the page's panel (whose Escape then no longer closes it) and its
     // Tab order. It goes to the same button of the new pager, or to another of its group (the page
     // buttons, the zoom's) where that one is now disabled (first or last page, zoom at an end).
     const focused = this.container.contains(document.activeElement) ? document.activeElement : null;
-    const name = (button) => button.getAttribute("aria-label") ?? button.textContent;
+    const name = (button) => button.getAttribute("aria-label");
     const label = focused?.matches(".citeline-pager button") ? name(focused) : null;
     const zooming = Boolean(focused?.closest(".citeline-zoom"));
-    this.container.replaceChildren(caption, body);
+    this.container.replaceChildren(...[caption, note, body].filter(Boolean));
     this.container.setAttribute("aria-busy", "false");
     if (label !== null) {
       const buttons = [...caption.querySelectorAll("button")].filter((button) => !button.disabled);
