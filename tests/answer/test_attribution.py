@@ -372,3 +372,32 @@ def test_a_sentence_giving_a_name_another_passage_gives_is_not_cited_to_one_with
 
     assert text == "Never run the Grundfos pump dry. Never run the pump dry, it destroys the seal [1]."
     assert [a.sentence for a in attributor.attributions] == ["Never run the pump dry, it destroys the seal."]
+
+
+def test_a_sentence_copied_from_one_passage_and_cited_to_another_cites_the_one_it_was_copied_from(
+    embedder: Embedder,
+) -> None:
+    # As the citation check judges (citations.copied_elsewhere): however well the cited passage scores,
+    # ten words in a row of another passage, which the cited one lacks, came from that one.
+    ours = make_hit(
+        121, "Before first use, prime the pump: open the vent plug and fill the casing with water."
+    )
+    theirs = make_hit(
+        122,
+        "Before first use, prime the pump by opening the vent plug and filling the casing with clean "
+        "water until it overflows.",
+        page=9,
+    )
+    numbering = CitationNumbering()
+    passages = select_passages([ours, theirs])
+    rewriter = CitationRewriter(passages, numbering)
+    attributor = Attributor(passages, numbering, VectorCache(embedder))
+    reply = (
+        "Before first use, prime the pump by opening the vent plug and filling the casing with clean "
+        "water [1]."
+    )
+    text = attributor.feed(rewriter.feed(reply)) + attributor.feed(rewriter.finish()) + attributor.finish()
+
+    # The model's [1] was shown before the full stop: it stays, and the passage it came from joins it.
+    assert text.endswith("clean water [1] [2].")
+    assert [a.chunk_id for a in attributor.attributions] == [122]

@@ -431,6 +431,38 @@ def test_a_sentence_giving_a_name_from_another_passage_is_not_backed_by_the_one_
     assert other.unsupported == () and other.citations[0].supported  # cited where it is named
 
 
+def test_a_sentence_copied_word_for_word_from_another_passage_is_not_backed_by_the_one_it_cites(
+    embedder: Embedder,
+) -> None:
+    # The packaged model copied one passage's sentence and cited another that scored 0.67 for it: the
+    # citation stood, and the reader opening it found a passage that does not say it.
+    ours = make_hit(
+        21, "Before first use, prime the pump: open the vent plug and fill the casing with water."
+    )
+    theirs = make_hit(
+        22,
+        "Before first use, prime the pump by opening the vent plug and filling the casing with clean "
+        "water until it overflows.",
+        title="Another pump's manual",
+    )
+    given = dict(enumerate(select_passages([ours, theirs]), start=1))
+    copied = (
+        "Before first use, prime the pump by opening the vent plug and filling the casing with clean water"
+    )
+
+    wrong = verify(f"{copied} [1].", given, VectorCache(embedder))
+    right = verify(f"{copied} [2].", given, VectorCache(embedder))
+    own = verify(
+        "Before first use, open the vent plug and fill the casing with water [1].",
+        given,
+        VectorCache(embedder),
+    )
+
+    assert [u.numbers for u in wrong.unsupported] == [(1,)] and not wrong.citations[0].supported
+    assert right.unsupported == () and right.citations[0].supported
+    assert own.unsupported == () and own.citations[0].supported  # its own words, not the other's
+
+
 def test_a_name_is_not_taken_from_another_passage_when_the_cited_ones_title_or_the_question_gives_it(
     embedder: Embedder,
 ) -> None:

@@ -36,6 +36,8 @@ from citeline.answer.citations import (
     RemovedCitation,
     cited_numbers,
     claims,
+    copied_elsewhere,
+    copied_runs,
 )
 from citeline.answer.names import Reading, Said, read_under, taken_elsewhere
 from citeline.answer.prompt import Passage
@@ -99,6 +101,7 @@ class Attributor:
         asked = Reading.of((question,))
         self._readings = [asked | Reading.of((p.text, *read_under(p.hit))) for p in self._passages]
         self._sentences = [PassageSentences.of_hit(p.hit) for p in passages]
+        self._copies = [copied_runs(p.text) for p in self._passages]
         self.numbering = numbering
         self._cache = cache
         self._threshold = threshold
@@ -218,16 +221,18 @@ class Attributor:
         # As the citation check judges (citations.verify): a passage stating the sentence's quantity
         # otherwise does not back it, however close in words ("7424 nucleotides" cited to the passage on
         # another virus of 7489 bp, while the next passage states 7424).
-        # Nor one lacking a name (code, quantity) of the sentence that another passage gives: it was
-        # taken from that one (citations.verify, names.unnamed).
+        # Nor one lacking a name (code, quantity) of the sentence that another passage gives, or words
+        # the sentence copied from another passage: it was taken from that one (citations.verify,
+        # names.unnamed, citations.copied_elsewhere).
         said = Said.of(sentence.text)
-        readings = self._readings
+        readings, copies, copied = self._readings, self._copies, copied_runs(sentence.text)
         scores = [
             0.0
             if score
             and (
                 disagreement(sentence.text, passage.text)
                 or taken_elsewhere(said, readings[i], readings[:i] + readings[i + 1 :])
+                or copied_elsewhere(copied, copies[i], copies[:i] + copies[i + 1 :])
             )
             else score
             for i, (score, passage) in enumerate(zip(scores, self._passages, strict=True))

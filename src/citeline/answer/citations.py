@@ -564,6 +564,7 @@ def verify(
     # runs of words of the instructions, read once for every sentence.
     readings = {n: Reading.of((p.text, *read_under(p.hit))) for n, p in passages.items()}
     asked = Reading.of((question,))
+    copies = {n: copied_runs(p.text) for n, p in passages.items()}
     echoable = _runs(instructions)
     best: dict[int, Support] = {}
     first_backed: dict[int, Support] = {}
@@ -605,6 +606,16 @@ def verify(
                     replace(s, score=0.0) if s.score and taken_elsewhere(said, reading, others) else s
                     for reading, s in zip(under, scores, strict=True)
                 ]
+        # A sentence copied word for word from another passage given was taken from that one, however
+        # well the cited passage scores for it (copied_elsewhere); any of the cited holding it backs it.
+        copied = copied_runs(claim.text)
+        if copied:
+            elsewhere = [runs for m, runs in copies.items() if m not in numbers]
+            if copied_elsewhere(copied, set().union(*(copies[n] for n in numbers)), elsewhere):
+                scores = [
+                    replace(s, score=0.0) if s.score and copied_elsewhere(copied, copies[n], elsewhere) else s
+                    for n, s in zip(numbers, scores, strict=True)
+                ]
         # A small model may repeat its instructions as an answer ("follow these steps in order, and put
         # any safety warning from the sources first. [1]", from the repair persona's guidance): close
         # in words to a manual's passage, backed at 0.56. What the instructions say is no passage's.
@@ -645,10 +656,35 @@ _ECHO_WORDS = 5
 _ECHO_WORD = re.compile(r"\w+")
 
 
-def _runs(text: str) -> set[tuple[str, ...]]:
-    """The runs of :data:`_ECHO_WORDS` words in a row of ``text``, casefolded."""
+def _runs(text: str, length: int = _ECHO_WORDS) -> set[tuple[str, ...]]:
+    """The runs of ``length`` words in a row of ``text``, casefolded."""
     words = _ECHO_WORD.findall(text.casefold())
-    return {tuple(words[i : i + _ECHO_WORDS]) for i in range(len(words) - _ECHO_WORDS + 1)}
+    return {tuple(words[i : i + length]) for i in range(len(words) - length + 1)}
+
+
+COPIED_WORDS = 10
+"""A sentence holding this many words in a row of a passage was copied from it: ten words in a row are
+not two writers' chance."""
+
+
+def copied_runs(text: str) -> set[tuple[str, ...]]:
+    """The runs of :data:`COPIED_WORDS` words in a row of ``text`` (:func:`copied_elsewhere` compares
+    them)."""
+    return _runs(text, COPIED_WORDS)
+
+
+def copied_elsewhere(
+    sentence: set[tuple[str, ...]], cited: set[tuple[str, ...]], others: Sequence[set[tuple[str, ...]]]
+) -> bool:
+    """Whether a sentence (its :func:`copied_runs`) holds a run of words another passage given holds
+    (``others``, theirs) and the cited one (``cited``) does not: the sentence was copied from that one.
+
+    The packaged model copied a sentence of one passage word for word and cited another that scored 0.67
+    for it, above the threshold, so the citation stood while the passage it came from (0.99) went
+    uncited. A reader opening the citation finds a passage that does not say it.
+    """
+    taken = sentence - cited
+    return bool(taken) and any(taken & other for other in others)
 
 
 def _echoes(sentence: str, instructions: set[tuple[str, ...]], passage: str) -> bool:
