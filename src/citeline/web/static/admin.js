@@ -5,6 +5,7 @@
 
 import {
   api,
+  closeOnEscape,
   describeError,
   el,
   forgetKey,
@@ -1137,15 +1138,7 @@ $("relabel-form").addEventListener("submit", (event) => {
 });
 // A field said to be wrong is no longer so once it is changed.
 document.addEventListener("input", (event) => event.target.removeAttribute?.("aria-invalid"));
-$("detail").addEventListener("keydown", (event) => {
-  if (event.key === "Escape") closeDetail();
-});
-// A focus lost from the detail (its element disabled or removed under it) falls to the body: Escape
-// there still closes the detail open.
-document.addEventListener("keydown", (event) => {
-  const lost = !document.activeElement || document.activeElement === document.body;
-  if (event.key === "Escape" && lost && !$("detail").hidden) closeDetail();
-});
+closeOnEscape($("detail"), closeDetail);
 $("chunks-prev").addEventListener("click", () => {
   state.chunkOffset = Math.max(0, state.chunkOffset - CHUNKS_PER_PAGE);
   loadChunks().catch((error) => fail("Could not read the chunks", error));

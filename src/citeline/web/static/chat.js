@@ -7,6 +7,7 @@ import {
   ApiError,
   authHeaders,
   checkRefused,
+  closeOnEscape,
   describeError,
   requestNote,
   el,
@@ -956,15 +957,7 @@ $("close-panel").addEventListener("click", () => {
   $("citation-panel").hidden = true;
   document.querySelector(`.cite[data-number="${state.current?.number}"]`)?.focus();
 });
-$("citation-panel").addEventListener("keydown", (event) => {
-  if (event.key === "Escape") $("close-panel").click();
-});
-// A focus lost from the panel (its element removed or disabled under it) falls to the body: Escape
-// there still closes the panel open.
-document.addEventListener("keydown", (event) => {
-  const lost = !document.activeElement || document.activeElement === document.body;
-  if (event.key === "Escape" && lost && !$("citation-panel").hidden) $("close-panel").click();
-});
+closeOnEscape($("citation-panel"), () => $("close-panel").click());
 function stopAll() {
   for (const asking of state.asks) asking.controller.abort();
 }

@@ -1,5 +1,6 @@
 // What the chat and admin pages share: the API key in session storage, API calls that send it and
-// turn failures into words, and a small element builder that only ever sets text as text.
+// turn failures into words, a small element builder that only ever sets text as text, and Escape
+// closing a page's side panel.
 
 const KEY_STORAGE = "citeline.key";
 
@@ -175,6 +176,20 @@ export async function api(path, { method = "GET", json, form, signal } = {}) {
     // A proxy's or a login portal's page in the API's place: the server's, not the page's, fault.
     throw new ApiError(`the server's answer was not JSON (HTTP ${response.status})`, response.status);
   }
+}
+
+/**
+ * Escape calls `close` while `panel` is shown: pressed in it, or on the body, where the focus falls when
+ * the element holding it is disabled or removed under it (a pager's last page, a list redrawn).
+ */
+export function closeOnEscape(panel, close) {
+  panel.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") close();
+  });
+  document.addEventListener("keydown", (event) => {
+    const lost = !document.activeElement || document.activeElement === document.body;
+    if (event.key === "Escape" && lost && !panel.hidden) close();
+  });
 }
 
 /**
