@@ -32,6 +32,14 @@ from citeline.settings import Persona, load_settings
             "CITELINE_DATABASE_URL: Value error, database_url is not a valid URL (invalid literal for int() "
             "with base 10: 'notaport') (got 'postgresql://team:***@db.internal:notaport/kb')",
         ),
+        # A list or a mapping not written as JSON ended every command in pydantic-settings' traceback.
+        (
+            "CITELINE_KEYWORD_EXTRA_STOP_WORDS",
+            "patient, study",
+            "CITELINE_KEYWORD_EXTRA_STOP_WORDS: not JSON; a list or a mapping is written as JSON, e.g. "
+            '["patient", "study"] or {"application/pdf": 1.0} (got \'patient, study\')',
+        ),
+        ("CITELINE_SOURCE_BOOST", "pdf:1", "CITELINE_SOURCE_BOOST: not JSON;"),
         (
             "CITELINE_REDIS_URL",
             "http://team:s3cret@broker",

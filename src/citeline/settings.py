@@ -5,13 +5,14 @@ The object is passed down explicitly; no module reads the environment on its own
 
 from __future__ import annotations
 
+import os
 import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from citeline.errors import ConfigError
 from citeline.split import CHUNK_OVERLAP_MAX, CHUNK_SIZE_MAX, CHUNK_SIZE_MIN
@@ -468,6 +469,28 @@ def load_settings(**overrides: object) -> Settings:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise ConfigError(f"invalid setting: {describe_invalid(exc)}") from None
+    except SettingsError as exc:
+        raise ConfigError(f"invalid setting: {describe_unparsed(exc)}") from None
+
+
+_UNPARSED_FIELD = re.compile(r'error parsing value for field "(\w+)"')
+
+
+def describe_unparsed(exc: SettingsError) -> str:
+    """A list or mapping setting whose value is not JSON, as ``CITELINE_NAME: ...``: pydantic-settings
+    reads those as JSON before validating, and its error (``error parsing value for field ...``) ended
+    the command in a traceback."""
+    found = _UNPARSED_FIELD.search(str(exc))
+    if found is None:
+        return str(exc)
+    field = found.group(1)
+    name = f"CITELINE_{field.upper()}"
+    got = os.environ.get(name)
+    shown = "" if got is None or field in _SECRET_FIELDS else f" (got {got[:80]!r})"
+    return (
+        f"{name}: not JSON; a list or a mapping is written as JSON, e.g. "
+        f'["patient", "study"] or {{"application/pdf": 1.0}}{shown}'
+    )
 
 
 #: Settings whose value an error never shows, and URLs whose password it masks.
