@@ -751,8 +751,15 @@ class Citeline:
     def index_all(self, status: str, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
         """Index every document whose current version is in ``status``: ``pending`` ones are queued,
         ``completed`` or ``failed`` ones re-ingested from their stored originals. Returns each document
-        as it is afterwards; one that cannot be re-ingested (no stored original) keeps its status."""
+        as it is afterwards; one that cannot be re-ingested (no stored original) keeps its status.
+        Another status is refused: ``superseded`` matched old versions and re-ingested documents whose
+        current version was built, ``queued`` or ``processing`` queued builds already under way again."""
         _require_admin(access, f"index every {status} document")
+        if status not in _INDEXABLE:
+            raise InvalidRequestError(
+                f"index_all takes status {', '.join(_INDEXABLE)}, not {str(status)!r}: pending documents "
+                "are queued, completed and failed ones re-ingested"
+            )
         chosen = [d for d in self.documents(access=access) if d.status == status]
         out: list[DocumentInfo] = []
         for doc in {d.id: d for d in chosen}.values():
@@ -1517,6 +1524,10 @@ def _uploaded_by(options: IngestOptions | None, access: Access) -> IngestOptions
     ``key:<id>``) unless the options name someone."""
     options = options or IngestOptions()
     return options if options.uploaded_by is not None else replace(options, uploaded_by=access.user_id)
+
+
+#: What :meth:`Citeline.index_all` takes: pending documents are queued, completed and failed ones re-ingested.
+_INDEXABLE = (Status.PENDING.value, Status.COMPLETED.value, Status.FAILED.value)
 
 
 def _require_admin(access: Access, action: str) -> None:

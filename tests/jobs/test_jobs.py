@@ -459,6 +459,14 @@ def test_index_all_queues_every_pending_document_and_reingests_completed_ones(jo
     again = jobs.index_all("completed")
     assert {d.version for d in again} == {2}
     assert {jobs.wait(d.id, timeout=WAIT).version for d in pending} == {2}
+    # Version 1 of each is superseded now: asked for superseded documents, index_all re-ingested these
+    # built ones again; asked for queued or processing ones, it queued builds under way once more.
+    for status in ("superseded", "queued", "processing", "staged"):
+        with pytest.raises(
+            InvalidRequestError, match=f"index_all takes status pending, completed, failed, not '{status}'"
+        ):
+            jobs.index_all(status)
+    assert {jobs.document(str(d.id)).version for d in pending} == {2}
 
 
 @pytest.mark.parametrize(
