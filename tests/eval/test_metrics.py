@@ -46,3 +46,23 @@ def test_percentile_interpolates() -> None:
     assert percentile([1, 2, 3, 4], 50) == 2.5
     assert percentile([5.0], 99) == 5.0
     assert percentile(list(range(101)), 99) == 99
+
+
+def test_the_first_relevant_rank_is_the_one_top10_and_mrr_read_and_past_them_the_deeper_searchs() -> None:
+    from pathlib import Path
+
+    from citeline.eval.beir import BeirData, _score
+
+    data = BeirData(Path("."), "ns", Path("corpus.jsonl"), {"q": "query"}, {"q": {"rel": 1}})
+
+    def first(ranked: list[str], deep: list[str]) -> int | None:
+        return _score("c", "q", data, ranked, deep, 1.0, {}).first_relevant_rank
+
+    # The deeper search, whose fusion sees more candidates, put it 4th where top10 shows it 5th: the
+    # per-query line said rank 4 beside an mrr@10 of 0.2.
+    shown = _score("c", "q", data, ["a", "b", "c", "d", "rel"], ["a", "b", "c", "rel", "d"], 1.0, {})
+    assert shown.first_relevant_rank == 5 and shown.mrr10 == pytest.approx(0.2)
+    # Found only by the deeper search: its rank, but never within the ranking that missed it.
+    assert first(["a", "b"], ["rel", "a", "b"]) == 3
+    assert first(["a", "b"], ["a", "b", "c", "rel"]) == 4
+    assert first(["a"], ["b"]) is None

@@ -764,7 +764,12 @@ def _score(
     stages: dict[str, float],
 ) -> QueryResult:
     relevant = data.qrels[qid]
-    first = next((i for i, doc in enumerate(ranked_deep, start=1) if relevant.get(doc, 0) > 0), None)
+    # The rank in the search users get, as top10 and mrr@10 read it; only past its end, the deeper
+    # search's (whose fusion sees more candidates, so its first places may differ).
+    first = next((i for i, doc in enumerate(ranked, start=1) if relevant.get(doc, 0) > 0), None)
+    if first is None:
+        deep = next((i for i, doc in enumerate(ranked_deep, start=1) if relevant.get(doc, 0) > 0), None)
+        first = None if deep is None else max(deep, len(ranked) + 1)
     return QueryResult(
         config=config,
         query_id=qid,
