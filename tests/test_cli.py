@@ -643,3 +643,21 @@ def test_tables_piped_to_another_program_keep_each_row_on_one_line(
     assert code == 0, err
     (row,) = [line for line in out.splitlines() if "centrifugal" in line]
     assert name in row and scope in row and "reader" in row
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("--type", "docx"), "error: --type (content_types): unknown content type 'docx'"),
+        (("--scope", " ward-a"), "error: --scope (scopes): a scope must not start or end with whitespace"),
+        (("--threshold", "3"), "'--threshold'"),
+    ],
+)
+def test_a_bad_search_option_is_refused_naming_the_option_typed(
+    tmp_path: Path, args: tuple[str, ...], named: str
+) -> None:
+    # "content_types: unknown content type" and "distance_threshold is a cosine distance" named fields
+    # of the library the user never typed.
+    result = runner.invoke(app, ["--data-dir", str(tmp_path), "search", "relief valve", *args])
+    assert result.exit_code == 2
+    assert named in " ".join(result.stderr.split())

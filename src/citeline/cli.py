@@ -184,6 +184,18 @@ SectionOption = Annotated[
 ]
 
 
+#: The filter options by the field of Filters each sets: the library's errors name the field.
+_FILTER_FLAGS = {
+    "scopes": "--scope",
+    "category": "--category",
+    "tags": "--tag / --all-tags",
+    "content_types": "--type",
+    "metadata": "--meta",
+    "model_numbers": "--model",
+    "section_types": "--section",
+}
+
+
 def _filters(
     scope: list[str],
     category: str | None,
@@ -194,8 +206,8 @@ def _filters(
     models: list[str],
     sections: list[SectionType],
 ) -> Filters:
-    return _guard(
-        lambda: Filters(
+    try:
+        return Filters(
             scopes=tuple(scope) or None,
             category=category,
             tags_any=tuple(tag),
@@ -205,7 +217,15 @@ def _filters(
             model_numbers=tuple(models),
             section_types=tuple(s.value for s in sections),
         )
-    )
+    except InvalidRequestError as exc:
+        # "content_types: unknown content type 'docx'" names no option the user typed: "--type
+        # (content_types): ...".
+        message = str(exc)
+        field, colon, rest = message.partition(":")
+        flag = _FILTER_FLAGS.get(field) if colon else None
+        shown = f"{flag} ({field}):{rest}" if flag else message
+        err.print(f"[red]error:[/red] {escape(shown)}", highlight=False)
+        raise typer.Exit(exc.exit_code) from exc
 
 
 def _parse_metadata(pairs: list[str]) -> dict[str, str]:
@@ -349,7 +369,9 @@ def search(
     model: ModelOption = [],  # noqa: B006
     section: SectionOption = [],  # noqa: B006
     top_k: Annotated[int | None, typer.Option("--top-k", "-k", help="How many hits.")] = None,
-    threshold: Annotated[float | None, typer.Option(help="Largest cosine distance kept (0..2).")] = None,
+    threshold: Annotated[
+        float | None, typer.Option(min=0.0, max=2.0, help="Largest cosine distance kept (0..2).")
+    ] = None,
     fusion: Annotated[Fusion | None, typer.Option(help="How to fuse dense and keyword rankings.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Hits as JSON.")] = False,
     explain: Annotated[
