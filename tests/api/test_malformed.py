@@ -132,3 +132,12 @@ def test_a_body_the_framework_cannot_parse_is_a_422(admin: httpx.Client) -> None
     refused(admin.post("/search", content=latin, headers={"Content-Type": "application/json"}), "body")
     two = {"file": ("a.md", b"# A"), "other": ("b.md", b"# B")}
     refused(admin.post("/documents", files=two), "body")
+
+
+def test_an_unknown_route_or_method_is_refused_naming_the_request(admin: httpx.Client) -> None:
+    # The router's own "Not Found" and "Method Not Allowed" named neither the request nor what would do.
+    nowhere = admin.get("/nope")
+    refused(nowhere, "no route GET /nope", "/docs", status=404, code="not_found")
+    wrong = admin.put("/search", json={"query": "valve"})
+    refused(wrong, "PUT /search is not allowed", "/search takes POST", status=405, code="method_not_allowed")
+    assert wrong.headers["allow"] == "POST"

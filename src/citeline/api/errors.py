@@ -111,7 +111,16 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
         # with too many files or fields): a malformed request, answered as every other one is.
         return JSONResponse(error_body("invalid_request", f"body: {exc.detail}"), 422)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
-    return JSONResponse(error_body(code, str(exc.detail)), exc.status_code, headers=dict(exc.headers or {}))
+    message = str(exc.detail)
+    # The router's own words ("Not Found", "Method Not Allowed") name neither the request nor what
+    # would do: say which route was asked for, and for a method what the route takes.
+    asked = f"{request.method} {request.url.path}"
+    if exc.status_code == 404 and message == "Not Found":
+        message = f"no route {asked}; the API's routes are listed at /docs and /openapi.json"
+    elif exc.status_code == 405 and message == "Method Not Allowed":
+        allowed = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
+        message = f"{asked} is not allowed" + (f"; {request.url.path} takes {allowed}" if allowed else "")
+    return JSONResponse(error_body(code, message), exc.status_code, headers=dict(exc.headers or {}))
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
