@@ -1084,11 +1084,18 @@ def _missing(doc: DocumentInfo) -> Callable[[], LoadedSource]:
     return fail
 
 
+_NAMED_ABANDONED = 5
+
+
 def settle_abandoned(engine: sa.Engine, abandoned: Sequence[tuple[DocumentInfo, str | None]]) -> None:
     """After :func:`catalog.fail_abandoned` has committed: log each version it failed and remove the
     originals they alone held."""
-    for doc, _ in abandoned:
+    # An eval stopped while ingesting a corpus leaves hundreds: a line each buried the next command's
+    # output, so the first few are named and the rest counted.
+    for doc, _ in abandoned[:_NAMED_ABANDONED]:
         log.warning("%s (version %d): %s", doc.name, doc.version, catalog.INTERRUPTED)
+    if len(abandoned) > _NAMED_ABANDONED:
+        log.warning("and %d more versions: %s", len(abandoned) - _NAMED_ABANDONED, catalog.INTERRUPTED)
     remove_unused_files(engine, {Path(f) for _, f in abandoned if f})
 
 

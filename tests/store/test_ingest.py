@@ -510,3 +510,23 @@ def test_a_source_whose_earlier_versions_all_failed_is_added_when_one_succeeds(
     assert failed.outcome is Outcome.FAILED
     assert first.outcome is Outcome.ADDED and first.document is not None and first.document.version == 2
     assert second.outcome is Outcome.UPDATED
+
+
+def test_many_versions_left_by_a_killed_ingest_are_reported_in_a_few_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # An eval stopped while ingesting its corpus left 145 versions, and the next command printed a
+    # warning line for each before its own output.
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from citeline.ingest import settle_abandoned
+
+    abandoned = [(SimpleNamespace(name=f"doc-{i}", version=1), None) for i in range(145)]
+    with caplog.at_level("WARNING", logger="citeline"):
+        settle_abandoned(cast(Any, None), cast(Any, abandoned))
+
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 6
+    assert lines[0] == f"doc-0 (version 1): {catalog.INTERRUPTED}"
+    assert lines[-1] == f"and 140 more versions: {catalog.INTERRUPTED}"
