@@ -48,6 +48,8 @@ def test_compare_writes_summary_per_query_lines_and_report(
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["config"] == "rrf" and summary["fusion"] == "rrf" and summary["queries"] == 4
     assert summary["corpus_added"] == 6
+    # Outside a terminal there is no progress bar: one line says what the wait is for.
+    assert f"{beir_folder.name}: checking 6 corpus entries in namespace {settings.namespace}" in err
     assert list(summary["configs"]) == names
     assert summary["ndcg@10"] == summary["configs"]["rrf"]["ndcg@10"]
     assert summary["configs"][ODD]["settings"] == {"fusion": "rrf", "rrf_k": 1}

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Route, expect
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, Route, expect
 
 from citeline.retrieve.filters import MAX_LABEL_CHARS
 from tests.api.conftest import (
@@ -1035,10 +1035,9 @@ def test_escape_closes_a_documents_detail_after_its_chunks_are_paged_to_the_last
     expect(detail).to_be_hidden()
 
 
-def test_escape_closes_the_citation_after_the_viewer_is_paged_to_the_last_page(
-    site: Site, context: BrowserContext
-) -> None:
-    page = context.new_page()
+def open_the_federal_register_cited(page: Page, site: Site) -> tuple[Locator, int]:
+    """Ask QUESTION as the reader, open the Federal Register's citation at its page, and return the
+    viewer's pager once shown, with the citation's number."""
     sign_in(page, site.server.url + "/", site.reader)
     with page.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
         ask(page, QUESTION)
@@ -1048,6 +1047,14 @@ def test_escape_closes_the_citation_after_the_viewer_is_paged_to_the_last_page(
     page.get_by_role("button", name="Open at the page").click()
     pager = page.locator("#viewer nav.citeline-pager")
     expect(pager).to_be_visible(timeout=30_000)
+    return pager, number
+
+
+def test_escape_closes_the_citation_after_the_viewer_is_paged_to_the_last_page(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    pager, number = open_the_federal_register_cited(page, site)
     pager.get_by_role("button", name="Next page").focus()
     while pager.get_by_role("button", name="Next page").is_enabled():
         shown = pager.locator("span").text_content()
@@ -1091,15 +1098,7 @@ def test_the_viewer_s_pager_keeps_its_controls_on_one_line_at_phone_width(
     context = browser.new_context(viewport={"width": 360, "height": 780}, is_mobile=True)
     try:
         page = context.new_page()
-        sign_in(page, site.server.url + "/", site.reader)
-        with page.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
-            ask(page, QUESTION)
-        cited = completed_answer(streamed.value.text())["citations"]
-        number = next(c["number"] for c in cited if c["document_name"] == FEDERAL_REGISTER.name)
-        page.locator(f'.message.assistant .cite[data-number="{number}"]').first.click()
-        page.get_by_role("button", name="Open at the page").click()
-        pager = page.locator("#viewer nav.citeline-pager")
-        expect(pager).to_be_visible(timeout=30_000)
+        pager, _ = open_the_federal_register_cited(page, site)
         # The widest the pager gets on this document: "Page 15 of 15" at 300%.
         following = pager.get_by_role("button", name="Next page")
         following.focus()

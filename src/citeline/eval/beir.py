@@ -564,6 +564,15 @@ def ingest_corpus(
     counts = dict.fromkeys(Outcome, 0)
     failures: list[IngestResult] = []
     t0 = time.perf_counter()
+    if not console.is_terminal:
+        # No progress bar outside a terminal: a first run embeds the whole corpus for minutes, which a
+        # script's log showed as nothing at all (--limit limits the queries, not the corpus).
+        console.print(
+            f"{data.folder.name}: checking {total} corpus entries in namespace {namespace} (new or "
+            "changed ones are embedded: minutes on a first run; --limit limits the queries, not the corpus)",
+            markup=False,
+            highlight=False,
+        )
     with Progress(
         *Progress.get_default_columns()[:-1],
         MofNCompleteColumn(),
