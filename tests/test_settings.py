@@ -40,6 +40,13 @@ from citeline.settings import Persona, load_settings
             '["patient", "study"] or {"application/pdf": 1.0} (got \'patient, study\')',
         ),
         ("CITELINE_SOURCE_BOOST", "pdf:1", "CITELINE_SOURCE_BOOST: not JSON;"),
+        # Refused at the first ingest as a bad --chunk-overlap (exit 2), though no option was given.
+        (
+            "CITELINE_CHUNK_OVERLAP",
+            "900",
+            "CITELINE_CHUNK_OVERLAP: Value error, chunk_overlap must be below the chunk size "
+            "(CITELINE_CHUNK_SIZE, 800) (got '900')",
+        ),
         (
             "CITELINE_REDIS_URL",
             "http://team:s3cret@broker",

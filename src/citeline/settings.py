@@ -419,6 +419,16 @@ class Settings(BaseSettings):
         decided by that namespace's catalog alone."""
         return self.data_dir.expanduser().resolve() / "files" / self.namespace
 
+    @field_validator("chunk_overlap")
+    @classmethod
+    def _overlap_below_size(cls, value: int, info: ValidationInfo) -> int:
+        # An overlap as large as the chunk never advances. Refused when the settings are read, as a
+        # setting contradicting another (exit 78), not at the first ingest as a bad --chunk-overlap.
+        size = info.data.get("chunk_size")
+        if size is not None and value >= size:
+            raise ValueError(f"chunk_overlap must be below the chunk size (CITELINE_CHUNK_SIZE, {size})")
+        return value
+
     @field_validator("namespace")
     @classmethod
     def _namespace_is_identifier(cls, value: str) -> str:
