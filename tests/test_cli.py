@@ -266,6 +266,36 @@ def test_ask_takes_the_same_filters_as_search(settings: Settings, tmp_path: Path
         assert {c["document_name"] for c in answer["citations"]} == {name}, filters
 
 
+def test_search_and_ask_keep_to_a_document_named_by_its_id_or_a_start_of_it(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # The API's document_ids filter took prefixes (b340f99); the commands had no such option at all.
+    a = write(tmp_path / "plant-a.txt", "The relief valve of boiler A opens at 6 bar.")
+    b = write(tmp_path / "plant-b.txt", "The relief valve of boiler B opens at 9 bar.")
+    assert _run(settings, "ingest", str(a), str(b))[0] == 0
+    with Citeline(settings) as cl:
+        ids = {Path(d.name).name: str(d.id) for d in cl.documents()}
+
+    for ref in (ids["plant-b.txt"], ids["plant-b.txt"][:8]):
+        code, out, err = _run(settings, "search", "relief valve pressure", "--document", ref, "--json")
+        assert code == 0, err
+        assert {Path(h["document_name"]).name for h in json.loads(out)} == {"plant-b.txt"}
+        code, out, err = _run(
+            settings,
+            "ask",
+            "When does the relief valve open?",
+            "--llm",
+            "extractive",
+            "--json",
+            "--document",
+            ref,
+        )
+        assert code == 0, err
+        assert {Path(c["document_name"]).name for c in json.loads(out)["citations"]} == {"plant-b.txt"}
+    code, _, err = _run(settings, "search", "relief valve", "--document", "ffffffff")
+    assert code == 4 and "ffffffff" in err
+
+
 def test_ask_shows_the_verdict_on_a_claim_and_each_source_s_stance(
     settings: Settings, tmp_path: Path
 ) -> None:

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -182,6 +182,22 @@ ModelOption = Annotated[
 SectionOption = Annotated[
     list[SectionType], typer.Option("--section", help="Chunks of this section type (repeatable).")
 ]
+
+
+DocumentOption = Annotated[
+    list[str],
+    typer.Option(
+        "--document", help="Only this document: its id or a unique start of it, as `docs list` shows."
+    ),
+]
+
+
+def _with_documents(cl: Citeline, filters: Filters, refs: list[str]) -> Filters:
+    """``filters`` kept to the documents ``refs`` name (ids or unique id prefixes, resolved as `docs show`
+    resolves them: an unknown or ambiguous one is refused)."""
+    if not refs:
+        return filters
+    return _guard(lambda: replace(filters, document_ids=cl.document_ids(refs)))
 
 
 #: The filter options by the field of Filters each sets: the library's errors name the field.
@@ -368,6 +384,7 @@ def search(
     meta: MetaOption = [],  # noqa: B006
     model: ModelOption = [],  # noqa: B006
     section: SectionOption = [],  # noqa: B006
+    document: DocumentOption = [],  # noqa: B006
     top_k: Annotated[int | None, typer.Option("--top-k", "-k", help="How many hits.")] = None,
     threshold: Annotated[
         float | None, typer.Option(min=0.0, max=2.0, help="Largest cosine distance kept (0..2).")
@@ -393,6 +410,7 @@ def search(
     # loaded (opening a second one for two threads takes far longer than they save on one query).
     timings, plan = Timings(), Explain()
     with _citeline(ctx, keyword_index="sql", memory_vectors_mb=0, query_threads=1) as cl:
+        request = replace(request, filters=_with_documents(cl, request.filters, document))
         # Opened before the clock starts, so the total is the search's and not the process's start-up.
         cl.engine  # noqa: B018
         cl.query_embedder  # noqa: B018
@@ -589,6 +607,7 @@ def ask(
     meta: MetaOption = [],  # noqa: B006
     model: ModelOption = [],  # noqa: B006
     section: SectionOption = [],  # noqa: B006
+    document: DocumentOption = [],  # noqa: B006
     persona: Annotated[
         str | None, typer.Option(help="general, clinical or repair (a new conversation's system prompt).")
     ] = None,
@@ -605,6 +624,7 @@ def ask(
     """Answer a question from the documents, streamed, each claim citing a numbered source."""
     filters = _filters(scope, category, tag, all_tags, content_type, meta, model, section)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
+        filters = _with_documents(cl, filters, document)
         session = _conversation(cl, conversation, persona)
         _stream_answer(session, question, filters, as_json=as_json)
         if not as_json and conversation is None:
@@ -622,6 +642,7 @@ def chat(
     meta: MetaOption = [],  # noqa: B006
     model: ModelOption = [],  # noqa: B006
     section: SectionOption = [],  # noqa: B006
+    document: DocumentOption = [],  # noqa: B006
     persona: Annotated[str | None, typer.Option(help="general, clinical or repair.")] = None,
     conversation: Annotated[
         str | None, typer.Option("--conversation", "-c", help="Continue this conversation (its id).")
@@ -631,6 +652,7 @@ def chat(
     """An interactive conversation: follow-up questions keep their context and citation numbers."""
     filters = _filters(scope, category, tag, all_tags, content_type, meta, model, section)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
+        filters = _with_documents(cl, filters, document)
         session = _conversation(cl, conversation, persona)
         err.print(f"[dim]conversation {session.id}; an empty line or Ctrl-D ends it[/dim]")
         while True:
