@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from citeline.api.limits import MAX_URL_BYTES, RateLimiter
+from citeline.api.protocol import MAX_HEADER_BYTES
 from citeline.errors import LimitExceededError
 from citeline.settings import Settings
 from tests.api.conftest import LIMITS, Server, start_server, stop_server
@@ -70,6 +71,46 @@ def test_a_url_over_the_limit_is_refused_in_the_error_shape_however_long(server:
     assert response.getheader("X-Request-ID") == "long-url" == body["error"]["request_id"]
     assert body["error"]["code"] == "limit_exceeded"
     assert f"the URL is {size} bytes long, over the limit of {MAX_URL_BYTES}" in body["error"]["message"]
+
+
+def _raw(server: Server, head: list[bytes]) -> tuple[int, bytes]:
+    """Send a request's head in the pieces given, and read the status and body of the answer."""
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        try:
+            for piece in head:
+                sock.sendall(piece)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before the head was all sent
+        answer = b""
+        while chunk := sock.recv(65_536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+@pytest.mark.parametrize(
+    "pad",
+    [
+        [b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(2_000)],  # many lines, 2 MB
+        [b"X-Pad: "] + [b"a" * 65_536] * 32 + [b"\r\n"],  # one line of 2 MB
+    ],
+    ids=["many-lines", "one-line"],
+)
+def test_a_request_with_headers_over_the_limit_is_refused_as_they_arrive(
+    server: Server, pad: list[bytes]
+) -> None:
+    # httptools keeps header lines without a limit: a client sending endless headers held the server's
+    # memory, and was answered only once it stopped.
+    status, body = _raw(server, [b"GET /health/live HTTP/1.1\r\nHost: citeline\r\n", *pad, b"\r\n"])
+    assert status == 431
+    error = json.loads(body)["error"]
+    assert error["code"] == "limit_exceeded" and f"over {MAX_HEADER_BYTES} bytes" in error["message"]
+    # Headers under the limit, and the next request, are served.
+    fine = [
+        b"GET /health/live HTTP/1.1\r\nHost: citeline\r\nX-Pad: " + b"a" * 40_000 + b"\r\nConnection: close\r\n\r\n"
+    ]
+    assert _raw(server, fine)[0] == 200
 
 
 def test_a_url_at_the_limit_is_served(server: Server) -> None:

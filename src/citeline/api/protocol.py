@@ -10,19 +10,74 @@ than the limit.
 
 from __future__ import annotations
 
+import json
+
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from citeline.api.limits import MAX_URL_BYTES, URL_BYTES_EXTENSION
 
+#: The most a request's head may hold besides its URL (which ``MAX_URL_BYTES`` bounds as it arrives):
+#: httptools keeps header lines without a limit, so a client sending endless headers held the server's
+#: memory. Browsers send a few kilobytes; h11 allows 16 KiB.
+MAX_HEADER_BYTES = 65_536
+#: After refusing a head, what is still read and dropped, and for how long, before the connection is
+#: closed: closed at once with the client's bytes unread, the kernel resets it and the client loses
+#: the answer (a lingering close, as web servers do).
+_LINGER_BYTES = 64 * 1024 * 1024
+_LINGER_SECONDS = 5.0
+
 
 class HttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, but a URL over ``MAX_URL_BYTES`` reaches the app cut, not a 400."""
+    """uvicorn's httptools protocol, but a URL over ``MAX_URL_BYTES`` reaches the app cut, not a 400,
+    and a head over ``MAX_HEADER_BYTES`` besides its URL is refused with a 431 as it arrives."""
 
     _url_bytes = 0
+    #: Bytes of the current request's head received in reads that began inside it (a read that also
+    #: ended the previous request, at most one read's size, is not counted), and whether the parser
+    #: is inside a head.
+    _head_bytes = 0
+    _in_head = False
+    _began = False
+    #: Bytes dropped since the head was refused (None: not refused).
+    _dropped: int | None = None
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._url_bytes = 0
+        self._head_bytes = 0
+        self._in_head = self._began = True
+
+    def data_received(self, data: bytes) -> None:
+        if self._dropped is not None:
+            self._dropped += len(data)
+            if self._dropped > _LINGER_BYTES:
+                self.transport.close()
+            return
+        counted = self._in_head
+        self._began = False
+        super().data_received(data)
+        if not self._in_head or self.transport.is_closing():
+            return
+        if counted and not self._began:
+            self._head_bytes += len(data)
+        if self._head_bytes - self._url_bytes > MAX_HEADER_BYTES:
+            self._refuse_head()
+
+    def _refuse_head(self) -> None:
+        message = (
+            f"the request's header lines are over {MAX_HEADER_BYTES} bytes; send fewer or shorter headers"
+        )
+        body = json.dumps({"error": {"code": "limit_exceeded", "message": message}}).encode()
+        self.logger.warning("refused a request whose headers are over %d bytes", MAX_HEADER_BYTES)
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+            b"content-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body
+        )
+        self._dropped = 0
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(_LINGER_SECONDS, self.transport.close)
 
     def on_url(self, url: bytes) -> None:
         # The parser hands the URL over in pieces, as it arrives.
@@ -32,6 +87,7 @@ class HttpProtocol(HttpToolsProtocol):
             super().on_url(url[:room])
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
         if self._url_bytes > MAX_URL_BYTES:
             # Set before the request cycle starts: the app (citeline.api.limits.UrlLengthLimit) reads it.
             self.scope.setdefault("extensions", {})[URL_BYTES_EXTENSION] = {"length": self._url_bytes}
