@@ -112,6 +112,17 @@ def test_a_request_with_headers_over_the_limit_is_refused_as_they_arrive(
     assert _raw(server, fine)[0] == 200
 
 
+def test_bytes_that_are_no_http_request_are_refused_in_the_error_shape(server: Server) -> None:
+    # uvicorn answered them "Invalid HTTP request received." in plain text.
+    status, body = _raw(server, [b"GET /health/live HTTP/1.1\r\nHost citeline\r\n\r\n"])
+    assert status == 400
+    error = json.loads(body)["error"]
+    assert error["code"] == "invalid_request" and "not an HTTP/1.1 request" in error["message"]
+    assert (
+        _raw(server, [b"GET /health/live HTTP/1.1\r\nHost: citeline\r\nConnection: close\r\n\r\n"])[0] == 200
+    )
+
+
 def test_a_url_at_the_limit_is_served(server: Server) -> None:
     query = "/search?q=valve&pad="
     with server.as_("reader") as client:

@@ -56,23 +56,37 @@ class HttpProtocol(HttpToolsProtocol):
         counted = self._in_head
         self._began = False
         super().data_received(data)
-        if not self._in_head or self.transport.is_closing():
-            return
+        if self._dropped is not None or not self._in_head or self.transport.is_closing():
+            return  # answered (a request the parser refused), or not inside a head
         if counted and not self._began:
             self._head_bytes += len(data)
         if self._head_bytes - self._url_bytes > MAX_HEADER_BYTES:
             self._refuse_head()
 
-    def _refuse_head(self) -> None:
-        message = (
-            f"the request's header lines are over {MAX_HEADER_BYTES} bytes; send fewer or shorter headers"
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn's answer to bytes that are no HTTP request ("Invalid HTTP request received.") in plain
+        # text: in the error shape every other refusal has.
+        self._answer(
+            400, "Bad Request", "invalid_request", f"not an HTTP/1.1 request the server can read: {msg}"
         )
-        body = json.dumps({"error": {"code": "limit_exceeded", "message": message}}).encode()
+
+    def _refuse_head(self) -> None:
         self.logger.warning("refused a request whose headers are over %d bytes", MAX_HEADER_BYTES)
+        self._answer(
+            431,
+            "Request Header Fields Too Large",
+            "limit_exceeded",
+            f"the request's header lines are over {MAX_HEADER_BYTES} bytes; send fewer or shorter headers",
+        )
+
+    def _answer(self, status: int, reason: str, code: str, message: str) -> None:
+        """Answer before the app sees the request, in the API's error shape, and close the connection
+        once the client has stopped sending (see ``_LINGER_BYTES``)."""
+        body = json.dumps({"error": {"code": code, "message": message}}).encode()
         self.transport.write(
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-            b"content-type: application/json\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body
+            f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n".encode()
+            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+            + body
         )
         self._dropped = 0
         if self.transport.can_write_eof():
