@@ -59,6 +59,7 @@ from citeline.jobs.submit import (
     Upload,
     origin_path,
     reingest_request,
+    settle_spare,
     store_upload,
     submit,
     submit_url,
@@ -555,7 +556,7 @@ class Citeline:
         """
         _require_admin(access, f"upload {upload.name}")
         target = self._document_id(document_id, access) if document_id is not None else None
-        path, content = store_upload(upload, self.files_dir, max_bytes=self.settings.upload_max_bytes)
+        path, content, spare = store_upload(upload, self.files_dir, max_bytes=self.settings.upload_max_bytes)
         try:
             return self._register(
                 name=Path(upload.name).name,
@@ -567,6 +568,7 @@ class Citeline:
                 index=index,
             )
         finally:
+            settle_spare(path, spare)
             remove_unused_files(self.engine, [path])
 
     def submit_url(

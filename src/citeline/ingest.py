@@ -1100,14 +1100,31 @@ def settle_abandoned(engine: sa.Engine, abandoned: Sequence[tuple[DocumentInfo, 
 
 
 def remove_unused_files(engine: sa.Engine, paths: Iterable[Path]) -> None:
-    """Delete stored originals that no version refers to any more."""
+    """Delete stored originals that no version refers to any more.
+
+    Originals are stored by their hash, so an upload of the same bytes may be registering a version
+    that refers to one while it is removed. It is set aside first, then looked up again: a version
+    registered meanwhile gets it back, and one registered after that puts its own copy in place
+    (:func:`citeline.jobs.submit.settle_spare`). Removed at once, the upload's version was left
+    referring to nothing.
+    """
     paths = list(paths)
     if not paths:
         return
     with engine.connect() as conn:
         for path in paths:
-            if not catalog.file_in_use(conn, str(path)):
-                path.unlink(missing_ok=True)
+            if catalog.file_in_use(conn, str(path)):
+                continue
+            aside = path.with_name(path.name + ".removing")
+            try:
+                path.replace(aside)
+            except FileNotFoundError:
+                continue
+            conn.rollback()  # the next statement reads what has been committed since
+            if catalog.file_in_use(conn, str(path)):
+                aside.replace(path)
+            else:
+                aside.unlink(missing_ok=True)
 
 
 def _groups(sources: Iterable[Source], size: int) -> Iterator[list[Source]]:

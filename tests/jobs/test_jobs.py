@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -488,3 +489,28 @@ def test_an_upload_s_chunking_is_held_to_the_settings_bounds(
     with pytest.raises(InvalidRequestError, match=message):
         jobs.submit(upload("pump.md", PUMP), options)
     assert jobs.documents() == []
+
+
+def test_an_upload_keeps_its_original_when_a_cancel_of_the_same_bytes_removes_it_as_it_registers(
+    jobs: Citeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Originals are stored by their hash: the second upload found the file stored and dropped its own
+    # copy; the first document's cancel then removed the file (no version held it yet), and the second
+    # document was left referring to nothing.
+    first = jobs.submit(upload("pump.md", PUMP), index=False).document
+    register = jobs._register
+
+    def cancel_the_first_then_register(**fields: Any) -> Submission:
+        jobs.cancel(first.id)
+        assert not Path(str(first.file_path)).exists()  # the race: removed while no version held it
+        return register(**fields)
+
+    monkeypatch.setattr(jobs, "_register", cancel_the_first_then_register)
+    second = jobs.submit(upload("pump-copy.md", PUMP), index=False).document
+    monkeypatch.undo()
+
+    assert second.file_path == first.file_path and Path(str(second.file_path)).read_text() == PUMP
+    assert not list(Path(str(second.file_path)).parent.glob("*.part"))  # the spare copy went into place
+    jobs.start_jobs()
+    jobs.index(second.id)
+    assert jobs.wait(second.id, timeout=WAIT).status == "completed"

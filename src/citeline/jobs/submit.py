@@ -65,11 +65,14 @@ class Submission:
         return self.outcome in (Status.QUEUED, Status.PENDING)
 
 
-def store_upload(upload: Upload, files_dir: Path, *, max_bytes: int) -> tuple[Path, str]:
-    """Stream ``upload`` into the store of originals; its stored path and content hash.
+def store_upload(upload: Upload, files_dir: Path, *, max_bytes: int) -> tuple[Path, str, Path | None]:
+    """Stream ``upload`` into the store of originals; its stored path, content hash and spare copy.
 
     Refuses an unsupported extension before reading, and an upload over ``max_bytes`` while reading
-    (nothing of it is kept).
+    (nothing of it is kept). Originals are stored by their hash: when one with these bytes is stored
+    already, this upload's copy is returned as the spare, kept until its version is registered
+    (:func:`settle_spare`): until then no version of this upload holds the stored file, and a cancel
+    of another version with the same bytes may remove it.
     """
     suffix = Path(upload.name).suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
@@ -98,10 +101,20 @@ def store_upload(upload: Upload, files_dir: Path, *, max_bytes: int) -> tuple[Pa
     stored = files_dir / content[:2] / f"{content}{suffix}"
     stored.parent.mkdir(parents=True, exist_ok=True)
     if stored.exists():
-        partial.unlink()
+        return stored, content, partial
+    shutil.move(partial, stored)
+    return stored, content, None
+
+
+def settle_spare(stored: Path, spare: Path | None) -> None:
+    """Once an upload's version is registered: put its spare copy (:func:`store_upload`) in place if
+    the stored file went meanwhile, else drop it."""
+    if spare is None:
+        return
+    if stored.exists():
+        spare.unlink(missing_ok=True)
     else:
-        shutil.move(partial, stored)
-    return stored, content
+        spare.replace(stored)
 
 
 def submit(
