@@ -28,6 +28,9 @@ def test_only_codes_reads_a_query_of_codes_with_or_without_stop_words() -> None:
     assert analyzer.only_codes("737-31-1860")
     assert analyzer.only_codes("What is rs11614913?")
     assert analyzer.only_codes("E4021 P446L")
+    # As PDFs print them, with en-dashes (the trial's "737\u201331\u20131860" was read as words).
+    assert analyzer.only_codes("737\u201331\u20131860")
+    assert analyzer.only_codes("What is FAA\u20132020\u20130686?")
     # Words beside the code, an acronym without a digit, plain words: a query in words.
     assert not analyzer.only_codes("What does E4021 mean?")
     assert not analyzer.only_codes("AMPK")

@@ -291,6 +291,9 @@ class Analyzer:
         of "rs11614913" is a flat list of passages about other variants), so the search weighs its
         keyword list as it weighs the dense list of a query in words.
         """
+        # PDFs print codes with other dashes ("737\u201331\u20131860", "FAA\u20132020\u20130686"), which
+        # split them into plain numbers: read as the hyphen, they are the codes they are.
+        query = query.translate(_CODE_DASHES)
         words = [w for w in (m.group() for m in _TOKEN.finditer(query)) if w.lower() not in self._stops]
         return bool(words) and all(any(c.isdigit() for c in w) and _is_technical(w) for w in words)
 
@@ -299,6 +302,8 @@ class Analyzer:
 
 
 _CACHE_LIMIT = 500_000
+#: Dashes a code may be printed with, read as the hyphen by :meth:`Analyzer.only_codes`.
+_CODE_DASHES = str.maketrans(dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2212", "-"))
 
 #: Terms are cut to this many characters (at most 4 bytes each in UTF-8): far under PostgreSQL's limit on
 #: an index key, far over any word or code a reader types.
