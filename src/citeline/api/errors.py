@@ -118,7 +118,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 404 and message == "Not Found":
         message = f"no route {asked}; the API's routes are listed at /docs and /openapi.json"
     elif exc.status_code == 405 and message == "Method Not Allowed":
-        allowed = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
+        allowed = (exc.headers or {}).get("Allow")  # the router's list of the route's methods
         message = f"{asked} is not allowed" + (f"; {request.url.path} takes {allowed}" if allowed else "")
     return JSONResponse(error_body(code, message), exc.status_code, headers=dict(exc.headers or {}))
 
