@@ -56,6 +56,17 @@ def codes(corpus: Path, sample: int, seed: int = 0) -> list[str]:
     return random.Random(seed).sample(unique, min(sample, len(unique)))
 
 
+#: Each form a code is asked in, and its question. The last two were added with the words a lookup is
+#: asked with (``Analyzer.only_codes``), to see them on forms other than the one that showed the need.
+_FORMS = (
+    ("alone", "{code}"),
+    ("what is", "What is {code}?"),
+    ("what does it mean", "What does {code} mean?"),
+    ("what does it stand for", "What does {code} stand for?"),
+    ("error code", "error code {code}"),
+)
+
+
 def ranks(folder: Path, namespace: str, sample: int) -> dict[str, list[int | None]]:
     """Per form of question, each code's rank of the first hit holding it (None: not in the top 10)."""
     import os
@@ -66,16 +77,12 @@ def ranks(folder: Path, namespace: str, sample: int) -> dict[str, list[int | Non
     from citeline.settings import Settings
 
     asked = codes(folder / "corpus.jsonl", sample)
-    found: dict[str, list[int | None]] = {"alone": [], "what is": [], "what does it mean": []}
+    found: dict[str, list[int | None]] = {form: [] for form, _ in _FORMS}
     with Citeline(Settings(namespace=namespace)) as cl:
         for code in asked:
             holds = re.compile(rf"(?<![\w/-]){re.escape(code)}(?![\w/-])", re.IGNORECASE)
-            for form, query in (
-                ("alone", code),
-                ("what is", f"What is {code}?"),
-                ("what does it mean", f"What does {code} mean?"),
-            ):
-                hits = cl.search(SearchRequest(query, top_k=10))
+            for form, template in _FORMS:
+                hits = cl.search(SearchRequest(template.format(code=code), top_k=10))
                 found[form].append(next((i + 1 for i, h in enumerate(hits) if holds.search(h.text)), None))
     return found
 

@@ -22,7 +22,7 @@ _BULLETIN = (
 )
 
 
-def test_only_codes_reads_a_query_of_codes_with_or_without_stop_words() -> None:
+def test_only_codes_reads_a_query_of_codes_with_or_without_stop_words_and_lookup_words() -> None:
     analyzer = Analyzer()
 
     assert analyzer.only_codes("737-31-1860")
@@ -31,8 +31,13 @@ def test_only_codes_reads_a_query_of_codes_with_or_without_stop_words() -> None:
     # As PDFs print them, with en-dashes (the trial's "737\u201331\u20131860" was read as words).
     assert analyzer.only_codes("737\u201331\u20131860")
     assert analyzer.only_codes("What is FAA\u20132020\u20130686?")
-    # Words beside the code, an acronym without a digit, plain words: a query in words.
-    assert not analyzer.only_codes("What does E4021 mean?")
+    # The words a lookup is asked with: what kind of code, what is asked of it.
+    assert analyzer.only_codes("What does E4021 mean?")
+    assert analyzer.only_codes("error code E4021")
+    assert analyzer.only_codes("What does part number 737-31-1860 stand for?")
+    # A word that says more than the code, an acronym without a digit, plain words: a query in words.
+    assert not analyzer.only_codes("E4021 overheating")
+    assert not analyzer.only_codes("What does the error mean?")
     assert not analyzer.only_codes("AMPK")
     assert not analyzer.only_codes("pump seal")
     assert not analyzer.only_codes("What is it?")

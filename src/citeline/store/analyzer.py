@@ -284,30 +284,75 @@ class Analyzer:
         return counts
 
     def only_codes(self, query: str) -> bool:
-        """Whether ``query``, stop words aside, is nothing but codes: words with a digit that are kept
-        whole ("737-31-1860", "E4021", "rs11614913", "What is TRAF6?").
+        """Whether ``query``, stop words and the words a lookup is asked with aside, is nothing but
+        codes: words with a digit that are kept whole ("737-31-1860", "E4021", "rs11614913", "What is
+        TRAF6?", "What does E4021 mean?", "error code E4021").
 
         Such a query asks for the passages that write the code. Its vector means little (the dense list
         of "rs11614913" is a flat list of passages about other variants), so the search weighs its
-        keyword list as it weighs the dense list of a query in words.
+        keyword list as it weighs the dense list of a query in words. A word that says more than what
+        is asked about ("E4021 overheating") makes it a query in words.
         """
-        # PDFs print codes with other dashes ("737\u201331\u20131860", "FAA\u20132020\u20130686"), which
-        # split them into plain numbers: read as the hyphen, they are the codes they are.
-        query = query.translate(_CODE_DASHES)
-        words = [w for w in (m.group() for m in _TOKEN.finditer(query)) if w.lower() not in self._stops]
-        return bool(words) and all(any(c.isdigit() for c in w) and _is_technical(w) for w in words)
+        words = [w for w in _words(query) if w.lower() not in self._stops and w.lower() not in LOOKUP_WORDS]
+        return bool(words) and all(_is_code(w) for w in words)
+
+    @staticmethod
+    def codes(text: str) -> list[str]:
+        """The codes ``text`` writes, in order: words with a digit that are kept whole (as
+        :meth:`only_codes` reads them), dashes written as the hyphen."""
+        return [w for w in _words(text) if _is_code(w)]
 
     def _stem(self, word: str) -> str:
         return str(self._stemmer.stemWord(word)) if self.stem else word
 
 
 _CACHE_LIMIT = 500_000
+
+#: The words a lookup of a code is asked with, beside the code and stop words: what kind of code it is
+#: ("error code E4021", "part number 737-31-1860") and what is asked of it ("What does E4021 mean?",
+#: "What does SB-014 stand for?", "Explain E4021"). They say nothing a passage holding the code would be
+#: chosen by. (Written from how readers ask, before measuring; ``bench.code_lookup`` asks four forms.)
+LOOKUP_WORDS = frozenset(
+    {
+        "mean",
+        "means",
+        "meaning",
+        "stand",
+        "stands",
+        "code",
+        "codes",
+        "error",
+        "fault",
+        "number",
+        "part",
+        "refer",
+        "refers",
+        "define",
+        "definition",
+        "explain",
+        "look",
+        "lookup",
+        "find",
+        "show",
+        "tell",
+    }
+)
 #: Dashes a code may be printed with, read as the hyphen by :meth:`Analyzer.only_codes`.
 _CODE_DASHES = str.maketrans(dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2212", "-"))
 
 #: Terms are cut to this many characters (at most 4 bytes each in UTF-8): far under PostgreSQL's limit on
 #: an index key, far over any word or code a reader types.
 MAX_TERM_CHARS = 200
+
+
+def _words(text: str) -> list[str]:
+    # PDFs print codes with other dashes ("737\u201331\u20131860", "FAA\u20132020\u20130686"), which
+    # split them into plain numbers: read as the hyphen, they are the codes they are.
+    return [m.group() for m in _TOKEN.finditer(text.translate(_CODE_DASHES))]
+
+
+def _is_code(word: str) -> bool:
+    return any(c.isdigit() for c in word) and _is_technical(word)
 
 
 def _is_technical(token: str) -> bool:
