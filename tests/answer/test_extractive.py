@@ -791,3 +791,51 @@ def test_a_citation_follows_the_quotation_or_bracket_that_closes_its_sentence(em
         assert extract.text == expected
         [claim] = claims(extract.text)
         assert claim.numbers == (1,) and claim.text in normalise(text)
+
+
+_ERROR_TABLE = (
+    "## 2. Error codes\n\n| Code | Meaning | Action |\n|---|---|---|\n"
+    "| E4021 | Overheating: heat sink temperature above 95 °C | Check fan 5520-1100-07 and thermal pad |\n"
+    "| E4022 | Fan tachometer signal missing | Replace cooling fan assembly 5520-1100-07 |\n"
+    "| E5100 | Power supply undervoltage on 12 V rail | Measure TP3; replace PSU if below 11.4 V |\n"
+    "| E5101 | Power supply overvoltage | Replace PSU |"
+)
+_NO_POWER = (
+    "### 3.3 No power\n\nWhen the display stays dark and E5100 is logged, check the 12 V rail at TP3. "
+    "Replace the fuse F2 before the supply. Code E4022 is logged when the fan stops."
+)
+
+
+def test_a_lookup_of_a_code_quotes_the_sentences_that_write_it_not_the_rows_around_it(
+    embedder: Embedder,
+) -> None:
+    # A repair trial: "What does E5100 mean?" quoted the E4021, E5100 and E5101 rows, E4021's first.
+    passages = select_passages([make_hit(1, _ERROR_TABLE), make_hit(2, _NO_POWER, page=2)])
+
+    for question in ("What does E5100 mean?", "E5100", "error code E5100"):
+        extract = extractive_answer(question, passages, CitationNumbering(), VectorCache(embedder))
+
+        quoted = [c.text for c in claims(extract.text)]
+        assert quoted[0].startswith("Code: E5100; Meaning: Power supply undervoltage"), question
+        assert all("E5100" in q or q.startswith("Replace the fuse F2") for q in quoted), quoted
+        assert not any(code in extract.text for code in ("E4021", "E4022", "E5101")), quoted
+    # What follows a sentence that writes it goes on about it, up to another code of its kind: the
+    # fuse F2 (another kind of code) is E5100's; the next sentence (E4022) is not.
+    followed = extractive_answer(
+        "What does E5100 mean?", passages[1:], CitationNumbering(), VectorCache(embedder), max_sentences=5
+    )
+    assert "Replace the fuse F2" in followed.text
+    assert "E4022" not in followed.text
+
+
+def test_a_question_in_words_or_about_a_code_no_passage_writes_is_answered_from_the_best_sentences(
+    embedder: Embedder,
+) -> None:
+    passages = select_passages([make_hit(1, _ERROR_TABLE), make_hit(2, _NO_POWER, page=2)])
+
+    # Words beside the code: every row may answer ("overheating" is E4021's).
+    worded = extractive_answer("E5100 overheating", passages, CitationNumbering(), VectorCache(embedder))
+    assert "E4021" in worded.text
+    # A code no passage writes: what is there is quoted rather than nothing.
+    missing = extractive_answer("What does E9999 mean?", passages, CitationNumbering(), VectorCache(embedder))
+    assert missing.text

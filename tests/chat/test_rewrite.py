@@ -339,6 +339,17 @@ def test_the_latest_turn_with_a_topic_is_the_one_borrowed_from() -> None:
     )
 
 
+def test_a_follow_up_naming_a_code_of_its_own_borrows_what_was_asked_not_the_earlier_codes() -> None:
+    # A repair trial: "And 737-00-1028?" was searched as "And 737-00-1028? (part 5520-1100-08 E5100)",
+    # and answered about the earlier part.
+    history = ["What is the torque for part 5520-1100-08?"]
+    assert heuristic_rewrite("And 737-00-1028?", history) == "And 737-00-1028? (torque part)"
+    # Nothing but the code to borrow: the new code is searched alone.
+    assert heuristic_rewrite("What about E5101?", ["What does E5100 mean?"]) == "What about E5101?"
+    # Without a code of its own, the follow-up borrows the code with the rest.
+    assert heuristic_rewrite("And the nut?", history) == "And the nut? (torque part 5520-1100-08)"
+
+
 def test_nothing_to_borrow_leaves_the_question_as_asked() -> None:
     assert heuristic_rewrite("Why?", ["Thanks!", "ok"]) == "Why?"
 

@@ -35,8 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from citeline.answer.citations import CitationNumbering
+from citeline.answer.names import read_under, written_codes
 from citeline.answer.prompt import Passage
 from citeline.answer.support import (
+    ANALYZER,
     PassageSentences,
     VectorCache,
     content_terms,
@@ -69,6 +71,7 @@ _LIST_ITEM = re.compile(r"(?:[-*\u2022\u2013]|\d{1,3}[.)])\s")
 # A figure's or table's label ("Figure 7-26."): the sentence after it is its caption.
 _LABEL = re.compile(r"(?:Figure|Fig\.|Table|Plate|Chart)\s*[\w.\-]*\w\.?", re.IGNORECASE)
 _TABLES = frozenset({"text/csv"})
+_SHAPE = re.compile(r"[^\W\d_]|\d")
 # A "[1]" inside inline code is the text's own (a guide's "numbered `[1]` to `[n]`"): quoted, it would
 # read as a citation, and without it the sentence says "numbered `` to `[n]`". Not quoted at all.
 _CODE_MARKER = re.compile(r"`[^`\n]*\[ *\d{1,4} *\][^`\n]*`")
@@ -178,12 +181,18 @@ def _scored(
     """Every quotable sentence with its score, context included."""
     split = [(p, PassageSentences.of_hit(p.hit)) for p in passages]
     scores = question_scores(question, [sentences for _, sentences in split], cache)
+    asked = question
     if own_words is not None and own_words.strip() and own_words != question:
         own = question_scores(own_words, [sentences for _, sentences in split], cache)
         scores = [[(a + b) / 2 for a, b in zip(s, o, strict=True)] for s, o in zip(scores, own, strict=True)]
+        asked = own_words
+    looked_up = written_codes(asked) if ANALYZER.only_codes(asked) else frozenset()
+    off_code = [_off_code(p, sentences.sentences, looked_up) for p, sentences in split]
+    if all(len(off) == len(sentences.sentences) for off, (_, sentences) in zip(off_code, split, strict=True)):
+        off_code = [set() for _ in split]  # nothing says the code: the best sentences, as for words
     out: list[_Sentence] = []
     for i, ((passage, sentences), passage_scores) in enumerate(zip(split, scores, strict=True)):
-        cut = _cut(passage, sentences.sentences) | _in_code(sentences)
+        cut = _cut(passage, sentences.sentences) | _in_code(sentences) | off_code[i]
         others = [t for j, (_, other) in enumerate(split) if j != i for t in other.sentences]
         if sentences.sentences and _goes_on_from(sentences.sentences[0], others):
             cut.add(0)
@@ -200,6 +209,39 @@ def _scored(
             for i, t in enumerate(sentences.sentences)
         ]
     return out
+
+
+def _off_code(passage: Passage, sentences: Sequence[str], looked_up: frozenset[str]) -> set[int]:
+    """The positions of ``sentences`` that say nothing of the codes a lookup asks about (``looked_up``,
+    :func:`~citeline.answer.names.written_codes`): "What does E5100 mean?" is answered by the sentences
+    that write E5100 and what follows one of them, not by the rows around its row.
+
+    Ranked by the question's words, an error table's rows all score alike ("Code: E4021; Meaning:
+    ..."), and the answer to "What does E5100 mean?" quoted the E4021, E5100 and E5101 rows, E4021's
+    first. The sentences after one that writes the code go on about it ("E5100: no power. Measure
+    TP3.") up to one that writes another code of its kind (the next row, E5101); in a passage whose
+    heading or title writes the code, every sentence but those does.
+    """
+    if not looked_up:
+        return set()
+    shapes = {_shape(code) for code in looked_up}
+    about = any(written_codes(text) & looked_up for text in read_under(passage.hit))
+    off: set[int] = set()
+    before = about
+    for i, sentence in enumerate(sentences):
+        written = written_codes(sentence)
+        if written & looked_up:
+            before = True
+        elif not before or any(_shape(code) in shapes for code in written):
+            off.add(i)
+            before = about
+    return off
+
+
+def _shape(code: str) -> str:
+    """A code's letters and digits as classes: "e5100" and "e5101" are codes of one kind (rows of one
+    table), "tp3" (a test point the E5100 row names) is not."""
+    return _SHAPE.sub(lambda m: "a" if m.group().isalpha() else "9", code)
 
 
 def _in_code(sentences: PassageSentences) -> set[int]:

@@ -230,6 +230,12 @@ def codes(sentence: str) -> list[str]:
     return found
 
 
+def written_codes(text: str) -> frozenset[str]:
+    """The codes ``text`` writes (:func:`codes`), each as it is compared: whatever its dashes and case
+    ("737\u201331\u20131860" and "737-31-1860" are one code)."""
+    return frozenset(_squashed(code) for code in codes(text))
+
+
 def _squashed(text: str) -> str:
     """``text`` casefolded, Greek letters spelled out, with only its letters and digits (compatibility
     forms read as what they stand for: "B\u2081\u2082" as "b12")."""

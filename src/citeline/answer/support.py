@@ -53,7 +53,8 @@ CONTEXT_DECAY = 0.8
 """The share of the previous sentence's score (in the same paragraph) that a sentence inherits when
 sentences are scored against a question (:func:`question_scores`)."""
 
-_ANALYZER = Analyzer()
+ANALYZER = Analyzer()
+"""The keyword analyzer with its defaults, which content terms and lookups of codes are read with."""
 # A line that starts a list item or a heading begins a new sentence even without a full stop before it.
 _ITEM_START = re.compile(r"[^\S\n]*(?:[#>*\u2022\u2013-]|\d{1,3}[.)][^\S\n])")
 _SPACES = re.compile(r"\s+")
@@ -167,7 +168,7 @@ def normalise(text: str) -> str:
 
 def content_terms(text: str) -> frozenset[str]:
     """The distinct content terms of ``text``: lowercased, stop words dropped, stemmed."""
-    return frozenset(_ANALYZER.terms(text))
+    return frozenset(ANALYZER.terms(text))
 
 
 def lexical_overlap(claim: frozenset[str], evidence: frozenset[str]) -> float:

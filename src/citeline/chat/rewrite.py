@@ -533,9 +533,15 @@ def heuristic_rewrite(question: str, previous_queries: Sequence[str]) -> str:
         return question
     analyzer = _analyzer()
     have = set(analyzer.terms(question))
+    # A follow-up that names a code of its own asks about it, not the earlier one: "And 737-00-1028?"
+    # after two questions on part 5520-1100-08 and E5100 borrowed both and was answered about them.
+    # The earlier words (what was asked of the code) still carry over.
+    own_code = bool(analyzer.codes(question))
     for previous in reversed(previous_queries):
         # "Is it true that ..." is how a claim was put, not what it is about.
         borrowed = key_terms(_CLAIM_FORM.sub("", previous, count=1), exclude=have)
+        if own_code:
+            borrowed = [word for word in borrowed if not analyzer.codes(word)]
         if borrowed:
             return f"{question} ({' '.join(borrowed)})"
     return question
