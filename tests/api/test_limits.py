@@ -112,6 +112,46 @@ def test_a_request_with_headers_over_the_limit_is_refused_as_they_arrive(
     assert _raw(server, fine)[0] == 200
 
 
+@pytest.mark.parametrize(
+    ("request_line", "size", "status"),
+    [
+        (b"GET /health/live", 70_000, 431),
+        (b"GET /health/live", 220_000, 431),
+        (b"POST /search", 70_000, 431),  # its body in the same read is dropped, not served
+        (b"GET /health/live", 60_000, 200),
+        (b"POST /search", 60_000, 401),  # served: refused for want of a key
+    ],
+)
+def test_the_header_limit_holds_from_the_first_byte_of_a_request(
+    server: Server, request_line: bytes, size: int, status: int
+) -> None:
+    # The server's first read of a request (up to 256 KiB) was not counted: a 220,000-byte header sent
+    # at once was served.
+    body = b'{"query": "valve"}'
+    request = (
+        request_line
+        + b" HTTP/1.1\r\nHost: citeline\r\nX-Big: "
+        + b"a" * size
+        + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        + b"Connection: close\r\n\r\n"
+        + body
+    )
+    assert _raw(server, [request])[0] == status
+
+
+def test_pipelined_requests_are_each_held_to_the_header_limit_not_together(server: Server) -> None:
+    # Requests arriving in one read: the bytes of the ones before do not count against the last.
+    one = b"GET /health/live HTTP/1.1\r\nHost: citeline\r\nX-Pad: " + b"a" * 40_000 + b"\r\n\r\n"
+    last = one.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(one + one + last)
+        answer = b""
+        while chunk := sock.recv(65_536):
+            answer += chunk
+    assert answer.count(b"HTTP/1.1 200 OK") == 3, answer[:300]
+
+
 def test_bytes_that_are_no_http_request_are_refused_in_the_error_shape(server: Server) -> None:
     # uvicorn answered them "Invalid HTTP request received." in plain text.
     status, body = _raw(server, [b"GET /health/live HTTP/1.1\r\nHost citeline\r\n\r\n"])

@@ -27,14 +27,25 @@ _LINGER_BYTES = 64 * 1024 * 1024
 _LINGER_SECONDS = 5.0
 
 
+def _head_part(data: bytes) -> int:
+    """How many of the bytes of a read that began a request, still unfinished, are counted as its head.
+
+    The parser does not say where in a read a request began, and the read may first end the requests
+    before it (pipelined). The unfinished head holds no blank line, so it lies after the read's last
+    one: what follows that line is counted. Exact when the request before ended with its head or with
+    a chunked body; after a body of a ``Content-Length``, that body's last bytes are counted too (a read
+    is at most 256 KiB)."""
+    blank = data.rfind(b"\r\n\r\n")
+    return len(data) - (blank + 4 if blank >= 0 else 0)
+
+
 class HttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, but a URL over ``MAX_URL_BYTES`` reaches the app cut, not a 400,
     and a head over ``MAX_HEADER_BYTES`` besides its URL is refused with a 431 as it arrives."""
 
     _url_bytes = 0
-    #: Bytes of the current request's head received in reads that began inside it (a read that also
-    #: ended the previous request, at most one read's size, is not counted), and whether the parser
-    #: is inside a head.
+    #: Bytes of the current request's head received so far, whether the parser is inside a head, and
+    #: whether the current read began a request.
     _head_bytes = 0
     _in_head = False
     _began = False
@@ -53,19 +64,19 @@ class HttpProtocol(HttpToolsProtocol):
             if self._dropped > _LINGER_BYTES:
                 self.transport.close()
             return
-        counted = self._in_head
         self._began = False
         super().data_received(data)
         if self._dropped is not None or not self._in_head or self.transport.is_closing():
             return  # answered (a request the parser refused), or not inside a head
-        if counted and not self._began:
-            self._head_bytes += len(data)
+        self._head_bytes += _head_part(data) if self._began else len(data)
         if self._head_bytes - self._url_bytes > MAX_HEADER_BYTES:
             self._refuse_head()
 
     def send_400_response(self, msg: str) -> None:
         # uvicorn's answer to bytes that are no HTTP request ("Invalid HTTP request received.") in plain
-        # text: in the error shape every other refusal has.
+        # text: in the error shape every other refusal has. Bytes after a refused head are not read.
+        if self._dropped is not None:
+            return
         self._answer(
             400, "Bad Request", "invalid_request", f"not an HTTP/1.1 request the server can read: {msg}"
         )
@@ -102,7 +113,22 @@ class HttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        if self._dropped is not None:
+            return  # a request after a refused one, in the same read: dropped with the rest
+        # A head that ends in the read it began in was never counted in data_received: its header
+        # lines, as parsed, are measured here, before the app sees the request.
+        if sum(len(name) + len(value) + 4 for name, value in self.headers) > MAX_HEADER_BYTES:
+            self._refuse_head()
+            return
         if self._url_bytes > MAX_URL_BYTES:
             # Set before the request cycle starts: the app (citeline.api.limits.UrlLengthLimit) reads it.
             self.scope.setdefault("extensions", {})[URL_BYTES_EXTENSION] = {"length": self._url_bytes}
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self._dropped is None:  # else the body of a refused request, which no app reads
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._dropped is None:
+            super().on_message_complete()
