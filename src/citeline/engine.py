@@ -57,6 +57,7 @@ from citeline.jobs.submit import (
     Refreshed,
     Submission,
     Upload,
+    keyed_source,
     origin_path,
     reingest_request,
     settle_spare,
@@ -547,20 +548,32 @@ class Citeline:
         *,
         access: Access = FULL_ACCESS,
         document_id: str | uuid.UUID | None = None,
+        source: str | None = None,
         index: bool = True,
     ) -> Submission:
         """Store an uploaded original and register its version for the job runner; answers at once.
 
         ``document_id`` replaces that document: a new version is built and swapped in atomically while
-        readers keep the old one. ``index`` False registers the document ``pending`` (see :meth:`index`).
+        readers keep the old one. ``source`` is a key the caller chose and keeps for the file (its path
+        in a folder kept in sync, say): the first upload under it makes a document, the next ones are
+        versions of that document (bytes, model and chunking unchanged: ``unchanged``), so the caller
+        needs no map of files to ids. With ``document_id`` too, both must name the same document (or
+        the key none yet: the document takes it). Uploaded either way, a document has no origin to
+        refresh from; re-ingesting builds its stored original. ``index`` False registers the document
+        ``pending`` (see :meth:`index`). Each version takes the upload's file name; labels left out
+        keep the document's, chunking left out is the configured default.
         """
         _require_admin(access, f"upload {upload.name}")
         target = self._document_id(document_id, access) if document_id is not None else None
+        source_uri = None
+        if source is not None:
+            source_uri = keyed_source(source)
+            self._check_source(source_uri, access)
         path, content, spare = store_upload(upload, self.files_dir, max_bytes=self.settings.upload_max_bytes)
         try:
             return self._register(
                 name=Path(upload.name).name,
-                source_uri=None,
+                source_uri=source_uri,
                 content_hash=content,
                 file_path=path,
                 options=_uploaded_by(options, access),
@@ -835,6 +848,18 @@ class Citeline:
 
     def _document_id(self, ref: str | uuid.UUID, access: Access) -> uuid.UUID:
         return self.document(str(ref), access=access).id
+
+    def _check_source(self, source_uri: str, access: Access) -> None:
+        """Refuse an upload under a key held by a document ``access`` does not see (as :meth:`document`
+        refuses its id) and name nothing of that document: it must neither be replaced nor revealed. The
+        key is taken all the same, hence a conflict."""
+        with self.engine.connect() as conn:
+            holder = catalog.source_document(conn, source_uri)
+        if holder is not None and not access.sees(holder.scopes):
+            raise ConflictError(
+                f"source {catalog.upload_key(source_uri)!r} is held by a document this key does not see; "
+                "send the upload under another source"
+            )
 
     def _register(self, **fields: Any) -> Submission:
         """Register a version with this store (:func:`citeline.jobs.submit.submit`), embedded by the

@@ -13,6 +13,7 @@ import hashlib
 import re
 import shutil
 import tempfile
+import unicodedata
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -68,14 +69,16 @@ class Submission:
 def store_upload(upload: Upload, files_dir: Path, *, max_bytes: int) -> tuple[Path, str, Path | None]:
     """Stream ``upload`` into the store of originals; its stored path, content hash and spare copy.
 
-    Refuses an unsupported extension before reading, and an upload over ``max_bytes`` while reading
-    (nothing of it is kept). Originals are stored by their hash: when one with these bytes is stored
-    already, this upload's copy is returned as the spare, kept until its version is registered
-    (:func:`settle_spare`): until then no version of this upload holds the stored file, and a cancel
-    of another version with the same bytes may remove it.
+    Refuses an unsupported extension (a name without one is read by its first bytes) before reading, and
+    an upload over ``max_bytes`` while reading (nothing of it is kept). Originals are stored by their
+    hash: when one with these bytes is stored already, this upload's copy is returned as the spare, kept
+    until its version is registered (:func:`settle_spare`): until then no version of this upload holds the
+    stored file, and a cancel of another version with the same bytes may remove it.
     """
     suffix = Path(upload.name).suffix.lower()
-    if suffix not in SUPPORTED_SUFFIXES:
+    # A name without an extension is recognised from its first bytes when built (citeline.load), as a
+    # file given to `citeline ingest` is.
+    if suffix and suffix not in SUPPORTED_SUFFIXES:
         supported = ", ".join(SUPPORTED_SUFFIXES)
         raise UnsupportedTypeError(
             upload.name, f"unsupported file type {suffix or '(none)'!r}; supported: {supported}"
@@ -117,6 +120,34 @@ def settle_spare(stored: Path, spare: Path | None) -> None:
         spare.replace(stored)
 
 
+#: The longest key an upload is sent under: a path in a deep folder fits, a file's content does not.
+SOURCE_MAX_CHARS = 1024
+
+
+def keyed_source(key: str) -> str:
+    """The source of the document uploaded under ``key`` (``upload-key:<key>``, see
+    :data:`~citeline.store.catalog.UPLOAD_KEY_SCHEME`): a key its client chose and keeps for a file,
+    such as its path in a folder kept in sync. Taken exactly as given (case, spaces, slashes); refused
+    when empty or blank, over :data:`SOURCE_MAX_CHARS` characters, or holding a control character or
+    a line break."""
+    refuse_nul(key, "source")
+    if not key.strip():
+        raise InvalidRequestError("source (the key an upload is sent under) must not be empty or blank")
+    if len(key) > SOURCE_MAX_CHARS:
+        raise InvalidRequestError(
+            f"source (the key an upload is sent under) is {len(key)} characters; at most {SOURCE_MAX_CHARS}"
+        )
+    # Spaces of every kind are kept (a file name may hold a no-break space); control characters and
+    # line breaks would make a key no listing or shell line shows as it is.
+    unprintable = next((c for c in key if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if unprintable is not None:
+        raise InvalidRequestError(
+            f"source (the key an upload is sent under) must be printable: no line break, tab or other "
+            f"control character, got {unprintable!r} in {key!r}"
+        )
+    return catalog.UPLOAD_KEY_SCHEME + key
+
+
 def submit(
     engine: sa.Engine,
     settings: Settings,
@@ -135,12 +166,16 @@ def submit(
     """Register a new version of a document for a runner to build (see the module's docstring).
 
     ``document_id`` replaces that document (a new version of it); without it a new document is
-    created, for ``source_uri`` when given (a URL or file), else for the upload itself. A replacement
+    created, for ``source_uri`` when given (a URL, a file or an upload's key, :func:`keyed_source`;
+    a new version of the document holding it if one does), else for the upload itself. A replacement
     from another source than the document's (an upload replacing a file or web page, another URL)
     moves the document to that source, an upload's being none to read again: refresh never reads the
     old origin over it. Re-reading the document's own source (``source_uri`` its own) keeps it; a move
     is refused (:class:`~citeline.errors.ConflictError`) while a version of it is still to be built,
-    or when the new source is another document's. ``content_hash`` None (a web page not fetched yet)
+    or when the new source is another document's: for an upload's key, the refusal names the
+    ``source`` and the ``document_id`` that disagree. A document sent with its id under a key no
+    document holds takes that key, even when its bytes are unchanged; one sent with its id alone, as
+    an upload, keeps its key. ``content_hash`` None (a web page not fetched yet)
     always registers a version: its job compares the page once fetched.
     ``fetched_at`` is when the source was read at its origin.
     """
@@ -153,7 +188,15 @@ def submit(
         if document_id is not None:
             current = catalog.get_document(conn, document_id)
             origin = source_uri or f"upload:{document_id}"
-            uploaded_over_upload = source_uri is None and current.source_uri.startswith("upload:")
+            uploaded_over_upload = source_uri is None and catalog.is_upload(current.source_uri)
+            key = catalog.upload_key(origin)
+            if key is not None and origin != current.source_uri:
+                holder = catalog.source_document(conn, origin)
+                if holder is not None:
+                    raise ConflictError(
+                        f"source {key!r} is document {holder.id}, not document_id {document_id}: send "
+                        "the upload with one of them, or delete the document it should not go to"
+                    )
             if origin != current.source_uri and not uploaded_over_upload:
                 # The replacement comes from elsewhere: the document must leave its old origin, or
                 # refresh would read that again over it.
@@ -176,10 +219,12 @@ def submit(
             force=force,
             fetched_at=fetched_at,
             # Said at once (the answer to an upload, the list), not only once the build has read it.
-            content_type=content_type_of(name) if file_path is not None else None,
+            content_type=content_type_of(name, file_path) if file_path is not None else None,
         )
         [(doc, start)] = catalog.begin_versions(conn, [request])
-        if moved_to is not None and start is VersionStart.CREATED:
+        # A key taken with unchanged bytes is taken all the same: a client adopting keys sends its
+        # files as they are.
+        if moved_to is not None and (start is VersionStart.CREATED or catalog.upload_key(moved_to)):
             catalog.move_document(conn, doc.id, moved_to)
             doc = catalog.get_version(conn, doc.version_id)
         same = catalog.same_content(conn, content_hash, doc.id)

@@ -47,10 +47,15 @@ def short_type(content_type: str | None) -> str:
     return "text" if subtype == "plain" else subtype
 
 
-def content_type_of(name: str) -> str | None:
-    """The content type :func:`load` will give the file ``name`` by its extension (None without a
-    supported one): what a version queued for building says it holds before it is read."""
-    kind = _KINDS.get(Path(name).suffix.lower())
+def content_type_of(name: str, path: Path | None = None) -> str | None:
+    """The content type :func:`load` will give the file ``name``: by its extension, or for a name
+    without one by the first bytes of ``path`` (its copy, an upload's stored original, named by its
+    hash); None for an unsupported extension. What a version queued for building says it holds before
+    it is read."""
+    suffix = Path(name).suffix.lower()
+    if not suffix and path is not None:
+        return _sniff(path)[1]
+    kind = _KINDS.get(suffix)
     return kind[1] if kind else None
 
 
@@ -58,16 +63,17 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _SNIFF_BYTES = 1024
 
 
-def _sniff(path: Path) -> Callable[[Path], LoadedSource]:
-    """Choose a loader for a file without an extension from its first bytes."""
+def _sniff(path: Path) -> tuple[Callable[[Path], LoadedSource], str]:
+    """Choose a loader (and the content type it gives) for a file without an extension from its first
+    bytes."""
     try:
         with path.open("rb") as file:
             head = file.read(_SNIFF_BYTES)
     except OSError as exc:
         raise LoadError(str(path), f"cannot read file ({exc.strerror or exc})") from exc
     if b"%PDF-" in head:
-        return load_pdf
-    return load_html_file if _HTML_START.match(_head_text(head)) else load_text
+        return _KINDS[".pdf"]
+    return _KINDS[".html"] if _HTML_START.match(_head_text(head)) else _KINDS[".txt"]
 
 
 # What may come before a page's <!DOCTYPE html> or <html>: white space, an XML declaration (XHTML) and
@@ -119,4 +125,4 @@ def load(source: str | Path, *, allow_private: bool = False) -> LoadedSource:
         )
     if info.st_size == 0:
         raise LoadError(name, "empty file")
-    return (kind[0] if kind else _sniff(path))(path)
+    return (kind or _sniff(path))[0](path)

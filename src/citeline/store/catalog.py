@@ -32,6 +32,23 @@ from citeline.store.index import VectorIndex, VersionVectors, as_array, fill_vec
 from citeline.store.models import Status
 from citeline.types import SourceMetadata, embedding_text
 
+#: The source of a document uploaded under a key its client chose (``Citeline.submit(source=...)``):
+#: ``upload-key:runbooks/failover.md``. A scheme of its own, so a key can never be taken for another
+#: document's source: a file (``file:``), a web page (``http:``, ``https:``) or a plain upload
+#: (``upload:<uuid>``). Like a plain upload it has no origin to read again.
+UPLOAD_KEY_SCHEME = "upload-key:"
+
+
+def upload_key(source_uri: str) -> str | None:
+    """The key a document was uploaded under (see :data:`UPLOAD_KEY_SCHEME`), or None."""
+    return source_uri.removeprefix(UPLOAD_KEY_SCHEME) if source_uri.startswith(UPLOAD_KEY_SCHEME) else None
+
+
+def is_upload(source_uri: str) -> bool:
+    """Whether a document's source is an upload, with or without a key: nothing to read again."""
+    return source_uri.startswith(("upload:", UPLOAD_KEY_SCHEME))
+
+
 _DOC_COLUMNS = (
     "document_id AS id, id AS version_id, name, title, source_uri, content_type, file_path, content_hash, "
     "version, is_active, status, error, duration_ms, processed_at, page_count, vector_count, "
@@ -139,6 +156,7 @@ class DocumentInfo:
         """JSON-ready fields."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["reingestable"] = self.reingestable
+        out["source"] = upload_key(self.source_uri)
         out["id"] = str(self.id)
         out["version_id"] = str(self.version_id)
         for key in ("processed_at", "created_at", "updated_at", "queued_at", "started_at", "last_fetched_at"):
@@ -262,6 +280,18 @@ def _lock_sources(conn: sa.Connection, source_uris: Sequence[str]) -> None:
 
 def _row_to_info(row: sa.Row[Any]) -> DocumentInfo:
     return DocumentInfo(**row._asdict())
+
+
+def source_document(conn: sa.Connection, source_uri: str) -> DocumentInfo | None:
+    """The current version (the active one, else the newest) of the document holding ``source_uri``."""
+    row = conn.execute(
+        sa.text(
+            f"SELECT {_DOC_COLUMNS} FROM documents WHERE source_uri = :s "
+            "ORDER BY is_active DESC, version DESC LIMIT 1"
+        ),
+        {"s": source_uri},
+    ).first()
+    return _row_to_info(row) if row else None
 
 
 def active_version(conn: sa.Connection, source_uri: str) -> DocumentInfo | None:
@@ -1886,7 +1916,7 @@ class DocumentQuery:
     Each document appears once, as its current version (the active one, else its newest), and the
     filters apply to that version. ``scope`` keeps documents carrying that scope (universal ones carry
     none); ``category`` matches the category itself or any below it; ``name_contains`` is
-    case-insensitive.
+    case-insensitive; ``source`` is the key a document was uploaded under, matched exactly.
     """
 
     status: str | None = None
@@ -1895,6 +1925,7 @@ class DocumentQuery:
     tag: str | None = None
     content_type: str | None = None
     name_contains: str | None = None
+    source: str | None = None
     #: None lists every match.
     limit: int | None = 50
     offset: int = 0
@@ -1938,6 +1969,9 @@ def query_documents(
     if query.name_contains:
         conds.append("name ILIKE :q_name ESCAPE '\\'")
         params["q_name"] = "%" + like_escape(query.name_contains) + "%"
+    if query.source is not None:
+        conds.append("source_uri = :q_source")
+        params["q_source"] = UPLOAD_KEY_SCHEME + query.source
     current = (
         "WITH current AS (SELECT DISTINCT ON (document_id) * FROM documents "
         "ORDER BY document_id, is_active DESC, version DESC) "

@@ -61,6 +61,9 @@ def list_documents(
     tag: Annotated[str | None, Query(description="Only documents with this tag.")] = None,
     content_type: Annotated[str | None, Query(description="E.g. application/pdf.")] = None,
     name_contains: Annotated[str | None, Query(description="Case-insensitive part of the name.")] = None,
+    source: Annotated[
+        str | None, Query(description="The document uploaded under this key (the upload's `source`).")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Offset = 0,
 ) -> dict[str, Any]:
@@ -71,6 +74,7 @@ def list_documents(
         tag=tag,
         content_type=content_type,
         name_contains=name_contains,
+        source=source,
         limit=limit,
         offset=offset,
     )

@@ -70,8 +70,9 @@ def _submitted(submission: Submission, response: Response) -> dict[str, Any]:
     }
 
 
-#: An upload's form fields besides ``file``: those of a web page's JSON body but its ``url``.
-_FORM_FIELDS = frozenset(UrlBody.model_fields) - {"url"}
+#: An upload's form fields besides ``file``: those of a web page's JSON body but its ``url``, and the
+#: ``source`` key it is sent under (a web page's source is its address).
+_FORM_FIELDS = (frozenset(UrlBody.model_fields) - {"url"}) | {"source"}
 
 
 def _split(values: list[str] | None, *, drop_blank: bool = True) -> list[str] | None:
@@ -142,6 +143,7 @@ async def add_document(
             options,
             access=access,
             document_id=target,
+            source=_one(fields, "source"),
             index=index,
         )
     finally:
