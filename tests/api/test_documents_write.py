@@ -169,7 +169,9 @@ def test_a_web_page_body_that_does_not_validate_is_a_422_naming_the_field(
         ({"category": "plant\x00valves"}, "category"),
         ({"metadata": '{"site": "north\\u0000"}'}, "metadata.site"),
         # Read as true, a misspelt false would build a document the client meant to hold back.
-        ({"index": "flase"}, "index"),
+        ({"index": "flase"}, "form field index: must be true or false, got 'flase'"),
+        ({"chunk_size": "ten"}, "form field chunk_size: must be a whole number, got 'ten'"),
+        ({"metadata": "year=2024"}, "form field metadata: must be a JSON object"),
     ],
 )
 def test_an_upload_with_a_field_value_it_cannot_take_is_refused_and_nothing_is_stored(

@@ -80,6 +80,43 @@ def test_n_results_is_still_taken_for_top_k(admin: httpx.Client) -> None:
     assert found.json()["count"] == 1
 
 
+def test_top_k_and_n_results_together_are_one_setting(admin: httpx.Client) -> None:
+    # n_results is another name for top_k: both given was "body.n_results: Extra inputs are not
+    # permitted", as if n_results were not taken at all.
+    differ = admin.post("/search", json={"query": "relief valve", "top_k": 1, "n_results": 3})
+    message = refused(differ, "top_k", "n_results")
+    assert (
+        message.startswith("body: ")
+        and "(n_results is another name for top_k), given 1 and 3; send one" in message
+    )
+    same = admin.post("/search", json={"query": "relief valve", "top_k": 1, "n_results": 1})
+    assert same.status_code == 200 and same.json()["count"] == 1, same.text
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_a_blank_query_or_question_is_refused_by_name(admin: httpx.Client, blank: str) -> None:
+    # The library's "the search query is empty" named no field of the request.
+    for response, field in [
+        (admin.post("/search", json={"query": blank}), "body.query"),
+        (admin.get("/search", params={"q": blank}), "query.q"),
+        (admin.post("/chat", json={"question": blank}), "body.question"),
+        (admin.post("/chat/stream", json={"question": blank}), "body.question"),
+    ]:
+        assert refused(response, field).startswith(f"{field}: "), response.text
+
+
+def test_a_filter_the_library_refuses_is_named_as_the_request_sent_it(admin: httpx.Client) -> None:
+    # The library names its own field ("content_types: unknown content type 'docx'"); a body's fields
+    # are named "body.<field>" everywhere else.
+    for response in [
+        admin.post("/search", json={"query": "relief valve", "content_types": ["docx"]}),
+        admin.post("/chat", json={"question": "Valves?", "content_types": ["docx"]}),
+    ]:
+        assert refused(response).startswith("body.content_types: unknown content type 'docx'; known: ")
+    padded = admin.get("/search", params={"q": "relief valve", "scope": " acme"})
+    assert refused(padded).startswith("query.scope: a scope must not start or end with whitespace")
+
+
 @pytest.mark.parametrize("scope", ["", "   "])
 def test_a_blank_scope_is_refused_wherever_scopes_are_taken(admin: httpx.Client, scope: str) -> None:
     question = "When does the relief valve open?"

@@ -86,6 +86,17 @@ def _not_blank(scope: str) -> str:
 #: A scope name as a request gives it (a body field's item or a query parameter).
 Scope = Annotated[str, AfterValidator(_not_blank)]
 
+
+def _has_text(text: str) -> str:
+    if not text.strip():
+        raise PydanticCustomError("blank_text", "must not be empty or blank")
+    return text
+
+
+#: A query or a question: refused here when blank, so the 422 names the field (``body.query``), where
+#: the library's own refusal ("the search query is empty") names none.
+Text = Annotated[str, AfterValidator(_has_text)]
+
 #: Metadata labels: string keys and string values.
 Metadata = dict[str, str]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,7 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from citeline.api.request_id import HEADER, current_request_id
-from citeline.errors import AuthenticationError, CitelineError, LimitExceededError
+from citeline.errors import AuthenticationError, CitelineError, InvalidRequestError, LimitExceededError
 
 log = logging.getLogger("citeline.api")
 
@@ -61,6 +62,22 @@ def error_response(exc: CitelineError) -> JSONResponse:
     if isinstance(exc, LimitExceededError) and exc.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
     return JSONResponse(error_body(error_code(exc), str(exc)), exc.http_status, headers=headers)
+
+
+#: The field a library message begins with (``content_types: ...``, ``metadata.year: ...``).
+_LIBRARY_FIELD = re.compile(r"([a-z_]+)((?:\.[^\s:]+)?): ")
+
+
+def field_named(exc: InvalidRequestError, names: Mapping[str, str]) -> InvalidRequestError:
+    """The library's refusal of one of its fields (``content_types: unknown content type 'docx'``),
+    naming the field as the request sent it (``names["content_types"]``: ``body.content_types``), as
+    the API names every other field. The library's messages name its own fields, whichever shell
+    calls it; a message that begins with no field of ``names`` is returned as it is."""
+    message = str(exc)
+    match = _LIBRARY_FIELD.match(message)
+    if match is None or match[1] not in names:
+        return exc
+    return InvalidRequestError(f"{names[match[1]]}{match[2]}: {message[match.end() :]}")
 
 
 async def _citeline_error(request: Request, exc: Exception) -> JSONResponse:

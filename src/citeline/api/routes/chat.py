@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from citeline.access import Access
 from citeline.answer import CitationEvent, Complete, Error, Start, Token
-from citeline.api.bodies import Count
+from citeline.api.bodies import Count, Text
 from citeline.api.deps import AccessDep, CitelineDep, SlotsDep
 from citeline.api.errors import error_code
 from citeline.api.limits import GenerationSlot, GenerationSlots, check_text_length
@@ -41,7 +41,7 @@ log = logging.getLogger("citeline.api")
 
 
 class ChatBody(FilterFields):
-    question: str = Field(min_length=1, description="The question, in the conversation's language.")
+    question: Text = Field(min_length=1, description="The question, in the conversation's language.")
     conversation_id: uuid.UUID | None = Field(
         default=None, description="Continue this conversation of the key's; unset starts a new one."
     )

@@ -21,6 +21,7 @@ from starlette.datastructures import UploadFile
 
 from citeline.api.bodies import Count, Metadata, RequestBody, Scope, json_body
 from citeline.api.deps import AdminDep, CitelineDep
+from citeline.api.errors import field_named
 from citeline.api.routes.documents import DocumentId, document_json
 from citeline.checks import NUL_MESSAGE, nul_at
 from citeline.errors import CitelineError, InvalidRequestError
@@ -41,14 +42,17 @@ class Labels(RequestBody):
     metadata: Metadata | None = Field(default=None, description="Filterable metadata labels (strings).")
 
     def options(self, chunk_size: int | None = None, chunk_overlap: int | None = None) -> IngestOptions:
-        return IngestOptions(
-            scopes=None if self.scopes is None else tuple(self.scopes),
-            category=self.category,
-            tags=None if self.tags is None else tuple(self.tags),
-            metadata=self.metadata,
-            chunk_size=chunk_size,
-            chunk_overlap=chunk_overlap,
-        )
+        try:
+            return IngestOptions(
+                scopes=None if self.scopes is None else tuple(self.scopes),
+                category=self.category,
+                tags=None if self.tags is None else tuple(self.tags),
+                metadata=self.metadata,
+                chunk_size=chunk_size,
+                chunk_overlap=chunk_overlap,
+            )
+        except InvalidRequestError as exc:
+            raise field_named(exc, {name: f"body.{name}" for name in type(self).model_fields}) from exc
 
 
 class UrlBody(Labels):
@@ -125,15 +129,18 @@ async def add_document(
         )
     for key, values in fields.items():
         if nul_at(values) is not None:
-            raise InvalidRequestError(f"form field {key} {NUL_MESSAGE}")
-    options = IngestOptions(
-        scopes=_tuple(_split(fields.get("scopes"), drop_blank=False)),
-        category=_one(fields, "category"),
-        tags=_tuple(_split(fields.get("tags"))),
-        metadata=_metadata(_one(fields, "metadata")),
-        chunk_size=_int(fields, "chunk_size"),
-        chunk_overlap=_int(fields, "chunk_overlap"),
-    )
+            raise InvalidRequestError(f"form field {key}: {NUL_MESSAGE}")
+    try:
+        options = IngestOptions(
+            scopes=_tuple(_split(fields.get("scopes"), drop_blank=False)),
+            category=_one(fields, "category"),
+            tags=_tuple(_split(fields.get("tags"))),
+            metadata=_metadata(_one(fields, "metadata")),
+            chunk_size=_int(fields, "chunk_size"),
+            chunk_overlap=_int(fields, "chunk_overlap"),
+        )
+    except InvalidRequestError as exc:
+        raise field_named(exc, {name: f"form field {name}" for name in _FORM_FIELDS}) from exc
     index = _bool(fields, "index", default=True)
     target = _one(fields, "document_id")
     try:
@@ -241,7 +248,7 @@ def _int(fields: dict[str, list[str]], key: str) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise InvalidRequestError(f"{key} must be a whole number, got {value!r}") from None
+        raise InvalidRequestError(f"form field {key}: must be a whole number, got {value!r}") from None
 
 
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -254,7 +261,7 @@ def _bool(fields: dict[str, list[str]], key: str, *, default: bool) -> bool:
     if value.strip().lower() in _TRUE + _FALSE:
         return value.strip().lower() in _TRUE
     # Read as true, `index=flase` would build a document the client meant to hold back.
-    raise InvalidRequestError(f"{key} must be true or false, got {value!r}")
+    raise InvalidRequestError(f"form field {key}: must be true or false, got {value!r}")
 
 
 def _file_name(sent: str) -> str:
@@ -274,10 +281,10 @@ def _metadata(text: str | None) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidRequestError(f"metadata must be a JSON object: {exc}") from exc
+        raise InvalidRequestError(f"form field metadata: must be a JSON object: {exc}") from exc
     if not isinstance(value, dict):
-        raise InvalidRequestError("metadata must be a JSON object")
+        raise InvalidRequestError("form field metadata: must be a JSON object")
     where = nul_at(value, "metadata", dotted=True)
     if where is not None:
-        raise InvalidRequestError(f"{where} {NUL_MESSAGE}")
+        raise InvalidRequestError(f"form field {where}: {NUL_MESSAGE}")
     return value  # its values are checked by the library (IngestOptions), as every shell's are

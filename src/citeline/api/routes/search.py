@@ -6,21 +6,34 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from citeline.access import Access
 from citeline.annotate import SectionType
-from citeline.api.bodies import Count, Metadata, Number, RequestBody, Scope
+from citeline.api.bodies import Count, Metadata, Number, RequestBody, Scope, Text
 from citeline.api.deps import AccessDep, CitelineDep
+from citeline.api.errors import field_named
 from citeline.api.limits import check_text_length
 from citeline.api.responses import FastJSONResponse
 from citeline.api.routes.links import file_url
 from citeline.engine import Citeline
+from citeline.errors import InvalidRequestError
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Hit, SearchRequest
 from citeline.settings import Fusion
 
 router = APIRouter(tags=["search"])
+
+#: The filters' fields as a body names them, for the library's refusals (see ``field_named``). Its
+#: ``tags`` are a body's ``tags`` and ``tags_all`` together.
+_BODY_FILTERS = {
+    "scopes": "body.scopes",
+    "category": "body.category",
+    "tags": "body.tags or body.tags_all",
+    "content_types": "body.content_types",
+    "metadata": "body.metadata",
+}
 
 
 class FilterFields(RequestBody):
@@ -49,21 +62,25 @@ class FilterFields(RequestBody):
 
     def filters(self, cl: Citeline, access: Access) -> Filters:
         """The filters, with document id prefixes resolved within ``access`` (a read of the catalog)."""
-        return Filters(
-            scopes=None if self.scopes is None else tuple(self.scopes),
-            category=self.category,
-            tags_any=tuple(self.tags),
-            tags_all=tuple(self.tags_all),
-            document_ids=cl.document_ids(self.document_ids, access=access),
-            content_types=tuple(self.content_types),
-            metadata=self.metadata,
-            model_numbers=tuple(self.model_numbers),
-            section_types=tuple(t.value for t in self.section_types),
-        )
+        document_ids = cl.document_ids(self.document_ids, access=access)
+        try:
+            return Filters(
+                scopes=None if self.scopes is None else tuple(self.scopes),
+                category=self.category,
+                tags_any=tuple(self.tags),
+                tags_all=tuple(self.tags_all),
+                document_ids=document_ids,
+                content_types=tuple(self.content_types),
+                metadata=self.metadata,
+                model_numbers=tuple(self.model_numbers),
+                section_types=tuple(t.value for t in self.section_types),
+            )
+        except InvalidRequestError as exc:
+            raise field_named(exc, _BODY_FILTERS) from exc
 
 
 class SearchBody(FilterFields):
-    query: str = Field(min_length=1, description="What to search for.")
+    query: Text = Field(min_length=1, description="What to search for.")
     top_k: Count | None = Field(
         default=None,
         ge=1,
@@ -78,6 +95,22 @@ class SearchBody(FilterFields):
     candidates: Count | None = Field(default=None, ge=1, le=10_000, description="Candidates per ranking.")
     rerank: str | None = Field(default=None, description="none, prf, maxsim or cross-encoder:<folder>.")
     mmr_lambda: Number | None = Field(default=None, ge=0, le=1, description="Maximal marginal relevance.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_top_k(cls, data: Any) -> Any:
+        # Both names given: pydantic takes top_k and calls n_results an extra input, as if it were not
+        # taken at all. The same count twice is one setting, said twice; two counts are a mistake.
+        if isinstance(data, dict) and "top_k" in data and "n_results" in data:
+            if data["top_k"] != data["n_results"]:
+                raise PydanticCustomError(
+                    "top_k_twice",
+                    "top_k and n_results are one setting (n_results is another name for top_k), "
+                    "given {top_k} and {n_results}; send one",
+                    {"top_k": data["top_k"], "n_results": data["n_results"]},
+                )
+            data = {key: value for key, value in data.items() if key != "n_results"}
+        return data
 
 
 def result(hit: Hit) -> dict[str, Any]:
@@ -148,7 +181,7 @@ def search_post(body: SearchBody, cl: CitelineDep, access: AccessDep) -> FastJSO
 def search_get(
     cl: CitelineDep,
     access: AccessDep,
-    q: Annotated[str, Query(min_length=1, description="What to search for.")],
+    q: Annotated[Text, Query(min_length=1, description="What to search for.")],
     n: Annotated[int | None, Query(ge=1, le=1000, description="How many results.")] = None,
     category: Annotated[str | None, Query(description="This category or any below it.")] = None,
     scope: Annotated[list[Scope] | None, Query(description="Repeatable: documents in these scopes.")] = None,
@@ -158,11 +191,16 @@ def search_get(
         list[SectionType] | None, Query(description="Repeatable: chunks of a section type.")
     ] = None,
 ) -> FastJSONResponse:
-    filters = Filters(
-        scopes=tuple(scope) if scope else None,
-        category=category,
-        tags_any=tuple(tag or ()),
-        model_numbers=tuple(model or ()),
-        section_types=tuple(t.value for t in section or ()),
-    )
+    try:
+        filters = Filters(
+            scopes=tuple(scope) if scope else None,
+            category=category,
+            tags_any=tuple(tag or ()),
+            model_numbers=tuple(model or ()),
+            section_types=tuple(t.value for t in section or ()),
+        )
+    except InvalidRequestError as exc:
+        raise field_named(
+            exc, {"scopes": "query.scope", "category": "query.category", "tags": "query.tag"}
+        ) from exc
     return _run(cl, access, SearchRequest(query=q, filters=filters, top_k=n))
