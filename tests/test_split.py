@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,7 +12,13 @@ from hypothesis import strategies as st
 
 from citeline.errors import InvalidRequestError
 from citeline.load import load
-from citeline.split import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, sentence_ends, split
+from citeline.split import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    rebuild_page_text,
+    sentence_ends,
+    split,
+)
 from citeline.types import ChunkDraft, Page, Section
 from tests.conftest import PDFS
 
@@ -328,13 +335,63 @@ def test_a_heading_with_nothing_under_it_goes_with_the_next_section() -> None:
 
     chunks = list(split([page], chunk_size=800, chunk_overlap=120))
 
-    # No chunk of "# Ingesting" alone: it stays with the section it heads, which the chunk is cited under.
+    # No chunk of "# Ingesting" alone: it stays with the section it heads. The chunk starts at
+    # "# Ingesting", so that is the heading it is cited under (the last at or before its first character).
     assert [(c.text, c.section) for c in chunks] == [
-        (text[: starts[2]].strip(), "Folders"),
+        (text[: starts[2]].strip(), "Ingesting"),
         ("## Files\n\nOne file.", "Files"),
     ]
-    # Cut finer, the heading's own chunk is still cited under it.
+    # Cut finer, the chunk starting at "## Folders" is cited under it.
     assert [c.section for c in split([page], chunk_size=20, chunk_overlap=0)][:2] == ["Ingesting", "Folders"]
+
+
+def test_a_chunk_is_cited_under_the_last_heading_at_or_before_its_first_character(tmp_path: Path) -> None:
+    # A user trial: a runbook's first chunk began "# Postgres failover runbook" and was cited under
+    # "When to use", the heading after it; a template of bare headings under its last, "Action items".
+    runbook = tmp_path / "runbook.md"
+    runbook.write_text(
+        "# Postgres failover runbook\n\n## When to use\n"
+        "Use this runbook when the primary has been unreachable for more than 90 seconds.\n\n"
+        "## Steps\n1. Check replication lag on the standby.\n2. Promote the standby.\n"
+    )
+    template = tmp_path / "postmortem-template.md"
+    template.write_text("# Postmortem template\n\n## Summary\n\n## Impact\n\n## Action items\n- Owner:\n")
+
+    def cited(path: Path, size: int, overlap: int) -> list[tuple[str, str | None]]:
+        chunks = split(list(load(path).pages), chunk_size=size, chunk_overlap=overlap)
+        return [(c.text.partition("\n")[0], c.section) for c in chunks]
+
+    assert cited(runbook, 800, 120) == [
+        ("# Postgres failover runbook", "Postgres failover runbook"),
+        ("## Steps", "Steps"),
+    ]
+    assert cited(template, 800, 120) == [("# Postmortem template", "Postmortem template")]
+    # A chunk starting inside a section, in the overlap of the one before, is cited under its heading.
+    assert cited(runbook, 60, 30) == [
+        ("# Postgres failover runbook", "Postgres failover runbook"),
+        ("Use this runbook when the primary has been unreachable for", "When to use"),
+        ("has been unreachable for more than 90 seconds.", "When to use"),
+        ("## Steps", "Steps"),
+        ("lag on the standby.", "Steps"),
+    ]
+
+
+def test_a_page_rebuilt_from_its_chunks_keeps_its_line_and_paragraph_breaks(tmp_path: Path) -> None:
+    # A user trial: the page text rebuilt for the viewer read "than 90 seconds.  ## Steps", the blank
+    # line before each heading (where no chunk reaches) come back as two spaces.
+    note = tmp_path / "runbook.md"
+    note.write_text(
+        "# Postgres failover runbook\n\n## When to use\n"
+        "Use this runbook when the primary has been unreachable for more than 90 seconds.\n\n"
+        "## Steps\n1. Check replication lag on the standby.\n2. Promote the standby.\n\n"
+        "## Data stores\nOrders live on the prod-eu cluster.\n"
+        "## Contacts\n- The on-call DBA\n  (pager first)\n"
+    )
+    (page,) = load(note).pages
+
+    for size, overlap in ((800, 120), (60, 30)):
+        chunks = list(split([page], chunk_size=size, chunk_overlap=overlap))
+        assert rebuild_page_text((c.start, c.end, c.text) for c in chunks) == page.text
 
 
 def test_each_record_becomes_exactly_one_chunk_and_text_outside_records_is_ignored() -> None:
@@ -509,6 +566,18 @@ def test_records_split_into_chunks_within_each_record_covering_it(page: Page, si
         if record and len(record) <= chunk_size:
             assert [chunk.text for chunk in inside] == [record]
     assert all(any(s <= c.start and c.end <= e for s, e in page.records) for c in chunks)
+
+
+@settings(max_examples=300)
+@given(page_text=_page_text, sizes=_sizes())
+def test_a_rebuilt_page_holds_every_chunk_at_its_offsets(page_text: str, sizes: tuple[int, int]) -> None:
+    chunks = list(split([Page(1, page_text)], chunk_size=sizes[0], chunk_overlap=sizes[1]))
+
+    rebuilt = rebuild_page_text((c.start, c.end, c.text) for c in chunks)
+
+    assert len(rebuilt) == max((c.end for c in chunks), default=0)
+    assert all(rebuilt[c.start : c.end] == c.text for c in chunks)
+    assert all(char.isspace() for char, was in zip(rebuilt, page_text, strict=False) if was.isspace())
 
 
 def test_the_splitter_defaults_are_the_settings_defaults() -> None:

@@ -78,6 +78,7 @@ from citeline.retrieve.search import (
     resolve_top_k,
 )
 from citeline.settings import Settings, load_settings
+from citeline.split import rebuild_page_text
 from citeline.store import catalog, keys, model_migration
 from citeline.store.analyzer import Analyzer
 from citeline.store.bulk import PreparedDocument, load_prepared
@@ -1350,7 +1351,8 @@ class Citeline:
         """The text of one page of a version, rebuilt from its chunks' page offsets (for showing a
         citation in place: a citation's ``start``/``end`` index this text).
 
-        Characters no chunk covers (whitespace the splitter dropped between chunks) read as spaces.
+        Characters no chunk covers (whitespace the splitter dropped between chunks) come back as line
+        breaks and blank lines, as :func:`~citeline.split.rebuild_page_text` reads them.
         """
         if not access.sees(document.scopes):
             raise NotFoundError(f"no document with id {document.id}")
@@ -1364,10 +1366,7 @@ class Citeline:
             ).all()
         if not rows:
             raise NotFoundError(f"document {document.id} has no text on page {page}")
-        text = [" "] * max(r.end_offset for r in rows)
-        for row in rows:
-            text[row.start_offset : row.end_offset] = row.text
-        return "".join(text)
+        return rebuild_page_text((row.start_offset, row.end_offset, row.text) for row in rows)
 
     def document_file(self, document: DocumentInfo, *, access: Access = FULL_ACCESS) -> Path:
         """The stored original of a version; :class:`NotFoundError` when it has none (a web page kept
