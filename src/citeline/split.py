@@ -112,20 +112,24 @@ def _split(pages: Iterable[Page], size: int, overlap: int) -> Iterator[ChunkDraf
         text = page.text
         sections = sorted(page.sections, key=lambda section: section.start)
         section_starts = [section.start for section in sections]
-        regions = page.records if page.records is not None else _section_regions(text, section_starts)
+        regions: Sequence[tuple[int, int, int]]
+        if page.records is not None:
+            regions = [(start, end, start) for start, end in page.records]
+        else:
+            regions = _section_regions(text, section_starts)
         tables = _tables(text) if page.records is None else []
         table_starts = [body_start for body_start, _, _ in tables]
-        for region_start, region_end in regions:
+        for region_start, region_end, anchor in regions:
             if not 0 <= region_start <= region_end <= len(text):
                 raise ValueError(
                     f"page {page.number}: record ({region_start}, {region_end}) is not a span of its "
                     f"{len(text)}-character text"
                 )
             for start, end in _chunk_spans(text, region_start, region_end, size, overlap):
-                # ``start`` is the chunk's first character (past the whitespace the splitter trims, or
-                # back in the overlap): the heading in force there is the one it is cited under, not one
-                # it holds further on (a title over "## When to use" is not "When to use").
-                in_force = bisect_right(section_starts, start)
+                # A chunk reaching past the headings its region starts with is cited under the last: a
+                # note's title over "## When to use" heads nothing of its own, and the chunk's text is
+                # under "When to use" (a title is shown as the document's anyway).
+                in_force = bisect_right(section_starts, anchor if start < anchor < end else start)
                 in_table = bisect_right(table_starts, start)
                 yield ChunkDraft(
                     index=index,
@@ -171,20 +175,23 @@ def _gap(length: int) -> str:
     return "\n\n" + " " * (length - 2)
 
 
-def _section_regions(text: str, section_starts: Sequence[int]) -> list[_Span]:
-    """``text`` cut at its headings into ``(start, end)`` regions that no chunk crosses: a chunk that ran
-    on from one section into the next was cited under the first heading for text under the second. A
-    heading with nothing under it before the next one ("## Ingesting" over "### Folders") goes with the
-    next region rather than make a chunk of a heading alone."""
-    regions: list[_Span] = []
-    start = 0
+def _section_regions(text: str, section_starts: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``text`` cut at its headings into ``(start, end, anchor)`` regions that no chunk crosses: a chunk
+    that ran on from one section into the next was cited under the first heading for text under the
+    second. A heading with nothing under it before the next one ("## Ingesting" over "### Folders")
+    goes with the next region, and ``anchor`` is where that region's own heading starts: a chunk that
+    reaches past it is cited under it (see :func:`_split`)."""
+    regions: list[tuple[int, int, int]] = []
+    start = anchor = 0
     heading = 0 if 0 in section_starts else None  # the section being looked at (None: text before any)
     for cut in sorted({cut for cut in section_starts if 0 < cut < len(text)}):
-        if heading is None or not _only_heading(text[heading:cut]):
-            regions.append((start, cut))
-            start = cut
+        if heading is not None and _only_heading(text[heading:cut]):
+            anchor = cut
+        else:
+            regions.append((start, cut, anchor))
+            start = anchor = cut
         heading = cut
-    regions.append((start, len(text)))
+    regions.append((start, len(text), anchor))
     return regions
 
 

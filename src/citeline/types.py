@@ -55,9 +55,9 @@ class ChunkDraft:
     """A chunk before it is embedded: its text and where it came from.
 
     ``start`` and ``end`` are character offsets into the text of page ``page``, so
-    ``page.text[start:end] == text`` always holds. ``section`` is the heading in force at the chunk's
-    first character: the last heading started at or before ``start`` (carried over from earlier pages),
-    even when the chunk holds more headings after it. ``context`` is text
+    ``page.text[start:end] == text`` always holds. ``section`` is the heading its text is under: the last
+    heading started at or before ``start`` (carried over from earlier pages), or, for a chunk that
+    starts with headings that have nothing under them, the last of those. ``context`` is text
     the chunk is read with but does not hold: the header row of a Markdown table whose rows it
     continues, without which its cells are values under no names. It is embedded and indexed with
     the chunk (:func:`embedding_text`) and never shown as part of its text.
