@@ -12,17 +12,24 @@ from tests.answer.conftest import make_hit
 
 
 def test_the_evidence_and_a_cited_passage_name_the_other_documents_holding_it() -> None:
+    # A copy in a web page, of which citeline keeps no original: the shells link its text instead.
     copy = Copy(
-        chunk_id=901, document_id=uuid.UUID(int=9), document_name="pump-manual-2019.pdf", version=1, page=4
+        chunk_id=901,
+        document_id=uuid.UUID(int=9),
+        document_name="pump-manual-2019.html",
+        version=1,
+        page=4,
+        has_original=False,
     )
     hit = replace(make_hit(101, "Never run the pump dry."), also_in=(copy,))
     expected = [
         {
             "chunk_id": 901,
             "document_id": str(uuid.UUID(int=9)),
-            "document_name": "pump-manual-2019.pdf",
+            "document_name": "pump-manual-2019.html",
             "version": 1,
             "page": 4,
+            "has_original": False,
         }
     ]
 

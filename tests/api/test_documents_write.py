@@ -3,6 +3,8 @@ document never shows readers a mix or nothing, and a server killed mid-document 
 
 from __future__ import annotations
 
+import functools
+import http.server
 import statistics
 import threading
 import time
@@ -40,7 +42,10 @@ def server(
     tmp_path_factory: pytest.TempPathFactory, fresh_data_dir: Callable[[str], Path]
 ) -> Iterator[Server]:
     """A server of these tests' own: what they upload must not change what other tests list."""
-    env = base_env(fresh_data_dir("citeline-write-"), CITELINE_LLM="extractive")
+    # Private addresses allowed: the web pages these tests add are served on loopback.
+    env = base_env(
+        fresh_data_dir("citeline-write-"), CITELINE_LLM="extractive", CITELINE_URL_ALLOW_PRIVATE="true"
+    )
     started = start_server(env, tmp_path_factory.mktemp("write-log") / "serve.log")
     try:
         started.keys["admin"] = create_key(env, "--role", "admin")["key"]
@@ -409,3 +414,68 @@ def test_an_upload_records_the_key_that_made_it(server: Server) -> None:
             # Keys are named freely and renamed; the key's id says which key it was.
             assert response.json()["uploaded_by"] == f"key:{made['id']}"
             assert uploader.delete(f"/documents/{response.json()['id']}").status_code == 200
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[str]:
+    """A web server on loopback serving ``tmp_path`` (``python -m http.server``), as its base URL."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
+        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{httpd.server_address[1]}"
+        finally:
+            httpd.shutdown()
+            thread.join()
+
+
+def test_every_link_to_a_cited_web_page_opens_what_was_cited(
+    server: Server, site: str, tmp_path: Path
+) -> None:
+    """citeline keeps no copy of a web page: its hits and citations link the page's text as citeline
+    keeps it (of the version cited), and give the page's address on its own."""
+    (tmp_path / "sump.html").write_text(
+        "<html><head><title>Sump pump</title></head><body><h1>Sump pump S-40</h1>"
+        "<p>The S-40 sump pump starts when the water reaches 30 cm and stops at 10 cm.</p></body></html>"
+    )
+    address = f"{site}/sump.html"
+    with own_key(server, "admin") as admin:
+        added = admin.post("/documents", json={"url": address})
+        assert added.status_code == 202, added.text
+        doc = poll(admin, added.json()["id"])
+        assert doc["status"] == "completed", doc
+        # Built again: version 2, so a link pinned to the cited version is told apart from the current.
+        assert admin.post(f"/documents/{doc['id']}/reingest").status_code == 202
+        doc = poll(admin, doc["id"])
+        assert doc["version"] == 2 and doc["file_url"] is None
+
+        found = admin.post(
+            "/search", json={"query": "S-40 sump pump water level", "document_ids": [doc["id"]]}
+        )
+        hit = found.json()["results"][0]
+        with admin.stream(
+            "POST", "/chat/stream", json={"question": "When does the S-40 sump pump start?"}
+        ) as r:
+            events = list(read_events(r.iter_lines()))
+        complete = events[-1].data
+        assert events[-1].name == "complete", events[-1]
+        [evidence] = [e.data for e in events if e.name == "evidence"]
+        passages = [p for p in evidence["passages"] if p["document_id"] == doc["id"]]
+        cited = [c for c in complete["citations"] if c["document_id"] == doc["id"]]
+        conversation = admin.get(f"/conversations/{complete['conversation_id']}").json()
+        stored = [
+            c for m in conversation["messages"] for c in m["citations"] if c["document_id"] == doc["id"]
+        ]
+        assert passages and cited and stored
+
+        assert hit["url"] == f"/documents/{doc['id']}/pages/{hit['page']}"
+        assert hit["source_url"] == address
+        for passage in (*passages, *cited, *stored):
+            assert passage["download_url"] == f"/documents/{doc['id']}/pages/{passage['page']}?version=2"
+            assert passage["source_url"] == address
+        for link in {hit["url"], *(p["download_url"] for p in (*passages, *cited, *stored))}:
+            opened = admin.get(link)
+            assert opened.status_code == 200, (link, opened.text)
+            assert "30 cm" in opened.json()["text"]
+        assert admin.delete(f"/documents/{doc['id']}").status_code == 200

@@ -204,6 +204,9 @@ class Citation:
     stance: Stance = "neutral"
     #: The passage's other stored copies, word for word (``Hit.also_in``): a reader may know it by one.
     also_in: tuple[Copy, ...] = ()
+    #: Where the passage's document can be opened (``Hit.has_original``, ``Hit.source_url``).
+    has_original: bool = True
+    source_url: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -225,6 +228,8 @@ class Citation:
             "attributed": self.attributed,
             "stance": self.stance,
             "also_in": [copy.as_dict() for copy in self.also_in],
+            "has_original": self.has_original,
+            "source_url": self.source_url,
         }
 
 
@@ -728,4 +733,6 @@ def _citation(
         supported=result.score >= SUPPORT_THRESHOLD,
         attributed=attributed,
         also_in=hit.also_in,
+        has_original=hit.has_original,
+        source_url=hit.source_url,
     )

@@ -46,6 +46,8 @@ class Start:
                     if p.shown is None
                     else [[p.start + start, p.start + end] for start, end in p.shown],
                     "also_in": [copy.as_dict() for copy in p.hit.also_in],
+                    "has_original": p.hit.has_original,
+                    "source_url": p.hit.source_url,
                 }
                 for p in self.passages
             ],
@@ -99,6 +101,8 @@ def passage_dict(passage: Passage) -> dict[str, Any]:
         "end": passage.end,
         "text": passage.text,
         "also_in": [copy.as_dict() for copy in hit.also_in],
+        "has_original": hit.has_original,
+        "source_url": hit.source_url,
     }
 
 

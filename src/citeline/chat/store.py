@@ -336,7 +336,8 @@ def with_citations(
 
     A citation is the one shown with the answer (number, passage, excerpt, support score...; for an
     answer stored before these were kept, the number and passage alone), plus where its passage is
-    now: ``text`` (the whole passage), ``content_type``, ``available``, and when the document has a
+    now: ``text`` (the whole passage), ``content_type``, ``available``, ``has_original`` and
+    ``source_url`` (where it can be opened), and when the document has a
     newer version than the one cited, ``superseded`` and ``current_version``. A citation keeps
     opening the version it cited (kept while the conversation lives, see ``catalog.activate``). One
     whose document was deleted, or is outside ``access``, shows only its number, ``chunk_id`` and
@@ -381,8 +382,15 @@ def with_citations(
                     "section": passage.section,
                     **citation,
                     # The copies named with the answer that the reader can still open: a copy's document
-                    # may have been deleted or replaced since.
-                    "also_in": [c for c in citation.get("also_in", ()) if int(c["chunk_id"]) in passages],
+                    # may have been deleted or replaced since. Whether each has its original is read now:
+                    # an answer stored before citeline recorded it does not say.
+                    "also_in": [
+                        {**c, "has_original": passages[int(c["chunk_id"])].has_original}
+                        for c in citation.get("also_in", ())
+                        if int(c["chunk_id"]) in passages
+                    ],
+                    "has_original": passage.has_original,
+                    "source_url": passage.source_url,
                     "text": passage.text,
                     "content_type": passage.content_type,
                     "available": True,

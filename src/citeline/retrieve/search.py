@@ -100,6 +100,8 @@ class Copy:
     document_name: str
     version: int
     page: int
+    #: Whether citeline stores the copy's original file (see :attr:`Hit.has_original`).
+    has_original: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         """As JSON carries it (the document id as text): in search results and answer events alike."""
@@ -139,6 +141,11 @@ class Hit:
     #: The other copies of this passage among the search's candidates, best ranked first; a copy is not
     #: a hit of its own while the ``collapse_duplicates`` setting is on.
     also_in: tuple[Copy, ...] = ()
+    #: Whether citeline stores the document's original file; not for a web page, of which it keeps the
+    #: text only (a reader opens the page's text instead).
+    has_original: bool = True
+    #: The web address the document was read from; None for a file.
+    source_url: str | None = None
 
     @property
     def embedded(self) -> str:
@@ -677,6 +684,7 @@ def _read_hits(
                         document_name=row["document_name"],
                         version=row["version"],
                         page=row["page"],
+                        has_original=row["has_original"],
                     )
                 )
                 continue
@@ -739,7 +747,7 @@ def _rank(
 _HIT_COLUMNS = (
     "c.id AS chunk_id, d.document_id, d.name AS document_name, d.title, c.version, d.content_type, c.page, "
     "c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, d.vector_count AS total_chunks, "
-    "c.model_numbers, c.section_type, c.context, c.text"
+    f"c.model_numbers, c.section_type, c.context, c.text, {catalog.ORIGIN_COLUMNS}"
 )
 
 

@@ -1614,6 +1614,15 @@ def get_document_version(conn: sa.Connection, document_id: uuid.UUID, version: i
     return _row_to_info(row)
 
 
+#: Over ``documents d``: whether citeline stores the version's original file (``has_original``; not for a
+#: web page, of which it keeps the text only), and the web address it was read from (``source_url``,
+#: NULL for a file). What readers are given to open a passage rests on these two.
+ORIGIN_COLUMNS = (
+    "d.file_path IS NOT NULL AS has_original, "
+    "CASE WHEN d.source_uri ~ '^https?://' THEN d.source_uri END AS source_url"
+)
+
+
 @dataclass(frozen=True)
 class CitedPassage:
     """A cited chunk as the catalog holds it now: where it is, and whether its version is current.
@@ -1635,6 +1644,8 @@ class CitedPassage:
     section: str | None
     text: str
     current_version: int | None
+    has_original: bool = True
+    source_url: str | None = None
 
     @property
     def superseded(self) -> bool:
@@ -1655,7 +1666,7 @@ def cited_passages(
             "SELECT c.id, d.document_id, d.id AS version_id, d.version, d.name, d.title, d.content_type, "
             "c.page, c.start_offset, c.end_offset, c.section, c.text, "
             "(SELECT a.version FROM documents a WHERE a.document_id = d.document_id AND a.is_active) "
-            "AS current_version FROM chunks c JOIN documents d ON d.id = c.document_id "
+            f"AS current_version, {ORIGIN_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
             f"WHERE c.id = ANY(:cited) AND {where}"
         ),
         {**params, "cited": list(chunk_ids)},

@@ -16,7 +16,7 @@ from citeline.api.deps import AccessDep, CitelineDep
 from citeline.api.errors import field_named
 from citeline.api.limits import check_text_length
 from citeline.api.responses import FastJSONResponse
-from citeline.api.routes.links import file_url
+from citeline.api.routes.links import passage_url
 from citeline.engine import Citeline
 from citeline.errors import InvalidRequestError
 from citeline.retrieve.filters import Filters
@@ -137,9 +137,17 @@ def result(hit: Hit) -> dict[str, Any]:
         "keyword_score": hit.keyword_score,
         "fused_score": hit.fused_score,
         "rerank_score": hit.rerank_score,
-        "url": file_url(hit.document_id, hit.page),
+        "url": passage_url(hit.document_id, hit.page, has_original=hit.has_original),
+        "has_original": hit.has_original,
+        "source_url": hit.source_url,
         # The same passage, word for word, in other documents (the collapse_duplicates setting).
-        "also_in": [{**copy.as_dict(), "url": file_url(copy.document_id, copy.page)} for copy in hit.also_in],
+        "also_in": [
+            {
+                **copy.as_dict(),
+                "url": passage_url(copy.document_id, copy.page, has_original=copy.has_original),
+            }
+            for copy in hit.also_in
+        ],
     }
 
 
