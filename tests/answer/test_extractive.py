@@ -833,8 +833,10 @@ def test_a_question_in_words_or_about_a_code_no_passage_writes_is_answered_from_
 ) -> None:
     passages = select_passages([make_hit(1, _ERROR_TABLE), make_hit(2, _NO_POWER, page=2)])
 
-    # Words beside the code: every row may answer ("overheating" is E4021's).
-    worded = extractive_answer("E5100 overheating", passages, CitationNumbering(), VectorCache(embedder))
+    # A question in words: every row may answer ("overheating" is E4021's).
+    worded = extractive_answer(
+        "Which fault is overheating?", passages, CitationNumbering(), VectorCache(embedder)
+    )
     assert "E4021" in worded.text
     # A code no passage writes: what is there is quoted rather than nothing.
     missing = extractive_answer("What does E9999 mean?", passages, CitationNumbering(), VectorCache(embedder))

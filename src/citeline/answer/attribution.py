@@ -42,6 +42,7 @@ from citeline.answer.citations import (
 from citeline.answer.names import Reading, Said, read_under, taken_elsewhere
 from citeline.answer.prompt import Passage
 from citeline.answer.quantities import disagreement
+from citeline.answer.rows import names_a_row, row_keys, taken_from_other_rows
 from citeline.answer.support import (
     SUPPORT_THRESHOLD,
     PassageSentences,
@@ -99,7 +100,9 @@ class Attributor:
         self._passages = list(passages)
         # What each passage gives to bear out a sentence's names, read once (names.taken_elsewhere).
         asked = Reading.of((question,))
+        self._asked = asked
         self._readings = [asked | Reading.of((p.text, *read_under(p.hit))) for p in self._passages]
+        self._keys = [row_keys(p.hit) for p in self._passages]
         self._sentences = [PassageSentences.of_hit(p.hit) for p in passages]
         self._copies = [copied_runs(p.text) for p in self._passages]
         self.numbering = numbering
@@ -224,8 +227,12 @@ class Attributor:
         # Nor one lacking a name (code, quantity) of the sentence that another passage gives, or words
         # the sentence copied from another passage: it was taken from that one (citations.verify,
         # names.unnamed, citations.copied_elsewhere).
+        # Nor a table's row that neither the sentence nor the question names (rows.names_a_row): the
+        # potassium question's "135 mmol/L" went to the sodium row.
         said = Said.of(sentence.text)
         readings, copies, copied = self._readings, self._copies, copied_runs(sentence.text)
+        about = self._asked | Reading.of((sentence.text,))
+        terms = content_terms(sentence.text)
         scores = [
             0.0
             if score
@@ -233,6 +240,13 @@ class Attributor:
                 disagreement(sentence.text, passage.text)
                 or taken_elsewhere(said, readings[i], readings[:i] + readings[i + 1 :])
                 or copied_elsewhere(copied, copies[i], copies[:i] + copies[i + 1 :])
+                or not names_a_row(self._keys[i], about)
+                or (
+                    self._keys[i] is not None
+                    and taken_from_other_rows(
+                        terms, self._asked, readings[i], readings[:i] + readings[i + 1 :]
+                    )
+                )
             )
             else score
             for i, (score, passage) in enumerate(zip(scores, self._passages, strict=True))

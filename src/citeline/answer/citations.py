@@ -33,6 +33,7 @@ from typing import Any
 from citeline.answer.names import Reading, Said, read_under, taken_elsewhere
 from citeline.answer.prompt import Passage
 from citeline.answer.quantities import disagreement
+from citeline.answer.rows import names_a_row, row_keys, taken_from_other_rows
 from citeline.answer.stance import Stance
 from citeline.answer.support import (
     SUPPORT_THRESHOLD,
@@ -217,6 +218,7 @@ class Citation:
             "title": self.title,
             "version": self.version,
             "page": self.page,
+            "rows": None if self.rows is None else list(self.rows),
             "start": self.start,
             "end": self.end,
             "section": self.section,
@@ -569,6 +571,7 @@ def verify(
     # runs of words of the instructions, read once for every sentence.
     readings = {n: Reading.of((p.text, *read_under(p.hit))) for n, p in passages.items()}
     asked = Reading.of((question,))
+    keys = {n: row_keys(p.hit) for n, p in passages.items()}
     copies = {n: copied_runs(p.text) for n, p in passages.items()}
     echoable = _runs(instructions)
     best: dict[int, Support] = {}
@@ -611,6 +614,24 @@ def verify(
                     replace(s, score=0.0) if s.score and taken_elsewhere(said, reading, others) else s
                     for reading, s in zip(under, scores, strict=True)
                 ]
+            # Nor the rows of a table one from another: a passage of table rows backs only a sentence
+            # that it or the question names a row of (rows.names_a_row; "halve the dose" for sitagliptin
+            # cited to the empagliflozin row scored 0.71).
+            # Nor a value taken from another row (rows.taken_from_other_rows).
+            about = asked | Reading.of((claim.text,))
+            if any(keys[n] is not None for n in numbers):
+                terms = content_terms(claim.text)
+                rows_cited = functools.reduce(Reading.__or__, [readings[n] for n in numbers])
+                others = [reading for m, reading in readings.items() if m not in numbers]
+                if taken_from_other_rows(terms, asked, rows_cited, others):
+                    scores = [
+                        replace(s, score=0.0) if keys[n] is not None else s
+                        for n, s in zip(numbers, scores, strict=True)
+                    ]
+            scores = [
+                replace(s, score=0.0) if s.score and not names_a_row(keys[n], about) else s
+                for n, s in zip(numbers, scores, strict=True)
+            ]
         # A sentence copied word for word from another passage given was taken from that one, however
         # well the cited passage scores for it (copied_elsewhere); any of the cited holding it backs it.
         copied = copied_runs(claim.text)

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from citeline.answer.citations import CitationNumbering
-from citeline.answer.names import read_under, written_codes
+from citeline.answer.names import Reading, read_under, written_codes
 from citeline.answer.prompt import Passage
+from citeline.answer.rows import named_rows, row_keys
 from citeline.answer.support import (
     ANALYZER,
     PassageSentences,
@@ -190,6 +191,13 @@ def _scored(
     off_code = [_off_code(p, sentences.sentences, looked_up) for p, sentences in split]
     if all(len(off) == len(sentences.sentences) for off, (_, sentences) in zip(off_code, split, strict=True)):
         off_code = [set() for _ in split]  # nothing says the code: the best sentences, as for words
+    keys = [row_keys(p.hit) for p in passages]
+    named = named_rows((k for found in keys if found for k in found), Reading.of((asked,)))
+    if named:
+        off_code = [
+            off | _off_row(found, sentences.sentences, named)
+            for off, found, (_, sentences) in zip(off_code, keys, split, strict=True)
+        ]
     out: list[_Sentence] = []
     for i, ((passage, sentences), passage_scores) in enumerate(zip(split, scores, strict=True)):
         cut = _cut(passage, sentences.sentences) | _in_code(sentences) | off_code[i]
@@ -236,6 +244,25 @@ def _off_code(passage: Passage, sentences: Sequence[str], looked_up: frozenset[s
             off.add(i)
             before = about
     return off
+
+
+def _off_row(keys: tuple[str, ...] | None, sentences: Sequence[str], named: frozenset[str]) -> set[int]:
+    """The positions of ``sentences`` that quote a table's row the question does not name, when it
+    names some (``named``, :func:`~citeline.answer.rows.named_rows`): asked the renal adjustment for
+    sitagliptin, the answer quoted the sitagliptin row, then the empagliflozin and lithium rows ("eGFR
+    < 30: halve the dose"), contradicting it for a reader who skims. A passage that is no table's rows
+    (``keys`` None) is left as it is."""
+    if keys is None:
+        return set()
+    if not named.intersection(keys):
+        return set(range(len(sentences)))
+    others = [f": {key}" for key in keys if key not in named]
+    ours = [f": {key}" for key in keys if key in named]
+    return {
+        i
+        for i, sentence in enumerate(sentences)
+        if any(cell in sentence for cell in others) and not any(cell in sentence for cell in ours)
+    }
 
 
 def _shape(code: str) -> str:

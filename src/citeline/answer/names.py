@@ -42,12 +42,12 @@ if TYPE_CHECKING:
 # A word: letters and digits, joined by apostrophes and hyphens ("O'Brien", "Stop-Nut", "Boeing's").
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['\u2019\u2010\u2011-][A-Za-z0-9]+)*")
 _DASHES = "\u2010\u2011\u2012\u2013\u2212-"  # the hyphen last: no range in a class
-# A code: letters and digits run together or joined by dashes, with a digit and a letter ("HX-4000",
-# "XR200", "M10"), or three or more groups of digits joined by dashes ("737-31-1860", "2018-23-51"; two
-# are a range).
+# A code: letters and digits run together or joined by dashes or dots, with a digit and a letter
+# ("HX-4000", "XR200", "M10", "E11.65", an ICD-10 code), or three or more groups of digits joined by
+# dashes ("737-31-1860", "2018-23-51"; two are a range).
 _CODE = re.compile(
-    rf"(?<![\w{_DASHES}])(?:(?=[\w{_DASHES}]*\d)(?=[\w{_DASHES}]*[A-Za-z])[A-Za-z0-9]+(?:[{_DASHES}][A-Za-z0-9]+)*"
-    rf"|\d+(?:[{_DASHES}]\d+){{2,}})(?![\w{_DASHES}])"
+    rf"(?<![\w.{_DASHES}])(?:(?=[\w.{_DASHES}]*\d)(?=[\w.{_DASHES}]*[A-Za-z])[A-Za-z0-9]+(?:[.{_DASHES}][A-Za-z0-9]+)*"
+    rf"|\d+(?:[{_DASHES}]\d+){{2,}})(?![\w{_DASHES}]|\.\w)"
 )
 _NOT_LETTER_OR_DIGIT = re.compile(r"[\W_]+")
 # Greek letters as a sentence may spell them ("AlphaBeta" for "A\u03b2", "TNF-alpha" for "TNF-\u03b1"):
@@ -122,7 +122,7 @@ class Said:
 @dataclass(frozen=True)
 class Reading:
     """What texts give to bear a sentence out: a passage with what it is read under, or a question. The
-    texts, their terms, their squashed forms (:func:`_squashed`) and the kinds of quantity they state,
+    texts, their terms, their squashed forms (:func:`squashed`) and the kinds of quantity they state,
     read once however many sentences are checked against them; ``|`` joins two."""
 
     texts: tuple[str, ...]
@@ -136,7 +136,7 @@ class Reading:
         return cls(
             kept,
             frozenset().union(*(content_terms(text) for text in kept)),
-            tuple(_squashed(text) for text in kept),
+            tuple(squashed(text) for text in kept),
             frozenset(q.dimension for text in kept for q in quantities(text)),
         )
 
@@ -233,10 +233,10 @@ def codes(sentence: str) -> list[str]:
 def written_codes(text: str) -> frozenset[str]:
     """The codes ``text`` writes (:func:`codes`), each as it is compared: whatever its dashes and case
     ("737\u201331\u20131860" and "737-31-1860" are one code)."""
-    return frozenset(_squashed(code) for code in codes(text))
+    return frozenset(squashed(code) for code in codes(text))
 
 
-def _squashed(text: str) -> str:
+def squashed(text: str) -> str:
     """``text`` casefolded, Greek letters spelled out, with only its letters and digits (compatibility
     forms read as what they stand for: "B\u2081\u2082" as "b12")."""
     return _NOT_LETTER_OR_DIGIT.sub("", unicodedata.normalize("NFKC", text).casefold().translate(_GREEK))
@@ -251,4 +251,4 @@ def read_under(hit: Hit) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=4096)
 def _read(word: str) -> tuple[frozenset[str], str]:
     """A name's or code's terms and squashed form, read once for every passage it is checked against."""
-    return content_terms(word), _squashed(word)
+    return content_terms(word), squashed(word)

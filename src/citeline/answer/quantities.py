@@ -493,6 +493,7 @@ def _reading(before: str, stated: str, bound: Bound) -> str:
 # -- tables ----------------------------------------------------------------------------------------
 
 _FIELD = re.compile(rf"(?:^|;)\s*(?P<key>[^:;\n]{{1,80}}?)\s*:\s*(?P<value>{_SIGN}(?:{_NUMBER}))\s*(?=;|$)")
+_UNIT_FIELD = re.compile(r"(?:^|;)\s*(?:units?|uom)\s*:\s*(?P<unit>[^;\n]{1,20}?)\s*(?=;|$)", re.IGNORECASE)
 _CELL_VALUE = re.compile(
     rf"^\s*(?P<near>[<>≤≥]=?|up to|max\.?|min\.?)?\s*(?P<low>{_SIGN}(?:{_NUMBER}))"
     rf"(?:\s?(?:-|\u2013|to)\s?(?P<high>{_SIGN}(?:{_NUMBER})))?\s*$",
@@ -522,12 +523,16 @@ def _header(label: str) -> tuple[Unit, Bound] | None:
                 break
     if unit is None:
         return None
-    bound: Bound = "value"
+    return unit, _bound_named(named)
+
+
+def _bound_named(named: str) -> Bound:
+    """The bound a header's words give its numbers ("Max pressure", "lower limit"), else a value."""
     if _UPPER_WORD.search(named.replace("_", " ")):
-        bound = "upper"
-    elif _LOWER_WORD.search(named.replace("_", " ")):
-        bound = "lower"
-    return unit, bound
+        return "upper"
+    if _LOWER_WORD.search(named.replace("_", " ")):
+        return "lower"
+    return "value"
 
 
 def _header_unit(written: str) -> Unit | None:
@@ -544,20 +549,51 @@ def _header_unit(written: str) -> Unit | None:
 
 
 def _fields(text: str) -> Iterator[Quantity]:
-    """Numbers in "key: value" fields (as CSV rows are written) whose key names a unit."""
-    for match in _FIELD.finditer(text):
+    """Numbers in "key: value" fields (as CSV rows are written) whose key names a unit, or of a row
+    with a unit field ("lower limit: 3.5; upper limit: 5.1; unit: mmol/L", as reference ranges are
+    tabled), whose other numbers are in that unit."""
+    for line in text.splitlines():
+        named = _UNIT_FIELD.search(line)
+        row_unit = _unit_of(named.group("unit")) if named else None
+        yield from _line_fields(line, row_unit)
+
+
+def _line_fields(line: str, row_unit: Unit | None) -> Iterator[Quantity]:
+    found: list[Quantity] = []
+    for match in _FIELD.finditer(line):
         header = _header(match.group("key"))
+        if header is None and row_unit is not None:
+            header = row_unit, _bound_named(match.group("key"))
         if header is not None:
             unit, bound = header
             number = match.group("value")
-            yield Quantity(
-                _value(number),
-                _value(number),
-                unit,
-                bound,
-                f"{number} {unit.symbol}",
-                _precision(number),
-                context=match.group("key").replace("_", " "),
+            found.append(
+                Quantity(
+                    _value(number),
+                    _value(number),
+                    unit,
+                    bound,
+                    f"{number} {unit.symbol}",
+                    _precision(number),
+                    context=match.group("key").replace("_", " "),
+                )
+            )
+    yield from found
+    # A row's lower and upper limit of one kind are also the range between them: "The normal range
+    # of potassium is 135 mmol/L" disagrees with "lower limit: 3.5; upper limit: 5.1; unit: mmol/L".
+    lower = [q for q in found if q.bound == "lower"]
+    upper = [q for q in found if q.bound == "upper"]
+    if len(lower) == 1 and len(upper) == 1 and lower[0].unit.dimension == upper[0].unit.dimension:
+        low, high = lower[0], upper[0]
+        top = _converted(high.high, high.unit, low.unit)
+        if low.low <= top:
+            yield replace(
+                low,
+                high=top,
+                bound="value",
+                text=f"{low.text} to {high.text}",
+                precision=max(low.precision, high.precision),
+                context=f"{low.context} to {high.context}",
             )
 
 

@@ -68,8 +68,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from citeline.answer.names import Reading, read_under, squashed, written_codes
 from citeline.answer.quantities import quantities
-from citeline.answer.support import PassageSentences, VectorCache, content_terms, sentence_spans
+from citeline.answer.rows import named_rows, row_keys
+from citeline.answer.support import ANALYZER, PassageSentences, VectorCache, content_terms, sentence_spans
 from citeline.retrieve.search import Hit
 
 FILLER = frozenset(
@@ -265,6 +267,10 @@ def answerable(
     measures = _asked_measures(said or question)
     if measures and not any(_states(hit, measures) for hit in evidence):
         return False
+    if _asks_for_a_missing_row(said or question, evidence) or _looks_up_an_unwritten_code(
+        said or question, evidence
+    ):
+        return False
     own = _topic_terms(said) if said and said != question.strip() else frozenset()
     asked = _Terms.of(question)
     if not own:
@@ -278,6 +284,44 @@ def answerable(
     sentences = [t for hit in relevant for t in PassageSentences.of_hit(hit).sentences]
     vectors = cache.matrix([said, *sentences])
     return bool(sentences) and float((vectors[1:] @ vectors[0]).max()) >= MIN_OWN_SIMILARITY
+
+
+def _looks_up_an_unwritten_code(question: str, evidence: Sequence[Hit]) -> bool:
+    """Whether ``question`` looks a code up ("What does E11.65 mean?", a query of codes as search reads
+    it) and no passage of ``evidence`` writes it, whatever its punctuation ("E1165" is "E11.65").
+
+    Only a passage that writes the code can say what it is: searched within a scope that does not hold
+    the code list, the question was answered "E11.65 is a standard for the identification of an AOA
+    sensor system test" from a Federal Register page (support 0.73).
+    """
+    if not ANALYZER.only_codes(question):
+        return False
+    looked_up = written_codes(question)
+    # Squashed into the text, not compared code by code: "E11.65" is not read as one code (a dot ends
+    # one), and a code found inside a longer one errs towards answering.
+    texts = [squashed(text) for hit in evidence for text in (hit.text, *read_under(hit))]
+    return bool(looked_up) and not any(code in text for code in looked_up for text in texts)
+
+
+def _asks_for_a_missing_row(question: str, evidence: Sequence[Hit]) -> bool:
+    """Whether ``evidence`` is a table's rows (:mod:`citeline.answer.rows`), none of which the question
+    names, and the question asks about something none of them holds.
+
+    A reference table answers for its rows: asked the adult dose of tacrolimus, which no row lists, the
+    dosing table's rows for other drugs share the question's other words ("adult dose"), and the model
+    gave paracetamol's dose as tacrolimus's. A question naming a row, or asking only what the rows
+    hold ("Which drug is given for hypertension?"), is answered from them as before.
+    """
+    keys = [row_keys(hit) for hit in evidence]
+    if any(found is None for found in keys):
+        return False
+    asked = Reading.of((question,))
+    if named_rows((k for found in keys if found for k in found), asked):
+        return False
+    held = frozenset().union(
+        *(content_terms(t) for hit in evidence for t in (hit.embedded, *read_under(hit)))
+    )
+    return bool(_topic_terms(question) - held)
 
 
 def _asked_measures(question: str) -> set[str]:
