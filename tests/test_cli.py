@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from citeline.cli import app
+from citeline.cli import _place, app
 from citeline.engine import Citeline
 from citeline.settings import Settings
 from tests.conftest import write
@@ -691,3 +691,34 @@ def test_a_bad_search_option_is_refused_naming_the_option_typed(
     result = runner.invoke(app, ["--data-dir", str(tmp_path), "search", "relief valve", *args])
     assert result.exit_code == 2
     assert named in " ".join(result.stderr.split())
+
+
+def test_a_csv_passage_is_shown_by_its_rows_of_the_file_not_by_page_1(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # "p.1 chars 912-1117" found nothing in a spreadsheet. The header is row 1, the "sep=;" line Excel
+    # hides is none, and the blank line is row 3: sitagliptin is on row 4.
+    doses = write(
+        tmp_path / "doses.csv",
+        "sep=;\ndrug;dose\nmetformin;500 mg twice daily\n\nsitagliptin;100 mg once daily\n",
+    )
+    code, out, err = _run(settings, "ingest", str(doses))
+    assert code == 0, err
+
+    code, out, err = _run(settings, "search", "sitagliptin dose", "--top-k", "1")
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("[1] doses.csv row 4  ")
+    code, out, err = _run(settings, "ask", "What is the dose of sitagliptin?", "--llm", "extractive")
+    assert code == 0, err
+    sources = out.split("Sources", 1)[1]
+    assert "doses.csv row 4  " in sources and "p.1" not in sources
+    code, out, err = _run(settings, "search", "sitagliptin dose", "--top-k", "1", "--json")
+    doc_id = json.loads(out)[0]["document_id"]
+    code, out, err = _run(settings, "docs", "show", doc_id, "--chunks")
+    assert code == 0, err
+    assert [line.split(" chars ")[0] for line in out.splitlines() if line.startswith("#")] == [
+        "#0 row 2",
+        "#1 row 4",
+    ]
+    # A passage of several rows names them all; one with no rows (a PDF's, a note's) its page.
+    assert (_place(1, (12, 14)), _place(3, None)) == ("rows 12-14", "p.3")

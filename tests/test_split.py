@@ -403,6 +403,25 @@ def test_each_record_becomes_exactly_one_chunk_and_text_outside_records_is_ignor
     ]
 
 
+def test_a_record_chunk_holds_the_row_of_the_file_its_record_came_from() -> None:
+    # A CSV's record is cited by its row in the file (load/table.py); a record longer than a chunk
+    # gives every piece the same row. Text that is not records has no rows.
+    text = "a: 1\nb: row two three four"
+    page = Page(1, text, records=((0, 4), (5, 26)), record_rows=(2, 7))
+
+    chunks = list(split([page], chunk_size=10, chunk_overlap=0))
+
+    assert [(chunk.text, chunk.rows) for chunk in chunks] == [
+        ("a: 1", (2, 2)),
+        ("b: row two", (7, 7)),
+        ("three four", (7, 7)),
+    ]
+    assert all(c.rows is None for c in split([Page(1, text)], chunk_size=10, chunk_overlap=0))
+    assert all(
+        c.rows is None for c in split([Page(1, text, records=((0, 4),))], chunk_size=10, chunk_overlap=0)
+    )
+
+
 def test_a_record_longer_than_the_chunk_size_is_split_within_its_span() -> None:
     text = "before\nrow one two three four\nafter"
     page = Page(1, text, records=((7, 29),))

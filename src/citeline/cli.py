@@ -470,6 +470,16 @@ def _print_explain(timings: Timings, plan: Explain, total_ms: float) -> None:
     )
 
 
+def _place(page: int, rows: Sequence[int] | None) -> str:
+    """Where a passage is, as a reader finds it: a CSV's rows ("row 7", "rows 12-14", as a spreadsheet
+    numbers them), else its page ("p.3"). A CSV's "p.1" says nothing, and its chunk stored before rows
+    were kept has only that."""
+    if rows is None:
+        return f"p.{page}"
+    first, last = rows
+    return f"row {first}" if first == last else f"rows {first}-{last}"
+
+
 def _print_hits(hits: list[Hit]) -> None:
     if not hits:
         console.print("no hits")
@@ -477,7 +487,7 @@ def _print_hits(hits: list[Hit]) -> None:
     for rank, hit in enumerate(hits, start=1):
         # Names and headings come from documents: printed as text, never read as markup.
         where = escape(
-            f"{hit.document_name} p.{hit.page}"
+            f"{hit.document_name} {_place(hit.page, hit.rows)}"
             + (f" § {hit.section}" if hit.section else "")
             + (f" [{hit.section_type}]" if hit.section_type else "")
             + (f" models {', '.join(hit.model_numbers)}" if hit.model_numbers else "")
@@ -553,7 +563,9 @@ def _print_sources(complete: Complete) -> None:
     if complete.citations:
         console.print("\n[bold]Sources[/bold]")
     for c in complete.citations:
-        where = escape(f"{c.document_name} p.{c.page}" + (f" § {c.section}" if c.section else ""))
+        where = escape(
+            f"{c.document_name} {_place(c.page, c.rows)}" + (f" § {c.section}" if c.section else "")
+        )
         if complete.claim is not None:
             # How the passage bears on the question's claim (see citeline.answer.stance).
             where += f"  [{_STANCE_STYLE[c.stance]}]{c.stance}[/{_STANCE_STYLE[c.stance]}]"
@@ -804,7 +816,7 @@ def docs_show(
         console.print(f"[bold]{key:>16}[/bold]  {escape(str(value))}", highlight=False)
     for row in rows:
         console.print(
-            f"\n[bold]#{row['chunk_index']}[/bold] p.{row['page']} "
+            f"\n[bold]#{row['chunk_index']}[/bold] {_place(row['page'], row['rows'])} "
             f"chars {row['start_offset']}-{row['end_offset']}"
             + (f" § {escape(row['section'])}" if row["section"] else "")
             + (f" \\[{row['section_type']}]" if row["section_type"] else "")

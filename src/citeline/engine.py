@@ -1497,7 +1497,8 @@ class Readiness:
 
 #: The fields of a chunk as listed (``docs show --chunks``, ``GET /documents/{id}/chunks``).
 _CHUNK_COLUMNS = (
-    "id, chunk_index, page, start_offset, end_offset, section, section_type, model_numbers, context, text"
+    "id, chunk_index, page, start_offset, end_offset, section, section_type, model_numbers, context, rows, "
+    "text"
 )
 
 

@@ -688,6 +688,7 @@ class Ingestor:
             model_numbers=found.model_numbers,
             section_type=found.section_type,
             context=draft.context,
+            rows=draft.rows,
         )
 
     def _flush(self, run: _Run) -> None:

@@ -91,10 +91,11 @@ def split(pages: Iterable[Page], *, chunk_size: int, chunk_overlap: int) -> Iter
     :func:`_overlap_start`); the overlap is shorter, or none, when no word starts in it or the chunk's
     first new piece leaves no room. When a page has
     ``records``, each record becomes one chunk (several if it is longer than ``chunk_size``) and text
-    outside the records is ignored.
+    outside the records is ignored; with ``record_rows`` too, each chunk's ``rows`` is its record's.
 
     Raises :class:`InvalidRequestError` at once if ``chunk_size`` or ``chunk_overlap`` is out of
-    range, and :class:`ValueError` while iterating if a page's record lies outside its text.
+    range, and :class:`ValueError` while iterating if a page's record lies outside its text, or its
+    ``record_rows`` are not one per record.
     """
     if chunk_size < 1:
         raise InvalidRequestError(f"chunk_size must be at least 1 character, got {chunk_size}")
@@ -117,9 +118,15 @@ def _split(pages: Iterable[Page], size: int, overlap: int) -> Iterator[ChunkDraf
             regions = [(start, end, start) for start, end in page.records]
         else:
             regions = _section_regions(text, section_starts)
+        if page.record_rows is not None and len(page.record_rows) != len(regions):
+            raise ValueError(
+                f"page {page.number}: {len(page.record_rows)} record rows for {len(regions)} records"
+            )
         tables = _tables(text) if page.records is None else []
         table_starts = [body_start for body_start, _, _ in tables]
-        for region_start, region_end, anchor in regions:
+        for at, (region_start, region_end, anchor) in enumerate(regions):
+            # Each record is chunked on its own: every chunk of it holds its one row of the file.
+            row = None if page.record_rows is None else page.record_rows[at]
             if not 0 <= region_start <= region_end <= len(text):
                 raise ValueError(
                     f"page {page.number}: record ({region_start}, {region_end}) is not a span of its "
@@ -139,6 +146,7 @@ def _split(pages: Iterable[Page], size: int, overlap: int) -> Iterator[ChunkDraf
                     end=end,
                     section=sections[in_force - 1].heading if in_force else carried,
                     context=_header_of(tables[in_table - 1], start) if in_table else None,
+                    rows=None if row is None else (row, row),
                 )
                 index += 1
         if sections:

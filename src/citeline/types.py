@@ -28,12 +28,15 @@ class Page:
 
     ``sections`` lists the headings that start on this page, in order. ``records``, when set, marks
     spans of ``text`` that must each become exactly one chunk (CSV rows), as ``(start, end)`` pairs.
+    ``record_rows``, when set, gives each record's row in the source file, as a spreadsheet numbers it
+    (one per record, in the same order): a character span on page 1 finds nothing in a spreadsheet.
     """
 
     number: int
     text: str
     sections: tuple[Section, ...] = ()
     records: tuple[tuple[int, int], ...] | None = None
+    record_rows: tuple[int, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -60,7 +63,9 @@ class ChunkDraft:
     starts with headings that have nothing under them, the last of those. ``context`` is text
     the chunk is read with but does not hold: the header row of a Markdown table whose rows it
     continues, without which its cells are values under no names. It is embedded and indexed with
-    the chunk (:func:`embedding_text`) and never shown as part of its text.
+    the chunk (:func:`embedding_text`) and never shown as part of its text. ``rows`` is the first and
+    last row of the source file the chunk's text comes from (a CSV's, :attr:`Page.record_rows`), None
+    for a source without rows.
     """
 
     index: int
@@ -70,6 +75,7 @@ class ChunkDraft:
     end: int
     section: str | None = None
     context: str | None = None
+    rows: tuple[int, int] | None = None
 
 
 def embedding_text(text: str, context: str | None) -> str:

@@ -479,3 +479,44 @@ def test_every_link_to_a_cited_web_page_opens_what_was_cited(
             assert opened.status_code == 200, (link, opened.text)
             assert "30 cm" in opened.json()["text"]
         assert admin.delete(f"/documents/{doc['id']}").status_code == 200
+
+
+def test_a_csv_passage_names_its_rows_of_the_file_wherever_it_is_given(server: Server) -> None:
+    """A character span on "page 1" finds nothing in a spreadsheet: every hit, chunk, passage and
+    citation of a CSV says which rows of the file it holds, as a spreadsheet numbers them (the header
+    is row 1, the blank line row 3); those of other documents say null."""
+    csv = b"drug,dose\nmetformin,500 mg twice daily\n\nsitagliptin,100 mg once daily\n"
+    with own_key(server, "admin") as admin:
+        added = upload(admin, "doses.csv", csv, category="formulary")
+        assert added.status_code in (200, 202), added.text
+        doc = poll(admin, added.json()["id"])
+        assert doc["status"] == "completed", doc
+        try:
+            found = admin.post(
+                "/search", json={"query": "sitagliptin dose", "document_ids": [doc["id"]], "n_results": 1}
+            )
+            [hit] = found.json()["results"]
+            chunks = admin.get(f"/documents/{doc['id']}/chunks").json()["chunks"]
+            note = admin.get("/search", params={"q": "ACME valve opens", "n": 1}).json()["results"]
+            with admin.stream(
+                "POST",
+                "/chat/stream",
+                json={"question": "What is the dose of sitagliptin?", "document_ids": [doc["id"]]},
+            ) as r:
+                events = list(read_events(r.iter_lines()))
+            complete = events[-1].data
+            assert events[-1].name == "complete", events[-1]
+            [evidence] = [e.data for e in events if e.name == "evidence"]
+            conversation = admin.get(f"/conversations/{complete['conversation_id']}").json()
+            stored = [c for m in conversation["messages"] for c in m["citations"]]
+
+            assert "sitagliptin" in hit["text"] and hit["rows"] == [4, 4]
+            assert [c["rows"] for c in chunks] == [[2, 2], [4, 4]]
+            assert note[0]["rows"] is None
+            rows = {c["chunk_id"]: c["rows"] for c in chunks}
+            given = [e.data["passage"] for e in events if e.name == "citation" and e.data["passage"]]
+            assert complete["citations"] and stored and evidence["passages"] and given
+            for passage in (*evidence["passages"], *given, *complete["citations"], *stored):
+                assert passage["rows"] == rows[passage["chunk_id"]], passage
+        finally:
+            assert admin.delete(f"/documents/{doc['id']}").status_code == 200

@@ -112,3 +112,34 @@ def test_a_quote_that_opens_no_quoted_cell_does_not_swallow_the_rows_after_it(tm
     assert next(load(_write(tmp_path, quoted, "quoted.tsv")).pages).text == (
         "id: 1; title: Two lines; year: 2001\nid: 2; title: One line; year: 2002"
     )
+
+
+def test_each_record_knows_its_row_in_the_file_as_a_spreadsheet_numbers_it(tmp_path: Path) -> None:
+    # A clinician opening the file finds "row 7" where Excel and LibreOffice show row 7: the header is row
+    # 1. Rows the loader skips still count (a blank line, a row of empty cells), a quoted cell over two
+    # lines is one row, and the "sep=;" line is none: Excel reads it and hides it.
+    text = (
+        "sep=;\r\n"
+        "drug;dose\r\n"  # row 1
+        "metformin;500 mg\r\n"  # row 2
+        "\r\n"  # row 3, blank
+        ";\r\n"  # row 4, empty cells
+        'sitagliptin;"100 mg\r\nonce daily"\r\n'  # row 5, over two lines
+        "empagliflozin;10 mg\r\n"  # row 6
+    )
+    [page] = load(_write(tmp_path, text, name="doses.csv")).pages
+    assert page.records is not None
+    assert [page.text[start:end].split(";")[0] for start, end in page.records] == [
+        "drug: metformin",
+        "drug: sitagliptin",
+        "drug: empagliflozin",
+    ]
+    assert page.record_rows == (2, 5, 6)
+    # Without a separator line, blank lines before the header count too.
+    [page] = load(_write(tmp_path, "\nid,name\n1,a\n\n\n2,b\n", name="ids.csv")).pages
+    assert page.record_rows == (3, 6)
+
+
+def test_text_files_have_no_rows(tmp_path: Path) -> None:
+    [page] = load(_write(tmp_path, "# Notes\n\nplain text\n", name="notes.md")).pages
+    assert page.record_rows is None

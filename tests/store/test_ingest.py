@@ -530,3 +530,28 @@ def test_many_versions_left_by_a_killed_ingest_are_reported_in_a_few_lines(
     assert len(lines) == 6
     assert lines[0] == f"doc-0 (version 1): {catalog.INTERRUPTED}"
     assert lines[-1] == f"and 140 more versions: {catalog.INTERRUPTED}"
+
+
+def test_a_csv_hit_names_the_rows_of_the_file_it_holds(cl: Citeline, tmp_path: Path) -> None:
+    # A clinician could not find "p.1 chars 912-1117" in the file; a spreadsheet shows it as row 6. The
+    # header is row 1; the "sep=;" line Excel hides is no row, and the blank line is row 3.
+    doses = write(
+        tmp_path / "doses.csv",
+        "sep=;\ndrug;dose\nmetformin;500 mg twice daily\n\nsitagliptin;100 mg once daily\n"
+        "empagliflozin;10 mg once daily, halve below eGFR 45\n",
+    )
+    guide = write(tmp_path / "pump.md", GUIDE)
+    cl.ingest([doses, guide])
+
+    [hit] = cl.search(SearchRequest("empagliflozin dose eGFR", top_k=1))
+    assert "empagliflozin" in hit.text and hit.rows == (5, 5)
+    assert hit.as_dict()["rows"] == [5, 5]
+    [doc] = [d for d in cl.documents() if d.name == "doses.csv"]
+    assert [(c["text"].split(";")[0], c["rows"]) for c in cl.chunks(doc)] == [
+        ("drug: metformin", [2, 2]),
+        ("drug: sitagliptin", [4, 4]),
+        ("drug: empagliflozin", [5, 5]),
+    ]
+    # Neither Markdown nor PDF has rows.
+    [prose] = cl.search(SearchRequest("prime the pump before first use", top_k=1))
+    assert prose.document_name == "pump.md" and prose.rows is None

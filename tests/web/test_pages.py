@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -897,6 +898,35 @@ def test_a_citation_of_a_passage_filed_twice_names_the_other_document(
             expect(page.get_by_role("complementary", name="Citation")).to_contain_text("Also in")
         finally:
             assert api.delete(f"/documents/{copy['id']}").status_code == 200
+
+
+def test_a_csv_citation_names_its_row_of_the_file_not_page_1(site: Site, context: BrowserContext) -> None:
+    # "page 1" finds nothing in a spreadsheet: the citation names the row a spreadsheet shows (the
+    # header is row 1, the blank line row 3).
+    doses = b"drug,dose\nmetformin,500 mg twice daily\n\nsitagliptin,100 mg once daily\n"
+    with site.server.client(site.admin) as api:
+        made = api.post("/documents", files={"file": ("doses.csv", doses)})
+        assert made.status_code == 202, made.text
+        doc = made.json()
+        deadline = time.monotonic() + 120
+        while api.get(f"/documents/{doc['id']}").json()["status"] != "completed":
+            assert time.monotonic() < deadline, "the CSV was not built"
+            time.sleep(0.5)
+        try:
+            page = context.new_page()
+            sign_in(page, site.server.url + "/", site.admin)
+            with page.expect_response(lambda r: r.url.endswith("/chat/stream")) as streamed:
+                ask(page, "What is the dose of sitagliptin?")
+            cited = completed_answer(streamed.value.text())["citations"]
+            number = next(c["number"] for c in cited if c["document_name"] == "doses.csv")
+            button = page.locator(".message.assistant").last.locator(f'.cite[data-number="{number}"]').first
+            expect(button).to_have_attribute("title", re.compile(r"^doses\.csv, row 4"))
+            button.click()
+            panel = page.get_by_role("complementary", name="Citation")
+            expect(panel.locator("dt", has_text=re.compile("^Row$"))).to_have_count(1)
+            expect(panel.locator("dt", has_text=re.compile("^Page$"))).to_have_count(0)
+        finally:
+            assert api.delete(f"/documents/{doc['id']}").status_code == 200
 
 
 # Page 10 of the Federal Register PDF is one scanned figure ("Runaway Stabilizer", a CCITT-fax image that

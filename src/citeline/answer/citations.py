@@ -208,6 +208,8 @@ class Citation:
     #: Where the passage's document can be opened (``Hit.has_original``, ``Hit.source_url``).
     has_original: bool = True
     source_url: str | None = None
+    #: The rows of the source file the passage holds (``Hit.rows``): a CSV's, else None.
+    rows: tuple[int, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -756,4 +758,5 @@ def _citation(
         also_in=hit.also_in,
         has_original=hit.has_original,
         source_url=hit.source_url,
+        rows=hit.rows,
     )

@@ -377,6 +377,7 @@ def with_citations(
                     "title": passage.title,
                     "version": passage.version,
                     "page": passage.page,
+                    "rows": passage.rows,
                     "start": passage.start,
                     "end": passage.end,
                     "section": passage.section,

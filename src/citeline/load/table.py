@@ -42,38 +42,46 @@ def _dialect(text: str, suffix: str) -> type[csv.Dialect]:
     return dialect
 
 
-def _rows(text: str, dialect: type[csv.Dialect], delimiter: str, *, quotes: bool) -> list[list[str]]:
-    """The rows of ``text`` that hold any text; with ``quotes`` false, a quote is a character as any."""
+def _rows(
+    text: str, dialect: type[csv.Dialect], delimiter: str, *, quotes: bool
+) -> list[tuple[int, list[str]]]:
+    """The rows of ``text`` that hold any text, each with its number (1-based) among all the rows of
+    ``text``, as a spreadsheet shows them: a blank row left out still counts, and a quoted cell over
+    several lines is one row. With ``quotes`` false, a quote is a character as any."""
     stream = io.StringIO(text, newline="")
     if quotes:
         reader = csv.reader(stream, dialect, delimiter=delimiter)
     else:
         reader = csv.reader(stream, dialect, delimiter=delimiter, quoting=csv.QUOTE_NONE)
-    return [row for row in reader if any(cell.strip() for cell in row)]
+    return [(number, row) for number, row in enumerate(reader, start=1) if any(cell.strip() for cell in row)]
 
 
-def _fitting(rows: list[list[str]]) -> int:
+def _fitting(rows: list[tuple[int, list[str]]]) -> int:
     """How many of ``rows`` have as many cells as the first (the header)."""
-    return sum(len(row) == len(rows[0]) for row in rows) if rows else 0
+    return sum(len(row) == len(rows[0][1]) for _, row in rows) if rows else 0
 
 
-def render_rows(header: list[str], rows: list[list[str]]) -> tuple[str, tuple[tuple[int, int], ...]]:
+def render_rows(
+    header: list[str], rows: list[tuple[int, list[str]]]
+) -> tuple[str, tuple[tuple[int, int], ...], tuple[int, ...]]:
     """Render each row as ``name: value; other: value2`` on its own line.
 
     Empty cells are skipped and rows with no value at all are dropped. Cells beyond the header are
-    named ``column N`` (1-based). Returns the text and the ``(start, end)`` span of each rendered row.
+    named ``column N`` (1-based). ``rows`` are ``(number, cells)``; returned are the text, and the
+    ``(start, end)`` span and the number of each rendered row.
     """
     names = [clean_inline(name) for name in header]
     lines: list[str] = []
     spans: list[tuple[int, int]] = []
+    kept: list[int] = []
     offset = 0
-    for row in rows:
+    for number, row in rows:
         fields = []
-        for position, raw in enumerate(row):
+        for column, raw in enumerate(row):
             value = clean_inline(raw)
             if not value:
                 continue
-            name = names[position] if position < len(names) and names[position] else f"column {position + 1}"
+            name = names[column] if column < len(names) and names[column] else f"column {column + 1}"
             fields.append(f"{name}: {value}")
         if not fields:
             continue
@@ -81,9 +89,10 @@ def render_rows(header: list[str], rows: list[list[str]]) -> tuple[str, tuple[tu
         if lines:
             offset += 1  # the newline before this row
         spans.append((offset, offset + len(line)))
+        kept.append(number)
         lines.append(line)
         offset += len(line)
-    return "\n".join(lines), tuple(spans)
+    return "\n".join(lines), tuple(spans), tuple(kept)
 
 
 def load_csv(path: Path) -> LoadedSource:
@@ -91,7 +100,9 @@ def load_csv(path: Path) -> LoadedSource:
 
     The delimiter of a ``.csv`` is sniffed (comma, semicolon, tab or pipe), unless a first line such as
     ``sep=;`` names it, as for Excel. The single page's ``records`` hold each row's span, so no row is
-    ever split across chunks or merged with another.
+    ever split across chunks or merged with another, and its ``record_rows`` each row's number as a
+    spreadsheet shows it: the header is row 1 (the ``sep=`` line, which Excel hides, is no row), and
+    blank rows, left out, still count.
     Short rows simply lack the missing fields; long rows name the extra cells ``column N``.
     """
     source = str(path)
@@ -105,7 +116,7 @@ def load_csv(path: Path) -> LoadedSource:
         delimiter = dialect.delimiter
     try:
         rows = _rows(text, dialect, delimiter, quotes=True)
-        if any("\n" in cell or "\r" in cell for row in rows for cell in row):
+        if any("\n" in cell or "\r" in cell for _, row in rows for cell in row):
             # A cell over several lines is a quoted one, or a quote that opens no quoted cell (a TSV's
             # '"unbalanced title', 5" pipe) and runs on to the next quote or the end of the file,
             # taking the rows on its way into one cell. Then the rows read with quotes as plain
@@ -117,13 +128,14 @@ def load_csv(path: Path) -> LoadedSource:
         raise LoadError(source, f"malformed CSV ({exc})") from exc
     if not rows:
         raise LoadError(source, "empty file")
-    body, records = render_rows(rows[0], rows[1:])
+    (_, header), data = rows[0], rows[1:]
+    body, records, numbers = render_rows(header, data)
     if not records:
         raise LoadError(source, "no data rows (header only)")
-    page = Page(number=1, text=body, records=records)
+    page = Page(number=1, text=body, records=records, record_rows=numbers)
     return LoadedSource(
         content_type="text/csv",
         title=path.stem,
         pages=iter([page]),
-        metadata={"rows": str(len(records)), "columns": str(len(rows[0]))},
+        metadata={"rows": str(len(records)), "columns": str(len(header))},
     )

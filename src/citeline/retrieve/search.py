@@ -146,6 +146,9 @@ class Hit:
     has_original: bool = True
     #: The web address the document was read from; None for a file.
     source_url: str | None = None
+    #: The first and last row of the source file the chunk holds, as a spreadsheet numbers them (a
+    #: CSV's); None for other documents, and for a CSV's chunk stored before citeline kept them.
+    rows: tuple[int, int] | None = None
 
     @property
     def embedded(self) -> str:
@@ -155,6 +158,7 @@ class Hit:
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["document_id"] = str(self.document_id)
+        out["rows"] = None if self.rows is None else list(self.rows)
         out["also_in"] = [copy.as_dict() for copy in self.also_in]
         return out
 
@@ -747,7 +751,7 @@ def _rank(
 _HIT_COLUMNS = (
     "c.id AS chunk_id, d.document_id, d.name AS document_name, d.title, c.version, d.content_type, c.page, "
     "c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, d.vector_count AS total_chunks, "
-    f"c.model_numbers, c.section_type, c.context, c.text, {catalog.ORIGIN_COLUMNS}"
+    f"c.model_numbers, c.section_type, c.context, c.text, c.rows, {catalog.ORIGIN_COLUMNS}"
 )
 
 
@@ -799,4 +803,11 @@ def _fetch(conn: sa.Connection, ids: list[int], access: Access = FULL_ACCESS) ->
         ),
         {"ids": ids, **params},
     )
-    return {row.chunk_id: {**row._mapping, "model_numbers": tuple(row.model_numbers)} for row in result}
+    return {
+        row.chunk_id: {
+            **row._mapping,
+            "model_numbers": tuple(row.model_numbers),
+            "rows": None if row.rows is None else tuple(row.rows),
+        }
+        for row in result
+    }

@@ -246,6 +246,8 @@ class ChunkRow:
     section_type: str | None = None
     #: Embedded and indexed with the text, not part of it (types.ChunkDraft.context).
     context: str | None = None
+    #: The first and last row of the source file the chunk holds (types.ChunkDraft.rows).
+    rows: tuple[int, int] | None = None
 
     @property
     def embedded(self) -> str:
@@ -972,7 +974,7 @@ class ChunkGroup:
 #: The chunk columns written by :func:`insert_chunks`, in order, as PostgreSQL types (for binary COPY).
 _CHUNK_COPY_TYPES = (
     "int8", "uuid", "int4", "int4", "text", "varchar",
-    "int4", "int4", "int4", "text", "vector", "text", "int4", "text[]", "text", "text",
+    "int4", "int4", "int4", "text", "vector", "text", "int4", "text[]", "text", "text", "int4[]",
 )  # fmt: skip
 
 
@@ -1002,7 +1004,7 @@ def insert_chunks(
         with cur.copy(
             "COPY chunks (id, document_id, version, chunk_index, text, text_hash, page, start_offset, "
             "end_offset, section, embedding, embedding_model, token_count, model_numbers, section_type, "
-            "context) FROM STDIN (FORMAT BINARY)"
+            "context, rows) FROM STDIN (FORMAT BINARY)"
         ) as copy:
             copy.set_types(_CHUNK_COPY_TYPES)
             at = 0
@@ -1027,6 +1029,7 @@ def insert_chunks(
                             list(row.model_numbers),
                             row.section_type,
                             row.context,
+                            None if row.rows is None else list(row.rows),
                         )
                     )
                     at += 1
@@ -1646,6 +1649,8 @@ class CitedPassage:
     current_version: int | None
     has_original: bool = True
     source_url: str | None = None
+    #: ``[first, last]``: the rows of the source file the chunk holds (a CSV's), else None.
+    rows: list[int] | None = None
 
     @property
     def superseded(self) -> bool:
@@ -1666,7 +1671,8 @@ def cited_passages(
             "SELECT c.id, d.document_id, d.id AS version_id, d.version, d.name, d.title, d.content_type, "
             "c.page, c.start_offset, c.end_offset, c.section, c.text, "
             "(SELECT a.version FROM documents a WHERE a.document_id = d.document_id AND a.is_active) "
-            f"AS current_version, {ORIGIN_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+            f"AS current_version, {ORIGIN_COLUMNS}, c.rows "
+            "FROM chunks c JOIN documents d ON d.id = c.document_id "
             f"WHERE c.id = ANY(:cited) AND {where}"
         ),
         {**params, "cited": list(chunk_ids)},

@@ -145,6 +145,8 @@ class Chunk(Base):
     section: Mapped[str | None] = mapped_column(Text)
     #: Text embedded and indexed with the chunk but not part of it (types.ChunkDraft.context).
     context: Mapped[str | None] = mapped_column(Text)
+    #: ``[first, last]``: the rows of the source file the chunk holds (a CSV's, types.ChunkDraft.rows).
+    rows: Mapped[list[int] | None] = mapped_column(ARRAY(Integer))
     # Untyped so vectors of any model fit; each model gets its own partial HNSW index over a cast to
     # its dimension (see vectors.ensure_index), which is also what keeps vector spaces apart. NULL when
     # another vector index (Chroma) holds the chunk's vector.

@@ -218,6 +218,7 @@ def get_chunks(
             "section_type": r["section_type"],
             "model_numbers": r["model_numbers"],
             "context": r["context"],
+            "rows": r["rows"],
             "text": r["text"],
         }
         for r in rows

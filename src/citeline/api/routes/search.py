@@ -124,6 +124,7 @@ def result(hit: Hit) -> dict[str, Any]:
         "chunk_id": hit.chunk_id,
         "chunk_index": hit.chunk_index,
         "page": hit.page,
+        "rows": None if hit.rows is None else list(hit.rows),
         "start": hit.start,
         "end": hit.end,
         "section": hit.section,

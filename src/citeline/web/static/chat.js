@@ -160,8 +160,8 @@ function citationLink(number) {
     {
       type: "button",
       className: unsupported ? "cite unsupported" : "cite",
-      title: `${citation.document_name}, page ${citation.page}${unsupported ? " (not supported)" : ""}`,
-      "aria-label": `Citation ${number}: ${citation.document_name}, page ${citation.page}${
+      title: `${citation.document_name}, ${place(citation)}${unsupported ? " (not supported)" : ""}`,
+      "aria-label": `Citation ${number}: ${citation.document_name}, ${place(citation)}${
         unsupported ? ", not supported by the passage" : ""
       }`,
       dataset: { number: String(number) },
@@ -169,6 +169,16 @@ function citationLink(number) {
     },
     label,
   );
+}
+
+/**
+ * Where a cited passage is, as a reader finds it: a CSV's rows of the file ("row 7", "rows 12–14", as a
+ * spreadsheet numbers them; its "page 1" says nothing), else its page ("page 3").
+ */
+function place(citation) {
+  const rows = citation.rows;
+  if (!rows) return `page ${citation.page}`;
+  return rows[0] === rows[1] ? `row ${rows[0]}` : `rows ${rows[0]}–${rows[1]}`;
 }
 
 /** Text with each [n] a citation button, as nodes. */
@@ -576,7 +586,9 @@ async function showCitation(citation) {
     ...fact("Document", citation.title || citation.document_name),
     ...(citation.title ? fact("File", citation.document_name) : []),
     ...fact("Version", String(citation.version)),
-    ...fact("Page", String(citation.page)),
+    ...(citation.rows
+      ? fact(citation.rows[0] === citation.rows[1] ? "Row" : "Rows", place(citation).replace(/^rows? /, ""))
+      : fact("Page", String(citation.page))),
     ...(citation.section ? fact("Section", citation.section) : []),
     // The same passage, word for word, in other documents: search shows it once (also_in).
     ...(citation.also_in?.length
