@@ -40,6 +40,28 @@ from citeline.settings import Persona, load_settings
             '["patient", "study"] or {"application/pdf": 1.0} (got \'patient, study\')',
         ),
         ("CITELINE_SOURCE_BOOST", "pdf:1", "CITELINE_SOURCE_BOOST: not JSON;"),
+        (
+            "CITELINE_LABEL_BOOST",
+            '{"tag:trusted": 2}',
+            "CITELINE_LABEL_BOOST.tag:trusted: Input should be less than or equal to 1 (got '2')",
+        ),
+        # A selector without its kind would boost nothing, silently.
+        (
+            "CITELINE_LABEL_BOOST",
+            '{"trusted": 1}',
+            "CITELINE_LABEL_BOOST: Value error, label_boost key 'trusted' must be tag:<tag>, "
+            "category:<category> or scope:<scope>",
+        ),
+        (
+            "CITELINE_LABEL_BOOST",
+            '{"category: / ": 0.5}',
+            "CITELINE_LABEL_BOOST: Value error, label_boost key 'category: / ' names no category",
+        ),
+        (
+            "CITELINE_LABEL_BOOST",
+            '{"tag:": 0.5}',
+            "CITELINE_LABEL_BOOST: Value error, label_boost key 'tag:' names no tag",
+        ),
         # Refused at the first ingest as a bad --chunk-overlap (exit 2), though no option was given.
         (
             "CITELINE_CHUNK_OVERLAP",

@@ -449,7 +449,12 @@ def _print_explain(timings: Timings, plan: Explain, total_ms: float) -> None:
         + (f" + {plan.document_candidates} whole documents" if plan.document_candidates else "")
         + f", {plan.fused_candidates} chunks fused; {plan.round_trips} round trips to PostgreSQL; "
         f"query vector {vector}"
-        + ("; a query of codes: its keyword list weighed as a dense one" if plan.codes_only else ""),
+        + ("; a query of codes: its keyword list weighed as a dense one" if plan.codes_only else "")
+        + (
+            f"; label boost lifted {plan.label_boosted} of {plan.fused_candidates} candidates"
+            if plan.label_boosted is not None
+            else ""
+        ),
         highlight=False,
     )
     stages = {
@@ -497,6 +502,8 @@ def _print_hits(hits: list[Hit]) -> None:
             f"chars {hit.start}-{hit.end}  similarity {hit.similarity:.3f}  bm25 {hit.keyword_score:.2f}  "
             f"fused {hit.fused_score:.4f}"
             + (f"  rerank {hit.rerank_score:.4f}" if hit.rerank_score is not None else "")
+            # CITELINE_LABEL_BOOST's part: fused holds weight_source times it.
+            + (f"  label boost {hit.label_boost:g}" if hit.label_boost else "")
             + "[/dim]",
             highlight=False,
         )

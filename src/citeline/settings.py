@@ -23,6 +23,10 @@ NAMESPACE_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 Persona = Literal["general", "clinical", "repair"]
 
 
+#: The labels ``label_boost`` selects documents by: ``tag:<tag>``, ``category:<category>``, ``scope:<scope>``.
+LABEL_KINDS = ("tag", "category", "scope")
+
+
 class Fusion(StrEnum):
     """How dense and keyword rankings are combined."""
 
@@ -172,6 +176,15 @@ class Settings(BaseSettings):
             "text/csv": 1.0,
         },
         description="Per content type, in [0, 1]; used by weighted and dbsf fusion (not rrf).",
+    )
+    label_boost: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
+        # Empty: no document is preferred for its labels, and searches skip the work entirely.
+        default_factory=dict,
+        description=(
+            "Per label selector (tag:<tag>, category:<category>, scope:<scope>), in [0, 1]: a document "
+            "carrying the label (a category: it or one below it) gets weight_source times the largest "
+            "boost among its labels in weighted and dbsf fusion (not rrf). {}: none."
+        ),
     )
     keyword_index: Literal["memory", "sql"] = Field(
         default="memory",
@@ -429,6 +442,27 @@ class Settings(BaseSettings):
         size = info.data.get("chunk_size")
         if size is not None and value >= size:
             raise ValueError(f"chunk_overlap must be below the chunk size (CITELINE_CHUNK_SIZE, {size})")
+        return value
+
+    @field_validator("label_boost")
+    @classmethod
+    def _label_selectors(cls, value: dict[str, float]) -> dict[str, float]:
+        # A key that selects nothing would boost nothing, silently: refused when the settings are read.
+        for key in value:
+            kind, colon, name = key.partition(":")
+            if not colon or kind not in LABEL_KINDS:
+                raise ValueError(
+                    f"label_boost key {key!r} must be tag:<tag>, category:<category> or scope:<scope>"
+                )
+            parts = name.split("/") if kind == "category" else [name]
+            if not any(part.strip() for part in parts):
+                raise ValueError(f"label_boost key {key!r} names no {kind}")
+            if kind != "category" and name != name.strip():
+                # Tags and scopes never start or end with whitespace (retrieve/filters.py refuses them).
+                raise ValueError(
+                    f"label_boost key {key!r}: a {kind} does not start or end with whitespace "
+                    f"(did you mean '{kind}:{name.strip()}'?)"
+                )
         return value
 
     @field_validator("namespace")

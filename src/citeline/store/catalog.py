@@ -1496,6 +1496,9 @@ class LogView(NamedTuple):
     first: int
     last: int
     epoch: uuid.UUID | None
+    #: The count of label changes (``label_changes.generation``), which the log does not record: readers
+    #: that hold documents' labels (memory_vectors.MemoryVectors) tell from it that theirs went stale.
+    labels: int = -1
 
     def is_at(self, seq: int, epoch: uuid.UUID | None) -> bool:
         """Whether arrays at position ``seq`` of the namespace of ``epoch`` are where this view is."""
@@ -1507,12 +1510,18 @@ class LogView(NamedTuple):
 LOG_FIRST_SQL = "(SELECT coalesce(min(seq), 0) FROM keyword_log)"
 LOG_LAST_SQL = "(SELECT coalesce(max(seq), 0) FROM keyword_log)"
 EPOCH_SQL = "(SELECT epoch FROM label_changes WHERE id = 1)"
-LOG_VIEW_SQL = f"{LOG_FIRST_SQL}, {LOG_LAST_SQL}, {EPOCH_SQL}"
+LABELS_SQL = "(SELECT generation FROM label_changes WHERE id = 1)"
+LOG_VIEW_SQL = f"{LOG_FIRST_SQL}, {LOG_LAST_SQL}, {EPOCH_SQL}, {LABELS_SQL}"
 
 
-def log_view(first: Any, last: Any, epoch: Any) -> LogView:
+def log_view(first: Any, last: Any, epoch: Any, labels: Any) -> LogView:
     """A :class:`LogView` from the columns :data:`LOG_VIEW_SQL` selects."""
-    return LogView(int(first), int(last), None if epoch is None else uuid.UUID(str(epoch)))
+    return LogView(
+        int(first),
+        int(last),
+        None if epoch is None else uuid.UUID(str(epoch)),
+        -1 if labels is None else int(labels),
+    )
 
 
 def log_positions(conn: sa.Connection) -> LogView:

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.retrieve.filters import Filters
+from citeline.retrieve.labels import Labels
 from citeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -184,17 +185,22 @@ class VectorQuery:
     #: The keyword log's first and last positions in the search's snapshot (retrieve/search.py reads them
     #: with the catalog): an index that follows the log syncs to them without reading them again.
     log: LogView | None = None
+    #: The search boosts documents by their labels (CITELINE_LABEL_BOOST): :meth:`VectorIndex.held`
+    #: describes the candidates with their labels, or not at all.
+    labels: bool = False
 
 
 @dataclass(frozen=True)
 class HeldChunks:
     """Chunks an index could describe without the catalog (:meth:`VectorIndex.held`), aligned arrays:
-    each one's version, its document's content type and its cosine distance to the query."""
+    each one's version, its document's content type and its cosine distance to the query, and the
+    version's labels when the query asked for them (else None)."""
 
     ids: NDArray[np.int64]
     versions: list[uuid.UUID]
     content_types: list[str | None]
     distances: NDArray[np.float64]
+    labels: list[Labels] | None = None
 
 
 @dataclass(frozen=True)
@@ -258,8 +264,9 @@ class VectorIndex(Protocol):
 
     def held(self, query: VectorQuery, chunk_ids: Sequence[int]) -> HeldChunks | None:
         """Those of ``chunk_ids`` active in the snapshot ``query.log`` names, with their versions, content
-        types and distances to ``query.vector``, when this index holds all of that in the process, in step
-        with that snapshot: a search's candidates then need no statement. None: read them from the catalog.
+        types and distances to ``query.vector`` (and, with ``query.labels``, their versions' labels), when
+        this index holds all of that in the process, in step with that snapshot: a search's candidates
+        then need no statement. None: read them from the catalog.
         """
         ...
 

@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 from citeline import heap
 from citeline.errors import StoreError
 from citeline.recent import Recent
+from citeline.retrieve.labels import Labels
 
 # The module, not its names: catalog imports store.vectors, which imports this module.
 from citeline.store import catalog
@@ -75,9 +76,14 @@ class MemoryVectors:
         self._alive = np.empty(0, dtype=bool)
         self._docs: dict[uuid.UUID, int] = {}
         self._doc_rows: dict[int, NDArray[np.int64]] = {}
-        #: Each slot's version and its content type, by slot (retired slots keep theirs until a reload).
+        #: Each slot's version, its content type and its labels, by slot (retired slots keep theirs until
+        #: a reload).
         self._slot_versions: list[uuid.UUID] = []
         self._slot_types: list[str | None] = []
+        self._slot_labels: list[Labels] = []
+        #: The count of label changes (LogView.labels) the slots' labels were read at; the keyword log
+        #: records no relabel, so labels read before one are stale while the arrays are current.
+        self._labels_at = -1
         #: The live rows ordered by chunk id, and those ids, for :meth:`held` (made once per generation).
         self._by_id: tuple[int, NDArray[np.int64], NDArray[np.int64]] | None = None
         self._next_slot = 0
@@ -103,18 +109,20 @@ class MemoryVectors:
         limit: int,
         scope: InScope | None = None,
         log: LogView | None = None,
+        labels: bool = False,
     ) -> list[tuple[int, float]] | None:
         """The ``limit`` nearest active chunks of the model to ``query`` within ``scope``, as ``(chunk_id,
         cosine distance)`` nearest first (ties by chunk id); None when the model's chunks do not fit the
         budget, when the arrays are ahead of this search's snapshot, or when the search would compare more
         than :data:`MOST_COMPARED`: the caller then searches otherwise.
         ``log`` is the keyword log's first and last position as the caller's snapshot read them (read here
-        when not given)."""
+        when not given). With ``labels`` (the search boosts by labels), labels made stale by a relabel are
+        read again, so that :meth:`held` can describe the candidates with theirs."""
         dim = int(query.shape[0])
         if self._loading:
             return None
         with self._lock:
-            if not self._sync(conn, dim, log):
+            if not self._sync(conn, dim, log, labels=labels):
                 return None
             allowed = self._allowed(scope)
             if allowed is None:
@@ -147,16 +155,20 @@ class MemoryVectors:
             return [(int(ids[i]), float(1.0 - best[i])) for i in order]
 
     def held(
-        self, query: NDArray[np.float32], chunk_ids: Sequence[int], log: LogView | None
+        self, query: NDArray[np.float32], chunk_ids: Sequence[int], log: LogView | None, labels: bool = False
     ) -> HeldChunks | None:
         """Those of ``chunk_ids`` alive here, with their versions, content types and cosine distances to
-        ``query``; None unless the arrays are loaded at ``log`` (the search's snapshot): at any other
-        position (another search moved them on) the caller reads the catalog instead. A chunk left out is
-        not active in that snapshot, or has no usable vector (nor would PostgreSQL give it a distance)."""
+        ``query`` (with ``labels``, their versions' labels too); None unless the arrays are loaded at
+        ``log`` (the search's snapshot), and their labels read at its count of label changes if asked
+        for: otherwise (another search moved them on) the caller reads the catalog instead. A chunk left
+        out is not active in that snapshot, or has no usable vector (nor would PostgreSQL give it a
+        distance)."""
         if self._loading:
             return None
         with self._lock:
             if log is None or not self._loaded or not log.is_at(self._seq, self._epoch):
+                return None
+            if labels and log.labels != self._labels_at:
                 return None
             q = _unit(query)
             if query.shape[0] != self._dim or q is None:
@@ -178,6 +190,7 @@ class MemoryVectors:
                 versions=[self._slot_versions[s] for s in slots],
                 content_types=[self._slot_types[s] for s in slots],
                 distances=1.0 - sims,
+                labels=[self._slot_labels[s] for s in slots] if labels else None,
             )
 
     def _allowed(self, scope: InScope | None) -> NDArray[np.bool_] | None:
@@ -209,17 +222,22 @@ class MemoryVectors:
             self._masks.put(key, mask)
         return mask
 
-    def _sync(self, conn: sa.Connection, dim: int, log: LogView | None) -> bool:
-        """Bring the arrays to the log's last position; False when the model's chunks do not fit."""
+    def _sync(self, conn: sa.Connection, dim: int, log: LogView | None, *, labels: bool = False) -> bool:
+        """Bring the arrays to the log's last position (and, with ``labels``, their labels to its count of
+        label changes); False when the model's chunks do not fit."""
         loaded = self._loaded and dim == self._dim
         step = catalog.log_step(conn, log, loaded=loaded, seq=self._seq, epoch=self._epoch)
         if step.action in ("current", "behind"):
             # Behind: this search goes to the index (catalog.LogStep).
+            if step.action == "current" and labels:
+                self._relabel(conn, step.view)
             return step.action == "current"
         last, epoch = step.view.last, step.view.epoch
         if self._too_big_at == (epoch, last) and dim == self._dim:
             return False
         if step.action == "replay" and self._replay(conn, last):
+            if labels:
+                self._relabel(conn, step.view)
             return True
         # A reload, or a replay that overflowed the budget.
         self._reset(dim)
@@ -232,8 +250,27 @@ class MemoryVectors:
         finally:
             self._loading = False
         self._seq, self._loaded, self._epoch = last, True, epoch
+        self._labels_at = step.view.labels
         heap.trim()  # what loading freed (see citeline/heap.py)
         return True
+
+    def _relabel(self, conn: sa.Connection, view: LogView) -> None:
+        """Read every held version's labels again if documents were relabelled since they were read (one
+        statement, once per relabel and process, and only for searches that boost by labels)."""
+        if view.labels <= self._labels_at:
+            return  # current, or this search's snapshot is older than the labels held: it reads its own
+        rows = conn.execute(
+            sa.text(
+                "SELECT d.id, d.tags, d.category, d.scopes FROM documents d "
+                "WHERE d.is_active AND d.embedding_model = :m AND d.vector_index = 'pgvector'"
+            ),
+            {"m": self.model},
+        )
+        for version, tags, category, scopes in rows:
+            slot = self._docs.get(version)
+            if slot is not None:
+                self._slot_labels[slot] = _labels(tags, category, scopes)
+        self._labels_at = view.labels
 
     def _load(self, conn: sa.Connection, versions: list[uuid.UUID] | None) -> None:
         """Add the model's active versions (of ``versions``; None: all of them) with their chunks' vectors.
@@ -243,7 +280,7 @@ class MemoryVectors:
         bind = {"m": self.model, "ids": versions or []}
         held = conn.execute(
             sa.text(
-                "SELECT d.id, d.content_type FROM documents d "
+                "SELECT d.id, d.content_type, d.tags, d.category, d.scopes FROM documents d "
                 f"WHERE d.is_active AND d.embedding_model = :m{among}"
             ),
             bind,
@@ -272,7 +309,7 @@ class MemoryVectors:
                 raise StoreError(f"stored vectors of {self.model} do not all have {self._dim} dimensions")
             vectors.append(raw.reshape(len(batch), self._dim + 1)[:, 1:].astype(np.float32))
         self._append(
-            [(r[0], r[1]) for r in held],
+            [(r[0], r[1], _labels(r[2], r[3], r[4])) for r in held],
             np.concatenate(chunk_ids) if chunk_ids else np.empty(0, dtype=np.int64),
             owners,
             np.concatenate(vectors) if vectors else np.empty((0, self._dim), dtype=np.float32),
@@ -305,19 +342,20 @@ class MemoryVectors:
 
     def _append(
         self,
-        versions: list[tuple[uuid.UUID, str | None]],
+        versions: list[tuple[uuid.UUID, str | None, Labels]],
         chunk_ids: NDArray[np.int64],
         owners: list[uuid.UUID],
         vectors: NDArray[np.float32],
     ) -> None:
-        """Add ``versions`` (with their content types) and their chunks: ids, each one's version (grouped
-        by version) and vectors."""
+        """Add ``versions`` (with their content types and labels) and their chunks: ids, each one's version
+        (grouped by version) and vectors."""
         base = self._chunk_ids.size
-        for version, content_type in versions:
+        for version, content_type, labels in versions:
             self._docs[version] = self._next_slot
             self._doc_rows[self._next_slot] = np.empty(0, dtype=np.int64)
             self._slot_versions.append(version)
             self._slot_types.append(content_type)
+            self._slot_labels.append(labels)
             self._next_slot += 1
         self._doc_keys = None
         self._generation += 1
@@ -348,6 +386,11 @@ class MemoryVectors:
         # A version's rows without a usable vector were never alive: they go.
         self._doc_rows = {slot: (at := renumber[rows])[at >= 0] for slot, rows in self._doc_rows.items()}
         self._generation += 1
+
+
+def _labels(tags: Sequence[str] | None, category: str | None, scopes: Sequence[str] | None) -> Labels:
+    """A version's labels as its catalog row holds them."""
+    return tuple(tags or ()), category or None, tuple(scopes or ())
 
 
 def _unit(query: NDArray[np.float32]) -> NDArray[np.float32] | None:

@@ -353,7 +353,7 @@ class PgVectorIndex:
     ) -> list[tuple[int, float]]:
         if self.memory_mb:
             found = self.memory(query.model).search(
-                conn, query.vector, limit=query.limit, scope=query.scope, log=query.log
+                conn, query.vector, limit=query.limit, scope=query.scope, log=query.log, labels=query.labels
             )
             if found is not None:
                 if ran is not None:
@@ -386,7 +386,7 @@ class PgVectorIndex:
         """From the vectors this process holds for ``query.model``, if they are in step with the query."""
         if not self.memory_mb:
             return None
-        return self.memory(query.model).held(query.vector, chunk_ids, query.log)
+        return self.memory(query.model).held(query.vector, chunk_ids, query.log, labels=query.labels)
 
     def memory(self, model: str) -> MemoryVectors:
         """The vectors of ``model`` this process holds (loaded by its first search, if they fit)."""
