@@ -379,6 +379,24 @@ def test_search_explain_shows_the_plan_and_the_stages(settings: Settings, tmp_pa
     assert set(explain["stages_ms"]) >= {"embed", "catalog", "keyword", "dense", "fetch", "fuse"}
 
 
+def test_a_search_for_a_code_nothing_writes_says_so_beside_its_hits(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # A repair trial: "E9999", in no passage, returned the closest passages without a word.
+    write(tmp_path / "errors.md", "# Error codes\n\nE4021 means the heat sink is above 95 °C.")
+    code, _, err = _run(settings, "ingest", str(tmp_path / "errors.md"))
+    assert code == 0, err
+
+    code, out, err = _run(settings, "search", "What does E9999 mean?")
+    assert code == 0, err
+    assert "errors.md p.1" in out
+    assert "none of these passages writes E9999: they are only the closest in meaning" in err
+
+    code, out, err = _run(settings, "search", "E4021")
+    assert code == 0, err
+    assert "none of these passages writes" not in err
+
+
 def test_a_hit_from_a_tables_later_chunk_is_shown_under_its_header_row(
     settings: Settings, tmp_path: Path
 ) -> None:

@@ -432,6 +432,14 @@ def search(
             _print_json([h.as_dict() for h in hits])
         return
     _print_hits(hits)
+    if hits and plan.codes_unwritten:
+        # Else the reader takes the closest passages for the code's: nothing says it is not there.
+        err.print(
+            f"none of these passages writes {', '.join(plan.codes_unwritten)}: they are only the closest "
+            "in meaning",
+            highlight=False,
+            markup=False,
+        )
     if explain:
         _print_explain(timings, plan, total_ms)
 

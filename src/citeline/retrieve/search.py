@@ -210,6 +210,9 @@ class Explain:
     #: The query is nothing but codes (:meth:`Analyzer.only_codes`): its keyword list weighed as the
     #: dense list of a query in words, and the dense list as its keyword list.
     codes_only: bool = False
+    #: The codes of a query of codes when none of its hits writes any of them: the hits are only the
+    #: passages closest in meaning, which for a code say nothing.
+    codes_unwritten: tuple[str, ...] = ()
     #: Candidates CITELINE_LABEL_BOOST lifted (their document carries a boosted label); None when the
     #: boost did not apply (no boost set, or rrf fusion, which has no weights).
     label_boosted: int | None = None
@@ -511,10 +514,22 @@ def hybrid_search(
         explain.document_candidates, explain.fused_candidates = len(documents), int(candidates.ids.size)
         explain.round_trips = statements[0]
         explain.codes_only = codes_only and fusion is not Fusion.RECIPROCAL_RANK
+        explain.codes_unwritten = _unwritten(analyzer, request.query, hits) if codes_only else ()
         labelled = candidates.label_boost
         explain.label_boosted = None if labelled is None else int(np.count_nonzero(labelled))
         explain.vector_wait = (t3 - t2) * 1e3
     return hits
+
+
+def _unwritten(analyzer: Analyzer, query: str, hits: Sequence[Hit]) -> tuple[str, ...]:
+    """The codes of ``query`` when no hit writes any of them (as the keyword index reads them)."""
+    codes = analyzer.codes(query)
+    written = {term for hit in hits for term in analyzer.terms(hit.text)}
+    return (
+        ()
+        if any(analyzer.terms(code)[0] in written for code in codes if analyzer.terms(code))
+        else tuple(codes)
+    )
 
 
 def document_evidence(
