@@ -141,3 +141,22 @@ def test_a_cited_version_opens_only_within_the_readers_grant(cl: Citeline, folde
     _, messages = cl.conversation(session.id, access=reader)
     shown = {c["number"]: c for c in messages[1].citations}[cited.number]
     assert shown == {"number": cited.number, "chunk_id": cited.chunk_id, "available": False}
+
+
+def test_a_passage_cited_before_a_reingest_keeps_its_number_when_the_new_version_holds_it_unchanged(
+    cl: Citeline, folder: Path
+) -> None:
+    # A trial: after a re-ingest, the same question cited the identical passage of the new version as
+    # [4], where the conversation had called it [1].
+    cl.ingest([folder])
+    session = ChatSession.start(cl, llm=None)
+    first = complete(ask(session, QUESTION))
+    cited = next(c for c in first.citations if c.document_name == "priming.md")
+    _reingest(cl, folder, OLD + "\n## Storage\n\nStore the pump in a dry room over winter.\n")
+
+    again = complete(ask(session, QUESTION))
+
+    same = [c for c in again.citations if c.excerpt == cited.excerpt]
+    assert same and all(c.number == cited.number for c in same), [
+        (c.number, c.excerpt) for c in again.citations
+    ]

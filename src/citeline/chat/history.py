@@ -9,6 +9,7 @@ conversation never widens a request's scopes), and only while their version is s
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 import numpy as np
 import sqlalchemy as sa
@@ -82,4 +83,52 @@ def merge(fresh: Sequence[Hit], remembered: Sequence[Hit]) -> list[Hit]:
             i += 1
         out.append(hit)
     out.extend(extra[i:])
+    return out
+
+
+def as_cited(conn: sa.Connection, fresh: Sequence[Hit], cited: Collection[int]) -> list[Hit]:
+    """``fresh`` with each hit that holds, word for word, a passage of its document the conversation
+    cited (``cited``: its cited chunk ids) given as that cited chunk, so the answer cites it by the
+    number it already has.
+
+    A re-ingest builds a new version whose chunks are new chunks, though most say what the old ones
+    did: asked again, the same passage of the new version was cited as [4] where the conversation
+    had called it [1]. The cited chunk is kept while the conversation cites it (``ingesting.md``), its
+    text is the fresh hit's, and it opens as the version it was cited from, saying a newer one exists.
+    Only the fresh hit's place in the document changes (its version, page and offsets).
+    """
+    if not fresh or not cited:
+        return list(fresh)
+    rows = conn.execute(
+        sa.text(
+            "SELECT DISTINCT ON (n.id) n.id AS fresh_id, o.id, o.version, o.page, o.start_offset, "
+            "o.end_offset, o.chunk_index "
+            "FROM chunks n JOIN documents dn ON dn.id = n.document_id "
+            "JOIN chunks o ON o.text_hash = n.text_hash AND o.id <> n.id "
+            "JOIN documents do_ ON do_.id = o.document_id AND do_.document_id = dn.document_id "
+            "WHERE n.id = ANY(:fresh) AND o.id = ANY(:cited) AND o.text = n.text "
+            "ORDER BY n.id, o.id"
+        ),
+        {"fresh": [h.chunk_id for h in fresh], "cited": list(cited)},
+    ).all()
+    twin = {r.fresh_id: r for r in rows}
+    taken = {h.chunk_id for h in fresh}
+    out: list[Hit] = []
+    for hit in fresh:
+        old = twin.get(hit.chunk_id)
+        if old is None or old.id in taken:
+            out.append(hit)
+            continue
+        taken.add(old.id)
+        out.append(
+            replace(
+                hit,
+                chunk_id=old.id,
+                version=old.version,
+                page=old.page,
+                start=old.start_offset,
+                end=old.end_offset,
+                chunk_index=old.chunk_index,
+            )
+        )
     return out

@@ -19,7 +19,7 @@ from citeline.answer.llm import LLM, LLMS, GenerationOptions
 from citeline.answer.prompt import system_prompt
 from citeline.chat import store
 from citeline.chat.events import ChatEvent, TurnStart
-from citeline.chat.history import merge, remembered_hits
+from citeline.chat.history import as_cited, merge, remembered_hits
 from citeline.chat.rewrite import Rewrite, asked_of_model, rewrite
 from citeline.chat.store import ConversationInfo, MessageInfo, Turn
 from citeline.checks import refuse_nul
@@ -188,6 +188,9 @@ class ChatSession:
             access=self.access,
         )
         cited = store.recently_cited(history)
+        if cited:
+            with self.cl.engine.connect() as conn:
+                fresh = as_cited(conn, fresh, cited)
         if not cited or settings.history_chunks == 0:
             return fresh
         # The vector the search above embedded, of the model the search used (the served one: during a
