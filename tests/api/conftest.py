@@ -126,6 +126,15 @@ def start_server(env: dict[str, str], log: Path, *args: str) -> Server:
     return wait_ready(launch_server(env, log, *args))
 
 
+def add_keys(server: Server, env: Mapping[str, str], readers: Mapping[str, list[str]]) -> None:
+    """An admin key (``server.keys["admin"]``, made with the CLI) and a reader key of each scope list in
+    ``readers``, by name, made over HTTP as an admin makes them."""
+    server.keys["admin"] = create_key(env, "--role", "admin")["key"]
+    with server.as_("admin") as admin:
+        for name, scopes in readers.items():
+            server.keys[name] = admin.post("/keys", json={"role": "reader", "scopes": scopes}).json()["key"]
+
+
 def stop_server(server: Server) -> None:
     server.process.terminate()
     try:

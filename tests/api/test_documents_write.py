@@ -21,6 +21,7 @@ from citeline.settings import Settings
 from tests.api.conftest import (
     NAMESPACE,
     Server,
+    add_keys,
     base_env,
     cli,
     create_key,
@@ -48,13 +49,8 @@ def server(
     )
     started = start_server(env, tmp_path_factory.mktemp("write-log") / "serve.log")
     try:
-        started.keys["admin"] = create_key(env, "--role", "admin")["key"]
+        add_keys(started, env, {"reader": ["acme"], "other": ["globex"]})
         with started.as_("admin") as admin:
-            for name, body in (
-                ("reader", {"role": "reader", "scopes": ["acme"]}),
-                ("other", {"role": "reader", "scopes": ["globex"]}),
-            ):
-                started.keys[name] = admin.post("/keys", json=body).json()["key"]
             revoked = admin.post("/keys", json={"role": "reader", "scopes": ["acme"]}).json()
             assert admin.delete(f"/keys/{revoked['id']}").status_code == 200
             started.keys["revoked"] = revoked["key"]

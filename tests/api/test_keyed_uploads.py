@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.conftest import Server, base_env, create_key, start_server, stop_server
+from tests.api.conftest import Server, add_keys, base_env, start_server, stop_server
 from tests.api.test_documents_write import PUMP_V1, PUMP_V2, own_key, poll, upload
 
 
@@ -21,13 +21,7 @@ def server(
     env = base_env(fresh_data_dir("citeline-keyed-"), CITELINE_LLM="extractive")
     started = start_server(env, tmp_path_factory.mktemp("keyed-log") / "serve.log")
     try:
-        started.keys["admin"] = create_key(env, "--role", "admin")["key"]
-        with started.as_("admin") as admin:
-            for name, body in (
-                ("reader", {"role": "reader", "scopes": ["acme"]}),
-                ("other", {"role": "reader", "scopes": ["globex"]}),
-            ):
-                started.keys[name] = admin.post("/keys", json=body).json()["key"]
+        add_keys(started, env, {"reader": ["acme"], "other": ["globex"]})
         yield started
     finally:
         stop_server(started)
