@@ -631,11 +631,16 @@ def test_ingesting_a_file_already_stored_under_another_name_says_so(
     settings: Settings, tmp_path: Path
 ) -> None:
     note = "# Boiler B-7\n\nThe B-7 relief valve opens at 9.5 bar and is tested every spring."
-    code, _, _ = _run(settings, "ingest", str(write(tmp_path / "boiler-b7.md", note)))
+    code, _, _ = _run(
+        settings, "ingest", str(write(tmp_path / "boiler-b7.md", note)), "--scope", "maintenance"
+    )
     assert code == 0
-    # The same bytes again, under another name: stored, and said to be the same as the first.
+    # The same bytes again, under another name: stored, and said to be the same as the first, whose
+    # scopes it does not have (the copy, universal, is seen by every reader).
     code, _, err = _run(settings, "ingest", str(write(tmp_path / "boiler-b7-copy.md", note)))
-    assert code == 0 and "boiler-b7-copy.md: v1" in err and "same bytes as boiler-b7.md" in err
+    assert code == 0 and "boiler-b7-copy.md: v1" in err
+    said = " ".join(err.split())  # the console wraps long lines
+    assert "same bytes as boiler-b7.md (scopes maintenance); this copy is universal" in said, err
     code, out, _ = _run(settings, "ingest", str(write(tmp_path / "boiler-b7-third.md", note)), "--json")
     [result] = [json.loads(line) for line in out.splitlines()]
     assert sorted(same["name"] for same in result["same_content_as"]) == ["boiler-b7-copy.md", "boiler-b7.md"]

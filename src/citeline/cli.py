@@ -49,7 +49,7 @@ from citeline.load import short_type
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Copy, Explain, Hit, SearchRequest, Timings
 from citeline.settings import Fusion, Settings, load_settings
-from citeline.store import keys
+from citeline.store import catalog, keys
 from citeline.store.model_migration import MigrationStatus
 from citeline.store.models import Status
 
@@ -368,8 +368,24 @@ def _describe(result: IngestResult) -> str:
     )
     if result.same_content:
         # The same file under another name: stored all the same; relabelling the one there may be meant.
-        detail += f"; same bytes as {', '.join(same.name for same in result.same_content)}"
+        detail += f"; same bytes as {_same_content_words(result.same_content, doc.scopes)}"
     return f"[{colour}]{result.outcome.value:<10}[/{colour}] {escape(str(result.source))}: {escape(detail)}"
+
+
+def _same_content_words(same: tuple[catalog.SameContent, ...], scopes: list[str]) -> str:
+    """The documents holding a file's bytes, with the scopes of those whose scopes differ from the
+    copy's, and then the copy's: a copy scoped otherwise (universal, say) is seen by other readers."""
+
+    def scoped(names: list[str] | tuple[str, ...]) -> str:
+        return f"scopes {', '.join(names)}" if names else "universal"
+
+    differ = [other for other in same if set(other.scopes) != set(scopes)]
+    words = ", ".join(
+        f"{other.name} ({scoped(other.scopes)})" if other in differ else other.name for other in same
+    )
+    if differ:
+        words += f"; this copy has {scoped(scopes)}" if scopes else "; this copy is universal"
+    return words
 
 
 @app.command()

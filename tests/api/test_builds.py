@@ -110,10 +110,14 @@ def test_an_upload_of_bytes_still_queued_under_another_name_names_that_document(
         assert first["status"] == "queued" and first["same_content_as"] == []
         copy = sent("paperA (copy).md")
         assert copy["status"] == "queued"
-        assert copy["same_content_as"] == [{"document_id": first["id"], "name": "paperA.md"}]
+        assert copy["same_content_as"] == [
+            {"document_id": first["id"], "name": "paperA.md", "scopes": ["acme"]}
+        ]
         assert admin.post(f"/documents/{first['id']}/cancel").status_code == 200
         third = sent("paperA (third).md")
-        assert third["same_content_as"] == [{"document_id": copy["id"], "name": "paperA (copy).md"}]
+        assert third["same_content_as"] == [
+            {"document_id": copy["id"], "name": "paperA (copy).md", "scopes": ["acme"]}
+        ]
         for made in (first, copy, third):
             assert admin.delete(f"/documents/{made['id']}").status_code == 200
 

@@ -206,8 +206,9 @@ def test_an_upload_of_bytes_already_stored_names_the_documents_holding_them(serv
         # The same file for another journey: stored, and told where the same bytes already are.
         again = upload(admin, "boiler-b7 (globex).md", note, scopes="globex")
         assert again.status_code == 202, again.text
+        # With its scopes: the copy, in globex, is seen by other readers than the one stored.
         assert again.json()["same_content_as"] == [
-            {"document_id": first.json()["id"], "name": "boiler-b7.md"}
+            {"document_id": first.json()["id"], "name": "boiler-b7.md", "scopes": ["acme"]}
         ]
         poll(admin, again.json()["id"])
         # An answer citing the passage names its other copy, openable, and so does the stored conversation.

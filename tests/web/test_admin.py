@@ -503,6 +503,18 @@ def test_a_file_uploaded_with_the_bytes_of_a_stored_document_names_it_and_opens_
         expect(page.locator("#detail-title")).to_have_text("Pressure gauge")
         expect(page.locator("#detail-facts")).to_contain_text(site.ids["gauge.md"])
 
+        # A copy under other scopes is seen by other readers than the one stored: said, with both's.
+        page.get_by_label("Files to upload").set_input_files(write(tmp_path / "gauge (plant-a).md", GAUGE))
+        page.locator("#add").get_by_label("Scopes").fill("plant-a")
+        page.get_by_role("button", name="Upload", exact=True).click()
+        expect(same).to_have_text(
+            [
+                "gauge (plant-a).md: same content as gauge (copy).md (version 1, universal), gauge.md "
+                "(version 1, universal); this copy has scopes plant-a"
+            ]
+        )
+        page.locator("#add").get_by_label("Scopes").fill("")
+
         # The next upload says only its own files.
         page.get_by_label("Files to upload").set_input_files(
             write(tmp_path / "valve.md", "# Valve\n\nThe valve is shut at night.\n")
@@ -512,7 +524,7 @@ def test_a_file_uploaded_with_the_bytes_of_a_stored_document_names_it_and_opens_
         expect(page.locator("#add-same")).to_be_hidden()
     finally:
         for doc in site.api("GET", "/documents")["documents"]:
-            if doc["name"] in ("gauge (copy).md", "filter.md", "valve.md"):
+            if doc["name"] in ("gauge (copy).md", "gauge (plant-a).md", "filter.md", "valve.md"):
                 site.api("DELETE", f"/documents/{doc['id']}")
 
 
@@ -655,3 +667,94 @@ def test_following_an_upload_reads_the_statistics_when_the_list_changed_not_at_e
         for doc in site.api("GET", "/documents")["documents"]:
             if doc["name"] == "sump.md":
                 site.api("DELETE", f"/documents/{doc['id']}")
+
+
+def test_at_phone_width_each_documents_status_and_actions_are_in_view_without_scrolling_sideways(
+    site: Site, browser: Browser
+) -> None:
+    context = browser.new_context(viewport={"width": 375, "height": 812}, is_mobile=True)
+    try:
+        page = admin_page(site, context)
+        rows = page.locator("#documents tbody tr")
+        expect(rows.filter(has_text="pump.md")).to_have_count(1)
+        # The table scrolled sideways inside its box: only Name and Version showed, so a document's
+        # status could not be watched while it was ingested, nor its buttons reached.
+        widths = page.evaluate(
+            "() => [document.documentElement.scrollWidth, ...[...document.querySelectorAll('.table-wrap')]"
+            ".filter((w) => w.closest('section').id !== 'detail').map((w) => w.scrollWidth - w.clientWidth)]"
+        )
+        assert widths[0] <= 375 and all(extra <= 0 for extra in widths[1:]), widths
+        for name in ("gauge.md", "pump.md"):
+            row = rows.filter(has_text=name)
+            for shown in (
+                row.locator("td.status .badge"),
+                row.get_by_role("button", name=f"Re-ingest {name}"),
+                row.get_by_role("button", name=f"Delete {name}"),
+            ):
+                shown.scroll_into_view_if_needed()
+                expect(shown).to_be_in_viewport(ratio=1)
+            # Each field is said by its column's name, the header row being out of sight.
+            expect(row.locator("td.status")).to_have_attribute("data-label", "Status")
+    finally:
+        context.close()
+
+
+def test_the_focus_goes_to_the_next_document_after_a_delete_with_the_keyboard(
+    site: Site, context: BrowserContext
+) -> None:
+    made = [
+        site.api("POST", "/documents", files={"file": (name, f"# {name}\n\nA gasket of {name}.\n".encode())})
+        for name in ("gasket-a.md", "gasket-b.md")
+    ]
+    try:
+        page = admin_page(site, context)
+        rows = page.locator("#documents tbody tr")
+        expect(rows.filter(has_text="gasket-b.md")).to_have_count(1)
+        after = rows.evaluate_all(
+            "(rows, id) => rows[rows.findIndex((r) => r.dataset.id === id) + 1].dataset.id", made[0]["id"]
+        )
+        page.once("dialog", lambda dialog: dialog.accept())
+        rows.filter(has_text="gasket-a.md").get_by_role("button", name="Delete gasket-a.md").focus()
+        page.keyboard.press("Enter")
+        expect(page.locator("#admin-status")).to_have_text("Deleted gasket-a.md.")
+        expect(rows.filter(has_text="gasket-a.md")).to_have_count(0)
+        # The button went with its row, and the focus fell to the page's top (the body): it is on the
+        # row that took the deleted one's place, where Tab goes on through the table.
+        focused = page.locator(":focus")
+        expect(focused).to_have_count(1)
+        assert focused.evaluate("e => e.closest('tr')?.dataset.id") == after
+        # The only document listed deleted: the focus goes to the table's heading.
+        name = page.locator("#filters").get_by_label("Name")
+        name.fill("gasket")
+        name.press("Enter")
+        expect(rows).to_have_count(1)
+        page.once("dialog", lambda dialog: dialog.accept())
+        rows.get_by_role("button", name="Delete gasket-b.md").focus()
+        page.keyboard.press("Enter")
+        expect(page.locator("#admin-status")).to_have_text("Deleted gasket-b.md.")
+        expect(rows).to_have_text(["No documents."])
+        expect(page.get_by_role("heading", name="Documents", exact=True)).to_be_focused()
+    finally:
+        listed = {doc["id"] for doc in site.api("GET", "/documents")["documents"]}
+        for doc in made:
+            if doc["id"] in listed:
+                site.api("DELETE", f"/documents/{doc['id']}")
+
+
+def test_signing_in_with_the_keyboard_leaves_the_focus_on_the_upload(
+    site: Site, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    page.goto(site.server.url + "/admin")
+    expect(page.get_by_label("API key", exact=True)).to_be_focused()
+    page.keyboard.type(site.admin)
+    page.keyboard.press("Enter")
+    expect(page.locator("#documents tbody tr").filter(has_text="gauge.md")).to_have_count(1)
+    # The sign-in form went, and the focus with it to the page's top (the body).
+    expect(page.locator("#drop-zone")).to_be_focused()
+    reader = site.api("POST", "/keys", json={"role": "reader", "scopes": ["nowhere"], "name": "focus reader"})
+    page.get_by_role("button", name="Sign out").click()
+    page.keyboard.type(reader["key"])
+    page.keyboard.press("Enter")
+    # A reader uploads nothing: the documents are what there is to read.
+    expect(page.get_by_role("heading", name="Documents", exact=True)).to_be_focused()

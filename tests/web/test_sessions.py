@@ -758,3 +758,42 @@ def test_a_new_conversation_is_listed_as_soon_as_the_server_has_started_it(
         go.set()
         proxy.join(timeout=10)
         listener.close()
+
+
+def test_a_question_stopped_after_the_server_took_it_is_given_back(
+    site: Site, context: BrowserContext
+) -> None:
+    # The server took the question (its start event came, which empties the box) and a few words
+    # came; then the reader stops it. The server stores no turn it did not finish.
+    listener = socket.create_server(("127.0.0.1", 0))
+    words = (
+        b'event: start\ndata: {"conversation_id": "0b0e5c1e-0000-4000-8000-000000000005", "turn": 1}\n\n'
+        b'event: token\ndata: {"text": "The relief valve opens at"}\n\n'
+    )
+    stopped = threading.Event()
+
+    def answer_and_hold() -> None:
+        client, _ = listener.accept()
+        with client:
+            client.recv(65536)
+            _send_events(client, words)
+            stopped.wait(30)
+
+    server = threading.Thread(target=answer_and_hold, daemon=True)
+    server.start()
+    try:
+        page = _streaming_from(listener, context, site)
+        asked = "At what pressure does the relief valve open?"
+        box = page.get_by_label("Question")
+        box.fill(asked)
+        page.get_by_role("button", name="Ask").click()
+        expect(page.locator(".message.assistant .message-text")).to_contain_text("opens at")
+        expect(box).to_have_value("")
+        page.get_by_role("button", name="Stop").click()
+        expect(page.locator(".message.assistant .stopped")).to_have_text("Stopped.")
+        # Before, the box stayed empty: the question was lost with the turn the server did not store.
+        expect(box).to_have_value(asked)
+    finally:
+        stopped.set()
+        server.join(timeout=10)
+        listener.close()

@@ -59,14 +59,19 @@ _DOC_COLUMNS = (
 
 @dataclass(frozen=True)
 class SameContent:
-    """A document holding the same bytes as another one, under another name."""
+    """A document holding the same bytes as another one, under another name.
+
+    ``scopes`` are its own (empty: universal): a copy given other scopes, or none, is seen by other
+    readers than the document stored, which the one uploading it is to be told.
+    """
 
     document_id: uuid.UUID
     name: str
+    scopes: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, Any]:
         """As an upload's answer and ``citeline ingest --json`` give it."""
-        return {"document_id": str(self.document_id), "name": self.name}
+        return {"document_id": str(self.document_id), "name": self.name, "scopes": list(self.scopes)}
 
 
 #: The versions whose bytes a document holds or will hold: its active one, and those registered and not
@@ -84,21 +89,21 @@ def same_content(
 
     A document counts by its active version or by one still pending, queued or being built: two copies
     uploaded one right after the other are named to each other before the first is built. Each is
-    named as its active version is, else as its newest version holding the bytes.
+    named (and scoped) as its active version is, else as its newest version holding the bytes.
     """
     if content_hash is None:
         return ()
     rows = conn.execute(
         sa.text(
-            "SELECT document_id, name FROM ("
-            "SELECT DISTINCT ON (document_id) document_id, name FROM documents "
+            "SELECT document_id, name, scopes FROM ("
+            "SELECT DISTINCT ON (document_id) document_id, name, scopes FROM documents "
             f"WHERE content_hash = :h AND {_HOLDING} AND document_id <> :d "
             "ORDER BY document_id, is_active DESC, version DESC"
             ") same ORDER BY name, document_id"
         ),
         {"h": content_hash, "d": document_id},
     ).all()
-    return tuple(SameContent(row.document_id, row.name) for row in rows)
+    return tuple(SameContent(row.document_id, row.name, tuple(row.scopes)) for row in rows)
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,20 @@ function hold(doc) {
 const buttonName = (button) => button.getAttribute("aria-label") ?? button.textContent;
 
 /**
+ * Name each cell of `table`'s body by its column's heading (`data-label`): under 800 px a row is a
+ * block of lines (pages.css, table.stacked), its header row out of sight, so each field says what it
+ * is. The row's own heading (its name) and a cell across the columns need none.
+ */
+function labelCells(table) {
+  const headings = [...table.tHead.rows[0].cells].map((cell) => cell.textContent);
+  for (const row of table.tBodies[0].rows) {
+    for (const cell of row.cells) {
+      if (cell.localName === "td" && cell.colSpan === 1) cell.dataset.label = headings[cell.cellIndex];
+    }
+  }
+}
+
+/**
  * Draw the table's rows, keeping the keyboard focus where it was: on the same button of the same
  * document, else on the document's name (its buttons change with its status). The table is drawn
  * again every second while a document is built, which would otherwise drop the focus each time.
@@ -235,10 +249,18 @@ function drawRows(body, rows) {
   const focused = body.contains(document.activeElement) ? document.activeElement : null;
   const id = focused?.closest("tr")?.dataset.id;
   const name = focused && buttonName(focused);
+  const place = focused ? [...body.rows].indexOf(focused.closest("tr")) : -1;
   body.replaceChildren(...rows);
+  labelCells(body.closest("table"));
   if (!id) return;
   const row = body.querySelector(`tr[data-id="${CSS.escape(id)}"]`);
-  if (!row) return;
+  if (!row) {
+    // Its document is gone (deleted, or filtered out): the focus would fall to the page's top. It goes
+    // to the document that took its place, else the one before it, else the table's heading.
+    const near = rows[Math.min(place, rows.length - 1)];
+    (near?.querySelector("button.link") ?? $("documents-title")).focus();
+    return;
+  }
   const same = [...row.querySelectorAll("button")].find((button) => buttonName(button) === name && !button.disabled);
   (same ?? row.querySelector("button.link"))?.focus();
 }
@@ -565,6 +587,7 @@ function followed(doc) {
     error: doc.error,
     checking: false,
     same: doc.same_content_as ?? [], // the stored documents holding the same bytes, by name
+    scopes: doc.scopes ?? [],
   };
 }
 
@@ -588,11 +611,19 @@ function currentVersion(id) {
  */
 function showSameContent(uploaded) {
   const list = $("add-same");
-  const items = uploaded.filter((doc) => doc.same.length).map((doc) =>
-    el("li", {}, `${doc.name}: same content as `, ...doc.same.flatMap((other, n) => {
-      const version = el("span", { className: "version" });
+  const scoped = (scopes) => (scopes.length ? `scopes ${scopes.join(", ")}` : "universal");
+  const sameScopes = (a, b) => a.length === b.length && a.every((scope) => b.includes(scope));
+  const items = uploaded.filter((doc) => doc.same.length).map((doc) => {
+    // A copy under other scopes (none, say) is seen by other readers than the document stored: the
+    // scopes of both are said, not only that the bytes are the same.
+    const differ = doc.same.filter((other) => !sameScopes(other.scopes ?? [], doc.scopes));
+    return el("li", {}, `${doc.name}: same content as `, ...doc.same.flatMap((other, n) => {
+      const scopes = differ.includes(other) ? scoped(other.scopes ?? []) : null;
+      const facts = el("span", { className: "version" }, scopes ? ` (${scopes})` : "");
       currentVersion(other.document_id).then((found) => {
-        if (found !== null && found !== undefined) version.textContent = ` (version ${found})`;
+        const known = found !== null && found !== undefined ? `version ${found}` : null;
+        const said = [known, scopes].filter(Boolean).join(", ");
+        facts.textContent = said ? ` (${said})` : "";
       });
       return [
         n ? ", " : null,
@@ -602,9 +633,10 @@ function showSameContent(uploaded) {
           "aria-label": `Open ${other.name}`,
           onclick: () => showDetail(other.document_id),
         }, other.name),
-        version,
+        facts,
       ];
-    })));
+    }), differ.length ? (doc.scopes.length ? `; this copy has ${scoped(doc.scopes)}` : "; this copy is universal") : null);
+  });
   list.replaceChildren(...items);
   list.hidden = !items.length;
 }
@@ -1011,6 +1043,7 @@ async function loadKeys() {
           }, "Revoke"))),
       ),
     );
+    labelCells($("key-table"));
   } catch (error) {
     if (state.me !== me) return;
     fail("Could not list the keys", error);
@@ -1121,6 +1154,12 @@ function start(me) {
   $("admin").hidden = false;
   $("admin-controls").hidden = false;
   $("new-key").hidden = true;
+  // The sign-in form, which held the focus, is gone: it would fall to the page's top. It goes where the
+  // page's work begins, as the chat page's goes to its question box: the upload, or for a reader (who
+  // uploads nothing) the documents.
+  if (document.activeElement === document.body || $("sign-in").contains(document.activeElement)) {
+    (isAdmin() ? $("drop-zone") : $("documents-title")).focus();
+  }
   state.seenBuilds = null;
   watch(); // the statistics and the list, then again every few seconds while the page is seen
   if (isAdmin()) loadKeys();

@@ -387,6 +387,8 @@ async function shownIfStored(asking) {
     const stored = conversation.messages.filter((message) => message.role === "user").length;
     if (stored < asking.turn || asking.screen !== state.screen || askOnScreen()) return;
     if (!(await openConversation(asking.asked, { quiet: true }))) return;
+    // Answered after all: its question, given back at the Stop, is not one to ask again.
+    if ($("question").value === asking.question) $("question").value = "";
     say($("chat-status"), "Stopped too late: the server had finished and stored the answer, shown here whole.");
   } catch {
     // The stopped answer stays as it is.
@@ -483,7 +485,11 @@ async function ask(question) {
     checkRefused(error); // the stream's own request: a revoked key signs the page out
     let failed = null;
     if (error?.name === "AbortError") {
-      if (onScreen()) endNote(asking.message, "stopped", "Stopped.");
+      if (onScreen()) {
+        // The server stores no turn it did not finish: the question would be lost with it.
+        endNote(asking.message, "stopped", "Stopped.");
+        giveBack(question);
+      }
       if (onScreen() && asking.turn) shownIfStored(asking);
     } else if (!(error instanceof CutOff)) {
       failed = `The answer failed: ${describeError(error)}`;
