@@ -72,6 +72,21 @@ def test_an_upload_under_a_source_key_is_one_document_sent_again_and_again(serve
         assert admin.delete(f"/documents/{again.json()['id']}").status_code == 200
 
 
+def test_a_key_is_one_key_in_either_unicode_form_of_its_name(server: Server) -> None:
+    # macOS writes "Café" decomposed, Linux composed: one folder synced from both is one set of files.
+    composed, decomposed = "notes/Caf\u00e9.md", "notes/Cafe\u0301.md"
+    with own_key(server, "admin") as admin:
+        made = upload(admin, "cafe.md", PUMP_V1.encode(), source=composed).json()
+        assert made["source"] == composed
+        assert poll(admin, made["id"])["status"] == "completed"
+        again = upload(admin, "cafe.md", PUMP_V1.encode(), source=decomposed)
+        assert again.status_code == 200, again.text
+        assert (again.json()["id"], again.json()["outcome"]) == (made["id"], "unchanged")
+        listed = admin.get("/documents", params={"source": decomposed}).json()
+        assert [d["id"] for d in listed["documents"]] == [made["id"]]
+        assert admin.delete(f"/documents/{made['id']}").status_code == 200
+
+
 def test_a_source_and_a_document_id_must_name_the_same_document(server: Server) -> None:
     with own_key(server, "admin") as admin:
         a = upload(admin, "a.md", b"# A\n\nValve A opens at 3 bar.", source="sync/a.md").json()

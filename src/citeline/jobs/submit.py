@@ -127,10 +127,11 @@ SOURCE_MAX_CHARS = 1024
 def keyed_source(key: str) -> str:
     """The source of the document uploaded under ``key`` (``upload-key:<key>``, see
     :data:`~citeline.store.catalog.UPLOAD_KEY_SCHEME`): a key its client chose and keeps for a file,
-    such as its path in a folder kept in sync. Taken exactly as given (case, spaces, slashes); refused
-    when empty or blank, over :data:`SOURCE_MAX_CHARS` characters, or holding a control character or
-    a line break."""
+    such as its path in a folder kept in sync. Taken as given (case, spaces, slashes) but for its
+    Unicode form (:func:`~citeline.store.catalog.source_key`); refused when empty or blank, over
+    :data:`SOURCE_MAX_CHARS` characters, or holding a control character or a line break."""
     refuse_nul(key, "source")
+    key = catalog.source_key(key)
     if not key.strip():
         raise InvalidRequestError("source (the key an upload is sent under) must not be empty or blank")
     if len(key) > SOURCE_MAX_CHARS:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,15 @@ from citeline.types import SourceMetadata, embedding_text
 #: document's source: a file (``file:``), a web page (``http:``, ``https:``) or a plain upload
 #: (``upload:<uuid>``). Like a plain upload it has no origin to read again.
 UPLOAD_KEY_SCHEME = "upload-key:"
+
+
+def source_key(key: str) -> str:
+    """An upload's key (``source``) in Unicode's composed form (NFC), as it is registered and looked up.
+
+    macOS writes file names decomposed ("Café" as "Cafe" and a combining accent), Linux and Windows
+    composed: a folder synced from both under its paths would otherwise hold each such file twice.
+    """
+    return unicodedata.normalize("NFC", key)
 
 
 def upload_key(source_uri: str) -> str | None:
@@ -2002,7 +2012,7 @@ def query_documents(
         params["q_name"] = "%" + like_escape(query.name_contains) + "%"
     if query.source is not None:
         conds.append("source_uri = :q_source")
-        params["q_source"] = UPLOAD_KEY_SCHEME + query.source
+        params["q_source"] = UPLOAD_KEY_SCHEME + source_key(query.source)
     current = (
         "WITH current AS (SELECT DISTINCT ON (document_id) * FROM documents "
         "ORDER BY document_id, is_active DESC, version DESC) "
