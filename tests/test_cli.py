@@ -379,6 +379,18 @@ def test_search_explain_shows_the_plan_and_the_stages(settings: Settings, tmp_pa
     assert set(explain["stages_ms"]) >= {"embed", "catalog", "keyword", "dense", "fetch", "fuse"}
 
 
+def test_ingest_says_which_rows_of_a_table_have_fewer_or_more_cells_than_its_header(
+    settings: Settings, tmp_path: Path
+) -> None:
+    write(tmp_path / "dosing.csv", "drug,dose,note\nA,1 mg,ok\nB,2 mg\nC,3 mg,x,extra\n")
+
+    code, _, err = _run(settings, "ingest", str(tmp_path / "dosing.csv"))
+
+    assert code == 0, err
+    said = " ".join(err.split())  # the console wraps long lines
+    assert "rows with fewer or more cells than the header: 2 (rows 3, 4)" in said, err
+
+
 def test_a_search_for_a_code_nothing_writes_says_so_beside_its_hits(
     settings: Settings, tmp_path: Path
 ) -> None:

@@ -366,6 +366,9 @@ def _describe(result: IngestResult) -> str:
         f"v{doc.version}, {_count(doc.page_count or 0, 'page')}, {_count(result.chunks, 'chunk')} "
         f"({result.embedded} embedded) in {result.seconds:.1f}s",
     )
+    ragged = doc.source_metadata.get("ragged_rows")
+    if ragged and result.outcome in (Outcome.ADDED, Outcome.UPDATED):
+        detail += f"; rows with fewer or more cells than the header: {ragged}"
     if result.same_content:
         # The same file under another name: stored all the same; relabelling the one there may be meant.
         detail += f"; same bytes as {_same_content_words(result.same_content, doc.scopes)}"

@@ -143,3 +143,15 @@ def test_each_record_knows_its_row_in_the_file_as_a_spreadsheet_numbers_it(tmp_p
 def test_text_files_have_no_rows(tmp_path: Path) -> None:
     [page] = load(_write(tmp_path, "# Notes\n\nplain text\n", name="notes.md")).pages
     assert page.record_rows is None
+
+
+def test_rows_with_fewer_or_more_cells_than_the_header_are_counted_in_the_metadata(tmp_path: Path) -> None:
+    # A clinical trial: a dosing table's row missing its dose, or with a cell too many, loaded silently.
+    path = tmp_path / "dosing.csv"
+    path.write_text("drug,dose,note\nA,1 mg,ok\nB,2 mg\nC,3 mg,x,extra\nD,4 mg,y,\n", encoding="utf-8")
+
+    source = load(path)
+
+    # B lacks its note; C has text past the header; D's empty extra cell is no extra text.
+    assert source.metadata["ragged_rows"] == "2 (rows 3, 4)"
+    assert "ragged_rows" not in load(_write(tmp_path, "a,b\n1,2\n", "even.csv")).metadata

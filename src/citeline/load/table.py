@@ -13,7 +13,7 @@ from pathlib import Path
 from citeline.errors import LoadError
 from citeline.load.clean import clean_inline
 from citeline.load.text import read_text_file
-from citeline.types import LoadedSource, Page
+from citeline.types import LoadedSource, Page, SourceMetadata
 
 _DELIMITERS = ",;\t|"
 _SNIFF_SAMPLE = 64 * 1024
@@ -103,7 +103,8 @@ def load_csv(path: Path) -> LoadedSource:
     ever split across chunks or merged with another, and its ``record_rows`` each row's number as a
     spreadsheet shows it: the header is row 1 (the ``sep=`` line, which Excel hides, is no row), and
     blank rows, left out, still count.
-    Short rows simply lack the missing fields; long rows name the extra cells ``column N``.
+    Short rows simply lack the missing fields; long rows name the extra cells ``column N``; either is
+    counted in the metadata's ``ragged_rows`` ("2 (rows 5, 9)"), which ``citeline ingest`` shows.
     """
     source = str(path)
     text = read_text_file(path)
@@ -133,9 +134,26 @@ def load_csv(path: Path) -> LoadedSource:
     if not records:
         raise LoadError(source, "no data rows (header only)")
     page = Page(number=1, text=body, records=records, record_rows=numbers)
-    return LoadedSource(
-        content_type="text/csv",
-        title=path.stem,
-        pages=iter([page]),
-        metadata={"rows": str(len(records)), "columns": str(len(header))},
-    )
+    metadata: SourceMetadata = {"rows": str(len(records)), "columns": str(len(header))}
+    ragged = [number for number, row in data if _ragged(row, len(header))]
+    if ragged:
+        metadata["ragged_rows"] = _ragged_words(ragged)
+    return LoadedSource(content_type="text/csv", title=path.stem, pages=iter([page]), metadata=metadata)
+
+
+#: Rows a ragged table's metadata names, at most.
+_RAGGED_NAMED = 5
+
+
+def _ragged(row: list[str], columns: int) -> bool:
+    """Whether ``row`` has fewer cells than the header, or text in cells beyond it: in a dosing table, a
+    row missing its dose or with one cell too many is a mistake its reader should hear of."""
+    return len(row) < columns or any(cell.strip() for cell in row[columns:])
+
+
+def _ragged_words(numbers: list[int]) -> str:
+    """``3 (rows 5, 9, 12)``: how many rows are ragged, and the first of them, numbered as a spreadsheet
+    numbers them."""
+    named = ", ".join(str(n) for n in numbers[:_RAGGED_NAMED])
+    more = ", ..." if len(numbers) > _RAGGED_NAMED else ""
+    return f"{len(numbers)} (row{'s' if len(numbers) > 1 else ''} {named}{more})"
