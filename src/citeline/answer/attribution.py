@@ -231,8 +231,10 @@ class Attributor:
         # potassium question's "135 mmol/L" went to the sodium row.
         said = Said.of(sentence.text)
         readings, copies, copied = self._readings, self._copies, copied_runs(sentence.text)
-        about = self._asked | Reading.of((sentence.text,))
-        terms = content_terms(sentence.text)
+        # Read for the rows only when a passage given is a table's.
+        rows = any(key is not None for key in self._keys)
+        about = self._asked | Reading.of((sentence.text,)) if rows else self._asked
+        terms = content_terms(sentence.text) if rows else frozenset()
         scores = [
             0.0
             if score

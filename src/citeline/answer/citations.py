@@ -620,20 +620,16 @@ def verify(
             # that it or the question names a row of (rows.names_a_row; "halve the dose" for sitagliptin
             # cited to the empagliflozin row scored 0.71).
             # Nor a value taken from another row (rows.taken_from_other_rows).
-            about = asked | Reading.of((claim.text,))
             if any(keys[n] is not None for n in numbers):
-                terms = content_terms(claim.text)
+                about = asked | Reading.of((claim.text,))
                 rows_cited = functools.reduce(Reading.__or__, [readings[n] for n in numbers])
-                others = [reading for m, reading in readings.items() if m not in numbers]
-                if taken_from_other_rows(terms, asked, rows_cited, others):
-                    scores = [
-                        replace(s, score=0.0) if keys[n] is not None else s
-                        for n, s in zip(numbers, scores, strict=True)
-                    ]
-            scores = [
-                replace(s, score=0.0) if s.score and not names_a_row(keys[n], about) else s
-                for n, s in zip(numbers, scores, strict=True)
-            ]
+                taken = taken_from_other_rows(content_terms(claim.text), asked, rows_cited, others)
+                scores = [
+                    replace(s, score=0.0)
+                    if s.score and keys[n] is not None and (taken or not names_a_row(keys[n], about))
+                    else s
+                    for n, s in zip(numbers, scores, strict=True)
+                ]
         # A sentence copied word for word from another passage given was taken from that one, however
         # well the cited passage scores for it (copied_elsewhere); any of the cited holding it backs it.
         copied = copied_runs(claim.text)
