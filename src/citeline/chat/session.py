@@ -188,19 +188,18 @@ class ChatSession:
             access=self.access,
         )
         cited = store.recently_cited(history)
-        if cited:
-            with self.cl.engine.connect() as conn:
-                fresh = as_cited(conn, fresh, cited)
-        if not cited or settings.history_chunks == 0:
+        if not cited:
             return fresh
-        # The vector the search above embedded, of the model the search used (the served one: during a
-        # model migration the configured embedder is another).
-        vector = self.cl.query_vector(query)
         with self.cl.engine.connect() as conn:
+            fresh = as_cited(conn, fresh, cited)
+            if settings.history_chunks == 0:
+                return fresh
+            # The vector the search above embedded, of the model the search used (the served one:
+            # during a model migration the configured embedder is another).
             remembered = remembered_hits(
                 conn,
                 cited,
-                vector,
+                self.cl.query_vector(query),
                 model=self.cl.query_embedder.model_id,
                 filters=self.access.restrict(filters),
                 limit=settings.history_chunks,
