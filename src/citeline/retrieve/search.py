@@ -524,12 +524,10 @@ def hybrid_search(
 def _unwritten(analyzer: Analyzer, query: str, hits: Sequence[Hit]) -> tuple[str, ...]:
     """The codes of ``query`` when no hit writes any of them (as the keyword index reads them)."""
     codes = analyzer.codes(query)
+    # A code's first term is the code whole (its parts follow).
+    wholes = {term for code in codes for term in analyzer.terms(code)[:1]}
     written = {term for hit in hits for term in analyzer.terms(hit.text)}
-    return (
-        ()
-        if any(analyzer.terms(code)[0] in written for code in codes if analyzer.terms(code))
-        else tuple(codes)
-    )
+    return () if wholes & written else tuple(codes)
 
 
 def document_evidence(
