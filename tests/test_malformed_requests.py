@@ -152,6 +152,7 @@ CASES: list[tuple[str, Callable[[Citeline], object], str]] = [
     ("list by scope", lambda cl: cl.list_documents(DocumentQuery(scope=NUL)), "scope"),
     ("list by category", lambda cl: cl.list_documents(DocumentQuery(category=NUL)), "category"),
     ("list by tag", lambda cl: cl.list_documents(DocumentQuery(tag=NUL)), "tag"),
+    ("list by key prefix", lambda cl: cl.list_documents(DocumentQuery(source_prefix=NUL)), "source_prefix"),
     ("list by type", lambda cl: cl.list_documents(DocumentQuery(content_type=NUL)), "content_type"),
     ("list by status", lambda cl: cl.list_documents(DocumentQuery(status=NUL)), "status"),
     # Keys, and the grant a shell builds from one.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.api.conftest import Server, add_keys, base_env, start_server, stop_server
@@ -154,6 +155,44 @@ def test_a_source_is_seen_within_the_key_s_scopes_only(server: Server) -> None:
             assert other.get("/documents", params={"source": "acme/s.md"}).json()["documents"] == []
         poll(admin, doc["id"])
         assert admin.delete(f"/documents/{doc['id']}").status_code == 200
+
+
+def test_one_synced_folder_is_listed_by_the_prefix_of_its_keys(server: Server) -> None:
+    """Several folders synced into one server, each under its own prefix: listing one folder finds the
+    documents whose file is gone. The prefix is literal (``_`` and ``%`` are characters of a key), in
+    either Unicode form, and a key sees its own documents only."""
+    sent = {
+        "handbook/pumps.md": "acme",
+        "handbook/valves/v1.md": "acme",
+        "handbook_old/x.md": "acme",
+        "handbooks/y.md": "acme",
+        "policies/leave.md": "globex",
+        "Caf\u00e9/menu.md": "acme",
+    }
+    with own_key(server, "admin") as admin:
+        made = {
+            key: upload(admin, key, f"# {key}\n\nText of {key}.".encode(), source=key, scopes=scope).json()
+            for key, scope in sent.items()
+        }
+
+        def sources(client: httpx.Client, prefix: str) -> list[str]:
+            got = client.get("/documents", params={"source_prefix": prefix, "limit": 1000})
+            assert got.status_code == 200, got.text
+            assert got.json()["total"] == len(got.json()["documents"])
+            return sorted(d["source"] for d in got.json()["documents"])
+
+        assert sources(admin, "handbook/") == ["handbook/pumps.md", "handbook/valves/v1.md"]
+        assert sources(admin, "handbook_") == ["handbook_old/x.md"]
+        assert sources(admin, "Cafe\u0301/") == ["Caf\u00e9/menu.md"]
+        assert set(sources(admin, "")) >= set(sent)
+        with server.as_("reader") as reader:
+            assert sources(reader, "policies/") == []
+            assert sources(reader, "handbook/") == ["handbook/pumps.md", "handbook/valves/v1.md"]
+        with server.as_("other") as other:
+            assert sources(other, "") == ["policies/leave.md"]
+        for doc in made.values():
+            poll(admin, doc["id"])
+            assert admin.delete(f"/documents/{doc['id']}").status_code == 200
 
 
 def test_an_uploaded_file_without_an_extension_is_recognised_from_its_first_bytes(server: Server) -> None:

@@ -87,6 +87,7 @@ def test_a_nul_character_in_an_uploaded_file_name_is_a_422_from_the_library(admi
         ("/search", {"q": "valve", "tag": NUL}, "query.tag"),
         ("/documents", {"name_contains": NUL}, "query.name_contains"),
         ("/documents", {"content_type": NUL}, "query.content_type"),
+        ("/documents", {"source_prefix": NUL}, "query.source_prefix"),
         ("/documents/{acme_note}%00", {}, "path.document_id"),
     ],
 )

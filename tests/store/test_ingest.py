@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import subprocess
 import sys
@@ -449,6 +450,40 @@ def test_an_empty_category_removes_the_category_and_one_left_out_keeps_it(
     assert again.outcome is Outcome.RELABELLED and cl.document(str(doc)).category is None
     [once_more] = cl.ingest([path], IngestOptions(category=""))
     assert once_more.outcome is Outcome.UNCHANGED
+
+
+def test_a_listing_by_source_prefix_is_one_synced_folder_matched_literally(cl: Citeline) -> None:
+    """Several folders synced into one store, each under its own keys: a prefix lists one folder's
+    documents, its % and _ are characters of the key, and it is read in the keys' composed form."""
+    keys = (
+        "handbook/a.md",
+        "handbook/sub/b.md",
+        "handbooks/c.md",
+        "100%/d.md",
+        "100x/e.md",
+        "Caf\u00e9/f.md",
+    )
+    ids = {}
+    for key in keys:
+        upload = Upload(key.rsplit("/", 1)[1], io.BytesIO(f"# {key}\n\nThe text of {key}.".encode()))
+        ids[key] = cl.submit(upload, source=key, index=False).document.id
+    cl.submit(Upload("plain.md", io.BytesIO(b"# Plain\n\nNo key.")), index=False)
+
+    def listed(prefix: str) -> set[str]:
+        page = cl.list_documents(DocumentQuery(source_prefix=prefix, limit=None))
+        assert page.total == len(page.documents)
+        return {catalog.upload_key(d.source_uri) or "" for d in page.documents}
+
+    assert listed("handbook/") == {"handbook/a.md", "handbook/sub/b.md"}
+    assert listed("100%") == {"100%/d.md"}
+    assert listed("handbook_") == set()
+    assert listed("Cafe\u0301/") == {"Caf\u00e9/f.md"}
+    # An empty prefix is every keyed document, and no other.
+    assert listed("") == set(keys)
+    assert cl.list_documents(DocumentQuery(source_prefix="handbook/", source="handbook/a.md")).total == 1
+    assert [d.id for d in cl.list_documents(DocumentQuery(source_prefix="handbook/a")).documents] == [
+        ids["handbook/a.md"]
+    ]
 
 
 def _slow_source(name: str, seconds: float) -> Source:

@@ -1957,7 +1957,10 @@ class DocumentQuery:
     Each document appears once, as its current version (the active one, else its newest), and the
     filters apply to that version. ``scope`` keeps documents carrying that scope (universal ones carry
     none); ``category`` matches the category itself or any below it; ``name_contains`` is
-    case-insensitive; ``source`` is the key a document was uploaded under, matched exactly.
+    case-insensitive; ``source`` is the key a document was uploaded under, matched exactly, and
+    ``source_prefix`` the start of such keys (one synced folder's, say), matched literally: a ``%`` or
+    ``_`` in it is a character of the key. Both are read in the keys' Unicode form
+    (:func:`source_key`); an empty prefix keeps every document uploaded under a key.
     """
 
     status: str | None = None
@@ -1967,6 +1970,7 @@ class DocumentQuery:
     content_type: str | None = None
     name_contains: str | None = None
     source: str | None = None
+    source_prefix: str | None = None
     #: None lists every match.
     limit: int | None = 50
     offset: int = 0
@@ -2013,6 +2017,9 @@ def query_documents(
     if query.source is not None:
         conds.append("source_uri = :q_source")
         params["q_source"] = UPLOAD_KEY_SCHEME + source_key(query.source)
+    if query.source_prefix is not None:
+        conds.append("source_uri LIKE :q_source_prefix ESCAPE '\\'")
+        params["q_source_prefix"] = UPLOAD_KEY_SCHEME + like_escape(source_key(query.source_prefix)) + "%"
     current = (
         "WITH current AS (SELECT DISTINCT ON (document_id) * FROM documents "
         "ORDER BY document_id, is_active DESC, version DESC) "

@@ -64,6 +64,13 @@ def list_documents(
     source: Annotated[
         str | None, Query(description="The document uploaded under this key (the upload's `source`).")
     ] = None,
+    source_prefix: Annotated[
+        str | None,
+        Query(
+            description="The documents uploaded under keys starting with this, taken literally "
+            "(one synced folder's: `handbook/`); empty, every document uploaded under a key."
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Offset = 0,
 ) -> dict[str, Any]:
@@ -75,6 +82,7 @@ def list_documents(
         content_type=content_type,
         name_contains=name_contains,
         source=source,
+        source_prefix=source_prefix,
         limit=limit,
         offset=offset,
     )
