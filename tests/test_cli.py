@@ -379,6 +379,45 @@ def test_search_explain_shows_the_plan_and_the_stages(settings: Settings, tmp_pa
     assert set(explain["stages_ms"]) >= {"embed", "catalog", "keyword", "dense", "fetch", "fuse"}
 
 
+def test_ask_explain_shows_the_search_s_plan_and_stages_and_the_answer_s(
+    settings: Settings, tmp_path: Path
+) -> None:
+    write(tmp_path / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar and must be tested yearly.")
+    write(tmp_path / "pumps.txt", "Prime the pump before first use.")
+    code, _, err = _run(settings, "ingest", str(tmp_path / "valves.md"), "--scope", "plant-a")
+    assert code == 0, err
+    code, _, err = _run(settings, "ingest", str(tmp_path / "pumps.txt"), "--scope", "plant-b")
+    assert code == 0, err
+    question = "When does the relief valve open?"
+
+    code, out, err = _run(settings, "ask", question, "--scope", "plant-a", "--llm", "extractive", "--explain")
+    assert code == 0, err
+    assert "valves.md p.1" in out
+    # The search as `citeline search --explain` shows it, then where the rest of the turn went.
+    assert "plan: dense " in out and "selectivity 50.00% (1 of 2 chunks)" in out
+    assert "stages (ms): embed " in out
+    assert "turn (ms): history " in out and " rewrite " in out and " evidence " in out
+    assert "answer (ms): prompt " in out and " verify " in out and " generation " in out
+
+    code, out, err = _run(settings, "ask", question, "--llm", "extractive", "--json", "--explain")
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["citations"][0]["document_name"] == "valves.md"
+    explain = answer["explain"]
+    search = explain["search"]
+    assert search["selectivity"] is None and search["dense_candidates"] == 2
+    assert set(search["stages_ms"]) >= {"embed", "catalog", "keyword", "dense", "fetch", "fuse"}
+    assert search["total_ms"] > 0
+    assert set(explain["turn_ms"]) == {"history", "rewrite", "search", "evidence"}
+    assert explain["turn_ms"]["evidence"] >= explain["turn_ms"]["search"]
+    assert set(answer["timings_ms"]) >= {"prompt", "generation", "verify", "total"}
+
+    # Without --explain, neither is there.
+    code, out, err = _run(settings, "ask", question, "--llm", "extractive", "--json")
+    assert code == 0, err
+    assert "explain" not in json.loads(out)
+
+
 def test_ingest_says_which_rows_of_a_table_have_fewer_or_more_cells_than_its_header(
     settings: Settings, tmp_path: Path
 ) -> None:

@@ -39,7 +39,7 @@ from rich.text import Text
 from citeline.access import Role
 from citeline.annotate import SectionType
 from citeline.answer import Complete, Error, Token
-from citeline.chat.session import ChatSession
+from citeline.chat.session import ChatSession, TurnExplain
 from citeline.engine import Citeline
 from citeline.errors import CitelineError, ConfigError, InvalidRequestError
 from citeline.eval.stats import SHUFFLES
@@ -552,13 +552,15 @@ def _print_copies(copies: Sequence[Copy]) -> None:
 
 
 def _stream_answer(
-    session: ChatSession, question: str, filters: Filters, *, as_json: bool
+    session: ChatSession, question: str, filters: Filters, *, as_json: bool, explain: bool = False
 ) -> Complete | None:
-    """Ask ``question`` in ``session``, printing the answer as it streams, then its numbered sources."""
+    """Ask ``question`` in ``session``, printing the answer as it streams, then its numbered sources
+    (and with ``explain``, how the turn ran)."""
+    turn = TurnExplain() if explain else None
 
     async def run() -> Complete | None:
         complete: Complete | None = None
-        async for event in session.ask(question, filters=filters):
+        async for event in session.ask(question, filters=filters, explain=turn):
             if isinstance(event, Token) and not as_json:
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
@@ -574,7 +576,8 @@ def _stream_answer(
     if complete is None:
         return None
     if as_json:
-        _print_json({"conversation_id": str(session.id), **complete.as_dict()})
+        shown = {"conversation_id": str(session.id), **complete.as_dict()}
+        _print_json(shown if turn is None else {**shown, "explain": turn.as_dict()})
         return complete
     if complete.stream_replaced:
         console.print(
@@ -585,7 +588,30 @@ def _stream_answer(
     else:
         sys.stdout.write("\n")
     _print_sources(complete)
+    if turn is not None:
+        query = session.last_rewrite.query if session.last_rewrite is not None else question
+        _print_turn(turn, complete, query if query != question else None)
     return complete
+
+
+def _print_turn(turn: TurnExplain, complete: Complete, searched_for: str | None) -> None:
+    """How an answer's turn ran: the search as ``search --explain`` shows it (and its query, when the
+    question was rewritten into another), the turn's stages around it, then the answer's own."""
+    if searched_for is not None:
+        console.print(f"searched for: {searched_for}", highlight=False, markup=False)
+    _print_explain(turn.search, turn.plan, turn.search_ms)
+    console.print(
+        f"turn (ms): history {turn.history_ms:.1f}  rewrite {turn.rewrite_ms:.1f}  "
+        f"evidence {turn.evidence_ms:.1f} (the search and the passages earlier answers cited)",
+        highlight=False,
+    )
+    t = complete.timings
+    first = "" if t.first_token is None else f"  first token {t.first_token:.1f}"
+    console.print(
+        f"answer (ms): prompt {t.prompt:.1f}{first}  generation {t.generation:.1f}  "
+        f"verify {t.verify:.1f}  total {t.total:.1f}",
+        highlight=False,
+    )
 
 
 _STANCE_STYLE = {"supports": "green", "contradicts": "red", "neutral": "dim"}
@@ -666,13 +692,19 @@ def ask(
     as_json: Annotated[
         bool, typer.Option("--json", help="The answer and its citations as one JSON object.")
     ] = False,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain", help="Also print the search's plan and stage timings, and the answer's stages."
+        ),
+    ] = False,
 ) -> None:
     """Answer a question from the documents, streamed, each claim citing a numbered source."""
     filters = _filters(scope, category, tag, all_tags, content_type, meta, model, section)
     with _citeline(ctx, **({"llm": llm} if llm else {})) as cl:
         filters = _with_documents(cl, filters, document)
         session = _conversation(cl, conversation, persona)
-        _stream_answer(session, question, filters, as_json=as_json)
+        _stream_answer(session, question, filters, as_json=as_json, explain=explain)
         if not as_json and conversation is None:
             err.print(f'[dim]follow up with: citeline ask --conversation {session.id} "..."[/dim]')
 

@@ -8,10 +8,12 @@ numbers stay conversation-wide because they are rebuilt from what earlier answer
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from citeline.access import FULL_ACCESS, Access
 from citeline.answer import CitationNumbering, Complete, answer_stream
@@ -26,11 +28,41 @@ from citeline.checks import refuse_nul
 from citeline.errors import InvalidRequestError
 from citeline.registry import Capability
 from citeline.retrieve.filters import Filters
-from citeline.retrieve.search import Hit, SearchRequest
+from citeline.retrieve.search import Explain, Hit, SearchRequest, Timings
 from citeline.settings import Settings
 
 if TYPE_CHECKING:
     from citeline.engine import Citeline
+
+
+@dataclass
+class TurnExplain:
+    """How a turn found its passages (``citeline ask --explain``): its search's stages and plan, as
+    ``citeline search --explain`` shows them, and the turn's own stages before the answer, in
+    milliseconds. The answer's stages (prompt, generation, checking the citations) are
+    :attr:`Complete.timings <citeline.answer.Complete.timings>`."""
+
+    search: Timings = field(default_factory=Timings)
+    plan: Explain = field(default_factory=Explain)
+    #: Reading the conversation's earlier turns (0 for its first question: nothing to read).
+    history_ms: float = 0.0
+    #: Turning a follow-up into a search query (a model call when ``follow_up_rewrite`` asks for one).
+    rewrite_ms: float = 0.0
+    #: The whole search, its stages and what lies between them.
+    search_ms: float = 0.0
+    #: The search and slotting in the chunks earlier answers cited: what the answer waited for.
+    evidence_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "search": {"total_ms": self.search_ms, "stages_ms": asdict(self.search), **asdict(self.plan)},
+            "turn_ms": {
+                "history": self.history_ms,
+                "rewrite": self.rewrite_ms,
+                "search": self.search_ms,
+                "evidence": self.evidence_ms,
+            },
+        }
 
 
 class ChatSession:
@@ -120,12 +152,18 @@ class ChatSession:
         return store.turns(self.messages())
 
     async def ask(
-        self, question: str, *, filters: Filters | None = None, top_k: int | None = None
+        self,
+        question: str,
+        *,
+        filters: Filters | None = None,
+        top_k: int | None = None,
+        explain: TurnExplain | None = None,
     ) -> AsyncGenerator[ChatEvent, None]:
         """Answer ``question`` in this conversation: :class:`TurnStart`, then the answer's events.
 
         ``filters`` (scopes, category, tags...) bound both the search and the earlier-cited chunks that
         join it; ``top_k`` is the number of fresh passages (default: the ``answer_passages`` setting).
+        ``explain``, when given, is filled with how the turn found its passages before the answer starts.
         The turn is stored before :class:`Complete` is passed on, so a caller that saw it can ask the
         next question at once. A turn that ends in an error, or that the caller stops reading before
         :class:`Complete`, is not stored.
@@ -139,19 +177,28 @@ class ChatSession:
                 raise InvalidRequestError("the question is empty")
             raise InvalidRequestError(f"the question to conversation {self.id} is empty")
         filters = self.access.restrict(filters or Filters())
+        started = time.perf_counter()
         if self._empty:
             # Nothing to read back, and a first question is never rewritten (no model call).
             history: list[Turn] = []
+            read = started
             self.last_rewrite = rewrite(question, history, llm=None)
         else:
             history = await asyncio.to_thread(self.history)
+            read = time.perf_counter()
             rewriter = self.llm if _rewrites_with_llm(self.cl.settings) else None
             self.last_rewrite = await asyncio.to_thread(
                 rewrite, question, history, llm=rewriter, options=self.options
             )
+        if explain is not None:
+            explain.history_ms = (read - started) * 1e3
+            explain.rewrite_ms = (time.perf_counter() - read) * 1e3
         query = self.last_rewrite.query
         yield TurnStart(self.id, len(history) + 1, question, self.last_rewrite)
-        evidence = await asyncio.to_thread(self.evidence, query, history, filters, top_k)
+        searching = time.perf_counter()
+        evidence = await asyncio.to_thread(self.evidence, query, history, filters, top_k, explain=explain)
+        if explain is not None:
+            explain.evidence_ms = (time.perf_counter() - searching) * 1e3
         numbering = CitationNumbering.from_chunk_ids(store.citation_order(history))
         numbered_before = len(numbering)
         async for event in answer_stream(
@@ -179,14 +226,26 @@ class ChatSession:
             yield event
 
     def evidence(
-        self, query: str, history: Sequence[Turn], filters: Filters, top_k: int | None = None
+        self,
+        query: str,
+        history: Sequence[Turn],
+        filters: Filters,
+        top_k: int | None = None,
+        *,
+        explain: TurnExplain | None = None,
     ) -> list[Hit]:
-        """Fresh hits for ``query`` with the chunks cited in ``history`` slotted in (see chat.history)."""
+        """Fresh hits for ``query`` with the chunks cited in ``history`` slotted in (see chat.history);
+        ``explain``, when given, takes the search's stages, plan and time."""
         settings = self.cl.settings
+        start = time.perf_counter()
         fresh = self.cl.search(
             SearchRequest(query=query, filters=filters, top_k=top_k or settings.answer_passages),
             access=self.access,
+            timings=None if explain is None else explain.search,
+            explain=None if explain is None else explain.plan,
         )
+        if explain is not None:
+            explain.search_ms = (time.perf_counter() - start) * 1e3
         cited = store.recently_cited(history)
         if not cited:
             return fresh
