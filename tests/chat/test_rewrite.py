@@ -278,7 +278,10 @@ PAIRS = [
     (METFORMIN, "What dose of aspirin prevents heart attacks?", False),
     (METFORMIN, "Do statins reduce the risk of stroke?", False),
     (PUMP, "What is the maximum pressure of the HX-4000?", False),
-    (PUMP, "How do I reset the controller?", False),
+    # A thing given with "the" and little else is the conversation's: the pump's controller, its valve.
+    (PUMP, "How do I reset the controller?", True),
+    (PUMP, "Where is the drain valve?", True),
+    (PUMP, "What is a drain valve?", False),
     (PUMP, "Which fertiliser suits tomato seedlings?", False),
 ]
 
