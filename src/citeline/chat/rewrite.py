@@ -26,7 +26,7 @@ the conversation:
    "what is the cost?", "what was the root cause?" and "where is the drain valve?" are follow-ups
    (the definite article points at a thing the conversation gave), "what is BM25?", "what is a drain
    valve?" and "is paracetamol the same as acetaminophen?" are not. (Measured by
-   ``bench.follow_up_detection``: two words with "the" caught 8 more of the 120 questions of ``test``
+   ``bench.follow_up_detection``: two words with "the" caught 8 more of the 240 questions of ``test``
    and ``heldout`` than one word alone, and left 1 standalone question fewer alone; two words without
    the article would also take bare names, "what is pgvector and how does it work?", as follow-ups);
 5. it names no topic of its own: every content word is an aspect that any topic has (:data:`ASPECTS`:
