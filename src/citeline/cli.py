@@ -1591,7 +1591,10 @@ def _metrics_table(summary: Mapping[str, Any]) -> Table:
 
 def _spread_table(summary: Mapping[str, Any]) -> Table:
     """nDCG@10 with its interval and, when there are several configurations, the paired difference
-    with the first, its interval and p-value: a table of its own, so both fit a terminal's width."""
+    with the first, its interval, p-value and verdict: a table of its own, so both fit a terminal's width."""
+    from citeline.eval.report import DISAGREE_MARK, DISAGREE_NOTE
+    from citeline.eval.stats import interval_text
+
     configs = summary["configs"]
     several = len(configs) > 1
     first = next(iter(configs))
@@ -1599,21 +1602,27 @@ def _spread_table(summary: Mapping[str, Any]) -> Table:
         Column("config", no_wrap=True),
         "nDCG@10",
         Column("95% CI", no_wrap=True),
-        *(("Δ", Column("Δ 95% CI", no_wrap=True), "p") if several else ()),
+        *(("Δ", Column("Δ 95% CI", no_wrap=True), "p", Column("verdict", no_wrap=True)) if several else ()),
         title="nDCG@10 with 95% bootstrap intervals"
         + (f"; Δ and p paired against {first}" if several else ""),
     )
+    disagree = False
     for name, figures in configs.items():
         ci = figures.get("ndcg@10_ci")
         cells = [f"{figures['ndcg@10']:.4f}", f"{ci[0]:.3f} to {ci[1]:.3f}" if ci else ""]
         delta, delta_ci = figures.get("delta_vs_first"), figures.get("delta_vs_first_ci")
         if delta is not None:
+            verdict = figures["verdict_vs_first"]
+            disagree |= verdict == "disagree"
             cells += [
                 f"{delta:+.4f}",
-                f"{delta_ci[0]:+.3f} to {delta_ci[1]:+.3f}",
+                interval_text(delta_ci),
                 _p_value(figures["p_vs_first"]),
+                f"{verdict} {DISAGREE_MARK}" if verdict == "disagree" else verdict,
             ]
         table.add_row(Text(name), *cells)
+    if disagree:
+        table.caption = Text(f"{DISAGREE_MARK} {DISAGREE_NOTE}")
     return table
 
 
@@ -1648,13 +1657,15 @@ def _cross_validation_table(cv: Mapping[str, Any]) -> Table:
 
 def _shuffles_line(shuffles: Mapping[str, Any]) -> str:
     """Repeated cross-validation in one line: how often, and by how much, choosing beat keeping the first."""
+    from citeline.eval.stats import interval_text
+
     low, high = shuffles["held_out_ndcg@10_range"]
-    ci_low, ci_high = shuffles["delta_vs_first_ci"]
     return (
         f"over {shuffles['count']} deals of the folds: held-out nDCG@10 {shuffles['held_out_ndcg@10']:.4f} "
         f"({low:.4f} to {high:.4f}), above keeping {shuffles['first']} in {shuffles['above_first']} of "
         f"{shuffles['count']}; choosing against keeping {shuffles['first']}: "
-        f"Δ {shuffles['delta_vs_first']:+.4f} ({ci_low:+.3f} to {ci_high:+.3f})"
+        f"Δ {shuffles['delta_vs_first']:+.4f} ({interval_text(shuffles['delta_vs_first_ci'])}), "
+        f"{shuffles['verdict_vs_first']}"
     )
 
 

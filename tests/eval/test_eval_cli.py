@@ -177,7 +177,7 @@ def test_compare_says_whether_differences_are_real_and_cross_validates_the_choic
     assert dense["ndcg@10"] == 1.0 and dense["ndcg@10_ci"] == [1.0, 1.0]
     assert dense["p_vs_first"] is None and dense["delta_vs_first"] is None
     assert same["delta_vs_first"] == 0.0 and same["delta_vs_first_ci"] == [0.0, 0.0]
-    assert same["p_vs_first"] == 1.0
+    assert same["p_vs_first"] == 1.0 and same["verdict_vs_first"] == "not shown"
     # keyword is worse on q3 (the hotel lift) and no better anywhere: the figures are those of its
     # per-query scores, paired query by query with dense's.
     ndcg = {(r["config"], r["query_id"]): r["ndcg@10"] for r in map(json.loads, per_query.open())}
@@ -212,6 +212,7 @@ def test_compare_says_whether_differences_are_real_and_cross_validates_the_choic
         "delta_vs_first": 0.0,
         "delta_vs_first_ci": [0.0, 0.0],
         "p_vs_first": 1.0,
+        "verdict_vs_first": "not shown",
     }
     assert "over 20 deals of the folds" in err and "above keeping dense in 0 of 20" in err
 
@@ -220,7 +221,7 @@ def test_compare_says_whether_differences_are_real_and_cross_validates_the_choic
         row[0].text: [cell.text for cell in row] for row in page.findall(".//table[@id='metrics']/tbody/tr")
     }
     assert rows["dense"][3] == "1.000 to 1.000" and rows["dense"][4:7] == [None, None, None]
-    assert rows["again"][4:7] == ["+0.000", "+0.000 to +0.000", "1.000"]
+    assert rows["again"][4:8] == ["+0.000", "0 to 0", "1.000", "not shown"]
     assert rows["keyword"][4] == f"{keyword['delta_vs_first']:+.3f}"
     ndcg_svg = next(svg for svg in page.iter(f"{SVG}svg") if svg.get("id") == "ndcg")
     assert len([p for p in ndcg_svg.iter(f"{SVG}path") if p.get("class") == "ci"]) == 3

@@ -11,6 +11,7 @@ from citeline.eval.stats import (
     bootstrap_ci,
     cross_validate,
     fold_of_each_query,
+    interval_text,
     paired_comparison,
     repeat_cross_validation,
 )
@@ -195,3 +196,38 @@ def test_repeating_a_tie_or_a_steady_winner() -> None:
 def test_repeating_needs_at_least_one_deal() -> None:
     with pytest.raises(InvalidRequestError, match="at least 1 deal"):
         repeat_cross_validation({"a": SCORES[:10]}, 2, shuffles=0)
+
+
+def test_a_difference_is_real_only_when_its_interval_and_its_test_agree() -> None:
+    # 36 questions, 4 better by 0.2 and 1 worse by 0.05: the percentile interval of the mean difference
+    # excludes 0 (+0.003 to +0.043), but the sign-flip test, which sees only five queries that differ,
+    # gives p 0.12. Neither is called real; the disagreement is named, with how many queries differ.
+    base = [0.5] * 36
+    result = paired_comparison(base, [0.5] * 31 + [0.7] * 4 + [0.45])
+    assert 0.0 < result.delta_ci[0] < result.delta_ci[1] and result.p_value == pytest.approx(0.12, abs=0.01)
+    assert result.verdict == "disagree" and not result.real and result.differing == 5
+    # Better on every query: both agree that it is higher; worse on every query: lower.
+    better = SCORES + np.random.default_rng(8).uniform(0.001, 0.01, SCORES.size)
+    assert paired_comparison(SCORES, better).verdict == "higher" and paired_comparison(SCORES, better).real
+    assert paired_comparison(better, SCORES).verdict == "lower"
+    # Identical runs: neither shows a difference. An interval ending exactly on 0 holds 0.
+    assert paired_comparison(SCORES, SCORES.copy()).verdict == "not shown"
+    on_zero = paired_comparison(base, [0.5] * 31 + [0.7] * 4 + [0.4])
+    assert on_zero.delta_ci[0] == 0.0 and on_zero.verdict == "not shown" and not on_zero.real
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "text"),
+    [
+        (-0.0118, -0.0000012, "-0.0118 to -0.0000012"),
+        (-0.0118, 0.0003, "-0.0118 to +0.0003"),
+        (-0.0118, 0.0, "-0.0118 to 0"),
+        (0.00123, 0.0456, "+0.0012 to +0.0456"),
+        (0.0, 0.0, "0 to 0"),
+    ],
+)
+def test_an_interval_is_printed_so_a_reader_can_tell_whether_it_holds_0(
+    low: float, high: float, text: str
+) -> None:
+    # "-0.012 to +0.000" could be either; a bound that rounds to 0 keeps its sign and enough digits.
+    assert interval_text((low, high)) == text

@@ -386,6 +386,8 @@ class Spread:
             "delta_vs_first": vs.delta if vs else None,
             "delta_vs_first_ci": list(vs.delta_ci) if vs else None,
             "p_vs_first": vs.p_value if vs else None,
+            "verdict_vs_first": vs.verdict if vs else None,
+            "differing_vs_first": vs.differing if vs else None,
         }
 
 
@@ -489,6 +491,7 @@ class Evaluation:
                 "delta_vs_first": repeated.vs_first.delta,
                 "delta_vs_first_ci": list(repeated.vs_first.delta_ci),
                 "p_vs_first": repeated.vs_first.p_value,
+                "verdict_vs_first": repeated.vs_first.verdict,
             }
         return summary
 

@@ -17,7 +17,11 @@ from pathlib import Path
 from citeline import __version__
 from citeline.errors import InvalidRequestError
 from citeline.eval.beir import STAGES, ConfigResult, Evaluation, Spread
-from citeline.eval.stats import CrossValidation, RepeatedCrossValidation
+from citeline.eval.stats import CrossValidation, RepeatedCrossValidation, interval_text
+
+#: The marker of a difference whose interval and test disagree, and its footnote (table and page).
+DISAGREE_MARK = "†"
+DISAGREE_NOTE = "interval and test disagree: too few queries differ to tell; more questions can settle it"
 
 _SVG_NS = "http://www.w3.org/2000/svg"
 #: One colour per stage, in the order of ``STAGES``; a stage added later reuses them in turn.
@@ -117,16 +121,18 @@ corpus: {evaluation.corpus_added} entries ingested, {evaluation.corpus_unchanged
 <h2>Metrics per configuration</h2>
 <table id="metrics">
 <thead><tr><th>configuration</th><th>settings</th><th>nDCG@10</th><th>95% CI</th><th>Δ vs first</th>
-<th>Δ 95% CI</th><th>p vs first</th><th>recall@10</th><th>recall@100</th>
+<th>Δ 95% CI</th><th>p vs first</th><th>verdict</th><th>recall@10</th><th>recall@100</th>
 <th>MRR@10</th><th>p50 ms</th><th>p99 ms</th></tr></thead>
 <tbody>
 {chr(10).join(rows)}
 </tbody>
 </table>
-<p class="note">Ranking metrics are means over the queries; the best nDCG@10 is in bold and red below.
-The 95% CI is a bootstrap interval over the queries. Δ is the configuration's nDCG@10 minus the first
-configuration's, on the same queries, with its paired bootstrap interval; p is the two-sided paired
-randomisation test of Δ. A difference whose interval holds 0 (p above 0.05) is not shown to be real.</p>
+<p class="note" id="verdicts">Ranking metrics are means over the queries; the best nDCG@10 is in bold
+and red below. The 95% CI is a bootstrap interval over the queries. Δ is the configuration's nDCG@10
+minus the first configuration's, on the same queries, with its paired bootstrap interval; p is the
+two-sided paired randomisation test of Δ. A difference is called real (higher or lower) only when its
+interval excludes 0 and p is below 0.05; when neither does it is not shown.
+{DISAGREE_MARK} {DISAGREE_NOTE}.</p>
 
 <h2>nDCG@10</h2>
 {ndcg_svg(evaluation.results, evaluation.spreads)}
@@ -147,16 +153,17 @@ the whole search; the whole search also counts time between stages.</p>
 
 
 def _spread_cells(spread: Spread | None) -> str:
-    """The interval, difference, its interval and p-value cells of one row of the metrics table."""
+    """The interval, difference, its interval, p-value and verdict cells of one row of the metrics table."""
     if spread is None:
-        return "<td></td>" * 4
+        return "<td></td>" * 5
     cells = f"<td>{spread.ci[0]:.3f} to {spread.ci[1]:.3f}</td>"
     vs = spread.vs_first
     if vs is None:
-        return cells + "<td></td>" * 3
+        return cells + "<td></td>" * 4
     p = "&lt;0.001" if vs.p_value < 0.001 else f"{vs.p_value:.3f}"
+    verdict = f"{vs.verdict} {DISAGREE_MARK}" if vs.verdict == "disagree" else vs.verdict
     return (
-        cells + f"<td>{vs.delta:+.3f}</td><td>{vs.delta_ci[0]:+.3f} to {vs.delta_ci[1]:+.3f}</td><td>{p}</td>"
+        cells + f"<td>{vs.delta:+.3f}</td><td>{interval_text(vs.delta_ci)}</td><td>{p}</td><td>{verdict}</td>"
     )
 
 
@@ -204,7 +211,7 @@ def _shuffles_paragraph(repeated: RepeatedCrossValidation | None) -> str:
 ({min(repeated.held_out_means):.3f} to {max(repeated.held_out_means):.3f}), above keeping {first}
 ({repeated.first_mean:.3f}) in <strong>{repeated.above_first} of {repeated.shuffles}</strong>. Choosing
 against keeping {first}, query by query: Δ {vs.delta:+.3f}
-({vs.delta_ci[0]:+.3f} to {vs.delta_ci[1]:+.3f}).</p>
+({interval_text(vs.delta_ci)}), {vs.verdict}.</p>
 """
 
 
