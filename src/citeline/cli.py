@@ -1700,7 +1700,8 @@ def _eval_answers(
     out = err if as_json else console
     out.print(
         f"{summary['dataset']}: {summary['claims']} claims answered by {summary['llm']} "
-        f"(persona {summary['persona']}) in namespace {summary['namespace']}; corpus "
+        f"(persona {summary['persona']}; {summary['asked_as_questions']} asked as written (questions), "
+        f"{summary['asked_as_claims']} as claims) in namespace {summary['namespace']}; corpus "
         f"{summary['corpus_added']} ingested, {summary['corpus_unchanged']} unchanged "
         f"({summary['ingest_seconds']} s)",
         markup=False,

@@ -31,6 +31,7 @@ from citeline.eval.answers import (
     claim_question,
     evaluate_answers,
     expected_verdict,
+    question_of,
     sample_claims,
     verdict_macro_f1,
     verdict_macro_f1_ci,
@@ -97,6 +98,34 @@ def extractive(settings: Settings) -> Iterator[Citeline]:
 )
 def test_claims_are_asked_as_yes_no_questions(claim: str, question: str) -> None:
     assert claim_question(claim) == question
+
+
+@pytest.mark.parametrize(
+    ("query", "asked", "asked_as"),
+    [
+        # A question is asked as written: wrapping it gave "Is it true that how do I ...??".
+        (
+            "how do I change the chunk size and overlap?",
+            "how do I change the chunk size and overlap?",
+            "question",
+        ),
+        ("What does the reranker do", "What does the reranker do", "question"),
+        ("Does aspirin lower the risk of a stroke?", "Does aspirin lower the risk of a stroke?", "question"),
+        ("  Can I upload PDFs?  ", "Can I upload PDFs?", "question"),
+        # Only claims are wrapped; a word that merely starts like a question word is no question word.
+        ("Statins lower LDL cholesterol.", "Is it true that statins lower LDL cholesterol?", "claim"),
+        (
+            "Do-not-resuscitate orders are rare.",
+            "Is it true that do-not-resuscitate orders are rare?",
+            "claim",
+        ),
+        ("Whatever the dose, aspirin helps.", "Is it true that whatever the dose, aspirin helps?", "claim"),
+    ],
+)
+def test_a_question_is_asked_as_written_and_only_a_claim_is_wrapped(
+    query: str, asked: str, asked_as: str
+) -> None:
+    assert question_of(query) == (asked, asked_as)
 
 
 def test_the_sample_is_the_first_claims_in_judgement_order(claims_folder: Path) -> None:
@@ -273,6 +302,36 @@ def test_cli_answers_prints_the_summary_and_writes_one_line_per_claim(
         )
         assert code == 0, err
         assert [json.loads(line)["claim_id"] for line in per_claim.read_text().splitlines()] == ["statins"]
+    finally:
+        with _open(settings):
+            pass
+
+
+def test_cli_answers_asks_questions_as_written_and_says_how_each_was_asked(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # A team's gold questions are questions, not claims: each is asked as the team wrote it.
+    queries = {**CLAIMS, "aspirin": "Does low-dose aspirin lower the risk of a second heart attack?"}
+    folder = write_beir(tmp_path / "team", queries, JUDGED)
+    per_claim = tmp_path / "asked.jsonl"
+    try:
+        code, out, err = _run(
+            settings,
+            *(str(folder), "--answers", "3", "--llm", "extractive"),
+            *("--per-query", str(per_claim), "--json"),
+        )
+        assert code == 0, err
+        summary = json.loads(out.strip().splitlines()[-1])
+        assert summary["asked_as_questions"] == 1 and summary["asked_as_claims"] == 2
+        assert "1 asked as written (questions), 2 as claims" in err
+        lines = [json.loads(line) for line in per_claim.read_text(encoding="utf-8").splitlines()]
+        assert [(line["claim_id"], line["asked_as"]) for line in lines] == [
+            ("aspirin", "question"),
+            ("tea", "claim"),
+            ("statins", "claim"),
+        ]
+        assert lines[0]["question"] == queries["aspirin"]
+        assert lines[1]["question"] == "Is it true that green tea extract cures migraine?"
     finally:
         with _open(settings):
             pass

@@ -1,6 +1,7 @@
 """``citeline eval --answers``: ask a BEIR data set's claims as questions and check the cited answers.
 
-Each claim becomes ``Is it true that <claim>?`` (:func:`claim_question`) and is asked in a new
+Each claim becomes ``Is it true that <claim>?`` (:func:`claim_question`), and a query that is already a
+question is asked as written (:func:`question_of`); each is asked in a new
 conversation of its own (:meth:`Citeline.chat`, the path users take: search, prompt, model, citations),
 which is deleted afterwards. Per claim the harness records the passages given, what the answer cites,
 who answered (the model, the extractive fallback, or the extractive answerer), and whether every
@@ -60,6 +61,17 @@ _STANCE_OF_LABEL = {"SUPPORT": "supports", "CONTRADICT": "contradicts"}
 QUESTION_TEMPLATE = "Is it true that {claim}?"
 """How a claim is asked (see :func:`claim_question`)."""
 
+AskedAs = Literal["claim", "question"]
+"""How a query was asked: wrapped as a claim, or as written because it is a question."""
+
+#: First words that open a question in English: the question words and the auxiliaries of a yes/no
+#: question ("Does aspirin ...", "Can I ..."). A claim rarely opens with one, and none of SciFact's 1,409.
+_QUESTION_OPENERS = frozenset(
+    {"what", "why", "how", "when", "where", "which", "who", "whom", "whose"}
+    | {"is", "are", "am", "was", "were", "do", "does", "did", "has", "have", "had"}
+    | {"can", "could", "should", "would", "will", "shall", "may", "might", "must"}
+)
+
 AnsweredBy = Literal["model", "fallback", "extractive", "nobody"]
 """Who wrote the answer: the model; the extractive answerer after the model failed or cited nothing;
 the extractive answerer as configured (no model); nobody (the evidence was missing, or an error)."""
@@ -81,6 +93,20 @@ def claim_question(claim: str) -> str:
     if first[:1].isupper() and not _ACRONYM_TAIL.search(first[1:]):
         text = text[0].lower() + text[1:]
     return QUESTION_TEMPLATE.format(claim=text)
+
+
+def question_of(query: str) -> tuple[str, AskedAs]:
+    """How ``query`` is asked, and whether as a claim or as a question.
+
+    A query that ends with "?" or opens with a question word or auxiliary is a question and is asked
+    as written (trimmed); wrapping it gave "Is it true that how do I change the chunk size??". Any
+    other query is a claim and becomes :func:`claim_question`.
+    """
+    text = query.strip()
+    first = text.split(maxsplit=1)[0].lower() if text else ""
+    if text.endswith("?") or first in _QUESTION_OPENERS:
+        return text, "question"
+    return claim_question(text), "claim"
 
 
 def sample_claims(data: BeirData, sample: int, *, skip: int = 0) -> list[str]:
@@ -137,6 +163,8 @@ class AnswerRecord:
     expected_verdict: str | None = None
     #: Each citation's (document name, stance), in citation order.
     stances: tuple[tuple[str, str], ...] = ()
+    #: Whether the query was wrapped as a claim or asked as written, a question (:func:`question_of`).
+    asked_as: AskedAs = "claim"
     #: The label of each gold abstract with one (document name -> SUPPORT or CONTRADICT).
     labels: tuple[tuple[str, str], ...] = ()
 
@@ -179,6 +207,7 @@ class AnswerRecord:
             "claim_id": self.claim_id,
             "claim": self.claim,
             "question": self.question,
+            "asked_as": self.asked_as,
             "gold": list(self.gold),
             "given": list(self.given),
             "cited": list(self.cited),
@@ -248,6 +277,8 @@ class AnswerEvaluation:
             "llm": self.llm,
             "persona": self.persona,
             "claims": len(records),
+            "asked_as_claims": sum(r.asked_as == "claim" for r in records),
+            "asked_as_questions": sum(r.asked_as == "question" for r in records),
             "corpus_added": self.corpus_added,
             "corpus_unchanged": self.corpus_unchanged,
             "ingest_seconds": self.ingest_seconds,
@@ -316,7 +347,7 @@ def evaluate_answers(
     evidence = load_evidence(data.folder)
     cl.llm  # an unknown provider fails before the ingest  # noqa: B018
     added, unchanged, ingest_seconds = ingest_corpus(cl, data, console)
-    _warm_up(cl, claim_question(data.queries[claim_ids[0]]) if claim_ids else "warm up")
+    _warm_up(cl, question_of(data.queries[claim_ids[0]])[0] if claim_ids else "warm up")
     records: list[AnswerRecord] = []
     with Progress(
         BarColumn(),
@@ -435,7 +466,7 @@ def _share_ci(hits: Sequence[bool]) -> tuple[float, float] | None:
 def _ask_claim(
     cl: Citeline, data: BeirData, qid: str, persona: str, labels: Mapping[str, str]
 ) -> AnswerRecord:
-    question = claim_question(data.queries[qid])
+    question, asked_as = question_of(data.queries[qid])
     session = cl.chat(persona=persona)
 
     async def run() -> tuple[Start | None, Complete | Error | None]:
@@ -461,6 +492,7 @@ def _ask_claim(
         "claim_id": qid,
         "claim": data.queries[qid],
         "question": question,
+        "asked_as": asked_as,
         "gold": gold,
         "given": tuple(p.hit.document_name for p in passages),
         "total_ms": total_ms,
