@@ -70,6 +70,11 @@ def test_ad_hoc_configuration_is_parsed_and_validated() -> None:
         ("odd=fusion:sum", ["configuration 'odd' is invalid", "fusion"]),
         ("broken=fusion", ["'fusion' is not key:value"]),
         ("rrf,rrf", ["'rrf' is named twice"]),
+        # The last value used to win silently.
+        (
+            "default,x=fusion:rrf;fusion:dbsf",
+            ["configuration 'x' sets 'fusion' twice", "give each setting once"],
+        ),
         ("=fusion:rrf", ["has no name"]),
         (" , ", ["names no configuration"]),
     ],

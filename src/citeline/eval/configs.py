@@ -132,7 +132,13 @@ def parse_configs(spec: str, base: Settings) -> list[Config]:
                     raise InvalidRequestError(
                         f"configuration {name!r}: {pair!r} is not key:value (write name=key:value;key:value)"
                     )
-                overrides[key.strip()] = value.strip()
+                key = key.strip()
+                if key in overrides:
+                    raise InvalidRequestError(
+                        f"configuration {name!r} sets {key!r} twice ({overrides[key]!r}, then "
+                        f"{value.strip()!r}); give each setting once"
+                    )
+                overrides[key] = value.strip()
         elif name in CONFIGS:
             overrides = CONFIGS[name]
         else:
