@@ -49,6 +49,11 @@ def test_a_configuration_may_name_another_vector_backend() -> None:
     assert chroma.settings.vector_backend == "chroma" and chroma.describe() == {"vector_backend": "chroma"}
 
 
+def test_a_built_in_name_may_be_spelled_out_with_its_own_settings_only() -> None:
+    (doc,) = parse_configs("doc=weight_keyword:0;weight_document:0.2", BASE)
+    assert doc.settings == parse_configs("doc", BASE)[0].settings
+
+
 def test_ad_hoc_configuration_is_parsed_and_validated() -> None:
     (wide,) = parse_configs("sharp=fusion:rrf;rrf_k:5", BASE)
     assert wide.name == "sharp" and wide.settings.fusion is Fusion.RECIPROCAL_RANK
@@ -70,6 +75,8 @@ def test_ad_hoc_configuration_is_parsed_and_validated() -> None:
         ("odd=fusion:sum", ["configuration 'odd' is invalid", "fusion"]),
         ("broken=fusion", ["'fusion' is not key:value"]),
         ("rrf,rrf", ["'rrf' is named twice"]),
+        # A built-in name used to be redefined silently: "rrf" here would have been weighted fusion.
+        ("default,rrf=fusion:weighted", ["'rrf' is a built-in configuration", "pick another name"]),
         # The last value used to win silently.
         (
             "default,x=fusion:rrf;fusion:dbsf",

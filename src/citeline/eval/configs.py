@@ -145,7 +145,26 @@ def parse_configs(spec: str, base: Settings) -> list[Config]:
             raise InvalidRequestError(f"unknown configuration {name!r}; " + _names_hint())
         if any(c.name == name for c in configs):
             raise InvalidRequestError(f"configuration {name!r} is named twice in {spec!r}")
-        configs.append(make_config(name, overrides, base))
+        config = make_config(name, overrides, base)
+        if sep and name in CONFIGS:
+            _check_not_redefined(config, base)
+        configs.append(config)
     if not configs:
         raise InvalidRequestError(f"--compare {spec!r} names no configuration; " + _names_hint())
     return configs
+
+
+def _check_not_redefined(config: Config, base: Settings) -> None:
+    """Refuse a defined configuration that takes a built-in's name for other settings: its rows would
+    read as the built-in's. Spelling out the built-in's own settings is allowed (docs do it)."""
+    builtin = CONFIGS[config.name]
+    try:
+        same = make_config(config.name, builtin, base).settings == config.settings
+    except InvalidRequestError:
+        same = False
+    if not same:
+        settings = ";".join(f"{key}:{value}" for key, value in builtin.items()) or "the current settings"
+        raise InvalidRequestError(
+            f"configuration {config.name!r} is a built-in configuration ({settings}); "
+            "pick another name for the one you define"
+        )
