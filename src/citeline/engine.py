@@ -792,9 +792,9 @@ class Citeline:
     def cancel(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> DocumentInfo:
         """Cancel a document's pending, queued or running job (:class:`ConflictError` if it has none).
 
-        A job not yet started fails at once and, as any failed version, keeps no original: its stored
-        file goes unless another version (of any document: originals are stored by their hash) holds
-        the same bytes. A running job's run removes it when it stops."""
+        A job not yet started fails at once and keeps no original: its stored file goes unless another
+        version (of any document: originals are stored by their hash) holds the same bytes, and so does
+        the one an earlier failure it replaces kept. A running job's run removes it when it stops."""
         _require_admin(access, f"cancel document {ref}")
         doc = self.document(str(ref), access=access)
         with self.engine.begin() as conn:
@@ -803,9 +803,10 @@ class Citeline:
                 raise ConflictError(
                     f"document {doc.id} has no pending, queued or processing job to cancel ({doc.status})"
                 )
+            held = catalog.version_files(conn, [doc.source_uri])
             cancelled = catalog.cancel(conn, building[-1])
-        if building[-1].file_path and cancelled.file_path is None:
-            remove_unused_files(self.engine, [Path(building[-1].file_path)])
+        if cancelled.status == Status.FAILED:
+            remove_unused_files(self.engine, {Path(f) for f in held})
         return cancelled
 
     def relabel(

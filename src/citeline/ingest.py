@@ -599,7 +599,14 @@ class Ingestor:
                 reason = f"{source.label}: cannot be stored ({begun_or_refused})"
                 run.report(
                     self._record_failure(
-                        source.label, source.uri, source.name, run.labels, None, reason, started
+                        source.label,
+                        source.uri,
+                        source.name,
+                        run.labels,
+                        None,
+                        reason,
+                        started,
+                        stored_file=source.stored_file,
                     )
                 )
                 continue
@@ -969,6 +976,8 @@ class Ingestor:
         """Fail one version: forget its buffered chunks, record the reason, release its original.
 
         A claimed job whose failure may pass goes back to the queue instead, until its retries are spent.
+        One that failed for a passing reason keeps its original even then: the file was not at fault,
+        and a re-ingest builds it again once the store or model is back.
         """
         job.failed = True
         run.buffer[:] = [(j, r) for j, r in run.buffer if j is not job]
@@ -982,13 +991,21 @@ class Ingestor:
                     retrying = f"{reason} (retrying in {delay:g} s)"
                     catalog.requeue(conn, job.doc.version_id, retrying, delay=delay)
                     queued = catalog.get_version(conn, job.doc.version_id)
-                self._forget(run, [job.doc.version_id])
+                self._forget_failed(run, job.doc.version_id)
                 run.report(IngestResult(src.label, Outcome.RETRYING, queued, error=reason))
                 return
             if transient and run.retry is not None:
                 reason = f"{reason} (gave up after {job.doc.attempts} attempts)"
             failed = self._record_failure(
-                src.label, src.uri, src.name, run.labels, job.doc, reason, job.started
+                src.label,
+                src.uri,
+                src.name,
+                run.labels,
+                job.doc,
+                reason,
+                job.started,
+                stored_file=src.stored_file,
+                keep_original=transient,
             )
         except NotFoundError:
             # Deleted while it was built, and its build then failed (the delete took its stored original,
@@ -996,9 +1013,16 @@ class Ingestor:
             self._stop_deleted(job, run)
             return
         run.report(failed)
-        self._forget(run, [job.doc.version_id])
-        if src.stored_file is not None:
-            remove_unused_files(self.engine, [src.stored_file])
+        self._forget_failed(run, job.doc.version_id)
+
+    def _forget_failed(self, run: _Run, version_id: uuid.UUID) -> None:
+        """Remove the vectors a failed version wrote, if the vector index can be reached. A store out of
+        reach (often why the version failed) must not stop the run: its other jobs are built, and what
+        the version wrote is a vector without a chunk, which the next repair removes (at start-up)."""
+        try:
+            self._forget(run, [version_id])
+        except StoreError as exc:
+            log.warning("the vectors of failed version %s stay until the next repair: %s", version_id, exc)
 
     def _record_failure(
         self,
@@ -1009,10 +1033,17 @@ class Ingestor:
         doc: DocumentInfo | None,
         reason: str,
         started: float,
+        *,
+        stored_file: Path | None = None,
+        keep_original: bool = False,
     ) -> IngestResult:
+        """Record a failure (see :func:`catalog.record_failure`), then remove the originals no version
+        holds any more: ``stored_file``, the failed version's unless ``keep_original``, and those of the
+        earlier failure of its source it replaces (which may have kept one)."""
         # A file name or a path in the reason may hold what PostgreSQL cannot store; the failure must be.
         uri, name, reason = storable(uri), storable(name), storable(reason)
         with self.engine.begin() as conn:
+            held = catalog.version_files(conn, [uri])
             failed = catalog.record_failure(
                 conn,
                 source_uri=uri,
@@ -1020,7 +1051,9 @@ class Ingestor:
                 reason=reason,
                 labels=labels,
                 doc_id=doc.version_id if doc else None,
+                keep_original=keep_original,
             )
+        remove_unused_files(self.engine, {Path(f) for f in held} | ({stored_file} if stored_file else set()))
         return IngestResult(
             label, Outcome.FAILED, failed, seconds=time.perf_counter() - started, error=reason
         )

@@ -92,12 +92,14 @@ class Server:
         return self.log.read_text(errors="replace")
 
 
-def launch_server(env: dict[str, str], log: Path, *args: str) -> Server:
-    """Start ``citeline serve`` on a free loopback port without waiting for it (see :func:`wait_ready`)."""
+def launch_server(env: dict[str, str], log: Path, *args: str, main: str = "citeline.cli") -> Server:
+    """Start ``citeline serve`` on a free loopback port without waiting for it (see :func:`wait_ready`);
+    ``main`` is the module run as ``citeline`` (one of the tests' own, to start a server with a fault)."""
     port = free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "citeline.cli", "serve", "--port", str(port), *args],
+            [sys.executable, "-m", main, "serve", "--port", str(port), *args],
+            cwd=REPO,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -122,8 +124,8 @@ def wait_ready(server: Server) -> Server:
     raise RuntimeError(f"citeline serve was not ready within {STARTUP_SECONDS} s:\n{server.log_text()}")
 
 
-def start_server(env: dict[str, str], log: Path, *args: str) -> Server:
-    return wait_ready(launch_server(env, log, *args))
+def start_server(env: dict[str, str], log: Path, *args: str, main: str = "citeline.cli") -> Server:
+    return wait_ready(launch_server(env, log, *args, main=main))
 
 
 def add_keys(server: Server, env: Mapping[str, str], readers: Mapping[str, list[str]]) -> None:

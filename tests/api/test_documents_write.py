@@ -369,6 +369,45 @@ def test_a_server_killed_mid_document_builds_it_after_a_restart(tmp_path: Path) 
     assert orphans == 0 and len(files) == 1
 
 
+def test_an_upload_the_vector_store_failed_is_rebuilt_from_its_original_once_the_store_is_back(
+    api_data: Path, tmp_path: Path
+) -> None:
+    # The server's vector store is unreachable while the file `outage` exists (tests/jobs/outage_main.py).
+    outage = tmp_path / "store-down"
+    env = {
+        **base_env(
+            api_data,
+            CITELINE_LLM="extractive",
+            CITELINE_JOB_POLL_SECONDS="0.2",
+            CITELINE_JOB_RETRIES="1",
+            CITELINE_JOB_RETRY_DELAY="0.2",
+            CITELINE_TEST_OUTAGE=str(outage),
+        ),
+        "CITELINE_NAMESPACE": "api_outage",
+    }
+    key = create_key(env, "--role", "admin")["key"]
+    server = start_server(env, tmp_path / "serve.log", main="tests.jobs.outage_main")
+    try:
+        with server.client(key) as admin:
+            outage.touch()
+            sent = upload(admin, "pump.md", PUMP_V1.encode())
+            assert sent.status_code == 202, sent.text
+            failed = poll(admin, sent.json()["id"])
+            assert failed["status"] == "failed" and "gave up after 2 attempts" in failed["error"], failed
+            assert failed["reingestable"] is True
+            assert admin.get(f"/documents/{failed['id']}/file").content == PUMP_V1.encode()
+            outage.unlink()
+            again = admin.post(f"/documents/{failed['id']}/reingest")
+            assert again.status_code == 202, again.text
+            built = poll(admin, failed["id"])
+            assert built["status"] == "completed" and built["version"] == 2 and built["vector_count"] > 0
+            found = admin.post("/search", json={"query": "how is the booster pump primed?"}).json()
+            assert found["results"][0]["document_id"] == failed["id"]
+            assert admin.delete(f"/documents/{failed['id']}").status_code == 200
+    finally:
+        stop_server(server)
+
+
 def test_refresh_reads_a_changed_file_again_and_reports_each_document(server: Server, tmp_path: Path) -> None:
     path = tmp_path / "refresh-pump.md"
     path.write_text(PUMP_V1)

@@ -9,8 +9,10 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -21,11 +23,13 @@ import sqlalchemy as sa
 from citeline.embed import EMBEDDERS, Embedder
 from citeline.embed.onnx import OnnxEmbedder
 from citeline.engine import Citeline
-from citeline.errors import EmbeddingError
+from citeline.errors import EmbeddingError, StoreError
 from citeline.registry import Provider
 from citeline.settings import Settings
 from citeline.store.catalog import DocumentInfo
 from citeline.store.database import schema_name
+from citeline.store.index import VersionVectors
+from citeline.store.vectors import PgVectorIndex
 from tests.conftest import REPO
 
 #: ``gated:<name>`` embedders wait for their gate to open before embedding.
@@ -248,3 +252,31 @@ def wait_for_status(cl: Citeline, doc: DocumentInfo, status: str, timeout: float
     while (current := cl.document(str(doc.id))).status != status and time.monotonic() < deadline:
         time.sleep(0.05)
     return current
+
+
+class UnreachableStore(PgVectorIndex):
+    """pgvector written to as a vector store outside PostgreSQL is (Chroma): through :meth:`add` and
+    :meth:`remove`, each of which fails with the :class:`StoreError` Chroma's client raises while its
+    server is stopped, for as long as the file ``outage`` exists. Searches read the rows, as pgvector's do.
+    """
+
+    in_rows: ClassVar[bool] = False
+
+    def __init__(self, outage: Path, settings: Settings) -> None:
+        super().__init__(ef_search=settings.hnsw_ef_search, exact_below=settings.exact_search_below)
+        self.outage = outage
+
+    def _reach(self, action: str) -> None:
+        if self.outage.exists():
+            raise StoreError(
+                f"the vector store failed to {action}: connection refused ({self.outage} exists)"
+            )
+
+    def add(self, conn: sa.Connection, model: str, batch: Sequence[VersionVectors]) -> None:
+        self._reach(f"add {sum(len(v.chunk_ids) for v in batch)} vectors")
+        rows = [{"id": i, "v": vec} for v in batch for i, vec in zip(v.chunk_ids, v.vectors, strict=True)]
+        if rows:
+            conn.execute(sa.text("UPDATE chunks SET embedding = :v WHERE id = :id"), rows)
+
+    def remove(self, conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> None:
+        self._reach(f"remove the vectors of {len(version_ids)} versions")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+import citeline.engine
 from citeline.access import Access
 from citeline.engine import Citeline
 from citeline.errors import (
@@ -33,7 +34,7 @@ from citeline.store import catalog
 from citeline.store.catalog import DocumentInfo
 from citeline.store.models import Status
 from tests.conftest import PDFS
-from tests.jobs.conftest import wait_for_status
+from tests.jobs.conftest import UnreachableStore, wait_for_status
 
 #: Seconds to wait for a job: generous, since a loaded machine is slow, and a stuck job fails anyway.
 WAIT = 180.0
@@ -277,6 +278,67 @@ def test_retries_are_bounded_and_the_last_reason_is_kept(settings: Settings) -> 
         done = cl.wait(cl.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
     assert done.status == "failed" and done.attempts == 2
     assert done.error and "timed out" in done.error and "gave up after 2 attempts" in done.error
+
+
+@pytest.fixture
+def outage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A file that, while it exists, makes the vector store of every store opened after this unreachable."""
+    down = tmp_path / "store-down"
+    monkeypatch.setattr(citeline.engine, "open_index", lambda s: UnreachableStore(down, s))
+    return down
+
+
+def test_a_build_the_vector_store_failed_keeps_its_original_and_is_built_again_once_it_is_back(
+    settings: Settings, outage: Path
+) -> None:
+    # The store being down is no fault of the document: what was uploaded stays, to be built from.
+    outage.touch()
+    with configured(settings, job_retries=1) as cl:
+        cl.start_jobs()
+        pump = cl.wait(cl.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
+        other = cl.wait(cl.submit(upload("other.md", PUMP + "\n\nUnit 7.")).document.id, timeout=WAIT)
+        for failed in (pump, other):
+            assert failed.status == "failed" and failed.attempts == 2
+            assert (
+                failed.error
+                and "failed to add" in failed.error
+                and "gave up after 2 attempts" in failed.error
+            )
+            assert failed.file_path and Path(failed.file_path).is_file()
+            assert failed.as_dict()["reingestable"] is True
+        outage.unlink()
+        again = cl.reingest(pump.id)
+        assert again.created
+        built = cl.wait(pump.id, timeout=WAIT)
+        assert built.status == "completed" and built.version == 2 and built.vector_count > 0
+        assert [d.id for d in cl.index_all("failed")] == [other.id]
+        assert cl.wait(other.id, timeout=WAIT).status == "completed"
+        [hit, *_] = cl.search("how do I prime the pump?")
+        assert hit.document_id in (pump.id, other.id)
+        assert cl.unused_files(older_than=0) == []
+        for doc in (pump, other):
+            cl.delete(str(doc.id))
+
+
+def test_a_bad_file_leaves_no_bytes_behind_even_while_the_vector_store_is_down(
+    settings: Settings, outage: Path
+) -> None:
+    outage.touch()
+    with configured(settings, job_retries=1) as cl:
+        cl.start_jobs()
+        broken = cl.submit(Upload("manual.pdf", io.BytesIO(b"%PDF-1.7 this is not really a pdf"))).document
+        assert broken.file_path
+        done = cl.wait(broken.id, timeout=WAIT)
+        assert done.status == "failed" and done.attempts == 1 and done.file_path is None
+        assert not Path(broken.file_path).exists()
+        # An original kept by a build the store failed goes once a bad file replaces that failure.
+        kept = cl.wait(cl.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
+        assert kept.status == "failed" and kept.file_path and Path(kept.file_path).is_file()
+        empty = cl.submit(upload("pump.md", ""), document_id=kept.id).document
+        assert cl.wait(empty.id, timeout=WAIT).version == 2
+        assert [v.status for v in cl.versions(kept.id)] == ["failed"]
+        assert not Path(kept.file_path).exists()
+        assert cl.unused_files(older_than=0) == []
 
 
 def test_a_queued_job_can_be_cancelled(jobs: Citeline) -> None:

@@ -148,7 +148,8 @@ def sweep(engine: sa.Engine, settings: Settings) -> None:
     settle_abandoned(engine, abandoned)
     for doc, _ in overdue:
         log.warning("%s (version %d): %s", doc.name, doc.version, doc.error)
-    # A failed version keeps no original: those only they held go (a run still at work has read it).
+    # A version failed for its time limit keeps no original: those only they held go (a run still at
+    # work has read it).
     remove_unused_files(engine, {Path(f) for _, f in overdue if f})
 
 

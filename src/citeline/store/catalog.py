@@ -164,7 +164,9 @@ class DocumentInfo:
     @property
     def reingestable(self) -> bool:
         """Whether a new version can be built from what this one keeps: a stored original, or a web
-        page's URL. A failed upload keeps no original, so re-ingesting it needs the file again."""
+        page's URL. An upload whose file failed its build (empty, not what its name says) keeps no
+        original, so re-ingesting it needs the file again; one failed by a store or model out of reach
+        keeps it."""
         return bool(self.file_path) or self.source_uri.startswith(("http://", "https://"))
 
     def as_dict(self) -> dict[str, Any]:
@@ -612,12 +614,22 @@ def _insert_version(
 
 
 def record_failure(
-    conn: sa.Connection, *, source_uri: str, name: str, reason: str, labels: Labels, doc_id: uuid.UUID | None
+    conn: sa.Connection,
+    *,
+    source_uri: str,
+    name: str,
+    reason: str,
+    labels: Labels,
+    doc_id: uuid.UUID | None,
+    keep_original: bool = False,
 ) -> DocumentInfo:
     """Mark a version failed with ``reason`` (creating its row if it never got one), dropping its chunks.
 
-    Older failed attempts of the same source are removed so the catalog holds one failure per source;
-    the active version, if any, is left untouched.
+    It lets go of its stored original, unless ``keep_original``: a build that failed for a passing
+    reason (a store or model out of reach) was no fault of the file, which a re-ingest builds again.
+    Older failed attempts of the same source are removed so the catalog holds one failure per source
+    (the caller removes the originals they held, read with :func:`version_files` beforehand); the
+    active version, if any, is left untouched.
     """
     _lock_source(conn, source_uri)
     labels = labels.over(active_version(conn, source_uri))
@@ -627,10 +639,10 @@ def record_failure(
     conn.execute(
         sa.text(
             "UPDATE documents SET status = 'failed', error = :e, is_active = false, vector_count = 0, "
-            "file_path = NULL, "
+            "file_path = CASE WHEN :keep THEN file_path END, "
             "processed_at = now(), updated_at = now() WHERE id = :id"
         ),
-        {"e": reason, "id": doc_id},
+        {"e": reason, "id": doc_id, "keep": keep_original},
     )
     conn.execute(
         sa.text("DELETE FROM documents WHERE source_uri = :s AND status = 'failed' AND id <> :id"),
@@ -871,8 +883,8 @@ def enqueue(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> list[Docum
 def cancel(conn: sa.Connection, version: DocumentInfo) -> DocumentInfo:
     """Cancel a version's job: one not yet started fails at once; a running one is asked to stop.
 
-    A version failed here keeps no original (as any failed version): the caller removes the file it
-    had recorded after the commit, if nothing else uses it.
+    A version cancelled here keeps no original (nothing of it is left to build): the caller removes
+    the file it had recorded after the commit, if nothing else uses it.
 
     Raises :class:`ConflictError` for a version that is not pending, queued or processing.
     """
@@ -903,8 +915,8 @@ def fail_overdue(conn: sa.Connection, hard_limit: float) -> list[tuple[DocumentI
     """Fail every version processing for longer than ``hard_limit`` seconds, whatever its run does.
 
     Its run may still be working; :func:`activate` will not swap a failed version in. Returns each
-    failed version with the original file it had recorded, as :func:`fail_abandoned` does (a failed
-    version keeps none: for the caller to remove if nothing else uses it).
+    failed version with the original file it had recorded, as :func:`fail_abandoned` does (a version
+    failed here keeps none: for the caller to remove if nothing else uses it).
     """
     found = conn.execute(
         sa.text(
