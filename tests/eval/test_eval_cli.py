@@ -7,13 +7,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from citeline.cli import app
+from citeline.engine import Citeline
 from citeline.eval.beir import STAGES
 from citeline.eval.stats import bootstrap_ci, paired_comparison
 from citeline.settings import Settings
-from tests.eval.conftest import QUERIES, write_beir
+from tests.eval.conftest import CORPUS, QRELS, QUERIES, write_beir
 
 runner = CliRunner()
 SVG = "{http://www.w3.org/2000/svg}"
@@ -353,3 +355,43 @@ def test_an_entry_removed_from_the_corpus_is_refused_with_how_to_remove_it_from_
     code, out, err = _run(settings, str(beir_folder), "--json")
     assert code == 0, err
     assert json.loads(out)["corpus_unchanged"] == 5
+
+
+def _versions(settings: Settings, doc_id: str) -> list[tuple[str, str]]:
+    """(status, version id) of every row the catalog holds for one corpus entry."""
+    with Citeline(settings) as cl, cl.engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT status, id::text FROM documents WHERE source_uri = :s ORDER BY id"),
+            {"s": f"beir://{settings.namespace}/{doc_id}"},
+        )
+        return [(str(status), str(version)) for status, version in rows]
+
+
+def test_a_corpus_entry_that_fails_to_ingest_is_warned_about_counted_and_not_retried_unchanged(
+    settings: Settings, tmp_path: Path
+) -> None:
+    folder = write_beir(tmp_path / "team", QUERIES, QRELS, [*CORPUS, ("emptyall", "", "")])
+    code, out, err = _run(settings, str(folder), "--json")
+    assert code == 0, err
+    # One warning line, the entry named once; the JSON counts it, so the three counts add up.
+    assert "warning: 1 corpus entry failed to ingest (emptyall: no text to index)" in " ".join(err.split())
+    assert "emptyall: emptyall" not in err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert (summary["corpus_added"], summary["corpus_unchanged"], summary["corpus_failed"]) == (6, 0, 1)
+    failed = _versions(settings, "emptyall")
+    assert [status for status, _ in failed] == ["failed"]
+
+    # Unchanged since it failed: not tried again, no new failed version; still warned about and counted.
+    code, out, err = _run(settings, str(folder), "--json")
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert (summary["corpus_added"], summary["corpus_unchanged"], summary["corpus_failed"]) == (0, 6, 1)
+    assert "unchanged since it failed, not tried again" in " ".join(err.split())
+    assert _versions(settings, "emptyall") == failed
+
+    # Removed from the corpus: its failed document neither blocks the run nor stays behind.
+    write_beir(folder, QUERIES, QRELS)
+    code, out, err = _run(settings, str(folder), "--json")
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["corpus_failed"] == 0
+    assert _versions(settings, "emptyall") == [] and "warning" not in err

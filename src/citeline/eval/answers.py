@@ -250,6 +250,8 @@ class AnswerEvaluation:
     corpus_unchanged: int
     ingest_seconds: float
     records: list[AnswerRecord]
+    #: Corpus entries not in the index (see :class:`~citeline.eval.beir.CorpusIngest`).
+    corpus_failed: int = 0
 
     def summary(self) -> dict[str, Any]:
         """The JSON line of ``citeline eval --answers --json``.
@@ -281,6 +283,7 @@ class AnswerEvaluation:
             "asked_as_questions": sum(r.asked_as == "question" for r in records),
             "corpus_added": self.corpus_added,
             "corpus_unchanged": self.corpus_unchanged,
+            "corpus_failed": self.corpus_failed,
             "ingest_seconds": self.ingest_seconds,
             "citations_displayed": displayed,
             "citations_resolved": sum(r.resolved_count for r in records),
@@ -346,7 +349,7 @@ def evaluate_answers(
     claim_ids = sample_claims(data, sample, skip=skip)
     evidence = load_evidence(data.folder)
     cl.llm  # an unknown provider fails before the ingest  # noqa: B018
-    added, unchanged, ingest_seconds = ingest_corpus(cl, data, console)
+    ingest = ingest_corpus(cl, data, console)
     _warm_up(cl, question_of(data.queries[claim_ids[0]])[0] if claim_ids else "warm up")
     records: list[AnswerRecord] = []
     with Progress(
@@ -366,10 +369,11 @@ def evaluate_answers(
         namespace=cl.settings.namespace,
         llm=cl.settings.llm,
         persona=persona,
-        corpus_added=added,
-        corpus_unchanged=unchanged,
-        ingest_seconds=round(ingest_seconds, 1),
+        corpus_added=ingest.added,
+        corpus_unchanged=ingest.unchanged,
+        ingest_seconds=round(ingest.seconds, 1),
         records=records,
+        corpus_failed=ingest.failed,
     )
 
 

@@ -405,6 +405,8 @@ class Evaluation:
     folds: int | None = None
     #: Deals of the queries into folds that :attr:`repeated_cross_validation` runs.
     shuffles: int = SHUFFLES
+    #: Corpus entries not in the index (see :class:`CorpusIngest`).
+    corpus_failed: int = 0
 
     @cached_property
     def spreads(self) -> dict[str, Spread]:
@@ -461,6 +463,7 @@ class Evaluation:
             "corpus_unchanged": self.corpus_unchanged,
             "ingest_seconds": self.ingest_seconds,
             **{key: first[key] for key in METRICS},
+            "corpus_failed": self.corpus_failed,
             "config": self.results[0].config.name,
             "stage_p50_ms": first["stage_p50_ms"],
             "configs": configs,
@@ -540,11 +543,28 @@ class KnownVectors:
         return out
 
 
+@dataclass(frozen=True)
+class CorpusIngest:
+    """What :func:`ingest_corpus` did with the corpus: every entry is in exactly one of the counts."""
+
+    added: int
+    unchanged: int
+    #: Entries not in the index: failed now, or failed before with the same content and not tried again.
+    failed: int
+    seconds: float
+
+
 def ingest_corpus(
     cl: Citeline, data: BeirData, console: Console, *, embedder: Embedder | None = None
-) -> tuple[int, int, float]:
+) -> CorpusIngest:
     """Ingest (or find unchanged) every corpus entry, embedding with ``embedder`` if given (else the
-    store's); returns (added, unchanged, seconds)."""
+    store's).
+
+    An entry that failed before and has not changed since is not tried again: it would fail the same
+    way and add a failed version on every run. A failed entry no longer in the corpus is deleted: it
+    holds nothing searchable, and nothing but this command put it there. Failures are warned about on
+    ``console``.
+    """
     namespace = cl.settings.namespace
     uris = {corpus_uri(namespace, doc_id) for doc_id in data.corpus_ids}
     with cl.engine.connect() as conn:
@@ -562,10 +582,22 @@ def ingest_corpus(
             f"one with `citeline --namespace NAME eval ...`), or, if they are entries since removed from "
             f"this corpus, delete them (`citeline --namespace {namespace} docs list`, then `docs delete ID`)"
         )
+    failed_before = _failed_entries(cl, namespace, uris)
     ingestor = cl.ingestor(embedder=embedder)
     total = len(uris)
     counts = dict.fromkeys(Outcome, 0)
     failures: list[IngestResult] = []
+    not_retried: list[tuple[str, str]] = []
+
+    def sources() -> Iterator[Source]:
+        for source in corpus_sources(data, namespace):
+            failed = failed_before.get(source.uri)
+            if failed is not None and failed[0] == source.content_hash:
+                not_retried.append((source.label, failed[1]))
+                progress.advance(task)
+                continue
+            yield source
+
     t0 = time.perf_counter()
     if not console.is_terminal:
         # No progress bar outside a terminal: a first run embeds the whole corpus for minutes, which a
@@ -596,31 +628,77 @@ def ingest_corpus(
         with cl.engine.connect() as conn:
             current = catalog.ingest_model(conn, target)
         if current == target:
-            ingestor.ingest(corpus_sources(data, namespace), IngestOptions(), on_result)
+            ingestor.ingest(sources(), IngestOptions(), on_result)
         else:
             # The corpus was stored with another model: rebuild every entry with this one, staged, and
             # switch the namespace at once (an evaluation namespace needs no quality check to change).
             with cl.engine.begin() as conn:
                 migration = model_migration.start(conn, target)
-            ingestor.ingest(corpus_sources(data, namespace), IngestOptions(), on_result, model=target)
+            ingestor.ingest(sources(), IngestOptions(), on_result, model=target)
             with cl.engine.begin() as conn:
                 retired = model_migration.switch(conn, migration, forced=True)
             cl.remove_vectors(retired)
             cl.served_model(refresh=True)
     seconds = time.perf_counter() - t0
-    if failures:
-        first = failures[0]
-        console.print(
-            f"{len(failures)} corpus entries failed to ingest (the first: {first.source}: {first.error})",
-            style="yellow",
-            markup=False,
-            highlight=False,
-        )
-    return (
+    failed_now = [(f.source, f.error or "no reason given") for f in failures]
+    for entries, how in ((failed_now, "failed to ingest"), (not_retried, _NOT_RETRIED)):
+        if entries:
+            console.print(
+                f"warning: {_entries(len(entries))} {how} ({_failure(*entries[0])}"
+                + (f"; {len(entries) - 1} more" if len(entries) > 1 else "")
+                + "): not in the index, so a query judged against "
+                + ("it" if len(entries) == 1 else "them")
+                + " cannot find it",
+                style="yellow",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+    return CorpusIngest(
         counts[Outcome.ADDED] + counts[Outcome.UPDATED] + counts[Outcome.STAGED],
         counts[Outcome.UNCHANGED] + counts[Outcome.RELABELLED],
+        len(failures) + len(not_retried),
         seconds,
     )
+
+
+_NOT_RETRIED = "unchanged since it failed, not tried again"
+
+
+def _entries(n: int) -> str:
+    return f"{n} corpus entr{'y' if n == 1 else 'ies'}"
+
+
+def _failure(entry: str, error: str) -> str:
+    # The ingest's reasons already name the source ("emptyall: no text to index"): name it once.
+    return error if error.startswith(f"{entry}: ") else f"{entry}: {error}"
+
+
+def _failed_entries(cl: Citeline, namespace: str, uris: set[str]) -> dict[str, tuple[str | None, str]]:
+    """The corpus entries whose last attempt failed and that have no active version: uri -> (content
+    hash, reason). Failed entries of this corpus's namespace that the corpus no longer holds are
+    deleted here, so they neither linger nor count."""
+    prefix = corpus_uri(namespace, "")
+    failed: dict[str, tuple[str | None, str]] = {}
+    with cl.engine.begin() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT d.id, d.source_uri, d.content_hash, d.error FROM documents d "
+                "WHERE d.status = 'failed' AND left(d.source_uri, length(:p)) = :p AND NOT EXISTS "
+                "(SELECT 1 FROM documents a WHERE a.source_uri = d.source_uri AND a.is_active)"
+            ),
+            {"p": prefix},
+        ).all()
+        stale = [version_id for version_id, uri, _, _ in rows if uri not in uris]
+        if stale:
+            # A failed version holds no chunk, vector or posting and counts in no total: its row is all.
+            conn.execute(
+                sa.text("DELETE FROM documents WHERE id = ANY(:ids) AND status = 'failed'"), {"ids": stale}
+            )
+        for _, uri, content_hash, error in rows:
+            if uri in uris:
+                failed[uri] = (content_hash, error or "no reason given")
+    return failed
 
 
 def check_limit(limit: int | None) -> None:
@@ -670,13 +748,18 @@ def evaluate(
     stores = _stores(cl, configs)
     searchers: dict[str, Citeline] = {}
     try:
-        added = unchanged = 0
+        added = unchanged = failed = 0
         ingest_seconds = 0.0
         for store in stores.values():
             # Another backend's store takes the vectors the open store computed instead of embedding.
             known = None if store is cl else KnownVectors.of(cl, store.embedder)
-            more, same, seconds = ingest_corpus(store, data, console, embedder=known)
-            added, unchanged, ingest_seconds = added + more, unchanged + same, ingest_seconds + seconds
+            ingest = ingest_corpus(store, data, console, embedder=known)
+            added, unchanged, failed = (
+                added + ingest.added,
+                unchanged + ingest.unchanged,
+                failed + ingest.failed,
+            )
+            ingest_seconds += ingest.seconds
         results = [ConfigResult(config) for config in configs]
         # One instance per configuration, sharing its store's engine, embedder and keyword index.
         # Every timed search embeds its query, as a new question does: no vector comes from another
@@ -707,6 +790,7 @@ def evaluate(
         results,
         folds,
         shuffles,
+        failed,
     )
 
 
