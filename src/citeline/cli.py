@@ -1477,12 +1477,13 @@ def eval_command(
         ),
     ] = None,
     shuffles: Annotated[
-        int,
+        int | None,
         typer.Option(
             help="With --folds: deal the queries into folds this many times (seeds 0 to N-1) and say how "
-            "often choosing beat keeping the first configuration.",
+            f"often choosing beat keeping the first configuration. [default: {SHUFFLES}]",
+            show_default=False,
         ),
-    ] = SHUFFLES,
+    ] = None,
     per_query: Annotated[
         Path | None, typer.Option(help="Write one JSON line per query and configuration to this file.")
     ] = None,
@@ -1534,14 +1535,23 @@ def eval_command(
     if fusion is not None:
         more["fusion"] = fusion
     if answers is not None or llm is not None:
-        given = {"--compare": compare, "--report": report, "--limit": limit, "--folds": folds}
-        if shuffles != SHUFFLES:
-            given["--shuffles"] = shuffles
+        given = {
+            "--compare": compare,
+            "--report": report,
+            "--limit": limit,
+            "--folds": folds,
+            "--shuffles": shuffles,
+        }
         _eval_answers(ctx, data, more, answers, answers_skip, llm, per_query, as_json, given)
         return
     settings = _settings(ctx, **more)
     # Checked before the store opens, so a mistyped name costs no ingest; no --compare: the settings as set.
     configs = _guard(lambda: parse_configs(compare, settings)) if compare else None
+    if shuffles is not None and folds is None:
+        # Default None, not SHUFFLES, so that even "--shuffles 20" alone is seen and refused.
+        err.print("[red]error:[/red] --shuffles repeats the cross-validation of --folds; give --folds K too")
+        raise typer.Exit(2)
+    shuffles = SHUFFLES if shuffles is None else shuffles
     if folds is not None:
         if configs is None:
             err.print("[red]error:[/red] --folds cross-validates the configurations of --compare; name them")
