@@ -122,6 +122,16 @@ def _connect(spec: ClientSpec) -> Any:
     )
 
 
+def _unreachable(exc: BaseException) -> bool:
+    """Whether Chroma's failure is that its server could not be reached (rather than a refused call)."""
+    import httpx
+
+    if isinstance(exc, httpx.TransportError):
+        return True
+    # chromadb's HttpClient checks the server when it is made, and says so only in a ValueError.
+    return isinstance(exc, ValueError) and "Could not connect to a Chroma server" in str(exc)
+
+
 #: The partition of universal documents (no scopes).
 UNIVERSAL = "u"
 #: The collection of all of a model's vectors, whatever their partition (never a partition's name: those
@@ -183,6 +193,10 @@ class ChromaIndex:
             where = {"embedded": str(self.spec.path), "cloud": "Chroma Cloud"}.get(
                 self.spec.kind, f"{self.spec.host}:{self.spec.port}"
             )
+            if _unreachable(exc):
+                raise StoreError(
+                    f"Chroma ({self.spec.kind}, {where}) is unreachable: failed to {action}: {exc}"
+                ) from exc
             raise StoreError(f"Chroma ({self.spec.kind}, {where}) failed to {action}: {exc}") from exc
 
     def _collection(self, model: str, part: str, dimension: int | None = None) -> Any:
@@ -192,9 +206,13 @@ class ChromaIndex:
         if held is not None:
             return held
         if dimension is None:
+            from chromadb.errors import NotFoundError
+
+            # Only Chroma's word that the collection does not exist means "no vectors yet": a server out
+            # of reach must fail the search, not answer it with nothing.
             try:
                 found = self.client.get_collection(name)
-            except Exception:  # Chroma raises its NotFoundError, or ValueError in older clients
+            except NotFoundError:
                 return None
         else:
             found = self.client.get_or_create_collection(

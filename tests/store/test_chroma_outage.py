@@ -1,0 +1,102 @@
+"""A Chroma server that is down is an error (StoreError: 503 ``store``, exit 69), never an empty index:
+only a collection Chroma says does not exist means "no vectors yet". Each test starts its own real
+``chroma run`` so that it can stop it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from citeline.engine import Citeline
+from citeline.errors import StoreError
+from citeline.retrieve.search import SearchRequest
+from citeline.settings import Settings
+from citeline.store.chroma import ChromaIndex
+from citeline.store.database import schema_name
+from tests.conftest import free_port, write
+
+
+@dataclass
+class ChromaServer:
+    """A ``chroma run`` on loopback that a test may stop."""
+
+    url: str
+    proc: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(20)
+
+
+@pytest.fixture
+def chroma_server(tmp_path: Path) -> Iterator[ChromaServer]:
+    port = free_port()
+    exe = Path(sys.executable).with_name("chroma")
+    proc = subprocess.Popen(
+        [str(exe), "run", "--path", str(tmp_path / "chroma"), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    server = ChromaServer(f"http://127.0.0.1:{port}", proc)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{server.url}/api/v2/heartbeat", timeout=2):
+                break
+        except OSError:
+            assert proc.poll() is None, "chroma run exited"
+            assert time.monotonic() < deadline, "chroma run did not start"
+            time.sleep(0.1)
+    yield server
+    if proc.poll() is None:
+        server.stop()
+
+
+@pytest.fixture
+def chroma(settings: Settings, chroma_server: ChromaServer) -> Iterator[Settings]:
+    """Settings of a Chroma deployment; the namespace is dropped afterwards."""
+    settings = settings.model_copy(update={"vector_backend": "chroma", "chroma_url": chroma_server.url})
+    yield settings
+    with Citeline(settings) as cl, cl.engine.begin() as conn:
+        conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(settings.namespace)}" CASCADE'))
+
+
+def _ingest(settings: Settings, folder: Path) -> None:
+    with Citeline(settings) as cl:
+        [result] = cl.ingest([write(folder / "bees.txt", "Honey bees dance to show where flowers are.")])
+        assert result.error is None
+
+
+class TestChromaDown:
+    def test_a_collection_not_made_yet_means_no_hits(self, chroma: Settings) -> None:
+        with Citeline(chroma) as cl:
+            assert cl.search(SearchRequest("bees")) == []
+
+    def test_a_process_that_never_reached_chroma_fails_instead_of_finding_nothing(
+        self, chroma: Settings, chroma_server: ChromaServer, tmp_path: Path
+    ) -> None:
+        _ingest(chroma, tmp_path)
+        chroma_server.stop()
+        # A fresh process (another worker, a restarted server) has opened no collection yet.
+        with Citeline(chroma) as cl, pytest.raises(StoreError, match="unreachable"):
+            cl.search(SearchRequest("where are the flowers"))
+
+    def test_a_connected_process_that_has_not_opened_the_collection_fails_too(
+        self, chroma: Settings, chroma_server: ChromaServer, tmp_path: Path
+    ) -> None:
+        _ingest(chroma, tmp_path)
+        with Citeline(chroma) as cl:
+            index = cl.vector_index
+            assert isinstance(index, ChromaIndex)
+            assert index.client.heartbeat()
+            chroma_server.stop()
+            with pytest.raises(StoreError, match="unreachable"):
+                cl.search(SearchRequest("where are the flowers"))
