@@ -1577,6 +1577,9 @@ def eval_command(
     )
     out.print(_metrics_table(summary))
     out.print(_spread_table(summary))
+    paired = _paired_table(summary)
+    if paired is not None:
+        out.print(paired)
     if "cross_validation" in summary:
         out.print(_cross_validation_table(summary["cross_validation"]))
     for path, what in ((per_query, "per-query results"), (report, "report")):
@@ -1600,37 +1603,49 @@ def _metrics_table(summary: Mapping[str, Any]) -> Table:
 
 
 def _spread_table(summary: Mapping[str, Any]) -> Table:
-    """nDCG@10 with its interval and, when there are several configurations, the paired difference
-    with the first, its interval, p-value and verdict: a table of its own, so both fit a terminal's width."""
-    from citeline.eval.report import DISAGREE_MARK, DISAGREE_NOTE
-    from citeline.eval.stats import interval_text
-
-    configs = summary["configs"]
-    several = len(configs) > 1
-    first = next(iter(configs))
+    """nDCG@10 with its bootstrap interval, one row per configuration."""
     table = Table(
         Column("config", no_wrap=True),
         "nDCG@10",
         Column("95% CI", no_wrap=True),
-        *(("Δ", Column("Δ 95% CI", no_wrap=True), "p", Column("verdict", no_wrap=True)) if several else ()),
-        title="nDCG@10 with 95% bootstrap intervals"
-        + (f"; Δ and p paired against {first}" if several else ""),
+        title="nDCG@10 with 95% bootstrap intervals",
+    )
+    for name, figures in summary["configs"].items():
+        ci = figures.get("ndcg@10_ci")
+        table.add_row(Text(name), f"{figures['ndcg@10']:.4f}", f"{ci[0]:.3f} to {ci[1]:.3f}" if ci else "")
+    return table
+
+
+def _paired_table(summary: Mapping[str, Any]) -> Table | None:
+    """Each configuration's paired difference with the first, its interval, p-value and verdict; None
+    for a single configuration. A table of its own, so it fits a terminal's 80 columns."""
+    from citeline.eval.report import DISAGREE_MARK, DISAGREE_NOTE
+    from citeline.eval.stats import interval_text
+
+    configs = summary["configs"]
+    first = next(iter(configs))
+    rows = [(name, figures) for name, figures in configs.items() if figures.get("delta_vs_first") is not None]
+    if not rows:
+        return None
+    table = Table(
+        Column("config", no_wrap=True),
+        Column("Δ", no_wrap=True),
+        Column("Δ 95% CI", no_wrap=True),
+        Column("p", no_wrap=True),
+        Column("verdict", no_wrap=True),
+        title=f"nDCG@10: Δ and p paired against {first}",
     )
     disagree = False
-    for name, figures in configs.items():
-        ci = figures.get("ndcg@10_ci")
-        cells = [f"{figures['ndcg@10']:.4f}", f"{ci[0]:.3f} to {ci[1]:.3f}" if ci else ""]
-        delta, delta_ci = figures.get("delta_vs_first"), figures.get("delta_vs_first_ci")
-        if delta is not None:
-            verdict = figures["verdict_vs_first"]
-            disagree |= verdict == "disagree"
-            cells += [
-                f"{delta:+.4f}",
-                interval_text(delta_ci),
-                _p_value(figures["p_vs_first"]),
-                f"{verdict} {DISAGREE_MARK}" if verdict == "disagree" else verdict,
-            ]
-        table.add_row(Text(name), *cells)
+    for name, figures in rows:
+        verdict = figures["verdict_vs_first"]
+        disagree |= verdict == "disagree"
+        table.add_row(
+            Text(name),
+            f"{figures['delta_vs_first']:+.4f}",
+            interval_text(figures["delta_vs_first_ci"]),
+            _p_value(figures["p_vs_first"]),
+            f"{verdict} {DISAGREE_MARK}" if verdict == "disagree" else verdict,
+        )
     if disagree:
         table.caption = Text(f"{DISAGREE_MARK} {DISAGREE_NOTE}")
     return table

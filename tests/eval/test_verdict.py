@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 from rich.console import Console
 
-from citeline.cli import _spread_table
+from citeline.cli import _paired_table
 from citeline.eval.beir import ConfigResult, Evaluation, QueryResult
 from citeline.eval.configs import Config
 from citeline.eval.report import render_html
@@ -46,8 +46,10 @@ def test_a_difference_is_called_real_only_when_interval_and_test_agree(settings:
     assert worse["verdict_vs_first"] == "lower" and worse["differing_vs_first"] == 30
     assert configs["default"]["verdict_vs_first"] is None
 
+    # Printed where a script's log or a pipe gives rich 80 columns: nothing may be cut short.
     table = io.StringIO()
-    Console(file=table, width=200).print(_spread_table(evaluation.summary()))
+    Console(file=table, width=80).print(_paired_table(evaluation.summary()))
+    assert "…" not in table.getvalue()
     lines = table.getvalue().splitlines()
     row = next(line for line in lines if "fewer" in line)
     assert "disagree †" in row and "-0.0431 to -0.0028" in row
