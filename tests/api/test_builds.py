@@ -160,3 +160,22 @@ def test_search_takes_content_types_as_docs_list_shows_them_and_refuses_unknown_
     assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "invalid_request"
     message = unknown.json()["error"]["message"]
     assert "'docx'" in message and "markdown" in message and "application/pdf" in message
+
+
+def test_the_listing_takes_content_types_as_docs_list_shows_them_and_refuses_unknown_ones(
+    server: Server,
+) -> None:
+    with server.as_("admin") as admin:
+
+        def listed(content_type: str) -> list[str]:
+            page = admin.get("/documents", params={"content_type": content_type, "limit": 1000}).json()
+            return sorted(d["id"] for d in page["documents"])
+
+        stored = listed("text/markdown")
+        assert stored and listed("markdown") == listed("Markdown") == stored
+        assert listed("pdf") == listed("csv") == []
+        unknown = admin.get("/documents", params={"content_type": "docx"})
+    assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "invalid_request"
+    message = unknown.json()["error"]["message"]
+    assert message.startswith("query.content_type: unknown content type 'docx'"), message
+    assert "markdown" in message and "application/pdf" in message

@@ -486,6 +486,23 @@ def test_a_listing_by_source_prefix_is_one_synced_folder_matched_literally(cl: C
     ]
 
 
+def test_a_listing_takes_content_types_as_docs_list_shows_them_and_refuses_unknown_ones(cl: Citeline) -> None:
+    """As search's filter does: ``csv`` is ``text/csv``, any case; a type no document can have is refused
+    naming the known ones, where it matched nothing."""
+    for name, text in (("valves.csv", "valve,bar\nrelief,6\n"), ("pump.md", "# Pump\n\nPrime it.")):
+        cl.submit(Upload(name, io.BytesIO(text.encode())), index=False)
+
+    def listed(content_type: str) -> list[str]:
+        return [d.name for d in cl.list_documents(DocumentQuery(content_type=content_type)).documents]
+
+    assert listed("text/csv") == listed("csv") == listed(" CSV ") == ["valves.csv"]
+    assert listed("markdown") == ["pump.md"] and listed("pdf") == []
+    with pytest.raises(
+        InvalidRequestError, match=r"^content_type: unknown content type 'docx'; known: .*csv"
+    ):
+        DocumentQuery(content_type="docx")
+
+
 def _slow_source(name: str, seconds: float) -> Source:
     def opener() -> LoadedSource:
         def pages() -> Iterator[Page]:

@@ -180,10 +180,11 @@ class Filters:
         return " AND ".join(conds), params
 
 
-def content_types(given: Iterable[str]) -> tuple[str, ...]:
+def content_types(given: Iterable[str], *, field: str = "content_types") -> tuple[str, ...]:
     """The MIME types a content-type filter names, each once: a stored type (``application/pdf``, any
     case) or its short name as ``docs list`` shows it (``pdf``, ``text``, ``csv``). A name no document
-    can have is refused with the known ones, where it would have matched nothing."""
+    can have is refused with the known ones, where it would have matched nothing; the refusal names
+    ``field``, the caller's (a listing's ``content_type``)."""
     by_name = {**{short_type(t): t for t in CONTENT_TYPES}, **{t: t for t in CONTENT_TYPES}}
     out: dict[str, None] = {}
     for name in given:
@@ -191,7 +192,7 @@ def content_types(given: Iterable[str]) -> tuple[str, ...]:
         if known is None:
             shorts = ", ".join(sorted(short_type(t) for t in CONTENT_TYPES))
             raise InvalidRequestError(
-                f"content_types: unknown content type {name!r}; known: {shorts} "
+                f"{field}: unknown content type {name!r}; known: {shorts} "
                 f"(or as stored: {', '.join(CONTENT_TYPES)})"
             )
         out[known] = None

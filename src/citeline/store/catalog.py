@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from citeline.access import FULL_ACCESS, Access
 from citeline.checks import refuse_nul
 from citeline.errors import ConfigError, ConflictError, NotFoundError
-from citeline.retrieve.filters import category_condition, like_escape
+from citeline.retrieve.filters import category_condition, content_types, like_escape
 from citeline.store.index import VectorIndex, VersionVectors, as_array, fill_vectors
 from citeline.store.models import Status
 from citeline.types import SourceMetadata, embedding_text
@@ -1972,7 +1972,9 @@ class DocumentQuery:
     case-insensitive; ``source`` is the key a document was uploaded under, matched exactly, and
     ``source_prefix`` the start of such keys (one synced folder's, say), matched literally: a ``%`` or
     ``_`` in it is a character of the key. Both are read in the keys' Unicode form
-    (:func:`source_key`); an empty prefix keeps every document uploaded under a key.
+    (:func:`source_key`); an empty prefix keeps every document uploaded under a key. ``content_type``
+    is taken as search's filter takes one (:func:`~citeline.retrieve.filters.content_types`): stored
+    (``text/csv``) or short, as ``docs list`` shows it (``csv``); an unknown one is refused.
     """
 
     status: str | None = None
@@ -1989,6 +1991,9 @@ class DocumentQuery:
 
     def __post_init__(self) -> None:
         refuse_nul(self, "")
+        if self.content_type:
+            [stored] = content_types([self.content_type], field="content_type")
+            object.__setattr__(self, "content_type", stored)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 from starlette.types import Receive, Scope, Send
 
 from citeline.api.deps import AccessDep, AdminDep, CitelineDep
-from citeline.api.errors import error_body
+from citeline.api.errors import error_body, field_named
 from citeline.api.head import HEAD_ASKED
 from citeline.api.routes.links import file_url
 from citeline.errors import InvalidRequestError
@@ -59,7 +59,10 @@ def list_documents(
     scope: Annotated[str | None, Query(description="Only documents carrying this scope.")] = None,
     category: Annotated[str | None, Query(description="This category or any below it.")] = None,
     tag: Annotated[str | None, Query(description="Only documents with this tag.")] = None,
-    content_type: Annotated[str | None, Query(description="E.g. application/pdf.")] = None,
+    content_type: Annotated[
+        str | None,
+        Query(description="As stored (`application/pdf`) or as `docs list` shows it (`pdf`, `csv`, `text`)."),
+    ] = None,
     name_contains: Annotated[str | None, Query(description="Case-insensitive part of the name.")] = None,
     source: Annotated[
         str | None, Query(description="The document uploaded under this key (the upload's `source`).")
@@ -74,18 +77,21 @@ def list_documents(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Offset = 0,
 ) -> dict[str, Any]:
-    query = DocumentQuery(
-        status=status.value if status else None,
-        scope=scope,
-        category=category,
-        tag=tag,
-        content_type=content_type,
-        name_contains=name_contains,
-        source=source,
-        source_prefix=source_prefix,
-        limit=limit,
-        offset=offset,
-    )
+    try:
+        query = DocumentQuery(
+            status=status.value if status else None,
+            scope=scope,
+            category=category,
+            tag=tag,
+            content_type=content_type,
+            name_contains=name_contains,
+            source=source,
+            source_prefix=source_prefix,
+            limit=limit,
+            offset=offset,
+        )
+    except InvalidRequestError as exc:
+        raise field_named(exc, {"content_type": "query.content_type"}) from exc
     page = cl.list_documents(query, access=access)
     return {
         "documents": [document_json(d) for d in page.documents],
