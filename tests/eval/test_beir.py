@@ -102,7 +102,18 @@ def test_a_query_file_in_another_encoding_is_refused_at_its_first_foreign_line(t
             "got 1 field(s); the fields must be separated by tabs",
         ),
         ("q1\t0\tstatins\t1\n", "got 4 field(s); TREC qrels (query 0 document score) need the second column"),
-        ("qid\tdocid\trel\nq1\tstatins\t1\n", "test.tsv, line 1: the score 'rel' is not an integer"),
+        ("q1\tQ0\tstatins\t1\n", "TREC qrels (query 0 document score) need the second column"),
+        # Four fields that are not TREC's: no TREC hint, which used to be given for any four.
+        (
+            "q1\tstatins\t1\textra\n",
+            "expected query-id, corpus-id and score separated by tabs, got 4 field(s)",
+        ),
+        # A header other than BEIR's: say which one is recognised, not only that "rel" is no integer.
+        (
+            "qid\tdocid\trel\nq1\tstatins\t1\n",
+            "test.tsv, line 1: the score 'rel' is not an integer; the only header recognised is "
+            "'query-id<TAB>corpus-id<TAB>score' (BEIR's): rename it or remove the line",
+        ),
         ("q1\tstatins\t1.0\n", "line 1: the score '1.0' is not an integer"),
         ("q1\t\t1\n", "line 1: the query-id or the corpus-id is empty"),
         (
@@ -117,8 +128,21 @@ def test_a_query_file_in_another_encoding_is_refused_at_its_first_foreign_line(t
     ],
 )
 def test_malformed_or_useless_judgements_are_refused(tmp_path: Path, qrels: str, message: str) -> None:
-    with pytest.raises(InvalidRequestError, match=re.escape(message)):
+    with pytest.raises(InvalidRequestError, match=re.escape(message)) as info:
         load_beir(_folder(tmp_path, qrels=qrels))
+    if "\tQ0\t" not in qrels and "\t0\t" not in qrels:
+        assert "TREC" not in str(info.value)
+
+
+def test_a_file_given_for_the_folder_is_named_as_a_file(tmp_path: Path) -> None:
+    # It used to read "corpus.jsonl is missing (team/corpus.jsonl/corpus.jsonl)".
+    folder = _folder(tmp_path)
+    with pytest.raises(InvalidRequestError) as info:
+        load_beir(folder / "corpus.jsonl")
+    assert str(info.value) == (
+        f"{folder / 'corpus.jsonl'} is a file; citeline eval takes the BEIR folder that holds "
+        f"corpus.jsonl, queries.jsonl and qrels/ (here perhaps {folder})"
+    )
 
 
 @pytest.mark.parametrize(

@@ -65,7 +65,15 @@ def test_ad_hoc_configuration_is_parsed_and_validated() -> None:
     ("spec", "expected"),
     [
         ("bm42", ["unknown configuration 'bm42'", "valid configurations: default, rrf"]),
-        ("x=no_such_setting:1", ["'no_such_setting'", "is not a setting", "valid configurations:"]),
+        # The settings, not the configuration names, and the closest one.
+        (
+            "x=no_such_setting:1",
+            ["'no_such_setting'", "is not a setting", "settings a configuration may set: "],
+        ),
+        (
+            "x=weight_keywords:0.3",
+            ["'weight_keywords', which is not a setting", "did you mean 'weight_keyword'? Settings"],
+        ),
         ("big=chunk_size:2000", ["chunk_size", "same stored corpus", "--namespace"]),
         ("ns=namespace:other", ["namespace", "same stored corpus"]),
         ("sql=keyword_index:sql", ["keyword_index", "same stored corpus"]),

@@ -157,12 +157,13 @@ def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
             continue
         parts = [part.strip() for part in line.split("\t")]
         if len(parts) != 3:
-            words = len(line.split())
+            words = line.split()
             hint = (
                 "; the fields must be separated by tabs"
-                if words == 3
+                if len(words) == 3
+                # Only a line that looks like TREC's: its second field is the unused iteration, 0 or Q0.
                 else "; TREC qrels (query 0 document score) need the second column dropped"
-                if words == 4
+                if len(words) == 4 and words[1] in ("0", "Q0")
                 else ""
             )
             fields = f"got {len(parts)} field(s){hint}"
@@ -173,7 +174,13 @@ def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
         try:
             score = int(score_text)
         except ValueError:
-            raise _bad_line(path, n, f"the score {score_text!r} is not an integer") from None
+            header = (
+                f"; the only header recognised is '{QRELS_HEADER}<TAB>corpus-id<TAB>score' (BEIR's): "
+                "rename it or remove the line"
+                if i == 0
+                else ""
+            )
+            raise _bad_line(path, n, f"the score {score_text!r} is not an integer{header}") from None
         judged = qrels.setdefault(qid, {})
         if doc in judged and judged[doc] != score:
             raise _bad_line(
@@ -223,6 +230,11 @@ def load_beir(folder: Path, *, split: str = "test") -> BeirData:
     Errors name the missing file, or the file and line that is malformed and why. Only queries with a
     judgement in ``split`` are kept; a folder where no query has one is refused.
     """
+    if folder.is_file():
+        raise InvalidRequestError(
+            f"{folder} is a file; citeline eval takes the BEIR folder that holds corpus.jsonl, "
+            f"queries.jsonl and qrels/ (here perhaps {folder.parent})"
+        )
     corpus = folder / "corpus.jsonl"
     queries_path = folder / "queries.jsonl"
     qrels_path = folder / "qrels" / f"{split}.tsv"

@@ -10,6 +10,7 @@ namespace :func:`backend_namespace` names, so that backends compare query by que
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,14 +88,22 @@ def _names_hint() -> str:
     return hint + "; or define one as name=key:value;key:value"
 
 
+def _settings_hint(unknown: str) -> str:
+    """The closest setting a configuration may set, and all of them: the names it was meant to be."""
+    allowed = [key for key in Settings.model_fields if not is_fixed(key)]
+    close = difflib.get_close_matches(unknown, allowed, n=1)
+    listed = f"ettings a configuration may set: {', '.join(allowed)}"
+    return f"; did you mean {close[0]!r}? S{listed}" if close else f"; s{listed}"
+
+
 def make_config(name: str, overrides: Mapping[str, Any], base: Settings) -> Config:
     """``base`` with ``overrides`` applied and validated; errors name the configuration and the setting."""
     unknown = missing_settings(overrides)
     if unknown:
         raise InvalidRequestError(
             f"configuration {name!r} sets {', '.join(map(repr, unknown))}, which "
-            f"{'is not a setting' if len(unknown) == 1 else 'are not settings'} of this citeline; "
-            + _names_hint()
+            f"{'is not a setting' if len(unknown) == 1 else 'are not settings'} of this citeline"
+            + _settings_hint(unknown[0])
         )
     fixed = sorted(key for key in overrides if is_fixed(key))
     if fixed:
