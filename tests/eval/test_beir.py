@@ -188,12 +188,23 @@ def test_what_windows_editors_and_exporters_write_is_read_as_written(tmp_path: P
     assert data.corpus_ids == ("7", "8")
 
 
+def test_the_first_few_unjudged_queries_are_named(tmp_path: Path) -> None:
+    queries = {f"u{i}": f"question {i}" for i in range(7)} | {"q1": "Do statins reduce cholesterol?"}
+    data = load_beir(write_beir(tmp_path / "many", queries, {"q1": "statins"}))
+    assert judgement_warnings(data) == [
+        "queries with no judgement in this split are not run: 7 (u0, u1, u2, u3, u4, ...)"
+    ]
+
+
 def test_judgements_that_cannot_be_measured_as_meant_are_reported(tmp_path: Path) -> None:
     qrels = "q1\tstatins\t1\nq1\tretracted\t2\nq2\taspirin\t0\nghost\tstatins\t1\n"
     data = load_beir(_folder(tmp_path, qrels=qrels))
     assert set(data.queries) == {"q1", "q2"} and data.unknown_queries == ("ghost",)
     notes = judgement_warnings(data)
-    assert len(notes) == 3
+    assert len(notes) == 4
+    # Queries the split does not judge are not run, as documented; they used to be dropped silently.
+    assert data.unjudged_queries == ("q3", "q4")
+    assert notes[3] == "queries with no judgement in this split are not run: 2 (q3, q4)"
     assert "queries.jsonl does not hold are left out: 1 (for example 'ghost')" in notes[0]
     assert "'retracted' for query 'q1'" in notes[1]
     assert (

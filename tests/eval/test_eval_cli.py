@@ -337,6 +337,7 @@ def test_judgements_that_cannot_be_measured_as_meant_are_warned_about_on_standar
     assert code == 0, err
     assert "warning: judged queries that queries.jsonl does not hold are left out: 1" in err
     assert "'retracted' for query 'q2'" in err and "their queries cannot reach a recall" in err
+    assert "warning: queries with no judgement in this split are not run: 2 (q3, q4)" in err
     summary = json.loads(out)
     assert summary["queries"] == 2 and summary["recall@100"] == 0.5
 

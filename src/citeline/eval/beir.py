@@ -65,6 +65,8 @@ class BeirData:
     qrels: dict[str, dict[str, int]]
     #: Query ids the judgements name that ``queries.jsonl`` does not hold, in judgement order.
     unknown_queries: tuple[str, ...] = ()
+    #: Query ids of ``queries.jsonl`` with no judgement in the split, in file order: not run.
+    unjudged_queries: tuple[str, ...] = ()
 
     @cached_property
     def corpus_ids(self) -> tuple[str, ...]:
@@ -255,13 +257,15 @@ def load_beir(folder: Path, *, split: str = "test") -> BeirData:
         raise InvalidRequestError(f"no query to run: {qrels_path} judges none of the queries ({found})")
     slug = re.sub(r"[^a-z0-9]+", "_", folder.resolve().name.lower()).strip("_") or "beir"
     unknown = tuple(qid for qid in qrels if qid not in every_query)
-    return BeirData(folder, f"eval_{slug}"[:41], corpus, queries, qrels, unknown)
+    unjudged = tuple(qid for qid in every_query if qid not in qrels)
+    return BeirData(folder, f"eval_{slug}"[:41], corpus, queries, qrels, unknown, unjudged)
 
 
 def judgement_warnings(data: BeirData) -> list[str]:
     """What in the judgements will not be measured as the folder's author may expect: judged queries that
     ``queries.jsonl`` lacks (left out), relevant documents the corpus lacks (no ranking can find them)
-    and queries with no relevant document (they score 0). Reads the corpus, so checks it too."""
+    and queries with no relevant document (they score 0), and queries with no judgement in the split
+    (not run). Reads the corpus, so checks it too."""
     notes = []
     if data.unknown_queries:
         notes.append(
@@ -287,7 +291,15 @@ def judgement_warnings(data: BeirData) -> list[str]:
             f"queries with no relevant judgement (no score above 0), which score 0 on every metric: "
             f"{len(unanswerable)} (for example {unanswerable[0]!r})"
         )
+    unjudged = data.unjudged_queries
+    if unjudged:
+        shown = ", ".join(unjudged[:_NAMED]) + (", ..." if len(unjudged) > _NAMED else "")
+        notes.append(f"queries with no judgement in this split are not run: {len(unjudged)} ({shown})")
     return notes
+
+
+#: How many ids a warning names before "...".
+_NAMED = 5
 
 
 def corpus_uri(namespace: str, doc_id: str) -> str:
