@@ -995,7 +995,8 @@ class Ingestor:
                 run.report(IngestResult(src.label, Outcome.RETRYING, queued, error=reason))
                 return
             if transient and run.retry is not None:
-                reason = f"{reason} (gave up after {job.doc.attempts} attempts)"
+                attempts = f"{job.doc.attempts} attempt{'' if job.doc.attempts == 1 else 's'}"
+                reason = f"{reason} (gave up after {attempts})"
             failed = self._record_failure(
                 src.label,
                 src.uri,

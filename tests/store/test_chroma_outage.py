@@ -4,10 +4,12 @@ only a collection Chroma says does not exist means "no vectors yet". Each test s
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,8 @@ import sqlalchemy as sa
 
 from citeline.engine import Citeline
 from citeline.errors import StoreError
+from citeline.ingest import RetryPolicy
+from citeline.jobs.submit import Upload
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
 from citeline.store.chroma import ChromaIndex
@@ -100,3 +104,23 @@ class TestChromaDown:
             chroma_server.stop()
             with pytest.raises(StoreError, match="unreachable"):
                 cl.search(SearchRequest("where are the flowers"))
+
+    def test_a_build_whose_vectors_could_not_be_written_records_why_not_the_cleanup(
+        self, chroma: Settings, chroma_server: ChromaServer, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        def submit(name: str, text: str) -> uuid.UUID:
+            return cl.submit(Upload(name, io.BytesIO(text.encode()))).document.version_id
+
+        with Citeline(chroma) as cl:
+            ingestor = cl.ingestor()
+            # A worker that has built before: its collections are open, its client connected.
+            ingestor.run_jobs(limit=1, version_ids=[submit("bees.txt", "Honey bees dance.")])
+            pump = submit("pump.txt", "Drain the pump before winter storage.")
+            chroma_server.stop()
+            [result] = ingestor.run_jobs(limit=1, version_ids=[pump], retry=RetryPolicy(retries=0))
+        assert result.error is not None
+        assert "is unreachable: failed to add 1 vector: " in result.error
+        assert "remove" not in result.error
+        assert result.error.endswith("(gave up after 1 attempt)")
+        # The cleanup that could not run either is logged, for the start-up repair to finish.
+        assert "failed to remove the vectors of 1 version: " in caplog.text

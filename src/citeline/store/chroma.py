@@ -132,6 +132,10 @@ def _unreachable(exc: BaseException) -> bool:
     return isinstance(exc, ValueError) and "Could not connect to a Chroma server" in str(exc)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 #: The partition of universal documents (no scopes).
 UNIVERSAL = "u"
 #: The collection of all of a model's vectors, whatever their partition (never a partition's name: those
@@ -247,7 +251,7 @@ class ChromaIndex:
                 (str(cid), str(part.version_id), vec)
                 for cid, vec in zip(part.chunk_ids, part.vectors, strict=True)
             )
-        with self._errors(f"add {sum(len(g) for g in grouped.values())} vectors"):
+        with self._errors(f"add {_count(sum(len(g) for g in grouped.values()), 'vector')}"):
             for name, rows in grouped.items():
                 dimension = int(rows[0][2].shape[0])
                 self._upsert(self._collection(model, name, dimension), rows)
@@ -267,7 +271,7 @@ class ChromaIndex:
         if not version_ids:
             return
         where = {"version": {"$in": [str(v) for v in version_ids]}}
-        with self._errors(f"remove the vectors of {len(version_ids)} versions"):
+        with self._errors(f"remove the vectors of {_count(len(version_ids), 'version')}"):
             for collection in self._namespace_collections():
                 collection.delete(where=where)
 
@@ -293,7 +297,7 @@ class ChromaIndex:
         wanted: dict[str, tuple[str, str]] = {
             str(cid): (model, parts[version]) for cid, version, model in rows if version in parts
         }
-        with self._errors(f"move the vectors of {len(version_ids)} relabelled versions"):
+        with self._errors(f"move the vectors of {_count(len(version_ids), 'relabelled version')}"):
             self._refile(wanted)
 
     def _refile(self, wanted: dict[str, tuple[str, str]]) -> int:
@@ -395,7 +399,7 @@ class ChromaIndex:
         by_model: dict[str, list[str]] = {}
         for cid, model in rows:
             by_model.setdefault(model, []).append(str(cid))
-        with self._errors(f"read {len(chunk_ids)} vectors"):
+        with self._errors(f"read {_count(len(chunk_ids), 'vector')}"):
             for model, ids in by_model.items():
                 collection = self._collection(model, WHOLE)
                 if collection is not None:
