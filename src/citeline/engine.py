@@ -1462,6 +1462,11 @@ class Citeline:
         if self._embedder is None:
             problems["embedder"] = "the embedding model is not loaded yet"
         checks = ["database", "embedder"]
+        if self._settings.vector_backend == "chroma":
+            checks.append("vector_index")
+            problem = self.vector_index.problem()
+            if problem is not None:
+                problems["vector_index"] = problem
         if self._jobs is not None:
             checks.append("job_runner")
             problem = self._jobs.problem

@@ -23,7 +23,7 @@ from citeline.ingest import RetryPolicy
 from citeline.jobs.submit import Upload
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
-from citeline.store.chroma import ChromaIndex
+from citeline.store.chroma import HEARTBEAT_TTL, ChromaIndex
 from citeline.store.database import schema_name
 from tests.conftest import free_port, write
 
@@ -124,3 +124,21 @@ class TestChromaDown:
         assert result.error.endswith("(gave up after 1 attempt)")
         # The cleanup that could not run either is logged, for the start-up repair to finish.
         assert "failed to remove the vectors of 1 version: " in caplog.text
+
+    def test_readiness_names_a_chroma_server_that_is_down(
+        self, chroma: Settings, chroma_server: ChromaServer
+    ) -> None:
+        with Citeline(chroma) as cl:
+            cl.warm_up()
+            up = cl.readiness()
+            assert up.checks["vector_index"] and up.ready
+            chroma_server.stop()
+            time.sleep(HEARTBEAT_TTL)  # the last answer is kept that long: probes cost one request
+            down = cl.readiness()
+        assert not down.ready and not down.checks["vector_index"]
+        assert down.problems["vector_index"].startswith(f"Chroma at {chroma_server.url.split('//')[1]} ")
+
+
+def test_readiness_has_no_vector_index_check_when_vectors_are_in_postgresql(settings: Settings) -> None:
+    with Citeline(settings) as cl:
+        assert "vector_index" not in cl.readiness().checks

@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -45,6 +47,9 @@ from citeline.types import embedding_text
 _PAGE = 5_000
 #: Extra room asked of Chroma over what the filter's share of the corpus predicts.
 _SLACK = 1.5
+#: Seconds a readiness probe waits for the Chroma server's heartbeat, and keeps its answer.
+_HEARTBEAT_TIMEOUT = 2.0
+HEARTBEAT_TTL = 2.0
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,8 @@ class ChromaIndex:
         self._client: Any = None
         self._collections: dict[str, Any] = {}
         self._lock = threading.Lock()
+        #: When the server's heartbeat was last asked, and what it said (see :meth:`problem`).
+        self._heartbeat: tuple[float, str | None] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ChromaIndex:
@@ -502,6 +509,31 @@ class ChromaIndex:
             if len(page) < _PAGE:
                 return ids
             offset += _PAGE
+
+    def problem(self) -> str | None:
+        """Whether a Chroma server answers its heartbeat within ``_HEARTBEAT_TIMEOUT``: the client
+        chromadb makes waits without end on a server that accepts but does not answer. The answer is kept
+        for ``HEARTBEAT_TTL``, so probes from several orchestrators cost one request. Embedded Chroma
+        runs in this process; Chroma Cloud is not probed (its failures surface as StoreError)."""
+        if self.spec.kind != "server":
+            return None
+        now = time.monotonic()
+        if self._heartbeat is not None and now - self._heartbeat[0] < HEARTBEAT_TTL:
+            return self._heartbeat[1]
+        scheme = "https" if self.spec.ssl else "http"
+        where = f"{self.spec.host}:{self.spec.port}"
+        request = urllib.request.Request(f"{scheme}://{where}/api/v2/heartbeat")
+        if self.spec.api_key is not None:
+            request.add_header("x-chroma-token", self.spec.api_key.get_secret_value())
+        found: str | None = None
+        try:
+            with urllib.request.urlopen(request, timeout=_HEARTBEAT_TIMEOUT):
+                pass
+        except (OSError, ValueError) as exc:  # URLError and HTTPError are OSErrors; timeouts too
+            reason = getattr(exc, "reason", None) or exc
+            found = f"Chroma at {where} does not answer its heartbeat: {reason}"
+        self._heartbeat = (now, found)
+        return found
 
     def close(self) -> None:
         self._collections.clear()

@@ -262,6 +262,11 @@ class VectorIndex(Protocol):
         """The vectors of these chunks (ids it does not hold are left out)."""
         ...
 
+    def problem(self) -> str | None:
+        """Why the index cannot serve now (a server of its own out of reach), or None. Cheap: readiness
+        probes ask it every few seconds."""
+        ...
+
     def held(self, query: VectorQuery, chunk_ids: Sequence[int]) -> HeldChunks | None:
         """Those of ``chunk_ids`` active in the snapshot ``query.log`` names, with their versions, content
         types and distances to ``query.vector`` (and, with ``query.labels``, their versions' labels), when

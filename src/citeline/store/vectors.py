@@ -408,5 +408,9 @@ class PgVectorIndex:
         """Nothing to repair: a vector lives and dies with its chunk row."""
         return Repair()
 
+    def problem(self) -> str | None:
+        """None: the vectors are in the database, whose own check says whether it answers."""
+        return None
+
     def close(self) -> None:
         """Nothing to close: the catalog's engine is the caller's."""
