@@ -155,6 +155,8 @@ class Citeline:
         self._engine: sa.Engine | None = None
         self._embedder: Embedder | None = None
         self._vector_index: VectorIndex | None = None
+        #: The start-up repair waits for a vector index that was out of reach (see :meth:`warm_up`).
+        self._repair_pending = False
         self._llm: LLM | None = None
         self._rerankers: dict[tuple[str, str], Reranker | None] = {}
         #: The model the namespace serves, as last read (see :meth:`served_model`).
@@ -230,8 +232,17 @@ class Citeline:
         session, the repaired vector index): a job worker never searches, and the query session, keyword
         index, vectors and judge would cost it memory. A process that searches never opens the ingest
         session unless it also builds documents.
+
+        A vector index out of reach (a Chroma server not up yet: an orchestrator starts services in any
+        order) does not stop the warm-up: :meth:`readiness` reports it, and runs the repair once it answers.
         """
-        self.repair_vectors()
+        try:
+            self.repair_vectors()
+        except StoreError as exc:
+            if self.vector_index.problem() is None:
+                raise  # the database, or a vector index that answers and failed all the same
+            log.warning("%s; not ready until it answers, then the vector index is repaired", exc)
+            self._repair_pending = True
         if not search:
             self.prepare_ingest()
             return self
@@ -1465,6 +1476,8 @@ class Citeline:
         if self._settings.vector_backend == "chroma":
             checks.append("vector_index")
             problem = self.vector_index.problem()
+            if problem is None and self._repair_pending:
+                problem = self._repair_when_back()
             if problem is not None:
                 problems["vector_index"] = problem
         if self._jobs is not None:
@@ -1473,6 +1486,17 @@ class Citeline:
             if problem is not None:
                 problems["job_runner"] = problem
         return Readiness({name: name not in problems for name in checks}, problems)
+
+    def _repair_when_back(self) -> str | None:
+        """Run the start-up repair :meth:`warm_up` could not (once); why it failed, if it did."""
+        with self._lock:
+            if self._repair_pending:
+                try:
+                    self.repair_vectors()
+                except StoreError as exc:
+                    return f"the vector index answers but could not be repaired: {exc}"
+                self._repair_pending = False
+        return None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,40 +27,44 @@ from citeline.store.database import schema_name
 from tests.conftest import free_port, write
 
 
-@dataclass
 class ChromaServer:
-    """A ``chroma run`` on loopback that a test may stop."""
+    """A ``chroma run`` on loopback that a test may stop and start again (same port, same files)."""
 
-    url: str
-    proc: subprocess.Popen[bytes]
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = Path(sys.executable).with_name("chroma")
+        host, port = self.url.split("//")[1].split(":")
+        self.proc = subprocess.Popen(
+            [str(exe), "run", "--path", str(self.folder), "--host", host, "--port", port],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/v2/heartbeat", timeout=2):
+                    return
+            except OSError:
+                assert self.proc.poll() is None, "chroma run exited"
+                assert time.monotonic() < deadline, "chroma run did not start"
+                time.sleep(0.1)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(20)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
 
 
 @pytest.fixture
 def chroma_server(tmp_path: Path) -> Iterator[ChromaServer]:
-    port = free_port()
-    exe = Path(sys.executable).with_name("chroma")
-    proc = subprocess.Popen(
-        [str(exe), "run", "--path", str(tmp_path / "chroma"), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    server = ChromaServer(f"http://127.0.0.1:{port}", proc)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{server.url}/api/v2/heartbeat", timeout=2):
-                break
-        except OSError:
-            assert proc.poll() is None, "chroma run exited"
-            assert time.monotonic() < deadline, "chroma run did not start"
-            time.sleep(0.1)
+    server = ChromaServer(tmp_path / "chroma")
+    server.start()
     yield server
-    if proc.poll() is None:
-        server.stop()
+    server.stop()
 
 
 @pytest.fixture
@@ -142,3 +145,19 @@ class TestChromaDown:
 def test_readiness_has_no_vector_index_check_when_vectors_are_in_postgresql(settings: Settings) -> None:
     with Citeline(settings) as cl:
         assert "vector_index" not in cl.readiness().checks
+
+
+def test_a_server_started_before_chroma_serves_once_chroma_is_up(
+    chroma: Settings, chroma_server: ChromaServer, tmp_path: Path
+) -> None:
+    """As an orchestrator starts them: citeline serve may come up before its Chroma. It starts, not
+    ready (naming Chroma), and is ready once Chroma answers, with the start-up repair then done."""
+    _ingest(chroma, tmp_path)
+    chroma_server.stop()
+    with Citeline(chroma) as cl:
+        cl.warm_up()  # raised StoreError: citeline serve printed a traceback and exited
+        assert cl.readiness().problems.keys() == {"vector_index"}
+        chroma_server.start()
+        time.sleep(HEARTBEAT_TTL)
+        assert cl.readiness().ready
+        assert [h.document_name for h in cl.search(SearchRequest("where are the flowers"))] == ["bees.txt"]
