@@ -161,3 +161,16 @@ def test_a_server_started_before_chroma_serves_once_chroma_is_up(
         time.sleep(HEARTBEAT_TTL)
         assert cl.readiness().ready
         assert [h.document_name for h in cl.search(SearchRequest("where are the flowers"))] == ["bees.txt"]
+
+
+def test_a_queued_version_names_the_backend_it_will_be_built_in(settings: Settings) -> None:
+    """POST /documents answers with the queued version: on a Chroma deployment it said pgvector."""
+    chroma = settings.model_copy(update={"vector_backend": "chroma"})
+    with Citeline(chroma) as cl:
+        queued = cl.submit(Upload("pump.txt", io.BytesIO(b"Drain the pump."))).document
+        pending = cl.submit(Upload("fan.txt", io.BytesIO(b"Oil the fan.")), index=False).document
+        try:
+            assert (queued.vector_index, pending.vector_index) == ("chroma", "chroma")
+        finally:
+            with cl.engine.begin() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema_name(chroma.namespace)}" CASCADE'))

@@ -546,6 +546,8 @@ def _insert_versions(
             "m": req.spec.embedding_model,
             "cs": req.spec.chunk_size,
             "co": req.spec.chunk_overlap,
+            # The backend the build will write to, shown while it is queued (the build records it again).
+            "vi": req.spec.vector_index,
             "fetched": req.fetched_at.isoformat() if req.fetched_at else None,
             "ct": req.content_type,
             **_label_params(labels, as_json=True),
@@ -556,7 +558,7 @@ def _insert_versions(
         sa.text(
             "INSERT INTO documents (id, document_id, name, source_uri, file_path, content_hash, version, "
             "status, embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, "
-            "uploaded_by, ingest_run, queued_at, last_fetched_at, content_type) "
+            "uploaded_by, ingest_run, queued_at, last_fetched_at, content_type, vector_index) "
             "SELECT v.id, coalesce(v.doc, "
             "(SELECT document_id FROM documents WHERE source_uri = v.s LIMIT 1), gen_random_uuid()), "
             "v.name, v.s, v.fp, v.h, "
@@ -565,10 +567,10 @@ def _insert_versions(
             "CASE WHEN v.st = 'processing' THEN CAST(:run AS bigint) END, "
             "CASE WHEN v.st = 'queued' THEN now() END, "
             "coalesce(v.fetched, "
-            "(SELECT last_fetched_at FROM documents WHERE source_uri = v.s AND is_active)), v.ct "
+            "(SELECT last_fetched_at FROM documents WHERE source_uri = v.s AND is_active)), v.ct, v.vi "
             "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, doc uuid, st text, name text, "
-            "s text, fp text, h text, m text, cs int, co int, fetched timestamptz, ct text, cat text, "
-            "tags text[], scopes text[], meta jsonb, by text) "
+            "s text, fp text, h text, m text, cs int, co int, vi text, fetched timestamptz, ct text, "
+            "cat text, tags text[], scopes text[], meta jsonb, by text) "
             f"RETURNING {_DOC_COLUMNS}"
         ),
         {"rows": json.dumps(rows), "run": run},
