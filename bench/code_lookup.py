@@ -64,6 +64,9 @@ _FORMS = (
     ("what does it mean", "What does {code} mean?"),
     ("what does it stand for", "What does {code} stand for?"),
     ("error code", "error code {code}"),
+    # Added with the spellings of a code (``Analyzer.unjoined_codes``): a code printed with dashes or
+    # slashes, typed without them ("737311860" for "737-31-1860"); asked of those codes only.
+    ("without separators", "{squashed}"),
 )
 
 
@@ -81,8 +84,11 @@ def ranks(folder: Path, namespace: str, sample: int) -> dict[str, list[int | Non
     with Citeline(Settings(namespace=namespace)) as cl:
         for code in asked:
             holds = re.compile(rf"(?<![\w/-]){re.escape(code)}(?![\w/-])", re.IGNORECASE)
+            squashed = re.sub(r"[/-]", "", code)
             for form, template in _FORMS:
-                hits = cl.search(SearchRequest(template.format(code=code), top_k=10))
+                if "{squashed}" in template and squashed == code:
+                    continue
+                hits = cl.search(SearchRequest(template.format(code=code, squashed=squashed), top_k=10))
                 found[form].append(next((i + 1 for i, h in enumerate(hits) if holds.search(h.text)), None))
     return found
 

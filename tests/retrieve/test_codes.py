@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from citeline.engine import Citeline
 from citeline.store.analyzer import Analyzer
 from tests.conftest import write
@@ -51,3 +53,54 @@ def test_a_code_asked_alone_ranks_the_one_passage_that_writes_it_first(cl: Citel
     for query in ("4471-0932-11", "What is 4471-0932-11?"):
         hits = cl.search(query)
         assert "4471-0932-11" in hits[0].text, query
+
+
+#: A code list as a clinic keeps one: the codes printed with their points, rows alike but for the code.
+_CODES = "\n".join(
+    f"{code}: {name}."
+    for code, name in [
+        ("E11.9", "Type 2 diabetes mellitus without complications"),
+        ("E11.65", "Type 2 diabetes mellitus with hyperglycemia"),
+        ("E11.649", "Type 2 diabetes mellitus with hypoglycemia without coma"),
+        ("E10.65", "Type 1 diabetes mellitus with hyperglycemia"),
+        ("E55.9", "Vitamin D deficiency, unspecified"),
+    ]
+)
+
+
+@pytest.mark.parametrize("keyword_index", ["sql", "memory"])
+def test_a_code_typed_without_its_separators_finds_the_passage_that_prints_them(
+    cl: Citeline, tmp_path: Path, keyword_index: str
+) -> None:
+    parts = [write(tmp_path / f"parts-{n}.txt", text) for n, text in enumerate(_PARTS)]
+    cl.ingest([*parts, write(tmp_path / "bulletin.txt", _BULLETIN), write(tmp_path / "codes.txt", _CODES)])
+    derived = cl.derive(keyword_index=keyword_index)
+    try:
+        # Typed as a keyboard allows, the codes were other terms than the printed ones: no keyword match,
+        # and the dense list put the parts lists first.
+        for query, printed in [
+            ("E1165", "E11.65"),
+            ("What does E1165 mean?", "E11.65"),
+            ("4471093211", "4471-0932-11"),
+            ("What is 4471093211?", "4471-0932-11"),
+        ]:
+            hits = derived.search(query)
+            assert printed in hits[0].text, query
+        # Printed with its separators in the question, squashed in the document.
+        note = "Replacement seal kit 7731209 fits every unit built before May."
+        derived.ingest([write(tmp_path / "note.txt", note)])
+        assert "7731209" in derived.search("seal kit 773-12-09")[0].text
+    finally:
+        derived.close()
+
+
+def test_a_number_is_not_a_code_written_with_a_decimal_point() -> None:
+    analyzer = Analyzer()
+    # 1.5 mg is not 15 mg: a decimal point is no separator to squash.
+    assert "15mg" not in analyzer.query_terms("take 1.5mg daily")
+    assert "e1165" in analyzer.query_terms("What does E11.65 mean?")
+    assert analyzer.unjoined_codes("What does E1165 mean? And 2019?") == ["e1165"]
+    # A long number asked alone is a lookup of it; a year or a number among words is not.
+    assert analyzer.only_codes("4471093211")
+    assert not analyzer.only_codes("2019")
+    assert not analyzer.only_codes("patients in 2019")

@@ -26,7 +26,7 @@ from citeline.retrieve.fusion import fuse_reciprocal_rank, fuse_weighted, scaled
 from citeline.retrieve.labels import LabelBoost, Labels
 from citeline.settings import Fusion, Settings
 from citeline.store import catalog
-from citeline.store.analyzer import Analyzer
+from citeline.store.analyzer import Analyzer, squash
 from citeline.store.index import (
     InScope,
     VectorIndex,
@@ -36,7 +36,7 @@ from citeline.store.index import (
     cosine_distances,
     fill_vectors,
 )
-from citeline.store.keyword import DocumentMatch, KeywordIndex
+from citeline.store.keyword import DocumentMatch, KeywordIndex, code_spellings
 from citeline.store.vectors import to_pgvector
 from citeline.types import embedding_text
 
@@ -415,6 +415,10 @@ def hybrid_search(
         scope = view.scope
         t1 = time.perf_counter()
         terms = analyzer.query_terms(request.query)
+        # "E1165" typed for the "E11.65" the documents print: look for the index's spellings too.
+        for code, spellings in code_spellings(conn, analyzer.unjoined_codes(request.query)).items():
+            for spelling in spellings:
+                terms[spelling] = max(terms[spelling], terms[code])
         stage: dict[str, Any] = {
             "where": where,
             "params": params,
@@ -522,11 +526,12 @@ def hybrid_search(
 
 
 def _unwritten(analyzer: Analyzer, query: str, hits: Sequence[Hit]) -> tuple[str, ...]:
-    """The codes of ``query`` when no hit writes any of them (as the keyword index reads them)."""
+    """The codes of ``query`` when no hit writes any of them (as the keyword index reads them, with
+    or without separators: "E1165" is written by "E11.65")."""
     codes = analyzer.codes(query)
     # A code's first term is the code whole (its parts follow).
-    wholes = {term for code in codes for term in analyzer.terms(code)[:1]}
-    written = {term for hit in hits for term in analyzer.terms(hit.text)}
+    wholes = {squash(term) for code in codes for term in analyzer.terms(code)[:1]}
+    written = {squash(term) for hit in hits for term in analyzer.terms(hit.text)}
     return () if wholes & written else tuple(codes)
 
 

@@ -281,7 +281,33 @@ class Analyzer:
             for term in self._whole_terms(left + right):
                 if term not in counts:
                     counts[term] = 1
+        # A code is written with its separators or without them ("E11.65" and "E1165", "737-31-1860"
+        # and "737311860"): the squashed term finds the passages that write it squashed. (The other
+        # way round, a squashed code in the query, needs the index's own spellings: see
+        # :meth:`unjoined_codes`.)
+        for word in _words(query):
+            if _is_code(word) and _JOINERS.search(word) and not _DECIMAL.search(word):
+                whole = self._whole_terms(word)
+                squashed = squash(whole[0]) if whole else ""
+                if len(squashed) >= MIN_UNJOINED_CODE and squashed not in counts:
+                    counts[squashed] = 1
         return counts
+
+    def unjoined_codes(self, query: str) -> list[str]:
+        """The terms of the codes ``query`` writes without separators ("E1165", "737311860"), which a
+        document may write with them ("E11.65", "737-31-1860"): the index's terms that squash to one
+        of these (:func:`citeline.store.keyword.code_spellings`) are looked for beside it.
+
+        A word of letters and digits of at least :data:`MIN_UNJOINED_CODE` characters, with a digit: a
+        shorter one ("E11", "2019") squashes from too many things to say which it stands for.
+        """
+        found: list[str] = []
+        for word in _words(query):
+            if len(word) >= MIN_UNJOINED_CODE and word.isalnum() and any(c.isdigit() for c in word):
+                term = self._whole_terms(word)
+                if term and term[0] not in found:
+                    found.append(term[0])
+        return found
 
     def only_codes(self, query: str) -> bool:
         """Whether ``query``, stop words and the words a lookup is asked with aside, is nothing but
@@ -294,7 +320,8 @@ class Analyzer:
         is asked about ("E4021 overheating") makes it a query in words.
         """
         words = [w for w in _words(query) if w.lower() not in self._stops and w.lower() not in LOOKUP_WORDS]
-        return bool(words) and all(_is_code(w) for w in words)
+        # A long number asked alone is a part or order number typed without its separators.
+        return bool(words) and all(_is_code(w) or _is_long_number(w) for w in words)
 
     @staticmethod
     def codes(text: str) -> list[str]:
@@ -345,10 +372,26 @@ _CODE_DASHES = str.maketrans(dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2212
 MAX_TERM_CHARS = 200
 
 
+#: The fewest characters of a squashed code that is looked for in its other spelling.
+MIN_UNJOINED_CODE = 5
+#: A point between a number and a digit is a decimal point ("1.5mg"), not a code's separator: squashed,
+#: 1.5 mg would read as 15 mg.
+_DECIMAL = re.compile(r"(?:^|[-/'\u2019])\d+\.\d")
+
+
+def squash(term: str) -> str:
+    """``term`` without the separators a token joins ("e11.65" -> "e1165", "737-31-1860" -> "737311860")."""
+    return _JOINERS.sub("", term)
+
+
 def _words(text: str) -> list[str]:
     # PDFs print codes with other dashes ("737\u201331\u20131860", "FAA\u20132020\u20130686"), which
     # split them into plain numbers: read as the hyphen, they are the codes they are.
     return [m.group() for m in _TOKEN.finditer(text.translate(_CODE_DASHES))]
+
+
+def _is_long_number(word: str) -> bool:
+    return word.isdigit() and len(word) >= MIN_UNJOINED_CODE
 
 
 def _is_code(word: str) -> bool:

@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from citeline.recent import Recent
 from citeline.store import catalog
+from citeline.store.analyzer import squash
 from citeline.store.catalog import LogView
 from citeline.store.index import VersionIds, VersionSlots
 from citeline.store.keyword_files import (
@@ -43,6 +44,52 @@ B = 0.75
 
 #: The query's terms with their counts, as the table ``q(term, qtf)`` every BM25 statement starts from.
 _QUERY_TERMS = "q AS (SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:qtf AS int[])) AS q(term, qtf))"
+
+
+#: Separators a code may be written with, tried between the first characters of a squashed one.
+_SPELLING_JOINERS = ("", "-", ".", "/")
+#: How many characters of a squashed code the index is searched by, each gap with or without a
+#: separator (4 ** 3 = 64 ranges of the term index): enough that a common start ("737", "e11") does not
+#: read every posting of that term.
+_SPELLING_HEAD = 4
+_LAST_CHARACTER = "\U0010ffff"
+
+
+def code_spellings(conn: sa.Connection, codes: Sequence[str]) -> dict[str, list[str]]:
+    """The indexed terms that are ``codes`` (squashed code terms, :meth:`Analyzer.unjoined_codes`)
+    written with separators: "e11.65" for "e1165", "737-31-1860" for "737311860".
+
+    A reader types a code as the keyboard allows ("E1165"), the document prints it as its standard
+    does ("E11.65"); the two are different terms, so the keyword search found nothing. Read from the
+    postings (the catalog's terms, whichever keyword index serves), by ranges of the term index, so a
+    search without such a code pays nothing and one with it a statement. A code of digits alone is not
+    spelled with a point: "1000.00" is a number, not "100000" written otherwise.
+    """
+    if not codes:
+        return {}
+    low: list[str] = []
+    for code in codes:
+        heads = [code[:1]]
+        for char in code[1:_SPELLING_HEAD]:
+            heads = [head + joiner + char for head in heads for joiner in _SPELLING_JOINERS]
+        low.extend(heads)
+    rows = conn.execute(
+        sa.text(
+            "SELECT DISTINCT p.term FROM unnest(CAST(:low AS text[])) AS r(low) "
+            "CROSS JOIN LATERAL (SELECT DISTINCT term FROM postings "
+            "WHERE term > r.low AND term < r.low || :last AND left(term, length(r.low)) = r.low) p "
+            "WHERE translate(p.term, '-./''\u2019', '') = ANY(CAST(:codes AS text[])) "
+            "AND NOT p.term = ANY(CAST(:codes AS text[]))"
+        ),
+        {"low": low, "last": _LAST_CHARACTER, "codes": list(codes)},
+    ).scalars()
+    found: dict[str, list[str]] = {}
+    for term in sorted(rows):
+        code = squash(term)
+        if code.isdigit() and "." in term:
+            continue
+        found.setdefault(code, []).append(term)
+    return found
 
 
 def _bm25(h: str) -> str:
