@@ -522,7 +522,15 @@ class Ingestor:
     def _claimed(self, run: _Run, versions: Sequence[DocumentInfo]) -> Iterator[_Job]:
         """Jobs for claimed versions, each read from its stored original (or its URL)."""
         started = time.perf_counter()
-        self._ensure_index(run)
+        try:
+            self._ensure_index(run)
+        except TRANSIENT as exc:
+            # The store out of reach before anything was written (a worker's first build, Chroma down)
+            # is as passing as a failed write: the versions go back to the queue, and the run goes on.
+            for doc in versions:
+                job = _Job(stored_source(doc, allow_private_urls=self.allow_private_urls), doc, started, 0, 0)
+                self._drop(job, run, str(exc), transient=True)
+            return
         for doc in versions:
             source = stored_source(doc, allow_private_urls=self.allow_private_urls)
             size = doc.chunk_size or self.chunk_size

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from citeline.engine import Citeline
 from citeline.errors import StoreError
-from citeline.ingest import RetryPolicy
+from citeline.ingest import Outcome, RetryPolicy
 from citeline.jobs.submit import Upload
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
@@ -127,6 +127,28 @@ class TestChromaDown:
         assert result.error.endswith("(gave up after 1 attempt)")
         # The cleanup that could not run either is logged, for the start-up repair to finish.
         assert "failed to remove the vectors of 1 version: " in caplog.text
+
+    def test_a_first_build_that_finds_chroma_down_goes_back_to_the_queue(
+        self, chroma: Settings, chroma_server: ChromaServer
+    ) -> None:
+        """A worker started while Chroma is down fails in preparing the model's collections, before any
+        vector is written: that is as passing as a failed write, so the version is retried, not left
+        processing by a run that raised."""
+        retry = RetryPolicy(retries=1, delay=0)
+        with Citeline(chroma) as cl:
+            pump = cl.submit(Upload("pump.txt", io.BytesIO(b"Drain the pump before winter."))).document
+            chroma_server.stop()
+            [result] = cl.ingestor().run_jobs(limit=1, version_ids=[pump.version_id], retry=retry)
+            assert result.outcome is Outcome.RETRYING
+            where = chroma_server.url.split("//")[1]
+            assert result.error and result.error.startswith(f"Chroma (server, {where}) is unreachable: ")
+            queued = cl.document(str(pump.id))
+            assert (queued.status, queued.attempts) == ("queued", 1)
+            assert queued.error and queued.error.endswith("(retrying in 0 s)")
+            chroma_server.start()
+            [built] = cl.ingestor().run_jobs(limit=1, version_ids=[pump.version_id], retry=retry)
+            assert built.outcome is Outcome.ADDED
+            assert cl.document(str(pump.id)).status == "completed"
 
     def test_readiness_names_a_chroma_server_that_is_down(
         self, chroma: Settings, chroma_server: ChromaServer
