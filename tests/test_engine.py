@@ -170,3 +170,26 @@ def test_a_reader_cannot_ingest(cl: Citeline, tmp_path: Path) -> None:
     with pytest.raises(AccessDeniedError, match="ingest documents: needs an admin key"):
         cl.ingest([write(tmp_path / "a.md", "# Pump\n\nPrime it.")], access=Access.reader(None))
     assert cl.documents() == []
+
+
+def test_one_path_given_as_a_string_or_path_is_one_source(
+    cl: Citeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A str is itself an iterable of str: ingest("one") was the sources "o", "n", "e", and an absolute
+    # "/tmp/..." began with "/", a folder, so the whole file system was walked.
+    write(tmp_path / "one" / "a.md", "# Pump\n\nPrime the pump before first use.")
+    write(tmp_path / "b.md", "# Hose\n\nThe hose is 8 m.")
+    monkeypatch.chdir(tmp_path)
+    assert [r.source for r in cl.ingest("one")] == [str(Path("one") / "a.md")]
+    assert [r.source for r in cl.ingest(str(tmp_path / "one"))] == [str(tmp_path / "one" / "a.md")]
+    assert [r.source for r in cl.ingest(tmp_path / "b.md")] == [str(tmp_path / "b.md")]
+    assert sorted(doc.name for doc in cl.documents()) == ["a.md", "b.md"]
+
+
+def test_one_document_id_given_as_a_string_is_one_id(cl: Citeline, tmp_path: Path) -> None:
+    cl.ingest([write(tmp_path / "a.md", "# Pump\n\nPrime the pump before first use.")])
+    doc = cl.documents()[0]
+    assert cl.document_ids(str(doc.id)) == (doc.id,)
+    assert cl.document_ids(str(doc.id)[:8]) == (doc.id,)
+    assert [d.id for d in cl.reingest_candidates(document_ids=str(doc.id)[:8])] == [doc.id]
+    assert [d.id for d in cl.refresh_candidates(document_ids=str(doc.id)[:8])] == [doc.id]

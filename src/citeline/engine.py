@@ -48,6 +48,7 @@ from citeline.ingest import (
     RetryPolicy,
     discover,
     file_source,
+    one_or_many,
     remove_unused_files,
     settle_abandoned,
     url_name,
@@ -462,7 +463,7 @@ class Citeline:
 
     def ingest(
         self,
-        paths: Iterable[str | Path],
+        paths: str | Path | Iterable[str | Path],
         options: IngestOptions | None = None,
         *,
         progress: ProgressCallback | None = None,
@@ -471,6 +472,8 @@ class Citeline:
     ) -> list[IngestResult]:
         """Ingest files, folders (recursively) and URLs; one result per source, failures included.
 
+        ``paths`` is a list of them, or one (a ``str`` or ``Path`` is one source, not its letters).
+
         URLs on loopback, private and link-local addresses are fetched if ``allow_private_urls`` is
         true, refused if false, and unset as the ``url_allow_private`` setting says (as for jobs).
 
@@ -478,7 +481,7 @@ class Citeline:
         user id, as :meth:`submit` records it. While a model migration runs, each new version's twin
         (embedded by the target model) is built here too, and reported as ``staged``.
         """
-        paths = list(paths)
+        paths = one_or_many(paths)
         # A path the operating system cannot even name is the caller's mistake, not a source that failed.
         refuse_nul([str(path) for path in paths], "paths", surrogates=False)
         _require_admin(access, "ingest documents")
@@ -633,23 +636,23 @@ class Citeline:
         )
 
     def reingest_candidates(
-        self, *, status: str = "completed", document_ids: Sequence[str] = ()
+        self, *, status: str = "completed", document_ids: str | Sequence[str] = ()
     ) -> list[DocumentInfo]:
-        """What ``citeline reingest`` rebuilds: the named documents, else every document whose current
-        version (the active one, else the newest) has ``status``; by name."""
+        """What ``citeline reingest`` rebuilds: the named documents (one id is one, as a str), else every
+        document whose current version (the active one, else the newest) has ``status``; by name."""
         if document_ids:
-            return [self.document(ref) for ref in document_ids]
+            return [self.document(str(ref)) for ref in one_or_many(document_ids)]
         # The catalog's listing already shows each document once, as its current version.
         return self.list_documents(DocumentQuery(status=status, limit=None)).documents
 
     def refresh_candidates(
-        self, *, older_than: timedelta | None = None, document_ids: Sequence[str] = ()
+        self, *, older_than: timedelta | None = None, document_ids: str | Sequence[str] = ()
     ) -> list[DocumentInfo]:
-        """What ``citeline refresh`` reads again: the named documents, else every document with a live
-        version whose source has an origin to read (a web page, or a file still at its path), last
-        read more than ``older_than`` ago (any time, when None); by name."""
+        """What ``citeline refresh`` reads again: the named documents (one id is one, as a str), else
+        every document with a live version whose source has an origin to read (a web page, or a file
+        still at its path), last read more than ``older_than`` ago (any time, when None); by name."""
         if document_ids:
-            return [self.document(ref) for ref in document_ids]
+            return [self.document(str(ref)) for ref in one_or_many(document_ids)]
         cutoff = None
         if older_than is not None:
             try:
@@ -1238,8 +1241,11 @@ class Citeline:
             # grant that sees the document sees its versions.
             return catalog.get_document_version(conn, matches[0].id, version)
 
-    def document_ids(self, refs: Iterable[str], *, access: Access = FULL_ACCESS) -> tuple[uuid.UUID, ...]:
-        """The documents a search filter names (``Filters.document_ids``), by id or unambiguous id prefix.
+    def document_ids(
+        self, refs: str | Iterable[str], *, access: Access = FULL_ACCESS
+    ) -> tuple[uuid.UUID, ...]:
+        """The documents a search filter names (``Filters.document_ids``), by id or unambiguous id prefix
+        (one str is one id, not its letters).
 
         A prefix is resolved as :meth:`document` resolves one (to one document ``access`` sees, else
         :class:`NotFoundError` or :class:`InvalidRequestError`), as the paths and commands that take a
@@ -1248,7 +1254,7 @@ class Citeline:
         filter would.
         """
         ids: dict[uuid.UUID, None] = {}
-        for ref in refs:
+        for ref in map(str, one_or_many(refs)):
             try:
                 ids[uuid.UUID(ref)] = None
             except ValueError:

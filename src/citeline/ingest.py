@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -174,24 +175,51 @@ ProgressCallback = Callable[[IngestResult], None]
 """Called with each source's result as soon as it is known."""
 
 
-def discover(paths: Iterable[str | Path]) -> list[str]:
-    """Expand folders (recursively, supported types only, hidden files skipped) and keep files and URLs."""
+def discover(paths: str | Path | Iterable[str | Path]) -> list[str]:
+    """Expand folders (recursively, supported types only, hidden files skipped) and keep files and URLs.
+
+    One ``str`` or ``Path`` is one source, not an iterable of one-letter ones.
+    """
     found: list[str] = []
-    for item in paths:
+    for item in one_or_many(paths):
         text = str(item)
         path = Path(text)
         if not _is_url(text) and path.is_dir():
-            for child in sorted(path.rglob("*")):
-                rel = child.relative_to(path)
-                if (
-                    child.is_file()
-                    and child.suffix.lower() in SUPPORTED_SUFFIXES
-                    and not any(part.startswith(".") for part in rel.parts)
-                ):
-                    found.append(str(child))
+            found += _supported_files(path)
         else:
             found.append(text)
     return found
+
+
+def one_or_many(given: str | Path | Iterable[str | Path]) -> list[str | Path]:
+    """``given`` as a list of sources: one ``str`` or ``Path`` is one. A str is itself an iterable of
+    str, so ``ingest("docs")`` would otherwise be the sources d, o, c and s, and an absolute path's
+    leading "/" a walk of the whole file system."""
+    return [given] if isinstance(given, str | Path) else list(given)
+
+
+def _supported_files(root: Path) -> list[str]:
+    """The regular files of a supported type below ``root``, hidden ones skipped, in path order.
+
+    Symbolic links to folders are not followed (``/proc/self``, a link to a parent, would loop), and
+    a folder or file that cannot be read or vanishes while it is walked (``/proc/<pid>`` of a process
+    that ended) is skipped, not the whole walk failed. A FIFO, socket or device is no document: reading
+    one would block or never end.
+    """
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root):  # os.walk skips a folder it cannot list
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            child = Path(folder, name)
+            if name.startswith(".") or child.suffix.lower() not in SUPPORTED_SUFFIXES:
+                continue
+            try:
+                regular = stat.S_ISREG(child.stat().st_mode)
+            except OSError:
+                continue  # gone since the folder was listed, or a link to nothing
+            if regular:
+                found.append(child)
+    return [str(child) for child in sorted(found)]
 
 
 def _is_url(text: str) -> bool:

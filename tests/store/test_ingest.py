@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pypdf
 import pytest
@@ -607,3 +608,29 @@ def test_a_csv_hit_names_the_rows_of_the_file_it_holds(cl: Citeline, tmp_path: P
     # Neither Markdown nor PDF has rows.
     [prose] = cl.search(SearchRequest("prime the pump before first use", top_k=1))
     assert prose.document_name == "pump.md" and prose.rows is None
+
+
+def test_discovery_skips_what_vanishes_mid_walk_and_what_is_not_a_regular_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from citeline.ingest import discover
+
+    kept = tmp_path / "docs" / "a.md"
+    kept.parent.mkdir()
+    kept.write_text("# Pump\n")
+    (tmp_path / "docs" / "gone").mkdir()
+    (tmp_path / "docs" / "gone" / "b.md").write_text("# Hose\n")
+    os.mkfifo(tmp_path / "docs" / "pipe.md")  # reading it would wait for a writer for ever
+    (tmp_path / "docs" / "dangling.md").symlink_to(tmp_path / "nowhere.md")
+    (tmp_path / "docs" / "loop").symlink_to(tmp_path / "docs")  # as /proc/self: not followed
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        # A folder removed between being listed and being read, as /proc/<pid> of a process that ended.
+        if str(path).endswith("gone"):
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert discover(tmp_path / "docs") == [str(kept)]
+
