@@ -1580,5 +1580,7 @@ _INDEXABLE = (Status.PENDING.value, Status.COMPLETED.value, Status.FAILED.value)
 
 
 def _require_admin(access: Access, action: str) -> None:
+    # Said without API keys: a program's Access.reader has none. The API refuses a reader key before
+    # the engine is asked (api/deps.py require_admin), in words about keys.
     if not access.is_admin:
-        raise AccessDeniedError(f"{action}: needs an admin key (this key is a {access.role.value})")
+        raise AccessDeniedError(f"{action}: needs admin access (this access is a {access.role.value}'s)")
