@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -1780,21 +1781,36 @@ def serve(
         os.environ[f"CITELINE_{name.upper()}"] = str(value)
     if open_mode:
         os.environ["CITELINE_API_OPEN"] = "true"
-    from citeline.api.app import log_config
+    from citeline.api.app import STARTUP_FAILURE_FILE, log_config, read_startup_failure
     from citeline.api.protocol import HttpProtocol
 
-    uvicorn.run(
-        "citeline.api.app:app_from_env",
-        factory=True,
-        # uvicorn's own, but a URL too long to parse gets the API's 414, not a plain-text 400.
-        http=HttpProtocol,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="info",
-        log_config=log_config(),
-        timeout_keep_alive=int(settings.api_keep_alive_seconds),
-    )
+    with tempfile.TemporaryDirectory(prefix="citeline-serve-") as folder:
+        # Where a server process (this one, or those of --workers) says why it could not start.
+        report = Path(folder) / "startup-failure"
+        os.environ[STARTUP_FAILURE_FILE] = str(report)
+        stopped: SystemExit | None = None
+        try:
+            uvicorn.run(
+                "citeline.api.app:app_from_env",
+                factory=True,
+                # uvicorn's own, but a URL too long to parse gets the API's 414, not a plain-text 400.
+                http=HttpProtocol,
+                host=host,
+                port=port,
+                workers=workers,
+                log_level="info",
+                log_config=log_config(),
+                timeout_keep_alive=int(settings.api_keep_alive_seconds),
+            )
+        except SystemExit as exc:
+            stopped = exc
+        failure = read_startup_failure(report)
+    if failure is not None:
+        code, message = failure
+        err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+        raise typer.Exit(code)
+    if stopped is not None:
+        raise stopped
 
 
 keys_app = typer.Typer(help="Create, list and revoke API keys for `citeline serve`.", no_args_is_help=True)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from citeline.cli import app
 from citeline.settings import Settings
 from tests.api.conftest import Server, base_env, cli, start_server, stop_server
+from tests.conftest import free_port
 
 runner = CliRunner()
 
@@ -65,6 +66,20 @@ def test_a_port_out_of_range_is_refused_not_wrapped_around(api_data: Path, port:
     # 70000 would bind 70000 mod 65536 = 4464 while the log said 70000.
     result = runner.invoke(app, ["--data-dir", str(api_data), "serve", "--port", port])
     assert result.exit_code == 2 and "--port" in result.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_start_up_failure_is_one_error_line_and_its_exit_code(tmp_path: Path, workers: str) -> None:
+    """A database out of reach at start-up is reported as every command reports it (docs/troubleshooting):
+    one ``error:`` line and StoreError's 69. It was a traceback and exit 3 (0 with two workers)."""
+    closed = f"postgresql://citeline@127.0.0.1:{free_port()}/citeline"
+    env = base_env(tmp_path / "data", CITELINE_DATABASE_URL=closed)
+    done = cli(env, "serve", "--open", "--port", str(free_port()), "--workers", workers)
+    assert done.returncode == 69, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot reach PostgreSQL at" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert "Waiting for application startup." in done.stderr  # uvicorn's own lines stay
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citeline.api import errors
 from citeline.api.deps import refuse_nul, refuse_unknown_query
@@ -17,6 +20,7 @@ from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter, Url
 from citeline.api.request_id import RequestIdLogFilter, RequestIdMiddleware
 from citeline.api.routes import chat, conversations, documents, health, ingest, keys, search, stats
 from citeline.engine import Citeline
+from citeline.errors import CitelineError
 from citeline.settings import Settings, load_settings
 from citeline.store.database import release_server
 from citeline.web.pages import mount_pages
@@ -91,6 +95,68 @@ def log_config() -> dict[str, Any]:
     return config
 
 
+#: The file ``citeline serve`` has its server processes report a start-up failure in: a variable the
+#: command sets for the processes it starts, not a setting.
+STARTUP_FAILURE_FILE = "_CITELINE_SERVE_STARTUP_FAILURE"
+
+
 def app_from_env() -> FastAPI:
     """The factory ``citeline serve`` hands uvicorn: settings from ``CITELINE_*`` variables."""
-    return create_app(load_settings(), own_process=True)
+    app = create_app(load_settings(), own_process=True)
+    report = os.environ.get(STARTUP_FAILURE_FILE)
+    if report:
+        app.add_middleware(StartupFailureReport, report=Path(report))
+    return app
+
+
+class StartupFailureReport:
+    """Hands a start-up that failed with a :class:`CitelineError` (the database out of reach, say) to
+    ``citeline serve``, which reports it as every command reports an error: one ``error:`` line and the
+    error's exit code. Without it uvicorn logs Starlette's traceback and exits 3, or 0 from the parent
+    of several server processes. uvicorn's own lines ('Application startup failed') stay."""
+
+    def __init__(self, app: ASGIApp, report: Path) -> None:
+        self.app = app
+        self.report = report
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        held: list[Message] = []
+
+        async def holding(message: Message) -> None:
+            # Starlette sends the failure, its traceback the message, before it raises the error: the
+            # message waits until the error says whether it is one of citeline's.
+            if message["type"] == "lifespan.startup.failed":
+                held.append(message)
+            else:
+                await send(message)
+
+        try:
+            await self.app(scope, receive, holding)
+        except CitelineError as exc:
+            if held:
+                write_startup_failure(self.report, exc)
+                held[:] = [{**held[0], "message": ""}]
+            raise
+        finally:
+            for message in held:
+                await send(message)
+
+
+def write_startup_failure(path: Path, exc: CitelineError) -> None:
+    """Record ``exc`` for :func:`read_startup_failure`; several processes failing alike replace each
+    other's record whole."""
+    written = path.with_name(f"{path.name}.{os.getpid()}")
+    written.write_text(f"{exc.exit_code}\n{exc}", encoding="utf-8")
+    written.replace(path)
+
+
+def read_startup_failure(path: Path) -> tuple[int, str] | None:
+    """The exit code and message of the start-up failure recorded at ``path``; None if there is none."""
+    try:
+        code, _, message = path.read_text(encoding="utf-8").partition("\n")
+    except FileNotFoundError:
+        return None
+    return int(code), message
