@@ -80,7 +80,11 @@ def test_every_error_of_the_hierarchy_is_public() -> None:
         for name, value in vars(errors).items()
         if isinstance(value, type) and issubclass(value, errors.CitelineError)
     }
-    assert hierarchy <= set(citeline.__all__)
+    missing = sorted(hierarchy - set(citeline.__all__))
+    assert not missing, (
+        f"errors missing from `from citeline import ...`: {missing}; add each to src/citeline/__init__.py "
+        "(its TYPE_CHECKING import, _MODULES and __all__) and to docs/python.md's table of errors"
+    )
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
