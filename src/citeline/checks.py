@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 from collections.abc import Mapping, Set
 from typing import Any
 
@@ -118,3 +119,40 @@ def _holds(value: Any, character: str) -> bool:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return any(_holds(getattr(value, name), character) for name in _field_names(type(value)))
     return False
+
+
+def check_names(value: object, field: str, what: str) -> None:
+    """Refuse ``value`` unless it is None or a list (tuple, set) of strings: the request's ``field``,
+    naming ``what`` it lists (``scopes``). A string is itself a sequence of strings, so
+    ``scopes="guide"`` would be the scopes g, u, i, d and e."""
+    if value is None:
+        return
+    if isinstance(value, str | bytes):
+        raise InvalidRequestError(f"{field}: give a list of {what}, not the string {value!r}")
+    if not isinstance(value, list | tuple | Set):
+        raise InvalidRequestError(f"{field}: give a list of {what}, not {value!r}")
+    for item in value:
+        if not isinstance(item, str):
+            raise InvalidRequestError(f"{field}: a {what.rstrip('s')} must be a string, got {item!r}")
+
+
+def check_text(value: object, field: str) -> None:
+    """Refuse ``value`` unless it is None or a string."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidRequestError(f"{field}: give a string, not {value!r}")
+
+
+def check_mapping(value: object, field: str) -> None:
+    """Refuse ``value`` unless it is None or a mapping (its values are checked where they are used)."""
+    if value is not None and not isinstance(value, Mapping):
+        raise InvalidRequestError(f"{field}: give a mapping of names to strings, not {value!r}")
+
+
+def check_number(value: object, field: str, *, whole: bool) -> None:
+    """Refuse ``value`` unless it is None or a number (a whole one, with ``whole``): ``"10"`` would
+    fail later as a bare TypeError, ``True`` be taken for 1, and 2.5 cut chunks of a fractional size."""
+    if value is None:
+        return
+    kind = numbers.Integral if whole else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise InvalidRequestError(f"{field}: give a {'whole number' if whole else 'number'}, not {value!r}")

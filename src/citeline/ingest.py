@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from numpy.typing import NDArray
 
 from citeline.annotate import annotate
-from citeline.checks import refuse_nul
+from citeline.checks import check_mapping, check_names, check_number, check_text, refuse_nul
 from citeline.embed.base import Embedder, get_embedder
 from citeline.errors import (
     CitelineError,
@@ -100,6 +100,13 @@ class IngestOptions:
 
     def __post_init__(self) -> None:
         # Checked here, so every shell (CLI, API, workers) refuses the same labels the same way.
+        check_names(self.scopes, "scopes", "scopes")
+        check_names(self.tags, "tags", "tags")
+        check_mapping(self.metadata, "metadata")
+        check_text(self.category, "category")
+        check_text(self.uploaded_by, "uploaded_by")
+        check_number(self.chunk_size, "chunk_size", whole=True)
+        check_number(self.chunk_overlap, "chunk_overlap", whole=True)
         refuse_nul(self, "")
         check_labels(self.scopes, self.tags, self.metadata)
         if self.category and not normalise_category(self.category):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,3 +163,49 @@ def test_content_types_take_the_short_names_docs_list_shows_and_refuse_unknown_o
         Filters(content_types=("docx",))
     for known in ("pdf", "text/csv", "application/pdf"):
         assert known in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"scopes": "guide"}, "scopes: give a list of scopes, not the string 'guide'"),
+        ({"tags_any": "pdf"}, "tags_any: give a list of tags, not the string 'pdf'"),
+        ({"tags_all": "pdf"}, "tags_all: give a list of tags, not the string 'pdf'"),
+        ({"content_types": "pdf"}, "content_types: give a list of content types, not the string 'pdf'"),
+        ({"model_numbers": "XR-200"}, "model_numbers: give a list of model numbers, not the string"),
+        ({"section_types": "table"}, "section_types: give a list of section types, not the string"),
+        ({"document_ids": "1f0c"}, "document_ids: give a list of document ids, not '1f0c'"),
+        ({"document_ids": ("1f0c",)}, "document_ids: a document id must be a uuid.UUID, got '1f0c'"),
+        ({"metadata": "site=a"}, "metadata: give a mapping of names to strings"),
+        ({"category": ("a",)}, "category: give a string, not ('a',)"),
+    ],
+)
+def test_filters_of_the_wrong_type_are_refused_naming_the_field(given: dict[str, Any], message: str) -> None:
+    # scopes="guide" filtered by the scopes g, u, i, d and e; tags_any="pdf" raised a bare TypeError.
+    with pytest.raises(InvalidRequestError, match=f"^{re.escape(message)}"):
+        Filters(**given)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"top_k": "5"}, "top_k: give a whole number, not '5'"),
+        ({"candidates": 2.0}, "candidates: give a whole number, not 2.0"),
+        ({"distance_threshold": "0.5"}, "distance_threshold: give a number, not '0.5'"),
+        ({"mmr_lambda": "high"}, "mmr_lambda: give a number, not 'high'"),
+        ({"filters": {"scopes": ["a"]}}, "filters: give a Filters, not {'scopes': ['a']}"),
+        ({"rerank": 1}, "rerank: give a string, not 1"),
+    ],
+)
+def test_a_search_request_of_the_wrong_type_is_refused_naming_the_field(
+    given: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidRequestError, match=f"^{re.escape(message)}"):
+        SearchRequest("pump", **given)
+    with pytest.raises(InvalidRequestError, match=r"^query: give a string, not 5"):
+        SearchRequest(5)  # type: ignore[arg-type]
+
+
+def test_a_search_request_takes_numbers_of_either_kind_where_a_fraction_is_meant() -> None:
+    request = SearchRequest("pump", top_k=5, distance_threshold=1, mmr_lambda=0)
+    assert (request.top_k, request.distance_threshold, request.mmr_lambda) == (5, 1, 0)

@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import io
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -634,3 +635,26 @@ def test_discovery_skips_what_vanishes_mid_walk_and_what_is_not_a_regular_file(
     monkeypatch.setattr(os, "scandir", scandir)
     assert discover(tmp_path / "docs") == [str(kept)]
 
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"scopes": "guide"}, "scopes: give a list of scopes, not the string 'guide'"),
+        ({"tags": "ab"}, "tags: give a list of tags, not the string 'ab'"),
+        ({"tags": (5,)}, "tags: a tag must be a string, got 5"),
+        ({"metadata": [("site", "a")]}, "metadata: give a mapping of names to strings"),
+        ({"category": 5}, "category: give a string, not 5"),
+        ({"chunk_size": "10"}, "chunk_size: give a whole number, not '10'"),
+        ({"chunk_overlap": 2.5}, "chunk_overlap: give a whole number, not 2.5"),
+        ({"chunk_size": True}, "chunk_size: give a whole number, not True"),
+    ],
+)
+def test_options_of_the_wrong_type_are_refused_naming_the_field(given: dict[str, Any], message: str) -> None:
+    # A string is itself a sequence of strings: scopes="guide" stored the scopes g, u, i, d and e.
+    with pytest.raises(InvalidRequestError, match=f"^{re.escape(message)}"):
+        IngestOptions(**given)
+
+
+def test_labels_given_as_lists_are_taken_as_tuples_are() -> None:
+    options = IngestOptions(scopes=["plant"], tags=["pumps"], chunk_size=400)  # type: ignore[arg-type]
+    assert (options.labels().scopes, options.labels().tags) == (("plant",), ("pumps",))

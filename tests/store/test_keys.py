@@ -139,3 +139,8 @@ def test_a_reader_of_every_scope_is_asked_for_by_name() -> None:
     assert keys.reach(Role.READER, None, all_scopes=True) is None
     assert keys.reach(Role.READER, ["ward-b", "ward-a"]) == ["ward-b", "ward-a"]
     assert keys.reach(Role.ADMIN, None) is None
+
+
+def test_a_reader_key_given_one_scope_as_a_string_is_refused_not_bound_to_its_letters() -> None:
+    with pytest.raises(InvalidRequestError, match=r"^scopes: give a list of scopes, not the string 'guide'"):
+        keys.reach(Role.READER, "guide")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from citeline.annotate import SectionType, model_key
-from citeline.checks import refuse_nul
+from citeline.checks import check_mapping, check_names, check_text, refuse_nul
 from citeline.errors import InvalidRequestError
 from citeline.load import CONTENT_TYPES, short_type
 
@@ -70,6 +70,17 @@ def check_labels(
     check_metadata(metadata)
 
 
+#: The fields of :class:`Filters` that list names, and what they name.
+_LISTS = {
+    "scopes": "scopes",
+    "tags_any": "tags",
+    "tags_all": "tags",
+    "content_types": "content types",
+    "model_numbers": "model numbers",
+    "section_types": "section types",
+}
+
+
 def check_metadata(metadata: Mapping[str, Any] | None) -> None:
     """Refuse a metadata value that is not a string: values are stored and compared as strings, so a
     number stored as a number would never match a filter."""
@@ -105,8 +116,20 @@ class Filters:
     section_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for name, what in _LISTS.items():
+            check_names(getattr(self, name), name, what)
+        check_mapping(self.metadata, "metadata")
+        check_text(self.category, "category")
+        if isinstance(self.document_ids, str | bytes) or not isinstance(self.document_ids, list | tuple):
+            raise InvalidRequestError(f"document_ids: give a list of document ids, not {self.document_ids!r}")
+        odd = [ref for ref in self.document_ids if not isinstance(ref, uuid.UUID)]
+        if odd:
+            raise InvalidRequestError(
+                f"document_ids: a document id must be a uuid.UUID, got {odd[0]!r} "
+                "(Citeline.document_ids resolves ids and their prefixes)"
+            )
         refuse_nul(self, "filters")
-        check_labels(self.scopes, self.tags_any + self.tags_all, self.metadata)
+        check_labels(self.scopes, (*self.tags_any, *self.tags_all), self.metadata)
         known = [t.value for t in SectionType]
         unknown = sorted(set(self.section_types) - set(known))
         if unknown:

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from sqlalchemy import event
 
 from citeline.access import FULL_ACCESS, Access
-from citeline.checks import refuse_nul
+from citeline.checks import check_number, check_text, refuse_nul
 from citeline.errors import InvalidRequestError, ModelMismatchError
 from citeline.recent import Recent
 from citeline.retrieve.filters import Filters
@@ -57,6 +57,16 @@ class SearchRequest:
     mmr_lambda: float | None = None
 
     def __post_init__(self) -> None:
+        # Checked here, as IngestOptions checks its fields: "5" for top_k would fail deep in the search.
+        check_text(self.query, "query")
+        if not isinstance(self.filters, Filters):
+            raise InvalidRequestError(f"filters: give a Filters, not {self.filters!r}")
+        check_number(self.top_k, "top_k", whole=True)
+        check_number(self.candidates, "candidates", whole=True)
+        check_number(self.distance_threshold, "distance_threshold", whole=False)
+        check_number(self.mmr_lambda, "mmr_lambda", whole=False)
+        check_text(self.rerank, "rerank")
+        check_text(self.fusion, "fusion")  # a Fusion is a str too
         # The filters checked themselves when they were made.
         refuse_nul(self.query, "query")
         refuse_nul(self.rerank, "rerank")

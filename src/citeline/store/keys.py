@@ -19,7 +19,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 
 from citeline.access import Access, Role
-from citeline.checks import refuse_nul
+from citeline.checks import check_names, refuse_nul
 from citeline.errors import AuthenticationError, InvalidRequestError, NotFoundError
 from citeline.retrieve.filters import check_scopes
 from citeline.store.models import ApiKey
@@ -79,7 +79,10 @@ def reach(role: Role, scopes: Iterable[str] | None, all_scopes: bool = False) ->
     forgotten option, an empty list) than its intent. :func:`create_key` itself can still make such a
     key, for callers that mean it.
     """
+    if isinstance(scopes, str | bytes):
+        check_names(scopes, "scopes", "scopes")  # refused: as a list it would be the scopes g, u, i, ...
     given = None if scopes is None else list(scopes)
+    check_names(given, "scopes", "scopes")
     if role is Role.ADMIN and (given is not None or all_scopes):
         raise InvalidRequestError(
             "an admin key covers every scope: give it no scopes and no all_scopes (--scope, --all-scopes)"
