@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import sqlalchemy as sa
 
 from citeline.access import Access
 from citeline.engine import Citeline, namespaces
-from citeline.errors import AccessDeniedError, InvalidRequestError, NotFoundError
+from citeline.errors import AccessDeniedError, ClosedError, InvalidRequestError, NotFoundError
 from citeline.ingest import IngestOptions
 from citeline.settings import Fusion, Settings
 from citeline.store.database import schema_name
@@ -197,3 +198,54 @@ def test_one_document_id_given_as_a_string_is_one_id(cl: Citeline, tmp_path: Pat
     assert cl.document_ids(str(doc.id)[:8]) == (doc.id,)
     assert [d.id for d in cl.reingest_candidates(document_ids=str(doc.id)[:8])] == [doc.id]
     assert [d.id for d in cl.refresh_candidates(document_ids=str(doc.id)[:8])] == [doc.id]
+
+
+def test_a_closed_instance_refuses_use_and_opens_nothing_again(cl: Citeline, tmp_path: Path) -> None:
+    cl.ingest([write(tmp_path / "a.txt", "Prime the pump before first use.")])
+    searcher = cl.derive(top_k=1)
+    assert searcher.search("prime the pump")[0].document_name == "a.txt"
+    searcher.close()
+    searcher.close()  # closing twice is closing once
+    for use in (lambda: searcher.search("pump"), searcher.documents, searcher.derive, searcher.__enter__):
+        with pytest.raises(ClosedError, match=r"^this Citeline is closed"):
+            use()
+    # Nothing was opened again to answer (a search after close reopened the engine and thread pools).
+    assert (searcher._engine, searcher._query_pool, searcher._keyword_pool) == (None, None, None)
+    assert cl.search("prime the pump")[0].document_name == "a.txt"  # the parent it borrowed from is open
+
+
+def test_searches_in_flight_when_it_closes_finish_or_are_told_it_is_closed(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    cl.ingest([write(tmp_path / "a.txt", "Prime the pump before first use.")])
+    searcher = cl.derive(query_cache_size=0)  # every search embeds its query on the query pool
+    searcher.search("warm up")
+    errors: list[BaseException] = []
+    done = [0]
+    stop = threading.Event()
+
+    def search(i: int) -> None:
+        n = 0
+        while not stop.is_set():
+            try:
+                searcher.search(f"pump {i} {n}")
+                done[0] += 1
+            except BaseException as exc:
+                errors.append(exc)
+                if isinstance(exc, ClosedError):
+                    return
+            n += 1
+
+    threads = [threading.Thread(target=search, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    searcher.close()
+    time.sleep(0.2)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert done[0] > 0
+    assert [type(e) for e in errors] == [ClosedError] * 4, errors[:3]
+    assert (searcher._engine, searcher._query_pool, searcher._keyword_pool) == (None, None, None)
+

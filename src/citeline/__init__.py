@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         AccessDeniedError,
         AuthenticationError,
         CitelineError,
+        ClosedError,
         ConfigError,
         ConflictError,
         EmbeddingError,
@@ -114,6 +115,7 @@ _MODULES = {
             "LimitExceededError",
             "ConflictError",
             "JobStoppedError",
+            "ClosedError",
         )
     },
 }
@@ -128,6 +130,7 @@ __all__ = [
     "CitationEvent",
     "Citeline",
     "CitelineError",
+    "ClosedError",
     "Complete",
     "ConfigError",
     "ConflictError",

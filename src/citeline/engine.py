@@ -31,6 +31,7 @@ from citeline.embed.base import Embedder, QueryEmbedder
 from citeline.errors import (
     AccessDeniedError,
     CitelineError,
+    ClosedError,
     ConfigError,
     ConflictError,
     InvalidRequestError,
@@ -103,6 +104,9 @@ _UNFINISHED = ("pending", "queued", "processing")
 #: before its version is registered.
 _UPLOAD_GRACE = 3600.0
 
+#: Seconds :meth:`Citeline.close` lets running searches finish before it closes what they use.
+_CLOSE_WAIT = 60.0
+
 #: Settings a derived instance may change while sharing the parent's database connection pool.
 _STORE_SETTINGS = ("data_dir", "database_url", "namespace")
 #: ... and its vector index.
@@ -153,6 +157,11 @@ class Citeline:
         self._create = create
         self.analyzer = Analyzer.from_settings(self._settings)
         self._lock = threading.RLock()
+        #: Set by :meth:`close`: nothing is opened again (see :meth:`_open`).
+        self._closed = False
+        #: Searches running, which :meth:`close` lets finish before it closes what they use.
+        self._searching = 0
+        self._searches_done = threading.Condition(self._lock)
         self._engine: sa.Engine | None = None
         self._embedder: Embedder | None = None
         self._vector_index: VectorIndex | None = None
@@ -196,6 +205,7 @@ class Citeline:
         """Another instance with ``settings`` (or these settings changed), sharing this one's open
         store, embedder and keyword index where the settings they depend on are unchanged. Close it
         before this one."""
+        self._open()
         settings = (settings or self._settings).model_copy(update=overrides)
         other = Citeline(settings, create=self._create)
 
@@ -292,6 +302,7 @@ class Citeline:
         if self._vector_index is None:
             with self._lock:
                 if self._vector_index is None:
+                    self._open()
                     self._vector_index = open_index(self._settings)
         return self._vector_index
 
@@ -334,6 +345,7 @@ class Citeline:
         if self._engine is None:
             with self._lock:
                 if self._engine is None:
+                    self._open()
                     self._engine = self._open_store()
         return self._engine
 
@@ -363,6 +375,7 @@ class Citeline:
         if self._embedder is None:
             with self._lock:
                 if self._embedder is None:
+                    self._open()
                     self._embedder = get_embedder(self._settings.embedding_model, self._settings)
         return self._embedder
 
@@ -424,11 +437,29 @@ class Citeline:
         if self._llm is None:
             with self._lock:
                 if self._llm is None:
+                    self._open()
                     self._llm = get_llm(self._settings.llm, self._settings)
         return self._llm
 
+    def _open(self) -> None:
+        """Raise :class:`ClosedError` once :meth:`close` has begun: a part opened after it would never
+        be closed (a search after close used to reopen the database and thread pools)."""
+        if self._closed:
+            raise ClosedError(
+                "this Citeline is closed: it opens nothing again; make another Citeline to go on"
+            )
+
     def close(self) -> None:
+        """Close what this instance opened (not what it borrowed, see :meth:`derive`). Searches
+        running let finish first (for up to a minute), later calls raise :class:`ClosedError`;
+        closing again does nothing."""
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            # A search between its start and its end uses the thread pools and the engine: closing
+            # them under it failed it with a bare RuntimeError ('cannot schedule new futures').
+            self._searches_done.wait_for(lambda: self._searching == 0, timeout=_CLOSE_WAIT)
             jobs, self._jobs = self._jobs, None
         if jobs is not None:
             # Stopped outside the lock: a job thread that reaches for the embedder or the engine takes
@@ -452,6 +483,7 @@ class Citeline:
             self._vector_index = None
 
     def __enter__(self) -> Citeline:
+        self._open()
         return self
 
     def __exit__(
@@ -536,6 +568,7 @@ class Citeline:
         if self._jobs is None:
             with self._lock:
                 if self._jobs is None:
+                    self._open()
                     self._jobs = self._runner()
         return self._jobs
 
@@ -1063,13 +1096,26 @@ class Citeline:
         if not request.query.strip():
             raise InvalidRequestError("the search query is empty")
         resolve_top_k(request.top_k, self.settings)  # refused before the query is embedded
+        with self._lock:
+            self._open()
+            self._searching += 1
         try:
-            return self._search(request, access, timings, explain)
-        except ModelMismatchError:
-            # A migration switched the namespace's model since it was read: read it again, once.
-            if self._served == self.served_model(refresh=True):
-                raise
-            return self._search(request, access, timings, explain)
+            try:
+                return self._search(request, access, timings, explain)
+            except ModelMismatchError:
+                # A migration switched the namespace's model since it was read: read it again, once.
+                if self._served == self.served_model(refresh=True):
+                    raise
+                return self._search(request, access, timings, explain)
+        except Exception as exc:
+            if self._closed and not isinstance(exc, CitelineError):
+                # Closed under a search that outlasted close()'s wait: what failed is what it closed.
+                raise ClosedError(f"this Citeline is closed: closed during the search ({exc})") from exc
+            raise
+        finally:
+            with self._lock:
+                self._searching -= 1
+                self._searches_done.notify_all()
 
     def _search(
         self, request: SearchRequest, access: Access, timings: Timings | None, explain: Explain | None
@@ -1093,6 +1139,7 @@ class Citeline:
             if self._query_pool is None:
                 with self._lock:
                     if self._query_pool is None:
+                        self._open()
                         # Several, so that concurrent searches do not queue behind one another's embeddings.
                         self._query_pool = ThreadPoolExecutor(
                             max_workers=4, thread_name_prefix="citeline-query"
@@ -1103,6 +1150,7 @@ class Citeline:
         if self._keyword_pool is None:
             with self._lock:
                 if self._keyword_pool is None:
+                    self._open()
                     self._keyword_pool = ThreadPoolExecutor(
                         max_workers=1, thread_name_prefix="citeline-keyword"
                     )

@@ -123,3 +123,10 @@ class JobStoppedError(CitelineError):
 
     http_status = 409
     exit_code = 75  # EX_TEMPFAIL
+
+
+class ClosedError(CitelineError):
+    """The :class:`~citeline.engine.Citeline` was closed: it opens nothing again. Make another one."""
+
+    http_status = 503  # a server shutting down
+    exit_code = 70  # EX_SOFTWARE: a program used what it had closed
