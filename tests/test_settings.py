@@ -3,6 +3,7 @@ variable, on one line, with the configuration exit code, never a request blamed 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import get_args
 
 import pytest
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 from citeline.answer.prompt import PERSONAS
 from citeline.cli import app
 from citeline.errors import ConfigError
-from citeline.settings import Persona, load_settings
+from citeline.settings import Persona, Settings, load_settings
 
 
 @pytest.mark.parametrize(
@@ -93,3 +94,30 @@ def test_a_bad_setting_is_a_configuration_error_naming_its_variable(
 
 def test_every_persona_a_setting_may_name_has_a_prompt_and_every_prompt_a_name() -> None:
     assert set(get_args(Persona)) == set(PERSONAS)
+
+
+def test_settings_built_in_python_refuse_a_bad_value_as_a_configuration_error() -> None:
+    # Settings(...) raised pydantic's ValidationError, outside citeline's errors; the docs build it so.
+    with pytest.raises(
+        ConfigError, match=r"^invalid setting: CITELINE_NAMESPACE: Value error, namespace 'Bad Name'"
+    ):
+        Settings(namespace="Bad Name")
+    with pytest.raises(
+        ConfigError, match=r"^invalid setting: CITELINE_TOP_K: Input should be a valid integer"
+    ):
+        Settings(top_k="ten")
+
+
+@pytest.mark.parametrize("build", [Settings, load_settings])
+def test_an_unknown_keyword_is_refused_with_the_closest_setting(build: Callable[..., Settings]) -> None:
+    # top_kk=3 was ignored: the search ran with the default top_k and nothing said why.
+    with pytest.raises(ConfigError, match=r"^unknown setting 'top_kk' \(did you mean 'top_k'\?\)"):
+        build(top_kk=3)
+
+
+def test_an_unknown_citeline_variable_in_the_environment_is_still_ignored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Only keywords are refused: a variable may belong to another version of citeline on the machine.
+    monkeypatch.setenv("CITELINE_TOP_KK", "3")
+    assert Settings().top_k == load_settings().top_k

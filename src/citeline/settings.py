@@ -5,11 +5,12 @@ The object is passed down explicitly; no module reads the environment on its own
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
@@ -38,7 +39,32 @@ class Fusion(StrEnum):
 class Settings(BaseSettings):
     """citeline's configuration. Every field can be set as ``CITELINE_<FIELD>``."""
 
+    # Extra environment variables are ignored (another citeline's, say); extra keywords are refused
+    # in __init__.
     model_config = SettingsConfigDict(env_prefix="CITELINE_", env_file=".env", extra="ignore")
+
+    def __init__(self, **values: Any) -> None:
+        """The settings from the environment (and ``.env``) with ``values`` given by keyword.
+
+        Raises :class:`ConfigError`: for a keyword that names no setting (``top_kk=3`` was ignored), and
+        for an invalid value, naming its variable on one line (``CITELINE_TOP_K: ...``), as
+        :func:`load_settings` does; pydantic's own ``ValidationError`` spans several lines and is
+        outside citeline's errors.
+        """
+        # pydantic-settings' own keywords (_env_file, _secrets_dir, ...) start with an underscore.
+        unknown = [name for name in values if not name.startswith("_") and name not in _keywords()]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(type(self).model_fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(
+                f"unknown setting {unknown[0]!r}{hint}; docs/configuration.md lists the settings"
+            )
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid setting: {describe_invalid(exc)}") from exc
+        except SettingsError as exc:
+            raise ConfigError(f"invalid setting: {describe_unparsed(exc)}") from exc
 
     data_dir: Path = Field(
         default=Path("citeline-data"),
@@ -510,13 +536,20 @@ class Settings(BaseSettings):
 
 def load_settings(**overrides: object) -> Settings:
     """The settings from the environment with ``overrides``; a :class:`ConfigError` naming each invalid
-    setting by its variable, on one line (pydantic's own message spans several, ending in a URL)."""
-    try:
-        return Settings(**overrides)  # type: ignore[arg-type]
-    except ValidationError as exc:
-        raise ConfigError(f"invalid setting: {describe_invalid(exc)}") from None
-    except SettingsError as exc:
-        raise ConfigError(f"invalid setting: {describe_unparsed(exc)}") from None
+    setting by its variable, on one line (pydantic's own message spans several, ending in a URL), or
+    an override that is no setting."""
+    return Settings(**overrides)
+
+
+def _keywords() -> frozenset[str]:
+    """The keywords :class:`Settings` takes: its fields' names, and the other names a field answers to."""
+    names = set(Settings.model_fields)
+    for info in Settings.model_fields.values():
+        if isinstance(info.validation_alias, AliasChoices):
+            names.update(choice for choice in info.validation_alias.choices if isinstance(choice, str))
+        elif isinstance(info.validation_alias, str):
+            names.add(info.validation_alias)
+    return frozenset(names)
 
 
 _UNPARSED_FIELD = re.compile(r'error parsing value for field "(\w+)"')

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from citeline.errors import InvalidRequestError
+from citeline.errors import ConfigError, InvalidRequestError
 from citeline.settings import Settings
 
 #: The built-in configurations. ``default`` is the current settings unchanged.
@@ -114,8 +114,14 @@ def make_config(name: str, overrides: Mapping[str, Any], base: Settings) -> Conf
         )
     try:
         settings = Settings.model_validate({**base.model_dump(), **overrides})
-    except ValidationError as exc:
-        reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    except ConfigError as exc:
+        # Named by the configuration's keys (weight_keyword), not by their variables as Settings names them.
+        invalid = exc.__cause__
+        reasons = (
+            "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in invalid.errors())
+            if isinstance(invalid, ValidationError)
+            else str(exc)
+        )
         raise InvalidRequestError(f"configuration {name!r} is invalid: {reasons}") from exc
     return Config(name, dict(overrides), settings)
 
