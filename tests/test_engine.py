@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from citeline.access import Access
 from citeline.engine import Citeline, namespaces
-from citeline.errors import AccessDeniedError, ClosedError, InvalidRequestError, NotFoundError
+from citeline.errors import AccessDeniedError, ClosedError, ConfigError, InvalidRequestError, NotFoundError
 from citeline.ingest import IngestOptions
 from citeline.settings import Fusion, Settings
 from citeline.store.database import schema_name
@@ -249,3 +249,19 @@ def test_searches_in_flight_when_it_closes_finish_or_are_told_it_is_closed(
     assert [type(e) for e in errors] == [ClosedError] * 4, errors[:3]
     assert (searcher._engine, searcher._query_pool, searcher._keyword_pool) == (None, None, None)
 
+
+def test_a_derived_instance_validates_its_settings_as_loading_them_does(cl: Citeline) -> None:
+    # derive() copied the settings unchecked: top_k="ten" failed the first search with a TypeError,
+    # namespace="Bad Name" as the database's error, and top_kk=3 was ignored.
+    with pytest.raises(
+        ConfigError, match=r"^invalid setting: CITELINE_TOP_K: Input should be a valid integer"
+    ):
+        cl.derive(top_k="ten")
+    with pytest.raises(
+        ConfigError, match=r"^invalid setting: CITELINE_NAMESPACE: Value error, namespace 'Bad Name'"
+    ):
+        cl.derive(namespace="Bad Name")
+    with pytest.raises(ConfigError, match=r"^unknown setting 'top_kk' \(did you mean 'top_k'\?\)"):
+        cl.derive(top_kk=3)
+    with cl.derive(top_k=3) as three:
+        assert three.settings.top_k == 3 and three.settings.namespace == cl.settings.namespace

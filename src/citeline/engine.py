@@ -204,9 +204,16 @@ class Citeline:
     def derive(self, settings: Settings | None = None, /, **overrides: Any) -> Citeline:
         """Another instance with ``settings`` (or these settings changed), sharing this one's open
         store, embedder and keyword index where the settings they depend on are unchanged. Close it
-        before this one."""
+        before this one.
+
+        ``overrides`` are checked as :func:`load_settings` checks its own: an invalid value or a name
+        that is no setting is a :class:`ConfigError`. The other settings stay this instance's, whatever the
+        environment says now."""
         self._open()
-        settings = (settings or self._settings).model_copy(update=overrides)
+        settings = settings or self._settings
+        if overrides:
+            # Not model_copy(update=...), which checks nothing: top_k="ten" failed the first search.
+            settings = Settings.model_validate({**dict(settings), **overrides})
         other = Citeline(settings, create=self._create)
 
         def same(names: tuple[str, ...]) -> bool:
