@@ -1767,8 +1767,6 @@ def serve(
 ) -> None:
     """Run the REST API (OpenAPI at /docs) and the web pages. Every API route but /health needs an API key;
     the pages, /docs and /openapi.json load without one."""
-    import uvicorn
-
     settings = _settings(ctx, **({"api_open": True} if open_mode else {}))
     if settings.api_open and not _is_loopback(host):
         err.print(
@@ -1783,6 +1781,7 @@ def serve(
         os.environ["CITELINE_API_OPEN"] = "true"
     from citeline.api.app import STARTUP_FAILURE_FILE, log_config, read_startup_failure
     from citeline.api.protocol import HttpProtocol
+    from citeline.api.supervisor import run
 
     with tempfile.TemporaryDirectory(prefix="citeline-serve-") as folder:
         # Where a server process (this one, or those of --workers) says why it could not start.
@@ -1790,14 +1789,15 @@ def serve(
         os.environ[STARTUP_FAILURE_FILE] = str(report)
         stopped: SystemExit | None = None
         try:
-            uvicorn.run(
+            run(
                 "citeline.api.app:app_from_env",
+                workers=workers,
+                healthcheck_seconds=settings.api_worker_healthcheck_seconds,
                 factory=True,
                 # uvicorn's own, but a URL too long to parse gets the API's 414, not a plain-text 400.
                 http=HttpProtocol,
                 host=host,
                 port=port,
-                workers=workers,
                 log_level="info",
                 log_config=log_config(),
                 timeout_keep_alive=int(settings.api_keep_alive_seconds),

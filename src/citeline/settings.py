@@ -450,6 +450,12 @@ class Settings(BaseSettings):
         "timeout of a load balancer in front of it, so the balancer never reuses a connection the "
         "server is closing.",
     )
+    api_worker_healthcheck_seconds: Annotated[int, Field(ge=1, le=3_600)] = Field(
+        default=60,
+        description="With --workers N, seconds a server process may leave the supervisor's health check "
+        "unanswered before it is killed and replaced; it cannot answer while the local answering model "
+        "holds the GIL, for seconds on a loaded machine (uvicorn's default of 5 s killed busy processes).",
+    )
     api_heartbeat_seconds: Annotated[float, Field(gt=0, le=300)] = Field(
         default=10.0, description="A streamed answer sends a comment line after this many silent seconds."
     )
