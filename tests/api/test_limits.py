@@ -13,7 +13,7 @@ import pytest
 
 from citeline.api.limits import MAX_URL_BYTES, RateLimiter
 from citeline.api.protocol import MAX_HEADER_BYTES
-from citeline.errors import LimitExceededError
+from citeline.errors import ConfigError, LimitExceededError
 from citeline.settings import Settings
 from tests.api.conftest import LIMITS, Server, start_server, stop_server
 
@@ -232,5 +232,5 @@ def test_a_rate_limit_redis_that_does_not_answer_lets_requests_through_and_says_
 
 
 def test_a_rate_limit_redis_url_of_another_scheme_is_refused() -> None:
-    with pytest.raises(ValueError, match="api_rate_limit_redis_url must be a redis://"):
+    with pytest.raises(ConfigError, match="api_rate_limit_redis_url must be a redis://"):
         Settings(api_rate_limit_redis_url="http://127.0.0.1:6379")

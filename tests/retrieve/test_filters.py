@@ -12,7 +12,7 @@ import pytest
 
 from citeline.access import Access
 from citeline.engine import Citeline
-from citeline.errors import InvalidRequestError, ModelMismatchError, NotFoundError
+from citeline.errors import ConfigError, InvalidRequestError, ModelMismatchError, NotFoundError
 from citeline.ingest import IngestOptions
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
@@ -149,7 +149,7 @@ def test_search_refuses_to_mix_embedding_models(corpus: Citeline) -> None:
 
 
 def test_settings_reject_bad_namespaces(data_dir: Path) -> None:
-    with pytest.raises(ValueError, match="namespace"):
+    with pytest.raises(ConfigError, match="namespace"):
         Settings(data_dir=data_dir, namespace="Robert'); DROP TABLE")
 
 
