@@ -354,13 +354,18 @@ def test_source_text_is_printed_exactly_never_as_emoji_or_markup(settings: Setti
     assert text in out and "💊" not in out and "❌" not in out
 
 
-def test_search_explain_shows_the_plan_and_the_stages(settings: Settings, tmp_path: Path) -> None:
+def _valves_and_pumps(settings: Settings, tmp_path: Path) -> None:
+    """A valve note in scope plant-a and a pump note in plant-b, ingested."""
     write(tmp_path / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar and must be tested yearly.")
     write(tmp_path / "pumps.txt", "Prime the pump before first use.")
     code, _, err = _run(settings, "ingest", str(tmp_path / "valves.md"), "--scope", "plant-a")
     assert code == 0, err
     code, _, err = _run(settings, "ingest", str(tmp_path / "pumps.txt"), "--scope", "plant-b")
     assert code == 0, err
+
+
+def test_search_explain_shows_the_plan_and_the_stages(settings: Settings, tmp_path: Path) -> None:
+    _valves_and_pumps(settings, tmp_path)
 
     code, out, err = _run(settings, "search", "relief valve", "--scope", "plant-a", "--explain")
     assert code == 0, err
@@ -382,12 +387,7 @@ def test_search_explain_shows_the_plan_and_the_stages(settings: Settings, tmp_pa
 def test_ask_explain_shows_the_search_s_plan_and_stages_and_the_answer_s(
     settings: Settings, tmp_path: Path
 ) -> None:
-    write(tmp_path / "valves.md", "# Valves\n\nThe relief valve opens at 6 bar and must be tested yearly.")
-    write(tmp_path / "pumps.txt", "Prime the pump before first use.")
-    code, _, err = _run(settings, "ingest", str(tmp_path / "valves.md"), "--scope", "plant-a")
-    assert code == 0, err
-    code, _, err = _run(settings, "ingest", str(tmp_path / "pumps.txt"), "--scope", "plant-b")
-    assert code == 0, err
+    _valves_and_pumps(settings, tmp_path)
     question = "When does the relief valve open?"
 
     code, out, err = _run(settings, "ask", question, "--scope", "plant-a", "--llm", "extractive", "--explain")
