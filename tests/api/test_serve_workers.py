@@ -1,9 +1,13 @@
-"""``citeline serve --workers N``: its processes survive being busy, and one that dies is logged with
-why. Each test runs the real command over the session server's store."""
+"""``citeline serve --workers N``: its processes survive being busy, one that dies is logged with why,
+and a stop refuses new connections at once, as one process does. Each test runs the real command over
+the session server's store."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -103,3 +107,44 @@ def test_uvicorns_supervisor_is_given_the_health_check_timeout(monkeypatch: pyte
     supervisor.run(app, workers=2, healthcheck_seconds=60, port=free_port(), log_config=None)
     assert supervisor.HEALTHCHECK_OPTION  # the installed uvicorn (0.37 or later) takes it
     assert configs[0].timeout_worker_healthcheck == 60
+
+
+def connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def test_a_stopping_server_refuses_new_connections_at_once_and_finishes_the_requests_in_flight(
+    two_workers: Server,
+) -> None:
+    """With one process, a stop closes the port and a new connection is refused at once, which clients
+    and load balancers retry elsewhere. With --workers 2 the supervisor held the port open while its
+    children finished: new connections waited unanswered until the server exited, then were reset."""
+    body = json.dumps({"query": "relief valve"}).encode()
+    in_flight = connect(two_workers.url)
+    in_flight.sendall(
+        b"POST /search HTTP/1.1\r\nhost: citeline\r\ncontent-type: application/json\r\n"
+        + f"authorization: Bearer {two_workers.keys['reader']}\r\n".encode()
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body[:5]  # the rest is sent after the stop: the request is in flight until then
+    )
+    time.sleep(0.5)
+    os.kill(two_workers.process.pid, signal.SIGTERM)
+
+    try:
+        refused_after: float | None = None
+        stopped_at = time.monotonic()
+        while time.monotonic() - stopped_at < 5 and refused_after is None:
+            try:
+                connect(two_workers.url).close()
+            except ConnectionRefusedError:
+                refused_after = time.monotonic() - stopped_at
+            time.sleep(0.1)
+        assert refused_after is not None and refused_after < 2, "new connections were still taken"
+
+        in_flight.sendall(body[5:])
+        answer = in_flight.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+    finally:
+        in_flight.close()
+    two_workers.process.wait(timeout=30)

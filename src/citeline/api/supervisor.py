@@ -1,5 +1,5 @@
 """How ``citeline serve`` runs uvicorn: one process as uvicorn runs it, or N under a supervisor that
-lets a busy process be busy and says why one died.
+lets a busy process be busy, says why one died, and stops listening as soon as it is told to stop.
 
 With ``--workers N`` uvicorn's supervisor (``uvicorn.supervisors.Multiprocess``) pings each server
 process every half second and kills one that does not answer within ``timeout_worker_healthcheck``
@@ -64,12 +64,22 @@ def why_it_ended(exitcode: int | None, unanswered: bool, healthcheck_seconds: fl
 
 
 class Supervisor(Multiprocess):
-    """uvicorn's supervisor of server processes, with the health-check timeout given here and a log
-    line saying why a process it replaces ended."""
+    """uvicorn's supervisor of server processes, with the health-check timeout given here, a log line
+    saying why a process it replaces ended, and the port closed when the processes are told to stop."""
 
     def __init__(self, config: uvicorn.Config, sockets: list[Any], *, healthcheck_seconds: int) -> None:
         super().__init__(config, sockets)
         self.healthcheck_seconds = healthcheck_seconds
+
+    def terminate_all(self) -> None:
+        super().terminate_all()
+        # A stop: each process closes its copy of the listening socket first thing in its shutdown
+        # (uvicorn's Server.shutdown), and this one must too. Kept open here while the processes
+        # finish their requests, the port went on listening: the kernel queued new connections that
+        # no process would accept, and reset them only when the supervisor exited, up to a minute
+        # later. Closed, they are refused at once, as with one process, and clients retry elsewhere.
+        for sock in self.sockets:
+            sock.close()
 
     def keep_subprocess_alive(self) -> None:
         # uvicorn 0.54.0's, with the process's fate logged: a process alive at the OS's level that
