@@ -53,6 +53,7 @@ from citeline.settings import Fusion, Settings, load_settings
 from citeline.store import catalog, keys
 from citeline.store.model_migration import MigrationStatus
 from citeline.store.models import Status
+from citeline.types import counted
 
 if TYPE_CHECKING:
     from citeline.eval.beir import BeirData
@@ -333,14 +334,9 @@ def ingest(
         summary = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n)
         if staged := len(results) - len(own):
             summary += f" (and {staged} staged for the model migration)"
-        err.print(f"{_count(len(own), 'source')}: {summary}; {_count(stored, 'chunk')} stored")
+        err.print(f"{counted(len(own), 'source')}: {summary}; {counted(stored, 'chunk')} stored")
     if failed:
         raise typer.Exit(65)
-
-
-def _count(count: int, thing: str) -> str:
-    """``1 page``, ``2 pages``: a count with its noun."""
-    return f"{count} {thing}" if count == 1 else f"{count} {thing}s"
 
 
 def _describe(result: IngestResult) -> str:
@@ -364,7 +360,7 @@ def _describe(result: IngestResult) -> str:
         "visible once the namespace switches to that model (citeline migrate)",
     }.get(
         result.outcome,
-        f"v{doc.version}, {_count(doc.page_count or 0, 'page')}, {_count(result.chunks, 'chunk')} "
+        f"v{doc.version}, {counted(doc.page_count or 0, 'page')}, {counted(result.chunks, 'chunk')} "
         f"({result.embedded} embedded) in {result.seconds:.1f}s",
     )
     ragged = doc.source_metadata.get("ragged_rows")
@@ -850,7 +846,7 @@ def builds(
             Text(b.error or ""),
         )
     _print_table(table)
-    err.print(_count(len(found), "build"))
+    err.print(counted(len(found), "build"))
 
 
 def _cli_user() -> str:
@@ -901,7 +897,7 @@ def docs_delete(
     """Delete a document: all its versions, chunks, vectors, keyword entries and stored file."""
     with _citeline(ctx) as cl:
         removed = cl.delete(doc_id)
-    console.print(f"deleted {escape(removed[0].name)} ({_count(len(removed), 'version')})", highlight=False)
+    console.print(f"deleted {escape(removed[0].name)} ({counted(len(removed), 'version')})", highlight=False)
 
 
 @app.command()
@@ -979,7 +975,7 @@ def reingest(
                 elif result.outcome == Outcome.UPDATED:
                     console.print(
                         f"reingested {escape(done.name)}: v{done.version}, "
-                        f"{_count(done.vector_count, 'chunk')}",
+                        f"{counted(done.vector_count, 'chunk')}",
                         highlight=False,
                     )
                 else:  # replaced meanwhile by a newer version from elsewhere
@@ -1320,7 +1316,7 @@ def _plain(value: object) -> str:
 
 
 def _holding(manifest: Manifest) -> str:
-    n = _count
+    n = counted
     return (
         f"{n(manifest.documents, 'document')} ({n(manifest.versions, 'version')}, "
         f"{n(manifest.chunks, 'chunk')}), {n(manifest.keys, 'API key')}, "

@@ -53,7 +53,7 @@ from citeline.store.analyzer import Analyzer, DocumentTerms
 from citeline.store.catalog import ChunkRow, DocumentInfo, Labels, VersionSpec, VersionStart
 from citeline.store.index import VectorIndex, VersionVectors
 from citeline.store.models import Status
-from citeline.types import ChunkDraft, LoadedSource, Page, Section, SourceMetadata, embedding_text
+from citeline.types import ChunkDraft, LoadedSource, Page, Section, SourceMetadata, counted, embedding_text
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -1038,8 +1038,7 @@ class Ingestor:
                 run.report(IngestResult(src.label, Outcome.RETRYING, queued, error=reason))
                 return
             if transient and run.retry is not None:
-                attempts = f"{job.doc.attempts} attempt{'' if job.doc.attempts == 1 else 's'}"
-                reason = f"{reason} (gave up after {attempts})"
+                reason = f"{reason} (gave up after {counted(job.doc.attempts, 'attempt')})"
             failed = self._record_failure(
                 src.label,
                 src.uri,

@@ -78,6 +78,11 @@ class ChunkDraft:
     rows: tuple[int, int] | None = None
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 page``, ``2 pages``: a count with its noun (a regular plural), as messages say them."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def embedding_text(text: str, context: str | None) -> str:
     """What is embedded and indexed for a chunk: its ``context`` (when it has one) on a line before
     its text. Every path that embeds a stored chunk (ingest, vector repair) goes through this, so a

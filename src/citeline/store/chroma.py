@@ -41,7 +41,7 @@ from pydantic import SecretStr
 from citeline.errors import ConfigError, StoreError
 from citeline.settings import Settings
 from citeline.store.index import EmbedFn, HeldChunks, Repair, VectorQuery, VersionVectors
-from citeline.types import embedding_text
+from citeline.types import counted, embedding_text
 
 #: Ids read or written per Chroma call (its batch limit is larger; this keeps requests small).
 _PAGE = 5_000
@@ -135,10 +135,6 @@ def _unreachable(exc: BaseException) -> bool:
         return True
     # chromadb's HttpClient checks the server when it is made, and says so only in a ValueError.
     return isinstance(exc, ValueError) and "Could not connect to a Chroma server" in str(exc)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 #: The partition of universal documents (no scopes).
@@ -258,7 +254,7 @@ class ChromaIndex:
                 (str(cid), str(part.version_id), vec)
                 for cid, vec in zip(part.chunk_ids, part.vectors, strict=True)
             )
-        with self._errors(f"add {_count(sum(len(g) for g in grouped.values()), 'vector')}"):
+        with self._errors(f"add {counted(sum(len(g) for g in grouped.values()), 'vector')}"):
             for name, rows in grouped.items():
                 dimension = int(rows[0][2].shape[0])
                 self._upsert(self._collection(model, name, dimension), rows)
@@ -278,7 +274,7 @@ class ChromaIndex:
         if not version_ids:
             return
         where = {"version": {"$in": [str(v) for v in version_ids]}}
-        with self._errors(f"remove the vectors of {_count(len(version_ids), 'version')}"):
+        with self._errors(f"remove the vectors of {counted(len(version_ids), 'version')}"):
             for collection in self._namespace_collections():
                 collection.delete(where=where)
 
@@ -304,7 +300,7 @@ class ChromaIndex:
         wanted: dict[str, tuple[str, str]] = {
             str(cid): (model, parts[version]) for cid, version, model in rows if version in parts
         }
-        with self._errors(f"move the vectors of {_count(len(version_ids), 'relabelled version')}"):
+        with self._errors(f"move the vectors of {counted(len(version_ids), 'relabelled version')}"):
             self._refile(wanted)
 
     def _refile(self, wanted: dict[str, tuple[str, str]]) -> int:
@@ -406,7 +402,7 @@ class ChromaIndex:
         by_model: dict[str, list[str]] = {}
         for cid, model in rows:
             by_model.setdefault(model, []).append(str(cid))
-        with self._errors(f"read {_count(len(chunk_ids), 'vector')}"):
+        with self._errors(f"read {counted(len(chunk_ids), 'vector')}"):
             for model, ids in by_model.items():
                 collection = self._collection(model, WHOLE)
                 if collection is not None:
