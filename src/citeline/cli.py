@@ -441,7 +441,7 @@ def search(
             _print_json(
                 {
                     "hits": [h.as_dict() for h in hits],
-                    "explain": {"total_ms": total_ms, "stages_ms": asdict(timings), **asdict(plan)},
+                    "explain": plan.as_dict(timings, total_ms),
                 }
             )
         else:

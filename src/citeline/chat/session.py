@@ -11,7 +11,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +55,7 @@ class TurnExplain:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "search": {"total_ms": self.search_ms, "stages_ms": asdict(self.search), **asdict(self.plan)},
+            "search": self.plan.as_dict(self.search, self.search_ms),
             "turn_ms": {
                 "history": self.history_ms,
                 "rewrite": self.rewrite_ms,

@@ -233,6 +233,10 @@ class Explain:
     #: the catalog first: otherwise it runs beside the wait and the dense stage).
     vector_wait: float = 0.0
 
+    def as_dict(self, timings: Timings, total_ms: float) -> dict[str, Any]:
+        """The plan with the search's ``timings`` and whole time, as ``--explain --json`` shows them."""
+        return {"total_ms": total_ms, "stages_ms": asdict(timings), **asdict(self)}
+
 
 @dataclass(frozen=True)
 class CatalogView:
