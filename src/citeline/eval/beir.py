@@ -707,18 +707,16 @@ def _failed_entries(cl: Citeline, namespace: str, uris: set[str]) -> dict[str, t
     with cl.engine.begin() as conn:
         rows = conn.execute(
             sa.text(
-                "SELECT d.id, d.source_uri, d.content_hash, d.error FROM documents d "
+                "SELECT d.document_id, d.source_uri, d.content_hash, d.error FROM documents d "
                 "WHERE d.status = 'failed' AND left(d.source_uri, length(:p)) = :p AND NOT EXISTS "
                 "(SELECT 1 FROM documents a WHERE a.source_uri = d.source_uri AND a.is_active)"
             ),
             {"p": prefix},
         ).all()
-        stale = [version_id for version_id, uri, _, _ in rows if uri not in uris]
-        if stale:
-            # A failed version holds no chunk, vector or posting and counts in no total: its row is all.
-            conn.execute(
-                sa.text("DELETE FROM documents WHERE id = ANY(:ids) AND status = 'failed'"), {"ids": stale}
-            )
+        # Deleted as every document is (a failed version holds no chunk, vector or file of a corpus
+        # entry, so its rows are all there is to remove).
+        for document_id in dict.fromkeys(doc for doc, uri, _, _ in rows if uri not in uris):
+            catalog.delete_document(conn, document_id)
         for _, uri, content_hash, error in rows:
             if uri in uris:
                 failed[uri] = (content_hash, error or "no reason given")
