@@ -1616,7 +1616,7 @@ def _spread_table(summary: Mapping[str, Any]) -> Table:
 def _paired_table(summary: Mapping[str, Any]) -> Table | None:
     """Each configuration's paired difference with the first, its interval, p-value and verdict; None
     for a single configuration. A table of its own, so it fits a terminal's 80 columns."""
-    from citeline.eval.report import DISAGREE_MARK, DISAGREE_NOTE
+    from citeline.eval.report import DISAGREE_MARK, DISAGREE_NOTE, marked
     from citeline.eval.stats import interval_text
 
     configs = summary["configs"]
@@ -1641,7 +1641,7 @@ def _paired_table(summary: Mapping[str, Any]) -> Table | None:
             f"{figures['delta_vs_first']:+.4f}",
             interval_text(figures["delta_vs_first_ci"]),
             _p_value(figures["p_vs_first"]),
-            f"{verdict} {DISAGREE_MARK}" if verdict == "disagree" else verdict,
+            marked(verdict),
         )
     if disagree:
         table.caption = Text(f"{DISAGREE_MARK} {DISAGREE_NOTE}")

@@ -23,6 +23,12 @@ from citeline.eval.stats import CrossValidation, RepeatedCrossValidation, interv
 DISAGREE_MARK = "†"
 DISAGREE_NOTE = "interval and test disagree: too few queries differ to tell; more questions can settle it"
 
+
+def marked(verdict: str) -> str:
+    """A comparison's verdict as the table and the page show it: a disagreement carries its mark."""
+    return f"{verdict} {DISAGREE_MARK}" if verdict == "disagree" else verdict
+
+
 _SVG_NS = "http://www.w3.org/2000/svg"
 #: One colour per stage, in the order of ``STAGES``; a stage added later reuses them in turn.
 _STAGE_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1", "#edc948", "#9c755f")
@@ -161,10 +167,8 @@ def _spread_cells(spread: Spread | None) -> str:
     if vs is None:
         return cells + "<td></td>" * 4
     p = "&lt;0.001" if vs.p_value < 0.001 else f"{vs.p_value:.3f}"
-    verdict = f"{vs.verdict} {DISAGREE_MARK}" if vs.verdict == "disagree" else vs.verdict
-    return (
-        cells + f"<td>{vs.delta:+.3f}</td><td>{interval_text(vs.delta_ci)}</td><td>{p}</td><td>{verdict}</td>"
-    )
+    delta = f"<td>{vs.delta:+.3f}</td><td>{interval_text(vs.delta_ci)}</td>"
+    return cells + delta + f"<td>{p}</td><td>{marked(vs.verdict)}</td>"
 
 
 def _cross_validation_section(cv: CrossValidation | None, repeated: RepeatedCrossValidation | None) -> str:
