@@ -92,8 +92,10 @@ def _settings_hint(unknown: str) -> str:
     """The closest setting a configuration may set, and all of them: the names it was meant to be."""
     allowed = [key for key in Settings.model_fields if not is_fixed(key)]
     close = difflib.get_close_matches(unknown, allowed, n=1)
-    listed = f"ettings a configuration may set: {', '.join(allowed)}"
-    return f"; did you mean {close[0]!r}? S{listed}" if close else f"; s{listed}"
+    names = ", ".join(allowed)
+    if close:
+        return f"; did you mean {close[0]!r}? Settings a configuration may set: {names}"
+    return f"; settings a configuration may set: {names}"
 
 
 def make_config(name: str, overrides: Mapping[str, Any], base: Settings) -> Config:
