@@ -6,6 +6,7 @@ The object is passed down explicitly; no module reads the environment on its own
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from enum import StrEnum
@@ -547,6 +548,7 @@ def load_settings(**overrides: object) -> Settings:
     return Settings(**overrides)
 
 
+@functools.cache
 def _keywords() -> frozenset[str]:
     """The keywords :class:`Settings` takes: its fields' names, and the other names a field answers to."""
     names = set(Settings.model_fields)
