@@ -155,6 +155,37 @@ def test_a_gold_file_of_questions_drives_the_check(kb: Settings, tmp_path: Path)
     assert code == 0 and "switched: the namespace now serves onnx:paraphrase-MiniLM-L3-v2" in out, err
 
 
+def test_the_gold_check_compares_new_with_old_as_citeline_eval_does(kb: Settings, tmp_path: Path) -> None:
+    # An overlap check that cannot pass leaves the migration built and unswitched, to check by hand.
+    strict = {"CITELINE_EMBEDDING_MODEL": L3, "CITELINE_MIGRATION_MIN_OVERLAP": "1.0"}
+    assert run(kb, "reingest", **strict)[0] == 1
+    gold = write(
+        tmp_path / "gold.jsonl",
+        '{"question": "at what pressure does the relief valve open?", "relevant": ["valves.md"]}\n'
+        '{"question": "how do I prime the pump?", "relevant": ["pumps"]}\n'
+        '{"question": "where do we gather in a fire?", "relevant": {"fire.txt": 2}}\n',
+    )
+    code, out, err = run(kb, "migrate", "--check", "--check-with", str(gold), CITELINE_EMBEDDING_MODEL=L3)
+    assert code == 0, err
+    # Both models rank each question's document first: no difference, and none claimed. The figures
+    # read as citeline eval's paired table writes them: four decimals, the interval in eval's form
+    # (a bound of exactly 0 reads 0), p, and the verdict that needs interval and test to agree.
+    assert "nDCG@10 old 1.0000, new 1.0000, Δ new - old +0.0000 (0 to 0), p 1.000, not shown" in out
+    assert "passed" in out
+
+    code, out, err = run(
+        kb, "migrate", "--check", "--check-with", str(gold), "--json", CITELINE_EMBEDDING_MODEL=L3
+    )
+    assert code == 0, err
+    check = json.loads(out)
+    # The fields citeline eval --json gives each paired comparison (its *_vs_first), against old here.
+    assert check["delta"] == 0.0 and check["delta_ci"] == [0.0, 0.0] and check["p_value"] == 1.0
+    assert check["verdict"] == "not shown" and check["differing"] == 0
+    # The check kept in the catalog carries them too.
+    code, out, _ = run(kb, "migrate", "--json", CITELINE_EMBEDDING_MODEL=L3)
+    assert json.loads(out)["migration"]["check_result"]["verdict"] == "not shown"
+
+
 def test_a_reingest_killed_mid_migration_is_resumed_by_the_next_one(kb: Settings) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CITELINE_")}
     env.update(

@@ -1018,13 +1018,21 @@ def _migration_progress(status: MigrationStatus) -> str:
 
 def _print_check(result: CheckResult) -> None:
     if result.method == "ndcg@10":
+        from citeline.eval.report import DISAGREE_MARK, DISAGREE_NOTE, marked
+        from citeline.eval.stats import interval_text
+
         assert result.old is not None and result.delta is not None and result.delta_ci is not None
+        assert result.p_value is not None and result.verdict is not None
+        # In the form of citeline eval's paired table (_paired_table), so both read alike.
         console.print(
             f"quality check on {result.queries} gold questions ({result.gold}): "
-            f"nDCG@10 old {result.old:.3f}, new {result.new:.3f}, new - old {result.delta:+.3f} "
-            f"[{result.delta_ci[0]:+.3f}, {result.delta_ci[1]:+.3f}] (p {_p_value(result.p_value or 1.0)})",
+            f"nDCG@10 old {result.old:.4f}, new {result.new:.4f}, Δ new - old {result.delta:+.4f} "
+            f"({interval_text(result.delta_ci)}), p {_p_value(result.p_value)}, {marked(result.verdict)}",
             highlight=False,
+            markup=False,
         )
+        if result.verdict == "disagree":
+            console.print(f"{DISAGREE_MARK} {DISAGREE_NOTE}", highlight=False)
         dropped = list(result.extra.get("dropped", []))
         if dropped:
             shown = "; ".join(repr(q) for q in dropped[:3]) + (" ..." if len(dropped) > 3 else "")

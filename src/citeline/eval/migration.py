@@ -67,10 +67,14 @@ class CheckResult:
     new: float
     #: The 95% bootstrap interval of ``new``.
     new_ci: tuple[float, float]
-    #: Gold questions: the paired difference new minus old, its interval and p-value.
+    #: Gold questions: the paired difference new minus old, its interval, p-value, verdict and the
+    #: questions whose two scores differ, as ``citeline eval`` gives each configuration against the
+    #: first (:class:`~citeline.eval.stats.PairedComparison`).
     delta: float | None = None
     delta_ci: tuple[float, float] | None = None
     p_value: float | None = None
+    verdict: str | None = None
+    differing: int | None = None
     #: The rule applied, in words (with the threshold setting it used).
     rule: str = ""
     #: Where the gold questions came from, if any.
@@ -220,6 +224,8 @@ def gold_check(
         delta=paired.delta,
         delta_ci=paired.delta_ci,
         p_value=paired.p_value,
+        verdict=paired.verdict,
+        differing=paired.differing,
         rule=f"the 95% interval of nDCG@10 new minus old must stay above {floor:g} "
         "(CITELINE_MIGRATION_MAX_LOSS)",
         gold=source,
