@@ -488,6 +488,65 @@ def test_a_listing_by_source_prefix_is_one_synced_folder_matched_literally(cl: C
     ]
 
 
+def _keyed(cl: Citeline, key: str, text: str) -> Any:
+    upload = Upload(key.rsplit("/", 1)[1], io.BytesIO(f"# {key}\n\n{text}".encode()))
+    return cl.submit(upload, source=key, index=False).document.id
+
+
+def test_a_listing_by_key_is_the_whole_listing_filtered_by_each_document_s_current_key(cl: Citeline) -> None:
+    """Listing by ``source`` or ``source_prefix`` picks out of the unfiltered listing the documents whose
+    current version has the key, after a new version and after a delete."""
+    ids = {key: _keyed(cl, key, "First text.") for key in ("hb/a.md", "hb/b.md", "hb/sub/c.md", "other/d.md")}
+    cl.submit(Upload("plain.md", io.BytesIO(b"# Plain\n\nNo key.")), index=False)
+
+    def by_key(query: DocumentQuery) -> list[DocumentInfo]:
+        page = cl.list_documents(query)
+        assert page.total == len(page.documents)
+        return page.documents
+
+    def check() -> None:
+        every = by_key(DocumentQuery(limit=None))
+        for key in ("hb/a.md", "hb/b.md", "hb/sub/c.md", "other/d.md", "nowhere.md"):
+            want = [d for d in every if d.source_uri == catalog.UPLOAD_KEY_SCHEME + key]
+            assert by_key(DocumentQuery(source=key, limit=None)) == want, key
+        for prefix in ("", "hb/", "hb/sub/", "other", "x"):
+            want = [d for d in every if (catalog.upload_key(d.source_uri) or "").startswith(prefix)]
+            want = [d for d in want if catalog.upload_key(d.source_uri) is not None]
+            assert by_key(DocumentQuery(source_prefix=prefix, limit=None)) == want, prefix
+
+    check()
+    _keyed(cl, "hb/a.md", "Second text.")
+    assert cl.document(str(ids["hb/a.md"])).version == 2
+    check()
+    cl.delete(str(ids["hb/sub/c.md"]))
+    check()
+
+
+def test_a_listing_by_key_reads_only_the_keyed_documents_versions(cl: Citeline) -> None:
+    """The key narrows the rows by index before each document's current version is picked, rather
+    than being matched after every version of every document was read."""
+    for i in range(3):
+        _keyed(cl, f"hb/{i}.md", "Text.")
+    statements: list[tuple[str, Any]] = []
+    with cl.engine.connect() as conn:
+        # A few rows: without this the planner rightly reads the whole table, index or not.
+        conn.exec_driver_sql("SET enable_seqscan = off")
+
+        def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+            statements.append((statement, parameters))
+
+        sa.event.listen(conn, "before_cursor_execute", record)
+        catalog.query_documents(conn, DocumentQuery(source="hb/1.md"))
+        catalog.query_documents(conn, DocumentQuery(source_prefix="hb/"))
+        sa.event.remove(conn, "before_cursor_execute", record)
+        plans = ["\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + s, p)) for s, p in statements]
+    assert len(plans) == 4  # a count and a page, for each listing
+    for plan in plans[:2]:
+        assert "Index Cond: (source_uri = " in plan, plan
+    for plan in plans[2:]:
+        assert "Index Cond: ((source_uri ~>=~ " in plan, plan
+
+
 def test_a_listing_takes_content_types_as_docs_list_shows_them_and_refuses_unknown_ones(cl: Citeline) -> None:
     """As search's filter does: ``csv`` is ``text/csv``, any case; a type no document can have is refused
     naming the known ones, where it matched nothing."""

@@ -2033,14 +2033,25 @@ def query_documents(
     if query.name_contains:
         conds.append("name ILIKE :q_name ESCAPE '\\'")
         params["q_name"] = "%" + like_escape(query.name_contains) + "%"
+    by_source = []
     if query.source is not None:
-        conds.append("source_uri = :q_source")
+        by_source.append("source_uri = :q_source")
         params["q_source"] = UPLOAD_KEY_SCHEME + source_key(query.source)
     if query.source_prefix is not None:
-        conds.append("source_uri LIKE :q_source_prefix ESCAPE '\\'")
+        by_source.append("source_uri LIKE :q_source_prefix ESCAPE '\\'")
         params["q_source_prefix"] = UPLOAD_KEY_SCHEME + like_escape(source_key(query.source_prefix)) + "%"
+    conds += by_source
+    # Picking each document's current version reads every version of every document; a key names a
+    # few documents, found by index (documents_source_version, documents_source_pattern), so only
+    # theirs are read. The key is matched again on the current version below, so a document is listed
+    # by its current version's key alone, as for the other filters.
+    narrow = (
+        f"WHERE document_id IN (SELECT document_id FROM documents WHERE {' AND '.join(by_source)}) "
+        if by_source
+        else ""
+    )
     current = (
-        "WITH current AS (SELECT DISTINCT ON (document_id) * FROM documents "
+        f"WITH current AS (SELECT DISTINCT ON (document_id) * FROM documents {narrow}"
         "ORDER BY document_id, is_active DESC, version DESC) "
     )
     condition = " AND ".join(conds)

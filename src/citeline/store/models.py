@@ -123,6 +123,8 @@ class Document(Base):
         ),
         Index("documents_queue", "queued_at", postgresql_where=text("status = 'queued'")),
         Index("documents_source_version", "source_uri", "version", unique=True),
+        # Listing by the start of a source key (catalog.query_documents): LIKE 'prefix%' in any collation.
+        Index("documents_source_pattern", "source_uri", postgresql_ops={"source_uri": "text_pattern_ops"}),
         Index("documents_scopes", "scopes", postgresql_using="gin"),
         Index("documents_tags", "tags", postgresql_using="gin"),
     )
