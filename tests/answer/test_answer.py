@@ -259,6 +259,43 @@ def test_a_reply_with_one_backed_sentence_stands_and_its_unbacked_one_is_flagged
     assert [u.text for u in done.unsupported] == ["Aspirin lowers the risk of a heart attack [2]."]
 
 
+def test_a_sentence_giving_a_year_its_passage_does_not_write_is_flagged_or_cited_where_it_is_written(
+    embedder: Embedder,
+) -> None:
+    first = make_hit(41, "The pump's seal design was introduced in 2009 and is used on every model since.")
+    second = make_hit(42, "The pump's frost guard was introduced in 2007 after cracked casings.", page=2)
+    question = "When were the seal design and frost guard introduced?"
+
+    # Before the full stop the model's citation has been shown: it stays, flagged.
+    flagged = completed(
+        run(
+            ScriptedLLM(
+                "The seal design was introduced in 2009 [1]. The seal design was introduced in 2011 [1]."
+            ),
+            embedder,
+            evidence=[first, second],
+            question=question,
+        )
+    )
+    # After it, the citation waits: the year's passage is cited instead.
+    moved = completed(
+        run(
+            ScriptedLLM(
+                "The seal design was introduced in 2009. [1] The frost guard was introduced in 2007. [1]"
+            ),
+            embedder,
+            evidence=[first, second],
+            question=question,
+        )
+    )
+
+    assert not flagged.fell_back
+    assert [u.text for u in flagged.unsupported] == ["The seal design was introduced in 2011 [1]."]
+    assert not moved.fell_back and moved.unsupported == ()
+    assert moved.answer.endswith("The frost guard was introduced in 2007. [2]"), moved.answer
+    assert [(c.chunk_id, c.attributed) for c in moved.citations] == [(41, False), (42, True)]
+
+
 def test_a_chunk_cited_in_an_earlier_turn_is_announced_by_number_and_unbacked_sentences_are_flagged(
     embedder: Embedder,
 ) -> None:

@@ -377,6 +377,36 @@ def test_a_sentence_stating_a_quantity_its_passage_states_otherwise_is_not_backe
     assert right.unsupported == () and right.citations[0].supported
 
 
+def test_a_sentence_stating_a_year_or_date_its_passage_does_not_write_is_not_backed_by_it(
+    embedder: Embedder,
+) -> None:
+    # Meaning and shared words do not compare years: "issued in 2007" read as close to a passage saying
+    # 2009 as "issued in 2009" does, and the citation stood.
+    directive = make_hit(
+        31,
+        "The airworthiness directive was issued in 2009 and becomes effective on March 13, 2019, for "
+        "all Model 737-8 airplanes.",
+        title="Federal Register",
+    )
+    given = {1: select_passages([directive])[0]}
+
+    def check(answer: str) -> Verification:
+        return verify(answer, given, VectorCache(embedder))
+
+    for wrong in (
+        "The airworthiness directive was issued in 2007 [1].",
+        "The airworthiness directive becomes effective on March 14, 2019 [1].",
+    ):
+        assert [u.numbers for u in check(wrong).unsupported] == [(1,)], wrong
+    for right in (
+        "The airworthiness directive was issued in 2009 [1].",
+        "The airworthiness directive becomes effective on 13 March 2019 [1].",
+        "The airworthiness directive becomes effective in March 2019 [1].",
+    ):
+        checked = check(right)
+        assert checked.unsupported == () and checked.citations[0].supported, right
+
+
 def test_a_sentence_taking_one_quantity_from_each_passage_it_cites_is_backed(embedder: Embedder) -> None:
     # Each passage states one of the sentence's two torques and not the other: compared passage by
     # passage, each "stated it otherwise" and the whole sentence was flagged.

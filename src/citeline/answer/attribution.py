@@ -39,6 +39,7 @@ from citeline.answer.citations import (
     copied_elsewhere,
     copied_runs,
 )
+from citeline.answer.dates import WrittenDates, stated_dates, unwritten
 from citeline.answer.names import Reading, Said, read_under, taken_elsewhere
 from citeline.answer.prompt import Passage
 from citeline.answer.quantities import disagreement
@@ -103,6 +104,8 @@ class Attributor:
         self._asked = asked
         self._readings = [asked | Reading.of((p.text, *read_under(p.hit))) for p in self._passages]
         self._keys = [row_keys(p.hit) for p in self._passages]
+        # The years and dates each passage writes (dates.WrittenDates); the question bears none out.
+        self._dates = [WrittenDates.of((p.text, *read_under(p.hit))) for p in self._passages]
         self._sentences = [PassageSentences.of_hit(p.hit) for p in passages]
         self._copies = [copied_runs(p.text) for p in self._passages]
         self.numbering = numbering
@@ -227,9 +230,11 @@ class Attributor:
         # Nor one lacking a name (code, quantity) of the sentence that another passage gives, or words
         # the sentence copied from another passage: it was taken from that one (citations.verify,
         # names.unnamed, citations.copied_elsewhere).
+        # Nor one that does not write a year or date the sentence states (dates.unwritten).
         # Nor a table's row that neither the sentence nor the question names (rows.names_a_row): the
         # potassium question's "135 mmol/L" went to the sodium row.
         said = Said.of(sentence.text)
+        stated = stated_dates(sentence.text)
         readings, copies, copied = self._readings, self._copies, copied_runs(sentence.text)
         # Read for the rows only when a passage given is a table's.
         rows = any(key is not None for key in self._keys)
@@ -240,6 +245,7 @@ class Attributor:
             if score
             and (
                 disagreement(sentence.text, passage.text)
+                or unwritten(stated, self._dates[i])
                 or taken_elsewhere(said, readings[i], readings[:i] + readings[i + 1 :])
                 or copied_elsewhere(copied, copies[i], copies[:i] + copies[i + 1 :])
                 or not names_a_row(self._keys[i], about)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from citeline.answer.dates import WrittenDates, stated_dates, unwritten
 from citeline.answer.names import Reading, Said, read_under, taken_elsewhere
 from citeline.answer.prompt import Passage
 from citeline.answer.quantities import disagreement
@@ -547,7 +548,9 @@ def verify(
     cites scores :data:`SUPPORT_THRESHOLD` or more; a passage that states one of the sentence's
     quantities otherwise (:func:`~citeline.answer.quantities.disagreement`), or that does not give a
     name the sentence gives (:func:`~citeline.answer.names.unnamed`; ``question``, what was asked,
-    may give it instead), scores 0 for it, as does one for a sentence repeating ``instructions`` (the
+    may give it instead), or that does not write a year or date the sentence states
+    (:func:`~citeline.answer.dates.stated_dates`), scores 0 for it, as does one for a sentence
+    repeating ``instructions`` (the
     model's system prompt) where the passage does not say the same. A
     sentence with no citation and a few content terms is reported as uncited. ``read_as`` maps a
     sentence of ``answer`` (as :func:`claims` gives it) to the text its citations are scored for: a
@@ -575,6 +578,7 @@ def verify(
     asked = Reading.of((question,))
     keys = {n: row_keys(p.hit) for n, p in passages.items()}
     copies = {n: copied_runs(p.text) for n, p in passages.items()}
+    dated: dict[int, WrittenDates] = {}  # read for the passages a sentence stating a date cites
     echoable = _runs(instructions)
     best: dict[int, Support] = {}
     first_backed: dict[int, Support] = {}
@@ -604,6 +608,20 @@ def verify(
                     replace(s, score=0.0) if s.score and disagreement(claim.text, passages[n].text) else s
                     for n, s in zip(numbers, scores, strict=True)
                 ]
+            # Nor do they compare years: "The directive was issued in 2007 [1]" against a passage
+            # issuing it in 2009, or "effective March 14, 2019" against "March 13, 2019". A passage that
+            # does not write a year or date of the sentence (in any form, dates.WrittenDates) does not
+            # back it; as with quantities, one any of the cited passages writes is borne out.
+            stated = stated_dates(claim.text)
+            if stated:
+                for n in numbers:
+                    if n not in dated:
+                        dated[n] = WrittenDates.of(readings[n].texts)
+                if any(all(not dated[n].holds(s) for n in numbers) for s in stated):
+                    scores = [
+                        replace(s, score=0.0) if s.score and unwritten(stated, dated[n]) else s
+                        for n, s in zip(numbers, scores, strict=True)
+                    ]
             # Nor do they tell one name from another: "The directive applies to Pilatus Aircraft Ltd. [1]"
             # scored 0.57 against the directive for The Boeing Company; Pilatus was in another passage
             # given. A name (code, quantity) the cited passages do not give and another passage does was

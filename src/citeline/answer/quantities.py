@@ -678,6 +678,14 @@ _LABEL = re.compile(
     r"type|types|phase|grade|class|stage|stages)\.?)\s*$",
     re.IGNORECASE,
 )
+
+
+def labelled(before: str) -> bool:
+    """Whether a number after ``before`` is what a label numbers ("Figure 3", "page 17", "type 1"), not a
+    value (nor a year: citeline.answer.dates)."""
+    return _LABEL.search(before) is not None
+
+
 _P_VALUE = re.compile(r"\bp\s*(?:[<>=\u2264\u2265]=?|value\s+(?:of\s+)?)\s*$", re.IGNORECASE)
 _REFERENCE = re.compile(r"\[[\d\s,;\u2013-]+\]")
 _ANY_NUMBER = re.compile(_NUMBER)
