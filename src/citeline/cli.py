@@ -1783,6 +1783,10 @@ def serve(
         os.environ[f"CITELINE_{name.upper()}"] = str(value)
     if open_mode:
         os.environ["CITELINE_API_OPEN"] = "true"
+    from citeline.api.uvicorn_internals import check_installed
+
+    # Before anything is served: a uvicorn without the hooks overridden here would serve without them.
+    _guard(check_installed)
     from citeline.api.app import STARTUP_FAILURE_FILE, log_config, read_startup_failure
     from citeline.api.protocol import HttpProtocol
     from citeline.api.supervisor import run

@@ -15,6 +15,7 @@ import json
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from citeline.api.limits import MAX_URL_BYTES, URL_BYTES_EXTENSION
+from citeline.api.uvicorn_internals import Uses
 
 #: The most a request's head may hold besides its URL (which ``MAX_URL_BYTES`` bounds as it arrives):
 #: httptools keeps header lines without a limit, so a client sending endless headers held the server's
@@ -37,6 +38,28 @@ def _head_part(data: bytes) -> int:
     is at most 256 KiB)."""
     blank = data.rfind(b"\r\n\r\n")
     return len(data) - (blank + 4 if blank >= 0 else 0)
+
+
+#: What :class:`HttpProtocol` overrides or reads of uvicorn's (checked as ``citeline serve`` starts).
+UVICORN_USES = (
+    Uses(
+        HttpToolsProtocol,
+        methods=(
+            "on_message_begin",
+            "data_received",
+            "send_400_response",
+            "on_url",
+            "on_headers_complete",
+            "on_body",
+            "on_message_complete",
+        ),
+        attributes={
+            "__init__": ("loop", "logger"),
+            "connection_made": ("transport",),
+            "on_message_begin": ("url", "headers", "scope"),
+        },
+    ),
+)
 
 
 class HttpProtocol(HttpToolsProtocol):

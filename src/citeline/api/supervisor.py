@@ -16,7 +16,6 @@ uvicorn's internals for the processes, as :mod:`citeline.api.protocol` is for HT
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import signal
 from typing import Any
@@ -25,17 +24,14 @@ import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors.multiprocess import Multiprocess, Process
 
-logger = logging.getLogger("uvicorn.error")
+from citeline.api.uvicorn_internals import Uses
 
-#: Whether the installed uvicorn takes the health-check timeout (0.37 and later); before, its
-#: supervisor waited a fixed 5 s, and :class:`Supervisor` alone applies the setting.
-HEALTHCHECK_OPTION = "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters
+logger = logging.getLogger("uvicorn.error")
 
 
 def run(app: str, *, workers: int, healthcheck_seconds: int, **options: Any) -> None:
     """``uvicorn.run(app, workers=workers, **options)``, with :class:`Supervisor` for ``workers > 1``."""
-    if HEALTHCHECK_OPTION:
-        options["timeout_worker_healthcheck"] = healthcheck_seconds
+    options["timeout_worker_healthcheck"] = healthcheck_seconds
     if workers == 1:
         uvicorn.run(app, workers=1, **options)
         return
@@ -61,6 +57,24 @@ def why_it_ended(exitcode: int | None, unanswered: bool, healthcheck_seconds: fl
         hint = " (from outside: the kernel's OOM killer sends it when memory runs out)"
         return f"was killed by {name}" + (hint if name == "SIGKILL" else "")
     return f"exited with code {exitcode}"
+
+
+#: What :class:`Supervisor` overrides or reads of uvicorn's (checked as ``citeline serve`` starts).
+UVICORN_USES = (
+    # The health-check timeout is passed to uvicorn.run as well: one process answers it too.
+    Uses(uvicorn.Config, methods=(), attributes={"__init__": ("timeout_worker_healthcheck",)}),
+    Uses(
+        Multiprocess,
+        methods=("run", "terminate_all", "keep_subprocess_alive"),
+        attributes={"__init__": ("config", "sockets", "processes", "should_exit")},
+    ),
+    Uses(
+        Process,
+        methods=("ping", "kill", "join", "start"),
+        properties=("exitcode", "pid"),
+        attributes={"__init__": ("process",)},
+    ),
+)
 
 
 class Supervisor(Multiprocess):
