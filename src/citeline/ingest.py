@@ -635,7 +635,18 @@ class Ingestor:
                 done if isinstance(done, str) else done[0]
                 for _, done in _each_alone(requests, lambda one: self._begin_versions(run, one))
             ]
-        self._ensure_index(run)
+        try:
+            self._ensure_index(run)
+        except TRANSIENT as exc:
+            # The store out of reach before anything was written (Chroma down as a run starts): the
+            # versions just begun fail now, keeping their originals for a re-run once it is back,
+            # rather than staying processing until the next run calls them interrupted. The run stops:
+            # every later source would fail alike.
+            for source, begun_or_refused in zip(sources, begun, strict=True):
+                if not isinstance(begun_or_refused, str) and begun_or_refused[1] is VersionStart.CREATED:
+                    job = _Job(source, begun_or_refused[0], started, size, overlap)
+                    self._drop(job, run, str(exc), transient=True)
+            raise
         jobs: list[_Job] = []
         for source, begun_or_refused in zip(sources, begun, strict=True):
             if isinstance(begun_or_refused, str):
@@ -1034,7 +1045,7 @@ class Ingestor:
                     retrying = f"{reason} (retrying in {delay:g} s)"
                     catalog.requeue(conn, job.doc.version_id, retrying, delay=delay)
                     queued = catalog.get_version(conn, job.doc.version_id)
-                self._forget_failed(run, job.doc.version_id)
+                self._forget_failed(run, job)
                 run.report(IngestResult(src.label, Outcome.RETRYING, queued, error=reason))
                 return
             if transient and run.retry is not None:
@@ -1056,16 +1067,21 @@ class Ingestor:
             self._stop_deleted(job, run)
             return
         run.report(failed)
-        self._forget_failed(run, job.doc.version_id)
+        self._forget_failed(run, job)
 
-    def _forget_failed(self, run: _Run, version_id: uuid.UUID) -> None:
+    def _forget_failed(self, run: _Run, job: _Job) -> None:
         """Remove the vectors a failed version wrote, if the vector index can be reached. A store out of
         reach (often why the version failed) must not stop the run: its other jobs are built, and what
         the version wrote is a vector without a chunk, which the next repair removes (at start-up)."""
+        if not (job.pending or job.chunks):
+            # No chunk was ever cut, so no vector written: nothing to ask a store that may be down for.
+            return
         try:
-            self._forget(run, [version_id])
+            self._forget(run, [job.doc.version_id])
         except StoreError as exc:
-            log.warning("the vectors of failed version %s stay until the next repair: %s", version_id, exc)
+            log.warning(
+                "the vectors of failed version %s stay until the next repair: %s", job.doc.version_id, exc
+            )
 
     def _record_failure(
         self,

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from typer.testing import CliRunner
 
+from citeline.cli import app
 from citeline.engine import Citeline
 from citeline.errors import StoreError
 from citeline.ingest import Outcome, RetryPolicy
@@ -25,6 +27,8 @@ from citeline.settings import Settings
 from citeline.store.chroma import HEARTBEAT_TTL, ChromaIndex
 from citeline.store.database import schema_name
 from tests.conftest import free_port, write
+
+runner = CliRunner()
 
 
 class ChromaServer:
@@ -162,6 +166,60 @@ class TestChromaDown:
             down = cl.readiness()
         assert not down.ready and not down.checks["vector_index"]
         assert down.problems["vector_index"].startswith(f"Chroma at {chroma_server.url.split('//')[1]} ")
+
+
+def _cli_ingest(settings: Settings, folder: Path) -> tuple[int, str]:
+    """``citeline ingest FOLDER`` (the direct path, no jobs) on the Chroma deployment of ``settings``."""
+    env = {"CITELINE_VECTOR_BACKEND": "chroma", "CITELINE_CHROMA_URL": settings.chroma_url or ""}
+    args = ["--data-dir", str(settings.data_dir), "--namespace", settings.namespace, "ingest", str(folder)]
+    result = runner.invoke(app, args, env=env)
+    return result.exit_code, result.stderr
+
+
+def test_a_cli_ingest_that_finds_chroma_down_fails_its_new_versions_and_a_rerun_ingests_them(
+    chroma: Settings, chroma_server: ChromaServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Chroma down while ``citeline ingest`` prepares its collections (a process that has not opened
+    them yet): the versions it began fail at once, naming the server and why, instead of staying
+    ``processing`` until the next run calls them interrupted, and the command stops with exit code 69
+    (unavailable); what was stored before stays, and so do the originals, so that the same command
+    works once Chroma is back."""
+    folder = tmp_path / "docs"
+    write(folder / "bees.txt", "Honey bees dance to show where flowers are.")
+    assert _cli_ingest(chroma, folder)[0] == 0
+    write(folder / "bees.txt", "Honey bees dance to show the hive where the flowers are.")
+    write(folder / "pump.txt", "Drain the pump before winter storage.")
+    chroma_server.stop()
+
+    code, err = _cli_ingest(chroma, folder)
+
+    where = chroma_server.url.split("//")[1]
+    assert code == 69, err  # Chroma is unavailable
+    down = f"Chroma (server, {where}) is unreachable: "
+    assert err.splitlines()[-1].startswith(f"error: {down}")
+    # Nothing was written to Chroma, so nothing is left for a repair to remove.
+    assert "until the next repair" not in caplog.text
+    with Citeline(chroma) as cl:
+        ids = {d.name: str(d.id) for d in cl.documents()}
+        versions = {name: cl.versions(ref) for name, ref in ids.items()}
+        statuses = {name: [(v.version, v.status) for v in vs] for name, vs in versions.items()}
+        assert statuses == {
+            "bees.txt": [(1, "completed"), (2, "failed")],
+            "pump.txt": [(1, "failed")],
+        }
+        assert cl.document(ids["bees.txt"]).version == 1  # the active version is untouched
+        failed = [vs[-1] for vs in versions.values()]
+        assert all(v.error and v.error.startswith(down) for v in failed)
+        assert all(v.file_path and Path(v.file_path).exists() for v in failed)  # kept for a re-run
+
+    chroma_server.start()
+    code, err = _cli_ingest(chroma, folder)
+    assert code == 0, err
+    assert "2 sources: 1 added, 1 updated" in err
+    with Citeline(chroma) as cl:
+        hits = cl.search(SearchRequest("drain the pump for winter"))
+        assert hits[0].document_name == "pump.txt"
+        assert cl.document(ids["bees.txt"]).version == 3
 
 
 def test_readiness_has_no_vector_index_check_when_vectors_are_in_postgresql(settings: Settings) -> None:
