@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 
 from citeline.annotate import annotate
 from citeline.checks import check_mapping, check_names, check_number, check_text, refuse_nul
-from citeline.embed.base import Embedder, get_embedder
+from citeline.embed.base import Embedder, Interrupt, InterruptibleEmbedder, get_embedder
 from citeline.errors import (
     CitelineError,
     EmbeddingError,
@@ -380,6 +380,8 @@ class _Run:
     key: int | None = None
     #: What embeds the versions being built: each run (or group of claimed jobs) has one model.
     embedder: Embedder | None = None
+    #: Set when the run ends early (Ctrl-C, an error): the batch in the embedder is not waited for.
+    interrupt: Interrupt = field(default_factory=Interrupt)
 
 
 class Ingestor:
@@ -540,6 +542,13 @@ class Ingestor:
                 if run.retry is None:
                     self._fail_abandoned(run)
                 work()
+            except BaseException:
+                # Ctrl-C (KeyboardInterrupt) or an error ends the run: the batch in the embedder would be
+                # written by no one, and leaving the executor waited for it (3 to 11 s on two cores).
+                # Its versions are left processing, as by any interruption, for the next run to settle.
+                run.interrupt.set()
+                embedding.shutdown(wait=False, cancel_futures=True)
+                raise
             finally:
                 try:
                     catalog.release_run(conn, run.key)
@@ -772,7 +781,12 @@ class Ingestor:
             known = catalog.cached_vectors(conn, embedder.model_id, [r.text_hash for r in rows], self.index)
         todo = [i for i, r in enumerate(rows) if r.text_hash not in known]
         assert run.embedding is not None
-        future = run.embedding.submit(embedder.embed, [rows[i].embedded for i in todo])
+        texts = [rows[i].embedded for i in todo]
+        future = (
+            run.embedding.submit(embedder.embed_interruptible, texts, run.interrupt)
+            if isinstance(embedder, InterruptibleEmbedder)
+            else run.embedding.submit(embedder.embed, texts)
+        )
         return _Batch(items, known, todo, future)
 
     def _write(self, run: _Run, batch: _Batch) -> None:

@@ -6,6 +6,7 @@ import dataclasses
 import random
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from citeline.embed import Embedder, get_embedder
+from citeline.embed.base import Interrupt, InterruptibleEmbedder
 from citeline.embed.onnx import MODELS, ModelFiles, OnnxEmbedder
 from citeline.errors import EmbeddingError
 
@@ -290,3 +292,40 @@ def test_citelines_sessions_keep_no_copy_of_the_model_they_were_built_from() -> 
     np.testing.assert_allclose(
         embedder.embed_query(SENTENCE, threads=2), embedder.embed([SENTENCE])[0], atol=1e-6
     )
+
+
+def test_an_interrupt_stops_an_embedding_call_part_way_and_the_embedder_goes_on(embedder: Embedder) -> None:
+    # What Ctrl-C during an ingest does to the batch being embedded: the call ends with an error
+    # instead of its vectors (onnxruntime's run is terminated, not waited for), and the shared
+    # embedder serves the next call as before.
+    assert isinstance(embedder, InterruptibleEmbedder)
+    texts = [f"{i} " + "the relief valve opens at six bar and is tested yearly " * 30 for i in range(2000)]
+    interrupt = Interrupt()
+    outcome: list[object] = []
+
+    def call() -> None:
+        try:
+            outcome.append(embedder.embed_interruptible(texts, interrupt))
+        except EmbeddingError as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    # Tokenising takes a fraction of a second; the runs, a minute on two cores: by now one is running.
+    time.sleep(1.0)
+    interrupt.set()
+    caller.join()
+
+    assert len(outcome) == 1 and isinstance(outcome[0], EmbeddingError), outcome
+    assert "interrupted" in str(outcome[0])
+    np.testing.assert_allclose(
+        embedder.embed(texts[:3]), embedder.embed_interruptible(texts[:3], Interrupt())
+    )
+
+
+def test_an_interrupt_set_before_the_call_embeds_nothing(embedder: Embedder) -> None:
+    assert isinstance(embedder, InterruptibleEmbedder)
+    interrupt = Interrupt()
+    interrupt.set()
+    with pytest.raises(EmbeddingError, match="interrupted"):
+        embedder.embed_interruptible(["a text"], interrupt)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -48,6 +49,53 @@ class QueryEmbedder(Protocol):
     def embed_waited(self, texts: Sequence[str], *, threads: int) -> npt.NDArray[np.float32]:
         """Embed a few texts a caller waits for (an answer's sentences) as :meth:`embed_query` embeds one,
         with up to ``threads`` cores: the vectors ``embed(texts)`` gives (up to float rounding)."""
+        ...
+
+
+class Interrupt:
+    """A stop, set by one thread, for the embedding calls another thread makes with it: an ingest that
+    Ctrl-C ends does not wait for the batch in the embedder. A provider that can cut a call short
+    registers how for as long as the call runs (:meth:`while_running`); every interruptible provider
+    also checks :meth:`is_set` between the parts of a call."""
+
+    def __init__(self) -> None:
+        self._set = threading.Event()
+        self._lock = threading.Lock()
+        self._stops: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        """Stop the calls under way, and every later one, made with this interrupt."""
+        with self._lock:
+            self._set.set()
+            stops = list(self._stops)
+        for stop in stops:
+            stop()
+
+    def is_set(self) -> bool:
+        return self._set.is_set()
+
+    @contextmanager
+    def while_running(self, stop: Callable[[], None]) -> Iterator[None]:
+        """``stop`` is called if the interrupt is set while the block runs (at once if it already is)."""
+        with self._lock:
+            self._stops.append(stop)
+            already = self._set.is_set()
+        if already:
+            stop()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._stops.remove(stop)
+
+
+@runtime_checkable
+class InterruptibleEmbedder(Protocol):
+    """An embedder whose call another thread can stop part-way (:class:`Interrupt`)."""
+
+    def embed_interruptible(self, texts: Sequence[str], interrupt: Interrupt) -> npt.NDArray[np.float32]:
+        """:meth:`Embedder.embed`, unless ``interrupt`` is set before it returns: then
+        :class:`~citeline.errors.EmbeddingError` saying it was interrupted, as soon as the model stops."""
         ...
 
 

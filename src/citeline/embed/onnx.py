@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from citeline import heap
+from citeline.embed.base import Interrupt
 from citeline.errors import ConfigError, EmbeddingError
 
 if TYPE_CHECKING:
@@ -238,21 +240,44 @@ class OnnxEmbedder:
             raise TypeError("embed() takes a sequence of texts, not a single string; wrap it in a list")
         return self._embed(texts, None, self._pool)
 
+    def embed_interruptible(self, texts: Sequence[str], interrupt: Interrupt) -> npt.NDArray[np.float32]:
+        """:meth:`embed`, stopped part-way when ``interrupt`` is set: the runs under way are terminated
+        (onnxruntime's ``RunOptions.terminate``, which it checks between the graph's nodes, so a run
+        stops within milliseconds rather than at its end) and no further run starts.
+
+        Raises :class:`EmbeddingError` saying the call was interrupted; the sessions serve the next
+        call as before."""
+        import onnxruntime as ort
+
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single string; wrap it in a list")
+        # One RunOptions for every run of this call alone: terminating it stops no other caller's runs
+        # on the shared session (a search embedding its query meanwhile).
+        options = ort.RunOptions()
+
+        def stop() -> None:
+            options.terminate = True
+
+        with interrupt.while_running(stop):
+            return self._embed(texts, None, self._pool, options)
+
     def _embed(
-        self, texts: Sequence[str], session: Any, pool: ThreadPoolExecutor | None
+        self, texts: Sequence[str], session: Any, pool: ThreadPoolExecutor | None, options: Any = None
     ) -> npt.NDArray[np.float32]:
         """``texts`` tokenised, planned into runs and embedded on ``session`` (None: the ingest session),
-        the runs shared out over ``pool`` when there is one and more than one run."""
+        the runs shared out over ``pool`` when there is one and more than one run, each with the
+        onnxruntime ``options`` given (whose ``terminate`` stops the call)."""
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
         ids = [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
         runs = self._plan([len(seq) for seq in ids], workers=1 if pool is None else self._workers)
+        run = partial(self._run, session=session, options=options)
         if pool is None or len(runs) == 1:
             for rows in runs:
-                out[rows] = self._run([ids[i] for i in rows], session)
+                out[rows] = run([ids[i] for i in rows])
         else:
-            results = pool.map(self._run, [[ids[i] for i in rows] for rows in runs])
+            results = pool.map(run, [[ids[i] for i in rows] for rows in runs])
             for rows, vectors in zip(runs, results, strict=True):
                 out[rows] = vectors
         return out
@@ -333,9 +358,13 @@ class OnnxEmbedder:
         runs.append(current)
         return runs
 
-    def _run(self, seqs: list[list[int]], session: Any = None) -> npt.NDArray[np.float32]:
+    def _run(
+        self, seqs: list[list[int]], session: Any = None, options: Any = None
+    ) -> npt.NDArray[np.float32]:
         """Embed one run of token sequences, longest first, padded to the first one's length, on
-        ``session`` (the ingest session by default)."""
+        ``session`` (the ingest session by default) with onnxruntime's ``options`` (None: its defaults)."""
+        if options is not None and options.terminate:
+            raise EmbeddingError(f"{self.model_id}: interrupted before a run of {len(seqs)} texts")
         # Opened first: the first session opened says which inputs a run feeds.
         session = session or self._session
         lengths = np.array([len(seq) for seq in seqs], dtype=np.int64)
@@ -347,8 +376,12 @@ class OnnxEmbedder:
         if self._token_types:
             feeds["token_type_ids"] = np.zeros_like(input_ids)
         try:
-            hidden: npt.NDArray[np.float32] = session.run(self._output, feeds)[0]
+            hidden: npt.NDArray[np.float32] = session.run(self._output, feeds, options)[0]
         except Exception as exc:
+            if options is not None and options.terminate:
+                raise EmbeddingError(
+                    f"{self.model_id}: interrupted during a run of {len(seqs)} texts"
+                ) from exc
             raise EmbeddingError(
                 f"{self.model_id}: onnxruntime failed on a run of {len(seqs)} texts: {exc}"
             ) from exc
