@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from citeline.api import errors
+from citeline.api import errors, schemas
 from citeline.api.deps import refuse_nul, refuse_unknown_query
 from citeline.api.head import HeadAsGet
 from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter, UrlLengthLimit
@@ -68,6 +68,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
         # server instead (citeline.web.pages), and ReDoc is not offered.
         docs_url=None,
         redoc_url=None,
+        generate_unique_id_function=schemas.operation_id,
     )
     errors.install(app)
     app.add_middleware(BodySizeLimit, settings=settings)
@@ -77,7 +78,20 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     for module in (search, chat, conversations, documents, ingest, stats, keys, health):
         app.include_router(module.router, dependencies=[Depends(refuse_unknown_query), Depends(refuse_nul)])
     mount_pages(app)
+    _complete_openapi(app)
     return app
+
+
+def _complete_openapi(app: FastAPI) -> None:
+    """Have ``/openapi.json`` say what FastAPI cannot see from the routes (see schemas.complete)."""
+    made = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = schemas.complete(made(), [ingest.UrlBody, schemas.UploadForm])
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend it
 
 
 def log_config() -> dict[str, Any]:

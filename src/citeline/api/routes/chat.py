@@ -31,6 +31,7 @@ from citeline.api.limits import GenerationSlot, GenerationSlots, check_text_leng
 from citeline.api.request_id import current_request_id
 from citeline.api.routes.links import with_download_links
 from citeline.api.routes.search import FilterFields
+from citeline.api.schemas import KEYED, SSE_EVENTS, ChatAnswer, PersonaName, answers, errors, sse_description
 from citeline.chat.events import ChatEvent, TurnStart
 from citeline.chat.session import ChatSession
 from citeline.engine import Citeline
@@ -45,7 +46,7 @@ class ChatBody(FilterFields):
     conversation_id: uuid.UUID | None = Field(
         default=None, description="Continue this conversation of the key's; unset starts a new one."
     )
-    persona: str | None = Field(
+    persona: PersonaName | None = Field(
         default=None, description="general, clinical or repair (a new conversation only)."
     )
     top_k: Count | None = Field(default=None, ge=1, le=50, description="Fresh passages to answer from.")
@@ -223,6 +224,22 @@ async def _first(answer: _Answer) -> ChatEvent:
     summary="Answer a question as server-sent events (see docs/api.md)",
     response_class=EventStream,
     status_code=200,
+    operation_id="chat_stream",
+    responses={
+        200: {
+            "description": sse_description(),
+            "content": {
+                "text/event-stream": {
+                    "schema": {"type": "string"},
+                    "x-events": {
+                        name: {"$ref": f"#/components/schemas/{model.__name__}"}
+                        for name, (model, _) in SSE_EVENTS.items()
+                    },
+                }
+            },
+        },
+        **errors(*KEYED, 404, 502),
+    },
 )
 async def chat_stream(body: ChatBody, cl: CitelineDep, access: AccessDep, slots: SlotsDep) -> EventStream:
     answer = await _begin(cl, access, slots, body)
@@ -247,7 +264,14 @@ async def _client_gone(request: Request) -> None:
         pass
 
 
-@router.post("/chat", summary="Answer a question; the whole answer at once", response_model=None)
+@router.post(
+    "/chat",
+    summary="Answer a question; the whole answer at once",
+    response_model=None,
+    operation_id="chat",
+    # 499 is not sent: it names, in the access log, an answer whose client went away.
+    responses=answers(ChatAnswer, *KEYED, 404, 502),
+)
 async def chat(
     body: ChatBody, request: Request, cl: CitelineDep, access: AccessDep, slots: SlotsDep
 ) -> dict[str, Any] | Response:

@@ -18,6 +18,18 @@ from citeline.api.deps import AccessDep, AdminDep, CitelineDep
 from citeline.api.errors import error_body, field_named
 from citeline.api.head import HEAD_ASKED
 from citeline.api.routes.links import file_url
+from citeline.api.schemas import (
+    ADMIN,
+    KEYED,
+    BuildList,
+    ChunkList,
+    Deleted,
+    Document,
+    DocumentList,
+    PageText,
+    answers,
+    stored_file,
+)
 from citeline.errors import InvalidRequestError
 from citeline.jobs.submit import parse_age
 from citeline.store.catalog import DocumentInfo, DocumentQuery
@@ -51,7 +63,12 @@ def document_json(doc: DocumentInfo) -> dict[str, Any]:
     return out
 
 
-@router.get("/documents", summary="Documents the key sees, filtered and paged, with the total count")
+@router.get(
+    "/documents",
+    summary="Documents the key sees, filtered and paged, with the total count",
+    response_model=None,
+    responses=answers(DocumentList, *KEYED),
+)
 def list_documents(
     cl: CitelineDep,
     access: AccessDep,
@@ -101,7 +118,12 @@ def list_documents(
     }
 
 
-@router.get("/builds", summary="Versions queued or being built (and lately failed), whoever started them")
+@router.get(
+    "/builds",
+    summary="Versions queued or being built (and lately failed), whoever started them",
+    response_model=None,
+    responses=answers(BuildList, *KEYED),
+)
 def list_builds(
     cl: CitelineDep,
     access: AccessDep,
@@ -125,7 +147,12 @@ def list_builds(
     }
 
 
-@router.get("/documents/{document_id}", summary="One document: status, labels, counts, source metadata")
+@router.get(
+    "/documents/{document_id}",
+    summary="One document: status, labels, counts, source metadata",
+    response_model=None,
+    responses=answers(Document, *KEYED, 404),
+)
 def get_document(
     document_id: DocumentId, cl: CitelineDep, access: AccessDep, version: Version = None
 ) -> dict[str, Any]:
@@ -170,15 +197,8 @@ class StoredFile(FileResponse):
     "/documents/{document_id}/file",
     summary="The stored original, with its content type (supports HTTP range requests)",
     response_class=FileResponse,
-)
-# What a browser or a download tool asks before fetching (size, type, name, whether ranges work):
-# the same headers as GET, no body. HeadAsGet (api/head.py) serves every HEAD through the GET route
-# before routing, so this declaration is never matched: it lists the HEAD in the OpenAPI schema, the
-# one route where a client is expected to ask it.
-@router.head(
-    "/documents/{document_id}/file",
-    summary="The stored original's headers (size, type, name, ranges), without its body",
-    response_class=FileResponse,
+    operation_id="get_document_file",
+    responses=stored_file(*KEYED, 404, 416),
 )
 def get_file(
     document_id: DocumentId, cl: CitelineDep, access: AccessDep, version: Version = None
@@ -193,7 +213,12 @@ def get_file(
     )
 
 
-@router.get("/documents/{document_id}/pages/{page}", summary="A page's text, rebuilt from its chunks")
+@router.get(
+    "/documents/{document_id}/pages/{page}",
+    summary="A page's text, rebuilt from its chunks",
+    response_model=None,
+    responses=answers(PageText, *KEYED, 404),
+)
 def get_page(
     document_id: DocumentId,
     page: Annotated[int, Path(ge=1, description="1-based page number.")],
@@ -210,7 +235,13 @@ def get_page(
     }
 
 
-@router.get("/documents/{document_id}/chunks", summary="A document's chunks, in order, paged")
+@router.get(
+    "/documents/{document_id}/chunks",
+    summary="A document's chunks, in order, paged",
+    response_model=None,
+    operation_id="list_chunks",
+    responses=answers(ChunkList, *KEYED, 404),
+)
 def get_chunks(
     document_id: DocumentId,
     cl: CitelineDep,
@@ -240,8 +271,19 @@ def get_chunks(
     return {"document_id": str(doc.id), "chunks": chunks, "total": total, "limit": limit, "offset": offset}
 
 
-@router.delete("/documents/{document_id}", summary="Delete a document with every version (admin)")
-@router.delete("/index/{document_id}", summary="Alias of DELETE /documents/{id}")
+@router.delete(
+    "/documents/{document_id}",
+    summary="Delete a document with every version (admin)",
+    response_model=None,
+    responses=answers(Deleted, *ADMIN, 404, 409),
+)
+@router.delete(
+    "/index/{document_id}",
+    summary="Alias of DELETE /documents/{id}",
+    response_model=None,
+    operation_id="delete_document_alias",
+    responses=answers(Deleted, *ADMIN, 404, 409),
+)
 def delete_document(document_id: DocumentId, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
     removed = cl.delete(document_id, access=access)
     # One entry per document, however many versions it had (a model migration stages a second one).

@@ -9,16 +9,31 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from citeline.api.deps import CitelineDep, SlotsDep
+from citeline.api.schemas import EVERY_ROUTE, Live, Readiness, answers
 
 router = APIRouter(prefix="/health", tags=["health"])
 
 
-@router.get("/live", summary="The process answers")
+@router.get(
+    "/live",
+    summary="The process answers",
+    response_model=None,
+    operation_id="health_live",
+    responses=answers(Live, *EVERY_ROUTE),
+)
 async def live() -> dict[str, str]:
     return {"status": "live"}
 
 
-@router.get("/ready", summary="The database answers and the embedder is loaded")
+@router.get(
+    "/ready",
+    summary="The database answers and the embedder is loaded",
+    operation_id="health_ready",
+    responses={
+        **answers(Readiness, *EVERY_ROUTE, description="Ready."),
+        503: {"model": Readiness, "description": "Not ready: problems says which check failed and why."},
+    },
+)
 def ready(cl: CitelineDep, slots: SlotsDep) -> JSONResponse:
     found = cl.readiness()
     body: dict[str, Any] = {

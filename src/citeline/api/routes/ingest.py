@@ -23,6 +23,16 @@ from citeline.api.bodies import Count, Metadata, RequestBody, Scope, json_body
 from citeline.api.deps import AdminDep, CitelineDep
 from citeline.api.errors import field_named
 from citeline.api.routes.documents import DocumentId, document_json
+from citeline.api.schemas import (
+    ADMIN,
+    Document,
+    DocumentVersions,
+    IndexAll,
+    Refresh,
+    Submitted,
+    answers,
+    errors,
+)
 from citeline.checks import NUL_MESSAGE, nul_at
 from citeline.errors import CitelineError, InvalidRequestError
 from citeline.ingest import IngestOptions, Outcome
@@ -93,7 +103,29 @@ def _split(values: list[str] | None, *, drop_blank: bool = True) -> list[str] | 
     "/documents",
     status_code=202,
     summary="Upload a file (multipart) or add a web page (JSON {url}); built in the background",
-    responses={202: {"description": "Registered and queued; poll GET /documents/{id}."}},
+    response_model=None,
+    responses={
+        202: {
+            "model": Submitted,
+            "description": "Registered and queued; poll GET /documents/{id} (Location).",
+        },
+        200: {
+            "model": Submitted,
+            "description": "An existing document (document_id, or the same source) replaced or relabelled, "
+            "or unchanged.",
+        },
+        **errors(*ADMIN, 404, 409, 415),
+    },
+    # The body is read by hand (two content types), so FastAPI cannot see it: declared here.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {"schema": {"$ref": "#/components/schemas/UploadForm"}},
+                "application/json": {"schema": {"$ref": "#/components/schemas/UrlBody"}},
+            },
+        }
+    },
 )
 async def add_document(
     request: Request,
@@ -158,12 +190,24 @@ async def add_document(
     return _submitted(submission, response)
 
 
-@router.patch("/documents/{document_id}", summary="Change a document's labels (no re-embedding)")
+@router.patch(
+    "/documents/{document_id}",
+    summary="Change a document's labels (no re-embedding)",
+    response_model=None,
+    operation_id="relabel_document",
+    responses=answers(Document, *ADMIN, 404, 409),
+)
 async def relabel(document_id: DocumentId, body: Labels, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
     return document_json(await _run(cl.relabel, document_id, body.options(), access=access))
 
 
-@router.get("/documents/{document_id}/versions", summary="Every version the catalog holds, oldest first")
+@router.get(
+    "/documents/{document_id}/versions",
+    summary="Every version the catalog holds, oldest first",
+    response_model=None,
+    operation_id="list_versions",
+    responses=answers(DocumentVersions, *ADMIN, 404),
+)
 async def versions(document_id: DocumentId, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
     found = await _run(cl.versions, document_id, access=access)
     return {
@@ -172,25 +216,58 @@ async def versions(document_id: DocumentId, cl: CitelineDep, access: AdminDep) -
     }
 
 
-@router.post("/documents/{document_id}/reingest", status_code=202, summary="Build a new version (202)")
+@router.post(
+    "/documents/{document_id}/reingest",
+    status_code=202,
+    summary="Build a new version (202)",
+    response_model=None,
+    operation_id="reingest_document",
+    responses={
+        **answers(Submitted, *ADMIN, 404, 409, 415, status=202, description="Queued (Location)."),
+        200: {"model": Submitted, "description": "Nothing to build: the source is unchanged."},
+    },
+)
 async def reingest(
     document_id: DocumentId, response: Response, cl: CitelineDep, access: AdminDep
 ) -> dict[str, Any]:
     return _submitted(await _run(cl.reingest, document_id, access=access), response)
 
 
-@router.post("/documents/{document_id}/index", summary="Queue a pending document")
-@router.post("/index/{document_id}", summary="Alias of POST /documents/{id}/index")
+@router.post(
+    "/documents/{document_id}/index",
+    summary="Queue a pending document",
+    response_model=None,
+    operation_id="index_document",
+    responses=answers(Document, *ADMIN, 404, 409),
+)
+@router.post(
+    "/index/{document_id}",
+    summary="Alias of POST /documents/{id}/index",
+    response_model=None,
+    operation_id="index_document_alias",
+    responses=answers(Document, *ADMIN, 404, 409),
+)
 async def index(document_id: DocumentId, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
     return document_json(await _run(cl.index, document_id, access=access))
 
 
-@router.post("/documents/{document_id}/cancel", summary="Cancel a pending, queued or running job")
+@router.post(
+    "/documents/{document_id}/cancel",
+    summary="Cancel a pending, queued or running job",
+    response_model=None,
+    operation_id="cancel_document",
+    responses=answers(Document, *ADMIN, 404, 409),
+)
 async def cancel(document_id: DocumentId, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
     return document_json(await _run(cl.cancel, document_id, access=access))
 
 
-@router.post("/index-all", summary="Queue every document in a status; a summary per document")
+@router.post(
+    "/index-all",
+    summary="Queue every document in a status; a summary per document",
+    response_model=None,
+    responses=answers(IndexAll, *ADMIN),
+)
 async def index_all(
     cl: CitelineDep,
     access: AdminDep,
@@ -209,7 +286,14 @@ class RefreshBody(RequestBody):
     dry_run: bool = Field(default=False, description="List what would be read again; change nothing.")
 
 
-@router.post("/refresh", status_code=202, summary="Read web pages and files again; new versions if changed")
+@router.post(
+    "/refresh",
+    status_code=202,
+    summary="Read web pages and files again; new versions if changed",
+    response_model=None,
+    operation_id="refresh_documents",
+    responses=answers(Refresh, *ADMIN, 404, status=202, description="Read again (or, dry_run, listed)."),
+)
 async def refresh(body: RefreshBody, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
     # An empty age is refused, not taken for none: "older_than": "" read every source again.
     age = parse_age(body.older_than) if body.older_than is not None else None

@@ -10,6 +10,7 @@ from pydantic import Field
 from citeline.access import Role
 from citeline.api.bodies import RequestBody, Scope
 from citeline.api.deps import AccessDep, AdminDep, CitelineDep
+from citeline.api.schemas import ADMIN, KEYED, CreatedKey, Key, KeyList, MyKey, answers
 
 router = APIRouter(prefix="/keys", tags=["keys"])
 
@@ -21,7 +22,13 @@ class KeyBody(RequestBody):
     name: str = Field(default="", max_length=200, description="What the key is for.")
 
 
-@router.post("", status_code=201, summary="Create a key; the key itself is in this answer only")
+@router.post(
+    "",
+    status_code=201,
+    summary="Create a key; the key itself is in this answer only",
+    response_model=None,
+    responses=answers(CreatedKey, *ADMIN, status=201, description="Created."),
+)
 def create_key(body: KeyBody, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
     info, key = cl.create_key(
         body.role, body.scopes, all_scopes=body.all_scopes, name=body.name, access=access
@@ -29,7 +36,13 @@ def create_key(body: KeyBody, cl: CitelineDep, access: AdminDep) -> dict[str, An
     return {"key": key, **info.as_dict()}
 
 
-@router.get("/me", summary="The calling key's role and the scopes it may search (any key)")
+@router.get(
+    "/me",
+    summary="The calling key's role and the scopes it may search (any key)",
+    response_model=None,
+    operation_id="get_my_key",
+    responses=answers(MyKey, *KEYED),
+)
 def my_key(cl: CitelineDep, access: AccessDep) -> dict[str, Any]:
     return {
         "role": access.role.value,
@@ -38,13 +51,23 @@ def my_key(cl: CitelineDep, access: AccessDep) -> dict[str, Any]:
     }
 
 
-@router.get("", summary="The keys, without the keys themselves")
+@router.get(
+    "",
+    summary="The keys, without the keys themselves",
+    response_model=None,
+    responses=answers(KeyList, *ADMIN),
+)
 def list_keys(
     cl: CitelineDep, access: AdminDep, include_revoked: Annotated[bool, Query()] = False
 ) -> dict[str, Any]:
     return {"keys": [k.as_dict() for k in cl.api_keys(include_revoked=include_revoked, access=access)]}
 
 
-@router.delete("/{key_id}", summary="Revoke a key at once")
+@router.delete(
+    "/{key_id}",
+    summary="Revoke a key at once",
+    response_model=None,
+    responses=answers(Key, *ADMIN, 404),
+)
 def revoke_key(key_id: str, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
     return cl.revoke_key(key_id, access=access).as_dict()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from citeline.access import Access
@@ -17,6 +17,7 @@ from citeline.api.errors import field_named
 from citeline.api.limits import check_text_length
 from citeline.api.responses import FastJSONResponse
 from citeline.api.routes.links import passage_url
+from citeline.api.schemas import KEYED, SearchResponse, answers
 from citeline.engine import Citeline
 from citeline.errors import InvalidRequestError
 from citeline.retrieve.filters import Filters
@@ -79,6 +80,13 @@ class FilterFields(RequestBody):
             raise field_named(exc, _BODY_FILTERS) from exc
 
 
+def _n_results_in_schema(schema: dict[str, Any]) -> None:
+    # top_k's other name (validation_alias) is taken but not shown: a generated client, and a strict
+    # one's additionalProperties check, must know it.
+    properties = schema["properties"]
+    properties["n_results"] = {**properties["top_k"], "description": "Another name for top_k; send one."}
+
+
 class SearchBody(FilterFields):
     query: Text = Field(min_length=1, description="What to search for.")
     top_k: Count | None = Field(
@@ -93,8 +101,14 @@ class SearchBody(FilterFields):
     )
     fusion: Fusion | None = Field(default=None, description="rrf, weighted or dbsf.")
     candidates: Count | None = Field(default=None, ge=1, le=10_000, description="Candidates per ranking.")
-    rerank: str | None = Field(default=None, description="none, prf, maxsim or cross-encoder:<folder>.")
+    rerank: str | None = Field(
+        default=None,
+        description="none, prf, maxsim or cross-encoder:<folder> (a reranker's name; plugins add more).",
+        examples=["prf"],
+    )
     mmr_lambda: Number | None = Field(default=None, ge=0, le=1, description="Maximal marginal relevance.")
+
+    model_config = ConfigDict(json_schema_extra=_n_results_in_schema)
 
     @model_validator(mode="before")
     @classmethod
@@ -171,7 +185,14 @@ def _run(cl: Citeline, access: Access, request: SearchRequest) -> FastJSONRespon
     return FastJSONResponse(body)
 
 
-@router.post("/search", summary="Hybrid search with every filter and knob")
+# Declared through responses=, not response_model=: search is the hot path, and a response model would
+# validate every result again (see citeline.api.schemas).
+@router.post(
+    "/search",
+    summary="Hybrid search with every filter and knob",
+    operation_id="search",
+    responses=answers(SearchResponse, *KEYED, 404),
+)
 def search_post(body: SearchBody, cl: CitelineDep, access: AccessDep) -> FastJSONResponse:
     request = SearchRequest(
         query=body.query,
@@ -186,7 +207,12 @@ def search_post(body: SearchBody, cl: CitelineDep, access: AccessDep) -> FastJSO
     return _run(cl, access, request)
 
 
-@router.get("/search", summary="Hybrid search from a query string")
+@router.get(
+    "/search",
+    summary="Hybrid search from a query string",
+    operation_id="search_by_query",
+    responses=answers(SearchResponse, *KEYED),
+)
 def search_get(
     cl: CitelineDep,
     access: AccessDep,
