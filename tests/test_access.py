@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import uuid
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from citeline.access import Access, Role
 from citeline.engine import Citeline
 from citeline.errors import AccessDeniedError, InvalidRequestError, NotFoundError
 from citeline.ingest import IngestOptions
+from citeline.jobs.submit import Upload
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from tests.conftest import write
@@ -94,3 +97,56 @@ def test_a_reader_may_not_delete(wards: Citeline) -> None:
     with pytest.raises(AccessDeniedError):
         wards.delete(str(a.id), access=Access.reader({"ward-a"}, "k1"))
     assert any(d.name == "a.txt" for d in wards.documents())
+
+
+def test_a_reader_sees_only_the_versions_of_its_scopes_however_the_document_changed(wards: Citeline) -> None:
+    """A replacement upload labels its new version only, so the versions of one document may carry
+    different scopes; each version is seen by the grants of its own scopes, as a document is."""
+    reader = Access.reader({"ward-a"}, "k1")
+    # A Ward B upload that failed, replaced by a Ward A version: with no active version, the current
+    # one is the newest, Ward A's; the failed one is kept.
+    b = wards.submit(Upload("b-draft.txt", io.BytesIO(b"")), IngestOptions(scopes=("ward-b",))).document
+    wards.ingestor().run_jobs(limit=1, version_ids=[b.version_id])
+    replaced = wards.submit(
+        Upload("a-now.txt", io.BytesIO(b"Ward A now primes the pump with water.")),
+        IngestOptions(scopes=("ward-a",)),
+        document_id=b.id,
+        index=False,
+    ).document
+    assert wards.document(str(b.id), access=reader).version == replaced.version == 2
+    assert wards.document(str(b.id), version=1).status == "failed"
+    # And a Ward A document with a Ward B replacement waiting (pending), its current version still A's.
+    a = next(d for d in wards.documents() if d.name == "a.txt")
+    waiting = wards.submit(
+        Upload("b-next.txt", io.BytesIO(b"Ward B will prime it with glucose.")),
+        IngestOptions(scopes=("ward-b",)),
+        document_id=a.id,
+        index=False,
+    ).document
+    assert waiting.version == 2 and wards.document(str(a.id), access=reader).version == 1
+    for doc, hidden, shown in ((b, 1, 2), (a, 2, 1)):
+        assert wards.document(str(doc.id), access=reader, version=shown).scopes == ["ward-a"]
+        with pytest.raises(NotFoundError) as refused:
+            wards.document(str(doc.id), access=reader, version=hidden)
+        with pytest.raises(NotFoundError) as absent:
+            wards.document(str(doc.id), access=reader, version=7)
+        # Refused as a version the catalog does not hold, in the same words.
+        assert str(refused.value) == str(absent.value).replace("version 7", f"version {hidden}")
+        assert [v.version for v in wards.versions(doc.id, access=reader)] == [shown]
+        assert [v.version for v in wards.versions(doc.id)] == [1, 2]
+        assert wards.document(str(doc.id), version=hidden).scopes == ["ward-b"]
+
+
+def test_a_document_out_of_reach_is_not_found_in_the_words_of_one_that_does_not_exist(
+    wards: Citeline,
+) -> None:
+    reader = Access.reader({"ward-a"}, "k1")
+    b = str(next(d for d in wards.documents() if d.name == "b.txt").id)
+    missing = str(uuid.UUID(int=7))
+    for hidden, unknown in ((b, missing), (b[:8], missing[:8]), (b.upper(), missing.upper())):
+        with pytest.raises(NotFoundError) as refused:
+            wards.document(hidden, access=reader)
+        with pytest.raises(NotFoundError) as absent:
+            wards.document(unknown, access=reader)
+        assert str(refused.value).replace(hidden, "ID") == str(absent.value).replace(unknown, "ID")
+        assert str(refused.value) == f"no document with id {hidden!r}"

@@ -883,10 +883,11 @@ class Citeline:
             self.vector_index.relabelled(conn, [v.version_id for v in catalog.versions(conn, doc.id)])
 
     def versions(self, ref: str | uuid.UUID, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:
-        """Every version of a document the catalog holds, oldest first."""
+        """Every version of a document the catalog holds that ``access`` sees, oldest first."""
         doc = self.document(str(ref), access=access)
         with self.engine.connect() as conn:
-            return catalog.versions(conn, doc.id)
+            # Each version by its own labels, as :meth:`document` reads one.
+            return [v for v in catalog.versions(conn, doc.id) if access.sees(v.scopes)]
 
     def wait(
         self, ref: str | uuid.UUID, *, timeout: float = 60.0, access: Access = FULL_ACCESS
@@ -1277,24 +1278,31 @@ class Citeline:
             raise InvalidRequestError("a document id (or the start of one) is needed, got an empty one")
         with self.engine.connect() as conn:
             try:
-                doc = catalog.get_document(conn, uuid.UUID(ref))
+                whole = uuid.UUID(ref)
             except ValueError:
                 matches = [d for d in catalog.find_documents(conn, ref) if access.sees(d.scopes)]
             else:
-                if not access.sees(doc.scopes):
-                    raise NotFoundError(f"no document with id {ref!r}")
-                matches = [doc]
+                try:
+                    doc = catalog.get_document(conn, whole)
+                except NotFoundError:
+                    matches = []
+                else:
+                    matches = [doc] if access.sees(doc.scopes) else []
             if not matches:
-                raise NotFoundError(f"no document with id {ref!r}")
+                # Unknown and out of reach alike, in the words of the id as given.
+                raise catalog.no_document(ref)
             if len(matches) > 1:
                 raise InvalidRequestError(
                     f"id prefix {ref!r} matches {len(matches)} documents; give more of it"
                 )
             if version is None or version == matches[0].version:
                 return matches[0]
-            # Every version carries the document's labels (relabelling changes them all), so the
-            # grant that sees the document sees its versions.
-            return catalog.get_document_version(conn, matches[0].id, version)
+            found = catalog.get_document_version(conn, matches[0].id, version)
+            # Relabelling changes every version, but a replacement upload labels its own version only:
+            # a grant that sees the current version may not see another.
+            if not access.sees(found.scopes):
+                raise catalog.no_version(found.id, version)
+            return found
 
     def document_ids(
         self, refs: str | Iterable[str], *, access: Access = FULL_ACCESS
@@ -1329,7 +1337,7 @@ class Citeline:
     def chunks(self, document: DocumentInfo, *, access: Access = FULL_ACCESS) -> Sequence[dict[str, Any]]:
         """The chunks of one version, in order (for ``docs show``)."""
         if not access.sees(document.scopes):
-            raise NotFoundError(f"no document with id {document.id}")
+            raise catalog.no_document(str(document.id))
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.text(f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE document_id = :id ORDER BY chunk_index"),
@@ -1392,7 +1400,7 @@ class Citeline:
     ) -> tuple[list[dict[str, Any]], int]:
         """Chunks ``offset`` to ``offset + limit`` of one version, in order, and how many it has."""
         if not access.sees(document.scopes):
-            raise NotFoundError(f"no document with id {document.id}")
+            raise catalog.no_document(str(document.id))
         with self.engine.connect() as conn:
             total = conn.execute(
                 sa.text("SELECT count(*) FROM chunks WHERE document_id = :id"), {"id": document.version_id}
@@ -1414,7 +1422,7 @@ class Citeline:
         breaks and blank lines, as :func:`~citeline.split.rebuild_page_text` reads them.
         """
         if not access.sees(document.scopes):
-            raise NotFoundError(f"no document with id {document.id}")
+            raise catalog.no_document(str(document.id))
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
@@ -1431,7 +1439,7 @@ class Citeline:
         """The stored original of a version; :class:`NotFoundError` when it has none (a web page kept
         as text) or the file is gone."""
         if not access.sees(document.scopes):
-            raise NotFoundError(f"no document with id {document.id}")
+            raise catalog.no_document(str(document.id))
         path = Path(document.file_path) if document.file_path else None
         if path is None or not path.is_file():
             raise NotFoundError(f"document {document.id} has no stored original file")

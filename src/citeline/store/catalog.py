@@ -1637,8 +1637,23 @@ def get_document(conn: sa.Connection, document_id: uuid.UUID) -> DocumentInfo:
         {"id": document_id},
     ).first()
     if row is None:
-        raise NotFoundError(f"no document with id {document_id}")
+        raise no_document(str(document_id))
     return _row_to_info(row)
+
+
+def no_document(ref: str) -> NotFoundError:
+    """The answer for a document that does not exist and for one the caller may not see: in the same
+    words, so that no one learns from a refusal that an id is taken in a scope they lack."""
+    return NotFoundError(f"no document with id {ref!r}")
+
+
+def no_version(document_id: uuid.UUID, version: int) -> NotFoundError:
+    """The answer for a version the catalog no longer holds and for one the caller may not see (a
+    replacement upload labels its own version only), in the same words."""
+    return NotFoundError(
+        f"document {document_id} has no version {version} (a replaced version is kept only while a "
+        "conversation cites it)"
+    )
 
 
 def get_document_version(conn: sa.Connection, document_id: uuid.UUID, version: int) -> DocumentInfo:
@@ -1648,10 +1663,7 @@ def get_document_version(conn: sa.Connection, document_id: uuid.UUID, version: i
         {"id": document_id, "v": version},
     ).first()
     if row is None:
-        raise NotFoundError(
-            f"document {document_id} has no version {version} (a replaced version is kept only while a "
-            "conversation cites it)"
-        )
+        raise no_version(document_id, version)
     return _row_to_info(row)
 
 
