@@ -5,6 +5,9 @@ only a collection Chroma says does not exist means "no vectors yet". Each test s
 from __future__ import annotations
 
 import io
+import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from pydantic import SecretStr
 from typer.testing import CliRunner
 
 from citeline.cli import app
@@ -24,7 +28,7 @@ from citeline.ingest import Outcome, RetryPolicy
 from citeline.jobs.submit import Upload
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
-from citeline.store.chroma import HEARTBEAT_TTL, ChromaIndex
+from citeline.store.chroma import HEARTBEAT_TTL, ChromaIndex, ClientSpec
 from citeline.store.database import schema_name
 from tests.conftest import free_port, write
 
@@ -220,6 +224,89 @@ def test_a_cli_ingest_that_finds_chroma_down_fails_its_new_versions_and_a_rerun_
         hits = cl.search(SearchRequest("drain the pump for winter"))
         assert hits[0].document_name == "pump.txt"
         assert cl.document(ids["bees.txt"]).version == 3
+
+
+def test_readiness_names_an_embedded_chroma_whose_folder_is_gone(tmp_path: Path) -> None:
+    """Embedded Chroma holds its database open: with its folder deleted it goes on writing to files no
+    one will find again, so readiness must say so (after the same 2 s as a server's heartbeat)."""
+    folder = tmp_path / "chroma"
+    index = ChromaIndex(ClientSpec("embedded", path=folder), namespace="t", ef_search=40)
+    try:
+        assert index.client.heartbeat()
+        assert index.problem() is None
+        shutil.rmtree(folder)
+        assert index.problem() is None  # the answer is kept: probes from several orchestrators cost one
+        time.sleep(HEARTBEAT_TTL)
+        assert index.problem() == f"embedded Chroma's folder {folder} is gone"
+        folder.mkdir()  # an empty folder in its place: the database the client holds is still gone
+        time.sleep(HEARTBEAT_TTL)
+        assert index.problem() == f"embedded Chroma's database {folder / 'chroma.sqlite3'} is gone"
+    finally:
+        index.close()
+
+
+#: Run in a process of its own that file permissions bind (see the test).
+_UNREADABLE_FOLDER = """
+import json, shutil, tempfile, time
+from pathlib import Path
+from citeline.store.chroma import HEARTBEAT_TTL, ChromaIndex, ClientSpec
+
+folder = Path(tempfile.mkdtemp(prefix="citeline-chroma-")) / "chroma"
+index = ChromaIndex(ClientSpec("embedded", path=folder), namespace="t", ef_search=40)
+index.client.heartbeat()
+found = [index.problem()]
+folder.chmod(0)
+time.sleep(HEARTBEAT_TTL)
+found.append(index.problem())
+folder.chmod(0o700)
+shutil.rmtree(folder.parent)
+print(json.dumps({"folder": str(folder), "found": found}))
+"""
+
+
+def test_readiness_names_an_embedded_chroma_whose_folder_cannot_be_used() -> None:
+    """A real PersistentClient whose folder is then made unreadable (mode 000)."""
+    command = [sys.executable, "-c", _UNREADABLE_FOLDER]
+    if os.geteuid() == 0:
+        # Root passes any permission check by its capabilities; without them, it is the folder's owner
+        # like any other, and still reaches this interpreter under /root.
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root, and no setpriv (util-linux) to drop root's permission override")
+        caps = "-dac_override,-dac_read_search"
+        command = [setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}", *command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["found"] == [
+        None,
+        f"embedded Chroma's folder {report['folder']} cannot be written: Permission denied",
+    ]
+
+
+def test_readiness_names_a_chroma_cloud_that_cannot_be_reached(chroma_server: ChromaServer) -> None:
+    """Chroma Cloud is probed by the call its client makes to learn the key's tenant (identity), with
+    the server's timeout and caching. Here the cloud client is pointed at a real ``chroma run`` (which
+    answers the same call), then at nothing."""
+    host, port = chroma_server.url.split("//")[1].split(":")
+    cloud = ClientSpec("cloud", host=host, port=int(port), ssl=False, api_key=SecretStr("ck-test"))
+    index = ChromaIndex(cloud, namespace="t", ef_search=40)
+    try:
+        assert index.client.heartbeat()
+        assert index.problem() is None
+        chroma_server.stop()
+        time.sleep(HEARTBEAT_TTL)
+        assert (index.problem() or "").startswith(
+            f"Chroma Cloud at {host}:{port} does not answer its identity call: "
+        )
+    finally:
+        index.close()
+    nothing = ChromaIndex(
+        ClientSpec("cloud", host="127.0.0.1", port=free_port(), ssl=False, api_key=SecretStr("ck-test")),
+        namespace="t",
+        ef_search=40,
+    )
+    assert "Connection refused" in (nothing.problem() or "")
 
 
 def test_readiness_has_no_vector_index_check_when_vectors_are_in_postgresql(settings: Settings) -> None:

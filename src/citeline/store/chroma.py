@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
@@ -47,14 +49,22 @@ from citeline.types import counted, embedding_text
 _PAGE = 5_000
 #: Extra room asked of Chroma over what the filter's share of the corpus predicts.
 _SLACK = 1.5
-#: Seconds a readiness probe waits for the Chroma server's heartbeat, and keeps its answer.
+#: Seconds a readiness probe waits for a Chroma server or Chroma Cloud, and keeps its answer (whatever
+#: the kind: an embedded Chroma's folder is looked at as often).
 _HEARTBEAT_TIMEOUT = 2.0
 HEARTBEAT_TTL = 2.0
+#: Where chromadb's CloudClient goes unless told otherwise.
+CLOUD_HOST, CLOUD_PORT = "api.trychroma.com", 443
+#: The file embedded Chroma keeps its database in, in its folder.
+_EMBEDDED_DATABASE = "chroma.sqlite3"
 
 
 @dataclass(frozen=True)
 class ClientSpec:
-    """Which Chroma client to open, and with what (the API key stays secret in logs and reprs)."""
+    """Which Chroma client to open, and with what (the API key stays secret in logs and reprs).
+
+    For ``cloud``, ``host``, ``port`` and ``ssl`` default to Chroma Cloud's own address (tests point them
+    at a local server)."""
 
     kind: Literal["embedded", "server", "cloud"]
     path: Path | None = None
@@ -123,7 +133,13 @@ def _connect(spec: ClientSpec) -> Any:
     assert spec.api_key is not None
     # The cloud resolves an unset tenant and database from the key.
     return chromadb.CloudClient(
-        tenant=spec.tenant, database=spec.database, api_key=spec.api_key.get_secret_value(), settings=quiet
+        tenant=spec.tenant,
+        database=spec.database,
+        api_key=spec.api_key.get_secret_value(),
+        settings=quiet,
+        cloud_host=spec.host or CLOUD_HOST,
+        cloud_port=spec.port or CLOUD_PORT,
+        enable_ssl=spec.ssl if spec.host else True,
     )
 
 
@@ -507,33 +523,72 @@ class ChromaIndex:
             offset += _PAGE
 
     def problem(self) -> str | None:
-        """Whether a Chroma server answers its heartbeat within ``_HEARTBEAT_TIMEOUT``: the client
-        chromadb makes waits without end on a server that accepts but does not answer. The answer is kept
-        for ``HEARTBEAT_TTL``, so probes from several orchestrators cost one request. Embedded Chroma
-        runs in this process; Chroma Cloud is not probed (its failures surface as StoreError)."""
-        if self.spec.kind != "server":
-            return None
+        """Why this Chroma cannot serve now, if it cannot; the answer is kept for ``HEARTBEAT_TTL``, so
+        probes from several orchestrators cost one look.
+
+        A server must answer its heartbeat, and Chroma Cloud the identity call its client makes to learn
+        the key's tenant (which a refused key fails too), within ``_HEARTBEAT_TIMEOUT``: the client
+        chromadb makes waits without end on a server that accepts but does not answer. Embedded Chroma
+        runs in this process, but holds its database open: a folder deleted or made unwritable under it
+        fails later writes, or lets them go to files no one finds again, so its folder is looked at."""
         now = time.monotonic()
         if self._heartbeat is not None and now - self._heartbeat[0] < HEARTBEAT_TTL:
             return self._heartbeat[1]
-        scheme = "https" if self.spec.ssl else "http"
-        where = f"{self.spec.host}:{self.spec.port}"
-        request = urllib.request.Request(f"{scheme}://{where}/api/v2/heartbeat")
-        if self.spec.api_key is not None:
-            request.add_header("x-chroma-token", self.spec.api_key.get_secret_value())
-        found: str | None = None
-        try:
-            with urllib.request.urlopen(request, timeout=_HEARTBEAT_TIMEOUT):
-                pass
-        except (OSError, ValueError) as exc:  # URLError and HTTPError are OSErrors; timeouts too
-            reason = getattr(exc, "reason", None) or exc
-            found = f"Chroma at {where} does not answer its heartbeat: {reason}"
+        if self.spec.kind == "embedded":
+            assert self.spec.path is not None
+            found = _folder_problem(self.spec.path, opened=self._client is not None)
+        elif self.spec.kind == "server":
+            found = self._http_problem("/api/v2/heartbeat", "Chroma", "its heartbeat")
+        else:
+            found = self._http_problem("/api/v2/auth/identity", "Chroma Cloud", "its identity call")
         self._heartbeat = (now, found)
         return found
+
+    def _http_problem(self, path: str, what: str, call: str) -> str | None:
+        """Why a GET of ``path`` did not succeed within ``_HEARTBEAT_TIMEOUT``, if it did not."""
+        cloud = self.spec.kind == "cloud" and not self.spec.host
+        scheme = "https" if self.spec.ssl or cloud else "http"
+        where = f"{self.spec.host or CLOUD_HOST}:{self.spec.port or CLOUD_PORT}"
+        request = urllib.request.Request(f"{scheme}://{where}{path}")
+        if self.spec.api_key is not None:
+            request.add_header("x-chroma-token", self.spec.api_key.get_secret_value())
+        try:
+            with urllib.request.urlopen(request, timeout=_HEARTBEAT_TIMEOUT):
+                return None
+        except urllib.error.HTTPError as exc:  # a refused key, say
+            return f"{what} at {where} answered {call} with HTTP {exc.code} {exc.reason}"
+        except (OSError, ValueError) as exc:  # URLError is an OSError; timeouts too
+            reason = getattr(exc, "reason", None) or exc
+            return f"{what} at {where} does not answer {call}: {reason}"
 
     def close(self) -> None:
         self._collections.clear()
         self._client = None
+
+
+def _folder_problem(folder: Path, *, opened: bool) -> str | None:
+    """Why embedded Chroma cannot keep what it writes in ``folder``, if it cannot. Its database file is
+    missed only once the client has ``opened`` it (a new folder has none until then)."""
+    if not opened and not folder.exists():
+        return None  # made when the client opens; a folder that cannot be made fails that as StoreError
+    try:
+        # A file made and dropped at once: what Chroma's own writes (journal, segments) need.
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        if not folder.is_dir():
+            return f"embedded Chroma's folder {folder} is gone"
+        return f"embedded Chroma's folder {folder} cannot be written: {exc.strerror or exc}"
+    if opened:
+        database = folder / _EMBEDDED_DATABASE
+        try:
+            with database.open("rb+"):
+                pass
+        except FileNotFoundError:
+            return f"embedded Chroma's database {database} is gone"
+        except OSError as exc:
+            return f"embedded Chroma's database {database} cannot be written: {exc.strerror or exc}"
+    return None
 
 
 def _partitions(conn: sa.Connection, version_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
