@@ -27,6 +27,12 @@ class InvalidRequestError(CitelineError):
     http_status = 422
     exit_code = 2
 
+    def __init__(self, message: str, *, http_status: int = 422) -> None:
+        # 400 for a request whose HTTP itself is ambiguous (two Authorization headers), where no field
+        # of it can be read; 422 for every request that is read and refused.
+        super().__init__(message)
+        self.http_status = http_status
+
 
 class NotFoundError(CitelineError):
     """A document, chunk or namespace that was asked for does not exist."""

@@ -174,3 +174,24 @@ def test_head_answers_as_get_does_without_the_body(server: Server, path: str, ca
     assert head.content == b""
     assert head.headers["content-type"] == got.headers["content-type"]
     assert head.headers.get("content-security-policy") == got.headers.get("content-security-policy")
+
+
+@pytest.mark.parametrize(("first", "second"), [("admin", "reader"), ("reader", "admin"), ("admin", "admin")])
+def test_a_request_with_two_authorization_headers_is_refused_whichever_keys_they_carry(
+    server: Server, first: str, second: str
+) -> None:
+    """Which of two keys counts is the reader's to guess (a proxy adds one, a client another): the
+    request is refused, not served under the first."""
+    headers = [
+        ("Authorization", f"Bearer {server.keys[first]}"),
+        ("Authorization", f"Bearer {server.keys[second]}"),
+    ]
+    with server.client() as client:
+        for method, path in (("GET", "/keys"), ("GET", "/stats"), ("GET", f"/documents/{MISSING}")):
+            refused = client.request(method, path, headers=headers)
+            assert refused.status_code == 400, (path, refused.text)
+            assert_error_shape(refused)
+            assert refused.json()["error"]["code"] == "invalid_request"
+            assert refused.json()["error"]["message"] == (
+                "header.authorization: a request carries one Authorization header, this one carried 2"
+            )

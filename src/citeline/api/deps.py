@@ -17,7 +17,7 @@ from citeline.access import Access
 from citeline.api.limits import GenerationSlots, RateLimiter
 from citeline.checks import NUL_MESSAGE, nul_at
 from citeline.engine import Citeline
-from citeline.errors import AccessDeniedError, AuthenticationError
+from citeline.errors import AccessDeniedError, AuthenticationError, InvalidRequestError
 
 #: The grant of a request without a key to a server in open mode.
 OPEN_ACCESS = Access.admin("open")
@@ -54,6 +54,14 @@ async def get_access(
     to the thread pool, so a busy key's requests skip a thread hop and a round trip.
     """
     limiter: RateLimiter = request.app.state.rate_limiter
+    sent = request.headers.getlist("authorization")
+    if len(sent) > 1:
+        # Starlette reads the first; a proxy may read the last. Which key a request acts under must not
+        # depend on who reads it: no key of the two is taken.
+        raise InvalidRequestError(
+            f"header.authorization: a request carries one Authorization header, this one carried {len(sent)}",
+            http_status=400,
+        )
     if credentials is None:
         if cl.settings.api_open:
             limiter.hit(OPEN_ACCESS.user_id)
