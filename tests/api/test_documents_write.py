@@ -556,3 +556,25 @@ def test_a_csv_passage_names_its_rows_of_the_file_wherever_it_is_given(server: S
                 assert passage["rows"] == rows[passage["chunk_id"]], passage
         finally:
             assert admin.delete(f"/documents/{doc['id']}").status_code == 200
+
+
+def test_a_stored_original_is_served_sandboxed_and_never_sniffed(server: Server) -> None:
+    """An uploaded HTML page is served inline on the API's origin, where a script in it would run with
+    the origin's rights (the pages keep the key in this origin's session storage): the original is
+    served with a sandbox CSP (no script, a unique origin) and no content-type sniffing."""
+    page = b"<!doctype html><title>Pump</title><p>The pump is primed with water.<script>alert(1)</script>"
+    with own_key(server, "admin") as admin:
+        made = upload(admin, "pump.html", page, scopes="acme").json()
+        assert poll(admin, made["id"])["status"] == "completed"
+    with own_key(server, "reader", "acme") as reader:
+        path = f"/documents/{made['id']}/file"
+        for response in (
+            reader.get(path),
+            reader.head(path),
+            reader.get(path, headers={"Range": "bytes=0-9"}),
+            reader.get(f"/documents/{server.documents['acme_note']}/file"),
+        ):
+            assert response.status_code in (200, 206), response.text
+            assert response.headers["content-security-policy"] == "sandbox"
+            assert response.headers["x-content-type-options"] == "nosniff"
+        assert reader.get(path).headers["content-type"].startswith("text/html")

@@ -159,6 +159,12 @@ def get_document(
     return document_json(cl.document(document_id, access=access, version=version))
 
 
+#: An uploaded original is anyone's bytes served inline on the pages' origin, whose session storage
+#: holds the signed-in key: an HTML page with a script must not run as that origin (``sandbox``: no
+#: scripts, a unique origin) nor a file be read by the browser as another type than it is served as.
+ORIGINAL_HEADERS = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
+
+
 class StoredFile(FileResponse):
     """A stored original: Starlette's file response, whose refusals of a ``Range`` header (plain text
     there) have the API's error shape: a malformed one is a 422, one past the end a 416."""
@@ -210,6 +216,7 @@ def get_file(
         media_type=doc.content_type or "application/octet-stream",
         filename=doc.name,
         content_disposition_type="inline",
+        headers=ORIGINAL_HEADERS,
     )
 
 
