@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import string
@@ -12,11 +13,15 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
 
 from citeline.engine import Citeline
 from citeline.errors import ExtensionMissingError, StoreError
+from citeline.jobs.submit import Upload
 from citeline.settings import Settings
-from citeline.store.database import ensure_pgvector, schema_name
+from citeline.store.catalog import DocumentQuery
+from citeline.store.database import MIGRATIONS, ensure_pgvector, schema_name
 from citeline.store.server import embedded_url
 from tests.conftest import write
 
@@ -131,3 +136,47 @@ def test_letting_go_of_the_server_warns_of_nothing_where_xdg_runtime_dir_is_unse
 
     assert done.returncode == 0, done.stderr
     assert "Warning" not in done.stderr
+
+
+def test_documents_stored_before_added_at_take_their_oldest_version_s_time(cl: Citeline) -> None:
+    """Migration 0024 fills ``added_at`` from each document's oldest surviving version, on all its
+    versions; the next version copies it."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["schema"] = schema_name(cl.settings.namespace)
+    with cl.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0023")
+        for doc, versions in (("a", (1, 2, 3)), ("b", (1,))):
+            document_id = uuid.uuid5(uuid.NAMESPACE_URL, doc)
+            for v in versions:
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO documents (id, document_id, name, source_uri, version, status, "
+                        "created_at) VALUES (gen_random_uuid(), :d, :n, :s, :v, 'failed', "
+                        "timestamptz '2024-01-01 00:00+00' + make_interval(days => :v + :o))"
+                    ),
+                    {
+                        "d": document_id,
+                        "n": f"{doc}.md",
+                        "s": f"upload-key:{doc}.md",
+                        "v": v,
+                        "o": 10 * (doc == "b"),
+                    },
+                )
+        command.upgrade(cfg, "head")
+        added = conn.execute(
+            sa.text(
+                "SELECT name, version, to_char(added_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') "
+                "FROM documents ORDER BY 1, 2"
+            )
+        ).all()
+    assert [tuple(r) for r in added] == [
+        ("a.md", 1, "2024-01-02"),
+        ("a.md", 2, "2024-01-02"),
+        ("a.md", 3, "2024-01-02"),
+        ("b.md", 1, "2024-01-12"),
+    ]
+    cl.submit(Upload("a.md", io.BytesIO(b"# A\n\nA new version.")), source="a.md", index=False)
+    [current] = cl.list_documents(DocumentQuery(source="a.md")).documents
+    assert (current.version, current.added_at.date().isoformat()) == (4, "2024-01-02")

@@ -115,6 +115,27 @@ def test_changed_file_becomes_a_new_version_that_replaces_the_old(cl: Citeline, 
     assert "heated shed" in texts and "winter storage" not in texts
 
 
+def test_a_document_keeps_the_time_it_was_first_added_when_its_first_version_is_gone(
+    cl: Citeline, tmp_path: Path
+) -> None:
+    """``added_at`` is when the document was first added, on every version; ``created_at`` when the
+    current version was made. The first version is deleted once the second serves, and its time is
+    kept all the same."""
+    path = write(tmp_path / "pump.md", GUIDE)
+    [first] = cl.ingest([path])
+    assert first.document is not None
+    assert first.document.added_at == first.document.created_at
+    write(path, GUIDE.replace("winter storage", "long-term storage"))
+    [second] = cl.ingest([path])
+    assert second.document is not None and second.document.version == 2
+    assert [d.version for d in cl.versions(first.document.id)] == [2]
+    [listed] = cl.list_documents(DocumentQuery()).documents
+    for doc in (second.document, listed, cl.document(str(first.document.id))):
+        assert doc.added_at == first.document.created_at
+        assert doc.created_at > first.document.created_at
+    assert listed.as_dict()["added_at"] == first.document.created_at.isoformat()
+
+
 def test_a_version_is_invisible_until_swapped_in(cl: Citeline, tmp_path: Path) -> None:
     path = write(tmp_path / "pump.md", GUIDE)
     cl.ingest([path])

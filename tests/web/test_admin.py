@@ -609,6 +609,41 @@ def test_a_document_s_detail_says_which_key_or_command_line_user_uploaded_it(
                 site.api("DELETE", f"/documents/{doc['id']}")
 
 
+def test_a_replaced_document_shows_when_it_was_added_and_when_its_current_version_was_made(
+    site: Site, context: BrowserContext
+) -> None:
+    """The list and the detail showed one time, the current version's, as "Uploaded": a document
+    replaced today looked added today."""
+    first = site.api(
+        "POST",
+        "/documents",
+        files={"file": ("seal.md", b"# Seal\n\nThe seal is PTFE.\n")},
+        data={"index": "false"},
+    )
+    time.sleep(1.2)  # the page shows times to the second
+    site.api(
+        "POST",
+        "/documents",
+        files={"file": ("seal.md", b"# Seal\n\nThe seal is graphite.\n")},
+        data={"index": "false", "document_id": first["id"]},
+    )
+    try:
+        doc = site.api("GET", f"/documents/{first['id']}")
+        assert doc["version"] == 2 and doc["added_at"] == first["created_at"] != doc["created_at"], doc
+        page = admin_page(site, context)
+        shown = page.evaluate(
+            "(times) => times.map((t) => new Date(t).toLocaleString())", [doc["added_at"], doc["created_at"]]
+        )
+        row = page.locator(f'#documents tr[data-id="{first["id"]}"]')
+        expect(row.locator("td[data-label='Added']")).to_have_text(shown[0])
+        expect(row.locator("td[data-label='Updated']")).to_have_text(shown[1])
+        row.locator("button.link").click()
+        expect(page.locator("#detail-facts dt:text-is('Added') + dd")).to_have_text(shown[0])
+        expect(page.locator("#detail-facts dt:text-is('Updated') + dd")).to_have_text(shown[1])
+    finally:
+        site.api("DELETE", f"/documents/{first['id']}")
+
+
 def shown_stat(page: Page, term: str) -> Locator:
     """The value the statistics show for ``term`` ("Documents", "Searchable", a status)."""
     return page.locator(f"#stats dt:text-is('{term}') + dd")

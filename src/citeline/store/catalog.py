@@ -63,7 +63,7 @@ _DOC_COLUMNS = (
     "document_id AS id, id AS version_id, name, title, source_uri, content_type, file_path, content_hash, "
     "version, is_active, status, error, duration_ms, processed_at, page_count, vector_count, "
     "embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, uploaded_by, created_at, "
-    "updated_at, source_metadata, attempts, queued_at, started_at, last_fetched_at, vector_index"
+    "updated_at, source_metadata, attempts, queued_at, started_at, last_fetched_at, vector_index, added_at"
 )
 
 
@@ -148,6 +148,9 @@ class DocumentInfo:
     scopes: list[str]
     metadata: dict[str, Any]
     uploaded_by: str | None
+    #: When the document was first added, the same on every version; ``created_at`` is when this
+    #: version was made.
+    added_at: datetime
     created_at: datetime
     updated_at: datetime
     #: What the loader found about the source (``author``, ``pages``, ``url``, ...), as strings.
@@ -176,7 +179,15 @@ class DocumentInfo:
         out["source"] = upload_key(self.source_uri)
         out["id"] = str(self.id)
         out["version_id"] = str(self.version_id)
-        for key in ("processed_at", "created_at", "updated_at", "queued_at", "started_at", "last_fetched_at"):
+        for key in (
+            "processed_at",
+            "added_at",
+            "created_at",
+            "updated_at",
+            "queued_at",
+            "started_at",
+            "last_fetched_at",
+        ):
             out[key] = out[key].isoformat() if out[key] else None
         return out
 
@@ -558,19 +569,21 @@ def _insert_versions(
         sa.text(
             "INSERT INTO documents (id, document_id, name, source_uri, file_path, content_hash, version, "
             "status, embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, "
-            "uploaded_by, ingest_run, queued_at, last_fetched_at, content_type, vector_index) "
-            "SELECT v.id, coalesce(v.doc, "
-            "(SELECT document_id FROM documents WHERE source_uri = v.s LIMIT 1), gen_random_uuid()), "
-            "v.name, v.s, v.fp, v.h, "
+            "uploaded_by, ingest_run, queued_at, last_fetched_at, content_type, vector_index, added_at) "
+            "SELECT v.id, k.doc, v.name, v.s, v.fp, v.h, "
             "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = v.s), "
             "v.st, v.m, v.cs, v.co, v.cat, v.tags, v.scopes, v.meta, v.by, "
             "CASE WHEN v.st = 'processing' THEN CAST(:run AS bigint) END, "
             "CASE WHEN v.st = 'queued' THEN now() END, "
             "coalesce(v.fetched, "
-            "(SELECT last_fetched_at FROM documents WHERE source_uri = v.s AND is_active)), v.ct, v.vi "
+            "(SELECT last_fetched_at FROM documents WHERE source_uri = v.s AND is_active)), v.ct, v.vi, "
+            # A new version keeps the time its document was first added.
+            "coalesce((SELECT min(added_at) FROM documents WHERE document_id = k.doc), now()) "
             "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, doc uuid, st text, name text, "
             "s text, fp text, h text, m text, cs int, co int, vi text, fetched timestamptz, ct text, "
             "cat text, tags text[], scopes text[], meta jsonb, by text) "
+            "CROSS JOIN LATERAL (SELECT coalesce(v.doc, (SELECT document_id FROM documents "
+            "WHERE source_uri = v.s LIMIT 1), gen_random_uuid()) AS doc) k "
             f"RETURNING {_DOC_COLUMNS}"
         ),
         {"rows": json.dumps(rows), "run": run},
@@ -592,11 +605,12 @@ def _insert_version(
         sa.text(
             "INSERT INTO documents (id, document_id, name, source_uri, file_path, content_hash, version, "
             "status, embedding_model, chunk_size, chunk_overlap, category, tags, scopes, metadata, "
-            "uploaded_by) "
+            "uploaded_by, added_at) "
             "VALUES (:id, coalesce((SELECT document_id FROM documents WHERE source_uri = :s LIMIT 1), "
             "gen_random_uuid()), :name, :s, :fp, :h, "
             "(SELECT coalesce(max(version), 0) + 1 FROM documents WHERE source_uri = :s), "
-            ":st, :m, :cs, :co, :cat, :tags, :scopes, CAST(:meta AS jsonb), :by) "
+            ":st, :m, :cs, :co, :cat, :tags, :scopes, CAST(:meta AS jsonb), :by, "
+            "coalesce((SELECT min(added_at) FROM documents WHERE source_uri = :s), now())) "
             f"RETURNING {_DOC_COLUMNS}"
         ),
         {

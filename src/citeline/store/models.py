@@ -99,6 +99,10 @@ class Document(Base):
     #: When the source was last read at its origin (a URL fetched, a file read at its path); uploads
     #: have none. ``citeline refresh`` reads the oldest again.
     last_fetched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: When the document was first added: the same on every version, copied to each new one (the
+    #: versions it was first added as may have been deleted since).
+    added_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    #: When this version was made.
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()

@@ -314,6 +314,8 @@ function documentRow(doc, next) {
     el("td", { className: doc.scopes?.length ? "" : "universal" }, scopes),
     el("td", {}, doc.category ?? ""),
     el("td", {}, (doc.tags ?? []).join(", ")),
+    // When the document was first added, and when the version shown was made (a replacement's time).
+    el("td", {}, formatDate(doc.added_at)),
     el("td", {}, formatDate(doc.created_at)),
     el("td", { className: "number" }, duration(doc.duration_ms)),
     el("td", {}, doc.embedding_model ?? ""),
@@ -414,7 +416,7 @@ async function loadDocuments({ statsRead = false } = {}) {
     const body = $("documents").querySelector("tbody");
     drawRows(body, page.documents.map((doc) => documentRow(doc, next(doc))));
     if (!page.documents.length) {
-      body.replaceChildren(el("tr", {}, el("td", { colSpan: 11, className: "empty" }, "No documents.")));
+      body.replaceChildren(el("tr", {}, el("td", { colSpan: 12, className: "empty" }, "No documents.")));
     }
     recovered("Could not list the documents");
     $("documents-count").textContent =
@@ -895,7 +897,8 @@ async function showDetail(id, { keepChunks = false } = {}) {
       ...fact("Category", doc.category),
       ...fact("Tags", (doc.tags ?? []).join(", ")),
       ...fact("Metadata", Object.keys(doc.metadata ?? {}).length ? JSON.stringify(doc.metadata) : ""),
-      ...fact("Uploaded", formatDate(doc.created_at)),
+      ...fact("Added", formatDate(doc.added_at)),
+      ...fact("Updated", formatDate(doc.created_at)),
       ...fact("Uploaded by", uploader(doc.uploaded_by)),
       ...fact("Duration", duration(doc.duration_ms)),
       ...fact("Embedding model", doc.embedding_model),
