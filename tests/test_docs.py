@@ -177,3 +177,72 @@ def test_every_error_is_in_the_troubleshooting_table_with_its_exit_code_and_stat
                 f"{name}: documented {code} / {statuses}, is {error.exit_code} / {error.http_status}"
             )
     assert not wrong, wrong
+
+
+def _documented_meanings() -> dict[str, str]:
+    """Each setting's row of docs/configuration.md's tables: ``{name: what its Meaning column says}``."""
+    guide = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `CITELINE_([A-Z0-9_]+)` \| [^|]* \| (.*) \|$", guide, re.MULTILINE)
+    return {name.lower(): meaning for name, meaning in rows}
+
+
+def _number(value: float) -> str:
+    """A bound as the guide may write it: ``1024``, ``3,600`` or ``100,000`` (commas optional)."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    plain, grouped = re.escape(text), re.escape(f"{value:,g}" if isinstance(value, float) else f"{value:,}")
+    return f"(?:{plain}|{grouped})"
+
+
+def _bounds(name: str) -> dict[str, float]:
+    """The numeric bounds of setting ``name`` (``ge``, ``gt``, ``le``), as its Field declares them."""
+    found: dict[str, float] = {}
+    for constraint in Settings.model_fields[name].metadata:
+        for kind in ("ge", "gt", "le"):
+            if getattr(constraint, kind, None) is not None:
+                found[kind] = getattr(constraint, kind)
+    return found
+
+
+def test_every_documented_range_is_the_settings_range() -> None:
+    # Bounds are enforced when the settings are read (exit 78): a range the guide states wrongly sends an
+    # operator to a value citeline refuses, or hides one it takes.
+    wrong = {}
+    for name, meaning in _documented_meanings().items():
+        if name not in Settings.model_fields:
+            continue
+        bounds = _bounds(name)
+        if "ge" in bounds:
+            least, low = f"at least {_number(bounds['ge'])}", f"(?:from )?{_number(bounds['ge'])}"
+        elif "gt" in bounds:
+            least = low = f"above {_number(bounds['gt'])}"
+        else:
+            continue
+        if "le" in bounds:  # "1 to 1024", "from 0 to 1", "above 0, at most 300", "above 0 and up to 3,600"
+            pattern = rf"\b{low}(?: to|, at most| and up to) {_number(bounds['le'])}\b"
+        else:  # "at least 0", "above 0"
+            pattern = rf"\b{least}\b"
+        if not re.search(pattern, meaning, re.IGNORECASE):
+            wrong[f"CITELINE_{name.upper()}"] = bounds
+    assert not wrong, f"docs/configuration.md does not state these settings' ranges (Field bounds): {wrong}"
+
+
+def test_every_choice_of_a_setting_is_documented() -> None:
+    # A Literal or enum setting takes only its listed values; the guide should name each of them.
+    from typing import Literal, get_args, get_origin
+
+    wrong = {}
+    for name, meaning in _documented_meanings().items():
+        field = Settings.model_fields.get(name)
+        if field is None:
+            continue
+        kind = field.annotation
+        if get_origin(kind) is Literal:
+            choices = [str(choice) for choice in get_args(kind)]
+        elif isinstance(kind, type) and issubclass(kind, Enum):
+            choices = [str(member.value) for member in kind]
+        else:
+            continue
+        missing = [choice for choice in choices if f"`{choice}`" not in meaning]
+        if missing:
+            wrong[f"CITELINE_{name.upper()}"] = missing
+    assert not wrong, f"docs/configuration.md's rows do not name these values the settings take: {wrong}"
