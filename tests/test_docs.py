@@ -11,6 +11,7 @@ from typing import Any
 
 from citeline.answer.llm import LLMS
 from citeline.embed import EMBEDDERS
+from citeline.errors import CitelineError
 from citeline.retrieve.rerank import RERANKERS
 from citeline.settings import Settings
 from tests.conftest import REPO
@@ -153,10 +154,37 @@ def test_every_command_line_in_the_guide_is_one_citeline_takes() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_every_error_is_in_the_troubleshooting_table_with_its_exit_code_and_status() -> None:
-    # The table is what an operator reads an exit code or an HTTP status against.
+def _errors() -> dict[str, type[CitelineError]]:
+    """Every class of citeline's error hierarchy, by name."""
     import citeline.errors as errors
 
+    return {
+        name: error
+        for name, error in vars(errors).items()
+        if isinstance(error, type) and issubclass(error, CitelineError)
+    }
+
+
+def _statuses() -> dict[str, set[int]]:
+    """Each error class's HTTP statuses: its own, and those a raise site gives it (``http_status=414``)."""
+    import ast
+
+    statuses = {name: {error.http_status} for name, error in _errors().items()}
+    for source in (REPO / "src" / "citeline").rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in statuses:
+                for keyword in node.keywords:
+                    if keyword.arg != "http_status":
+                        continue
+                    status = keyword.value.value if isinstance(keyword.value, ast.Constant) else None
+                    # A status computed at the raise site could be any: the tables could not be checked.
+                    assert isinstance(status, int), f"{source}:{node.lineno}: http_status is not a number"
+                    statuses[node.func.id].add(status)
+    return statuses
+
+
+def test_every_error_is_in_the_troubleshooting_table_with_its_exit_code_and_status() -> None:
+    # The table is what an operator reads an exit code or an HTTP status against.
     guide = (REPO / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
     rows = {
         name: (code, statuses)
@@ -164,19 +192,34 @@ def test_every_error_is_in_the_troubleshooting_table_with_its_exit_code_and_stat
             r"^\| `(\w+Error)` \| (\d+) \| ([\d, ]+) \|", guide, re.MULTILINE
         )
     }
-    wrong = []
-    for name, error in vars(errors).items():
-        if not (isinstance(error, type) and issubclass(error, errors.CitelineError)):
-            continue
+    statuses, wrong = _statuses(), []
+    for name, error in _errors().items():
         if name not in rows:
             wrong.append(f"{name} is not in the table")
             continue
-        code, statuses = rows[name]
-        if int(code) != error.exit_code or str(error.http_status) not in statuses.split(", "):
-            wrong.append(
-                f"{name}: documented {code} / {statuses}, is {error.exit_code} / {error.http_status}"
-            )
+        code, documented = rows[name]
+        if int(code) != error.exit_code:
+            wrong.append(f"{name}: documented exit code {code}, is {error.exit_code}")
+        missing = statuses[name] - {int(status) for status in documented.split(", ")}
+        if missing:
+            wrong.append(f"{name}: documented HTTP status {documented}, answers {sorted(missing)} too")
     assert not wrong, wrong
+
+
+def test_every_error_code_is_in_the_api_error_table_with_its_status() -> None:
+    # A client tells errors apart by `error.code` (api.md): one missing from the table, or listed under
+    # another status, is a response a client author was never told to expect.
+    from citeline.api.errors import error_code
+
+    guide = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+    table = re.findall(r"^\| (\d{3}) \| ([^|]*) \|", guide, re.MULTILINE)
+    listed = {(int(status), code) for status, codes in table for code in re.findall(r"`(\w+)`", codes)}
+    wrong = []
+    for name, statuses in _statuses().items():
+        error = _errors()[name]
+        code = error_code(error.__new__(error))  # the code is the class's: no message is needed
+        wrong += [f"{name}: {status} `{code}`" for status in sorted(statuses) if (status, code) not in listed]
+    assert not wrong, f"docs/api.md's error table lacks these statuses and codes: {wrong}"
 
 
 def _documented_meanings() -> dict[str, str]:
