@@ -472,6 +472,7 @@ class Citeline:
             # Stopped outside the lock: a job thread that reaches for the embedder or the engine takes
             # it, and would wait out the stop's timeout, then run on against a disposed engine.
             jobs.stop()
+        self._key_cache.close()
         with self._lock:
             if self._query_pool is not None:
                 self._query_pool.shutdown(wait=True)
@@ -1476,10 +1477,14 @@ class Citeline:
     def authenticate(self, key: str) -> KeyInfo:
         """The live API key ``key`` is; :class:`AuthenticationError` for an unknown or revoked one.
 
-        A key checked less than ``api_key_cache_seconds`` ago is answered from memory.
+        A key checked less than ``api_key_cache_seconds`` ago is answered from memory, unless it was
+        revoked since: any process's revocation reaches this one's memory when it commits (a
+        PostgreSQL notification, see :class:`citeline.store.keys.KeyCache`).
         """
         info = self._key_cache.get(key)
         if info is None:
+            # Before the first key is held: a revocation by another process drops it from then on.
+            self._key_cache.listen(self.engine)
             with self.engine.begin() as conn:
                 info = keys.authenticate(conn, key)
             self._key_cache.put(key, info)

@@ -7,7 +7,9 @@ database holds no usable key; its first characters (``prefix``) are kept to tell
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
+import select
 import threading
 import time
 import uuid
@@ -23,6 +25,8 @@ from citeline.checks import check_names, refuse_nul
 from citeline.errors import AuthenticationError, InvalidRequestError, NotFoundError
 from citeline.retrieve.filters import check_scopes
 from citeline.store.models import ApiKey
+
+log = logging.getLogger(__name__)
 
 _keys = cast(sa.Table, ApiKey.__table__)
 
@@ -174,6 +178,8 @@ def revoke_key(conn: sa.Connection, key_id: uuid.UUID | str) -> KeyInfo:
     ).first()
     if row is None:
         raise NotFoundError(f"no API key with id {ident}")
+    # Delivered when the revocation commits, to every process listening (KeyCache.listen).
+    conn.execute(sa.select(sa.func.pg_notify(REVOKED_CHANNEL, str(ident))))
     return _info(row)
 
 
@@ -192,22 +198,87 @@ def authenticate(conn: sa.Connection, key: str) -> KeyInfo:
     return info
 
 
+#: The PostgreSQL channel a revoked key's id is announced on (:func:`revoke_key`).
+REVOKED_CHANNEL = "citeline_key_revoked"
+
+
 class KeyCache:
     """Keys this process has checked recently, so a busy key costs no database round trip per request.
 
-    An entry is trusted for ``seconds``: a key revoked through this process is dropped at once
-    (:meth:`forget`), one revoked through another process is refused here within ``seconds``.
-    Only the key's hash is held, as in the catalog.
+    An entry is trusted for ``seconds``. A key revoked through this process is dropped at once
+    (:meth:`forget`); one revoked by another process (a second server process, ``citeline keys
+    revoke``) is dropped when its notification arrives, once :meth:`listen` runs, and within ``seconds``
+    if a notification is missed (while the listening connection is down). Only the key's hash is held,
+    as in the catalog.
     """
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[float, KeyInfo]] = {}
+        self._stop = threading.Event()
+        self._listener: threading.Thread | None = None
+        #: The listening connection's socket while it listens: readable when a notification has arrived
+        #: that the listening thread has not handled yet.
+        self._socket: int | None = None
+
+    def listen(self, engine: sa.Engine) -> None:
+        """Drop each key the moment any process revokes it: a thread listens on :data:`REVOKED_CHANNEL`
+        over a connection of its own. Started once; nothing to do when nothing is cached."""
+        with self._lock:
+            if self.seconds <= 0 or self._listener is not None or self._stop.is_set():
+                return
+            self._listener = threading.Thread(
+                target=self._listen, args=(engine,), name="citeline-key-revocations", daemon=True
+            )
+            self._listener.start()
+
+    def _listen(self, engine: sa.Engine) -> None:
+        while not self._stop.is_set():
+            try:
+                raw = engine.raw_connection()
+                # Held for the process's life: out of the pool, which opens another in its place.
+                raw.detach()
+                connection = raw.driver_connection
+                assert connection is not None
+                try:
+                    connection.rollback()
+                    connection.autocommit = True
+                    connection.execute(f"LISTEN {REVOKED_CHANNEL}")
+                    # Whatever was revoked while no one listened is unknown: nothing cached is trusted.
+                    self.clear()
+                    self._socket = connection.fileno()
+                    while not self._stop.is_set():
+                        for note in connection.notifies(timeout=1.0):
+                            self.forget(uuid.UUID(note.payload))
+                finally:
+                    self._socket = None
+                    connection.close()
+            except Exception as exc:  # the database went away: the TTL holds until it is back
+                if self._stop.is_set():
+                    return
+                log.warning("not listening for revoked API keys (%s); retrying in 1 s", exc)
+                self.clear()
+                self._stop.wait(1.0)
+
+    def close(self) -> None:
+        """Stop listening (within a second)."""
+        self._stop.set()
+        if self._listener is not None:
+            self._listener.join(timeout=5.0)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries = {}
 
     def get(self, key: str) -> KeyInfo | None:
         """The key's record if it was checked less than ``seconds`` ago."""
         if self.seconds <= 0:
+            return None
+        listening = self._socket
+        if listening is not None and select.select([listening], [], [], 0)[0]:
+            # A revocation may be waiting to be handled (the thread may not have run yet, on a busy
+            # process): the database says, as it does for every key not held.
             return None
         entry = self._entries.get(hash_key(key))
         if entry is None or entry[0] <= time.monotonic():
