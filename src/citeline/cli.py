@@ -271,12 +271,14 @@ def ingest(
     chunk_overlap: Annotated[
         int | None, typer.Option(help="Characters shared by neighbouring chunks.")
     ] = None,
+    # None when neither form is given: the setting decides. "--no-allow-private-urls" refuses them.
     allow_private_urls: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            help="Allow URLs on loopback/private networks (also allowed by CITELINE_URL_ALLOW_PRIVATE=true)."
+            help="Allow URLs on loopback/private networks (default: CITELINE_URL_ALLOW_PRIVATE); "
+            "the no- form refuses them whatever the setting."
         ),
-    ] = False,
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per source.")] = False,
 ) -> None:
     """Ingest documents: PDF, text, Markdown, HTML (file or URL) and CSV."""
@@ -321,10 +323,8 @@ def ingest(
                     progress.console.print(_describe(result), highlight=False)
 
             cl.prepare_ingest()  # load the model before the clock of the first file starts
-            # The flag forces it on; without it the setting decides, as for the server's jobs.
-            results = cl.ingest(
-                sources, options, progress=on_result, allow_private_urls=allow_private_urls or None
-            )
+            # Either form of the flag decides; without it the setting does, as for the server's jobs.
+            results = cl.ingest(sources, options, progress=on_result, allow_private_urls=allow_private_urls)
     failed = sum(r.outcome is Outcome.FAILED for r in results)
     stored = sum(r.chunks for r in results if r.outcome in (Outcome.ADDED, Outcome.UPDATED))
     if not as_json:

@@ -154,6 +154,17 @@ def test_citeline_ingest_honours_the_allow_private_setting_and_its_flag_forces_i
     assert code == 0 and "1 unchanged" in err, err
 
 
+def test_citeline_ingest_no_allow_private_urls_refuses_them_whatever_the_setting(
+    namespace: Settings, site: Site
+) -> None:
+    """The flag's "no" form is a refusal, as the library's ``allow_private_urls=False`` is; it was read as
+    "not given", so the setting let the URL in."""
+    site.pages["/pumps"] = (200, ORIGINAL)
+    allowed = {"CITELINE_URL_ALLOW_PRIVATE": "true"}
+    code, _, err = run(namespace, "ingest", site.url("/pumps"), "--no-allow-private-urls", env=allowed)
+    assert code == 65 and "CITELINE_URL_ALLOW_PRIVATE=true" in err, err
+
+
 def test_the_library_s_ingest_takes_the_allow_private_setting_unless_told(cl: Citeline, site: Site) -> None:
     site.pages["/pumps"] = (200, ORIGINAL)
     [refused] = cl.ingest([site.url("/pumps")])
