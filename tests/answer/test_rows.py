@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
+
+import sqlalchemy as sa
 
 from citeline.answer.attribution import Attributor
 from citeline.answer.citations import CitationNumbering, CitationRewriter, verify
@@ -13,7 +16,10 @@ from citeline.answer.relevance import answerable
 from citeline.answer.rows import row_keys
 from citeline.answer.support import VectorCache
 from citeline.embed import Embedder
+from citeline.engine import Citeline
+from citeline.retrieve.search import SearchRequest
 
+from ..conftest import write
 from .conftest import make_hit
 
 # Rows of a dosing table and of reference ranges, as the CSV loader writes them: one chunk each.
@@ -156,3 +162,81 @@ def test_a_lookup_of_a_code_no_passage_writes_finds_no_evidence() -> None:
     assert answerable("What does E11.65 mean?", codes, min_similarity=0.25)
     # Written without its dot, it is the same code.
     assert answerable("What does E1165 mean?", codes, min_similarity=0.25)
+
+
+# Cells holding "; " and ": ", as a notes column and a first cell naming a product and its form do.
+METFORMIN = (
+    "drug,adult dose,notes\n"
+    '"Metformin; immediate release",500 mg twice daily,"take with food; avoid alcohol"\n'
+    '"Metformin; extended release",1000 mg once daily,ratio: 1:2 with the evening meal\n'
+    "Sitagliptin,100 mg once daily,none\n"
+)
+
+
+def test_a_first_cell_holding_a_semicolon_is_read_whole_by_the_column_names() -> None:
+    line = (
+        "drug: Metformin; extended release; adult dose: 1000 mg once daily; "
+        "notes: ratio: 1:2 with the evening meal"
+    )
+    hit = replace(make_hit(1, line), content_type="text/csv")
+
+    # A chunk stored before citeline kept the column names reads as it always has: up to the first "; ".
+    assert row_keys(hit) == ("Metformin",)
+    assert row_keys(replace(hit, columns=("drug", "adult dose", "notes"))) == ("Metformin; extended release",)
+    # Names that do not account for the line (a table edited since?) read it as before too.
+    assert row_keys(replace(hit, columns=("product", "dose"))) == ("Metformin",)
+
+
+def test_an_ingested_table_with_semicolons_in_its_cells_is_answered_from_the_row_asked_about(
+    cl: Citeline, embedder: Embedder, tmp_path: Path
+) -> None:
+    # Read up to the first "; ", both metformin rows were "Metformin": asked whether the extended-release
+    # form is taken with food, the answer quoted the immediate-release row ("take with food; avoid
+    # alcohol"), and a sentence giving the immediate-release dose for the extended-release form was
+    # backed by the immediate-release row.
+    cl.ingest([write(tmp_path / "doses.csv", METFORMIN)])
+    question = "What is the adult dose of extended release metformin?"
+    hits = cl.search(SearchRequest(question, top_k=3))
+    assert {hit.columns for hit in hits} == {("drug", "adult dose", "notes")}
+    assert sorted(key for hit in hits for key in row_keys(hit) or ()) == [
+        "Metformin; extended release",
+        "Metformin; immediate release",
+        "Sitagliptin",
+    ]
+    passages = select_passages(hits)
+    extended = next(n for n, p in enumerate(passages, start=1) if "extended" in p.hit.text)
+    immediate = next(n for n, p in enumerate(passages, start=1) if "immediate" in p.hit.text)
+
+    extract = extractive_answer(
+        "Should extended release metformin be taken with food?",
+        passages,
+        CitationNumbering(),
+        VectorCache(embedder),
+    )
+
+    assert extract.text.startswith("drug: Metformin; extended release;")
+    assert "immediate release" not in extract.text and "take with food" not in extract.text
+    assert backed(
+        f"The adult dose of extended release metformin is 1000 mg once daily [{extended}].",
+        question,
+        passages,
+        embedder,
+    )
+    assert not backed(
+        f"The adult dose of extended release metformin is 500 mg twice daily [{immediate}].",
+        question,
+        passages,
+        embedder,
+    )
+    # A store built before citeline kept the column names: its rows read as they always have.
+    with cl.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE documents SET source_metadata = source_metadata - 'column_names'"))
+    [old] = cl.search(SearchRequest("extended release metformin", top_k=1))
+    assert "extended release" in old.text
+    assert old.columns is None and row_keys(old) == ("Metformin",)
+    # Re-ingested, it keeps them.
+    cl.start_jobs()
+    cl.reingest(old.document_id)
+    assert cl.wait(old.document_id, timeout=60).version == 2
+    [new] = cl.search(SearchRequest("metformin extended release", top_k=1))
+    assert new.version == 2 and row_keys(new) == ("Metformin; extended release",)

@@ -8,6 +8,7 @@ import pytest
 
 from citeline.errors import LoadError
 from citeline.load import load
+from citeline.load.table import read_row
 
 
 def _write(tmp_path: Path, text: str, name: str = "people.csv") -> Path:
@@ -80,7 +81,7 @@ def test_an_excel_separator_line_names_the_delimiter_and_is_not_the_header(
     source = load(path)
     [page] = source.pages
     assert page.text == "part: bolt, M8; torque: 25,5\npart: nut; torque: 7"
-    assert source.metadata == {"rows": "2", "columns": "2"}
+    assert source.metadata == {"rows": "2", "columns": "2", "column_names": ["part", "torque"]}
 
 
 def test_a_quote_doubled_inside_a_quoted_cell_is_one_quote(tmp_path: Path) -> None:
@@ -106,7 +107,7 @@ def test_a_quote_that_opens_no_quoted_cell_does_not_swallow_the_rows_after_it(tm
         'id: 1; title: 5" pipe fitting; year: 2001\nid: 3; title: "Unbalanced title; year: 2003\n'
         "id: 4; title: Next title; year: 2004\nid: 5; title: Last; year: 2005"
     )
-    assert source.metadata == {"rows": "4", "columns": "3"}
+    assert source.metadata == {"rows": "4", "columns": "3", "column_names": ["id", "title", "year"]}
     # A quoted cell over two lines is still one cell.
     quoted = 'id\ttitle\tyear\n1\t"Two\nlines"\t2001\n2\tOne line\t2002\n'
     assert next(load(_write(tmp_path, quoted, "quoted.tsv")).pages).text == (
@@ -138,6 +139,54 @@ def test_each_record_knows_its_row_in_the_file_as_a_spreadsheet_numbers_it(tmp_p
     # Without a separator line, blank lines before the header count too.
     [page] = load(_write(tmp_path, "\nid,name\n1,a\n\n\n2,b\n", name="ids.csv")).pages
     assert page.record_rows == (3, 6)
+
+
+def test_a_row_reads_back_by_the_column_names_whatever_its_cells_hold(tmp_path: Path) -> None:
+    # A cell may hold "; " and ": " as a row's text parts its fields with them: read up to the first
+    # "; ", the first cell was "Metformin" in both rows, and the notes were cut in two. The column
+    # names kept in the metadata read each row back whole; the rendered text is as it always was.
+    text = (
+        "drug,adult dose,notes\n"
+        '"Metformin; immediate release",500 mg twice daily,"take with food; avoid alcohol"\n'
+        '"Metformin; extended release",1000 mg once daily,ratio: 1:2 with the evening meal\n'
+    )
+    source = load(_write(tmp_path, text, name="doses.csv"))
+    [page] = source.pages
+    assert page.text == (
+        "drug: Metformin; immediate release; adult dose: 500 mg twice daily; "
+        "notes: take with food; avoid alcohol\n"
+        "drug: Metformin; extended release; adult dose: 1000 mg once daily; "
+        "notes: ratio: 1:2 with the evening meal"
+    )
+    assert source.metadata["column_names"] == ["drug", "adult dose", "notes"]
+    first, second = page.text.splitlines()
+    assert read_row(first, ["drug", "adult dose", "notes"]) == [
+        ("drug", "Metformin; immediate release"),
+        ("adult dose", "500 mg twice daily"),
+        ("notes", "take with food; avoid alcohol"),
+    ]
+    assert read_row(second, ["drug", "adult dose", "notes"]) == [
+        ("drug", "Metformin; extended release"),
+        ("adult dose", "1000 mg once daily"),
+        ("notes", "ratio: 1:2 with the evening meal"),
+    ]
+
+
+def test_a_row_reads_back_with_its_empty_cells_unnamed_columns_and_extra_cells(tmp_path: Path) -> None:
+    # An empty cell is left out of the row, a column without a name is "column N", and so is a cell
+    # beyond the header: each is read back under the name it was written with.
+    source = load(
+        _write(tmp_path, 'code,,note\n"E1; x; y",,"; z"\nE2,,n: 1,"extra; more"\n', name="codes.csv")
+    )
+    [page] = source.pages
+    names = source.metadata["column_names"]
+    assert names == ["code", "column 2", "note"]
+    assert [read_row(line, names) for line in page.text.splitlines()] == [
+        [("code", "E1; x; y"), ("note", "; z")],
+        [("code", "E2"), ("note", "n: 1"), ("column 4", "extra; more")],
+    ]
+    # A line the names do not account for is no row of that table.
+    assert read_row("dose: 5 mg", names) is None
 
 
 def test_text_files_have_no_rows(tmp_path: Path) -> None:

@@ -9,6 +9,11 @@ Markdown table) backs a sentence only when the sentence or the question names on
 first cells (:func:`names_a_row`), and an extractive answer to a question naming a row quotes that
 row, not its neighbours (:func:`named_rows`).
 
+A CSV row's first cell is read by the table's column names where the hit carries them
+(:func:`citeline.load.table.read_row`), so a cell holding "; " is read whole ("Metformin; extended
+release", not "Metformin"); a chunk stored before citeline kept the names is read up to the first "; ",
+as it always was.
+
 A first cell is named when every word of it is said (as the keyword index stems words: "children"
 names "Child"), or when it is written squashed into the text whatever its punctuation (codes:
 "E1165" names "E11.65"). A table whose first cells hold no letters (row numbers, dates) says nothing
@@ -24,13 +29,15 @@ from typing import TYPE_CHECKING
 
 from citeline.answer.names import Reading, squashed
 from citeline.answer.support import content_terms, table_rule
+from citeline.load.table import read_row
 from citeline.types import table_cells
 
 if TYPE_CHECKING:
     from citeline.retrieve.search import Hit
 
 _TABLES = frozenset({"text/csv"})
-# A CSV row as the loader writes it: "name: value; other: value2" (load/table.py render_rows).
+# A CSV row as the loader writes it: "name: value; other: value2" (load/table.py render_rows), read
+# without its column names: up to the first "; ".
 _FIELD = re.compile(r"^[^:;\n]{1,80}: (.+?)(?:; |$)")
 _LETTER = re.compile(r"[^\W\d_]")
 
@@ -39,7 +46,7 @@ def row_keys(hit: Hit) -> tuple[str, ...] | None:
     """The first cells of the rows of ``hit``, a passage of nothing but table rows (a heading and the
     table's header aside); None for any other passage, and for a table whose first cells hold no letter."""
     if hit.content_type in _TABLES:
-        keys = [_csv_key(line) for line in hit.text.splitlines() if line.strip()]
+        keys = [_csv_key(line, hit.columns) for line in hit.text.splitlines() if line.strip()]
     else:
         keys = _markdown_keys(hit.text, hit.context)
     if not keys or any(key is None or not _LETTER.search(key) for key in keys):
@@ -88,7 +95,12 @@ def _read(key: str) -> tuple[frozenset[str], str]:
     return frozenset(t for t in content_terms(key) if t.isalpha() and len(t) > 1), squashed(key)
 
 
-def _csv_key(line: str) -> str | None:
+def _csv_key(line: str, columns: tuple[str, ...] | None) -> str | None:
+    """A CSV row's first cell: read by ``columns`` when they are known and account for the row (a row
+    longer than a chunk is cut, so its pieces do not), else up to the first "; "."""
+    fields = read_row(line.strip(), columns) if columns else None
+    if fields:
+        return fields[0][1].strip()
     found = _FIELD.match(line.strip())
     return found.group(1).strip() if found else None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from citeline.errors import LoadError
@@ -70,7 +71,7 @@ def render_rows(
     named ``column N`` (1-based). ``rows`` are ``(number, cells)``; returned are the text, and the
     ``(start, end)`` span and the number of each rendered row.
     """
-    names = [clean_inline(name) for name in header]
+    names = column_names(header)
     lines: list[str] = []
     spans: list[tuple[int, int]] = []
     kept: list[int] = []
@@ -81,7 +82,7 @@ def render_rows(
             value = clean_inline(raw)
             if not value:
                 continue
-            name = names[column] if column < len(names) and names[column] else f"column {column + 1}"
+            name = names[column] if column < len(names) else _extra(column)
             fields.append(f"{name}: {value}")
         if not fields:
             continue
@@ -93,6 +94,66 @@ def render_rows(
         lines.append(line)
         offset += len(line)
     return "\n".join(lines), tuple(spans), tuple(kept)
+
+
+def column_names(header: list[str]) -> list[str]:
+    """The names :func:`render_rows` writes the cells of each column under: the header's, cleaned, and
+    ``column N`` (1-based) for a column the header leaves unnamed."""
+    return [clean_inline(name) or _extra(column) for column, name in enumerate(header)]
+
+
+def _extra(column: int) -> str:
+    return f"column {column + 1}"
+
+
+_EXTRA_NAME = re.compile(r"column ([1-9][0-9]*): ")
+
+
+def read_row(line: str, columns: Sequence[str]) -> list[tuple[str, str]] | None:
+    """The ``(name, value)`` fields of ``line``, a row :func:`render_rows` wrote for a table whose
+    columns it named ``columns`` (:func:`column_names`, kept as the ``column_names`` metadata); None
+    when the names cannot account for the whole line.
+
+    The rendered text does not escape a cell holding "; " or ": " ("take with food; avoid alcohol",
+    "ratio: 1:2"), so splitting at each "; " misreads it. Read by the names, in their order (an empty
+    cell is left out; a cell beyond the header is ``column N``), a field ends only where "; " and a
+    later column's name and ": " follow. A cell that itself holds "; " and a later column's name and
+    ": " is ambiguous still: the reading that ends each field earliest is taken.
+    """
+    known: dict[tuple[int, int], list[tuple[str, str]] | None] = {}
+
+    def starting(at: int, column: int) -> list[tuple[int, str]]:
+        """The columns from ``column`` on whose name and ": " begin the line at ``at``."""
+        found = [
+            (index, name)
+            for index, name in enumerate(columns[column:], start=column)
+            if line.startswith(f"{name}: ", at)
+        ]
+        extra = _EXTRA_NAME.match(line, at)
+        if extra and int(extra.group(1)) - 1 >= max(column, len(columns)):
+            found.append((int(extra.group(1)) - 1, extra.group(0)[:-2]))
+        return found
+
+    def fields(at: int, column: int) -> list[tuple[str, str]] | None:
+        if (at, column) not in known:
+            known[(at, column)] = None
+            for index, name in starting(at, column):
+                start = at + len(name) + 2
+                cut = line.find("; ", start)
+                while cut != -1:
+                    rest = fields(cut + 2, index + 1) if cut > start else None
+                    if rest is not None:
+                        known[(at, column)] = [(name, line[start:cut]), *rest]
+                        break
+                    cut = line.find("; ", cut + 1)
+                else:
+                    if start < len(line):
+                        known[(at, column)] = [(name, line[start:])]
+                if known[(at, column)] is not None:
+                    break
+        return known[(at, column)]
+
+    return fields(0, 0)
 
 
 def load_csv(path: Path) -> LoadedSource:
@@ -134,7 +195,13 @@ def load_csv(path: Path) -> LoadedSource:
     if not records:
         raise LoadError(source, "no data rows (header only)")
     page = Page(number=1, text=body, records=records, record_rows=numbers)
-    metadata: SourceMetadata = {"rows": str(len(records)), "columns": str(len(header))}
+    # The names, kept beside the text a search hit holds, read a row back whole (read_row), whatever its
+    # cells hold, without changing the text that is embedded and indexed.
+    metadata: SourceMetadata = {
+        "rows": str(len(records)),
+        "columns": str(len(header)),
+        "column_names": column_names(header),
+    }
     ragged = [number for number, row in data if _ragged(row, len(header))]
     if ragged:
         metadata["ragged_rows"] = _ragged_words(ragged)

@@ -163,6 +163,10 @@ class Hit:
     #: The first and last row of the source file the chunk holds, as a spreadsheet numbers them (a
     #: CSV's); None for other documents, and for a CSV's chunk stored before citeline kept them.
     rows: tuple[int, int] | None = None
+    #: The names of the columns of the CSV the chunk holds rows of, as its rows write them
+    #: (load.table.read_row reads a row back by them); None for other documents, and for a CSV stored
+    #: before citeline kept them.
+    columns: tuple[str, ...] | None = None
 
     @property
     def embedded(self) -> str:
@@ -173,6 +177,7 @@ class Hit:
         out = asdict(self)
         out["document_id"] = str(self.document_id)
         out["rows"] = None if self.rows is None else list(self.rows)
+        out["columns"] = None if self.columns is None else list(self.columns)
         out["also_in"] = [copy.as_dict() for copy in self.also_in]
         return out
 
@@ -823,7 +828,8 @@ def _rank(
 _HIT_COLUMNS = (
     "c.id AS chunk_id, d.document_id, d.name AS document_name, d.title, c.version, d.content_type, c.page, "
     "c.start_offset AS start, c.end_offset AS end, c.section, c.chunk_index, d.vector_count AS total_chunks, "
-    f"c.model_numbers, c.section_type, c.context, c.text, c.rows, {catalog.ORIGIN_COLUMNS}"
+    f"c.model_numbers, c.section_type, c.context, c.text, c.rows, {catalog.ORIGIN_COLUMNS}, "
+    "d.source_metadata -> 'column_names' AS columns"
 )
 
 
@@ -880,6 +886,7 @@ def _fetch(conn: sa.Connection, ids: list[int], access: Access = FULL_ACCESS) ->
             **row._mapping,
             "model_numbers": tuple(row.model_numbers),
             "rows": None if row.rows is None else tuple(row.rows),
+            "columns": tuple(row.columns) if isinstance(row.columns, list) else None,
         }
         for row in result
     }
