@@ -85,12 +85,31 @@ def _print_json(data: Any) -> None:
 T = TypeVar("T")
 
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from citeline import __version__
+        from citeline.store.database import head_revision
+
+        # The schema revision says more than the version: it is what an upgrade or downgrade changes.
+        console.print(f"citeline {__version__} (schema revision {head_revision()})", highlight=False)
+        raise typer.Exit
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
     data_dir: Annotated[Path | None, typer.Option(help="Data directory (CITELINE_DATA_DIR).")] = None,
     namespace: Annotated[str | None, typer.Option(help="Namespace (CITELINE_NAMESPACE).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what happens.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print citeline's version and the schema revision it migrates namespaces to.",
+        ),
+    ] = False,
 ) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"

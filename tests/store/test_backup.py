@@ -32,7 +32,7 @@ from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
 from citeline.store import backup as backup_module
 from citeline.store.backup import MANIFEST, backup, read_manifest, restore
-from citeline.store.database import schema_name
+from citeline.store.database import head_revision, schema_name
 from tests.conftest import own_data_dir, write
 
 SHARED_PDFS = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "pdfs"
@@ -209,10 +209,15 @@ def test_what_is_not_a_backup_is_refused_before_anything_changes(
     manifest = json.loads(json.dumps(made.manifest.__dict__))
     with pytest.raises(InvalidRequestError, match="format 99, newer than this citeline reads"):
         restore(elsewhere, rewritten("newer.tar", {**manifest, "format": 99}, None))
-    with pytest.raises(
-        InvalidRequestError, match=r"schema revision 9999, which this citeline .* does not know"
-    ):
-        restore(elsewhere, rewritten("future.tar", {**manifest, "revision": "9999"}, None))
+    # Named by schema revision, this citeline's too: both were citeline 0.1.0, so naming the versions
+    # said "made by citeline 0.1.0 ..., which this citeline (0.1.0) does not know".
+    future = rewritten("future.tar", {**manifest, "revision": "9999"}, None)
+    with pytest.raises(InvalidRequestError) as refused:
+        restore(elsewhere, future)
+    assert str(refused.value) == (
+        f"{future} was made at schema revision 9999, which this citeline (schema {head_revision()}) "
+        "does not know: a newer citeline made it; upgrade citeline first"
+    )
     with pytest.raises(StoreError, match=r"cannot restore .*broken\.tar: pg_restore failed"):
         restore(elsewhere, rewritten("broken.tar", None, b"PGDMP but not really"))
     # A hand-edited manifest: its values are checked before the restore acts on any of them.

@@ -52,12 +52,12 @@ from sqlalchemy.engine import Engine, make_url
 from citeline.errors import ConflictError, InvalidRequestError, NotFoundError, StoreError
 from citeline.settings import NAMESPACE_PATTERN, Settings
 from citeline.store.database import (
-    MIGRATIONS,
     ensure_pgvector,
     lock_migrations,
     namespaces_in,
     schema_name,
     server_url,
+    unknown_revision,
 )
 
 #: The manifest's name in the tar file, and the format this code writes and reads.
@@ -397,12 +397,10 @@ def _check_dump(dump: Path, schema: str, source: Path) -> None:
 
 
 def _check_revision(manifest: Manifest, source: Path) -> None:
-    known = sorted(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*_*.py"))
-    if manifest.revision not in known:
-        raise InvalidRequestError(
-            f"{source} was made by citeline {manifest.citeline_version} at schema revision "
-            f"{manifest.revision}, which this citeline ({_version()}) does not know: upgrade citeline first"
-        )
+    # Named by schema revision, not citeline version: the version need not change when the schema does.
+    refusal = unknown_revision(manifest.revision, f"{source} was made at")
+    if refusal:
+        raise InvalidRequestError(f"{refusal}: a newer citeline made it; upgrade citeline first")
 
 
 def _run_tool(engine: Engine, tool: str, options: list[str], rest: list[str], *, what: str) -> None:

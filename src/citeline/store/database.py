@@ -25,6 +25,17 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK = 0x0C17E11E
 
 
+def known_revisions() -> list[str]:
+    """The schema revisions this citeline's migrations know, oldest first, read from their file names
+    (``0024_added_at.py``) without importing them, so ``--version`` stays fast."""
+    return sorted(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*_*.py"))
+
+
+def head_revision() -> str:
+    """The schema revision this citeline migrates every namespace to."""
+    return known_revisions()[-1]
+
+
 def schema_name(namespace: str) -> str:
     """The PostgreSQL schema that holds a namespace's tables."""
     return f"citeline_{namespace}"
@@ -73,11 +84,25 @@ def connect(settings: Settings) -> Engine:
             lock_migrations(conn)
             ensure_pgvector(conn, engine)
             conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+            # Read under the lock: of processes opening an older namespace at once, one migrates it.
+            found = _revision(conn, schema)
+            if found is not None and (
+                refusal := unknown_revision(found, f"namespace {settings.namespace!r} is at")
+            ):
+                # alembic would stop with a traceback ("Can't locate revision"); the transaction is
+                # rolled back, so the namespace is left as the newer citeline left it.
+                raise StoreError(f"{refusal}: a newer citeline migrated it; upgrade citeline")
             cfg = Config()
             cfg.set_main_option("script_location", str(MIGRATIONS))
             cfg.attributes["connection"] = conn
             cfg.attributes["schema"] = schema
             command.upgrade(cfg, "head")
+            if found is not None and found != head_revision():
+                # A migration cannot be undone (older code refuses the namespace from now on), and any
+                # command may make it, a read-only one too: said at WARNING, so without -v as well.
+                log.warning(
+                    "migrated namespace %r: schema %s -> %s", settings.namespace, found, head_revision()
+                )
     except OperationalError as exc:
         # psycopg's message spans lines (one per address tried); an error is one line.
         reason = " ".join(str(exc.orig).split())
@@ -87,6 +112,25 @@ def connect(settings: Settings) -> Engine:
     engine.dispose()
     event.listen(engine, "connect", lambda dbapi_conn, _record: register_vector(dbapi_conn))
     return engine
+
+
+def unknown_revision(revision: str, subject: str) -> str | None:
+    """Why this citeline cannot use a schema at ``revision`` (a newer citeline's), as "``subject``
+    schema revision ..."; None if it knows the revision."""
+    if revision in known_revisions():
+        return None
+    return (
+        f"{subject} schema revision {revision}, which this citeline (schema {head_revision()}) does not know"
+    )
+
+
+def _revision(conn: sa.Connection, schema: str) -> str | None:
+    """The schema revision of the namespace in ``schema``; None before its first migration."""
+    table = conn.execute(sa.text("SELECT to_regclass(:t)"), {"t": f'"{schema}".alembic_version'}).scalar()
+    if table is None:
+        return None
+    found = conn.execute(sa.text(f'SELECT version_num FROM "{schema}".alembic_version')).scalar()
+    return None if found is None else str(found)
 
 
 def lock_migrations(conn: sa.Connection) -> None:
