@@ -1263,6 +1263,19 @@ class Citeline:
             return ChatSession.start(self, llm=self.llm, access=access, persona=persona)
         return ChatSession.resume(self, conversation_id, llm=self.llm, access=access)
 
+    def check_chat(
+        self,
+        question: str,
+        conversation_id: str | uuid.UUID | None = None,
+        *,
+        access: Access = FULL_ACCESS,
+        persona: str | None = None,
+    ) -> None:
+        """Refuse a chat turn that could never be answered (a blank question, an unknown persona, a
+        conversation not ``access.user_id``'s) without starting or changing a conversation; see
+        :meth:`ChatSession.check`."""
+        ChatSession.check(self, question, conversation_id, access=access, persona=persona)
+
     # -- catalog --------------------------------------------------------------------------------
 
     def documents(self, *, access: Access = FULL_ACCESS) -> list[DocumentInfo]:

@@ -212,6 +212,10 @@ class GenerationSlot:
         self._slots._release(stopped_early=stopped_early)
 
 
+def _answers(n: int) -> str:
+    return "1 answer is" if n == 1 else f"{n} answers are"
+
+
 class GenerationSlots:
     """At most ``api_max_generations`` answers at once; up to ``api_generation_queue`` more wait for up
     to ``api_generation_wait`` seconds, and the rest get a 503 with ``Retry-After``."""
@@ -227,7 +231,7 @@ class GenerationSlots:
         if self._semaphore.locked():
             if self.counts.waiting >= self.queue:
                 raise self._busy(
-                    f"{self.size} answers are being generated and {self.counts.waiting} are waiting, the "
+                    f"{_answers(self.size)} being generated and {self.counts.waiting} waiting, the "
                     f"most the queue holds (settings CITELINE_API_MAX_GENERATIONS, "
                     f"CITELINE_API_GENERATION_QUEUE)"
                 )

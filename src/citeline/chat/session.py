@@ -137,6 +137,29 @@ class ChatSession:
             conversation = store.get_conversation(conn, store.parse_id(conversation_id), access.user_id)
         return cls(cl, conversation, llm=llm, access=access, options=options)
 
+    @classmethod
+    def check(
+        cls,
+        cl: Citeline,
+        question: str,
+        conversation_id: str | uuid.UUID | None = None,
+        *,
+        access: Access = FULL_ACCESS,
+        persona: str | None = None,
+    ) -> None:
+        """Refuse now what :meth:`start` or :meth:`resume` and :meth:`ask` would refuse before the model
+        is asked: a blank question or one holding a NUL, an unknown persona, a conversation that is not
+        ``access.user_id``'s. A server checks a turn with it before the turn waits for an answer slot,
+        so that a request that could never be answered is not held up by, or counted with, answers."""
+        refuse_nul(question, "question")
+        if not question.strip():
+            raise InvalidRequestError("the question is empty")
+        if conversation_id is None:
+            system_prompt(persona or cl.settings.persona)
+            return
+        with cl.engine.connect() as conn:
+            store.get_conversation(conn, store.parse_id(conversation_id), access.user_id)
+
     @property
     def id(self) -> uuid.UUID:
         return self.conversation.id

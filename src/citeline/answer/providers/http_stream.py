@@ -47,6 +47,7 @@ class StreamingClient:
         ``options.timeout`` bounds connecting and each wait for data. ``key_hint`` names the setting
         to check when the server refuses the key.
         """
+        answering = False
         try:
             with self._client.stream(
                 "POST", self.url, json=body, timeout=httpx.Timeout(options.timeout)
@@ -54,6 +55,7 @@ class StreamingClient:
                 if response.status_code != 200:
                     response.read()
                     raise self.error(_status_message(response, key_hint))
+                answering = True
                 for data in sse_data(response.iter_lines()):
                     if data == "[DONE]":
                         return
@@ -65,7 +67,9 @@ class StreamingClient:
         except httpx.TimeoutException:
             raise self.error(f"did not answer within {options.timeout:g} s (llm_timeout)") from None
         except httpx.HTTPError as exc:
-            raise self.error(f"cannot be reached: {type(exc).__name__}: {exc}") from None
+            # Once the server has answered, a failure is its stream breaking off, not a server out of reach.
+            what = "broke off its answer midway" if answering else "cannot be reached"
+            raise self.error(f"{what}: {type(exc).__name__}: {exc}") from None
 
     def error(self, reason: str) -> GenerationError:
         """A :class:`GenerationError` naming the model and URL, with any trace of the key masked."""

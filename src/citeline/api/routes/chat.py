@@ -64,10 +64,15 @@ class _Answer:
 
 async def _begin(cl: Citeline, access: Access, slots: GenerationSlots, body: ChatBody) -> _Answer:
     check_text_length(body.question, "question", cl.settings)
+    # Everything refused without the model is refused before the request waits for a slot: a request
+    # that can never be answered must not get a 503 meanwhile, nor count among the answers.
+    await asyncio.to_thread(
+        cl.check_chat, body.question, body.conversation_id, access=access, persona=body.persona
+    )
+    filters = await asyncio.to_thread(body.filters, cl, access)
     slot = await slots.acquire()
     try:
         session = await asyncio.to_thread(cl.chat, body.conversation_id, access=access, persona=body.persona)
-        filters = await asyncio.to_thread(body.filters, cl, access)
         events = session.ask(body.question, filters=filters, top_k=body.top_k)
     except BaseException:
         slot.release()
