@@ -254,6 +254,8 @@ class Citeline:
         A vector index out of reach (a Chroma server not up yet: an orchestrator starts services in any
         order) does not stop the warm-up: :meth:`readiness` reports it, and runs the repair once it answers.
         """
+        if search:
+            self.check()
         try:
             self.repair_vectors()
         except StoreError as exc:
@@ -274,6 +276,14 @@ class Citeline:
         default_judge().load()
         self.prewarm()
         return self
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` now for a setting whose resources a search or an answer would find
+        missing later: the reranker's model (loaded here, as the first search would load it) and the
+        answering model's provider and files (found, not loaded). A server calls it (through
+        :meth:`warm_up`) so that it refuses to start rather than report ready and fail every search."""
+        self.reranker()
+        _ = self.llm
 
     def prepare_ingest(self) -> None:
         """Load what building documents needs now rather than in the first one: a local embedder's ingest

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +17,7 @@ from typer.testing import CliRunner
 
 from citeline.cli import app
 from citeline.settings import Settings
-from tests.api.conftest import Server, base_env, cli, start_server, stop_server
+from tests.api.conftest import STARTUP_SECONDS, Server, base_env, cli, start_server, stop_server
 from tests.conftest import free_port
 
 runner = CliRunner()
@@ -151,3 +154,36 @@ def test_a_server_killed_outright_does_not_keep_the_embedded_database_running(tm
 
     assert gone(postmaster), "a holder killed outright kept the embedded PostgreSQL running"
     assert json.loads((data / "pg" / ".handle_pids.json").read_text()) == []
+
+
+def test_a_reranker_model_that_cannot_be_loaded_stops_the_server_at_start_up(
+    server: Server, tmp_path: Path
+) -> None:
+    """A misconfigured reranker was found by the first search (500 ``config``) of a server that said
+    it was ready; it is refused at start-up as every setting is: one ``error:`` line and exit 78."""
+    env = dict(server.env, CITELINE_RERANKER="cross-encoder:/nonexistent")
+    log, port = tmp_path / "serve.log", free_port()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "citeline.cli", "serve", "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
+    deadline = time.monotonic() + STARTUP_SECONDS
+    ready = False
+    while process.poll() is None and not ready and time.monotonic() < deadline:
+        time.sleep(0.5)
+        with contextlib.suppress(httpx.TransportError):
+            ready = httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=5).status_code == 200
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+        pytest.fail(
+            f"citeline serve started (ready: {ready}) with a reranker it cannot load:\n{log.read_text()}"
+        )
+    code, stderr = process.returncode, log.read_text()
+    assert code == 78, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "/nonexistent" in errors[0] and "reranker" in errors[0], stderr
+    assert "Traceback" not in stderr
