@@ -149,7 +149,7 @@ CASES: list[tuple[str, Callable[[Citeline], object], str]] = [
     ("refresh named", lambda cl: cl.refresh_candidates(document_ids=[NUL]), "document id"),
     # Listing documents.
     ("list by name", lambda cl: cl.list_documents(DocumentQuery(name_contains=NUL)), "name_contains"),
-    ("list by scope", lambda cl: cl.list_documents(DocumentQuery(scope=NUL)), "scope"),
+    ("list by scope", lambda cl: cl.list_documents(DocumentQuery(scopes=(NUL,))), "scopes[0]"),
     ("list by category", lambda cl: cl.list_documents(DocumentQuery(category=NUL)), "category"),
     ("list by tag", lambda cl: cl.list_documents(DocumentQuery(tag=NUL)), "tag"),
     ("list by key prefix", lambda cl: cl.list_documents(DocumentQuery(source_prefix=NUL)), "source_prefix"),

@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from citeline.api.request_id import HEADER, current_request_id
 from citeline.errors import AuthenticationError, CitelineError, InvalidRequestError, LimitExceededError
@@ -134,10 +135,35 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     asked = f"{request.method} {request.url.path}"
     if exc.status_code == 404 and message == "Not Found":
         message = f"no route {asked}; the API's routes are listed at /docs and /openapi.json"
-    elif exc.status_code == 405 and message == "Method Not Allowed":
-        allowed = (exc.headers or {}).get("Allow")  # the router's list of the route's methods
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405 and message == "Method Not Allowed":
+        # The router names the methods of the first route matching the path only (GET /search's, not
+        # POST /search's too), where HTTP wants every method the path takes.
+        allowed = _methods_of(request) or headers.get("Allow")
+        if allowed:
+            headers["Allow"] = allowed
         message = f"{asked} is not allowed" + (f"; {request.url.path} takes {allowed}" if allowed else "")
-    return JSONResponse(error_body(code, message), exc.status_code, headers=dict(exc.headers or {}))
+    return JSONResponse(error_body(code, message), exc.status_code, headers=headers)
+
+
+#: The order methods are listed in an ``Allow`` header.
+_METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _methods_of(request: Request) -> str:
+    """Every method some route takes at the request's path, as an ``Allow`` header lists them.
+
+    Each method is asked of the router as a request would be (FastAPI nests included routers, whose
+    routes are not listed one by one), so the answer is what routing would do."""
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in _METHOD_ORDER
+        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)
+    ]
+    if "GET" in allowed and "HEAD" not in allowed:
+        allowed.insert(allowed.index("GET") + 1, "HEAD")  # every GET route serves HEAD (api/head.py)
+    return ", ".join(allowed)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -619,6 +619,7 @@ class Key(Described):
     name: str
     role: Literal["admin", "reader"]
     scopes: list[str] | None = Field(description="A reader's scopes; null: every scope.")
+    all_scopes: bool = Field(description="Whether the key reaches every scope: an admin, a reader of all.")
     prefix: str
     created_at: Timestamp
     last_used_at: Timestamp | None

@@ -27,8 +27,8 @@ from numpy.typing import NDArray
 
 from citeline.access import FULL_ACCESS, Access
 from citeline.checks import refuse_nul
-from citeline.errors import ConfigError, ConflictError, NotFoundError
-from citeline.retrieve.filters import category_condition, content_types, like_escape
+from citeline.errors import ConfigError, ConflictError, InvalidRequestError, NotFoundError
+from citeline.retrieve.filters import category_condition, check_scopes, content_types, like_escape
 from citeline.store.index import VectorIndex, VersionVectors, as_array, fill_vectors
 from citeline.store.models import Status
 from citeline.types import SourceMetadata, embedding_text
@@ -1995,8 +1995,9 @@ class DocumentQuery:
     """Which documents a listing shows, and which page of them. Unset fields do not filter.
 
     Each document appears once, as its current version (the active one, else its newest), and the
-    filters apply to that version. ``scope`` keeps documents carrying that scope (universal ones carry
-    none); ``category`` matches the category itself or any below it; ``name_contains`` is
+    filters apply to that version. ``scopes`` keeps documents carrying any of these scopes, as search's
+    filter of several scopes takes any of them (universal documents, which carry none, are listed
+    without it); ``category`` matches the category itself or any below it; ``name_contains`` is
     case-insensitive; ``source`` is the key a document was uploaded under, matched exactly, and
     ``source_prefix`` the start of such keys (one synced folder's, say), matched literally: a ``%`` or
     ``_`` in it is a character of the key. Both are read in the keys' Unicode form
@@ -2006,7 +2007,7 @@ class DocumentQuery:
     """
 
     status: str | None = None
-    scope: str | None = None
+    scopes: tuple[str, ...] | None = None
     category: str | None = None
     tag: str | None = None
     content_type: str | None = None
@@ -2019,6 +2020,11 @@ class DocumentQuery:
 
     def __post_init__(self) -> None:
         refuse_nul(self, "")
+        if self.scopes is not None:
+            if isinstance(self.scopes, str):  # a lone string would be its characters' scopes
+                raise InvalidRequestError(f"scopes: a tuple of scopes, not the string {self.scopes!r}")
+            object.__setattr__(self, "scopes", tuple(self.scopes))
+            check_scopes(self.scopes)
         if self.content_type:
             [stored] = content_types([self.content_type], field="content_type")
             object.__setattr__(self, "content_type", stored)
@@ -2043,9 +2049,9 @@ def query_documents(
     if query.status:
         conds.append("status = :q_status")
         params["q_status"] = query.status
-    if query.scope:
-        conds.append(":q_scope = ANY(scopes)")
-        params["q_scope"] = query.scope
+    if query.scopes:
+        conds.append("scopes && CAST(:q_scopes AS text[])")
+        params["q_scopes"] = list(query.scopes)
     if query.category:
         condition, bound = category_condition("category", "q_cat", query.category)
         conds.append(condition)

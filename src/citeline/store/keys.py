@@ -62,6 +62,8 @@ class KeyInfo:
             "name": self.name,
             "role": self.role.value,
             "scopes": None if self.scopes is None else list(self.scopes),
+            # Said outright, as /keys/me says it: a null list is easily read as "no scope".
+            "all_scopes": self.scopes is None,
             "prefix": self.prefix,
             "created_at": self.created_at.isoformat(),
             "last_used_at": self.last_used_at.isoformat() if self.last_used_at else None,
@@ -89,13 +91,14 @@ def reach(role: Role, scopes: Iterable[str] | None, all_scopes: bool = False) ->
     check_names(given, "scopes", "scopes")
     if role is Role.ADMIN and (given is not None or all_scopes):
         raise InvalidRequestError(
-            "an admin key covers every scope: give it no scopes and no all_scopes (--scope, --all-scopes)"
+            "scopes: an admin key covers every scope: give it no scopes and no all_scopes (--scope, "
+            "--all-scopes)"
         )
     if given is not None and all_scopes:
-        raise InvalidRequestError("give scopes or all_scopes (--scope or --all-scopes), not both")
+        raise InvalidRequestError("scopes: give scopes or all_scopes (--scope or --all-scopes), not both")
     if role is Role.READER and not given and not all_scopes:
         raise InvalidRequestError(
-            "a reader key needs scopes (at least one), or all_scopes: true "
+            "scopes: a reader key needs at least one scope, or all_scopes: true "
             "(in the CLI, --scope S, repeatable, or --all-scopes)"
         )
     return None if role is Role.ADMIN or all_scopes else given

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Path, Query
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.datastructures import Headers
 from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 from starlette.types import Receive, Scope, Send
@@ -73,7 +73,10 @@ def list_documents(
     cl: CitelineDep,
     access: AccessDep,
     status: Annotated[Status | None, Query(description="Only documents in this status.")] = None,
-    scope: Annotated[str | None, Query(description="Only documents carrying this scope.")] = None,
+    scope: Annotated[
+        list[str] | None,
+        Query(description="Repeatable, as on /search: only documents carrying any of these scopes."),
+    ] = None,
     category: Annotated[str | None, Query(description="This category or any below it.")] = None,
     tag: Annotated[str | None, Query(description="Only documents with this tag.")] = None,
     content_type: Annotated[
@@ -97,7 +100,7 @@ def list_documents(
     try:
         query = DocumentQuery(
             status=status.value if status else None,
-            scope=scope,
+            scopes=tuple(scope) if scope else None,
             category=category,
             tag=tag,
             content_type=content_type,
@@ -108,7 +111,7 @@ def list_documents(
             offset=offset,
         )
     except InvalidRequestError as exc:
-        raise field_named(exc, {"content_type": "query.content_type"}) from exc
+        raise field_named(exc, {"content_type": "query.content_type", "scopes": "query.scope"}) from exc
     page = cl.list_documents(query, access=access)
     return {
         "documents": [document_json(d) for d in page.documents],
@@ -165,15 +168,47 @@ def get_document(
 ORIGINAL_HEADERS = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
 
 
+#: A stored original may be cached, by the client only (it is read with a key), and revalidated before
+#: each use: a version's file never changes, but which version a URL without ``version`` opens does.
+FILE_CACHE_CONTROL = "private, no-cache"
+
+
+def _etag_matches(if_none_match: str, etag: str) -> bool:
+    """Whether an ``If-None-Match`` header names ``etag`` (weakly compared, as RFC 9110 asks for it)."""
+    if if_none_match.strip() == "*":
+        return True
+    own = etag.removeprefix("W/")
+    return any(tag.strip().removeprefix("W/") == own for tag in if_none_match.split(","))
+
+
 class StoredFile(FileResponse):
     """A stored original: Starlette's file response, whose refusals of a ``Range`` header (plain text
-    there) have the API's error shape: a malformed one is a 422, one past the end a 416."""
+    there) have the API's error shape: a malformed one is a 422, one past the end a 416. A client that
+    holds the file already (``If-None-Match`` naming its ETag) gets a 304 without it."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get(HEAD_ASKED):
             # A HEAD served by this GET route: Starlette sends the headers only, the file left unread.
             scope = {**scope, "method": "HEAD"}
         headers = Headers(scope=scope)
+        self.headers.setdefault("cache-control", FILE_CACHE_CONTROL)
+        if_none_match = headers.get("if-none-match")
+        if (
+            if_none_match is not None
+            and self.status_code == 200
+            and scope["method"].upper() in ("GET", "HEAD")
+        ):
+            if self.stat_result is None:
+                self.stat_result = await anyio.to_thread.run_sync(os.stat, self.path)
+                self.set_stat_headers(self.stat_result)
+            if _etag_matches(if_none_match, self.headers["etag"]):
+                kept = {
+                    k: self.headers[k]
+                    for k in ("etag", "last-modified", "cache-control")
+                    if k in self.headers
+                }
+                await Response(status_code=304, headers=kept)(scope, receive, send)
+                return
         asked = headers.get("range")
         if asked is not None and self.status_code == 200 and scope["method"].upper() in ("GET", "HEAD"):
             if self.stat_result is None:

@@ -273,7 +273,10 @@ async def index_all(
     access: AdminDep,
     status: Annotated[Status, Query(description="pending (queue them) or completed/failed (re-ingest).")],
 ) -> dict[str, Any]:
-    done = await _run(cl.index_all, status, access=access)
+    try:
+        done = await _run(cl.index_all, status, access=access)
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(f"query.status: {exc}") from None
     summary = [{"document_id": str(d.id), "name": d.name, "status": d.status} for d in done]
     return {"status": status.value, "documents": summary}
 
@@ -294,9 +297,14 @@ class RefreshBody(RequestBody):
     operation_id="refresh_documents",
     responses=answers(Refresh, *ADMIN, 404, status=202, description="Read again (or, dry_run, listed)."),
 )
-async def refresh(body: RefreshBody, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
-    # An empty age is refused, not taken for none: "older_than": "" read every source again.
-    age = parse_age(body.older_than) if body.older_than is not None else None
+async def refresh(cl: CitelineDep, access: AdminDep, body: RefreshBody | None = None) -> dict[str, Any]:
+    # Every field has a default, so the body may be left out: all of it defaults.
+    body = body or RefreshBody()
+    try:
+        # An empty age is refused, not taken for none: "older_than": "" read every source again.
+        age = parse_age(body.older_than) if body.older_than is not None else None
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(f"body.older_than: {exc}") from None
     docs = await _run(cl.refresh_candidates, older_than=age, document_ids=body.document_ids)
     if body.dry_run:
         # A named document refresh would refuse says why, as the real run would.

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
 from citeline.access import Role
 from citeline.api.bodies import RequestBody, Scope
 from citeline.api.deps import AccessDep, AdminDep, CitelineDep
+from citeline.api.errors import field_named
 from citeline.api.schemas import ADMIN, KEYED, CreatedKey, Key, KeyList, MyKey, answers
+from citeline.errors import InvalidRequestError
 
 router = APIRouter(prefix="/keys", tags=["keys"])
 
@@ -29,10 +31,14 @@ class KeyBody(RequestBody):
     response_model=None,
     responses=answers(CreatedKey, *ADMIN, status=201, description="Created."),
 )
-def create_key(body: KeyBody, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
-    info, key = cl.create_key(
-        body.role, body.scopes, all_scopes=body.all_scopes, name=body.name, access=access
-    )
+def create_key(body: KeyBody, response: Response, cl: CitelineDep, access: AdminDep) -> dict[str, Any]:
+    try:
+        info, key = cl.create_key(
+            body.role, body.scopes, all_scopes=body.all_scopes, name=body.name, access=access
+        )
+    except InvalidRequestError as exc:
+        raise field_named(exc, {"scopes": "body.scopes"}) from exc
+    response.headers["Location"] = f"/keys/{info.id}"
     return {"key": key, **info.as_dict()}
 
 
