@@ -9,6 +9,7 @@ import pytest
 
 from citeline.errors import LoadError
 from citeline.load import load
+from tests.conftest import PDFS
 
 SAMPLE = "Café naïve résumé — “quoted” façade, 10 € please.\nStraße über Ärger.\n"
 
@@ -37,10 +38,9 @@ def test_short_latin1_text_decodes_as_cp1252(tmp_path: Path, text: str) -> None:
     "data",
     [
         random.Random(7).randbytes(4096),
-        b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\x00\x00\x00\x10\x08\x06\x00\x00\x00\x1f\xf3\xffa",
         b"plain start\x00\x00\x00\x01\x02\x03\x00\x00\x00" * 20,
     ],
-    ids=["random", "png", "nul-riddled"],
+    ids=["random", "nul-riddled"],
 )
 def test_binary_content_is_refused(tmp_path: Path, data: bytes) -> None:
     path = tmp_path / "image.txt"
@@ -48,6 +48,49 @@ def test_binary_content_is_refused(tmp_path: Path, data: bytes) -> None:
     with pytest.raises(LoadError) as caught:
         load(path)
     assert caught.value.reason == "binary content, not text"
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "reason"),
+    [
+        (
+            "report.txt",
+            (PDFS / "multicol_latex_pypdf_sample.pdf").read_bytes(),
+            "looks like a PDF (it starts with %PDF); rename it to .pdf",
+        ),
+        (
+            "notes.md",
+            b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00" + bytes(range(256)) * 4,
+            "looks like a ZIP archive, as .docx, .xlsx and .pptx files are, not text; citeline reads none "
+            "of them: save it as PDF, text or CSV",
+        ),
+        (
+            "sheet.csv",
+            b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(range(256)) * 4,
+            "looks like an old Office file (.doc, .xls, .ppt), not text; save it as PDF, text or CSV",
+        ),
+        (
+            "image.txt",
+            b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\x00\x00\x00\x10\x08\x06\x00\x00\x00\x1f\xf3\xffa",
+            "looks like a PNG image, not text; citeline reads an image only as a page of a PDF (by OCR)",
+        ),
+        (
+            "photo.txt",
+            b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(range(256)) * 4,
+            "looks like a JPEG image, not text; citeline reads an image only as a page of a PDF (by OCR)",
+        ),
+    ],
+    ids=["pdf", "zip-office", "old-office", "png", "jpeg"],
+)
+def test_a_binary_file_of_another_kind_is_refused_naming_that_kind(
+    tmp_path: Path, name: str, data: bytes, reason: str
+) -> None:
+    # A real PDF named .txt was refused as "binary content, not text", which leaves its owner guessing.
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(LoadError) as caught:
+        load(path)
+    assert caught.value.reason == reason
 
 
 def test_whitespace_only_file_is_empty(tmp_path: Path) -> None:

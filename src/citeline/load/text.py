@@ -30,6 +30,27 @@ _BOMS = (
 _MAX_CONTROL_RATIO = 0.01
 _STRAY_CONTROLS = 2
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+#: What a file refused as binary is by its first bytes, when they say it: a PDF, an Office file or an
+#: image saved under a text extension is named, with what to do, rather than "binary content".
+_IMAGE = "citeline reads an image only as a page of a PDF (by OCR)"
+_OFFICE = "save it as PDF, text or CSV"
+_KINDS_BY_START: tuple[tuple[bytes, str], ...] = (
+    (b"%PDF-", "a PDF (it starts with %PDF); rename it to .pdf"),
+    (
+        b"PK\x03\x04",
+        "a ZIP archive, as .docx, .xlsx and .pptx files are, not text; citeline reads none of them: "
+        + _OFFICE,
+    ),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", f"an old Office file (.doc, .xls, .ppt), not text; {_OFFICE}"),
+    (b"\x89PNG\r\n\x1a\n", f"a PNG image, not text; {_IMAGE}"),
+    (b"\xff\xd8\xff", f"a JPEG image, not text; {_IMAGE}"),
+    (b"GIF87a", f"a GIF image, not text; {_IMAGE}"),
+    (b"GIF89a", f"a GIF image, not text; {_IMAGE}"),
+    (b"II*\x00", f"a TIFF image, not text; {_IMAGE}"),
+    (b"MM\x00*", f"a TIFF image, not text; {_IMAGE}"),
+)
+# A PDF may have bytes before its header (a mail gateway's, a printer's): readers look this far for it.
+_PDF_HEADER_WITHIN = 1024
 # UTF-16 puts the NUL of each ASCII character on one side of the pair: this many times as many there
 # as on the other says which byte order it is.
 _UTF16_NUL_SIDE = 10
@@ -134,10 +155,20 @@ def read_text_file(path: Path) -> str:
         raise LoadError(source, "empty file")
     text = _decode(data)
     if text is None or len(_CONTROL.findall(text)) > max(_STRAY_CONTROLS, _MAX_CONTROL_RATIO * len(text)):
-        raise LoadError(source, "binary content, not text")
+        raise LoadError(source, _binary(data))
     if not text.strip():
         raise LoadError(source, "empty file")
     return text
+
+
+def _binary(data: bytes) -> str:
+    """Why binary ``data`` is refused: what its first bytes say it is, when they say."""
+    for start, kind in _KINDS_BY_START:
+        if data.startswith(start):
+            return f"looks like {kind}"
+    if b"%PDF-" in data[:_PDF_HEADER_WITHIN]:
+        return "looks like a PDF (%PDF- is in its first bytes); rename it to .pdf"
+    return "binary content, not text"
 
 
 def load_text(path: Path) -> LoadedSource:
