@@ -1806,14 +1806,18 @@ def serve(
 
     # Before anything is served: a uvicorn without the hooks overridden here would serve without them.
     _guard(check_installed)
-    from citeline.api.app import STARTUP_FAILURE_FILE, log_config, read_startup_failure
+    from citeline.api.app import STARTUP_FAILURE_FILE, read_startup_failure
+    from citeline.api.logs import log_config
     from citeline.api.protocol import HttpProtocol
     from citeline.api.supervisor import run
+    from citeline.metrics import use_folder
 
     with tempfile.TemporaryDirectory(prefix="citeline-serve-") as folder:
         # Where a server process (this one, or those of --workers) says why it could not start.
         report = Path(folder) / "startup-failure"
         os.environ[STARTUP_FAILURE_FILE] = str(report)
+        # Where every server process keeps its counts, so GET /metrics adds up all of them.
+        use_folder(Path(folder) / "metrics")
         stopped: SystemExit | None = None
         try:
             run(
@@ -1826,7 +1830,7 @@ def serve(
                 host=host,
                 port=port,
                 log_level="info",
-                log_config=log_config(),
+                log_config=log_config(settings),
                 timeout_keep_alive=int(settings.api_keep_alive_seconds),
             )
         except SystemExit as exc:

@@ -67,6 +67,7 @@ from citeline.jobs.submit import (
     submit,
     submit_url,
 )
+from citeline.metrics import CatalogCollector, CatalogCounts, exposition, metrics
 from citeline.retrieve.query import QueryVectors, WaitedEmbedder
 from citeline.retrieve.rerank import Reranker, get_reranker, rerank_hits
 from citeline.retrieve.search import (
@@ -182,6 +183,8 @@ class Citeline:
         self._catalog_cache = CatalogCache()
         self._jobs: JobRunner | None = None
         self._key_cache = keys.KeyCache(self._settings.api_key_cache_seconds)
+        #: The catalog's counts for :meth:`metrics`, read at most every few seconds.
+        self._catalog_metrics = CatalogCollector(self.metric_counts)
         #: Parts borrowed from the instance this one was derived from: never closed by this one.
         self._borrowed: set[str] = set()
         self.keyword_index: KeywordIndex = (
@@ -1118,20 +1121,25 @@ class Citeline:
         with self._lock:
             self._open()
             self._searching += 1
+        started = time.perf_counter()
+        ok = False
         try:
             try:
-                return self._search(request, access, timings, explain)
+                hits = self._search(request, access, timings, explain)
             except ModelMismatchError:
                 # A migration switched the namespace's model since it was read: read it again, once.
                 if self._served == self.served_model(refresh=True):
                     raise
-                return self._search(request, access, timings, explain)
+                hits = self._search(request, access, timings, explain)
+            ok = True
+            return hits
         except Exception as exc:
             if self._closed and not isinstance(exc, CitelineError):
                 # Closed under a search that outlasted close()'s wait: what failed is what it closed.
                 raise ClosedError(f"this Citeline is closed: closed during the search ({exc})") from exc
             raise
         finally:
+            metrics().search_ended(time.perf_counter() - started, ok=ok)
             with self._lock:
                 self._searching -= 1
                 self._searches_done.notify_all()
@@ -1368,6 +1376,17 @@ class Citeline:
                 {"id": document.version_id},
             )
             return [dict(r._mapping) for r in rows]
+
+    def metrics(self) -> bytes:
+        """This process's metrics (with ``citeline serve``: every server process's, added up) and the
+        catalog's counts, in Prometheus text format; see :mod:`citeline.metrics`."""
+        return exposition(self._catalog_metrics)
+
+    def metric_counts(self) -> CatalogCounts:
+        """The catalog's counts for ``GET /metrics`` (versions by status, documents, chunks): one cheap
+        read, shared by every process of a server, so any of them may answer."""
+        with self.engine.connect() as conn:
+            return catalog.metric_counts(conn)
 
     def stats(self, *, access: Access = FULL_ACCESS) -> dict[str, Any]:
         """Counts over the namespace, as far as ``access`` sees it."""

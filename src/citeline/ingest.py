@@ -46,6 +46,7 @@ from citeline.errors import (
 )
 from citeline.load import SUPPORTED_SUFFIXES, load
 from citeline.load.clean import storable
+from citeline.metrics import metrics
 from citeline.retrieve.filters import check_labels, normalise_category
 from citeline.split import CHUNK_OVERLAP_MAX, CHUNK_SIZE_MAX, CHUNK_SIZE_MIN, split
 from citeline.store import catalog
@@ -510,7 +511,12 @@ class Ingestor:
                     continue
                 self._build(run, self._claimed(run, versions))
 
-        return self._running(run, progress, claim_and_build)
+        def count(result: IngestResult) -> None:
+            metrics().job_ended(result.outcome.value)
+            if progress:
+                progress(result)
+
+        return self._running(run, count, claim_and_build)
 
     def _running(
         self, run: _Run, progress: ProgressCallback | None, work: Callable[[], None]

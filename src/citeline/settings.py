@@ -460,6 +460,16 @@ class Settings(BaseSettings):
     api_heartbeat_seconds: Annotated[float, Field(gt=0, le=300)] = Field(
         default=10.0, description="A streamed answer sends a comment line after this many silent seconds."
     )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="citeline serve's log lines: text (uvicorn's lines), or json (one object a line, for a "
+        "log collector).",
+    )
+    log_query_values: bool = Field(
+        default=False,
+        description="Keep query string values in the access log; by default they are replaced with "
+        "'…', since GET /search?q= carries the question asked.",
+    )
 
     @property
     def files_dir(self) -> Path:

@@ -247,6 +247,8 @@ def test_keys_stats_and_health_answer_as_declared(
     check = contract.check
     check(admin.get("/stats"))
     check(reader.get("/stats"))
+    check(admin.get("/metrics"))
+    check(reader.get("/metrics"))  # 403: for admins
     check(admin.get("/keys"))
     check(admin.get("/keys", params={"include_revoked": "true"}))
     check(reader.get("/keys"))

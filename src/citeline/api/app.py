@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -17,8 +16,9 @@ from citeline.api import errors, schemas
 from citeline.api.deps import refuse_nul, refuse_unknown_query
 from citeline.api.head import HeadAsGet
 from citeline.api.limits import BodySizeLimit, GenerationSlots, RateLimiter, UrlLengthLimit
-from citeline.api.request_id import RequestIdLogFilter, RequestIdMiddleware
-from citeline.api.routes import chat, conversations, documents, health, ingest, keys, search, stats
+from citeline.api.observe import RequestMetrics
+from citeline.api.request_id import RequestIdMiddleware
+from citeline.api.routes import chat, conversations, documents, health, ingest, keys, metrics, search, stats
 from citeline.engine import Citeline
 from citeline.errors import CitelineError
 from citeline.settings import Settings, load_settings
@@ -74,8 +74,10 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     app.add_middleware(BodySizeLimit, settings=settings)
     app.add_middleware(UrlLengthLimit)
     app.add_middleware(HeadAsGet)
+    # Outside the limits, so a request they refuse is counted; inside the ids, so the log sees its end.
+    app.add_middleware(RequestMetrics)
     app.add_middleware(RequestIdMiddleware)  # added last: outermost, so every response gets the id
-    for module in (search, chat, conversations, documents, ingest, stats, keys, health):
+    for module in (search, chat, conversations, documents, ingest, stats, keys, health, metrics):
         app.include_router(module.router, dependencies=[Depends(refuse_unknown_query), Depends(refuse_nul)])
     mount_pages(app)
     _complete_openapi(app)
@@ -92,21 +94,6 @@ def _complete_openapi(app: FastAPI) -> None:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend it
-
-
-def log_config() -> dict[str, Any]:
-    """uvicorn's logging configuration for ``citeline serve``: citeline's own messages (open mode,
-    answers stopped early, errors) go where uvicorn's go, in every worker, and every line written while
-    a request is served, the access line included, ends with that request's id."""
-    import uvicorn.config
-
-    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    config.setdefault("filters", {})["request_id"] = {"()": RequestIdLogFilter}
-    for handler in config["handlers"].values():
-        handler.setdefault("filters", []).append("request_id")
-    config["formatters"]["access"]["fmt"] += " [request %(request_id)s]"
-    config["loggers"]["citeline"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
-    return config
 
 
 #: The file ``citeline serve`` has its server processes report a start-up failure in: a variable the

@@ -65,6 +65,7 @@ async def get_access(
     if credentials is None:
         if cl.settings.api_open:
             limiter.hit(OPEN_ACCESS.user_id)
+            request.state.key_id = "open"  # for the access log (citeline.api.request_id.key_id)
             return OPEN_ACCESS
         if not await run_in_threadpool(cl.has_keys):
             raise AuthenticationError(
@@ -76,6 +77,8 @@ async def get_access(
     info = cl.cached_key(key)
     if info is None:
         info = await run_in_threadpool(cl.authenticate, key)
+    # The key's id, never the key, for the access log (citeline.api.request_id.key_id).
+    request.state.key_id = str(info.id)
     access = info.access
     limiter.hit(access.user_id)
     return access

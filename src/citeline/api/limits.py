@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citeline.api.errors import error_response
 from citeline.errors import LimitExceededError
+from citeline.metrics import metrics
 from citeline.settings import Settings
 
 log = logging.getLogger("citeline.api")
@@ -226,6 +227,14 @@ class GenerationSlots:
         self.wait = settings.api_generation_wait
         self.counts = GenerationCounts()
         self._semaphore = asyncio.Semaphore(self.size)
+        self._gauges = metrics()
+        self._gauges.slots.set(self.size)
+        self._publish()
+
+    def _publish(self) -> None:
+        # Set, not added to: one GenerationSlots per process, and its counts are the truth.
+        self._gauges.slots_in_use.set(self.counts.running)
+        self._gauges.slots_queued.set(self.counts.waiting)
 
     async def acquire(self) -> GenerationSlot:
         if self._semaphore.locked():
@@ -236,6 +245,7 @@ class GenerationSlots:
                     f"CITELINE_API_GENERATION_QUEUE)"
                 )
             self.counts.waiting += 1
+            self._publish()
             try:
                 await asyncio.wait_for(self._semaphore.acquire(), timeout=self.wait)
             except TimeoutError:
@@ -245,10 +255,12 @@ class GenerationSlots:
                 ) from None
             finally:
                 self.counts.waiting -= 1
+                self._publish()
         else:
             await self._semaphore.acquire()
         self.counts.running += 1
         self.counts.started += 1
+        self._publish()
         return GenerationSlot(self)
 
     def _release(self, *, stopped_early: bool) -> None:
@@ -258,6 +270,7 @@ class GenerationSlots:
         else:
             self.counts.finished += 1
         self._semaphore.release()
+        self._publish()
 
     @staticmethod
     def _busy(message: str) -> LimitExceededError:

@@ -16,20 +16,64 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import time
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HEADER = "X-Request-ID"
 
-_current: ContextVar[str | None] = ContextVar("citeline_request_id", default=None)
 _ACCEPTED = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+@dataclass(frozen=True)
+class Served:
+    """The request being served: its id, its ASGI scope (which routing fills in with the route and the
+    authentication with the key's id, see :func:`route_template` and :func:`key_id`) and when it came."""
+
+    request_id: str
+    scope: Scope
+    started: float
+
+
+_current: ContextVar[Served | None] = ContextVar("citeline_request", default=None)
 
 
 def current_request_id() -> str | None:
     """The id of the request being served in this context, if any."""
+    served = _current.get()
+    return None if served is None else served.request_id
+
+
+def current_request() -> Served | None:
+    """The request being served in this context, if any."""
     return _current.get()
+
+
+def route_template(scope: Scope) -> str:
+    """The route a request matched, as declared (``/documents/{document_id}``), never its raw path: a
+    label of the request metrics and a field of the access log, which must not grow with every id
+    requested. ``unmatched`` when no route took it (a 404 for an unknown path)."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if not isinstance(path, str):
+        return "unmatched"
+    return f"{path}/{{path}}" if isinstance(route, Mount) else path
+
+
+#: Where :func:`citeline.api.deps.get_access` leaves the id of the key a request carries (the key
+#: itself is never kept): ``scope["state"]``, which ``request.state`` writes to.
+KEY_ID = "key_id"
+
+
+def key_id(scope: Scope) -> str | None:
+    """The id of the API key the request was served under (``open`` in open mode); None before the
+    key was checked, or for a route that needs none."""
+    value = scope.get("state", {}).get(KEY_ID)
+    return None if value is None else str(value)
 
 
 def _new_id() -> str:
@@ -54,7 +98,7 @@ class RequestIdMiddleware:
         given = Headers(scope=scope).get(HEADER.lower(), "")
         request_id = given if _ACCEPTED.fullmatch(given) else _new_id()
         scope.setdefault("state", {})["request_id"] = request_id
-        token = _current.set(request_id)
+        token = _current.set(Served(request_id, scope, time.perf_counter()))
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -72,13 +116,18 @@ class RequestIdMiddleware:
 class RequestIdLogFilter(logging.Filter):
     """Ends a log record's message with ``[request <id>]`` while a request is served, and gives every
     record a ``request_id`` attribute (``-`` outside a request) for formats that place it themselves,
-    as uvicorn's access lines must: their formatter rebuilds the line from the record's arguments."""
+    as uvicorn's access lines must: their formatter rebuilds the line from the record's arguments.
+    ``suffix`` False leaves the message alone, for a format that writes the id as a field of its own."""
+
+    def __init__(self, suffix: bool = True) -> None:
+        super().__init__()
+        self.suffix = suffix
 
     def filter(self, record: logging.LogRecord) -> bool:
         if hasattr(record, "request_id"):  # a record passes each handler's filter: mark it once
             return True
-        request_id = _current.get()
+        request_id = current_request_id()
         record.request_id = request_id or "-"
-        if request_id is not None and record.name != "uvicorn.access":
+        if self.suffix and request_id is not None and record.name != "uvicorn.access":
             record.msg = f"{record.msg} [request {request_id}]"
         return True

@@ -25,6 +25,7 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors.multiprocess import Multiprocess, Process
 
 from citeline.api.uvicorn_internals import Uses
+from citeline.metrics import forget_process
 
 logger = logging.getLogger("uvicorn.error")
 
@@ -114,6 +115,7 @@ class Supervisor(Multiprocess):
                 return
             if self.should_exit.is_set():
                 return
+            forget_process(process.pid)  # its answer slots are no longer in use
             why = why_it_ended(process.exitcode, unanswered, self.healthcheck_seconds)
             logger.warning(f"Child process [{process.pid}] {why}; starting another")
             replacement = Process(self.config, self.sockets)

@@ -26,6 +26,7 @@ from citeline.chat.rewrite import Rewrite, asked_of_model, rewrite
 from citeline.chat.store import ConversationInfo, MessageInfo, Turn
 from citeline.checks import refuse_nul
 from citeline.errors import InvalidRequestError
+from citeline.metrics import counted_answer
 from citeline.registry import Capability
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import Explain, Hit, SearchRequest, Timings
@@ -174,7 +175,7 @@ class ChatSession:
         """The completed turns, oldest first."""
         return store.turns(self.messages())
 
-    async def ask(
+    def ask(
         self,
         question: str,
         *,
@@ -189,8 +190,13 @@ class ChatSession:
         ``explain``, when given, is filled with how the turn found its passages before the answer starts.
         The turn is stored before :class:`Complete` is passed on, so a caller that saw it can ask the
         next question at once. A turn that ends in an error, or that the caller stops reading before
-        :class:`Complete`, is not stored.
+        :class:`Complete`, is not stored. The answer is counted in :mod:`citeline.metrics`.
         """
+        return counted_answer(self._ask(question, filters=filters, top_k=top_k, explain=explain))
+
+    async def _ask(
+        self, question: str, *, filters: Filters | None, top_k: int | None, explain: TurnExplain | None
+    ) -> AsyncGenerator[ChatEvent, None]:
         refuse_nul(question, "question")  # before anything of the turn is stored
         question = question.strip()
         if not question:

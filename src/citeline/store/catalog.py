@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from citeline.access import FULL_ACCESS, Access
 from citeline.checks import refuse_nul
 from citeline.errors import ConfigError, ConflictError, InvalidRequestError, NotFoundError
+from citeline.metrics import CatalogCounts
 from citeline.retrieve.filters import category_condition, check_scopes, content_types, like_escape
 from citeline.store.index import VectorIndex, VersionVectors, as_array, fill_vectors
 from citeline.store.models import Status
@@ -2211,3 +2212,24 @@ def builds(
         if r.version_id is not None
     ]
     return BuildPage(found, int(rows[0].total), limit, offset)
+
+
+def metric_counts(conn: sa.Connection) -> CatalogCounts:
+    """The catalog's counts ``GET /metrics`` exports: versions by status, active versions, documents
+    and chunks, in one round trip (the chunk count is kept in corpus_stats as chunks come and go)."""
+    row = conn.execute(
+        sa.text(
+            "SELECT (SELECT coalesce(json_object_agg(status, n), '{}') FROM "
+            "(SELECT status, count(*) AS n FROM documents GROUP BY status) AS s), "
+            "(SELECT count(*) FROM documents WHERE is_active), "
+            "(SELECT count(DISTINCT document_id) FROM documents), "
+            "(SELECT chunk_count FROM corpus_stats WHERE id = 1)"
+        )
+    ).one()
+    versions = row[0] if isinstance(row[0], dict) else json.loads(row[0])
+    return CatalogCounts(
+        versions={str(k): int(v) for k, v in versions.items()},
+        active=int(row[1]),
+        documents=int(row[2]),
+        chunks=int(row[3] or 0),
+    )
