@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -53,7 +54,7 @@ from citeline.settings import Fusion, Settings, load_settings
 from citeline.store import catalog, keys
 from citeline.store.model_migration import MigrationStatus
 from citeline.store.models import Status
-from citeline.types import counted
+from citeline.types import counted, printable
 
 if TYPE_CHECKING:
     from citeline.eval.beir import BeirData
@@ -80,6 +81,12 @@ def _print_json(data: Any) -> None:
     """Plain JSON on stdout, one document per line: for pipes and programs, no colour or wrapping."""
     sys.stdout.write(json.dumps(data, default=str) + "\n")
     sys.stdout.flush()
+
+
+def _shown(text: str) -> str:
+    """A name, label or message from a document or a user, for a line of Rich output: its control
+    characters as escapes (see :func:`printable`), its square brackets as text, not markup."""
+    return escape(printable(text))
 
 
 T = TypeVar("T")
@@ -136,7 +143,7 @@ def _settings(ctx: typer.Context, **more: Any) -> Settings:
                 # A value given as an option is named as the option, not as a variable nobody set.
                 variable = f"CITELINE_{field.upper()}"
                 message = message.replace(f"{variable}:", f"{option} ({variable}):")
-        err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+        err.print(f"[red]error:[/red] {_shown(message)}", highlight=False)
         raise typer.Exit(exc.exit_code) from exc
 
 
@@ -158,7 +165,7 @@ def _open(ctx: typer.Context, more: dict[str, Any], *, create: bool) -> Iterator
         with Citeline(_settings(ctx, **more), create=create) as cl:
             yield cl
     except CitelineError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        err.print(f"[red]error:[/red] {_shown(str(exc))}", highlight=False)
         raise typer.Exit(exc.exit_code) from exc
 
 
@@ -166,7 +173,7 @@ def _guard(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except CitelineError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        err.print(f"[red]error:[/red] {_shown(str(exc))}", highlight=False)
         raise typer.Exit(exc.exit_code) from exc
 
 
@@ -178,7 +185,7 @@ def _age(option: str, text: str | None) -> timedelta | None:
     try:
         return parse_age(text)
     except InvalidRequestError as exc:
-        err.print(f"[red]error:[/red] {option}: {escape(str(exc))}", highlight=False)
+        err.print(f"[red]error:[/red] {option}: {_shown(str(exc))}", highlight=False)
         raise typer.Exit(exc.exit_code) from exc
 
 
@@ -261,7 +268,7 @@ def _filters(
         field, colon, rest = message.partition(":")
         flag = _FILTER_FLAGS.get(field) if colon else None
         shown = f"{flag} ({field}):{rest}" if flag else message
-        err.print(f"[red]error:[/red] {escape(shown)}", highlight=False)
+        err.print(f"[red]error:[/red] {_shown(shown)}", highlight=False)
         raise typer.Exit(exc.exit_code) from exc
 
 
@@ -317,7 +324,7 @@ def ingest(
     )
     sources = discover(paths)
     if not sources:
-        err.print("[yellow]nothing to ingest:[/yellow] no supported files under " + escape(", ".join(paths)))
+        err.print("[yellow]nothing to ingest:[/yellow] no supported files under " + _shown(", ".join(paths)))
         raise typer.Exit(1)
     with _creating(ctx) as cl:
         results: list[IngestResult] = []
@@ -369,7 +376,7 @@ def _describe(result: IngestResult) -> str:
         Outcome.STAGED: "magenta",
     }[result.outcome]
     if result.outcome is Outcome.FAILED:
-        return f"[{colour}]failed[/{colour}]     {escape(str(result.error))}"
+        return f"[{colour}]failed[/{colour}]     {_shown(str(result.error))}"
     doc = result.document
     assert doc is not None
     detail = {
@@ -388,7 +395,7 @@ def _describe(result: IngestResult) -> str:
     if result.same_content:
         # The same file under another name: stored all the same; relabelling the one there may be meant.
         detail += f"; same bytes as {_same_content_words(result.same_content, doc.scopes)}"
-    return f"[{colour}]{result.outcome.value:<10}[/{colour}] {escape(str(result.source))}: {escape(detail)}"
+    return f"[{colour}]{result.outcome.value:<10}[/{colour}] {_shown(str(result.source))}: {_shown(detail)}"
 
 
 def _same_content_words(same: tuple[catalog.SameContent, ...], scopes: list[str]) -> str:
@@ -534,7 +541,7 @@ def _print_hits(hits: list[Hit]) -> None:
         return
     for rank, hit in enumerate(hits, start=1):
         # Names and headings come from documents: printed as text, never read as markup.
-        where = escape(
+        where = _shown(
             f"{hit.document_name} {_place(hit.page, hit.rows)}"
             + (f" § {hit.section}" if hit.section else "")
             + (f" [{hit.section_type}]" if hit.section_type else "")
@@ -552,7 +559,7 @@ def _print_hits(hits: list[Hit]) -> None:
         )
         if hit.context:
             # The rows of a table's later chunk, under the header row they are read with.
-            console.print("    " + escape(" ".join(hit.context.split())), style="dim", highlight=False)
+            console.print("    " + _shown(" ".join(hit.context.split())), style="dim", highlight=False)
         snippet = " ".join(hit.text.split())
         console.print(
             "    " + (snippet[:300] + ("…" if len(snippet) > 300 else "")), highlight=False, markup=False
@@ -564,7 +571,7 @@ def _print_copies(copies: Sequence[Copy]) -> None:
     """The same passage, word for word, in other documents: one hit or source, not several."""
     if copies:
         named = ", ".join(f"{copy.document_name} p.{copy.page}" for copy in copies)
-        console.print("    also in: " + escape(named), style="dim", highlight=False)
+        console.print("    also in: " + _shown(named), style="dim", highlight=False)
 
 
 def _stream_answer(
@@ -639,7 +646,7 @@ def _print_sources(complete: Complete) -> None:
     if complete.citations:
         console.print("\n[bold]Sources[/bold]")
     for c in complete.citations:
-        where = escape(
+        where = _shown(
             f"{c.document_name} {_place(c.page, c.rows)}" + (f" § {c.section}" if c.section else "")
         )
         if complete.claim is not None:
@@ -657,7 +664,7 @@ def _print_sources(complete: Complete) -> None:
         _print_copies(c.also_in)
     # A removed citation is a note, like the provider's line: the answer as shown stands without it.
     for r in complete.removed:
-        reason = escape(r.reason)
+        reason = _shown(r.reason)
         console.print(f"[dim]removed citation \\[{r.number}]: {reason}[/dim]", highlight=False)
     for u in complete.unsupported:
         console.print(f"unsupported: {u.text}", style="yellow", highlight=False, markup=False)
@@ -677,7 +684,7 @@ def _conversation(cl: Citeline, conversation: str | None, persona: str | None) -
     if conversation is not None and persona is not None and persona != session.conversation.persona:
         err.print(
             f"[yellow]warning:[/yellow] conversation {session.id} keeps the persona it started with, "
-            f"{session.conversation.persona}; --persona {escape(persona)} applies to a new conversation",
+            f"{session.conversation.persona}; --persona {_shown(persona)} applies to a new conversation",
             highlight=False,
         )
     return session
@@ -758,7 +765,7 @@ def chat(
                 break
             _stream_answer(session, question, filters, as_json=False)
             if session.last_rewrite is not None and session.last_rewrite.query != question:
-                err.print(f"[dim]searched for: {escape(session.last_rewrite.query)}[/dim]", highlight=False)
+                err.print(f"[dim]searched for: {_shown(session.last_rewrite.query)}[/dim]", highlight=False)
 
 
 def _print_table(table: Table) -> None:
@@ -769,6 +776,59 @@ def _print_table(table: Table) -> None:
         console.print(table)
     else:  # a console of its own: print(width=...) can only narrow the console's
         Console(soft_wrap=True, emoji=False, width=_UNFOLDED_WIDTH).print(table)
+
+
+def _fitted_table(
+    headers: Sequence[str], rows: Sequence[Sequence[Text]], cut: Mapping[str, tuple[int, int]]
+) -> Table:
+    """A table of one line per row. In a terminal (or COLUMNS columns) it fits the width: the columns
+    in ``cut`` share what the others leave by their weight (``cut[h][0]``), and a cell longer than its
+    share ends in an ellipsis. Piped or redirected, each row keeps its natural width, for grep, but a
+    cell beyond ``cut[h][1]`` characters ends in one too. The whole values are in --json.
+
+    Folded, a 250-character name or a long failure message made a row a paragraph, and piped, a row
+    hundreds of columns wide; Rich, asked to narrow columns that may not wrap, drops whole columns
+    (the id among them) rather than cut their cells, so the widths are set here."""
+    natural = {h: max([cell_len(h)] + [row[i].cell_len for row in rows]) for i, h in enumerate(headers)}
+    if console.is_terminal or "COLUMNS" in os.environ:
+        # Two spaces between columns, one at each edge (box.SIMPLE_HEAD, collapsed padding).
+        room = console.width - sum(natural[h] for h in headers if h not in cut) - 2 * len(headers)
+        share = _shares(natural, {h: weight for h, (weight, _) in cut.items()}, room)
+    else:
+        share = {h: min(natural[h], piped) for h, (_, piped) in cut.items()}
+    table = Table(
+        *(
+            Column(h, no_wrap=True, overflow="ellipsis", max_width=share[h])
+            if h in cut
+            else Column(h, no_wrap=True)
+            for h in headers
+        ),
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _shares(natural: Mapping[str, int], weights: Mapping[str, int], room: int) -> dict[str, int]:
+    """The widths of columns sharing ``room`` by their weights: one narrower than its share keeps its
+    natural width and leaves the rest to the others; failing any, one whose share is narrower than its
+    header gets the header's width."""
+    share: dict[str, int] = {}
+    weights = dict(weights)
+    while weights:
+        left = room - sum(share.values())
+        fair = {h: left * w // sum(weights.values()) for h, w in weights.items()}
+        settled = {h: natural[h] for h in weights if natural[h] <= fair[h]} or {
+            h: cell_len(h) for h in weights if cell_len(h) > fair[h]
+        }
+        if not settled:
+            return share | fair
+        share |= settled
+        weights = {h: w for h, w in weights.items() if h not in settled}
+    return share
 
 
 @docs_app.command("list")
@@ -782,35 +842,29 @@ def docs_list(
         _print_json([d.as_dict() for d in docs])
         return
     # The id's first 8 characters are what `docs show` and `docs delete` take, so they are never cut;
-    # names and labels wrap rather than end in an ellipsis. Every cell from a document is text, not markup.
-    table = Table(
-        Column("id", no_wrap=True),
-        Column("name", overflow="fold", ratio=2, min_width=12),
-        Column("v", no_wrap=True),
-        Column("status", overflow="fold", min_width=9),
-        Column("chunks", no_wrap=True),
-        Column("type", no_wrap=True),
-        Column("scopes", overflow="fold", ratio=1, min_width=11),
-        Column("category", overflow="fold", ratio=1, min_width=8),
-        Column("tags", overflow="fold", ratio=1, min_width=4),
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
-    )
+    # each document is one line, its long names, labels and failures cut to fit. Every cell from a
+    # document is text, not markup.
+    rows = []
     for d in docs:
-        status = d.status + ("" if d.is_active or d.status != "completed" else " (inactive)")
-        table.add_row(
-            str(d.id)[:8],
-            Text(d.name),
-            str(d.version),
-            status if d.status != "failed" else f"[red]failed[/red]: {escape(d.error or '')}",
-            str(d.vector_count),
-            short_type(d.content_type),
-            Text(",".join(d.scopes) or "(universal)"),
-            Text(d.category or ""),
-            Text(",".join(d.tags)),
+        status = Text(d.status + ("" if d.is_active or d.status != "completed" else " (inactive)"))
+        if d.status == "failed":
+            status = Text.assemble(("failed", "red"), ": " + printable(d.error or ""))
+        rows.append(
+            [
+                Text(str(d.id)[:8]),
+                Text(printable(d.name)),
+                Text(str(d.version)),
+                status,
+                Text(str(d.vector_count)),
+                Text(short_type(d.content_type)),
+                Text(printable(",".join(d.scopes) or "(universal)")),
+                Text(printable(d.category or "")),
+                Text(printable(",".join(d.tags))),
+            ]
         )
-    _print_table(table)
+    headers = ("id", "name", "v", "status", "chunks", "type", "scopes", "category", "tags")
+    cut = {"name": (3, 100), "status": (3, 80), "scopes": (1, 40), "category": (1, 40), "tags": (1, 40)}
+    _print_table(_fitted_table(headers, rows, cut))
 
 
 @app.command()
@@ -856,13 +910,13 @@ def builds(
             status.stylize("red")
         table.add_row(
             str(b.document_id)[:8],
-            Text(b.name),
+            Text(printable(b.name)),
             str(b.version),
             "" if b.current_version is None else str(b.current_version),
             status,
             str(b.attempts),
             since.astimezone().strftime("%Y-%m-%d %H:%M:%S") if since else "",
-            Text(b.error or ""),
+            Text(printable(b.error or "")),
         )
     _print_table(table)
     err.print(counted(len(found), "build"))
@@ -895,14 +949,14 @@ def docs_show(
         _print_json(data)
         return
     for key, value in data.items():
-        console.print(f"[bold]{key:>16}[/bold]  {escape(str(value))}", highlight=False)
+        console.print(f"[bold]{key:>16}[/bold]  {_shown(str(value))}", highlight=False)
     for row in rows:
         console.print(
             f"\n[bold]#{row['chunk_index']}[/bold] {_place(row['page'], row['rows'])} "
             f"chars {row['start_offset']}-{row['end_offset']}"
-            + (f" § {escape(row['section'])}" if row["section"] else "")
+            + (f" § {_shown(row['section'])}" if row["section"] else "")
             + (f" \\[{row['section_type']}]" if row["section_type"] else "")
-            + (f" models {escape(', '.join(row['model_numbers']))}" if row["model_numbers"] else ""),
+            + (f" models {_shown(', '.join(row['model_numbers']))}" if row["model_numbers"] else ""),
             highlight=False,
         )
         console.print(row["text"], markup=False, highlight=False)
@@ -916,7 +970,7 @@ def docs_delete(
     """Delete a document: all its versions, chunks, vectors, keyword entries and stored file."""
     with _citeline(ctx) as cl:
         removed = cl.delete(doc_id)
-    console.print(f"deleted {escape(removed[0].name)} ({counted(len(removed), 'version')})", highlight=False)
+    console.print(f"deleted {_shown(removed[0].name)} ({counted(len(removed), 'version')})", highlight=False)
 
 
 @app.command()
@@ -965,11 +1019,11 @@ def reingest(
         if dry_run:
             for doc in docs:
                 console.print(
-                    f"would re-ingest {str(doc.id)[:8]} {escape(doc.name)} (v{doc.version}, {doc.status})",
+                    f"would re-ingest {str(doc.id)[:8]} {_shown(doc.name)} (v{doc.version}, {doc.status})",
                     highlight=False,
                 )
             for path in cl.unused_files() if cleanup else []:
-                console.print(f"would remove {escape(str(path))}", highlight=False)
+                console.print(f"would remove {_shown(str(path))}", highlight=False)
             err.print(f"{len(docs)} document{'s' if len(docs) != 1 else ''} to re-ingest (dry run)")
             return
         here = cl.settings.job_runner == "thread"
@@ -980,7 +1034,7 @@ def reingest(
             try:
                 queued.append(cl.reingest(doc.id))
             except CitelineError as exc:
-                err.print(f"[red]failed[/red]     {escape(doc.name)}: {escape(str(exc))}", highlight=False)
+                err.print(f"[red]failed[/red]     {_shown(doc.name)}: {_shown(str(exc))}", highlight=False)
                 failed += 1
         if here:
             for submission in queued:
@@ -989,21 +1043,21 @@ def reingest(
                 result = cl.refreshed(submission, timeout=float("inf"))
                 done = result.document
                 if result.outcome == Outcome.FAILED:
-                    err.print(f"[red]failed[/red]     {escape(done.name)}: {escape(result.error or '')}")
+                    err.print(f"[red]failed[/red]     {_shown(done.name)}: {_shown(result.error or '')}")
                     failed += 1
                 elif result.outcome == Outcome.UPDATED:
                     console.print(
-                        f"reingested {escape(done.name)}: v{done.version}, "
+                        f"reingested {_shown(done.name)}: v{done.version}, "
                         f"{counted(done.vector_count, 'chunk')}",
                         highlight=False,
                     )
                 else:  # replaced meanwhile by a newer version from elsewhere
-                    console.print(f"{result.outcome!s:<10} {escape(done.name)}", highlight=False)
+                    console.print(f"{result.outcome!s:<10} {_shown(done.name)}", highlight=False)
         else:
             plural = "s" if len(queued) != 1 else ""
             console.print(f"queued {len(queued)} document{plural} for citeline worker")
         for path in cl.remove_unused_files() if cleanup else []:
-            console.print(f"removed {escape(str(path))}", highlight=False)
+            console.print(f"removed {_shown(str(path))}", highlight=False)
     if failed:
         raise typer.Exit(65)
 
@@ -1057,7 +1111,7 @@ def _print_check(result: CheckResult) -> None:
             shown = "; ".join(repr(q) for q in dropped[:3]) + (" ..." if len(dropped) > 3 else "")
             err.print(
                 f"[yellow]warning:[/yellow] {len(dropped)} of {result.extra['questions_given']} gold "
-                f"questions name no document of this namespace and were not scored: {escape(shown)}"
+                f"questions name no document of this namespace and were not scored: {_shown(shown)}"
             )
     else:
         console.print(
@@ -1066,7 +1120,7 @@ def _print_check(result: CheckResult) -> None:
             highlight=False,
         )
     verdict = "[green]passed[/green]" if result.passed else "[red]did not pass[/red]"
-    console.print(f"{verdict}: {escape(result.rule)}")
+    console.print(f"{verdict}: {_shown(result.rule)}")
 
 
 def _check_and_switch(cl: Citeline, check_with: Path | None, force: bool) -> bool:
@@ -1095,7 +1149,7 @@ def _migrate_by_reingest(
         docs = _guard(lambda: cl.migration_plan(document_ids=ids))
         for doc in docs:
             console.print(
-                f"would embed {str(doc.id)[:8]} {escape(doc.name)} (v{doc.version}) with {target}",
+                f"would embed {str(doc.id)[:8]} {_shown(doc.name)} (v{doc.version}) with {target}",
                 highlight=False,
             )
         plural = "s" if len(docs) != 1 else ""
@@ -1130,7 +1184,7 @@ def _migrate_by_reingest(
         err.print(_migration_line(status), highlight=False)
         failures = cl.migration_failures()
         for doc in failures:
-            err.print(f"[red]failed[/red]     {escape(doc.name)}: {escape(doc.error or '')}")
+            err.print(f"[red]failed[/red]     {_shown(doc.name)}: {_shown(doc.error or '')}")
         if failures:
             raise typer.Exit(65)
         # Only the documents named were asked for (or some were added meanwhile): nothing failed.
@@ -1241,11 +1295,11 @@ def refresh(
             for doc in docs:
                 problem = refusals[doc.id]
                 if problem is not None:
-                    console.print(f"cannot refresh {str(doc.id)[:8]} {escape(doc.name)}: {escape(problem)}")
+                    console.print(f"cannot refresh {str(doc.id)[:8]} {_shown(doc.name)}: {_shown(problem)}")
                     continue
                 read = doc.last_fetched_at.isoformat(timespec="seconds") if doc.last_fetched_at else "never"
                 console.print(
-                    f"would refresh {str(doc.id)[:8]} {escape(doc.name)} ({escape(doc.source_uri)}, "
+                    f"would refresh {str(doc.id)[:8]} {_shown(doc.name)} ({_shown(doc.source_uri)}, "
                     f"last read {read})",
                     highlight=False,
                 )
@@ -1262,13 +1316,13 @@ def refresh(
             if as_json:
                 _print_json(result.as_dict())
             elif result.outcome == Outcome.FAILED:
-                name, error = escape(result.document.name), escape(result.error or "")
+                name, error = _shown(result.document.name), _shown(result.error or "")
                 err.print(f"[red]failed[/red]     {name}: {error}")
             elif result.outcome == Outcome.UPDATED:
                 doc = result.document
-                console.print(f"updated    {escape(doc.name)}: v{doc.version}, {doc.vector_count} chunks")
+                console.print(f"updated    {_shown(doc.name)}: v{doc.version}, {doc.vector_count} chunks")
             else:
-                console.print(f"{result.outcome!s:<10} {escape(result.document.name)}", highlight=False)
+                console.print(f"{result.outcome!s:<10} {_shown(result.document.name)}", highlight=False)
 
         queued = []
         for doc in docs:
@@ -1327,7 +1381,7 @@ def stats(
         return
     for key, value in data.items():
         text = _migration_progress(migration) if key == "migration" and migration else _plain(value)
-        console.print(f"[bold]{key:>20}[/bold]  {escape(text)}", highlight=False)
+        console.print(f"[bold]{key:>20}[/bold]  {_shown(text)}", highlight=False)
 
 
 def _plain(value: object) -> str:
@@ -1399,13 +1453,13 @@ def backup(
         _print_json({"path": str(result.path), "bytes": result.bytes, **asdict(manifest)})
         return
     console.print(
-        f"backed up namespace {manifest.namespace} to {escape(str(result.path))} "
+        f"backed up namespace {manifest.namespace} to {_shown(str(result.path))} "
         f"({result.bytes / 1e6:.1f} MB): {_holding(manifest)}",
         highlight=False,
     )
     for missing in manifest.missing_files:
         err.print(
-            f"[yellow]warning:[/yellow] stored original {escape(missing)} was gone "
+            f"[yellow]warning:[/yellow] stored original {_shown(missing)} was gone "
             "(its document deleted since the snapshot?)"
         )
 
@@ -1437,7 +1491,7 @@ def restore(
         )
         return
     console.print(
-        f"restored {escape(str(result.path))} (namespace {manifest.namespace}, {manifest.created_at}, "
+        f"restored {_shown(str(result.path))} (namespace {manifest.namespace}, {manifest.created_at}, "
         f"citeline {manifest.citeline_version}) into namespace {result.namespace}: {_holding(manifest)}",
         highlight=False,
     )
@@ -1902,9 +1956,9 @@ def keys_list(
     for k in found:
         table.add_row(
             str(k.id)[:8],  # what `keys revoke` takes
-            Text(k.name),
+            Text(printable(k.name)),
             k.role.value,
-            Text("(all)" if k.scopes is None else ",".join(k.scopes) or "(universal only)"),
+            Text(printable("(all)" if k.scopes is None else ",".join(k.scopes) or "(universal only)")),
             k.prefix + "...",
             k.created_at.strftime("%Y-%m-%d %H:%M"),
             k.last_used_at.strftime("%Y-%m-%d %H:%M") if k.last_used_at else "",
@@ -1921,7 +1975,7 @@ def keys_revoke(
     """Revoke an API key: requests carrying it are refused from then on."""
     with _citeline(ctx) as cl:
         info = cl.revoke_key(key_id)
-    console.print(f"revoked key {info.id} ({escape(info.name)})", highlight=False)
+    console.print(f"revoked key {info.id} ({_shown(info.name)})", highlight=False)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,21 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+#: The characters that do not print as themselves: C0 and C1 controls (a newline, ESC that starts a
+#: terminal's colour codes), the line and paragraph separators, and the marks that reorder text from
+#: right to left (a name ending "\u202etxt.exe" reads as "exe.txt").
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with the characters that do not print as themselves shown as escapes (``\\n``,
+    ``\\x1b``, ``\\u202e``), as Python writes them: a name in a line of output stays on that line, and
+    cannot recolour the terminal or reverse what follows it. The text output of every command shows
+    names and messages through this; their JSON keeps the characters."""
+    return _UNPRINTABLE.sub(lambda m: _ESCAPES.get(m[0]) or repr(m[0])[1:-1], text)
+
+
 def embedding_text(text: str, context: str | None) -> str:
     """What is embedded and indexed for a chunk: its ``context`` (when it has one) on a line before
     its text. Every path that embeds a stored chunk (ingest, vector repair) goes through this, so a
