@@ -1892,7 +1892,7 @@ def serve(
         failure = read_startup_failure(report)
     if failure is not None:
         code, message = failure
-        err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+        err.print(f"[red]error:[/red] {_shown(message)}", highlight=False)
         raise typer.Exit(code)
     if stopped is not None:
         raise stopped
@@ -1916,14 +1916,14 @@ def keys_create(
         # Refused before the store is opened (which may start a database).
         keys.reach(role, scope or None, all_scopes)
     except InvalidRequestError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        err.print(f"[red]error:[/red] {_shown(str(exc))}")
         raise typer.Exit(2) from None
     with _creating(ctx) as cl:
         info, key = cl.create_key(role, scope or None, all_scopes=all_scopes, name=name)
     if as_json:
         _print_json({"key": key, **info.as_dict()})
         return
-    console.print(f"created {info.role.value} key {info.id} ({escape(info.name)})", highlight=False)
+    console.print(f"created {info.role.value} key {info.id} ({_shown(info.name)})", highlight=False)
     console.print("the key (shown this once; store it now):", highlight=False)
     console.print(key, markup=False, highlight=False)
 
