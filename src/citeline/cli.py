@@ -20,7 +20,7 @@ from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich import box
@@ -45,7 +45,7 @@ from citeline.chat.session import ChatSession, TurnExplain
 from citeline.engine import Citeline
 from citeline.errors import CitelineError, ConfigError, InvalidRequestError
 from citeline.eval.stats import SHUFFLES
-from citeline.ingest import IngestOptions, IngestResult, Outcome, discover
+from citeline.ingest import IngestInterrupted, IngestOptions, IngestResult, Outcome, discover
 from citeline.jobs.submit import Refreshed, parse_age
 from citeline.load import short_type
 from citeline.retrieve.filters import Filters
@@ -348,21 +348,53 @@ def ingest(
                 else:
                     progress.console.print(_describe(result), highlight=False)
 
-            cl.prepare_ingest()  # load the model before the clock of the first file starts
-            # Either form of the flag decides; without it the setting does, as for the server's jobs.
-            results = cl.ingest(sources, options, progress=on_result, allow_private_urls=allow_private_urls)
+            try:
+                cl.prepare_ingest()  # load the model before the clock of the first file starts
+                # Either form of the flag decides; without it the setting does, as for the server's jobs.
+                results = cl.ingest(
+                    sources, options, progress=on_result, allow_private_urls=allow_private_urls
+                )
+            except KeyboardInterrupt as stop:
+                progress.stop()
+                _interrupted(stop)
     failed = sum(r.outcome is Outcome.FAILED for r in results)
     stored = sum(r.chunks for r in results if r.outcome in (Outcome.ADDED, Outcome.UPDATED))
     if not as_json:
-        # During a model migration a source's staged copy is a second result of the same source.
-        own = [r for r in results if r.outcome is not Outcome.STAGED]
-        counts = {o: sum(r.outcome is o for r in own) for o in Outcome}
-        summary = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n)
-        if staged := len(results) - len(own):
-            summary += f" (and {staged} staged for the model migration)"
-        err.print(f"{counted(len(own), 'source')}: {summary}; {counted(stored, 'chunk')} stored")
+        done = counted(len(_own(results)), "source")
+        err.print(f"{done}: {_outcomes(results)}; {counted(stored, 'chunk')} stored")
     if failed:
         raise typer.Exit(65)
+
+
+def _own(results: Sequence[IngestResult]) -> list[IngestResult]:
+    """The results of the sources themselves: during a model migration a source's staged copy is a
+    second result of the same source."""
+    return [r for r in results if r.outcome is not Outcome.STAGED]
+
+
+def _outcomes(results: Sequence[IngestResult]) -> str:
+    """``2 added, 1 failed``: how many sources had each outcome."""
+    own = _own(results)
+    counts = {o: sum(r.outcome is o for r in own) for o in Outcome}
+    summary = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n) or "nothing done"
+    if staged := len(results) - len(own):
+        summary += f" (and {staged} staged for the model migration)"
+    return summary
+
+
+def _interrupted(stop: KeyboardInterrupt) -> NoReturn:
+    """Ctrl-C during an ingest: one line on what was done before it and what it leaves, then exit 130
+    (128 + SIGINT) as a shell's interrupted command does."""
+    results = stop.results if isinstance(stop, IngestInterrupted) else []
+    line = f"interrupted: {_outcomes(results)} before the stop"
+    if isinstance(stop, IngestInterrupted) and stop.building:
+        # What the next command does with them (catalog.fail_abandoned), and what makes them whole.
+        line += (
+            f"; {counted(stop.building, 'version')} being built left processing: the next citeline command "
+            "marks them failed (interrupted); run the same ingest again to build them"
+        )
+    err.print(line, highlight=False, markup=False)
+    raise typer.Exit(130) from stop
 
 
 def _describe(result: IngestResult) -> str:

@@ -183,6 +183,18 @@ ProgressCallback = Callable[[IngestResult], None]
 """Called with each source's result as soon as it is known."""
 
 
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C (a :class:`KeyboardInterrupt`) that stopped an ingest, with what it had done: the results
+    reported before the stop, and how many versions it was building. Those stay ``processing``, out of
+    searches, until the next run or citeline process marks them failed as interrupted (a new ingest of
+    their sources builds them again). Still a KeyboardInterrupt, so whatever stops on one stops."""
+
+    def __init__(self, results: Sequence[IngestResult], building: int) -> None:
+        super().__init__(f"interrupted: {len(results)} results before the stop, {building} versions building")
+        self.results = list(results)
+        self.building = building
+
+
 def discover(paths: str | Path | Iterable[str | Path]) -> list[str]:
     """Expand folders (recursively, supported types only, hidden files skipped) and keep files and URLs.
 
@@ -383,6 +395,8 @@ class _Run:
     embedder: Embedder | None = None
     #: Set when the run ends early (Ctrl-C, an error): the batch in the embedder is not waited for.
     interrupt: Interrupt = field(default_factory=Interrupt)
+    #: The versions begun or claimed and not yet reported: those a stop leaves processing.
+    building: set[uuid.UUID] = field(default_factory=set)
 
 
 class Ingestor:
@@ -497,6 +511,7 @@ class Ingestor:
             assert run.key is not None
             with self._tx(run) as conn:
                 claimed = catalog.claim_jobs(conn, run=run.key, limit=limit, version_ids=version_ids)
+            run.building.update(doc.version_id for doc in claimed)
             by_model: dict[str, list[DocumentInfo]] = {}
             for doc in claimed:
                 by_model.setdefault(doc.embedding_model or self.embedder.model_id, []).append(doc)
@@ -532,6 +547,8 @@ class Ingestor:
                 with self.engine.connect() as other:
                     same = catalog.same_content(other, doc.content_hash, doc.id)
                 result = replace(result, same_content=same)
+            if result.document is not None:
+                run.building.discard(result.document.version_id)
             results.append(result)
             if progress:
                 progress(result)
@@ -548,12 +565,15 @@ class Ingestor:
                 if run.retry is None:
                     self._fail_abandoned(run)
                 work()
-            except BaseException:
+            except BaseException as exc:
                 # Ctrl-C (KeyboardInterrupt) or an error ends the run: the batch in the embedder would be
                 # written by no one, and leaving the executor waited for it (3 to 11 s on two cores).
                 # Its versions are left processing, as by any interruption, for the next run to settle.
                 run.interrupt.set()
                 embedding.shutdown(wait=False, cancel_futures=True)
+                if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, IngestInterrupted):
+                    # Said by whoever stopped it (citeline ingest's last line): what was done, what not.
+                    raise IngestInterrupted(results, len(run.building)) from exc
                 raise
             finally:
                 try:
@@ -609,11 +629,14 @@ class Ingestor:
                         if job.failed:  # its chunks were refused: the rest would be embedded for nothing
                             break
                 job.exhausted = True
-            except CitelineError as exc:
-                self._drop(job, run, str(exc), transient=isinstance(exc, TRANSIENT))
-            except Exception as exc:  # a bug or I/O fault in one source must not stop the batch
-                log.exception("ingesting %s failed", job.source.label)
-                self._drop(job, run, f"{job.source.label}: {type(exc).__name__}: {exc}")
+            except Exception as exc:
+                if (stop := _ctrl_c(exc)) is not None:
+                    raise stop from exc
+                if isinstance(exc, CitelineError):
+                    self._drop(job, run, str(exc), transient=isinstance(exc, TRANSIENT))
+                else:  # a bug or I/O fault in one source must not stop the batch
+                    log.exception("ingesting %s failed", job.source.label)
+                    self._drop(job, run, f"{job.source.label}: {type(exc).__name__}: {exc}")
             self._finish_ready(run)
         self._flush(run)
         self._flush(run)  # the second call writes what the first one sent to the embedder
@@ -681,6 +704,7 @@ class Ingestor:
                 continue
             doc, start = begun_or_refused
             if start is VersionStart.CREATED:
+                run.building.add(doc.version_id)
                 jobs.append(_Job(source, doc, started, size, overlap))
                 continue
             outcome = Outcome.RELABELLED if start is VersionStart.RELABELLED else Outcome.UNCHANGED
@@ -986,6 +1010,8 @@ class Ingestor:
     ) -> None:
         """Report each job of ``ready`` by what became of its version (``docs``: those swapped in;
         ``served``: the sources that had an active version before, so were updated, not added)."""
+        # Swapped in or failed, and committed: no longer left processing by a stop, reported yet or not.
+        run.building.difference_update(job.doc.version_id for job in ready)
         swapped = {doc.version_id: doc for doc in docs}
         for job in ready:
             elapsed = time.perf_counter() - job.started
@@ -1153,6 +1179,21 @@ def check_chunking(size: int, overlap: int) -> None:
             f"chunk_overlap (--chunk-overlap) must be at least 0 and below the chunk size ({size}), "
             f"at most {CHUNK_OVERLAP_MAX} as for CITELINE_CHUNK_OVERLAP, got {overlap}"
         )
+
+
+def _ctrl_c(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C an error stands for, if it stands for one. A KeyboardInterrupt that lands in
+    psycopg's wait (a pool's ping as a connection is checked out, say) comes out as the driver's error
+    ("can't change 'autocommit' now: connection in transaction status ACTIVE"), raised while handling
+    it: taken as one source's failure, the ingest went on after Ctrl-C."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def stored_source(doc: DocumentInfo, *, allow_private_urls: bool = False) -> Source:
