@@ -44,7 +44,7 @@ from citeline.errors import (
     StoreError,
     UnsupportedTypeError,
 )
-from citeline.load import SUPPORTED_SUFFIXES, load
+from citeline.load import SUPPORTED_SUFFIXES, load, page_count
 from citeline.load.clean import storable
 from citeline.metrics import metrics
 from citeline.retrieve.filters import check_labels, normalise_category
@@ -759,6 +759,14 @@ class Ingestor:
         return False
 
     def _drafts(self, job: _Job, run: _Run) -> Iterator[ChunkDraft]:
+        stored = job.source.stored_file
+        if run.should_stop is not None and stored is not None and (last := page_count(stored)) is not None:
+            # A PDF's loader reads its pages for text before it gives out any (a 5,000-page blank one
+            # failed as a scan): its page count, from its page tree, meets the page limit first, asked as
+            # before its last page.
+            reason = run.should_stop(job.doc, time.perf_counter() - job.started, last - 1)
+            if reason is not None:
+                raise JobStoppedError(f"{job.source.label}: {reason}")
         job.loaded = _storable_loaded(job.source.open())
 
         def counted(pages: Iterator[Page]) -> Iterator[Page]:

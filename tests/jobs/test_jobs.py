@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pypdf
 import pytest
 import sqlalchemy as sa
 
@@ -27,6 +28,7 @@ from citeline.errors import (
 )
 from citeline.ingest import IngestOptions, Outcome
 from citeline.jobs.submit import Submission, Upload
+from citeline.load.pdf import NO_TEXT_LAYER
 from citeline.retrieve.filters import Filters
 from citeline.retrieve.search import SearchRequest
 from citeline.settings import Settings
@@ -261,6 +263,26 @@ def test_a_document_over_the_page_limit_fails_with_the_limit_named(settings: Set
         pdf = PDFS / "multicol_federal_register_2020-17221.pdf"
         done = cl.wait(cl.submit(Upload(pdf.name, pdf.open("rb"))).document.id, timeout=WAIT)
     assert done.status == "failed" and done.error and "CITELINE_UPLOAD_MAX_PAGES" in done.error
+
+
+@pytest.mark.parametrize(
+    ("pages", "error"), [(5, "has more than 3 pages (CITELINE_UPLOAD_MAX_PAGES)"), (3, NO_TEXT_LAYER)]
+)
+def test_a_pdf_over_the_page_limit_fails_on_the_limit_whatever_its_pages_hold(
+    settings: Settings, tmp_path: Path, pages: int, error: str
+) -> None:
+    # A 5,000-page blank PDF failed as "no text layer (scanned?)", and only after its loader had read
+    # every page looking for text: the limit was asked between pages given out, and a PDF with text on
+    # page 1 and 3,000 blank ones did hit it. A PDF's page count is known before any page is read.
+    path = tmp_path / "blank.pdf"
+    writer = pypdf.PdfWriter()
+    for _ in range(pages):
+        writer.add_blank_page(612, 792)
+    writer.write(path)
+    with configured(settings, upload_max_pages=3) as cl:
+        cl.start_jobs()
+        done = cl.wait(cl.submit(Upload(path.name, path.open("rb"))).document.id, timeout=WAIT)
+    assert done.status == "failed" and done.error and error in done.error  # as many as the limit pass it
 
 
 def test_a_transient_failure_is_retried_with_backoff_until_it_succeeds(settings: Settings) -> None:

@@ -16,12 +16,20 @@ from pathlib import Path
 
 from citeline.errors import LoadError, UnsupportedTypeError
 from citeline.load.html import load_html_file, load_url
-from citeline.load.pdf import load_pdf
+from citeline.load.pdf import load_pdf, pdf_page_count
 from citeline.load.table import load_csv
 from citeline.load.text import load_markdown, load_text
 from citeline.types import LoadedSource
 
-__all__ = ["CONTENT_TYPES", "SUPPORTED_SUFFIXES", "content_type_of", "load", "load_url", "short_type"]
+__all__ = [
+    "CONTENT_TYPES",
+    "SUPPORTED_SUFFIXES",
+    "content_type_of",
+    "load",
+    "load_url",
+    "page_count",
+    "short_type",
+]
 
 # Each extension's loader, and the content type it gives the sources it reads (a TSV is read as CSV).
 _KINDS: dict[str, tuple[Callable[[Path], LoadedSource], str]] = {
@@ -88,6 +96,18 @@ def _head_text(head: bytes) -> str:
         if head.startswith(bom):
             return head[len(bom) :].decode(encoding, errors="ignore")
     return head.removeprefix(codecs.BOM_UTF8).decode("latin-1")
+
+
+def page_count(path: Path) -> int | None:
+    """How many pages the file at ``path`` will give, when that is known before any is read: a PDF's,
+    from its page tree. None for other types (their pages are known only as they are read) and for a
+    file that cannot be read (:func:`load` says why)."""
+    kind = _KINDS.get(path.suffix.lower())
+    try:
+        loader = kind[0] if kind else _sniff(path)[0]
+    except LoadError:
+        return None
+    return pdf_page_count(path) if loader is load_pdf else None
 
 
 def load(source: str | Path, *, allow_private: bool = False) -> LoadedSource:

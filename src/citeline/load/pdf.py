@@ -889,6 +889,20 @@ def _title(reader: _PageReader, path: Path) -> str:
     return reader.metadata.get("Title", "")
 
 
+def pdf_page_count(path: Path) -> int | None:
+    """How many pages the PDF at ``path`` has, from its page tree alone: no page is read. None when it
+    cannot be opened (:func:`load_pdf` says why)."""
+    with _PDFIUM_LOCK:
+        try:
+            doc = pdfium.PdfDocument(path)
+        except (OSError, pdfium.PdfiumError):
+            return None
+        try:
+            return len(doc)
+        finally:
+            doc.close()
+
+
 def load_pdf(path: Path) -> LoadedSource:
     """Open a PDF and check that it can be read; its pages come lazily, one per physical page.
 
