@@ -11,7 +11,7 @@ from citeline.engine import Citeline
 from citeline.errors import LoadError
 from citeline.ingest import IngestOptions
 from citeline.load import load
-from citeline.load.text import without_html
+from citeline.load.text import find_headings, without_html
 from tests.load.test_load_html import INFOBOX
 
 DOC = """\
@@ -515,3 +515,49 @@ def test_a_long_table_without_outer_pipes_is_read_under_its_header_row_once_inge
     assert later and all(
         c["context"].startswith("| Bolt | Torque dry (Nm) | Torque oiled (Nm) |") for c in later
     )
+
+
+# Hostile input: each of these took many seconds (quadratic or worse in the run's length) before its
+# pattern was fixed, and the upload's build held the API process's other threads all the while.
+
+
+def test_a_heading_with_a_long_run_of_tabs_is_read_at_once() -> None:
+    # 20,000 tabs: 6 s when the closing "#"s were matched after a lazy text.
+    [heading] = find_headings("# Pumps" + "\t" * 20_000 + "and valves ##")
+    assert heading.section.heading == "Pumps and valves"
+
+
+@pytest.mark.parametrize("word", ["_a", "*a", "`a", "["], ids=["underscore", "star", "backtick", "bracket"])
+def test_a_heading_of_markup_that_never_closes_is_kept_as_written(word: str) -> None:
+    # 60,000 characters: 11 to 13 s when each opening "_", "*", "`" or "[" was scanned to the end.
+    words = [word] * 20_000
+    [heading] = find_headings("# " + " ".join(words))
+    assert heading.section.heading == " ".join(words)
+
+
+def test_a_heading_of_links_that_never_close_is_kept_as_written() -> None:
+    # 240,000 characters: 8 s.
+    [heading] = find_headings("# " + "[a](" * 60_000)
+    assert heading.section.heading == "[a](" * 60_000
+
+
+def test_nested_and_closed_markup_in_a_heading_is_still_taken_off() -> None:
+    headings = find_headings("# **Bold *and* italic** `code` _x_ [link](http://a.b) ##\n\n# C#")
+    assert [h.section.heading for h in headings] == ["Bold and italic code x link", "C#"]
+
+
+def test_a_run_of_backticks_in_an_html_line_is_kept() -> None:
+    # 4,000 backticks: 11 s (cubic) when a code span could start at any of them.
+    assert without_html("<p>" + "`" * 4_000 + "</p>\n\nText.") == "`" * 4_000 + "\n\nText."
+
+
+def test_comments_that_never_close_are_kept_and_the_closed_ones_go() -> None:
+    # 20,000 "<!--" and no "-->" after them: 7 s when each was scanned to the end.
+    unclosed = "<!--" * 20_000
+    assert without_html(f"Text <!-- gone --> here.\n\n{unclosed}") == f"Text here.\n\n{unclosed}"
+
+
+def test_spaces_before_a_comment_go_with_it_and_a_long_run_elsewhere_stays() -> None:
+    # 80,000 spaces in a file with a comment: 6 s when a comment was looked for from each of them.
+    spaced = "Text" + " " * 80_000 + "more"
+    assert without_html(f"Pumps  <!-- note -->\n{spaced}") == f"Pumps\n{spaced}"

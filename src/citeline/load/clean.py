@@ -37,7 +37,10 @@ _SOFT_HYPHEN_AT_BREAK = re.compile(r"\u00ad[ \t]*\n[ \t]*")
 _LETTER = r"[^\W\d_]"
 # A word broken across a line break: letter, hyphen (or soft hyphen), newline, letter.
 _BROKEN_WORD = re.compile(rf"({_LETTER})-[ \t]*\n[ \t]*({_LETTER}\S*)[ \t]*(\n?)")
-_TRAILING_SPACE = re.compile(r"[^\S\n]+$", re.MULTILINE)
+# Tried only where a run of spaces starts, and the run taken whole: a run that does not end its line
+# ("start" + 100,000 spaces + "end", or a deep list's indents) was tried again from each of its spaces,
+# every try scanning to the run's end (quadratic: 20 s for 40,000 spaces, the server stalled meanwhile).
+_TRAILING_SPACE = re.compile(r"(?<![^\S\n])[^\S\n]++$", re.MULTILINE)
 _BLANK_RUNS = re.compile(r"\n{3,}")
 _SPACE_RUNS = re.compile(r"\s+")
 

@@ -196,19 +196,47 @@ class Heading(NamedTuple):
     section: Section
 
 
-_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*")
+# The closing "#"s are taken off in _atx_text: matched here by a lazy text then optional spaces, a run
+# of spaces in a heading was tried from each of its spaces to its end (quadratic).
+_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*))?")
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _FENCE_CLOSE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*")
 # Lines that cannot be the text of a setext heading, so a "---" under them is a rule or list syntax.
 _NOT_PARAGRAPH = re.compile(r" {0,3}(?:[-+*>]|\d+[.)])(?:[ \t]|$)| {4}|\t")
-_INLINE_MARKUP = re.compile(r"(\*{1,3}|_{1,3}|`+)(\S(?:.*?\S)?)\1")
-_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+# Emphasis and code spans hold no character of their own delimiter, and a code span's backticks are a
+# whole run: the lazy "anything up to the delimiter again" these were scanned a heading to its end from
+# each opening "_", "*", "`" or "[" that none closed (quadratic), and a run of backticks every way of
+# cutting it (cubic: minutes for 20,000). Nested emphasis ("**a *b* c**") goes one level a pass.
+_INLINE_MARKUP = re.compile(
+    r"(\*{1,3})([^\s*](?:[^*]*[^\s*])?)\1"
+    r"|(_{1,3})([^\s_](?:[^_]*[^\s_])?)\3"
+    r"|(?<!`)(`+)(?!`)([^\s`](?:[^`]*[^\s`])?)\5(?!`)"
+)
+_LINK = re.compile(r"!?\[([^\[\]]*)\]\([^)\[]*\)")
+_EMPHASIS_LEVELS = 3
+
+
+def _atx_text(raw: str) -> str:
+    """An ATX heading's text: ``raw`` without its closing sequence of "#"s (``## Usage ##``), which
+    needs a space before it (``# C#`` keeps its "#")."""
+    text = raw.rstrip(" \t")
+    bare = text.rstrip("#")
+    if bare != text and (not bare or bare[-1] in " \t"):
+        return bare.rstrip(" \t")
+    return text
+
+
+def _unmarked(match: re.Match[str]) -> str:
+    return match.group(2) or match.group(4) or match.group(6)
 
 
 def _heading_text(raw: str) -> str:
     text = _LINK.sub(r"\1", raw)
-    text = _INLINE_MARKUP.sub(r"\2", text)
+    for _ in range(_EMPHASIS_LEVELS):
+        text, found = _INLINE_MARKUP.subn(_unmarked, text)
+        if not found:
+            break
     return " ".join(text.split())
 
 
@@ -238,7 +266,7 @@ def find_headings(text: str) -> list[Heading]:
         atx = _ATX.fullmatch(line)
         setext = _SETEXT.fullmatch(line)
         if atx:
-            heading = _heading_text(atx.group(2) or "")
+            heading = _heading_text(_atx_text(atx.group(2) or ""))
             if heading:
                 headings.append(Heading(len(atx.group(1)), Section(start, heading)))
             paragraph_start, paragraph = None, []
@@ -340,7 +368,12 @@ def _block_scalar(block: str, key: str) -> bool:
 
 
 # A comment, or a code span that may show one ("`<!-- -->`"), matched first to be kept.
-_COMMENT = re.compile(r"(`+)(?:(?!\n[ \t]*\n).)+?\1|[ \t]*<!--.*?-->", re.DOTALL)
+# A code span is a whole run of backticks up to the next run as long (CommonMark's backtick strings):
+# matched from any backtick, a run of them was tried every way of cutting it (cubic: 20,000 backticks
+# took minutes). Spaces before a comment are taken from the start of their run only (from each space of
+# a long run, each try scanned to its end).
+_CODE_SPAN = r"(?<!`)(`+)(?!`)(?:(?!\n[ \t]*\n).)+?(?<!`)\1(?!`)"
+_COMMENT = re.compile(rf"{_CODE_SPAN}|(?<![ \t])[ \t]*+<!--.*?-->", re.DOTALL)
 _INDENTED_CODE = re.compile(r" {4}|\t")
 # The HTML elements a Markdown author writes: a tag of another name ("<unit>", "<claim>") is a
 # placeholder the reader is meant to see.
@@ -362,9 +395,7 @@ _INLINE_TAGS = frozenset(
 )
 # A code span (kept as written, so it is matched first: "`<b>`" shows the tag) or a tag. A span may run
 # over lines, not over a blank line.
-_TAG = re.compile(
-    r"(`+)(?:(?!\n[ \t]*\n).)+?\1|<(/?)([A-Za-z][A-Za-z0-9]*)(?:\s[^<>]*)?/?>", re.DOTALL | re.IGNORECASE
-)
+_TAG = re.compile(rf"{_CODE_SPAN}|<(/?)([A-Za-z][A-Za-z0-9]*)(?:\s[^<>]*)?/?>", re.DOTALL | re.IGNORECASE)
 _HTML_HEADING = re.compile(
     r"^ {0,3}<h([1-6])(?:\s[^<>]*)?>(.*?)</h\1\s*>[ \t]*$", re.IGNORECASE | re.MULTILINE
 )
@@ -389,8 +420,18 @@ def without_html(text: str) -> str:
         return text
     if "<!--" in text:
         # Comments first, over all but fenced code: one may hold blank and indented lines.
-        text = _outside_code(text, lambda prose: _COMMENT.sub(_code_span_or_nothing, prose), indented=False)
+        text = _outside_code(text, _without_comments, indented=False)
     return _outside_code(text, _rendered, indented=True)
+
+
+def _without_comments(prose: str) -> str:
+    """``prose`` without its HTML comments, code spans kept as written.
+
+    Only the text up to the last ``-->`` is looked at: no comment opened after it can close, and each
+    ``<!--`` of a run of them that none closes was scanned to the end (quadratic).
+    """
+    end = prose.rfind("-->") + len("-->")
+    return _COMMENT.sub(_code_span_or_nothing, prose[:end]) + prose[end:] if end >= len("-->") else prose
 
 
 def _outside_code(text: str, render: Callable[[str], str], *, indented: bool) -> str:
@@ -453,7 +494,7 @@ def _rendered(prose: str) -> str:
 # An entity or character reference as CommonMark reads one, its semicolon required ("?a=1&copy=2" in a
 # link is no "©"), or a code span, matched first to be kept as written.
 _REFERENCE = re.compile(
-    r"(`+)(?:(?!\n[ \t]*\n).)+?\1|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});",
+    rf"{_CODE_SPAN}|&(?:#[0-9]{{1,7}}|#[xX][0-9a-fA-F]{{1,6}}|[A-Za-z][A-Za-z0-9]{{1,31}});",
     re.DOTALL,
 )
 
