@@ -249,6 +249,7 @@ def _chunk_spans(text: str, start: int, end: int, size: int, overlap: int) -> It
     """Merge the pieces of ``text[start:end]`` greedily into overlapping chunks of at most ``size``."""
     chunk: _Span | None = None
     previous_end: int | None = None
+    line_starts = _LineStarts(text)
     for piece_start, piece_end in _pieces(text, start, end, 0, size, size - overlap):
         if chunk is not None:
             if piece_end - chunk[0] <= size:
@@ -258,14 +259,45 @@ def _chunk_spans(text: str, start: int, end: int, size: int, overlap: int) -> It
             previous_end = chunk[1]
         chunk_start = piece_start
         if previous_end is not None:
-            chunk_start = _overlap_start(text, previous_end, piece_start, piece_end, size, overlap)
+            chunk_start = _overlap_start(
+                text, previous_end, piece_start, piece_end, size, overlap, line_starts
+            )
         chunk = (chunk_start, piece_end)
     if chunk is not None:
         yield chunk
 
 
+class _LineStarts:
+    """Where the line holding an offset of ``text`` starts, for offsets asked in increasing order.
+
+    Each answer searches back only to the offset asked before it: a line break searched for back to the
+    line's start from every chunk scanned a single-line text once per chunk (quadratic: a 50 MB line
+    took minutes to split, its later chunks ever slower).
+    """
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._asked = 0
+        self._start = 0
+
+    def of(self, offset: int) -> int:
+        if offset < self._asked:  # out of order: searched for alone
+            return self._text.rfind("\n", 0, offset) + 1
+        newline = self._text.rfind("\n", self._asked, offset)
+        if newline >= 0:
+            self._start = newline + 1
+        self._asked = offset
+        return self._start
+
+
 def _overlap_start(
-    text: str, previous_end: int, piece_start: int, piece_end: int, size: int, overlap: int
+    text: str,
+    previous_end: int,
+    piece_start: int,
+    piece_end: int,
+    size: int,
+    overlap: int,
+    line_starts: _LineStarts,
 ) -> int:
     """Where a chunk whose first new piece is ``text[piece_start:piece_end]`` should start.
 
@@ -286,7 +318,7 @@ def _overlap_start(
             if first is None:
                 break
             if first.start() >= earliest:
-                if depth > _LINE_DEPTH and _TABLE_ROW.match(text, text.rfind("\n", 0, first.start()) + 1):
+                if depth > _LINE_DEPTH and _TABLE_ROW.match(text, line_starts.of(first.start())):
                     # Half a Markdown table row is cells under no header, in no row: no overlap instead.
                     return piece_start
                 return first.start()
