@@ -354,8 +354,8 @@ class _Batch:
 
 
 StopCheck = Callable[[DocumentInfo, float, int], str | None]
-"""Asked before each page with a version, the seconds its build has taken and the pages read so far:
-a reason to stop, or None."""
+"""Asked before each page, and after each chunk while a page is split, with a version, the seconds its
+build has taken and the pages read before the one being split: a reason to stop, or None."""
 
 
 @dataclass(frozen=True)
@@ -621,6 +621,9 @@ class Ingestor:
                     continue
                 job.terms = DocumentTerms(self.analyzer)
                 for draft in self._drafts(job, run):
+                    # Asked between chunks too, not only between pages: a text or Markdown file is one
+                    # page, whose splitting, keyword analysis and embedding the limit did not bound.
+                    self._stop_if_asked(job, run, job.pages - 1)
                     job.terms.add(draft.page, draft.start, draft.end, draft.text)
                     run.buffer.append((job, self._row(draft)))
                     job.pending += 1
@@ -771,14 +774,19 @@ class Ingestor:
 
         def counted(pages: Iterator[Page]) -> Iterator[Page]:
             for page in pages:
-                if run.should_stop is not None:
-                    reason = run.should_stop(job.doc, time.perf_counter() - job.started, job.pages)
-                    if reason is not None:
-                        raise JobStoppedError(f"{job.source.label}: {reason}")
+                self._stop_if_asked(job, run, job.pages)
                 job.pages += 1
                 yield page
 
         yield from split(counted(job.loaded.pages), chunk_size=job.size, chunk_overlap=job.overlap)
+
+    @staticmethod
+    def _stop_if_asked(job: _Job, run: _Run, pages: int) -> None:
+        """Raise :class:`JobStoppedError` if the run's :data:`StopCheck` gives a reason to stop."""
+        if run.should_stop is not None:
+            reason = run.should_stop(job.doc, time.perf_counter() - job.started, pages)
+            if reason is not None:
+                raise JobStoppedError(f"{job.source.label}: {reason}")
 
     def _row(self, draft: ChunkDraft) -> ChunkRow:
         # The chunk's context (a table's header row) names its cells to BM25 as to the embedder.

@@ -388,7 +388,9 @@ class Settings(BaseSettings):
         default=2.0, description="Seconds before the first retry; each later one waits twice as long."
     )
     job_soft_time_limit: Annotated[float, Field(gt=0)] = Field(
-        default=180.0, description="Seconds after which a document's job stops at its next page and fails."
+        default=180.0,
+        description="Seconds after which a document's job stops at its next page, or its next chunk within a "
+        "page, and fails.",
     )
     job_hard_time_limit: Annotated[float, Field(gt=0)] = Field(
         default=600.0,

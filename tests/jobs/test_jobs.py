@@ -473,6 +473,31 @@ def test_a_job_over_its_soft_time_limit_fails_with_the_limit_named(settings: Set
     assert done.status == "failed" and done.error and "CITELINE_JOB_SOFT_TIME_LIMIT" in done.error
 
 
+def test_a_one_page_build_stops_at_its_soft_time_limit_between_chunks(
+    settings: Settings, gate: tuple[str, threading.Event]
+) -> None:
+    """A text file is one page, and the limit was asked only before each page: a build held past it
+    (here by an embedder that waits for its gate, as a slow model or a huge text would) ran on to the
+    end. It now stops at the first chunk past the limit and fails with the limit named."""
+    name, opened = gate
+    text = "".join(f"Step {i}: open relief valve {i} until the gauge reads {i} bar.\n" for i in range(6000))
+    with configured(settings, embedding_model=f"gated:{name}", job_soft_time_limit=2.0) as cl:
+        cl.start_jobs()
+        doc = cl.submit(upload("steps.txt", text)).document
+        threading.Timer(4.0, opened.set).start()  # the first batch's embedding ends past the limit
+        done = cl.wait(doc.id, timeout=WAIT)
+    assert done.status == "failed" and done.error and "CITELINE_JOB_SOFT_TIME_LIMIT" in done.error
+
+
+def test_a_one_page_document_at_the_page_limit_is_built(settings: Settings) -> None:
+    """Asked between the chunks of a page, the page limit counts the pages before it: a one-page
+    document under a one-page limit is built whole."""
+    with configured(settings, upload_max_pages=1) as cl:
+        cl.start_jobs()
+        done = cl.wait(cl.submit(upload("pump.md", PUMP)).document.id, timeout=WAIT)
+    assert done.status == "completed" and done.vector_count > 1
+
+
 def test_a_job_over_its_hard_time_limit_is_failed_and_its_work_discarded(
     settings: Settings, gate: tuple[str, threading.Event]
 ) -> None:

@@ -9,6 +9,7 @@ from citeline.engine import Citeline
 from citeline.errors import ConfigError
 from citeline.settings import Settings
 from citeline.split import split
+from citeline.store import analyzer as analyzer_module
 from citeline.store.analyzer import MAX_TERM_CHARS, Analyzer, DocumentTerms
 from citeline.types import Page
 from tests.conftest import write
@@ -109,3 +110,17 @@ def test_a_term_is_cut_to_a_length_an_index_key_can_hold() -> None:
     [term] = analyzer.terms(f"{run}。")
     assert term == run[:MAX_TERM_CHARS] and len(term.encode()) < 2704 // 2
     assert analyzer.terms(run) == [term]  # a query holding the same run finds it
+
+
+def test_a_page_longer_than_is_analysed_at_once_counts_as_the_whole_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A page is analysed in parts as its chunks come (cut at whitespace, which no term crosses): the
+    counts are still those of its whole text."""
+    monkeypatch.setattr(analyzer_module, "_ANALYSED_EVERY", 100)
+    text = " ".join(f"Valve-{i} LDL-C statins lower o'clock risk{i}" for i in range(200))
+    analyzer = Analyzer()
+    gathered = DocumentTerms(analyzer)
+    for draft in split([Page(1, text)], chunk_size=90, chunk_overlap=30):
+        gathered.add(draft.page, draft.start, draft.end, draft.text)
+    assert gathered.counts() == analyzer.term_counts(text)

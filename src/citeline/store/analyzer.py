@@ -411,6 +411,10 @@ def _is_technical(token: str) -> bool:
     return has_digit and any(c.isalpha() for c in token)
 
 
+#: Characters of a page :class:`DocumentTerms` holds before it analyses what it has.
+_ANALYSED_EVERY = 1_000_000
+
+
 class DocumentTerms:
     """The keyword terms of a whole document, gathered from its chunks in order.
 
@@ -426,6 +430,7 @@ class DocumentTerms:
         self._counts: Counter[str] = Counter()
         self._page: int | None = None
         self._pieces: list[str] = []
+        self._held = 0  # characters in _pieces
         self._end = 0
 
     def add(self, page: int, start: int, end: int, text: str) -> None:
@@ -438,14 +443,29 @@ class DocumentTerms:
         elif self._pieces:
             self._pieces.append(" ")
         self._pieces.append(text)
+        self._held += len(text)
         self._end = max(self._end, end)
+        if self._held >= _ANALYSED_EVERY:
+            self._analyse_settled()
 
     def counts(self) -> Counter[str]:
         """Every term of the chunks added so far, with its number of occurrences."""
         self._flush()
         return self._counts
 
+    def _analyse_settled(self) -> None:
+        """Analyse the text held up to its last whitespace, which no term crosses (the rest may end in
+        half a word): a page is analysed as it is added, not all at once when it ends, so a build that
+        adds a long page (a 50 MB text is one) is never held by the analysis for long, nor holds the
+        page whole."""
+        text = "".join(self._pieces)
+        cut = max(text.rfind(" "), text.rfind("\n"), text.rfind("\t")) + 1
+        if cut > 0:
+            self._counts.update(self._analyzer.terms(text[:cut]))
+            text = text[cut:]
+        self._pieces, self._held = [text], len(text)
+
     def _flush(self) -> None:
         if self._pieces:
             self._counts.update(self._analyzer.terms("".join(self._pieces)))
-        self._pieces, self._end = [], 0
+        self._pieces, self._held, self._end = [], 0, 0
