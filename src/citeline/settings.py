@@ -447,6 +447,12 @@ class Settings(BaseSettings):
     api_generation_wait: Annotated[float, Field(ge=0, le=3_600)] = Field(
         default=60.0, description="Seconds an answer waits in the queue before the request gets a 503."
     )
+    api_max_generations_per_key: Annotated[int | None, Field(ge=1, le=10_256)] = Field(
+        default=None,
+        description="Answers one API key may have generating and waiting at once, per server process; "
+        "beyond it, 429. Unset: the slots plus half the queue (rounded up), so a lone key keeps every slot "
+        "busy and another key still finds the rest of the queue open.",
+    )
     api_keep_alive_seconds: Annotated[float, Field(gt=0, le=3_600)] = Field(
         default=75.0,
         description="Seconds the server keeps an idle client connection open; longer than the idle "

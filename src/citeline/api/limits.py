@@ -1,6 +1,6 @@
 """The server's limits, each named by a setting: request body size, question length, requests per key
-per minute, and answers generated at once (with a bounded queue); and the URL's length, which the HTTP
-parser fixes.
+per minute, and answers generated at once (with a bounded queue, and each key's fair share of both);
+and the URL's length, which the HTTP parser fixes.
 
 Every refusal is a :class:`LimitExceededError` whose message names the limit and its setting. The
 generation slots belong to the server process (they guard its own cores): with ``--workers N`` each
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from limits import RateLimitItemPerMinute
@@ -201,8 +202,9 @@ class GenerationCounts:
 class GenerationSlot:
     """One held generation slot; :meth:`release` gives it back (once, however often it is called)."""
 
-    def __init__(self, slots: GenerationSlots) -> None:
+    def __init__(self, slots: GenerationSlots, key: str) -> None:
         self._slots = slots
+        self._key = key
         self._held = True
 
     def release(self, *, stopped_early: bool = False) -> None:
@@ -210,23 +212,45 @@ class GenerationSlot:
         if not self._held:
             return
         self._held = False
-        self._slots._release(stopped_early=stopped_early)
+        self._slots._release(self._key, stopped_early=stopped_early)
 
 
 def _answers(n: int) -> str:
     return "1 answer is" if n == 1 else f"{n} answers are"
 
 
+def default_share(size: int, queue: int) -> int:
+    """A key's share when ``api_max_generations_per_key`` is unset: every slot and half the queue,
+    rounded up (a queue of one place stays open to a lone key).
+
+    A lone key then answers as fast as without a share (it keeps every slot busy; what it is refused
+    would only have waited), while the rest of the queue is always open to the other keys.
+    """
+    return size + (queue + 1) // 2
+
+
 class GenerationSlots:
     """At most ``api_max_generations`` answers at once; up to ``api_generation_queue`` more wait for up
-    to ``api_generation_wait`` seconds, and the rest get a 503 with ``Retry-After``."""
+    to ``api_generation_wait`` seconds, and the rest get a 503 with ``Retry-After``.
+
+    Each API key (open mode is one key) may hold ``per_key`` of these answers, generating and waiting
+    together; beyond its share it gets a 429 while other keys still get slots (when the queue is full,
+    every key gets the 503). A freed slot goes to the waiting key with the fewest answers generating,
+    and of those to the one given a slot longest ago: a round robin by key, so one key's burst cannot
+    starve another key's single question. Within a key, its answers go first come, first served.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self.size = settings.api_max_generations
         self.queue = settings.api_generation_queue
         self.wait = settings.api_generation_wait
+        self.per_key = settings.api_max_generations_per_key or default_share(self.size, self.queue)
         self.counts = GenerationCounts()
-        self._semaphore = asyncio.Semaphore(self.size)
+        # By key: answers held (generating and waiting), the waiting ones' futures in arrival order,
+        # and the number of the grant that last gave it a slot. A key holding nothing is forgotten.
+        self._held: dict[str, int] = {}
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
+        self._served: dict[str, int] = {}
         self._gauges = metrics()
         self._gauges.slots.set(self.size)
         self._publish()
@@ -236,41 +260,105 @@ class GenerationSlots:
         self._gauges.slots_in_use.set(self.counts.running)
         self._gauges.slots_queued.set(self.counts.waiting)
 
-    async def acquire(self) -> GenerationSlot:
-        if self._semaphore.locked():
-            if self.counts.waiting >= self.queue:
-                raise self._busy(
-                    f"{_answers(self.size)} being generated and {self.counts.waiting} waiting, the "
-                    f"most the queue holds (settings CITELINE_API_MAX_GENERATIONS, "
-                    f"CITELINE_API_GENERATION_QUEUE)"
-                )
-            self.counts.waiting += 1
-            self._publish()
-            try:
-                await asyncio.wait_for(self._semaphore.acquire(), timeout=self.wait)
-            except TimeoutError:
-                raise self._busy(
-                    f"no answer slot came free within {self.wait:g} s (settings "
-                    "CITELINE_API_MAX_GENERATIONS, CITELINE_API_GENERATION_WAIT)"
-                ) from None
-            finally:
-                self.counts.waiting -= 1
-                self._publish()
-        else:
-            await self._semaphore.acquire()
+    async def acquire(self, key: str) -> GenerationSlot:
+        """A slot for an answer of API key ``key`` (its user id), once one is free and its turn comes.
+
+        :class:`LimitExceededError`: 503 when the queue is full (for every key alike) or no slot came
+        free within ``wait`` seconds; 429 when ``key`` already holds its share.
+        """
+        free = self.counts.running < self.size
+        if not free and self.counts.waiting >= self.queue:
+            # Full for every key alike: the server's limit is the reason, whatever this key holds.
+            raise self._busy(
+                f"{_answers(self.size)} being generated and {self.counts.waiting} waiting, the "
+                f"most the queue holds (settings CITELINE_API_MAX_GENERATIONS, "
+                f"CITELINE_API_GENERATION_QUEUE)"
+            )
+        held = self._held.get(key, 0)
+        if held >= self.per_key:
+            raise LimitExceededError(
+                f"this API key already has {held} answers being generated or waiting, its share of this "
+                f"server's {self.size} answer slots and {self.queue} queue places (setting "
+                "CITELINE_API_MAX_GENERATIONS_PER_KEY); wait for one of them to finish",
+                http_status=429,
+                retry_after=GENERATION_RETRY_AFTER,
+            )
+        self._held[key] = held + 1
+        # A slot is only ever free while nobody waits: a freed slot is handed to a waiter at once.
+        if free:
+            self._start(key)
+            return GenerationSlot(self, key)
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(key, deque()).append(turn)
+        self.counts.waiting += 1
+        self._publish()
+        try:
+            async with asyncio.timeout(self.wait):
+                await turn
+        except BaseException as exc:
+            if not turn.done() or turn.cancelled():
+                self._leave(key, turn)
+                if isinstance(exc, TimeoutError):
+                    raise self._busy(
+                        f"no answer slot came free within {self.wait:g} s (settings "
+                        "CITELINE_API_MAX_GENERATIONS, CITELINE_API_GENERATION_WAIT)"
+                    ) from None
+                raise
+            # The slot was handed over as the wait ended: a timed-out request takes it after all, and
+            # one whose client left gives it to the next.
+            if not isinstance(exc, TimeoutError):
+                self._release(key, stopped_early=True)
+                raise
+        return GenerationSlot(self, key)
+
+    def _start(self, key: str) -> None:
         self.counts.running += 1
         self.counts.started += 1
+        self._served[key] = self.counts.started
         self._publish()
-        return GenerationSlot(self)
 
-    def _release(self, *, stopped_early: bool) -> None:
+    def _leave(self, key: str, turn: asyncio.Future[None]) -> None:
+        """A waiting request gave up (its wait ran out, or its client left) before its turn came."""
+        waiting = self._waiting[key]
+        waiting.remove(turn)
+        if not waiting:
+            del self._waiting[key]
+        self.counts.waiting -= 1
+        self._forget(key)
+        self._publish()
+
+    def _forget(self, key: str) -> None:
+        self._held[key] -= 1
+        if not self._held[key]:
+            del self._held[key]
+            self._served.pop(key, None)
+
+    def _release(self, key: str, *, stopped_early: bool) -> None:
         self.counts.running -= 1
         if stopped_early:
             self.counts.stopped_early += 1
         else:
             self.counts.finished += 1
-        self._semaphore.release()
+        self._forget(key)
+        if self._waiting:
+            self._hand_over()
         self._publish()
+
+    def _hand_over(self) -> None:
+        """Give the freed slot to the next key's first waiting request (see the class's docstring)."""
+
+        def claim(key: str) -> tuple[int, int]:
+            generating = self._held[key] - len(self._waiting[key])
+            return generating, self._served.get(key, 0)
+
+        key = min(self._waiting, key=claim)
+        waiting = self._waiting[key]
+        turn = waiting.popleft()
+        if not waiting:
+            del self._waiting[key]
+        self.counts.waiting -= 1
+        self._start(key)
+        turn.set_result(None)
 
     @staticmethod
     def _busy(message: str) -> LimitExceededError:

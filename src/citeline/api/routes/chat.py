@@ -70,7 +70,7 @@ async def _begin(cl: Citeline, access: Access, slots: GenerationSlots, body: Cha
         cl.check_chat, body.question, body.conversation_id, access=access, persona=body.persona
     )
     filters = await asyncio.to_thread(body.filters, cl, access)
-    slot = await slots.acquire()
+    slot = await slots.acquire(access.user_id)
     try:
         session = await asyncio.to_thread(cl.chat, body.conversation_id, access=access, persona=body.persona)
         events = session.ask(body.question, filters=filters, top_k=body.top_k)
