@@ -221,9 +221,11 @@ class KeyCache:
         self._entries: dict[str, tuple[float, KeyInfo]] = {}
         self._stop = threading.Event()
         self._listener: threading.Thread | None = None
-        #: The listening connection's socket while it listens: readable when a notification has arrived
-        #: that the listening thread has not handled yet.
+        #: The listening connection (psycopg's low-level one) while it listens. Its notifications are
+        #: read only under ``_reading``, by whichever thread finds them waiting first.
+        self._pgconn: Any = None
         self._socket: int | None = None
+        self._reading = threading.Lock()
 
     def listen(self, engine: sa.Engine) -> None:
         """Drop each key the moment any process revokes it: a thread listens on :data:`REVOKED_CHANNEL`
@@ -240,29 +242,49 @@ class KeyCache:
         while not self._stop.is_set():
             try:
                 raw = engine.raw_connection()
-                # Held for the process's life: out of the pool, which opens another in its place.
-                raw.detach()
+                # Taken before the detach, after which the pool's wrapper no longer gives it.
                 connection = raw.driver_connection
                 assert connection is not None
+                # Held for the process's life: out of the pool, which opens another in its place.
+                raw.detach()
                 try:
                     connection.rollback()
                     connection.autocommit = True
                     connection.execute(f"LISTEN {REVOKED_CHANNEL}")
                     # Whatever was revoked while no one listened is unknown: nothing cached is trusted.
                     self.clear()
-                    self._socket = connection.fileno()
+                    with self._reading:
+                        self._pgconn = connection.pgconn
+                        self._socket = connection.fileno()
                     while not self._stop.is_set():
-                        for note in connection.notifies(timeout=1.0):
-                            self.forget(uuid.UUID(note.payload))
+                        # Waits without reading: a request that finds a notification waiting reads it
+                        # itself (:meth:`get`), so none is ever read and not yet acted on while a
+                        # request trusts the cache (on a busy process this thread may not run for a
+                        # long while after it wakes).
+                        _readable(self._socket, 1.0)
+                        self._read_notifications()
                 finally:
-                    self._socket = None
+                    with self._reading:
+                        self._pgconn = None
+                        self._socket = None
                     connection.close()
             except Exception as exc:  # the database went away: the TTL holds until it is back
                 if self._stop.is_set():
                     return
-                log.warning("not listening for revoked API keys (%s); retrying in 1 s", exc)
+                log.warning("not listening for revoked API keys (%r); retrying in 1 s", exc)
                 self.clear()
                 self._stop.wait(1.0)
+
+    def _read_notifications(self) -> None:
+        """Act on every revocation that has reached the listening connection (any thread). Raises when
+        the connection is broken (in the listening thread, which then connects again)."""
+        with self._reading:
+            pgconn = self._pgconn
+            if pgconn is None:
+                return
+            pgconn.consume_input()  # what the socket holds, without waiting
+            while (note := pgconn.notifies()) is not None:
+                self.forget(uuid.UUID(note.extra.decode()))
 
     def close(self) -> None:
         """Stop listening (within a second)."""
@@ -279,10 +301,13 @@ class KeyCache:
         if self.seconds <= 0:
             return None
         listening = self._socket
-        if listening is not None and select.select([listening], [], [], 0)[0]:
-            # A revocation may be waiting to be handled (the thread may not have run yet, on a busy
-            # process): the database says, as it does for every key not held.
-            return None
+        if listening is not None and (self._reading.locked() or _readable(listening, 0.0)):
+            # A revocation may be waiting, or being read by another thread: read it here (or wait for
+            # that thread to act on it) rather than trust the entry meanwhile.
+            try:
+                self._read_notifications()
+            except Exception:  # the connection broke: the listening thread connects again
+                return None
         entry = self._entries.get(hash_key(key))
         if entry is None or entry[0] <= time.monotonic():
             return None
@@ -301,6 +326,14 @@ class KeyCache:
         """Drop every entry of the key ``key_id`` (it was just revoked)."""
         with self._lock:
             self._entries = {h: e for h, e in self._entries.items() if e[1].id != key_id}
+
+
+def _readable(socket: int, timeout: float) -> bool:
+    """Whether ``socket`` has data to read, waiting up to ``timeout`` seconds (poll, not select: a busy
+    server's descriptors may be past select's 1,024)."""
+    waiting = select.poll()
+    waiting.register(socket, select.POLLIN)
+    return bool(waiting.poll(timeout * 1000))
 
 
 def has_keys(conn: sa.Connection) -> bool:
