@@ -438,55 +438,39 @@ class CitedCopy(Described):
     download_url: str
 
 
-class EvidencePassage(Described):
+class _Located(Described):
+    """Where a passage of a chat's answer is: its chunk, document version, page, rows and characters,
+    and how to open it (the fields the evidence, the cited passages and the citations share)."""
+
+    chunk_id: int
+    document_id: uuid.UUID
+    document_name: str
+    title: str | None
+    version: int
+    page: int
+    rows: list[int] | None
+    start: int
+    end: int
+    also_in: list[CitedCopy]
+    has_original: bool
+    source_url: str | None
+    download_url: str
+
+
+class EvidencePassage(_Located):
     """A passage the answer is given, numbered for the turn."""
 
     number: int
-    chunk_id: int
-    document_id: uuid.UUID
-    document_name: str
-    title: str | None
-    version: int
-    page: int
-    rows: list[int] | None
-    start: int
-    end: int
     truncated: bool
     shown: list[list[int]] | None = Field(description="What the model read, as [start, end] page spans.")
-    also_in: list[CitedCopy]
-    has_original: bool
-    source_url: str | None
-    download_url: str
 
 
-class CitedPassage(Described):
-    chunk_id: int
-    document_id: uuid.UUID
-    document_name: str
-    title: str | None
-    version: int
-    page: int
-    rows: list[int] | None
-    start: int
-    end: int
+class CitedPassage(_Located):
     text: str
-    also_in: list[CitedCopy]
-    has_original: bool
-    source_url: str | None
-    download_url: str
 
 
-class Citation(Described):
+class Citation(_Located):
     number: int
-    chunk_id: int
-    document_id: uuid.UUID
-    document_name: str
-    title: str | None
-    version: int
-    page: int
-    rows: list[int] | None
-    start: int
-    end: int
     section: str | None
     excerpt: str
     excerpt_start: int
@@ -495,10 +479,6 @@ class Citation(Described):
     supported: bool
     attributed: bool
     stance: str
-    also_in: list[CitedCopy]
-    has_original: bool
-    source_url: str | None
-    download_url: str
 
 
 class RemovedCitation(Described):
