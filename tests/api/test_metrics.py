@@ -55,12 +55,16 @@ def test_a_scrape_counts_the_searches_answers_and_ingest_jobs_since_the_last(ser
         upload = admin.post("/documents", files={"file": ("metrics-note.md", b"# Pumps\n\nPumps run daily.")})
         assert upload.status_code in (201, 202), upload.text
         uploaded = upload.json()["id"]
-        deadline = time.monotonic() + 120
-        while admin.get(f"/documents/{uploaded}").json()["status"] != "completed":
-            assert time.monotonic() < deadline, "the upload was not built within 120 s"
-            time.sleep(0.5)
-        time.sleep(5.1)  # the catalog's counts are read at most every 5 s
-        after = scrape(admin)
+        try:
+            deadline = time.monotonic() + 120
+            while admin.get(f"/documents/{uploaded}").json()["status"] != "completed":
+                assert time.monotonic() < deadline, "the upload was not built within 120 s"
+                time.sleep(0.5)
+            time.sleep(5.1)  # the catalog's counts are read at most every 5 s
+            after = scrape(admin)
+        finally:
+            # The server's store is shared by the module's tests (tests/api/test_reading.py counts it).
+            assert admin.delete(f"/documents/{uploaded}").status_code == 200
 
     def delta(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
