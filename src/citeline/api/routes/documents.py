@@ -192,28 +192,18 @@ class StoredFile(FileResponse):
             scope = {**scope, "method": "HEAD"}
         headers = Headers(scope=scope)
         self.headers.setdefault("cache-control", FILE_CACHE_CONTROL)
-        if_none_match = headers.get("if-none-match")
-        if (
-            if_none_match is not None
-            and self.status_code == 200
-            and scope["method"].upper() in ("GET", "HEAD")
-        ):
-            if self.stat_result is None:
-                self.stat_result = await anyio.to_thread.run_sync(os.stat, self.path)
-                self.set_stat_headers(self.stat_result)
-            if _etag_matches(if_none_match, self.headers["etag"]):
-                kept = {
-                    k: self.headers[k]
-                    for k in ("etag", "last-modified", "cache-control")
-                    if k in self.headers
-                }
-                await Response(status_code=304, headers=kept)(scope, receive, send)
-                return
-        asked = headers.get("range")
-        if asked is not None and self.status_code == 200 and scope["method"].upper() in ("GET", "HEAD"):
-            if self.stat_result is None:
-                self.stat_result = await anyio.to_thread.run_sync(os.stat, self.path)
-                self.set_stat_headers(self.stat_result)
+        if_none_match, asked = headers.get("if-none-match"), headers.get("range")
+        answering = self.status_code == 200 and scope["method"].upper() in ("GET", "HEAD")
+        if answering and (if_none_match is not None or asked is not None) and self.stat_result is None:
+            # The file's size and ETag, which both checks below read, from one stat.
+            self.stat_result = await anyio.to_thread.run_sync(os.stat, self.path)
+            self.set_stat_headers(self.stat_result)
+        if answering and if_none_match is not None and _etag_matches(if_none_match, self.headers["etag"]):
+            kept = {k: v for k, v in self.headers.items() if k in ("etag", "last-modified", "cache-control")}
+            await Response(status_code=304, headers=kept)(scope, receive, send)
+            return
+        if answering and asked is not None:
+            assert self.stat_result is not None
             if_range = headers.get("if-range")
             size = self.stat_result.st_size
             refused: JSONResponse | None = None
