@@ -127,8 +127,8 @@ def answers(
 # --- search ---------------------------------------------------------------------------------------
 
 
-class CopyLink(Described):
-    """Another stored copy of a passage, word for word, and where it opens."""
+class _Copy(Described):
+    """Another stored copy of a passage, word for word: which chunk of which version, at which page."""
 
     chunk_id: int
     document_id: uuid.UUID
@@ -136,6 +136,11 @@ class CopyLink(Described):
     version: int
     page: int
     has_original: bool
+
+
+class CopyLink(_Copy):
+    """Another stored copy of a passage, word for word, and where it opens."""
+
     url: str = Field(description="Where the copy opens: its original at the page, or the page's text.")
 
 
@@ -428,13 +433,7 @@ class ConversationWithMessages(Conversation):
     messages: list[Message]
 
 
-class CitedCopy(Described):
-    chunk_id: int
-    document_id: uuid.UUID
-    document_name: str
-    version: int
-    page: int
-    has_original: bool
+class CitedCopy(_Copy):
     download_url: str
 
 
