@@ -767,9 +767,7 @@ class Ingestor:
             # A PDF's loader reads its pages for text before it gives out any (a 5,000-page blank one
             # failed as a scan): its page count, from its page tree, meets the page limit first, asked as
             # before its last page.
-            reason = run.should_stop(job.doc, time.perf_counter() - job.started, last - 1)
-            if reason is not None:
-                raise JobStoppedError(f"{job.source.label}: {reason}")
+            self._stop_if_asked(job, run, last - 1)
         job.loaded = _storable_loaded(job.source.open())
 
         def counted(pages: Iterator[Page]) -> Iterator[Page]:
